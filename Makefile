@@ -1,0 +1,30 @@
+# The README's two commands: `make run` (the daemon) and `make test` (the whole test suite).
+# Both create .venv and install what they need; nothing is assumed to be on the machine already.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+ARGS ?=
+
+.PHONY: run test venv system-deps clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# Debian packages the tests run for real (promtool/prometheus, node_exporter, systemd-analyze).
+system-deps:
+	@scripts/install-system-deps.sh
+
+run: $(STAMP)
+	$(VENV)/bin/gpuwatch run $(ARGS)
+
+test: $(STAMP) system-deps
+	scripts/run-tests.sh
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,262 @@
+"""amdgpu discovery and parsing: sysfs/hwmon files -> GpuReading, kernel units converted once.
+
+Facts relied on (../shared/fixtures/amdgpu/SYSFS_FACTS.md): cards are ``class/drm/card<N>`` with any
+number of digits (procfs' ``card[0-9]`` glob misses card10, §1); the driver is ``DRIVER=`` in
+``device/uevent``; hwmon is found by its ``name`` file, its index is not stable (§7.1); temperatures are
+m°C, power µW, clocks Hz, voltage mV (§4); ``*_crit_hyst`` of -273150 means none (§7.3);
+power1_average is preferred with power1_input as fallback (§7.4); reads of hwmon wake a
+runtime-suspended GPU, so a suspended one is not read (§2).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Callable, TypeVar
+
+from gpuwatch.backend import DiscoveryResult
+from gpuwatch.model import GpuReading, ReadError, TempReading, UnsupportedCard
+from gpuwatch.pciids import gpu_name
+from gpuwatch.sysfs import Sysfs, SysfsError
+
+_CARD = re.compile(r"^card\d+$")
+_NO_HYST_MC = -273150
+# Label files are authoritative; the index mapping is the fallback amdgpu always uses (§4.1).
+_TEMP_LABELS = {1: "edge", 2: "junction", 3: "mem"}
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class AmdCard:
+    """A discovered amdgpu card: where to read it (paths relative to the sysfs root)."""
+
+    gpu_id: str
+    card: str
+    device_dir: str
+    hwmon_dir: str | None
+    device_id: str | None
+    subsystem_id: str | None
+
+
+def discover(sysfs: Sysfs) -> DiscoveryResult[AmdCard]:
+    """Every amdgpu card once (by PCI slot), plus the DRM cards of other drivers."""
+    cards: list[AmdCard] = []
+    unsupported: list[UnsupportedCard] = []
+    seen: set[str] = set()
+    for entry in sorted(sysfs.list("class/drm"), key=_card_number):
+        if not _CARD.match(entry):
+            continue
+        device_dir = sysfs.resolve(f"class/drm/{entry}/device")
+        try:
+            uevent = _parse_uevent(sysfs.read(f"class/drm/{entry}/device/uevent") or "")
+        except SysfsError:
+            uevent = {}
+        if device_dir is None:
+            continue
+        slot = uevent.get("PCI_SLOT_NAME") or device_dir.rstrip("/").rsplit("/", 1)[-1]
+        if slot in seen:
+            continue
+        seen.add(slot)
+        driver = uevent.get("DRIVER")
+        if driver != "amdgpu":
+            unsupported.append(UnsupportedCard(card=entry, driver=driver, gpu_id=slot))
+            continue
+        cards.append(
+            AmdCard(
+                gpu_id=slot,
+                card=entry,
+                device_dir=device_dir,
+                hwmon_dir=_find_hwmon(sysfs, device_dir),
+                device_id=uevent.get("PCI_ID"),
+                subsystem_id=uevent.get("PCI_SUBSYS_ID"),
+            )
+        )
+    return DiscoveryResult(cards=tuple(cards), unsupported=tuple(unsupported))
+
+
+def read_card(sysfs: Sysfs, card: AmdCard) -> GpuReading:
+    """One full reading of ``card``; never raises for a read error, it records it instead."""
+    reader = _Reader(sysfs, card.device_dir)
+    if not sysfs.exists(card.device_dir):
+        return GpuReading(gpu_id=card.gpu_id, card=card.card, device_id=card.device_id, up=False)
+    runtime_status = reader.text("power/runtime_status")
+    identity = dict(
+        gpu_id=card.gpu_id,
+        card=card.card,
+        name=reader.text("product_name") or gpu_name(card.device_id),
+        device_id=card.device_id,
+        subsystem_id=card.subsystem_id,
+        unique_id=reader.text("unique_id") or None,
+        vbios_version=reader.text("vbios_version") or None,
+        runtime_status=runtime_status,
+        hwmon_dir=card.hwmon_dir,
+    )
+    if runtime_status == "suspended":
+        return GpuReading(**identity, errors=tuple(reader.errors))  # type: ignore[arg-type]
+    hw = _Reader(sysfs, card.hwmon_dir, reader.errors) if card.hwmon_dir else None
+    return GpuReading(
+        **identity,  # type: ignore[arg-type]
+        gpu_busy_ratio=_ratio(reader.number("gpu_busy_percent", int)),
+        mem_busy_ratio=_ratio(reader.number("mem_busy_percent", int)),
+        vram_used_bytes=reader.number("mem_info_vram_used", int),
+        vram_total_bytes=reader.number("mem_info_vram_total", int),
+        gtt_used_bytes=reader.number("mem_info_gtt_used", int),
+        gtt_total_bytes=reader.number("mem_info_gtt_total", int),
+        pcie_link_speed_gts=reader.number("current_link_speed", _link_speed),
+        pcie_link_width=reader.number("current_link_width", int),
+        pcie_max_link_speed_gts=reader.number("max_link_speed", _link_speed),
+        pcie_max_link_width=reader.number("max_link_width", int),
+        **(_hwmon_fields(hw) if hw else {}),  # type: ignore[arg-type]
+        # Keyword arguments are evaluated in order, so this sees every error recorded above.
+        errors=tuple(reader.errors),
+    )
+
+
+def _hwmon_fields(hw: "_Reader") -> dict[str, object]:
+    power_uw = hw.number("power1_average", int)
+    if power_uw is None:
+        power_uw = hw.number("power1_input", int)
+    return dict(
+        temps=_temps(hw),
+        power_w=_scaled(power_uw, 1e-6),
+        power_cap_w=_scaled(hw.number("power1_cap", int), 1e-6),
+        power_cap_min_w=_scaled(hw.number("power1_cap_min", int), 1e-6),
+        power_cap_max_w=_scaled(hw.number("power1_cap_max", int), 1e-6),
+        power_cap_default_w=_scaled(hw.number("power1_cap_default", int), 1e-6),
+        sclk_hz=_scaled(hw.number("freq1_input", int), 1.0),
+        mclk_hz=_scaled(hw.number("freq2_input", int), 1.0),
+        vddgfx_v=_scaled(hw.number("in0_input", int), 1e-3),
+        fan_rpm=hw.number("fan1_input", int),
+        fan_min_rpm=hw.number("fan1_min", int),
+        fan_max_rpm=hw.number("fan1_max", int),
+        pwm=hw.number("pwm1", int),
+        pwm_min=hw.number("pwm1_min", int),
+        pwm_max=hw.number("pwm1_max", int),
+        pwm_enable=hw.number("pwm1_enable", int),
+    )
+
+
+def _temps(hw: "_Reader") -> tuple[TempReading, ...]:
+    temps = []
+    for index, default_label in _TEMP_LABELS.items():
+        temp_mc = hw.number(f"temp{index}_input", int)
+        label = hw.text(f"temp{index}_label") or None
+        if temp_mc is None and label is None and not hw.failed(f"temp{index}_input"):
+            continue
+        hyst_mc = hw.number(f"temp{index}_crit_hyst", int)
+        temps.append(
+            TempReading(
+                label=label or default_label,
+                temp_c=_scaled(temp_mc, 1e-3),
+                crit_c=_scaled(hw.number(f"temp{index}_crit", int), 1e-3),
+                crit_hyst_c=None if hyst_mc in (None, _NO_HYST_MC) else hyst_mc / 1000,
+                emergency_c=_scaled(hw.number(f"temp{index}_emergency", int), 1e-3),
+            )
+        )
+    return tuple(temps)
+
+
+class _Reader:
+    """Reads files of one directory, turning failures into ReadError records."""
+
+    def __init__(self, sysfs: Sysfs, base: str, errors: list[ReadError] | None = None) -> None:
+        self.sysfs = sysfs
+        self.base = base
+        self.errors: list[ReadError] = [] if errors is None else errors
+        self._failed: set[str] = set()
+
+    def text(self, name: str) -> str | None:
+        try:
+            return self.sysfs.read(f"{self.base}/{name}")
+        except SysfsError as exc:
+            self._record(name, exc.reason)
+            return None
+
+    def number(self, name: str, parse: Callable[[str], T]) -> T | None:
+        text = self.text(name)
+        if not text:
+            # An empty file is a legitimate "no value" (e.g. power1_cap when the query fails, §2).
+            return None
+        try:
+            return parse(text)
+        except ValueError:
+            self._record(name, f"garbage: {text[:40]!r}")
+            return None
+
+    def failed(self, name: str) -> bool:
+        return name in self._failed
+
+    def _record(self, name: str, reason: str) -> None:
+        self._failed.add(name)
+        self.errors.append(ReadError(sensor=name, error=reason))
+
+
+def _find_hwmon(sysfs: Sysfs, device_dir: str) -> str | None:
+    """The hwmon node named ``amdgpu``; a node with no name file counts only if it is the only one.
+
+    The name-less fallback exists because a real capture (navi32-rx7800xt-amd-reference) lacks the
+    name file; a hwmon directory under an amdgpu PCI device is amdgpu's own.
+    """
+    nameless = []
+    for entry in sysfs.list(f"{device_dir}/hwmon"):
+        try:
+            name = sysfs.read(f"{device_dir}/hwmon/{entry}/name")
+        except SysfsError:
+            continue
+        if name == "amdgpu":
+            return f"{device_dir}/hwmon/{entry}"
+        if name is None:
+            nameless.append(f"{device_dir}/hwmon/{entry}")
+    return nameless[0] if len(nameless) == 1 else None
+
+
+def _parse_uevent(text: str) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line)
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+def _card_number(entry: str) -> tuple[int, str]:
+    digits = entry[4:]
+    return (int(digits), entry) if digits.isdigit() else (1 << 30, entry)
+
+
+def _link_speed(text: str) -> float:
+    # "16.0 GT/s PCIe" (§3); anything else is garbage.
+    return float(text.split()[0])
+
+
+def _ratio(percent: int | None) -> float | None:
+    return None if percent is None else percent / 100.0
+
+
+def _scaled(value: int | None, factor: float) -> float | None:
+    return None if value is None else value * factor
+
+
+class AmdgpuBackend:
+    """Reads every amdgpu card below one sysfs root; re-discovers periodically and when a card vanishes."""
+
+    name = "amdgpu"
+
+    def __init__(self, sysfs: Sysfs, rediscover_s: float = 30.0, clock: Callable[[], float] | None = None) -> None:
+        self.sysfs = sysfs
+        self.rediscover_s = rediscover_s
+        self._clock = clock or time.monotonic
+        self._found: DiscoveryResult[AmdCard] | None = None
+        self._found_at = 0.0
+
+    def discovered(self) -> DiscoveryResult[AmdCard]:
+        now = self._clock()
+        if self._found is None or now - self._found_at >= self.rediscover_s:
+            self._found, self._found_at = discover(self.sysfs), now
+        return self._found
+
+    def read_all(self) -> tuple[list[GpuReading], list[UnsupportedCard]]:
+        found = self.discovered()
+        readings = [read_card(self.sysfs, card) for card in found.cards]
+        if any(not r.up for r in readings):
+            # A card fell off the bus or was reset: it may come back under a new cardN/hwmonN.
+            self._found = None
+        return readings, list(found.unsupported)

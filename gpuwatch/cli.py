@@ -1,0 +1,176 @@
+"""The `gpuwatch` command: argument parsing and dispatch to the daemon, status and helpers.
+
+Exit codes: 0 ok, 1 a GPU over a limit or a failure reported (status), 2 usage or config error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from gpuwatch import __version__
+from gpuwatch.config import (
+    CONFIG_ERROR_EXIT,
+    DEFAULT_CONFIG_PATH,
+    Config,
+    ConfigError,
+    effective_config_toml,
+    load_config,
+)
+from gpuwatch.document import to_document
+from gpuwatch.model import PublishedState
+from gpuwatch.state import read_state_file
+from gpuwatch.status import EXIT_USAGE, exit_code, render
+
+STALE_AFTER_TICKS = 5
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.handler(args))
+    except ConfigError as exc:
+        print(f"gpuwatch: {exc}", file=sys.stderr)
+        return CONFIG_ERROR_EXIT
+    except KeyboardInterrupt:
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpuwatch", description="GPU health daemon for AMD training machines.")
+    parser.add_argument("--version", action="version", version=f"gpuwatch {__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-c", "--config", type=Path, help=f"config file (default {DEFAULT_CONFIG_PATH} if present)")
+    common.add_argument("--sysfs-root", type=Path, help="sysfs tree to read instead of /sys (tests, captures)")
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+
+    run = sub.add_parser("run", parents=[common], help="run the daemon in the foreground")
+    run.add_argument("--dry-run", action="store_true", help="compute fan writes and log them, write nothing")
+    run.set_defaults(handler=cmd_run)
+
+    for name, helptext, handler in (
+        ("status", "GPU, fan and trainer status (from the daemon, else from sysfs)", cmd_status),
+        ("sensors", "one-shot reading straight from sysfs", cmd_sensors),
+    ):
+        p = sub.add_parser(name, parents=[common], help=helptext)
+        p.add_argument("--json", action="store_true", help="print the stable JSON document (schema 1)")
+        p.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until Ctrl-C")
+        p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+        p.set_defaults(handler=handler)
+
+    check = sub.add_parser("check-config", help="validate a config file and print the effective config")
+    check.add_argument("file", nargs="?", type=Path, help=f"default {DEFAULT_CONFIG_PATH}")
+    check.set_defaults(handler=cmd_check_config)
+    return parser
+
+
+def load_cli_config(args: argparse.Namespace, **overrides: Any) -> Config:
+    """The config named on the command line, else the default file if it exists, else defaults."""
+    path = args.config
+    if path is None and DEFAULT_CONFIG_PATH.exists():
+        path = DEFAULT_CONFIG_PATH
+    if getattr(args, "sysfs_root", None) is not None:
+        overrides["sysfs_root"] = str(args.sysfs_root)
+    return load_config(path, overrides)
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from gpuwatch.daemon import Daemon
+
+    overrides: dict[str, Any] = {}
+    config = load_cli_config(args, **overrides)
+    if args.dry_run:
+        config = config.model_copy(update={"fan": config.fan.model_copy(update={"mode": "dry-run"})})
+    setup_logging(config.log_level)
+    return Daemon(config).run()
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    path = args.file or DEFAULT_CONFIG_PATH
+    config = load_config(path)
+    print(f"# {path}: valid. Effective configuration:")
+    print(effective_config_toml(config), end="")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    config = load_cli_config(args)
+    return _show(args, config, lambda: daemon_document(config) or (sysfs_document(config), _NOT_RUNNING))
+
+
+def cmd_sensors(args: argparse.Namespace) -> int:
+    config = load_cli_config(args)
+    return _show(args, config, lambda: (sysfs_document(config), None))
+
+
+_NOT_RUNNING = "gpuwatch daemon is not running: values read directly from sysfs"
+
+
+def daemon_document(config: Config) -> tuple[dict[str, Any], str | None] | None:
+    """The daemon's published state if it is running and fresh, else None."""
+    doc = read_state_file(config.state_file)
+    if not doc or not doc.get("daemon"):
+        return None
+    pid = doc["daemon"].get("pid")
+    if not isinstance(pid, int) or not _alive(pid):
+        return None
+    age = time.time() - float(doc.get("taken_unix") or 0)
+    if age > STALE_AFTER_TICKS * float(doc["daemon"].get("interval_s") or 1) + 2:
+        doc["daemon"].setdefault("failures", []).append(f"state is {age:.0f}s old: the control loop is stuck")
+    return doc, None
+
+
+def sysfs_document(config: Config) -> dict[str, Any]:
+    from gpuwatch.daemon import build_backends
+    from gpuwatch.sampler import Sampler
+
+    snapshot = Sampler(build_backends(config)).sample()
+    return to_document(PublishedState(snapshot=snapshot), config.thermal, source="sysfs")
+
+
+def _show(args: argparse.Namespace, config: Config, fetch: Callable[[], tuple[dict[str, Any], str | None]]) -> int:
+    color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and "NO_COLOR" not in os.environ)
+    while True:
+        doc, note = fetch()
+        if args.json:
+            print(json.dumps(doc, indent=2, sort_keys=True))
+        else:
+            if args.watch:
+                print("\033[H\033[2J", end="")
+            print(render(doc, color=color, note=note), end="")
+        sys.stdout.flush()
+        if not args.watch:
+            return exit_code(doc)
+        time.sleep(args.watch)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""The configuration boundary: pydantic v2 models (extra keys forbidden) loaded from TOML.
+
+Every other module receives these validated objects. A bad file raises ``ConfigError`` whose message
+names the key, the offending value and the rule; the CLI turns it into exit code 2.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import tomli_w
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+DEFAULT_CONFIG_PATH = Path("/etc/gpuwatch/gpuwatch.toml")
+CONFIG_ERROR_EXIT = 2
+
+
+class ConfigError(Exception):
+    """The configuration file cannot be used; the message is meant for the user as is."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ThermalConfig(Strict):
+    """Thermal limits shared by `gpuwatch status` (exit code 1) and the supervisor's pause policy.
+
+    A limit left unset is derived from the card's own crit temperature (junction crit - margin,
+    mem crit - margin); edge has a fixed default because its crit is often far above a sane limit.
+    """
+
+    edge_limit_c: float | None = Field(default=90.0, gt=0, le=150)
+    junction_limit_c: float | None = Field(default=None, gt=0, le=150)
+    mem_limit_c: float | None = Field(default=None, gt=0, le=150)
+    junction_crit_margin_c: float = Field(default=10.0, ge=0, le=50)
+    mem_crit_margin_c: float = Field(default=5.0, ge=0, le=50)
+    hysteresis_c: float = Field(default=5.0, ge=0, le=30)
+
+
+class FanConfig(Strict):
+    """Fan control (filled in by the fan controller)."""
+
+    mode: Literal["curve", "dry-run", "monitor-only", "off"] = "curve"
+
+
+class HttpConfig(Strict):
+    """The read-only HTTP endpoint: /metrics, /healthz, /status."""
+
+    enabled: bool = True
+    listen: str = "0.0.0.0"
+    port: int = Field(default=9840, ge=0, le=65535)
+
+
+class Config(Strict):
+    """The whole daemon configuration (`/etc/gpuwatch/gpuwatch.toml`)."""
+
+    sysfs_root: Path = Path("/sys")
+    runtime_dir: Path | None = None
+    interval_s: float = Field(default=1.0, gt=0, le=60)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    thermal: ThermalConfig = ThermalConfig()
+    fan: FanConfig = FanConfig()
+    http: HttpConfig = HttpConfig()
+
+    @property
+    def state_file(self) -> Path:
+        return self.resolved_runtime_dir / "state.json"
+
+    @property
+    def resolved_runtime_dir(self) -> Path:
+        """systemd's RuntimeDirectory, /run/gpuwatch for root, else a per-user directory."""
+        if self.runtime_dir is not None:
+            return self.runtime_dir
+        if os.environ.get("RUNTIME_DIRECTORY"):
+            return Path(os.environ["RUNTIME_DIRECTORY"].split(":")[0])
+        if os.geteuid() == 0:
+            return Path("/run/gpuwatch")
+        base = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/gpuwatch-{os.geteuid()}"
+        return Path(base) / "gpuwatch" if os.environ.get("XDG_RUNTIME_DIR") else Path(base)
+
+
+def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Config:
+    """Read and validate ``path`` (None: defaults only); ``overrides`` win over the file's keys."""
+    data: dict[str, Any] = {}
+    source = "defaults"
+    if path is not None:
+        source = str(path)
+        try:
+            with open(path, "rb") as handle:
+                data = tomllib.load(handle)
+        except FileNotFoundError:
+            raise ConfigError(f"{source}: no such config file") from None
+        except OSError as exc:
+            raise ConfigError(f"{source}: cannot read: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    data.update(overrides or {})
+    return parse_config(data, source)
+
+
+def parse_config(data: dict[str, Any], source: str = "config") -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source)) from None
+
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid configuration ({exc.error_count()} problem(s)):"]
+    for err in exc.errors():
+        key = ".".join(str(part) for part in err["loc"]) or "(top level)"
+        rule = err["msg"]
+        if err["type"] == "extra_forbidden":
+            rule = "unknown key (not a gpuwatch setting; check spelling)"
+        lines.append(f"  {key} = {err.get('input')!r}: {rule}")
+    return "\n".join(lines)
+
+
+def effective_config_toml(config: Config) -> str:
+    """The effective configuration as TOML for `gpuwatch check-config`; unset (None) keys are omitted."""
+    return tomli_w.dumps(config.model_dump(mode="json", exclude_none=True))

@@ -1,0 +1,158 @@
+"""Composition root: config -> objects, the tick loop, signals, and cleanup on every exit path.
+
+Each tick: sample every GPU into one Snapshot, let the consumers act on that same snapshot, then
+publish the result (memory for HTTP, an atomic JSON file for the CLI). A consumer that raises is
+logged and reported as a daemon failure; it never stops the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Callable, Protocol
+
+from gpuwatch import __version__
+from gpuwatch.amdgpu import AmdgpuBackend
+from gpuwatch.backend import GpuBackend
+from gpuwatch.config import Config
+from gpuwatch.document import to_document
+from gpuwatch.model import DaemonInfo, FanState, PublishedState, Snapshot, TrainerState
+from gpuwatch.sampler import Sampler
+from gpuwatch.state import StateHolder, write_state_file
+from gpuwatch.sysfs import Sysfs
+
+log = logging.getLogger("gpuwatch")
+
+
+class FanConsumer(Protocol):
+    def tick(self, snapshot: Snapshot) -> tuple[FanState, ...]: ...
+    def restore(self) -> None: ...
+
+
+class TrainerConsumer(Protocol):
+    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...]) -> tuple[TrainerState, ...]: ...
+    def stop(self) -> None: ...
+
+
+@dataclass
+class Parts:
+    """What the composition root built; tests may pass their own."""
+
+    backends: list[GpuBackend]
+    fans: FanConsumer | None = None
+    trainers: TrainerConsumer | None = None
+    on_tick: list[Callable[[PublishedState], None]] = field(default_factory=list)
+
+
+def build_backends(config: Config) -> list[GpuBackend]:
+    return [AmdgpuBackend(Sysfs(config.sysfs_root))]
+
+
+class Daemon:
+    def __init__(self, config: Config, parts: Parts | None = None) -> None:
+        self.config = config
+        self.parts = parts or Parts(backends=build_backends(config))
+        self.sampler = Sampler(self.parts.backends)
+        self.holder = StateHolder()
+        self.started_unix = time.time()
+        self.ticks_total = 0
+        self.stop_requested = threading.Event()
+        self.failures: dict[str, str] = {}
+
+    def tick(self) -> PublishedState:
+        snapshot = self.sampler.sample()
+        fans: tuple[FanState, ...] = ()
+        trainers: tuple[TrainerState, ...] = ()
+        if self.parts.fans is not None:
+            fans = self._guard("fan controller", lambda: self.parts.fans.tick(snapshot), ())  # type: ignore[union-attr]
+        if self.parts.trainers is not None:
+            trainers = self._guard("supervisor", lambda: self.parts.trainers.tick(snapshot, fans), ())  # type: ignore[union-attr]
+        self.ticks_total += 1
+        state = PublishedState(
+            snapshot=snapshot,
+            daemon=DaemonInfo(
+                pid=os.getpid(),
+                version=__version__,
+                started_unix=self.started_unix,
+                ticks_total=self.ticks_total,
+                interval_s=self.config.interval_s,
+                failures=tuple(f"{part}: {why}" for part, why in self.failures.items()),
+            ),
+            fans=fans,
+            trainers=trainers,
+        )
+        document = to_document(state, self.config.thermal, source="daemon")
+        self.holder.publish(state, document)
+        self._guard("state file", lambda: write_state_file(self.config.state_file, document), None)
+        for hook in self.parts.on_tick:
+            self._guard("tick hook", lambda: hook(state), None)
+        return state
+
+    def run(self) -> int:
+        """Tick until SIGTERM/SIGINT; always stop trainers, restore fans and remove the state file."""
+        self._install_signals()
+        first = self.sampler.sample()
+        _log_discovery(self.config, first)
+        interval = self.config.interval_s
+        deadline = time.monotonic()
+        try:
+            while not self.stop_requested.is_set():
+                self.tick()
+                deadline += interval
+                delay = deadline - time.monotonic()
+                if delay < 0:
+                    # Overran a tick: start the schedule again rather than firing a burst to catch up.
+                    deadline, delay = time.monotonic(), 0.0
+                self.stop_requested.wait(delay)
+        finally:
+            self.shutdown()
+        return 0
+
+    def shutdown(self) -> None:
+        """Trainers first (they get their checkpoint time), then fans back to the firmware."""
+        if self.parts.trainers is not None:
+            self._guard("supervisor stop", self.parts.trainers.stop, None)
+        if self.parts.fans is not None:
+            self._guard("fan restore", self.parts.fans.restore, None)
+        Path(self.config.state_file).unlink(missing_ok=True)
+        log.info("gpuwatch stopped")
+
+    def request_stop(self, signum: int | None = None, frame: FrameType | None = None) -> None:
+        if signum is not None:
+            log.info("received %s, stopping", signal.Signals(signum).name)
+        self.stop_requested.set()
+
+    def _install_signals(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self.request_stop)
+            signal.signal(signal.SIGINT, self.request_stop)
+
+    def _guard(self, part: str, action: Callable[[], object], fallback: object) -> object:
+        try:
+            result = action()
+        except Exception as exc:
+            if part not in self.failures:
+                log.exception("%s failed", part)
+            self.failures[part] = f"{type(exc).__name__}: {exc}"
+            return fallback
+        self.failures.pop(part, None)
+        return result
+
+
+def _log_discovery(config: Config, snapshot: Snapshot) -> None:
+    for gpu in snapshot.gpus:
+        log.info("GPU %s (%s, %s): %s", gpu.gpu_id, gpu.card, gpu.backend, gpu.name or gpu.device_id)
+    for card in snapshot.unsupported:
+        log.info("card %s uses driver %s: not supported, not read", card.card, card.driver)
+    if not snapshot.gpus:
+        log.warning(
+            "no amdgpu GPU found under %s/class/drm. Point gpuwatch at another sysfs tree with "
+            "--sysfs-root DIR (or sysfs_root in the config), or run the simulator: gpuwatch run --simulate",
+            config.sysfs_root,
+        )

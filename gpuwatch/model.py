@@ -1,0 +1,205 @@
+"""Frozen readings and states shared by every layer; units live in the field names.
+
+Nothing here does I/O. ``None`` always means "not available" (file absent, sensor unsupported, read
+failed); a failed read is additionally recorded in ``GpuReading.errors``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class FanMode(str, Enum):
+    """What the fan controller is doing for one GPU."""
+
+    CURVE = "curve"
+    FAILSAFE = "failsafe"
+    MONITOR_ONLY = "monitor-only"
+    DRY_RUN = "dry-run"
+    DISABLED = "disabled"
+
+
+class TrainerPhase(str, Enum):
+    """Supervisor state of one training command."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    PAUSING = "pausing"
+    PAUSED = "paused"
+    STOPPING = "stopping"
+    BACKOFF = "backoff"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True)
+class TempReading:
+    """One labelled temperature sensor (edge, junction or mem)."""
+
+    label: str
+    temp_c: float | None
+    crit_c: float | None = None
+    crit_hyst_c: float | None = None
+    emergency_c: float | None = None
+
+
+@dataclass(frozen=True)
+class ReadError:
+    """A file that exists but could not be read or parsed this tick."""
+
+    sensor: str
+    error: str
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """Everything sampled from one GPU in one tick. Identity is the PCI slot (``gpu_id``)."""
+
+    gpu_id: str
+    card: str
+    backend: str = "amdgpu"
+    name: str | None = None
+    device_id: str | None = None
+    subsystem_id: str | None = None
+    unique_id: str | None = None
+    vbios_version: str | None = None
+    up: bool = True
+    runtime_status: str | None = None
+    temps: tuple[TempReading, ...] = ()
+    gpu_busy_ratio: float | None = None
+    mem_busy_ratio: float | None = None
+    vram_used_bytes: int | None = None
+    vram_total_bytes: int | None = None
+    gtt_used_bytes: int | None = None
+    gtt_total_bytes: int | None = None
+    power_w: float | None = None
+    power_cap_w: float | None = None
+    power_cap_min_w: float | None = None
+    power_cap_max_w: float | None = None
+    power_cap_default_w: float | None = None
+    sclk_hz: float | None = None
+    mclk_hz: float | None = None
+    vddgfx_v: float | None = None
+    fan_rpm: int | None = None
+    fan_min_rpm: int | None = None
+    fan_max_rpm: int | None = None
+    pwm: int | None = None
+    pwm_min: int | None = None
+    pwm_max: int | None = None
+    pwm_enable: int | None = None
+    pcie_link_speed_gts: float | None = None
+    pcie_link_width: int | None = None
+    pcie_max_link_speed_gts: float | None = None
+    pcie_max_link_width: int | None = None
+    hwmon_dir: str | None = None
+    errors: tuple[ReadError, ...] = ()
+
+    @property
+    def suspended(self) -> bool:
+        return self.runtime_status == "suspended"
+
+    def temp(self, label: str) -> TempReading | None:
+        for reading in self.temps:
+            if reading.label == label:
+                return reading
+        return None
+
+    @property
+    def pwm_ratio(self) -> float | None:
+        if self.pwm is None or not self.pwm_max:
+            return None
+        low = self.pwm_min or 0
+        return max(0.0, min(1.0, (self.pwm - low) / (self.pwm_max - low)))
+
+
+@dataclass(frozen=True)
+class UnsupportedCard:
+    """A DRM card that gpuwatch lists but never reads (another driver)."""
+
+    card: str
+    driver: str | None
+    gpu_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One tick's readings of every GPU. ``taken_unix`` is wall time, ``taken_monotonic`` for ages."""
+
+    taken_unix: float
+    taken_monotonic: float
+    gpus: tuple[GpuReading, ...]
+    unsupported: tuple[UnsupportedCard, ...] = ()
+    sample_duration_s: float = 0.0
+
+    def gpu(self, gpu_id: str) -> GpuReading | None:
+        for reading in self.gpus:
+            if reading.gpu_id == gpu_id:
+                return reading
+        return None
+
+
+@dataclass(frozen=True)
+class FanState:
+    """What the fan controller decided and observed for one GPU this tick."""
+
+    gpu_id: str
+    backend: str
+    mode: FanMode
+    sensor: str | None = None
+    sensor_temp_c: float | None = None
+    target_ratio: float | None = None
+    applied_pwm: int | None = None
+    readback_pwm: int | None = None
+    rpm: int | None = None
+    stalled: bool = False
+    mode_resets_total: int = 0
+    write_errors_total: int = 0
+    stalls_total: int = 0
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class TrainerState:
+    """Published state of one supervised training command."""
+
+    name: str
+    phase: TrainerPhase
+    gpus: tuple[str, ...] = ()
+    pid: int | None = None
+    started_unix: float | None = None
+    restarts_total: int = 0
+    restarts_by_reason: tuple[tuple[str, int], ...] = ()
+    pauses_total: int = 0
+    resumes_total: int = 0
+    last_exit_code: int | None = None
+    last_exit_reason: str | None = None
+    steps_total: int | None = None
+    steps_per_s: float | None = None
+    last_step_age_s: float | None = None
+    epoch: int | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class DaemonInfo:
+    """Health of the daemon itself, published with every tick."""
+
+    pid: int
+    version: str
+    started_unix: float
+    ticks_total: int = 0
+    interval_s: float = 1.0
+    failures: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PublishedState:
+    """What one tick publishes: read by /metrics, /status and the state file for the CLI."""
+
+    snapshot: Snapshot
+    daemon: DaemonInfo | None = None
+    fans: tuple[FanState, ...] = ()
+    trainers: tuple[TrainerState, ...] = ()
+    read_errors_total: tuple[tuple[str, str, int], ...] = field(default=())

@@ -1,0 +1,79 @@
+"""Turns the backends' readings into one frozen Snapshot per tick.
+
+A GPU seen once is never silently dropped: when it disappears (reset, fell off the bus) it stays in
+the snapshot with its identity and ``up=False`` so dashboards and alerts see it go.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, Sequence
+
+from gpuwatch.backend import GpuBackend
+from gpuwatch.model import GpuReading, ReadError, Snapshot, UnsupportedCard
+
+log = logging.getLogger(__name__)
+
+
+class Sampler:
+    def __init__(
+        self,
+        backends: Sequence[GpuBackend],
+        wall_clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.backends = list(backends)
+        self._wall = wall_clock
+        self._mono = monotonic
+        self._known: dict[str, GpuReading] = {}
+
+    def sample(self) -> Snapshot:
+        started = self._mono()
+        readings: list[GpuReading] = []
+        unsupported: list[UnsupportedCard] = []
+        for backend in self.backends:
+            try:
+                got, skipped = backend.read_all()
+            except Exception as exc:  # a backend bug must not stop fans or supervision
+                log.exception("backend %s failed", backend.name)
+                got = [_gone(r, f"backend failed: {exc}") for r in self._known.values() if r.backend == backend.name]
+                skipped = []
+            readings.extend(got)
+            unsupported.extend(skipped)
+        present = {r.gpu_id for r in readings}
+        readings = [self._remember(r) for r in readings]
+        readings += [_gone(last, "no longer present") for gpu_id, last in self._known.items() if gpu_id not in present]
+        readings.sort(key=lambda r: r.gpu_id)
+        ended = self._mono()
+        return Snapshot(
+            taken_unix=self._wall(),
+            taken_monotonic=ended,
+            gpus=tuple(readings),
+            unsupported=tuple(unsupported),
+            sample_duration_s=ended - started,
+        )
+
+
+    def _remember(self, reading: GpuReading) -> GpuReading:
+        last = self._known.get(reading.gpu_id)
+        if reading.up or last is None:
+            self._known[reading.gpu_id] = reading
+            return reading
+        return _gone(last, "device directory vanished")
+
+
+def _gone(last: GpuReading, why: str) -> GpuReading:
+    return GpuReading(
+        gpu_id=last.gpu_id,
+        card=last.card,
+        backend=last.backend,
+        name=last.name,
+        device_id=last.device_id,
+        subsystem_id=last.subsystem_id,
+        unique_id=last.unique_id,
+        vbios_version=last.vbios_version,
+        up=False,
+        errors=(ReadError(sensor="device", error=why),),
+    )
+

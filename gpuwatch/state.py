@@ -1,0 +1,65 @@
+"""Publishes each tick's state: an in-memory holder for HTTP and an atomic JSON file for the CLI.
+
+Scrapes and `gpuwatch status` read what was published here and never touch sysfs while the daemon
+runs, so a hung GPU read can never hang them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from gpuwatch.model import PublishedState
+
+log = logging.getLogger(__name__)
+
+
+class StateHolder:
+    """The latest PublishedState and its JSON document, swapped atomically under a lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._state: PublishedState | None = None
+        self._document: dict[str, Any] | None = None
+
+    def publish(self, state: PublishedState, document: dict[str, Any]) -> None:
+        with self._lock:
+            self._state, self._document = state, document
+
+    def latest(self) -> PublishedState | None:
+        with self._lock:
+            return self._state
+
+    def document(self) -> dict[str, Any] | None:
+        with self._lock:
+            return self._document
+
+
+def write_state_file(path: Path, document: dict[str, Any]) -> None:
+    """tmp + rename in the same directory: a reader sees the old or the new file, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".state-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(document, handle, separators=(",", ":"))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_state_file(path: Path) -> dict[str, Any] | None:
+    """The daemon's last document, or None when there is none (daemon not running or never wrote)."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning("cannot read state file %s: %s", path, exc)
+        return None

@@ -1,0 +1,173 @@
+"""Renders a status document (see document.py) as gpustat/nvidia-smi style text, and its exit code.
+
+Pure: takes the document, ``now`` and whether to colour; the CLI decides the colour (TTY only).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+RED, YELLOW, GREEN, BOLD, DIM, RESET = "\033[31m", "\033[33m", "\033[32m", "\033[1m", "\033[2m", "\033[0m"
+NA = "N/A"
+PWM_MODES = {0: "full (none)", 1: "manual", 2: "auto"}
+EXIT_OK, EXIT_ALARM, EXIT_USAGE = 0, 1, 2
+WARN_BELOW_LIMIT_C = 10.0
+
+
+def exit_code(doc: dict[str, Any]) -> int:
+    """1 when a GPU is over a limit, down, in fan failsafe, a trainer failed, or the daemon reports a failure."""
+    daemon = doc.get("daemon") or {}
+    if daemon.get("failures"):
+        return EXIT_ALARM
+    for gpu in doc.get("gpus", []):
+        fan = gpu.get("fan_controller") or {}
+        if gpu.get("over_limit") or not gpu.get("up", True) or fan.get("mode") == "failsafe" or fan.get("stalled"):
+            return EXIT_ALARM
+    if any(t.get("phase") == "failed" for t in doc.get("trainers", [])):
+        return EXIT_ALARM
+    return EXIT_OK
+
+
+def render(doc: dict[str, Any], now: float | None = None, color: bool = False, note: str | None = None) -> str:
+    now = time.time() if now is None else now
+    paint = _painter(color)
+    lines = [_header(doc, now, paint)]
+    if note:
+        lines.append(paint(note, YELLOW))
+    if not doc.get("gpus"):
+        lines.append("no amdgpu GPU found")
+    for gpu in doc.get("gpus", []):
+        lines.extend(_gpu_block(gpu, paint))
+    for card in doc.get("unsupported", []):
+        lines.append(paint(f"[{card.get('gpu_id') or '?'}] {card['card']}  driver {card.get('driver') or '?'}: not supported, not read", DIM))
+    for trainer in doc.get("trainers", []):
+        lines.append(_trainer_line(trainer, now, paint))
+    return "\n".join(lines) + "\n"
+
+
+def _header(doc: dict[str, Any], now: float, paint: Any) -> str:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(doc.get("taken_unix") or now))
+    daemon = doc.get("daemon")
+    if daemon:
+        state = f"daemon running (pid {daemon['pid']}, up {_duration(now - daemon['started_unix'])}, every {daemon['interval_s']:g}s)"
+        for failure in daemon.get("failures") or []:
+            state += "  " + paint(f"FAILURE: {failure}", RED)
+    else:
+        state = "daemon not running: read from sysfs"
+    return f"{paint('gpuwatch', BOLD)}  {stamp}  {state}"
+
+
+def _gpu_block(gpu: dict[str, Any], paint: Any) -> list[str]:
+    title = f"[{gpu['gpu_id']}] {gpu['card']}  {gpu.get('name') or 'AMD GPU ' + (gpu.get('device_id') or '?')}"
+    if not gpu.get("up", True):
+        return [paint(title, BOLD) + "  " + paint("DOWN (gone from the bus or reset)", RED)]
+    if gpu.get("suspended"):
+        return [paint(title, BOLD) + "  " + paint("suspended (runtime PM): not read, so it can sleep", DIM)]
+    temps = "  ".join(_temp(label, t, paint) for label, t in gpu.get("temperatures", {}).items()) or NA
+    lines = [
+        paint(title, BOLD),
+        f"  temp   {temps}",
+        f"  busy   gpu {_pct(gpu.get('gpu_busy_ratio'))}  mem {_pct(gpu.get('mem_busy_ratio'))}",
+        f"  vram   {_bytes(gpu.get('vram_used_bytes'))} / {_bytes(gpu.get('vram_total_bytes'))}"
+        f"   gtt {_bytes(gpu.get('gtt_used_bytes'))} / {_bytes(gpu.get('gtt_total_bytes'))}",
+        f"  power  {_num(gpu.get('power_w'), 'W')} / cap {_num(gpu.get('power_cap_w'), 'W')}"
+        f"   sclk {_num(_mhz(gpu.get('sclk_hz')), 'MHz')}  mclk {_num(_mhz(gpu.get('mclk_hz')), 'MHz')}",
+        f"  fan    {_num(gpu.get('fan_rpm'), 'RPM')}  pwm {_pct(gpu.get('pwm_ratio'))}"
+        f"  mode {PWM_MODES.get(gpu.get('pwm_enable'), NA) if gpu.get('pwm_enable') is not None else NA}",
+    ]
+    fan = gpu.get("fan_controller")
+    if fan:
+        lines.append("  ctrl   " + _controller(fan, paint))
+    if gpu.get("errors"):
+        errs = ", ".join(f"{e['sensor']}: {e['error']}" for e in gpu["errors"][:4])
+        more = f" (+{len(gpu['errors']) - 4} more)" if len(gpu["errors"]) > 4 else ""
+        lines.append("  " + paint(f"errors {errs}{more}", YELLOW))
+    return lines
+
+
+def _temp(label: str, t: dict[str, Any], paint: Any) -> str:
+    value, limit = t.get("temp_c"), t.get("limit_c")
+    text = f"{label} {_num(value, '°C', 0)}"
+    if t.get("crit_c") is not None:
+        text += f" (crit {t['crit_c']:.0f})"
+    if value is not None and limit is not None:
+        if value >= limit:
+            return paint(text, RED)
+        if value >= limit - WARN_BELOW_LIMIT_C:
+            return paint(text, YELLOW)
+        return paint(text, GREEN)
+    return text
+
+
+def _controller(fan: dict[str, Any], paint: Any) -> str:
+    mode = fan.get("mode") or NA
+    mode_text = paint(mode, RED if mode == "failsafe" else YELLOW if mode in ("monitor-only", "dry-run") else GREEN)
+    parts = [f"{mode_text} via {fan.get('backend') or NA}"]
+    if fan.get("sensor"):
+        parts.append(f"on {fan['sensor']} {_num(fan.get('sensor_temp_c'), '°C', 0)}")
+    parts.append(f"target {_pct(fan.get('target_ratio'))}")
+    if fan.get("stalled"):
+        parts.append(paint("FAN STALLED", RED))
+    if fan.get("message"):
+        parts.append(f"({fan['message']})")
+    return "  ".join(parts)
+
+
+def _trainer_line(t: dict[str, Any], now: float, paint: Any) -> str:
+    phase = t.get("phase") or NA
+    colour = {"running": GREEN, "paused": YELLOW, "pausing": YELLOW, "failed": RED, "backoff": YELLOW}.get(phase)
+    text = f"trainer {t['name']}: {paint(phase, colour) if colour else phase}"
+    if t.get("pid"):
+        text += f"  pid {t['pid']}"
+    if t.get("started_unix"):
+        text += f"  up {_duration(now - t['started_unix'])}"
+    text += f"  restarts {t.get('restarts_total', 0)}"
+    if t.get("last_exit_code") is not None:
+        text += f"  last exit {t['last_exit_code']}"
+    if t.get("steps_per_s") is not None:
+        text += f"  {t['steps_per_s']:.2f} steps/s"
+    if t.get("last_step_age_s") is not None:
+        text += f"  last step {t['last_step_age_s']:.0f}s ago"
+    if t.get("reason"):
+        text += f"  ({t['reason']})"
+    return text
+
+
+def _painter(color: bool) -> Any:
+    def paint(text: str, code: str | None) -> str:
+        return f"{code}{text}{RESET}" if color and code else text
+
+    return paint
+
+
+def _pct(ratio: float | None) -> str:
+    return NA if ratio is None else f"{ratio * 100:.0f}%"
+
+
+def _num(value: float | None, unit: str, digits: int = 0) -> str:
+    return NA if value is None else f"{value:.{digits}f} {unit}".replace(" °C", "°C")
+
+
+def _mhz(hz: float | None) -> float | None:
+    return None if hz is None else hz / 1e6
+
+
+def _bytes(value: int | None) -> str:
+    if value is None:
+        return NA
+    if value >= 1 << 30:
+        return f"{value / (1 << 30):.1f} GiB"
+    return f"{value / (1 << 20):.0f} MiB"
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s"

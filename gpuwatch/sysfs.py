@@ -1,0 +1,104 @@
+"""The only file I/O on sysfs: read, write, list and resolve links below one injected root.
+
+``read`` returns the stripped text, ``None`` when the file is absent, and raises ``SysfsError`` for
+anything else (EIO, EPERM, EINVAL, ENODATA, non-text bytes). Callers decide what an error means;
+nothing here guesses a value.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+
+class SysfsError(Exception):
+    """A sysfs file exists but could not be read or written."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+def _reason(exc: OSError) -> str:
+    name = errno.errorcode.get(exc.errno or 0)
+    return name or (exc.strerror or type(exc).__name__)
+
+
+class Sysfs:
+    """A sysfs tree rooted at ``root`` (``/sys`` on a real machine, a tmp dir in tests)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    def path(self, relative: str) -> Path:
+        return self.root / relative.lstrip("/")
+
+    def read(self, relative: str) -> str | None:
+        path = self.path(relative)
+        try:
+            # One read() of up to a page is how sysfs serves attributes; buffered reads add nothing.
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        except NotADirectoryError:
+            return None
+        except OSError as exc:
+            raise SysfsError(str(path), _reason(exc)) from exc
+        try:
+            raw = os.read(fd, 65536)
+        except OSError as exc:
+            raise SysfsError(str(path), _reason(exc)) from exc
+        finally:
+            os.close(fd)
+        try:
+            # Some dumps and kernels pad with NULs; they are not part of the value.
+            return raw.rstrip(b"\x00").decode("ascii").strip()
+        except UnicodeDecodeError as exc:
+            raise SysfsError(str(path), f"not text: {raw[:32]!r}") from exc
+
+    def write(self, relative: str, value: str) -> None:
+        path = self.path(relative)
+        try:
+            fd = os.open(path, os.O_WRONLY)
+        except OSError as exc:
+            raise SysfsError(str(path), _reason(exc)) from exc
+        try:
+            os.write(fd, value.encode("ascii"))
+        except OSError as exc:
+            raise SysfsError(str(path), _reason(exc)) from exc
+        finally:
+            os.close(fd)
+
+    def list(self, relative: str) -> list[str]:
+        """Sorted entry names of a directory; empty when it does not exist."""
+        try:
+            return sorted(os.listdir(self.path(relative)))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise SysfsError(str(self.path(relative)), _reason(exc)) from exc
+
+    def exists(self, relative: str) -> bool:
+        return self.path(relative).exists()
+
+    def writable(self, relative: str) -> bool:
+        return os.access(self.path(relative), os.W_OK)
+
+    def readlink(self, relative: str) -> str | None:
+        try:
+            return os.readlink(self.path(relative))
+        except (FileNotFoundError, OSError):
+            return None
+
+    def resolve(self, relative: str) -> str | None:
+        """The link-free path below the root, e.g. ``devices/pci0000:00/0000:00:01.1/0000:28:00.0``."""
+        path = self.path(relative)
+        if not path.exists():
+            return None
+        real = path.resolve()
+        try:
+            return str(real.relative_to(self.root.resolve()))
+        except ValueError:
+            return str(real)

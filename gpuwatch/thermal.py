@@ -1,0 +1,56 @@
+"""Thermal limits per GPU sensor (pure): the line above which a trainer is paused and status fails.
+
+A configured limit wins; otherwise junction and mem limits are derived from the card's own crit
+temperature (crit minus a margin), since crit differs per board (SYSFS_FACTS.md §4.1: 94-120 °C).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuwatch.config import ThermalConfig
+from gpuwatch.model import GpuReading, TempReading
+
+
+@dataclass(frozen=True)
+class LimitBreach:
+    gpu_id: str
+    sensor: str
+    temp_c: float
+    limit_c: float
+
+
+def sensor_limit_c(temp: TempReading, thermal: ThermalConfig) -> float | None:
+    """The pause/alarm limit for one sensor, or None when neither config nor crit gives one."""
+    if temp.label == "edge":
+        return thermal.edge_limit_c
+    if temp.label == "junction":
+        return _limit(thermal.junction_limit_c, temp.crit_c, thermal.junction_crit_margin_c)
+    if temp.label == "mem":
+        return _limit(thermal.mem_limit_c, temp.crit_c, thermal.mem_crit_margin_c)
+    return None
+
+
+def limits_c(gpu: GpuReading, thermal: ThermalConfig) -> dict[str, float]:
+    limits = {}
+    for temp in gpu.temps:
+        limit = sensor_limit_c(temp, thermal)
+        if limit is not None:
+            limits[temp.label] = limit
+    return limits
+
+
+def breaches(gpu: GpuReading, thermal: ThermalConfig, margin_c: float = 0.0) -> list[LimitBreach]:
+    """Sensors at or above their limit minus ``margin_c`` (use the hysteresis for "still hot")."""
+    found = []
+    for temp in gpu.temps:
+        limit = sensor_limit_c(temp, thermal)
+        if limit is not None and temp.temp_c is not None and temp.temp_c >= limit - margin_c:
+            found.append(LimitBreach(gpu.gpu_id, temp.label, temp.temp_c, limit))
+    return found
+
+
+def _limit(configured: float | None, crit_c: float | None, margin_c: float) -> float | None:
+    if configured is not None:
+        return configured
+    return None if crit_c is None else crit_c - margin_c
