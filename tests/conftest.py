@@ -15,11 +15,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _fixtures_dir() -> Path:
-    for candidate in (
-        os.environ.get("GPUWATCH_FIXTURES"),
-        REPO.parent / "shared/fixtures/amdgpu",
-        REPO / "shared/fixtures/amdgpu",
-    ):
+    # CI clones the repo with shared/ beside it; worktrees may sit deeper, so look up the parents.
+    candidates = [os.environ.get("GPUWATCH_FIXTURES")]
+    candidates += [str(parent / "shared/fixtures/amdgpu") for parent in (REPO, *REPO.parents)]
+    for candidate in candidates:
         if candidate and Path(candidate, "cards").is_dir():
             return Path(candidate)
     raise RuntimeError("amdgpu captures not found: set GPUWATCH_FIXTURES to shared/fixtures/amdgpu")
