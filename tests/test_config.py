@@ -1,0 +1,68 @@
+"""Config loading: defaults, the example file, and one clear message per problem (exit code 2)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from gpuwatch.config import ConfigError, load_config
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "gpuwatch.toml"
+    path.write_text(text)
+    return path
+
+
+def test_example_config_is_valid_and_equals_defaults() -> None:
+    example = load_config(REPO / "config/gpuwatch.toml")
+    assert example == load_config(None)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("interval_s = 0\n", "interval_s = 0: Input should be greater than 0"),
+        ("interval_s = 'fast'\n", "interval_s = 'fast': Input should be a valid number"),
+        ("intervall_s = 1\n", "intervall_s = 1: unknown key"),
+        ("[thermal]\nedge_limit_c = 500\n", "thermal.edge_limit_c = 500: Input should be less than or equal to 150"),
+        ("[http]\nport = 70000\n", "http.port = 70000"),
+        ("log_level = 'loud'\n", "log_level = 'loud': Input should be 'debug', 'info', 'warning' or 'error'"),
+        ("interval_s = \n", "not valid TOML"),
+    ],
+)
+def test_bad_config_names_key_value_and_rule(tmp_path: Path, text: str, expected: str) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(path) in str(err.value) and expected in str(err.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_config(tmp_path / "absent.toml")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpuwatch.cli", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_check_config_prints_effective_config(tmp_path: Path) -> None:
+    result = _cli("check-config", str(_write(tmp_path, "interval_s = 2.5\n[thermal]\nhysteresis_c = 3\n")))
+    assert result.returncode == 0, result.stderr
+    effective = tomllib.loads(result.stdout.split("\n", 1)[1])
+    assert effective["interval_s"] == 2.5 and effective["thermal"]["hysteresis_c"] == 3
+    assert effective["http"]["port"] == 9840
+
+
+def test_bad_config_exits_2_and_daemon_does_not_start(tmp_path: Path) -> None:
+    path = _write(tmp_path, "interval_s = -1\n")
+    for args in (("check-config", str(path)), ("run", "-c", str(path), "--sysfs-root", str(tmp_path))):
+        result = _cli(*args)
+        assert result.returncode == 2
+        assert "interval_s = -1" in result.stderr and "greater than 0" in result.stderr
