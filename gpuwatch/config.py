@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 DEFAULT_CONFIG_PATH = Path("/etc/gpuwatch/gpuwatch.toml")
 CONFIG_ERROR_EXIT = 2
@@ -59,12 +59,21 @@ class Config(Strict):
     """The whole daemon configuration (`/etc/gpuwatch/gpuwatch.toml`)."""
 
     sysfs_root: Path = Path("/sys")
+    # auto: amdgpu always (it finds nothing, harmlessly, on NVIDIA boxes) plus NVML when it initialises.
+    backend: Literal["auto", "amdgpu", "nvml", "simulated"] = "auto"
     runtime_dir: Path | None = None
     interval_s: float = Field(default=1.0, gt=0, le=60)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     thermal: ThermalConfig = ThermalConfig()
     fan: FanConfig = FanConfig()
     http: HttpConfig = HttpConfig()
+
+    @field_validator("backend")
+    @classmethod
+    def _backend_available(cls, value: str) -> str:
+        if value == "simulated":
+            raise ValueError("the simulated backend is not available yet; use auto, amdgpu or nvml")
+        return value
 
     @property
     def state_file(self) -> Path:

@@ -20,8 +20,9 @@ from typing import Callable, Protocol
 from gpuwatch import __version__
 from gpuwatch.amdgpu import AmdgpuBackend
 from gpuwatch.backend import GpuBackend
-from gpuwatch.config import Config
+from gpuwatch.config import Config, ConfigError
 from gpuwatch.document import to_document
+from gpuwatch.nvml import NvmlBackend, NvmlUnavailable
 from gpuwatch.model import DaemonInfo, FanState, PublishedState, Snapshot, TrainerState
 from gpuwatch.sampler import Sampler
 from gpuwatch.state import StateHolder, write_state_file
@@ -50,8 +51,23 @@ class Parts:
     on_tick: list[Callable[[PublishedState], None]] = field(default_factory=list)
 
 
-def build_backends(config: Config) -> list[GpuBackend]:
-    return [AmdgpuBackend(Sysfs(config.sysfs_root))]
+def build_backends(config: Config, nvml: object | None = None) -> list[GpuBackend]:
+    """The backends ``config.backend`` names; ``nvml`` injects a pynvml-like module (tests).
+
+    auto never fails: NVML that is absent or cannot initialise is logged and skipped. An explicit
+    ``backend = "nvml"`` without a working NVML is a configuration error (exit 2), said plainly.
+    """
+    backends: list[GpuBackend] = []
+    if config.backend in ("auto", "amdgpu"):
+        backends.append(AmdgpuBackend(Sysfs(config.sysfs_root)))
+    if config.backend in ("auto", "nvml"):
+        try:
+            backends.append(NvmlBackend(nvml))
+        except NvmlUnavailable as exc:
+            if config.backend == "nvml":
+                raise ConfigError(f"backend = \"nvml\": {exc}") from None
+            log.debug("NVIDIA backend not used: %s", exc)
+    return backends
 
 
 class Daemon:
@@ -152,7 +168,8 @@ def _log_discovery(config: Config, snapshot: Snapshot) -> None:
         log.info("card %s uses driver %s: not supported, not read", card.card, card.driver)
     if not snapshot.gpus:
         log.warning(
-            "no amdgpu GPU found under %s/class/drm. Point gpuwatch at another sysfs tree with "
+            "no GPU found (backend %s; amdgpu under %s/class/drm). Point gpuwatch at another sysfs tree with "
             "--sysfs-root DIR (or sysfs_root in the config), or run the simulator: gpuwatch run --simulate",
+            config.backend,
             config.sysfs_root,
         )

@@ -89,6 +89,8 @@ class GpuReading:
     pwm_min: int | None = None
     pwm_max: int | None = None
     pwm_enable: int | None = None
+    # Fan duty as the board reports it when there is no pwm register to read (NVML's fan speed %).
+    fan_duty_ratio: float | None = None
     pcie_link_speed_gts: float | None = None
     pcie_link_width: int | None = None
     pcie_max_link_speed_gts: float | None = None

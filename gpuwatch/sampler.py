@@ -42,6 +42,8 @@ class Sampler:
             readings.extend(got)
             unsupported.extend(skipped)
         present = {r.gpu_id for r in readings}
+        # On a box with both, amdgpu lists the NVIDIA DRM card as "another driver" that nvml does read.
+        unsupported = [card for card in unsupported if card.gpu_id not in present]
         readings = [self._remember(r) for r in readings]
         readings += [_gone(last, "no longer present") for gpu_id, last in self._known.items() if gpu_id not in present]
         readings.sort(key=lambda r: r.gpu_id)

@@ -36,7 +36,7 @@ def render(doc: dict[str, Any], now: float | None = None, color: bool = False, n
     if note:
         lines.append(paint(note, YELLOW))
     if not doc.get("gpus"):
-        lines.append("no amdgpu GPU found")
+        lines.append("no GPU found")
     for gpu in doc.get("gpus", []):
         lines.extend(_gpu_block(gpu, paint))
     for card in doc.get("unsupported", []):
@@ -59,7 +59,8 @@ def _header(doc: dict[str, Any], now: float, paint: Any) -> str:
 
 
 def _gpu_block(gpu: dict[str, Any], paint: Any) -> list[str]:
-    title = f"[{gpu['gpu_id']}] {gpu['card']}  {gpu.get('name') or 'AMD GPU ' + (gpu.get('device_id') or '?')}"
+    vendor = "NVIDIA GPU " if gpu.get("backend") == "nvml" else "AMD GPU "
+    title = f"[{gpu['gpu_id']}] {gpu['card']}  {gpu.get('name') or vendor + (gpu.get('device_id') or '?')}"
     if not gpu.get("up", True):
         return [paint(title, BOLD) + "  " + paint("DOWN (gone from the bus or reset)", RED)]
     if gpu.get("suspended"):
@@ -73,8 +74,7 @@ def _gpu_block(gpu: dict[str, Any], paint: Any) -> list[str]:
         f"   gtt {_bytes(gpu.get('gtt_used_bytes'))} / {_bytes(gpu.get('gtt_total_bytes'))}",
         f"  power  {_num(gpu.get('power_w'), 'W')} / cap {_num(gpu.get('power_cap_w'), 'W')}"
         f"   sclk {_num(_mhz(gpu.get('sclk_hz')), 'MHz')}  mclk {_num(_mhz(gpu.get('mclk_hz')), 'MHz')}",
-        f"  fan    {_num(gpu.get('fan_rpm'), 'RPM')}  pwm {_pct(gpu.get('pwm_ratio'))}"
-        f"  mode {PWM_MODES.get(gpu.get('pwm_enable'), NA) if gpu.get('pwm_enable') is not None else NA}",
+        _fan_line(gpu),
     ]
     fan = gpu.get("fan_controller")
     if fan:
@@ -84,6 +84,15 @@ def _gpu_block(gpu: dict[str, Any], paint: Any) -> list[str]:
         more = f" (+{len(gpu['errors']) - 4} more)" if len(gpu["errors"]) > 4 else ""
         lines.append("  " + paint(f"errors {errs}{more}", YELLOW))
     return lines
+
+
+def _fan_line(gpu: dict[str, Any]) -> str:
+    if gpu.get("backend") == "nvml":
+        # NVML gives a duty percent only, and gpuwatch never drives NVIDIA fans.
+        duty = gpu.get("fan_duty_ratio")
+        return f"  fan    {'none (passive board)' if duty is None else 'duty ' + _pct(duty)}  control: unsupported (monitor only)"
+    mode = PWM_MODES.get(gpu.get("pwm_enable"), NA) if gpu.get("pwm_enable") is not None else NA
+    return f"  fan    {_num(gpu.get('fan_rpm'), 'RPM')}  pwm {_pct(gpu.get('pwm_ratio'))}  mode {mode}"
 
 
 def _temp(label: str, t: dict[str, Any], paint: Any) -> str:
