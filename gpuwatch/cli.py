@@ -68,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
         p.set_defaults(handler=handler)
 
+    fans_auto = sub.add_parser("fans-auto", parents=[common],
+                               help="hand every fan back to the firmware (systemd ExecStopPost)")
+    fans_auto.set_defaults(handler=cmd_fans_auto)
+    curve = sub.add_parser("curve", parents=[common], help="print the configured fan curve as a table and plot")
+    curve.add_argument("--gpu", metavar="PCI_SLOT", help="the curve of one GPU (with its overrides)")
+    curve.set_defaults(handler=cmd_curve)
+
     check = sub.add_parser("check-config", help="validate a config file and print the effective config")
     check.add_argument("file", nargs="?", type=Path, help=f"default {DEFAULT_CONFIG_PATH}")
     check.set_defaults(handler=cmd_check_config)
@@ -101,6 +108,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = config.model_copy(update={"fan": config.fan.model_copy(update={"mode": "dry-run"})})
     setup_logging(config.log_level)
     return Daemon(config).run()
+
+
+def cmd_fans_auto(args: argparse.Namespace) -> int:
+    from gpuwatch.fanrestore import RestoreFile, fans_auto
+    from gpuwatch.sysfs import Sysfs
+
+    config = load_cli_config(args)
+    setup_logging(config.log_level)
+    problems = fans_auto(Sysfs(config.sysfs_root), RestoreFile(config.resolved_runtime_dir / "fan-restore.json"))
+    for problem in problems:
+        print(f"gpuwatch fans-auto: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def cmd_curve(args: argparse.Namespace) -> int:
+    from gpuwatch.curveplot import render_curve
+
+    config = load_cli_config(args)
+    print(render_curve(config.fan.for_gpu(args.gpu) if args.gpu else config.fan), end="")
+    return 0
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

@@ -14,6 +14,8 @@ from typing import Any, Literal
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gpuwatch.curve import validate_points
+
 DEFAULT_CONFIG_PATH = Path("/etc/gpuwatch/gpuwatch.toml")
 CONFIG_ERROR_EXIT = 2
 
@@ -41,10 +43,60 @@ class ThermalConfig(Strict):
     hysteresis_c: float = Field(default=5.0, ge=0, le=30)
 
 
+_DEFAULT_FAN_CURVE = [[64.0, 50.0], [65.0, 60.0], [75.0, 70.0], [85.0, 85.0], [95.0, 100.0]]
+
+
+def _check_curve(points: list[list[float]] | None) -> list[list[float]] | None:
+    if points is not None:
+        problems = validate_points(points)
+        if problems:
+            raise ValueError("invalid fan curve: " + "; ".join(problems))
+    return points
+
+
+class FanCurveSettings(Strict):
+    """The per-GPU tunables; every key may be overridden under ``[fan.gpus."<pci slot>"]``."""
+
+    sensor: Literal["auto", "junction", "edge", "mem"] | None = None
+    curve: list[list[float]] | None = None
+    floor_percent: float | None = Field(default=None, ge=0, le=100)
+    dead_band_c: float | None = Field(default=None, ge=0, le=30)
+    spindown_delay_s: float | None = Field(default=None, ge=0, le=3600)
+    slew_down_percent_per_s: float | None = Field(default=None, gt=0, le=100)
+
+    @field_validator("curve")
+    @classmethod
+    def _curve_ok(cls, points: list[list[float]] | None) -> list[list[float]] | None:
+        return _check_curve(points)
+
+
 class FanConfig(Strict):
-    """Fan control (filled in by the fan controller)."""
+    """Fan control: the curve, its hysteresis, failsafe and per-GPU overrides (docs/fan-control.md)."""
 
     mode: Literal["curve", "dry-run", "monitor-only", "off"] = "curve"
+    sensor: Literal["auto", "junction", "edge", "mem"] = "auto"
+    curve: list[list[float]] = Field(default_factory=lambda: [list(p) for p in _DEFAULT_FAN_CURVE])
+    floor_percent: float = Field(default=50.0, ge=0, le=100)
+    dead_band_c: float = Field(default=4.0, ge=0, le=30)
+    spindown_delay_s: float = Field(default=10.0, ge=0, le=3600)
+    slew_down_percent_per_s: float | None = Field(default=None, gt=0, le=100)
+    failsafe_after_ticks: int = Field(default=3, ge=1, le=3600)
+    frozen_after_ticks: int = Field(default=0, ge=0, le=86400)
+    stall_after_ticks: int = Field(default=5, ge=1, le=3600)
+    verify_tolerance_percent: float = Field(default=5.0, ge=0, le=100)
+    gpus: dict[str, FanCurveSettings] = Field(default_factory=dict)
+
+    @field_validator("curve")
+    @classmethod
+    def _curve_ok(cls, points: list[list[float]] | None) -> list[list[float]] | None:
+        return _check_curve(points)
+
+    def for_gpu(self, gpu_id: str) -> "FanConfig":
+        """This config with the GPU's overrides applied (validated on their own when loaded)."""
+        override = self.gpus.get(gpu_id)
+        if override is None:
+            return self
+        return self.model_copy(update=override.model_dump(exclude_none=True))
 
 
 class HttpConfig(Strict):

@@ -70,10 +70,22 @@ def build_backends(config: Config, nvml: object | None = None) -> list[GpuBacken
     return backends
 
 
+def build_fans(config: Config) -> FanConsumer | None:
+    if config.fan.mode == "off":
+        return None
+    from gpuwatch.fancontrol import FanController
+
+    return FanController(config.fan, Sysfs(config.sysfs_root), config.resolved_runtime_dir)
+
+
+def build_parts(config: Config) -> Parts:
+    return Parts(backends=build_backends(config), fans=build_fans(config))
+
+
 class Daemon:
     def __init__(self, config: Config, parts: Parts | None = None) -> None:
         self.config = config
-        self.parts = parts or Parts(backends=build_backends(config))
+        self.parts = parts or build_parts(config)
         self.sampler = Sampler(self.parts.backends)
         self.holder = StateHolder()
         self.started_unix = time.time()

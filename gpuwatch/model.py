@@ -160,6 +160,7 @@ class FanState:
     write_errors_total: int = 0
     stalls_total: int = 0
     message: str | None = None
+    failsafe_reason: str | None = None
 
 
 @dataclass(frozen=True)

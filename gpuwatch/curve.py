@@ -1,0 +1,149 @@
+"""Pure fan-curve logic: interpolation, floor, hysteresis/spindown/slew, crit and failsafe rules.
+
+Everything here is a function of its arguments (``now`` included): the controller passes the previous
+``CurveState`` in and stores the returned one. No I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+Point = tuple[float, float]  # (temp_c, speed_percent)
+
+# The curve the seeds ran by hand: below 65 °C 50 %, then 60-70, 70-85, 85-100, >= 95 °C 100 %.
+# The 64 °C point makes "below 65 -> 50 %" a 1 °C ramp, since temperatures must strictly increase.
+DEFAULT_CURVE: tuple[Point, ...] = ((64.0, 50.0), (65.0, 60.0), (75.0, 70.0), (85.0, 85.0), (95.0, 100.0))
+
+
+@dataclass(frozen=True)
+class CurveParams:
+    """The per-GPU curve settings (from FanConfig) that the pure rules need."""
+
+    points: tuple[Point, ...] = DEFAULT_CURVE
+    floor_percent: float = 50.0
+    dead_band_c: float = 4.0
+    spindown_delay_s: float = 10.0
+    slew_down_percent_per_s: float | None = None
+    failsafe_after_ticks: int = 3
+    frozen_after_ticks: int = 0
+
+
+@dataclass(frozen=True)
+class CurveState:
+    """What the hysteresis remembers between ticks."""
+
+    applied_percent: float | None = None
+    ref_temp_c: float | None = None  # temperature at the last applied change
+    below_since: float | None = None  # when the temperature first fell a dead band below ref_temp_c
+    slewing: bool = False  # a slew-limited decrease is still walking down to its target
+    last_now: float | None = None
+    last_temp_c: float | None = None
+    bad_ticks: int = 0  # consecutive ticks with no usable temperature
+    same_ticks: int = 0  # consecutive ticks with an identical temperature
+
+
+@dataclass(frozen=True)
+class Decision:
+    percent: float
+    state: CurveState
+    target_percent: float  # the curve's value before hysteresis
+    failsafe_reason: str | None = None
+    crit: bool = False
+
+
+def validate_points(points: Sequence[Sequence[float]]) -> list[str]:
+    """Human-readable problems with a curve; empty when it is usable."""
+    problems = []
+    if not points:
+        return ["needs at least one point"]
+    for i, point in enumerate(points):
+        if len(point) != 2:
+            problems.append(f"point {i} {list(point)!r} must be [temp_c, speed_percent]")
+    if problems:
+        return problems
+    for i, (temp_c, speed) in enumerate(points):
+        if not 0 <= speed <= 100:
+            problems.append(f"point {i} speed {speed} must be within 0..100 %")
+        if not -50 <= temp_c <= 150:
+            problems.append(f"point {i} temperature {temp_c} must be within -50..150 °C")
+        if i:
+            prev_t, prev_s = points[i - 1]
+            if temp_c <= prev_t:
+                problems.append(f"point {i} temperature {temp_c} must be above the previous point's {prev_t}")
+            if speed < prev_s:
+                problems.append(f"point {i} speed {speed} must not be below the previous point's {prev_s}")
+    return problems
+
+
+def interpolate(points: Sequence[Point], temp_c: float) -> float:
+    """Linear between points; flat below the first and above the last."""
+    if temp_c <= points[0][0]:
+        return points[0][1]
+    for (t0, s0), (t1, s1) in zip(points, points[1:]):
+        if temp_c <= t1:
+            return s0 + (s1 - s0) * (temp_c - t0) / (t1 - t0)
+    return points[-1][1]
+
+
+def apply_floor(percent: float, floor_percent: float, minimum_percent: float = 0.0) -> float:
+    """Firmware minimum first, then the floor last, so no transform can take the fan under it."""
+    return min(100.0, max(floor_percent, minimum_percent, percent))
+
+
+def decide(
+    params: CurveParams,
+    state: CurveState,
+    temp_c: float | None,
+    crit_c: float | None,
+    now: float,
+    minimum_percent: float = 0.0,
+) -> Decision:
+    """The speed to apply this tick. ``temp_c`` None means missing/unreadable."""
+    bad = state.bad_ticks + 1 if temp_c is None else 0
+    same = state.same_ticks + 1 if temp_c is not None and temp_c == state.last_temp_c else 0
+    base = replace(state, bad_ticks=bad, same_ticks=same, last_now=now,
+                   last_temp_c=temp_c if temp_c is not None else state.last_temp_c)
+    if temp_c is None:
+        if bad >= params.failsafe_after_ticks:
+            return _full(base, f"no temperature for {bad} tick(s)", ref_temp_c=None)
+        # Not yet failsafe: keep what is applied (or full speed if nothing is yet).
+        held = state.applied_percent if state.applied_percent is not None else 100.0
+        return Decision(percent=held, state=replace(base, applied_percent=held), target_percent=held)
+    if params.frozen_after_ticks and same >= params.frozen_after_ticks:
+        return _full(base, f"temperature frozen at {temp_c:g} °C for {same} ticks", ref_temp_c=temp_c)
+    if crit_c is not None and temp_c >= crit_c:
+        full = _full(base, None, ref_temp_c=temp_c)
+        return replace(full, crit=True)
+    target = apply_floor(interpolate(params.points, temp_c), params.floor_percent, minimum_percent)
+    applied = state.applied_percent
+    if applied is None or target > applied:
+        return _set(base, target, target, temp_c, now)
+    if target == applied:
+        return Decision(percent=applied, state=replace(base, below_since=None, slewing=False), target_percent=target)
+    # Lowering: only once the temperature is a dead band below the last change and stayed there.
+    if not state.slewing:
+        if state.ref_temp_c is not None and temp_c > state.ref_temp_c - params.dead_band_c:
+            return Decision(percent=applied, state=replace(base, below_since=None), target_percent=target)
+        below_since = state.below_since if state.below_since is not None else now
+        if now - below_since < params.spindown_delay_s:
+            return Decision(percent=applied, state=replace(base, below_since=below_since), target_percent=target)
+    new = target
+    if params.slew_down_percent_per_s is not None and state.last_now is not None:
+        elapsed_s = max(0.0, now - state.last_now)
+        new = max(target, applied - params.slew_down_percent_per_s * elapsed_s)
+    result = _set(base, new, target, temp_c, now)
+    return replace(result, state=replace(result.state, slewing=new > target))
+
+
+def _set(base: CurveState, percent: float, target: float, temp_c: float, now: float) -> Decision:
+    return Decision(
+        percent=percent,
+        target_percent=target,
+        state=replace(base, applied_percent=percent, ref_temp_c=temp_c, below_since=None, slewing=False),
+    )
+
+
+def _full(base: CurveState, reason: str | None, ref_temp_c: float | None) -> Decision:
+    state = replace(base, applied_percent=100.0, ref_temp_c=ref_temp_c, below_since=None, slewing=False)
+    return Decision(percent=100.0, state=state, target_percent=100.0, failsafe_reason=reason)
