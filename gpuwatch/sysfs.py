@@ -61,7 +61,9 @@ class Sysfs:
     def write(self, relative: str, value: str) -> None:
         path = self.path(relative)
         try:
-            fd = os.open(path, os.O_WRONLY)
+            # O_TRUNC as the shell's `echo v > attr` does: sysfs ignores it, a fake tree needs it
+            # so a shorter value does not leave the tail of the previous one behind.
+            fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
         except OSError as exc:
             raise SysfsError(str(path), _reason(exc)) from exc
         try:
