@@ -17,7 +17,8 @@ from typing import Callable
 
 from gpuwatch.config import FanConfig
 from gpuwatch.curve import CurveParams, CurveState, decide
-from gpuwatch.fan import ENABLE_HINT, Applied, GpuOdBackend, MonitorOnly, Pwm1Backend, parse_fan_curve
+from gpuwatch.fan import ENABLE_HINT, Applied, MonitorOnly, Pwm1Backend
+from gpuwatch.fanod import GpuOdBackend, parse_fan_curve
 from gpuwatch.fanrestore import RestoreFile
 from gpuwatch.model import FanMode, FanState, GpuReading, Snapshot
 from gpuwatch.sysfs import Sysfs, SysfsError
@@ -140,6 +141,12 @@ class FanController:
         reading = gpu.temp(fan.sensor) if fan.sensor else None
         temp_c = reading.temp_c if reading else None
         crit_c = reading.crit_c if reading else None
+        if not gpu.up or gpu.suspended:
+            # Nothing to write to (gone) or nothing to cool (runtime-suspended; a write would wake it).
+            why = "GPU not present" if not gpu.up else "GPU runtime-suspended: fan left as is"
+            mode = FanMode.FAILSAFE if not gpu.up else FanMode.CURVE
+            return self._state(fan, gpu, None, None, Applied(), mode, why,
+                               failsafe_reason="GPU not present" if not gpu.up else None)
         if isinstance(fan.backend, MonitorOnly):
             return self._state(fan, gpu, temp_c, None, Applied(rpm=gpu.fan_rpm, readback_pwm=gpu.pwm),
                                FanMode.MONITOR_ONLY, fan.backend.message)

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.amdgpu import discover
-from gpuwatch.fan import AUTO, MANUAL, restore_gpu_od, restore_pwm1
+from gpuwatch.fan import AUTO, MANUAL, restore_pwm1
+from gpuwatch.fanod import restore_gpu_od
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 log = logging.getLogger("gpuwatch.fan")

@@ -247,3 +247,13 @@ def test_per_gpu_override(tmp_path: Path) -> None:
     rig.set_temp(90, edge_c=40)
     state = rig.tick(0)
     assert state.sensor == "edge" and state.target_ratio == pytest.approx(0.40)
+
+
+def test_suspended_gpu_is_not_written(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, capture(PWM1))
+    rig.set_temp(50)
+    rig.tick(0)
+    rig.sysfs.take_log()
+    rig.tree.write(f"{rig.card.device_dir}/power/runtime_status", "suspended\n")
+    state = rig.tick(1)
+    assert rig.sysfs.take_log() == [] and "suspended" in (state.message or "")
