@@ -108,6 +108,8 @@ class FanController:
         now = self.clock()
         states = []
         for gpu in snapshot.gpus:
+            if gpu.backend != "amdgpu":
+                continue  # NVIDIA GPUs are monitored only (docs/nvidia.md)
             fan = self.fans.get(gpu.gpu_id) or self._new(gpu)
             try:
                 states.append(self._tick_one(fan, gpu, now))
