@@ -75,6 +75,11 @@ class Pwm1Backend(Writer):
         self.original_mode = self.number(f"{self.hwmon_dir}/pwm1_enable")
         return {"backend": self.name, "path": f"{self.hwmon_dir}/pwm1_enable", "pwm1_enable": self.original_mode}
 
+    def adopt(self, record: dict[str, object]) -> None:
+        """Give back what ``record`` (possibly left by an earlier, killed daemon) says was there."""
+        mode = record.get("pwm1_enable")
+        self.original_mode = mode if isinstance(mode, int) else self.original_mode
+
     def take_control(self) -> None:
         self.write(f"{self.hwmon_dir}/pwm1_enable", str(MANUAL))
 
@@ -116,7 +121,11 @@ class Pwm1Backend(Writer):
         span = self.pwm_max - self.pwm_min or 255
         # pwm1 reads back quantised by the SMU (e.g. 255 * 60 % = 153 may read 150): allow a tolerance.
         off = abs((result.readback_pwm or 0) - (result.applied_pwm or 0)) * 100.0 / span
-        result.verified = result.readback_pwm is not None and off <= self.tolerance_percent
+        if result.readback_pwm is not None:
+            result.verified = off <= self.tolerance_percent
+        else:
+            # No usable pwm readback: the tach is the remaining witness that the fan follows.
+            result.verified = result.rpm is not None and (result.rpm > 0) == ((result.applied_pwm or 0) > 0)
         if not result.verified:
             self.last_pwm = None  # write it again next tick
         return result

@@ -139,7 +139,9 @@ class FanController:
         if fan.sensor is None and gpu.temps:
             # Chosen once; a sensor that disappears later means failsafe, never a silent switch.
             fan.sensor = pick_sensor(gpu, fan.settings.sensor)
-            log.info("GPU %s: fan curve driven by %s (%s backend)", gpu.gpu_id, fan.sensor, fan.backend.name)
+            log.info("GPU %s: fan %s %s (backend %s)", gpu.gpu_id,
+                     "watching" if isinstance(fan.backend, MonitorOnly) else "curve driven by",
+                     fan.sensor, fan.backend.name)
         reading = gpu.temp(fan.sensor) if fan.sensor else None
         temp_c = reading.temp_c if reading else None
         crit_c = reading.crit_c if reading else None
@@ -183,7 +185,8 @@ class FanController:
         original = fan.backend.original()
         if fan.mode != "dry-run":
             # Persisted before the first write, so a SIGKILL right after still leaves the way back.
-            self.restore_file.add(fan.gpu_id, original)
+            original = self.restore_file.add(fan.gpu_id, original)
+            fan.backend.adopt(original)
         fan.backend.take_control()
         fan.controlling = True
         log.info("GPU %s: took fan control via %s (was %s)", fan.gpu_id, fan.backend.name, original)

@@ -65,6 +65,10 @@ class GpuOdBackend(Writer):
         return {"backend": self.name, "path": self.curve_path, "was": "auto" if was_auto else "custom",
                 "zero_rpm_path": self.zero_path, "zero_rpm_enable": self.original_zero}
 
+    def adopt(self, record: dict[str, object]) -> None:
+        zero = record.get("zero_rpm_enable")
+        self.original_zero = zero if isinstance(zero, int) else self.original_zero
+
     def take_control(self) -> None:
         self._zero_rpm_off()
 

@@ -38,14 +38,22 @@ class RestoreFile:
             return {}
         return data if isinstance(data, dict) else {}
 
-    def add(self, gpu_id: str, record: dict[str, Any]) -> None:
+    def add(self, gpu_id: str, record: dict[str, Any]) -> dict[str, Any]:
+        """Record ``record`` unless one is there already; returns the record in force.
+
+        A record left by a killed daemon holds the true original (e.g. ``pwm1_enable`` 2), where
+        this start would read the "manual" that the killed daemon left behind.
+        """
         data = self.load()
-        # A record left by a killed daemon holds the true original; keep it rather than our "manual".
-        data.setdefault(gpu_id, record)
+        existing = data.get(gpu_id)
+        if isinstance(existing, dict) and existing.get("backend") == record.get("backend"):
+            return existing
+        data[gpu_id] = record
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
         os.replace(tmp, self.path)
+        return record
 
     def clear(self) -> None:
         self.path.unlink(missing_ok=True)

@@ -257,3 +257,15 @@ def test_suspended_gpu_is_not_written(tmp_path: Path) -> None:
     rig.tree.write(f"{rig.card.device_dir}/power/runtime_status", "suspended\n")
     state = rig.tick(1)
     assert rig.sysfs.take_log() == [] and "suspended" in (state.message or "")
+
+
+def test_restart_after_sigkill_restores_the_true_original(tmp_path: Path) -> None:
+    """A daemon killed while in manual mode left pwm1_enable=1 and its record; the next one keeps 2."""
+    first = Rig(tmp_path, capture(PWM1))
+    first.set_temp(50)
+    first.tick(0)  # "killed" here: no restore
+    assert first.read(first.hwmon("pwm1_enable")) == "1"
+    second = type(first.fans)(first.config, first.sysfs, first.runtime_dir, clock=lambda: 1.0)
+    second.tick(first.sampler.sample())
+    second.restore()
+    assert first.read(first.hwmon("pwm1_enable")) == "2"
