@@ -22,6 +22,7 @@ from gpuwatch.config import (
     ConfigError,
     effective_config_toml,
     load_config,
+    parse_config,
 )
 from gpuwatch.document import to_document
 from gpuwatch.model import PublishedState
@@ -56,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", parents=[common], help="run the daemon in the foreground")
     run.add_argument("--dry-run", action="store_true", help="compute fan writes and log them, write nothing")
+    run.add_argument("--simulate", nargs="?", type=int, const=0, metavar="N",
+                     help="run on N simulated RX 5600 XT cards instead of /sys (default: the config's, else 1)")
     run.set_defaults(handler=cmd_run)
 
     for name, helptext, handler in (
@@ -106,6 +109,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load_cli_config(args, **overrides)
     if args.dry_run:
         config = config.model_copy(update={"fan": config.fan.model_copy(update={"mode": "dry-run"})})
+    if args.simulate is not None:
+        config = with_simulation(config, args.simulate)
     setup_logging(config.log_level)
     return Daemon(config).run()
 
@@ -128,6 +133,16 @@ def cmd_curve(args: argparse.Namespace) -> int:
     config = load_cli_config(args)
     print(render_curve(config.fan.for_gpu(args.gpu) if args.gpu else config.fan), end="")
     return 0
+
+
+def with_simulation(config: Config, gpus: int) -> Config:
+    """``--simulate [N]``: the config's [simulate] section switched on, N cards if given (0: keep)."""
+    update: dict[str, Any] = {"enabled": True}
+    if gpus:
+        update["gpus"] = gpus
+    data = config.model_dump()
+    data["simulate"].update(update)
+    return parse_config(data, "--simulate")
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

@@ -107,6 +107,32 @@ class HttpConfig(Strict):
     port: int = Field(default=9840, ge=0, le=65535)
 
 
+class SimulatedFaultsConfig(Strict):
+    """Hardware faults the simulator injects (docs/simulator.md); times are simulated seconds."""
+
+    fan_stuck_percent: float | None = Field(default=None, ge=0, le=100)
+    sensor_garbage: bool = False
+    firmware_reset_every_s: float | None = Field(default=None, gt=0)
+    disappear_after_s: float | None = Field(default=None, ge=0)
+    cards: list[int] = Field(default_factory=list)
+
+
+class SimulateConfig(Strict):
+    """`gpuwatch run --simulate`: simulated RX 5600 XT cards instead of /sys (docs/simulator.md)."""
+
+    enabled: bool = False
+    gpus: int = Field(default=1, ge=1, le=16)
+    # None: <runtime_dir>/simulated-sysfs, recreated at every start.
+    tree_dir: Path | None = None
+    time_scale: float = Field(default=1.0, gt=0, le=1000)
+    ambient_c: float = Field(default=30.0, ge=-20, le=60)
+    # Multiplies the fan's cooling; below 1 = a hot case or clogged heatsink (the demo uses 0.4).
+    cooling_scale: float = Field(default=1.0, gt=0, le=5)
+    # Load when no [[trainer]] is supervised: 1.0 keeps the GPU busy so the fan curve shows.
+    load_without_trainer: float = Field(default=1.0, ge=0, le=1)
+    faults: SimulatedFaultsConfig = SimulatedFaultsConfig()
+
+
 class Config(Strict):
     """The whole daemon configuration (`/etc/gpuwatch/gpuwatch.toml`)."""
 
@@ -119,6 +145,11 @@ class Config(Strict):
     thermal: ThermalConfig = ThermalConfig()
     fan: FanConfig = FanConfig()
     http: HttpConfig = HttpConfig()
+    simulate: SimulateConfig = SimulateConfig()
+
+    @property
+    def simulated_tree_dir(self) -> Path:
+        return self.simulate.tree_dir or self.resolved_runtime_dir / "simulated-sysfs"
 
     @field_validator("backend")
     @classmethod

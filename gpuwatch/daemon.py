@@ -25,6 +25,7 @@ from gpuwatch.document import to_document
 from gpuwatch.nvml import NvmlBackend, NvmlUnavailable
 from gpuwatch.model import DaemonInfo, FanState, PublishedState, Snapshot, TrainerState
 from gpuwatch.sampler import Sampler
+from gpuwatch.simulated import SimulatedBackend, start_simulator
 from gpuwatch.state import StateHolder, write_state_file
 from gpuwatch.sysfs import Sysfs
 
@@ -84,8 +85,17 @@ def build_parts(config: Config) -> Parts:
 
 class Daemon:
     def __init__(self, config: Config, parts: Parts | None = None) -> None:
+        # The simulator's tree must exist before any part probes it: it becomes the sysfs root.
+        self.simulator = start_simulator(config) if parts is None and config.simulate.enabled else None
+        if self.simulator is not None:
+            config = config.model_copy(update={"sysfs_root": self.simulator.root})
+            log.info("simulating %d RX 5600 XT card(s) in %s (time x%g)", config.simulate.gpus,
+                     self.simulator.root, config.simulate.time_scale)
         self.config = config
         self.parts = parts or build_parts(config)
+        if self.simulator is not None:
+            self.parts.backends = [SimulatedBackend(self.simulator, b) for b in self.parts.backends]
+            self.parts.on_tick.append(self.simulator.observe)
         self.sampler = Sampler(self.parts.backends)
         self.holder = StateHolder()
         self.started_unix = time.time()

@@ -1,0 +1,278 @@
+"""Simulated amdgpu cards: a fake sysfs tree that heats, cools and obeys the fan like a real Navi 10.
+
+``SimulatedGpus`` lays out N RX 5600 XT cards (gpuwatch/navi10_files.py) with the kernel's topology
+(gpuwatch/fakesysfs.py) and, on every ``advance``, plays the kernel and the card: it reads what was
+written to ``pwm1``/``pwm1_enable`` (SYSFS_FACTS.md §4.4: 1 manual, 2 auto = the firmware's own modest
+curve, 0 = no control = full speed on SMU11), applies the configured faults, steps the thermal model
+(gpuwatch/thermalmodel.py) and rewrites temp*_input, power1_*, fan1_input, gpu_busy_percent...
+The daemon reads and writes the tree through the same AmdgpuBackend and fan code as a real card;
+``SimulatedBackend`` only advances the model right before each sample.
+
+The workload's heat comes from whether the supervised trainer is really running: ``observe`` takes
+each published state (a daemon ``on_tick`` hook): a trainer RUNNING (or still PAUSING) on a GPU means
+full load there, anything else idle. With no trainer at all, ``load_without_trainer`` applies (full
+load by default, so the fan curve still has something to do in a demo without training).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from gpuwatch import navi10_files
+from gpuwatch.backend import GpuBackend
+from gpuwatch.config import Config
+from gpuwatch.fakesysfs import FakeSysfsTree
+from gpuwatch.model import GpuReading, PublishedState, TrainerPhase, UnsupportedCard
+from gpuwatch.thermalmodel import ThermalInputs, ThermalParams, ThermalState, idle_state, step
+
+log = logging.getLogger("gpuwatch.simulator")
+
+MARKER = ".gpuwatch-simulator"
+MAX_STEP_S = 0.5
+_LOADED_PHASES = {TrainerPhase.RUNNING, TrainerPhase.PAUSING}
+# Firmware auto curve (junction °C, duty): the stock Navi 10 behaviour people complain about,
+# ~33 % until it is already hot.
+FIRMWARE_CURVE: tuple[tuple[float, float], ...] = ((50.0, 0.25), (55.0, 0.33), (92.0, 0.33), (110.0, 1.0))
+
+
+@dataclass(frozen=True)
+class SimFaults:
+    """Hardware misbehaviour to inject; times are simulated seconds since start."""
+
+    fan_stuck_ratio: float | None = None
+    sensor_garbage: bool = False
+    firmware_reset_every_s: float | None = None
+    disappear_after_s: float | None = None
+    cards: tuple[int, ...] = ()  # card indexes the faults hit; empty: every card
+
+    def hits(self, index: int) -> bool:
+        return not self.cards or index in self.cards
+
+
+@dataclass
+class SimCard:
+    """One simulated card: where it lives in the tree and its thermal state."""
+
+    index: int
+    gpu_id: str
+    card: str
+    device_dir: str
+    hwmon_dir: str
+    state: ThermalState
+    load_ratio: float
+    duty_ratio: float = 0.33
+    gone: bool = False
+    next_reset_s: float | None = None
+
+
+@dataclass
+class SimulatedGpus:
+    """N simulated cards below ``root``; call ``advance`` (real clock, scaled) or ``advance_by``."""
+
+    root: Path
+    count: int = 1
+    params: ThermalParams = field(default_factory=ThermalParams)
+    faults: SimFaults = field(default_factory=SimFaults)
+    time_scale: float = 1.0
+    load_without_trainer: float = 1.0
+    clock: Callable[[], float] = time.monotonic
+    cards: list[SimCard] = field(default_factory=list)
+    sim_time_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root)
+        _prepare_dir(self.root)
+        tree = FakeSysfsTree(self.root)
+        for index in range(self.count):
+            slot = f"0000:{0x28 + index * 3:02x}:00.0"
+            placed = tree.add_card(navi10_files.card_files(), card=f"card{index}", pci_slot=slot,
+                                   hwmon=f"hwmon{index + 1}", source_hwmon=navi10_files.HWMON)
+            assert placed.hwmon_dir is not None
+            self.cards.append(SimCard(
+                index=index, gpu_id=slot, card=placed.card, device_dir=placed.device_dir,
+                hwmon_dir=placed.hwmon_dir, state=idle_state(self.params), load_ratio=self.load_without_trainer,
+                next_reset_s=self.faults.firmware_reset_every_s if self.faults.hits(index) else None,
+            ))
+        self._last_clock = self.clock()
+        for card in self.cards:
+            self._write_outputs(card)
+
+    # -- driving the model -------------------------------------------------------------------
+
+    def advance(self) -> None:
+        """Catch the model up with the (scaled) clock; called right before each daemon sample."""
+        now = self.clock()
+        elapsed_s, self._last_clock = max(0.0, now - self._last_clock), now
+        self.advance_by(elapsed_s * self.time_scale)
+
+    def advance_by(self, dt_s: float) -> None:
+        """Step every card ``dt_s`` simulated seconds, reading the fan inputs once (as a tick would)."""
+        for card in self.cards:
+            if card.gone:
+                continue
+            self._apply_faults(card, self.sim_time_s + dt_s)
+            if card.gone:
+                continue
+            card.duty_ratio = self._fan_duty(card)
+            inputs = ThermalInputs(fan_duty_ratio=card.duty_ratio, load_ratio=card.load_ratio)
+            remaining = dt_s
+            while remaining > 1e-9:
+                chunk = min(MAX_STEP_S, remaining)
+                card.state = step(self.params, card.state, inputs, chunk)
+                remaining -= chunk
+            self._write_outputs(card)
+        self.sim_time_s += dt_s
+
+    def set_load(self, load_ratio: float, gpu_id: str | None = None) -> None:
+        for card in self.cards:
+            if gpu_id is None or card.gpu_id == gpu_id:
+                card.load_ratio = load_ratio
+
+    def observe(self, state: PublishedState) -> None:
+        """Daemon on_tick hook: the next step's load follows what the supervisor says is running."""
+        if not state.trainers:
+            self.set_load(self.load_without_trainer)
+            return
+        for card in self.cards:
+            running = any(
+                t.phase in _LOADED_PHASES and (not t.gpus or card.gpu_id in t.gpus or card.card in t.gpus
+                                               or str(card.index) in t.gpus)
+                for t in state.trainers
+            )
+            card.load_ratio = 1.0 if running else 0.0
+
+    # -- the "kernel" side ---------------------------------------------------------------------
+
+    def _fan_duty(self, card: SimCard) -> float:
+        hw = self.root / card.hwmon_dir
+        mode = _read_int(hw / "pwm1_enable")
+        if mode == 1:
+            pwm = _read_int(hw / "pwm1")
+            duty = card.duty_ratio if pwm is None else min(1.0, max(0.0, pwm / navi10_files.PWM_MAX))
+        elif mode == 0:
+            duty = 1.0  # no control = full speed on SMU11 (K-FANNONE)
+        else:
+            duty = _interpolate(FIRMWARE_CURVE, card.state.junction_c)
+        if mode != 1:
+            # In auto/none mode the driver reports the firmware's duty, not what was written.
+            _write(hw / "pwm1", str(round(duty * navi10_files.PWM_MAX)))
+        _write(hw / "fan1_enable", "0" if mode not in (0, 1) else "1")
+        if self.faults.fan_stuck_ratio is not None and self.faults.hits(card.index):
+            return self.faults.fan_stuck_ratio
+        return duty
+
+    def _apply_faults(self, card: SimCard, sim_now_s: float) -> None:
+        faults = self.faults
+        if not faults.hits(card.index):
+            return
+        if card.next_reset_s is not None and faults.firmware_reset_every_s and sim_now_s >= card.next_reset_s:
+            # The firmware took the fan back (a GPU reset, a resume from suspend, RDNA3's snap-back).
+            _write(self.root / card.hwmon_dir / "pwm1_enable", "2")
+            card.next_reset_s += faults.firmware_reset_every_s
+            log.info("simulated firmware reset of %s: pwm1_enable back to 2", card.gpu_id)
+        if faults.disappear_after_s is not None and sim_now_s >= faults.disappear_after_s:
+            self._remove(card)
+
+    def _remove(self, card: SimCard) -> None:
+        """The card falls off the bus: its device directory and class links vanish."""
+        card.gone = True
+        shutil.rmtree(self.root / card.device_dir, ignore_errors=True)
+        for link in (f"class/drm/{card.card}", f"class/hwmon/{Path(card.hwmon_dir).name}"):
+            (self.root / link).unlink(missing_ok=True)
+        log.warning("simulated card %s fell off the bus", card.gpu_id)
+
+    def _write_outputs(self, card: SimCard) -> None:
+        hw = self.root / card.hwmon_dir
+        dev = self.root / card.device_dir
+        s = card.state
+        garbage = self.faults.sensor_garbage and self.faults.hits(card.index)
+        for label, temp_c in (("edge", s.edge_c), ("junction", s.junction_c), ("mem", s.mem_c)):
+            index = navi10_files.TEMP_INDEX[label]
+            _write(hw / f"temp{index}_input", "\x7f\x7f\xff" if garbage else str(round(temp_c * 1000)))
+        power_uw = str(round(s.power_w * 1e6))
+        _write(hw / "power1_average", power_uw)
+        _write(hw / "power1_input", power_uw)
+        rpm = str(round(s.fan_rpm))
+        _write(hw / "fan1_input", rpm)
+        _write(hw / "fan1_target", rpm)
+        span = self.params.load_power_w - self.params.idle_power_w
+        busy = 0.0 if span <= 0 else min(1.0, max(0.0, (s.power_w - self.params.idle_power_w) / span))
+        _write(dev / "gpu_busy_percent", str(round(busy * 100)))
+        _write(dev / "mem_busy_percent", str(round(busy * 60)))
+        vram_used = 300 * 1024**2 + card.load_ratio * 4 * 1024**3
+        _write(dev / "mem_info_vram_used", str(int(vram_used)))
+        _write(hw / "freq1_input", str(round((10 + busy * 1740) * 1e6)))
+        _write(hw / "in0_input", str(round(775 + busy * 300)))
+
+
+def _prepare_dir(root: Path) -> None:
+    """Start from an empty tree; only ever delete a directory this simulator created."""
+    if root.exists() and any(root.iterdir()):
+        if not (root / MARKER).exists():
+            raise ValueError(f"{root} is not empty and was not made by the simulator; refusing to use it")
+        shutil.rmtree(root)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / MARKER).write_text("a simulated sysfs tree made by `gpuwatch run --simulate`; safe to delete\n")
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _write(path: Path, value: str) -> None:
+    # Values end with a newline, as sysfs attributes do.
+    path.write_text(value + "\n")
+
+
+def _interpolate(points: tuple[tuple[float, float], ...], x: float) -> float:
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return points[-1][1]
+
+
+class SimulatedBackend:
+    """A GpuBackend that advances the simulator, then reads the tree through the real amdgpu code."""
+
+    name = "amdgpu"
+
+    def __init__(self, simulator: SimulatedGpus, inner: GpuBackend) -> None:
+        self.simulator = simulator
+        self.inner = inner
+
+    def read_all(self) -> tuple[list[GpuReading], list[UnsupportedCard]]:
+        try:
+            self.simulator.advance()
+        except Exception:  # a broken simulator must look like a broken GPU, not stop the daemon
+            log.exception("simulator step failed")
+        return self.inner.read_all()
+
+
+def start_simulator(config: Config) -> SimulatedGpus:
+    """The simulator a config asks for, its tree freshly laid out at ``config.simulated_tree_dir``."""
+    sim = config.simulate
+    stuck = sim.faults.fan_stuck_percent
+    return SimulatedGpus(
+        root=config.simulated_tree_dir,
+        count=sim.gpus,
+        params=ThermalParams(ambient_c=sim.ambient_c, cooling_scale=sim.cooling_scale),
+        faults=SimFaults(
+            fan_stuck_ratio=None if stuck is None else stuck / 100.0,
+            sensor_garbage=sim.faults.sensor_garbage,
+            firmware_reset_every_s=sim.faults.firmware_reset_every_s,
+            disappear_after_s=sim.faults.disappear_after_s,
+            cards=tuple(sim.faults.cards),
+        ),
+        time_scale=sim.time_scale,
+        load_without_trainer=sim.load_without_trainer,
+    )

@@ -1,0 +1,122 @@
+"""A lumped thermal model of one air-cooled GPU (pure): power and fan duty in, temperatures and RPM out.
+
+Nodes, each a first-order lag towards its steady value (exact exponential step, so any ``dt_s`` is
+stable):
+
+* board power follows the load within ~1 s (``power_tau_s``);
+* the heatsink/edge node: steady ``edge = ambient + power / G(airflow)``, where the conductance
+  ``G = passive_w_per_k + cooling_scale * fan_w_per_k * airflow`` grows with the fan; time constant
+  ``heat_capacity_j_per_k / G`` (about a minute: a real card takes minutes to heat through);
+* junction (hotspot) sits above edge by ``junction_k_per_w * power`` and follows within seconds;
+* memory follows edge plus its own share of the power, more slowly;
+* the fan's RPM follows the commanded duty with its own spin-up lag; airflow is RPM / max RPM.
+
+Default constants are picked so that an RX 5600 XT-like card (150 W under load, ~25 W idle) with
+~30 °C case air idles around 42-45 °C, settles at a junction of ~84 °C under full load with gpuwatch's
+default curve (50 % floor), and passes a junction pause limit of 100 °C with the fan stuck at 30 %.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class ThermalParams:
+    """Constants of one simulated card."""
+
+    ambient_c: float = 30.0
+    idle_power_w: float = 25.0
+    load_power_w: float = 150.0
+    power_tau_s: float = 1.0
+    passive_w_per_k: float = 0.8
+    fan_w_per_k: float = 4.0
+    cooling_scale: float = 1.0
+    heat_capacity_j_per_k: float = 200.0
+    junction_k_per_w: float = 0.11
+    junction_tau_s: float = 3.0
+    mem_offset_k: float = 2.0
+    mem_k_per_w: float = 0.03
+    mem_tau_s: float = 40.0
+    fan_max_rpm: float = 3200.0
+    fan_tau_s: float = 2.0
+    # Below this duty the fan does not turn (stall), as small fans do.
+    fan_start_ratio: float = 0.08
+
+
+@dataclass(frozen=True)
+class ThermalState:
+    """One instant of the card."""
+
+    edge_c: float
+    junction_c: float
+    mem_c: float
+    power_w: float
+    fan_rpm: float
+
+
+@dataclass(frozen=True)
+class ThermalInputs:
+    """What drives the card: the fan duty actually reaching the fan, and the workload."""
+
+    fan_duty_ratio: float
+    load_ratio: float
+
+
+def steady_power_w(params: ThermalParams, load_ratio: float) -> float:
+    load = min(1.0, max(0.0, load_ratio))
+    return params.idle_power_w + (params.load_power_w - params.idle_power_w) * load
+
+
+def steady_rpm(params: ThermalParams, fan_duty_ratio: float) -> float:
+    duty = min(1.0, max(0.0, fan_duty_ratio))
+    return 0.0 if duty < params.fan_start_ratio else duty * params.fan_max_rpm
+
+
+def conductance_w_per_k(params: ThermalParams, fan_rpm: float) -> float:
+    airflow = min(1.0, max(0.0, fan_rpm / params.fan_max_rpm)) if params.fan_max_rpm > 0 else 0.0
+    return params.passive_w_per_k + params.cooling_scale * params.fan_w_per_k * airflow
+
+
+def equilibrium(params: ThermalParams, inputs: ThermalInputs) -> ThermalState:
+    """Where the card settles if the inputs stay as they are."""
+    power = steady_power_w(params, inputs.load_ratio)
+    rpm = steady_rpm(params, inputs.fan_duty_ratio)
+    edge = params.ambient_c + power / conductance_w_per_k(params, rpm)
+    return ThermalState(
+        edge_c=edge,
+        junction_c=edge + params.junction_k_per_w * power,
+        mem_c=edge + params.mem_offset_k + params.mem_k_per_w * power,
+        power_w=power,
+        fan_rpm=rpm,
+    )
+
+
+def idle_state(params: ThermalParams, fan_duty_ratio: float = 0.33) -> ThermalState:
+    """A card that has been idle for long (the simulator's starting point)."""
+    return equilibrium(params, ThermalInputs(fan_duty_ratio=fan_duty_ratio, load_ratio=0.0))
+
+
+def step(params: ThermalParams, state: ThermalState, inputs: ThermalInputs, dt_s: float) -> ThermalState:
+    """The card ``dt_s`` seconds later; inputs are held constant over the step."""
+    if dt_s <= 0:
+        return state
+    power = _lag(state.power_w, steady_power_w(params, inputs.load_ratio), params.power_tau_s, dt_s)
+    rpm = _lag(state.fan_rpm, steady_rpm(params, inputs.fan_duty_ratio), params.fan_tau_s, dt_s)
+    conductance = conductance_w_per_k(params, rpm)
+    edge = _lag(
+        state.edge_c,
+        params.ambient_c + power / conductance,
+        params.heat_capacity_j_per_k / conductance,
+        dt_s,
+    )
+    junction = _lag(state.junction_c, edge + params.junction_k_per_w * power, params.junction_tau_s, dt_s)
+    mem = _lag(state.mem_c, edge + params.mem_offset_k + params.mem_k_per_w * power, params.mem_tau_s, dt_s)
+    return replace(state, edge_c=edge, junction_c=junction, mem_c=mem, power_w=power, fan_rpm=rpm)
+
+
+def _lag(value: float, target: float, tau_s: float, dt_s: float) -> float:
+    if tau_s <= 0:
+        return target
+    return target + (value - target) * math.exp(-dt_s / tau_s)
