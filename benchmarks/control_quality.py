@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Control quality of the default config on the simulated RX 5600 XT, in simulated time (no sleeping).
+
+Runs the thermal model (gpuwatch/thermalmodel.py) in a closed loop with gpuwatch's real fan-curve rules
+(gpuwatch/curve.py, the default [fan] config) and the real pause limits (gpuwatch/thermal.py, the default
+[thermal] config: junction limit = crit 110 - 10 = 100 °C, resume below limit - hysteresis), and prints
+per scenario: the highest junction temperature, the overshoot over the pause limit, how often the fan
+changes direction per hour (hunting), and the time the trainer spent paused.
+
+The workload trains for 9 minutes then evaluates (idle) for 1, as real runs do.
+
+    .venv/bin/python benchmarks/control_quality.py [--hours 2] [--tick-s 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gpuwatch.config import Config  # noqa: E402
+from gpuwatch.model import GpuReading, TempReading  # noqa: E402
+from gpuwatch.navi10_files import CRIT_C  # noqa: E402
+from gpuwatch.thermal import breaches, sensor_limit_c  # noqa: E402
+from gpuwatch.thermalmodel import ThermalInputs, ThermalParams, ThermalState, idle_state, step  # noqa: E402
+
+try:
+    from gpuwatch.curve import CurveParams, CurveState, decide
+except ImportError:  # the fan controller is not in this checkout
+    print("control_quality: gpuwatch.curve (the fan controller) is not available in this checkout", file=sys.stderr)
+    sys.exit(2)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    params: ThermalParams
+    fan_stuck_ratio: float | None = None
+
+
+@dataclass
+class Result:
+    max_junction_c: float = 0.0
+    overshoot_c: float = 0.0
+    direction_changes: int = 0
+    paused_s: float = 0.0
+    pauses: int = 0
+
+
+def reading(state: ThermalState) -> GpuReading:
+    temps = tuple(TempReading(label=label, temp_c=temp, crit_c=float(CRIT_C[label]))
+                  for label, temp in (("edge", state.edge_c), ("junction", state.junction_c), ("mem", state.mem_c)))
+    return GpuReading(gpu_id="sim", card="card0", temps=temps)
+
+
+def curve_params(config: Config) -> CurveParams:
+    fan = config.fan
+    return CurveParams(
+        points=tuple((float(t), float(s)) for t, s in fan.curve),
+        floor_percent=fan.floor_percent,
+        dead_band_c=fan.dead_band_c,
+        spindown_delay_s=fan.spindown_delay_s,
+        slew_down_percent_per_s=fan.slew_down_percent_per_s,
+        failsafe_after_ticks=fan.failsafe_after_ticks,
+        frozen_after_ticks=fan.frozen_after_ticks,
+    )
+
+
+def run(scenario: Scenario, config: Config, hours: float, tick_s: float) -> Result:
+    params, thermal = scenario.params, config.thermal
+    state, curve_state = idle_state(params), CurveState()
+    limit_c = sensor_limit_c(TempReading("junction", None, crit_c=float(CRIT_C["junction"])), thermal) or 100.0
+    result, paused, last_percent, last_direction = Result(), False, None, 0
+    cp = curve_params(config)
+    for i in range(int(hours * 3600 / tick_s)):
+        now = i * tick_s
+        gpu = reading(state)
+        junction = gpu.temp("junction")
+        decision = decide(cp, curve_state, state.junction_c, junction.crit_c if junction else None, now)
+        curve_state = decision.state
+        if last_percent is not None and decision.percent != last_percent:
+            direction = 1 if decision.percent > last_percent else -1
+            if last_direction and direction != last_direction:
+                result.direction_changes += 1
+            last_direction = direction
+        last_percent = decision.percent
+        # The supervisor's rule: pause at a limit, resume once every sensor is a hysteresis below it.
+        if not paused and breaches(gpu, thermal):
+            paused, result.pauses = True, result.pauses + 1
+        elif paused and not breaches(gpu, thermal, margin_c=thermal.hysteresis_c):
+            paused = False
+        training = (now % 600) < 540
+        load = 1.0 if training and not paused else 0.0
+        duty = scenario.fan_stuck_ratio if scenario.fan_stuck_ratio is not None else decision.percent / 100.0
+        state = step(params, state, ThermalInputs(fan_duty_ratio=duty, load_ratio=load), tick_s)
+        result.max_junction_c = max(result.max_junction_c, state.junction_c)
+        result.paused_s += tick_s if paused else 0.0
+    result.overshoot_c = max(0.0, result.max_junction_c - limit_c)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="closed-loop control quality on the simulated GPU")
+    parser.add_argument("--hours", type=float, default=2.0)
+    parser.add_argument("--tick-s", type=float, default=1.0, help="daemon interval (simulated seconds)")
+    args = parser.parse_args(argv)
+    config = Config()
+    base = ThermalParams()
+    scenarios = [
+        Scenario("default config, healthy fan", base),
+        Scenario("hot case (cooling x0.4, the demo)", replace(base, cooling_scale=0.4)),
+        Scenario("fan stuck at 30 %", base, fan_stuck_ratio=0.3),
+        Scenario("ambient 40 °C", replace(base, ambient_c=40.0)),
+    ]
+    print(f"{args.hours:g} simulated hours, tick {args.tick_s:g} s, default [fan] and [thermal] config, "
+          f"pause limit junction {CRIT_C['junction'] - config.thermal.junction_crit_margin_c:g} °C\n")
+    header = f"{'scenario':38} {'max junction':>12} {'overshoot':>9} {'fan reversals/h':>15} {'paused':>14} {'pauses':>6}"
+    print(header)
+    print("-" * len(header))
+    for scenario in scenarios:
+        r = run(scenario, config, args.hours, args.tick_s)
+        paused_pct = 100.0 * r.paused_s / (args.hours * 3600)
+        print(f"{scenario.name:38} {r.max_junction_c:10.1f} °C {r.overshoot_c:6.1f} °C "
+              f"{r.direction_changes / args.hours:15.1f} {r.paused_s:7.0f} s {paused_pct:4.1f}% {r.pauses:6d}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

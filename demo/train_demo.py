@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""A small training job for `make run`: shows up in gpuwatch with its steps/s, pauses and resumes.
+
+With PyTorch installed it trains a tiny CNN on random CPU data; without it, a pure-Python stand-in
+does a little arithmetic per "step". Either way it speaks gpuwatch's heartbeat/pause protocol
+(gpuwatch/heartbeat.py): it rewrites $GPUWATCH_HEARTBEAT_FILE after every step and holds at the next
+step boundary while $GPUWATCH_PAUSE_FILE exists. It is deliberately light (a few steps per second)
+because the heat comes from the simulated GPU, not from this machine's CPU.
+
+    python demo/train_demo.py [--steps N] [--step-s SECONDS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
+
+from gpuwatch.heartbeat import HEARTBEAT_ENV, PAUSE_ENV, Heartbeat, pause_requested, write_heartbeat  # noqa: E402
+
+
+def torch_step() -> Callable[[], float] | None:
+    try:
+        import torch  # type: ignore[import-not-found]
+        from torch import nn  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    torch.set_num_threads(1)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4), nn.Flatten(),
+                          nn.Linear(8 * 16, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def one_step() -> float:
+        images, labels = torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,))
+        optimizer.zero_grad()
+        loss = loss_fn(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        return float(loss.item())
+
+    return one_step
+
+
+def python_step() -> Callable[[], float]:
+    weights = [random.uniform(-1, 1) for _ in range(64)]
+
+    def one_step() -> float:
+        # A toy least-squares fit: enough work to be a "step", little enough to stay out of the way.
+        loss = 0.0
+        for _ in range(200):
+            x = [random.uniform(-1, 1) for _ in range(8)]
+            error = sum(w * xi for w, xi in zip(weights, x)) - math.sin(x[0])
+            loss += error * error
+            for i, xi in enumerate(x):
+                weights[i] -= 0.01 * error * xi
+        return loss / 200
+
+    return one_step
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=0, help="stop after N steps (0: run until stopped)")
+    parser.add_argument("--step-s", type=float, default=0.2, help="seconds per step (sleep after the compute)")
+    parser.add_argument("--backend", choices=("auto", "torch", "python"), default="auto")
+    args = parser.parse_args(argv)
+
+    step = torch_step() if args.backend in ("auto", "torch") else None
+    if step is None and args.backend == "torch":
+        print("train_demo: PyTorch is not installed", file=sys.stderr)
+        return 2
+    kind = "torch CNN" if step is not None else "pure-Python stand-in"
+    step = step or python_step()
+    heartbeat_file, pause_file = os.environ.get(HEARTBEAT_ENV), os.environ.get(PAUSE_ENV)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    print(f"train_demo: {kind}, pid {os.getpid()}, heartbeat {heartbeat_file or '-'}", flush=True)
+
+    steps, rate, last_unix, epoch = 0, None, None, 0
+    while not stop and (args.steps == 0 or steps < args.steps):
+        if pause_requested(pause_file):
+            # Hold at the step boundary, saying so, until the daemon removes the pause file.
+            print(f"train_demo: paused by gpuwatch at step {steps}", flush=True)
+            while pause_requested(pause_file) and not stop:
+                _beat(heartbeat_file, steps, last_unix, rate, epoch, paused=True)
+                time.sleep(0.2)
+            print(f"train_demo: resumed at step {steps}", flush=True)
+            last_unix = None  # the pause is not a slow step
+            continue
+        started = time.time()
+        loss = step()
+        time.sleep(max(0.0, args.step_s - (time.time() - started)))
+        now = time.time()
+        if last_unix is not None:
+            instant = 1.0 / max(1e-6, now - last_unix)
+            rate = instant if rate is None else 0.8 * rate + 0.2 * instant
+        steps, last_unix = steps + 1, now
+        epoch = steps // 500
+        _beat(heartbeat_file, steps, last_unix, rate, epoch, paused=False)
+        if steps % 25 == 0:
+            print(f"train_demo: step {steps} loss {loss:.4f} {rate or 0:.1f} steps/s", flush=True)
+    print(f"train_demo: stopping after {steps} steps", flush=True)
+    return 0
+
+
+def _beat(path: str | None, steps: int, last_unix: float | None, rate: float | None, epoch: int, paused: bool) -> None:
+    if path:
+        write_heartbeat(path, Heartbeat(pid=os.getpid(), steps_total=steps, last_step_unix=last_unix,
+                                        steps_per_s=rate, updated_unix=time.time(), paused=paused, epoch=epoch))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
