@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuwatch.curve import validate_points
 
@@ -148,15 +148,13 @@ class Config(Strict):
     simulate: SimulateConfig = SimulateConfig()
 
     @property
+    def simulating(self) -> bool:
+        """``backend = "simulated"`` and ``[simulate] enabled = true`` mean the same."""
+        return self.simulate.enabled or self.backend == "simulated"
+
+    @property
     def simulated_tree_dir(self) -> Path:
         return self.simulate.tree_dir or self.resolved_runtime_dir / "simulated-sysfs"
-
-    @field_validator("backend")
-    @classmethod
-    def _backend_available(cls, value: str) -> str:
-        if value == "simulated":
-            raise ValueError("the simulated backend is not available yet; use auto, amdgpu or nvml")
-        return value
 
     @property
     def state_file(self) -> Path:

@@ -86,9 +86,10 @@ def build_parts(config: Config) -> Parts:
 class Daemon:
     def __init__(self, config: Config, parts: Parts | None = None) -> None:
         # The simulator's tree must exist before any part probes it: it becomes the sysfs root.
-        self.simulator = start_simulator(config) if parts is None and config.simulate.enabled else None
+        self.simulator = start_simulator(config) if parts is None and config.simulating else None
         if self.simulator is not None:
-            config = config.model_copy(update={"sysfs_root": self.simulator.root})
+            # The simulated cards are amdgpu cards in a tree: read them like real ones, and only them.
+            config = config.model_copy(update={"sysfs_root": self.simulator.root, "backend": "amdgpu"})
             log.info("simulating %d RX 5600 XT card(s) in %s (time x%g)", config.simulate.gpus,
                      self.simulator.root, config.simulate.time_scale)
         self.config = config

@@ -191,12 +191,15 @@ def test_backend_advances_then_reads_through_amdgpu(tmp_path: Path) -> None:
     assert second is not None and first is not None and second > first + 20
 
 
-def test_daemon_with_simulate_reads_the_tree(tmp_path: Path) -> None:
+@pytest.mark.parametrize("switch", [{"simulate": {"enabled": True}}, {"backend": "simulated"}])
+def test_daemon_with_simulate_reads_the_tree(tmp_path: Path, switch: dict) -> None:
     config = parse_config({
         "runtime_dir": str(tmp_path / "run"),
         "http": {"enabled": False},
-        "simulate": {"enabled": True, "gpus": 2, "tree_dir": str(tmp_path / "tree")},
-    })
+        "simulate": {"gpus": 2, "tree_dir": str(tmp_path / "tree")},
+    } | {"backend": switch.get("backend", "auto")})
+    if "simulate" in switch:
+        config = with_simulation(config, 0)
     daemon = Daemon(config)
     try:
         state = daemon.tick()
