@@ -81,7 +81,7 @@ class FanConfig(Strict):
     spindown_delay_s: float = Field(default=10.0, ge=0, le=3600)
     slew_down_percent_per_s: float | None = Field(default=None, gt=0, le=100)
     failsafe_after_ticks: int = Field(default=3, ge=1, le=3600)
-    frozen_after_ticks: int = Field(default=0, ge=0, le=86400)
+    frozen_after_ticks: int = Field(default=300, ge=0, le=86400)
     stall_after_ticks: int = Field(default=5, ge=1, le=3600)
     verify_tolerance_percent: float = Field(default=5.0, ge=0, le=100)
     gpus: dict[str, FanCurveSettings] = Field(default_factory=dict)

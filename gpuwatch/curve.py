@@ -111,7 +111,8 @@ def decide(
         held = state.applied_percent if state.applied_percent is not None else 100.0
         return Decision(percent=held, state=replace(base, applied_percent=held), target_percent=held)
     if params.frozen_after_ticks and same >= params.frozen_after_ticks:
-        return _full(base, f"temperature frozen at {temp_c:g} °C for {same} ticks", ref_temp_c=temp_c)
+        # No dead band afterwards: the frozen value says nothing about how hot the GPU really was.
+        return _full(base, f"temperature frozen at {temp_c:g} °C for {same} ticks", ref_temp_c=None)
     if crit_c is not None and temp_c >= crit_c:
         full = _full(base, None, ref_temp_c=temp_c)
         return replace(full, crit=True)

@@ -123,4 +123,6 @@ def test_frozen_temperature_goes_failsafe() -> None:
         state = d.state
         reasons.append(d.failsafe_reason is not None)
     assert reasons == [False, False, False, True, True]
-    assert decide(params, state, 70.5, 110, 6).failsafe_reason is None
+    thawed = decide(params, state, 70.5, 110, 6)
+    assert thawed.failsafe_reason is None and thawed.percent == 100
+    assert decide(params, thawed.state, 70.5, 110, 16).percent == pytest.approx(65.5)  # delay only, no dead band
