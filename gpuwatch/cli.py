@@ -77,6 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
     curve = sub.add_parser("curve", parents=[common], help="print the configured fan curve as a table and plot")
     curve.add_argument("--gpu", metavar="PCI_SLOT", help="the curve of one GPU (with its overrides)")
     curve.set_defaults(handler=cmd_curve)
+    for name, helptext in (
+        ("pause", "pause a supervised trainer (all when NAME is omitted) until `resume`"),
+        ("resume", "resume a paused trainer"),
+        ("restart", "stop a trainer gracefully and start it again (from its last checkpoint)"),
+    ):
+        p = sub.add_parser(name, parents=[common], help=helptext)
+        p.add_argument("name", nargs="?", help="trainer name from [[trainer]] (default: all)")
+        p.set_defaults(handler=cmd_control, verb=name)
 
     check = sub.add_parser("check-config", help="validate a config file and print the effective config")
     check.add_argument("file", nargs="?", type=Path, help=f"default {DEFAULT_CONFIG_PATH}")
@@ -143,6 +151,19 @@ def with_simulation(config: Config, gpus: int) -> Config:
     data = config.model_dump()
     data["simulate"].update(update)
     return parse_config(data, "--simulate")
+
+
+def cmd_control(args: argparse.Namespace) -> int:
+    from gpuwatch.control import ControlError, send_command
+
+    config = load_cli_config(args)
+    try:
+        ok, message = send_command(config.control_socket, args.verb, args.name)
+    except ControlError as exc:
+        print(f"gpuwatch: {exc}", file=sys.stderr)
+        return 1
+    print(message if ok else f"gpuwatch: {message}", file=sys.stdout if ok else sys.stderr)
+    return 0 if ok else EXIT_USAGE
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuwatch.curve import validate_points
 
@@ -99,6 +99,54 @@ class FanConfig(Strict):
         return self.model_copy(update=override.model_dump(exclude_none=True))
 
 
+class BackoffConfig(Strict):
+    """Crash restart delay: initial_s * 2**(crashes-1), capped at max_s, +/- jitter_ratio."""
+
+    initial_s: float = Field(default=10.0, ge=0, le=86400)
+    max_s: float = Field(default=600.0, ge=0, le=86400)
+    jitter_ratio: float = Field(default=0.2, ge=0, le=1)
+
+
+class TrainerConfig(Strict):
+    """One supervised training command (`[[trainer]]`); see docs/supervisor.md."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    command: list[str] = Field(min_length=1)
+    cwd: Path | None = None
+    env: dict[str, str] = {}
+    user: str | None = None
+    group: str | None = None
+    gpus: list[str] = []
+    restart_command: list[str] | None = None
+    checkpoint_glob: str | None = None
+    # None: use [thermal]. Limits are the pause line; resume below limit - hysteresis.
+    edge_limit_c: float | None = Field(default=None, gt=0, le=150)
+    junction_limit_c: float | None = Field(default=None, gt=0, le=150)
+    mem_limit_c: float | None = Field(default=None, gt=0, le=150)
+    hysteresis_c: float | None = Field(default=None, ge=0, le=30)
+    debounce_s: float = Field(default=5.0, ge=0)
+    max_pause_s: float = Field(default=1200.0, gt=0)
+    cooperative_pause: Literal["auto", "always", "never"] = "auto"
+    pause_ack_timeout_s: float = Field(default=60.0, gt=0)
+    grace_s: float = Field(default=120.0, ge=0)
+    backoff: BackoffConfig = BackoffConfig()
+    give_up_after_crashes: int = Field(default=5, ge=1)
+    stable_after_s: float = Field(default=1800.0, gt=0)
+    hang_timeout_s: float | None = Field(default=1800.0, gt=0)
+    progress_file: Path | None = None
+    log_is_progress: bool = True
+    restart_after_emergency: bool = True
+    log_dir: Path | None = None
+    log_max_bytes: int = Field(default=20 * 1024 * 1024, ge=4096)
+    log_backups: int = Field(default=3, ge=0, le=100)
+
+    def thermal(self, base: ThermalConfig) -> ThermalConfig:
+        """The global thermal limits with this trainer's overrides applied."""
+        keys = ("edge_limit_c", "junction_limit_c", "mem_limit_c", "hysteresis_c")
+        update = {key: getattr(self, key) for key in keys if getattr(self, key) is not None}
+        return base.model_copy(update=update)
+
+
 class HttpConfig(Strict):
     """The read-only HTTP endpoint: /metrics, /healthz, /status."""
 
@@ -146,6 +194,20 @@ class Config(Strict):
     fan: FanConfig = FanConfig()
     http: HttpConfig = HttpConfig()
     simulate: SimulateConfig = SimulateConfig()
+    trainer: list[TrainerConfig] = []
+
+    @model_validator(mode="after")
+    def _unique_trainer_names(self) -> "Config":
+        seen: set[str] = set()
+        for trainer in self.trainer:
+            if trainer.name in seen:
+                raise ValueError(f"trainer name {trainer.name!r} is used twice; names must be unique")
+            seen.add(trainer.name)
+        return self
+
+    @property
+    def control_socket(self) -> Path:
+        return self.resolved_runtime_dir / "control.sock"
 
     @property
     def simulating(self) -> bool:

@@ -21,6 +21,7 @@ from gpuwatch import __version__
 from gpuwatch.amdgpu import AmdgpuBackend
 from gpuwatch.backend import GpuBackend
 from gpuwatch.config import Config, ConfigError
+from gpuwatch.control import ControlServer
 from gpuwatch.document import to_document
 from gpuwatch.nvml import NvmlBackend, NvmlUnavailable
 from gpuwatch.model import DaemonInfo, FanState, PublishedState, Snapshot, TrainerState
@@ -79,8 +80,17 @@ def build_fans(config: Config) -> FanConsumer | None:
     return FanController(config.fan, Sysfs(config.sysfs_root), config.resolved_runtime_dir)
 
 
+def build_supervisor(config: Config) -> TrainerConsumer | None:
+    """The training supervisor for the configured `[[trainer]]`s, or None when there are none."""
+    if not config.trainer:
+        return None
+    from gpuwatch.supervisor import Supervisor
+
+    return Supervisor(list(config.trainer), config.thermal, config.resolved_runtime_dir / "trainers")
+
+
 def build_parts(config: Config) -> Parts:
-    return Parts(backends=build_backends(config), fans=build_fans(config))
+    return Parts(backends=build_backends(config), fans=build_fans(config), trainers=build_supervisor(config))
 
 
 class Daemon:
@@ -103,6 +113,16 @@ class Daemon:
         self.ticks_total = 0
         self.stop_requested = threading.Event()
         self.failures: dict[str, str] = {}
+        self.control: ControlServer | None = None
+
+    def _start_control(self) -> None:
+        """`gpuwatch pause|resume|restart` reach the supervisor through a local unix socket."""
+        handler = getattr(self.parts.trainers, "command", None)
+        if handler is None:
+            return
+        server = ControlServer(self.config.control_socket, handler)
+        self._guard("control socket", server.start, None)
+        self.control = server if "control socket" not in self.failures else None
 
     def tick(self) -> PublishedState:
         snapshot = self.sampler.sample()
@@ -136,6 +156,7 @@ class Daemon:
     def run(self) -> int:
         """Tick until SIGTERM/SIGINT; always stop trainers, restore fans and remove the state file."""
         self._install_signals()
+        self._start_control()
         first = self.sampler.sample()
         _log_discovery(self.config, first)
         interval = self.config.interval_s
@@ -155,6 +176,9 @@ class Daemon:
 
     def shutdown(self) -> None:
         """Trainers first (they get their checkpoint time), then fans back to the firmware."""
+        if self.control is not None:
+            self._guard("control socket stop", self.control.stop, None)
+            self.control = None
         if self.parts.trainers is not None:
             self._guard("supervisor stop", self.parts.trainers.stop, None)
         if self.parts.fans is not None:

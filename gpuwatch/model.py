@@ -183,6 +183,9 @@ class TrainerState:
     last_step_age_s: float | None = None
     epoch: int | None = None
     reason: str | None = None
+    paused_since_unix: float | None = None
+    next_start_unix: float | None = None
+    log_path: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,370 @@
+"""The training supervisor's state machine (pure): (state, inputs incl. now) -> (state, actions).
+
+One frozen ``Machine`` per trainer. The effects layer (supervisor.py) observes the world into
+``Inputs`` (thermal verdict from the tick's snapshot, process status, progress counters, a manual
+command) and carries out the returned actions. ``now`` is monotonic seconds; nothing here reads a clock.
+
+Rules worth knowing:
+* Restart delays grow only with crashes *without progress*; a run that advanced its step counter,
+  touched its progress file or stayed up ``stable_after_s`` resets the count.
+* Nothing is ever (re)started while a GPU it uses is over a pause limit: it would just pause again.
+* A stop always goes CONT -> TERM -> (grace) -> KILL; the effects layer does the CONT.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from gpuwatch.config import ThermalConfig, TrainerConfig
+from gpuwatch.model import FanMode, FanState, Snapshot, TrainerPhase
+from gpuwatch.thermal import breaches
+
+
+# ---- actions -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Spawn:
+    resume: bool  # use restart_command with the newest complete checkpoint when there is one
+
+
+@dataclass(frozen=True)
+class RequestPause:
+    """Create the pause file: the launcher holds at its next optimizer step."""
+
+
+@dataclass(frozen=True)
+class CancelPause:
+    """Remove the pause file."""
+
+
+@dataclass(frozen=True)
+class Freeze:
+    """SIGSTOP the whole process tree."""
+
+
+@dataclass(frozen=True)
+class Thaw:
+    """SIGCONT the whole process tree."""
+
+
+@dataclass(frozen=True)
+class Terminate:
+    reason: str  # SIGCONT then SIGTERM to the whole tree
+
+
+@dataclass(frozen=True)
+class Kill:
+    reason: str  # SIGKILL to the whole tree
+
+
+@dataclass(frozen=True)
+class CollectEvidence:
+    reason: str
+
+
+Action = Spawn | RequestPause | CancelPause | Freeze | Thaw | Terminate | Kill | CollectEvidence
+
+
+# ---- inputs --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Thermal:
+    hot: bool = False  # some sensor at/above its pause limit
+    cool: bool = True  # every sensor below limit - hysteresis
+    critical: bool = False  # at crit, or fan failsafe
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Inputs:
+    now: float
+    thermal: Thermal = Thermal()
+    alive: bool = False  # leader still running
+    exit_code: int | None = None  # leader's exit status once it is gone (negative: signal)
+    exit_reason: str | None = None  # e.g. "spawn failed: ..."
+    steps_total: int | None = None  # from the heartbeat
+    heartbeat_paused: bool = False
+    progress_mtime: float | None = None  # the progress file's mtime
+    log_bytes: int = 0  # output captured so far in this run
+    command: str | None = None  # manual: pause | resume | restart
+    shutdown: bool = False
+    jitter: float = 0.0  # uniform in [-1, 1], drawn by the caller
+
+
+@dataclass(frozen=True)
+class Machine:
+    phase: TrainerPhase = TrainerPhase.STARTING
+    since: float = 0.0
+    run_started: float | None = None
+    hot_since: float | None = None
+    paused_since: float | None = None
+    pause_mode: str | None = None  # "cooperative" | "sigstop"
+    manual_pause: bool = False
+    stop_sent: float | None = None
+    killed: bool = False
+    after_stop: str | None = None  # restart | max-pause | hang | crash | emergency | shutdown
+    last_progress: float = 0.0
+    run_progressed: bool = False
+    heartbeat_seen: bool = False
+    seen_steps: int | None = None
+    seen_mtime: float | None = None
+    seen_log_bytes: int = 0
+    crashes: int = 0  # consecutive crashes without progress
+    next_start: float | None = None
+    restarts_total: int = 0
+    restarts_by_reason: tuple[tuple[str, int], ...] = ()
+    pauses_total: int = 0
+    resumes_total: int = 0
+    last_exit_code: int | None = None
+    last_exit_reason: str | None = None
+    reason: str | None = None
+    events: tuple[str, ...] = field(default=(), compare=False)
+
+
+LIVE = (TrainerPhase.RUNNING, TrainerPhase.PAUSING, TrainerPhase.PAUSED, TrainerPhase.STOPPING)
+
+
+def thermal_verdict(
+    snapshot: Snapshot, gpus: tuple[str, ...], thermal: ThermalConfig, fans: tuple[FanState, ...]
+) -> Thermal:
+    """Hot/cool/critical for the GPUs a trainer uses (all GPUs when ``gpus`` is empty)."""
+    readings = [g for g in snapshot.gpus if not gpus or g.gpu_id in gpus]
+    hot = [b for g in readings for b in breaches(g, thermal)]
+    warm = [b for g in readings for b in breaches(g, thermal, margin_c=thermal.hysteresis_c)]
+    crit = [
+        f"{g.gpu_id} {t.label} {t.temp_c:.0f}°C at crit {t.crit_c:.0f}°C"
+        for g in readings
+        for t in g.temps
+        if t.temp_c is not None and t.crit_c is not None and t.temp_c >= t.crit_c
+    ]
+    used = {g.gpu_id for g in readings}
+    crit += [f"{f.gpu_id} fan failsafe" for f in fans if f.mode == FanMode.FAILSAFE and f.gpu_id in used]
+    reason = None
+    if crit:
+        reason = "emergency: " + ", ".join(crit)
+    elif hot:
+        reason = "hot: " + ", ".join(f"{b.gpu_id} {b.sensor} {b.temp_c:.0f}°C >= {b.limit_c:.0f}°C" for b in hot)
+    return Thermal(hot=bool(hot), cool=not warm, critical=bool(crit), reason=reason)
+
+
+def backoff_delay_s(config: TrainerConfig, crashes: int, jitter: float) -> float:
+    base = min(config.backoff.max_s, config.backoff.initial_s * 2 ** max(0, crashes - 1))
+    return max(0.0, base * (1 + config.backoff.jitter_ratio * jitter))
+
+
+def step(m: Machine, cfg: TrainerConfig, x: Inputs) -> tuple[Machine, list[Action]]:
+    """Advance one trainer by one tick."""
+    acts: list[Action] = []
+    m = replace(m, events=())
+    if m.phase in LIVE:
+        m = _observe_progress(m, cfg, x)
+    if x.shutdown:
+        return _shutdown(m, x, acts)
+    if m.phase in LIVE and not x.alive:
+        return _exited(m, cfg, x, acts)
+    if m.phase in (TrainerPhase.RUNNING, TrainerPhase.PAUSING, TrainerPhase.PAUSED) and x.thermal.critical:
+        return _stop(m, x, acts, x.thermal.reason or "emergency", "emergency")
+    if x.command == "restart":
+        if m.phase in LIVE:
+            if m.phase is TrainerPhase.STOPPING:
+                return replace(m, after_stop="restart"), acts
+            return _stop(m, x, acts, "manual restart", "restart")
+        m = replace(m, crashes=0)
+        return _spawn(m, x, acts, "manual", resume=m.phase is not TrainerPhase.FINISHED)
+    handler = _HANDLERS.get(m.phase)
+    return handler(m, cfg, x, acts) if handler else (m, acts)
+
+
+def _starting(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:
+    if x.thermal.hot:
+        return _note(replace(m, reason=f"waiting to start: {x.thermal.reason}")), acts
+    acts.append(Spawn(resume=False))
+    return _enter(m, TrainerPhase.RUNNING, x.now, "started", run_started=x.now, last_progress=x.now,
+                  run_progressed=False, seen_log_bytes=0, seen_steps=None, seen_mtime=None, hot_since=None), acts
+
+
+def _running(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:
+    if x.command == "pause":
+        return _pause(m, cfg, x, acts, manual=True)
+    if x.thermal.hot:
+        hot_since = m.hot_since if m.hot_since is not None else x.now
+        if x.now - hot_since >= cfg.debounce_s:
+            return _pause(replace(m, reason=x.thermal.reason), cfg, x, acts, manual=False)
+        m = replace(m, hot_since=hot_since)
+    else:
+        m = replace(m, hot_since=None)
+    if cfg.hang_timeout_s is not None and x.now - m.last_progress >= cfg.hang_timeout_s:
+        why = f"hang: no progress for {x.now - m.last_progress:.0f}s"
+        acts.append(CollectEvidence(why))
+        return _stop(m, x, acts, why, "hang")
+    return m, acts
+
+
+def _pausing(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:
+    if _should_resume(m, x):
+        return _resume(m, x, acts)
+    if x.heartbeat_paused:
+        return _enter(m, TrainerPhase.PAUSED, x.now, "paused at a step boundary"), acts
+    if _pause_too_long(m, cfg, x):
+        return _stop(m, x, acts, f"paused longer than {cfg.max_pause_s:g}s", "max-pause")
+    if cfg.cooperative_pause == "auto" and x.now - m.since >= cfg.pause_ack_timeout_s:
+        acts.append(Freeze())
+        return _enter(m, TrainerPhase.PAUSED, x.now, "no pause acknowledgement: SIGSTOP", pause_mode="sigstop"), acts
+    return m, acts
+
+
+def _paused(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:
+    if _should_resume(m, x):
+        return _resume(m, x, acts)
+    if _pause_too_long(m, cfg, x):
+        return _stop(m, x, acts, f"paused longer than {cfg.max_pause_s:g}s", "max-pause")
+    return m, acts
+
+
+def _stopping(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:
+    if not m.killed and m.stop_sent is not None and x.now - m.stop_sent >= cfg.grace_s:
+        acts.append(Kill(f"still running {cfg.grace_s:g}s after SIGTERM"))
+        return _note(replace(m, killed=True), f"SIGKILL after {cfg.grace_s:g}s grace"), acts
+    return m, acts
+
+
+def _waiting(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:
+    """BACKOFF, or STOPPED after an emergency: start again when due and cool."""
+    if m.phase is TrainerPhase.STOPPED and (m.after_stop != "emergency" or not cfg.restart_after_emergency):
+        return m, acts
+    if x.thermal.hot or x.thermal.critical:
+        return replace(m, reason=f"waiting to restart: {x.thermal.reason}"), acts
+    if m.next_start is not None and x.now < m.next_start:
+        return m, acts
+    why = "emergency" if m.phase is TrainerPhase.STOPPED else (m.after_stop or "crash")
+    return _spawn(m, x, acts, why, resume=True)
+
+
+def _spawn(m: Machine, x: Inputs, acts: list[Action], why: str, resume: bool) -> tuple[Machine, list[Action]]:
+    acts.append(Spawn(resume=resume))
+    counts = dict(m.restarts_by_reason)
+    counts[why] = counts.get(why, 0) + 1
+    return _enter(
+        m, TrainerPhase.RUNNING, x.now, f"restarted ({why})", run_started=x.now, last_progress=x.now,
+        run_progressed=False, seen_log_bytes=0, seen_steps=None, seen_mtime=None, hot_since=None,
+        next_start=None, after_stop=None, restarts_total=m.restarts_total + 1,
+        restarts_by_reason=tuple(sorted(counts.items())), paused_since=None, pause_mode=None, manual_pause=False,
+    ), acts
+
+
+def _pause(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action], manual: bool) -> tuple[Machine, list[Action]]:
+    why = "manual pause" if manual else (x.thermal.reason or "hot")
+    common = dict(paused_since=x.now, manual_pause=manual, pauses_total=m.pauses_total + 1, hot_since=None)
+    cooperative = cfg.cooperative_pause == "always" or (cfg.cooperative_pause == "auto" and m.heartbeat_seen)
+    if cooperative:
+        acts.append(RequestPause())
+        return _enter(m, TrainerPhase.PAUSING, x.now, f"pausing: {why}", pause_mode="cooperative", **common), acts
+    acts.append(Freeze())
+    return _enter(m, TrainerPhase.PAUSED, x.now, f"paused (SIGSTOP): {why}", pause_mode="sigstop", **common), acts
+
+
+def _should_resume(m: Machine, x: Inputs) -> bool:
+    if x.command == "resume":
+        return True
+    return not m.manual_pause and x.thermal.cool and not x.thermal.hot
+
+
+def _resume(m: Machine, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:
+    acts.append(CancelPause())
+    acts.append(Thaw())
+    return _enter(m, TrainerPhase.RUNNING, x.now, "resumed", paused_since=None, pause_mode=None, manual_pause=False,
+                  last_progress=x.now, resumes_total=m.resumes_total + 1, hot_since=None), acts
+
+
+def _pause_too_long(m: Machine, cfg: TrainerConfig, x: Inputs) -> bool:
+    return m.paused_since is not None and x.now - m.paused_since >= cfg.max_pause_s
+
+
+def _stop(m: Machine, x: Inputs, acts: list[Action], why: str, after: str) -> tuple[Machine, list[Action]]:
+    acts.append(CancelPause())
+    acts.append(Terminate(why))
+    return _enter(m, TrainerPhase.STOPPING, x.now, f"stopping: {why}", stop_sent=x.now, killed=False,
+                  after_stop=after), acts
+
+
+def _shutdown(m: Machine, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:
+    if m.phase in LIVE and x.alive:
+        if m.phase is TrainerPhase.STOPPING:
+            return replace(m, after_stop="shutdown"), acts
+        return _stop(m, x, acts, "daemon stopping", "shutdown")
+    if m.phase in LIVE:
+        m = replace(m, last_exit_code=x.exit_code, last_exit_reason=x.exit_reason)
+    if m.phase is TrainerPhase.STOPPED and m.after_stop == "shutdown":
+        return m, acts
+    return _enter(m, TrainerPhase.STOPPED, x.now, "stopped: daemon stopping", after_stop="shutdown"), acts
+
+
+def _exited(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:
+    code = x.exit_code
+    m = replace(m, last_exit_code=code, last_exit_reason=x.exit_reason or _describe(code),
+                paused_since=None, pause_mode=None, manual_pause=False, stop_sent=None, killed=False)
+    acts.append(CancelPause())
+    after = m.after_stop if m.phase is TrainerPhase.STOPPING else None
+    if after is None and code == 0:
+        return _enter(m, TrainerPhase.FINISHED, x.now, "finished (exit 0)"), acts
+    if after == "emergency":
+        return _enter(m, TrainerPhase.STOPPED, x.now, "emergency stop; restarts when cool"
+                      if cfg.restart_after_emergency else "emergency stop"), acts
+    if after in ("restart", "max-pause"):
+        return _enter(m, TrainerPhase.BACKOFF, x.now, "restarting", next_start=x.now, crashes=0
+                      if m.run_progressed else m.crashes), acts
+    crashes = 1 if m.run_progressed else m.crashes + 1
+    what = "hang" if after == "hang" else f"crash ({m.last_exit_reason})"
+    if crashes >= cfg.give_up_after_crashes:
+        return _enter(m, TrainerPhase.FAILED, x.now,
+                      f"failed: {crashes} crash(es) without progress, last {what}", crashes=crashes), acts
+    delay = backoff_delay_s(cfg, crashes, x.jitter)
+    m = replace(m, after_stop="hang" if after == "hang" else "crash")
+    return _enter(m, TrainerPhase.BACKOFF, x.now, f"{what}; restart in {delay:.1f}s", next_start=x.now + delay,
+                  crashes=crashes), acts
+
+
+def _observe_progress(m: Machine, cfg: TrainerConfig, x: Inputs) -> Machine:
+    progressed = real = False
+    seen = m.heartbeat_seen or x.steps_total is not None
+    if x.steps_total is not None and x.steps_total != m.seen_steps:
+        progressed = real = m.seen_steps is not None or x.steps_total > 0
+    if x.progress_mtime is not None and x.progress_mtime != m.seen_mtime:
+        progressed = real = True
+    if cfg.log_is_progress and x.log_bytes > m.seen_log_bytes:
+        progressed = True
+    if m.run_started is not None and x.now - m.run_started >= cfg.stable_after_s:
+        real = True
+    m = replace(m, heartbeat_seen=seen, seen_steps=x.steps_total if x.steps_total is not None else m.seen_steps,
+                seen_mtime=x.progress_mtime if x.progress_mtime is not None else m.seen_mtime,
+                seen_log_bytes=x.log_bytes)
+    if progressed:
+        m = replace(m, last_progress=x.now)
+    if real and not m.run_progressed:
+        m = replace(m, run_progressed=True, crashes=0)
+    return m
+
+
+def _describe(code: int | None) -> str:
+    if code is None:
+        return "unknown exit"
+    if code < 0:
+        return f"killed by signal {-code}"
+    return f"exit {code}"
+
+
+def _enter(m: Machine, phase: TrainerPhase, now: float, reason: str, **changes: object) -> Machine:
+    return _note(replace(m, phase=phase, since=now, reason=reason, **changes), reason)  # type: ignore[arg-type]
+
+
+def _note(m: Machine, event: str | None = None) -> Machine:
+    return replace(m, events=m.events + (event or m.reason or "",))
+
+
+_HANDLERS = {
+    TrainerPhase.STARTING: _starting,
+    TrainerPhase.RUNNING: _running,
+    TrainerPhase.PAUSING: _pausing,
+    TrainerPhase.PAUSED: _paused,
+    TrainerPhase.STOPPING: _stopping,
+    TrainerPhase.BACKOFF: _waiting,
+    TrainerPhase.STOPPED: _waiting,
+}

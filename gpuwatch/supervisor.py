@@ -1,0 +1,266 @@
+"""The training supervisor (effects): observes each trainer, runs policy.step, carries out its actions.
+
+Called by the daemon once per tick with the same snapshot the fan controller used. Manual commands
+from the control socket arrive on another thread and are queued for the next tick, so every decision
+is still made by the pure state machine in policy.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import random
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from gpuwatch.checkpoint import newest_complete_checkpoint
+from gpuwatch.config import ThermalConfig, TrainerConfig
+from gpuwatch.heartbeat import HEARTBEAT_ENV, PAUSE_ENV, read_heartbeat
+from gpuwatch.model import FanState, Snapshot, TrainerPhase, TrainerState
+from gpuwatch.policy import (
+    LIVE, Action, CancelPause, CollectEvidence, Freeze, Inputs, Kill, Machine, RequestPause, Spawn, Terminate,
+    Thaw, Thermal, step, thermal_verdict,
+)
+from gpuwatch.trainerproc import STRIPPED_ENV, SpawnError, TrainerProcess
+
+log = logging.getLogger("gpuwatch.supervisor")
+
+COMMANDS = ("pause", "resume", "restart")
+
+
+class Trainer:
+    """One configured trainer: its machine state, its current process and its files."""
+
+    def __init__(self, config: TrainerConfig, thermal: ThermalConfig, state_dir: Path) -> None:
+        self.config = config
+        self.thermal = config.thermal(thermal)
+        self.dir = state_dir / config.name
+        self.log_path = (config.log_dir or self.dir) / f"{config.name}.log"
+        self.heartbeat_file = self.dir / "heartbeat.json"
+        self.pause_file = self.dir / "pause"
+        self.machine = Machine()
+        self.proc: TrainerProcess | None = None
+        self.spawn_error: str | None = None
+        self.started_unix: float | None = None
+        self.commands: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self.last_verdict = Thermal()
+        self.paused_since_unix: float | None = None
+
+    def observe(self, verdict: Thermal, now: float, shutdown: bool) -> Inputs:
+        command = None if self.commands.empty() else self.commands.get_nowait()
+        alive, code = False, None
+        if self.proc is not None:
+            code = self.proc.poll()
+            alive = code is None
+        beat = read_heartbeat(self.heartbeat_file)
+        mtime = None
+        if self.config.progress_file is not None:
+            path = self.config.progress_file
+            path = path if path.is_absolute() else (self.config.cwd or Path.cwd()) / path
+            try:
+                mtime = path.stat().st_mtime
+            except OSError:
+                pass
+        return Inputs(
+            now=now, thermal=verdict, alive=alive, exit_code=code, exit_reason=self.spawn_error,
+            steps_total=None if beat is None else beat.steps_total,
+            heartbeat_paused=bool(beat and beat.paused), progress_mtime=mtime,
+            log_bytes=0 if self.proc is None else self.proc.log_bytes,
+            command=command, shutdown=shutdown, jitter=random.uniform(-1.0, 1.0),
+        )
+
+    def apply(self, actions: list[Action], snapshot: Snapshot | None) -> None:
+        for action in actions:
+            try:
+                self._apply(action, snapshot)
+            except Exception:  # a dying child must never take the daemon down
+                log.exception("trainer %s: %s failed", self.config.name, type(action).__name__)
+
+    def _apply(self, action: Action, snapshot: Snapshot | None) -> None:
+        name = self.config.name
+        if isinstance(action, Spawn):
+            self._spawn(action.resume)
+        elif isinstance(action, RequestPause):
+            self.pause_file.touch()
+        elif isinstance(action, CancelPause):
+            self.pause_file.unlink(missing_ok=True)
+        elif self.proc is None:
+            return
+        elif isinstance(action, Freeze):
+            self.proc.freeze()
+        elif isinstance(action, Thaw):
+            self.proc.thaw()
+        elif isinstance(action, Terminate):
+            log.info("trainer %s: SIGCONT+SIGTERM to pid %d and its tree (%s)", name, self.proc.pid, action.reason)
+            self.proc.terminate()
+        elif isinstance(action, Kill):
+            log.warning("trainer %s: SIGKILL to pid %d and its tree (%s)", name, self.proc.pid, action.reason)
+            self.proc.kill()
+        elif isinstance(action, CollectEvidence):
+            self._evidence(action.reason, snapshot)
+
+    def _spawn(self, resume: bool) -> None:
+        self._retire()
+        self.spawn_error = None
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.heartbeat_file.unlink(missing_ok=True)
+        self.pause_file.unlink(missing_ok=True)
+        argv = self._argv(resume)
+        try:
+            self._chown_dir()
+            self.proc = TrainerProcess(argv, self.config.cwd, self._env(), self.log_path, self.config.log_max_bytes,
+                                       self.config.log_backups, self.config.user, self.config.group)
+        except (SpawnError, OSError) as exc:
+            self.spawn_error = f"spawn failed: {exc}"
+            log.error("trainer %s: %s", self.config.name, self.spawn_error)
+            return
+        self.started_unix = time.time()
+        log.info("trainer %s: started pid %d: %s", self.config.name, self.proc.pid, " ".join(argv))
+
+    def _argv(self, resume: bool) -> list[str]:
+        cfg = self.config
+        if not resume or not cfg.restart_command:
+            return list(cfg.command)
+        checkpoint = None
+        if cfg.checkpoint_glob:
+            checkpoint = newest_complete_checkpoint(cfg.checkpoint_glob, cfg.cwd)
+        if checkpoint is None and any("{last_checkpoint}" in arg for arg in cfg.restart_command):
+            log.warning("trainer %s: no complete checkpoint matches %r: starting with the original command",
+                        cfg.name, cfg.checkpoint_glob)
+            return list(cfg.command)
+        log.info("trainer %s: resuming from %s", cfg.name, checkpoint)
+        return [arg.replace("{last_checkpoint}", str(checkpoint)) for arg in cfg.restart_command]
+
+    def _env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in STRIPPED_ENV}
+        if self.config.user and os.geteuid() == 0:
+            import pwd
+
+            entry = pwd.getpwnam(self.config.user)
+            env.update(HOME=entry.pw_dir, USER=entry.pw_name, LOGNAME=entry.pw_name)
+        env.update(self.config.env)
+        env.update({HEARTBEAT_ENV: str(self.heartbeat_file), PAUSE_ENV: str(self.pause_file),
+                    "GPUWATCH_TRAINER": self.config.name})
+        return env
+
+    def _chown_dir(self) -> None:
+        """The trainer (not root) writes its heartbeat into this directory."""
+        if os.geteuid() == 0 and self.config.user:
+            shutil.chown(self.dir, user=self.config.user, group=self.config.group)
+
+    def _retire(self) -> None:
+        if self.proc is not None:
+            self.proc.reap_leftovers()
+            self.proc.close()
+            self.proc = None
+
+    def finish_exit(self) -> None:
+        """The leader is gone: kill what it left behind and close its log."""
+        if self.proc is not None:
+            self.proc.reap_leftovers()
+
+    def _evidence(self, reason: str, snapshot: Snapshot | None) -> None:
+        assert self.proc is not None
+        lines = [f"trainer {self.config.name}: {reason}; evidence:"]
+        for proc in self.proc.tree():
+            try:
+                with proc.oneshot():
+                    cpu = proc.cpu_times()
+                    lines.append(f"  pid {proc.pid} {proc.status()} cpu {cpu.user + cpu.system:.1f}s {' '.join(proc.cmdline())[:200]}")
+            except Exception as exc:
+                lines.append(f"  pid {proc.pid}: {exc}")
+        for gpu in snapshot.gpus if snapshot else ():
+            if not self.config.gpus or gpu.gpu_id in self.config.gpus:
+                busy = "N/A" if gpu.gpu_busy_ratio is None else f"{gpu.gpu_busy_ratio:.0%}"
+                lines.append(f"  GPU {gpu.gpu_id} busy {busy} (busy is not progress)")
+        lines.append("  last output:")
+        lines.extend(f"    {line}" for line in list(self.proc.tail)[-20:])
+        log.warning("\n".join(lines))
+
+    def published(self, now_mono: float, now_unix: float) -> TrainerState:
+        m = self.machine
+        beat = read_heartbeat(self.heartbeat_file) if m.phase in LIVE else None
+        live = m.phase in LIVE and self.proc is not None
+        age = None
+        if beat and beat.last_step_unix is not None:
+            age = max(0.0, now_unix - beat.last_step_unix)
+        paused_since = None if m.paused_since is None else now_unix - (now_mono - m.paused_since)
+        return TrainerState(
+            name=self.config.name, phase=m.phase, gpus=tuple(self.config.gpus),
+            pid=self.proc.pid if live and self.proc else None,
+            started_unix=self.started_unix if live else None,
+            restarts_total=m.restarts_total, restarts_by_reason=m.restarts_by_reason,
+            pauses_total=m.pauses_total, resumes_total=m.resumes_total,
+            last_exit_code=m.last_exit_code, last_exit_reason=m.last_exit_reason,
+            steps_total=beat.steps_total if beat else None, steps_per_s=beat.steps_per_s if beat else None,
+            last_step_age_s=age, epoch=beat.epoch if beat else None, reason=m.reason,
+            paused_since_unix=paused_since, log_path=str(self.log_path),
+            next_start_unix=None if m.next_start is None else now_unix + max(0.0, m.next_start - now_mono),
+        )
+
+
+class Supervisor:
+    """The daemon's TrainerConsumer: tick(snapshot, fans) and stop()."""
+
+    def __init__(self, trainers: list[TrainerConfig], thermal: ThermalConfig, state_dir: Path) -> None:
+        self.trainers = [Trainer(cfg, thermal, state_dir) for cfg in trainers]
+        self.last_snapshot: Snapshot | None = None
+        self.last_fans: tuple[FanState, ...] = ()
+
+    def tick(self, snapshot: Snapshot | None, fans: tuple[FanState, ...] = (), shutdown: bool = False,
+             now: float | None = None) -> tuple[TrainerState, ...]:
+        now = time.monotonic() if now is None else now
+        if snapshot is not None:
+            self.last_snapshot, self.last_fans = snapshot, fans
+        for trainer in self.trainers:
+            verdict = Thermal()
+            if self.last_snapshot is not None:
+                verdict = thermal_verdict(self.last_snapshot, tuple(trainer.config.gpus), trainer.thermal, self.last_fans)
+            inputs = trainer.observe(verdict, now, shutdown)
+            before = trainer.machine
+            trainer.machine, actions = step(before, trainer.config, inputs)
+            if before.phase in LIVE and trainer.machine.phase not in LIVE:
+                trainer.finish_exit()
+            trainer.apply(actions, self.last_snapshot)
+            for event in trainer.machine.events:
+                log.info("trainer %s: %s -> %s: %s", trainer.config.name, before.phase.value,
+                         trainer.machine.phase.value, event)
+        return self.states(now)
+
+    def states(self, now: float | None = None) -> tuple[TrainerState, ...]:
+        now = time.monotonic() if now is None else now
+        return tuple(t.published(now, time.time()) for t in self.trainers)
+
+    def command(self, verb: str, name: str | None) -> tuple[bool, str]:
+        """Queue a manual command for the next tick (called from the control thread)."""
+        if verb not in COMMANDS:
+            return False, f"unknown command {verb!r} (use {', '.join(COMMANDS)})"
+        targets = [t for t in self.trainers if name is None or t.config.name == name]
+        if not targets:
+            known = ", ".join(t.config.name for t in self.trainers) or "none configured"
+            return False, f"no trainer named {name!r} (trainers: {known})"
+        for trainer in targets:
+            trainer.commands.put(verb)
+        return True, f"{verb} requested for {', '.join(t.config.name for t in targets)}"
+
+    def stop(self, poll_s: float = 0.1) -> None:
+        """Daemon shutdown: TERM every trainer (after CONT), wait out their grace, then KILL; never orphan."""
+        limit = max((t.config.grace_s for t in self.trainers), default=0.0) + 10.0
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            self.tick(None, shutdown=True)
+            if all(t.machine.phase not in LIVE for t in self.trainers):
+                break
+            time.sleep(poll_s)
+        for trainer in self.trainers:
+            if trainer.proc is not None:
+                if trainer.proc.poll() is None:
+                    log.error("trainer %s: still running at the end of shutdown: SIGKILL", trainer.config.name)
+                    trainer.proc.kill()
+                    trainer.proc.popen.wait(5.0)
+                trainer.proc.reap_leftovers()
+                trainer.proc.close()
+            trainer.pause_file.unlink(missing_ok=True)

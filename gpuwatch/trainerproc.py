@@ -1,0 +1,220 @@
+"""One running training command: spawn in its own session, signal the whole tree, capture its output.
+
+The tree is the process group (start_new_session) plus every descendant psutil has seen, so a worker
+that called setsid() is still reached. psutil.Process objects check the create time before
+signalling, which protects against a recycled pid. Output goes through one pipe into a size-capped
+RotatingFileHandler; a `\\r` progress bar keeps only its last segment per line so it cannot fill the disk.
+"""
+
+from __future__ import annotations
+
+import collections
+import grp
+import logging
+import logging.handlers
+import os
+import pwd
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+STRIPPED_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
+MAX_LINE_BYTES = 16 * 1024
+TAIL_LINES = 40
+
+
+class SpawnError(Exception):
+    """The command could not be started (bad user, missing program, bad cwd)."""
+
+
+def identity(user: str | None, group: str | None) -> dict[str, object]:
+    """Popen kwargs for running as ``user`` with its supplementary groups (video/render); root only."""
+    if user is None and group is None:
+        return {}
+    if os.geteuid() != 0:
+        wanted = pwd.getpwnam(user).pw_uid if user else os.geteuid()
+        if wanted != os.geteuid():
+            raise SpawnError(f"cannot run as user {user!r}: the daemon is not root")
+        return {}
+    kwargs: dict[str, object] = {}
+    try:
+        if user is not None:
+            entry = pwd.getpwnam(user)
+            kwargs["user"] = entry.pw_uid
+            kwargs["group"] = entry.pw_gid
+            kwargs["extra_groups"] = os.getgrouplist(user, entry.pw_gid)
+        if group is not None:
+            kwargs["group"] = grp.getgrnam(group).gr_gid
+    except KeyError as exc:
+        raise SpawnError(f"unknown user or group: {exc}") from None
+    return kwargs
+
+
+class TrainerProcess:
+    """A started command; poll() for its exit, terminate()/kill() for the whole tree."""
+
+    def __init__(self, argv: list[str], cwd: Path | None, env: dict[str, str], log_path: Path,
+                 log_max_bytes: int, log_backups: int, user: str | None = None, group: str | None = None) -> None:
+        self.log_path = log_path
+        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self.log_bytes = 0
+        self._logger = _file_logger(log_path, log_max_bytes, log_backups)
+        self._logger.info("=== gpuwatch: %s started %s in %s", argv, time.strftime("%Y-%m-%d %H:%M:%S"), cwd or ".")
+        try:
+            self.popen = subprocess.Popen(
+                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                **identity(user, group),  # type: ignore[arg-type]
+            )
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            self._close_logger()
+            raise SpawnError(f"cannot start {argv[0]!r}: {exc}") from None
+        self.pid = self.popen.pid
+        self.pgid = self.popen.pid
+        self._known: dict[int, psutil.Process] = {}
+        self._reaped = False
+        self._reader = threading.Thread(target=self._capture, name=f"log-{self.pid}", daemon=True)
+        self._reader.start()
+
+    # ---- status ----
+    def poll(self) -> int | None:
+        """The leader's exit code (negative: signal) once it is gone; refreshes the known tree while alive."""
+        code = self.popen.poll()
+        if code is None:
+            self._refresh()
+        return code
+
+    def tree(self) -> list[psutil.Process]:
+        self._refresh()
+        return [p for p in self._known.values() if _running(p)]
+
+    def tree_alive(self) -> bool:
+        return self.popen.poll() is None or bool(self.tree()) or _group_exists(self.pgid)
+
+    # ---- signals ----
+    def freeze(self) -> None:
+        self._signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def terminate(self) -> None:
+        # A stopped process only acts on TERM after CONT; CONT first so nothing stays stopped.
+        self._signal(signal.SIGCONT)
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGCONT)
+        self._signal(signal.SIGKILL)
+
+    def reap_leftovers(self) -> None:
+        """After the leader exited: no worker may outlive it (orphans hold GPU memory)."""
+        if self.popen.poll() is None or self._reaped:
+            return
+        self.kill()
+        self._reaped = True
+        for proc in list(self._known.values()):
+            try:
+                proc.wait(timeout=1.0)
+            except (psutil.Error, psutil.TimeoutExpired):
+                pass
+
+    def close(self, timeout_s: float = 2.0) -> None:
+        self._reader.join(timeout_s)
+        self._close_logger()
+
+    def _signal(self, sig: int) -> None:
+        self._refresh()
+        if not self._reaped:  # once reaped, the group id may belong to someone else
+            try:
+                os.killpg(self.pgid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for proc in list(self._known.values()):
+            try:
+                proc.send_signal(sig)
+            except psutil.Error:
+                pass
+
+    def _refresh(self) -> None:
+        try:
+            leader = psutil.Process(self.pid)
+            found = [leader, *leader.children(recursive=True)] if self.popen.poll() is None else []
+        except psutil.Error:
+            found = []
+        for proc in found:
+            self._known.setdefault(proc.pid, proc)
+        for pid, proc in list(self._known.items()):
+            if not _running(proc):
+                del self._known[pid]
+
+    # ---- output ----
+    def _capture(self) -> None:
+        assert self.popen.stdout is not None
+        fd = self.popen.stdout.fileno()
+        line = b""
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            self.log_bytes += len(chunk)
+            parts = chunk.split(b"\n")
+            for i, part in enumerate(parts):
+                line += part
+                if b"\r" in line:
+                    line = line.rstrip(b"\r").rsplit(b"\r", 1)[-1]  # a progress bar: keep its latest state
+                line = line[-MAX_LINE_BYTES:]
+                if i < len(parts) - 1:
+                    self._emit(line)
+                    line = b""
+        if line:
+            self._emit(line)
+        self.popen.stdout.close()
+
+    def _emit(self, raw: bytes) -> None:
+        text = raw.decode("utf-8", "replace")
+        self.tail.append(text)
+        self._logger.info("%s", text)
+
+    def _close_logger(self) -> None:
+        for handler in list(self._logger.handlers):
+            handler.close()
+            self._logger.removeHandler(handler)
+
+
+def _file_logger(path: Path, max_bytes: int, backups: int) -> logging.Logger:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    logger = logging.getLogger(f"gpuwatch.trainer-output.{path}")
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    for handler in list(logger.handlers):
+        handler.close()
+        logger.removeHandler(handler)
+    handler = logging.handlers.RotatingFileHandler(path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(handler)
+    return logger
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
