@@ -129,12 +129,18 @@ class TrainerProcess:
 
     def _signal(self, sig: int) -> None:
         self._refresh()
+        grouped = False
         if not self._reaped:  # once reaped, the group id may belong to someone else
             try:
                 os.killpg(self.pgid, sig)
+                grouped = True
             except (ProcessLookupError, PermissionError):
                 pass
         for proc in list(self._known.values()):
+            # Only those that left the group: a second TERM can land while Python is finalizing
+            # (handlers already reset to default) and turn a clean exit into "killed by SIGTERM".
+            if grouped and _pgid(proc.pid) == self.pgid:
+                continue
             try:
                 proc.send_signal(sig)
             except psutil.Error:
@@ -208,6 +214,13 @@ def _running(proc: psutil.Process) -> bool:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
 
 
 def _group_exists(pgid: int) -> bool:
