@@ -105,6 +105,16 @@ def counter(path: Path) -> int:
         return 0
 
 
+def wait_status(pid: int, status: str, timeout_s: float = 3.0) -> bool:
+    """Signal delivery is asynchronous: a just-stopped process can still read as running."""
+    deadline = time.monotonic() + timeout_s
+    while psutil.Process(pid).status() != status:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def advancing(path: Path, wait_s: float = 0.3) -> bool:
     before = counter(path)
     time.sleep(wait_s)
@@ -119,7 +129,7 @@ def test_pause_on_heat_with_sigstop_and_resume_when_cool(make, tmp_path: Path) -
     h.set_junction_c(105)  # navi21 junction crit 110 -> pause limit 100
     s = h.until(lambda s: s.phase is P.PAUSED)
     assert "junction" in (s.reason or "") and s.paused_since_unix is not None
-    assert psutil.Process(pid).status() == psutil.STATUS_STOPPED and not advancing(out)
+    assert wait_status(pid, psutil.STATUS_STOPPED) and not advancing(out)
     h.set_junction_c(97)  # below the limit but within the 5 °C hysteresis: stays paused
     for _ in range(5):
         assert h.tick().phase is P.PAUSED
