@@ -19,6 +19,7 @@ import argparse
 import csv
 import json
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -67,6 +68,8 @@ def main() -> int:
             "max_pause_s": float(args.duration_s),
             "log_dir": str(work / "logs"),
             "hang_timeout_s": 600.0,
+            # a root daemon runs a trainer as root only when asked (docs/supervisor.md)
+            "user": pwd.getpwuid(os.geteuid()).pw_name,
         }],
     }
     if args.no_trainer:  # monitoring only: NVML backend, /metrics and status on the real GPU

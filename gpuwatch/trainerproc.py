@@ -32,21 +32,25 @@ class SpawnError(Exception):
 
 
 def identity(user: str | None, group: str | None) -> dict[str, object]:
-    """Popen kwargs for running as ``user`` with its supplementary groups (video/render); root only."""
-    if user is None and group is None:
-        return {}
-    if os.geteuid() != 0:
-        wanted = pwd.getpwnam(user).pw_uid if user else os.geteuid()
-        if wanted != os.geteuid():
-            raise SpawnError(f"cannot run as user {user!r}: the daemon is not root")
-        return {}
-    kwargs: dict[str, object] = {}
+    """Popen kwargs for running as ``user`` with its supplementary groups (video/render).
+
+    A root daemon never starts a trainer as root by default: ``user`` must be set (``"root"`` to ask for it).
+    """
     try:
-        if user is not None:
-            entry = pwd.getpwnam(user)
-            kwargs["user"] = entry.pw_uid
-            kwargs["group"] = entry.pw_gid
-            kwargs["extra_groups"] = os.getgrouplist(user, entry.pw_gid)
+        if os.geteuid() != 0:
+            wanted = pwd.getpwnam(user).pw_uid if user else os.geteuid()
+            if wanted != os.geteuid() or group is not None and grp.getgrnam(group).gr_gid != os.getegid():
+                raise SpawnError(f"cannot run as user {user!r} / group {group!r}: the daemon is not root")
+            return {}
+        if user is None:
+            raise SpawnError('the daemon runs as root: set user = "..." for this trainer '
+                             '(user = "root" if it really must run as root)')
+        entry = pwd.getpwnam(user)
+        kwargs: dict[str, object] = {
+            "user": entry.pw_uid,
+            "group": entry.pw_gid,
+            "extra_groups": os.getgrouplist(user, entry.pw_gid),
+        }
         if group is not None:
             kwargs["group"] = grp.getgrnam(group).gr_gid
     except KeyError as exc:
@@ -65,10 +69,15 @@ class TrainerProcess:
         self._logger = _file_logger(log_path, log_max_bytes, log_backups)
         self._logger.info("=== gpuwatch: %s started %s in %s", argv, time.strftime("%Y-%m-%d %H:%M:%S"), cwd or ".")
         try:
+            ids = identity(user, group)
+        except SpawnError:
+            self._close_logger()
+            raise
+        try:
             self.popen = subprocess.Popen(
                 argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
-                **identity(user, group),  # type: ignore[arg-type]
+                **ids,  # type: ignore[arg-type]
             )
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             self._close_logger()

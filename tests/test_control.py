@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -95,7 +96,8 @@ def test_through_the_real_daemon(short_dir: Path, fake_sysfs: FakeSysfsTree, cap
     config.write_text(tomli_w.dumps({
         "runtime_dir": str(short_dir / "run"), "sysfs_root": str(fake_sysfs.root), "interval_s": 0.1,
         "http": {"enabled": False}, "fan": {"mode": "monitor-only"},
-        "trainer": [{"name": "yolo", "command": [sys.executable, str(worker), str(marker)], "grace_s": 5}],
+        "trainer": [{"name": "yolo", "command": [sys.executable, str(worker), str(marker)], "grace_s": 5,
+                     "user": pwd.getpwuid(os.geteuid()).pw_name}],
     }))
     daemon = subprocess.Popen([sys.executable, "-c", "import sys; from gpuwatch.cli import main; sys.exit(main())",
                                "run", "-c", str(config)], stderr=subprocess.PIPE, text=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import sys
 import textwrap
@@ -52,7 +53,9 @@ class Harness:
         self.hwmon = hwmon
         self.sampler = Sampler([AmdgpuBackend(Sysfs(fake.root))])
         self.fans: tuple[FanState, ...] = ()
-        cfg = TrainerConfig(**{"name": "t", "gpus": [SLOT], "cwd": tmp, **FAST, **trainer})
+        # Tests may run as root; a root daemon only runs a trainer as root when asked to.
+        base = {"name": "t", "gpus": [SLOT], "cwd": tmp, "user": pwd.getpwuid(os.geteuid()).pw_name}
+        cfg = TrainerConfig(**{**base, **FAST, **trainer})
         self.sup = Supervisor([cfg], ThermalConfig(), tmp / "state")
         self.trainer = self.sup.trainers[0]
 
@@ -344,3 +347,19 @@ def test_unknown_trainer_name_is_refused(make, tmp_path: Path) -> None:
     h = make(command=["true"])
     ok, message = h.sup.command("pause", "nope")
     assert not ok and "no trainer named 'nope'" in message and "t" in message
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching user needs root")
+def test_root_daemon_runs_trainer_as_its_user_with_groups(make, tmp_path: Path) -> None:
+    nobody = pwd.getpwnam("nobody")
+    h = make(command=["/bin/sh", "-c", "echo ids $(id -u) $(id -g)"], user="nobody", cwd=Path("/"))
+    h.until(lambda s: s.phase is P.FINISHED)
+    h.trainer.proc.close()
+    assert f"ids {nobody.pw_uid} {nobody.pw_gid}" in h.trainer.log_path.read_text()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the root default needs root")
+def test_root_daemon_refuses_to_run_trainer_as_root_unless_asked(make, tmp_path: Path) -> None:
+    h = make(command=["/bin/true"], user=None, give_up_after_crashes=1)
+    s = h.until(lambda s: s.phase is P.FAILED)
+    assert 'set user = "..."' in (s.last_exit_reason or "")
