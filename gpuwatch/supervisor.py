@@ -12,6 +12,7 @@ import os
 import queue
 import random
 import shutil
+import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -176,6 +177,7 @@ class Trainer:
             if not self.config.gpus or gpu.gpu_id in self.config.gpus:
                 busy = "N/A" if gpu.gpu_busy_ratio is None else f"{gpu.gpu_busy_ratio:.0%}"
                 lines.append(f"  GPU {gpu.gpu_id} busy {busy} (busy is not progress)")
+        lines.extend(_py_spy(self.proc.pid))
         lines.append("  last output:")
         lines.extend(f"    {line}" for line in list(self.proc.tail)[-20:])
         log.warning("\n".join(lines))
@@ -200,6 +202,18 @@ class Trainer:
             paused_since_unix=paused_since, log_path=str(self.log_path),
             next_start_unix=None if m.next_start is None else now_unix + max(0.0, m.next_start - now_mono),
         )
+
+
+def _py_spy(pid: int, timeout_s: float = 10.0) -> list[str]:
+    """Python stacks of the hung trainer when py-spy is installed (optional; never required)."""
+    tool = shutil.which("py-spy")
+    if tool is None:
+        return []
+    try:
+        done = subprocess.run([tool, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return [f"  py-spy failed: {exc}"]
+    return ["  py-spy dump:"] + [f"    {line}" for line in (done.stdout or done.stderr).splitlines()[:200]]
 
 
 class Supervisor:
