@@ -12,6 +12,7 @@ import os
 import signal
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -23,6 +24,7 @@ from gpuwatch.backend import GpuBackend
 from gpuwatch.config import Config, ConfigError
 from gpuwatch.control import ControlServer
 from gpuwatch.document import to_document
+from gpuwatch.http import HttpServer
 from gpuwatch.nvml import NvmlBackend, NvmlUnavailable
 from gpuwatch.model import DaemonInfo, FanState, PublishedState, Snapshot, TrainerState
 from gpuwatch.sampler import Sampler
@@ -114,6 +116,8 @@ class Daemon:
         self.stop_requested = threading.Event()
         self.failures: dict[str, str] = {}
         self.control: ControlServer | None = None
+        self.read_errors: Counter[tuple[str, str]] = Counter()
+        self.http: HttpServer | None = None
 
     def _start_control(self) -> None:
         """`gpuwatch pause|resume|restart` reach the supervisor through a local unix socket."""
@@ -133,6 +137,7 @@ class Daemon:
         if self.parts.trainers is not None:
             trainers = self._guard("supervisor", lambda: self.parts.trainers.tick(snapshot, fans), ())  # type: ignore[union-attr]
         self.ticks_total += 1
+        _count_read_errors(self.read_errors, snapshot)
         state = PublishedState(
             snapshot=snapshot,
             daemon=DaemonInfo(
@@ -145,6 +150,7 @@ class Daemon:
             ),
             fans=fans,
             trainers=trainers,
+            read_errors_total=tuple((gpu, sensor, n) for (gpu, sensor), n in sorted(self.read_errors.items())),
         )
         document = to_document(state, self.config.thermal, source="daemon")
         self.holder.publish(state, document)
@@ -162,6 +168,7 @@ class Daemon:
         interval = self.config.interval_s
         deadline = time.monotonic()
         try:
+            self._start_http()
             while not self.stop_requested.is_set():
                 self.tick()
                 deadline += interval
@@ -176,6 +183,9 @@ class Daemon:
 
     def shutdown(self) -> None:
         """Trainers first (they get their checkpoint time), then fans back to the firmware."""
+        if self.http is not None:
+            self._guard("http stop", self.http.stop, None)
+            self.http = None
         if self.control is not None:
             self._guard("control socket stop", self.control.stop, None)
             self.control = None
@@ -185,6 +195,24 @@ class Daemon:
             self._guard("fan restore", self.parts.fans.restore, None)
         Path(self.config.state_file).unlink(missing_ok=True)
         log.info("gpuwatch stopped")
+
+    @property
+    def http_port(self) -> int | None:
+        """The bound HTTP port (the real one when the config asked for port 0), None when not serving."""
+        return None if self.http is None else self.http.port
+
+    def _start_http(self) -> None:
+        """A port already in use is logged and the daemon goes on: fans and supervision matter more."""
+        http = self.config.http
+        if not http.enabled:
+            return
+        try:
+            self.http = HttpServer(self.holder, self.config.thermal, http.listen, http.port)
+        except OSError as exc:
+            log.error("cannot serve HTTP on %s:%d: %s; metrics are off", http.listen, http.port, exc.strerror)
+            self.failures["http"] = f"cannot listen on {http.listen}:{http.port}: {exc.strerror}"
+            return
+        self.http.start()
 
     def request_stop(self, signum: int | None = None, frame: FrameType | None = None) -> None:
         if signum is not None:
@@ -206,6 +234,13 @@ class Daemon:
             return fallback
         self.failures.pop(part, None)
         return result
+
+
+def _count_read_errors(totals: Counter[tuple[str, str]], snapshot: Snapshot) -> None:
+    """Cumulative per-sensor read failures for the exporter's counter; a GPU that is gone counts as down, not as errors."""
+    for gpu in snapshot.gpus:
+        if gpu.up:
+            totals.update((gpu.gpu_id, error.sensor) for error in gpu.errors)
 
 
 def _log_discovery(config: Config, snapshot: Snapshot) -> None:

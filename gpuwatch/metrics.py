@@ -1,0 +1,271 @@
+"""Prometheus metric families rendered from the latest PublishedState (a custom Collector; no I/O).
+
+A scrape only reads what the daemon already published, so a slow or hung sysfs read can never hang
+it. Names are in base units with the ``gpuwatch_`` prefix; every per-GPU series has one ``gpu`` label
+(the PCI slot, the GPU's stable identity); identity strings live only in ``gpuwatch_gpu_info``.
+A value the GPU does not report is an absent series, never 0. docs/metrics.md is the reference.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gpuwatch.config import ThermalConfig
+from gpuwatch.model import FanMode, FanState, GpuReading, PublishedState, TrainerPhase, TrainerState
+from gpuwatch.thermal import sensor_limit_c
+
+P = "gpuwatch_"
+GPU_INFO_LABELS = ("gpu", "card", "backend", "name", "device_id", "subsystem_id", "unique_id", "vbios_version")
+
+# (metric suffix, help, GpuReading attribute, scale to base unit)
+_GPU_GAUGES: tuple[tuple[str, str, str, float], ...] = (
+    ("gpu_busy_ratio", "GPU engine busy, 0-1 (gpu_busy_percent).", "gpu_busy_ratio", 1.0),
+    ("gpu_memory_busy_ratio", "VRAM controller busy, 0-1 (mem_busy_percent).", "mem_busy_ratio", 1.0),
+    ("gpu_vram_used_bytes", "VRAM in use.", "vram_used_bytes", 1.0),
+    ("gpu_vram_total_bytes", "VRAM size.", "vram_total_bytes", 1.0),
+    ("gpu_gtt_used_bytes", "GTT (system memory mapped for the GPU) in use.", "gtt_used_bytes", 1.0),
+    ("gpu_gtt_total_bytes", "GTT size.", "gtt_total_bytes", 1.0),
+    ("gpu_power_watts", "Package power (average or instantaneous, whichever the card reports).", "power_w", 1.0),
+    ("gpu_power_cap_watts", "Current power cap.", "power_cap_w", 1.0),
+    ("gpu_power_cap_min_watts", "Lowest settable power cap.", "power_cap_min_w", 1.0),
+    ("gpu_power_cap_max_watts", "Highest settable power cap.", "power_cap_max_w", 1.0),
+    ("gpu_power_cap_default_watts", "Default power cap.", "power_cap_default_w", 1.0),
+    ("gpu_fan_rpm", "Fan speed read back from the card, revolutions per minute.", "fan_rpm", 1.0),
+    ("gpu_fan_min_rpm", "Lowest fan speed the card reports.", "fan_min_rpm", 1.0),
+    ("gpu_fan_max_rpm", "Highest fan speed the card reports.", "fan_max_rpm", 1.0),
+    ("gpu_fan_duty_ratio", "Fan duty read from pwm1, 0-1.", "pwm_ratio", 1.0),
+    ("gpu_fan_pwm_enable", "hwmon pwm1_enable: 0 full speed, 1 manual, 2 automatic (firmware).", "pwm_enable", 1.0),
+    ("gpu_pcie_link_speed_transfers_per_second", "Current PCIe link speed.", "pcie_link_speed_gts", 1e9),
+    ("gpu_pcie_link_max_speed_transfers_per_second", "Maximum PCIe link speed.", "pcie_max_link_speed_gts", 1e9),
+    ("gpu_pcie_link_width_lanes", "Current PCIe link width.", "pcie_link_width", 1.0),
+    ("gpu_pcie_link_max_width_lanes", "Maximum PCIe link width.", "pcie_max_link_width", 1.0),
+)
+_TEMP_FIELDS = (
+    ("gpu_temperature_celsius", "Temperature by sensor (edge, junction, mem).", "temp_c"),
+    ("gpu_temperature_crit_celsius", "Critical temperature: the card throttles hard here.", "crit_c"),
+    ("gpu_temperature_crit_hyst_celsius", "Hysteresis of the critical temperature.", "crit_hyst_c"),
+    ("gpu_temperature_emergency_celsius", "Emergency temperature: the card shuts down here.", "emergency_c"),
+)
+_RUNNING_PHASES = {TrainerPhase.RUNNING}
+
+
+class GpuwatchCollector(Collector):
+    """Renders ``latest()`` (the StateHolder's PublishedState) into metric families on every scrape."""
+
+    def __init__(self, latest: Callable[[], PublishedState | None], thermal: ThermalConfig) -> None:
+        self._latest = latest
+        self._thermal = thermal
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # unchecked collector: the series depend on the GPUs found
+
+    def collect(self) -> Iterator[Metric]:
+        state = self._latest()
+        if state is None:
+            return iter(())
+        return iter(render(state, self._thermal))
+
+
+def render(state: PublishedState, thermal: ThermalConfig) -> list[Metric]:
+    """Every family for one published state, in a fixed order (the golden file depends on it)."""
+    families = [*_exporter(state), *_gpus(state, thermal), *_fans(state), *_trainers(state.trainers)]
+    return [family for family in families if family.samples]
+
+
+def _gauge(name: str, doc: str, labels: Iterable[str] = ("gpu",), unit: str = "") -> GaugeMetricFamily:
+    return GaugeMetricFamily(P + name, doc, labels=list(labels), unit=unit)
+
+
+def _counter(name: str, doc: str, labels: Iterable[str] = ("gpu",)) -> CounterMetricFamily:
+    return CounterMetricFamily(P + name, doc, labels=list(labels))
+
+
+def _exporter(state: PublishedState) -> list[Metric]:
+    snap, daemon = state.snapshot, state.daemon
+    out: list[Metric] = []
+    last = _gauge("last_sample_timestamp_seconds", "Wall time of the latest sample (Unix seconds).", ())
+    last.add_metric([], snap.taken_unix)
+    duration = _gauge("sample_duration_seconds", "How long reading every GPU took in the latest tick.", ())
+    duration.add_metric([], snap.sample_duration_s)
+    gpus = _gauge("gpus", "GPUs known to the daemon, by state (up: readable, down: gone or unreadable).", ["state"])
+    up = sum(1 for g in snap.gpus if g.up)
+    gpus.add_metric(["up"], up)
+    gpus.add_metric(["down"], len(snap.gpus) - up)
+    out += [last, duration, gpus]
+    if daemon is not None:
+        info = _gauge("build_info", "Version of the running daemon (always 1).", ["version"])
+        info.add_metric([daemon.version], 1)
+        start = _gauge("daemon_start_time_seconds", "When the daemon started (Unix seconds).", ())
+        start.add_metric([], daemon.started_unix)
+        interval = _gauge("tick_interval_seconds", "Configured sampling interval.", ())
+        interval.add_metric([], daemon.interval_s)
+        ticks = _counter("ticks", "Ticks (sample + control + publish) completed since start.", ())
+        ticks.add_metric([], daemon.ticks_total)
+        failing = _gauge("daemon_part_failing", "1 for each daemon part whose last run raised (see /status).",
+                         ["part"])
+        for failure in daemon.failures:
+            failing.add_metric([failure.split(":", 1)[0]], 1)
+        out += [info, start, interval, ticks, failing]
+    unsupported = _gauge("unsupported_card_info", "DRM cards gpuwatch lists but never reads (another driver).",
+                         ["card", "driver", "gpu"])
+    for card in snap.unsupported:
+        unsupported.add_metric([card.card, card.driver or "", card.gpu_id or ""], 1)
+    out.append(unsupported)
+    return out
+
+
+def _gpus(state: PublishedState, thermal: ThermalConfig) -> list[Metric]:
+    gpus = state.snapshot.gpus
+    info = _gauge("gpu_info", "GPU identity (always 1); join on gpu for names.", GPU_INFO_LABELS)
+    up = _gauge("gpu_up", "1 when the GPU was read this tick, 0 when it is gone (reset, fell off the bus).")
+    suspended = _gauge("gpu_suspended", "1 when the GPU is runtime-suspended (values then come from before).")
+    for gpu in gpus:
+        info.add_metric([gpu.gpu_id, gpu.card, gpu.backend, *(getattr(gpu, k) or "" for k in GPU_INFO_LABELS[3:])], 1)
+        up.add_metric([gpu.gpu_id], 1 if gpu.up else 0)
+        if gpu.runtime_status is not None:
+            suspended.add_metric([gpu.gpu_id], 1 if gpu.suspended else 0)
+    out: list[Metric] = [info, up, suspended, *_temperatures(gpus, thermal)]
+    for suffix, doc, attr, scale in _GPU_GAUGES:
+        family = _gauge(suffix, doc)
+        for gpu in gpus:
+            value = getattr(gpu, attr)
+            if value is not None:
+                family.add_metric([gpu.gpu_id], value * scale)
+        out.append(family)
+    out += _clocks(gpus)
+    failing = _gauge("gpu_read_failing", "1 for each sensor file that exists but failed to read this tick.",
+                     ["gpu", "sensor"])
+    for gpu in gpus:
+        if gpu.up:
+            for error in gpu.errors:
+                failing.add_metric([gpu.gpu_id, error.sensor], 1)
+    errors = _counter("gpu_read_errors", "Failed reads of a sensor file since the daemon started.",
+                      ["gpu", "sensor"])
+    for gpu_id, sensor, count in state.read_errors_total:
+        errors.add_metric([gpu_id, sensor], count)
+    return [*out, failing, errors]
+
+
+def _temperatures(gpus: tuple[GpuReading, ...], thermal: ThermalConfig) -> list[Metric]:
+    out: list[Metric] = []
+    for suffix, doc, attr in _TEMP_FIELDS:
+        family = _gauge(suffix, doc, ["gpu", "sensor"])
+        for gpu in gpus:
+            for temp in gpu.temps:
+                value = getattr(temp, attr)
+                if value is not None:
+                    family.add_metric([gpu.gpu_id, temp.label], value)
+        out.append(family)
+    limit = _gauge("gpu_temperature_limit_celsius",
+                   "gpuwatch's pause/alarm limit per sensor (configured, or crit minus a margin).", ["gpu", "sensor"])
+    over = _gauge("gpu_thermal_over_limit", "1 when the sensor is at or above its gpuwatch limit.", ["gpu", "sensor"])
+    for gpu in gpus:
+        for temp in gpu.temps:
+            limit_c = sensor_limit_c(temp, thermal)
+            if limit_c is None:
+                continue
+            limit.add_metric([gpu.gpu_id, temp.label], limit_c)
+            if temp.temp_c is not None:
+                over.add_metric([gpu.gpu_id, temp.label], 1 if temp.temp_c >= limit_c else 0)
+    return [*out, limit, over]
+
+
+def _clocks(gpus: tuple[GpuReading, ...]) -> list[Metric]:
+    clock = _gauge("gpu_clock_hertz", "Current clock: sclk (shader) and mclk (memory).", ["gpu", "clock"])
+    volts = _gauge("gpu_voltage_volts", "Voltage by rail.", ["gpu", "rail"])
+    for gpu in gpus:
+        for name, value in (("sclk", gpu.sclk_hz), ("mclk", gpu.mclk_hz)):
+            if value is not None:
+                clock.add_metric([gpu.gpu_id, name], value)
+        if gpu.vddgfx_v is not None:
+            volts.add_metric([gpu.gpu_id, "vddgfx"], gpu.vddgfx_v)
+    return [clock, volts]
+
+
+def _duty(pwm: int | None, gpu: GpuReading | None) -> float | None:
+    """A raw pwm value as 0-1 with the card's own pwm range (0-255 when the card does not say)."""
+    if pwm is None:
+        return None
+    low = (gpu.pwm_min if gpu else None) or 0
+    high = (gpu.pwm_max if gpu else None) or 255
+    return None if high <= low else max(0.0, min(1.0, (pwm - low) / (high - low)))
+
+
+def _fans(state: PublishedState) -> list[Metric]:
+    mode = _gauge("fan_mode", "1 for the fan controller's current mode of the GPU, 0 for the others.",
+                  ["gpu", "mode"])
+    backend = _gauge("fan_backend_info", "How the controller drives the fan (pwm1, gpu_od...); always 1.",
+                     ["gpu", "backend"])
+    target = _gauge("fan_target_duty_ratio", "Duty the controller wants (curve output), 0-1.")
+    applied = _gauge("fan_applied_duty_ratio", "Duty the controller last wrote, 0-1.")
+    readback = _gauge("fan_readback_duty_ratio", "Duty read back after the write, 0-1.")
+    applied_pwm = _gauge("fan_applied_pwm", "Raw pwm value last written (the card's pwm1 scale).")
+    readback_pwm = _gauge("fan_readback_pwm", "Raw pwm value read back after the write.")
+    sensor = _gauge("fan_control_temperature_celsius", "The temperature the curve follows, by sensor.",
+                    ["gpu", "sensor"])
+    stalled = _gauge("fan_stalled", "1 when the fan reads 0 RPM although driven above its floor.")
+    resets = _counter("fan_mode_resets", "Times the driver or firmware took fan control back (re-taken).")
+    write_errors = _counter("fan_write_errors", "Failed fan writes.")
+    stalls = _counter("fan_stalls", "Fan stall episodes detected.")
+    fan: FanState
+    for fan in state.fans:
+        gpu = state.snapshot.gpu(fan.gpu_id)
+        labels = [fan.gpu_id]
+        for known in FanMode:
+            mode.add_metric([fan.gpu_id, known.value], 1 if fan.mode == known else 0)
+        backend.add_metric([fan.gpu_id, fan.backend], 1)
+        for family, value in (
+            (target, fan.target_ratio), (applied, _duty(fan.applied_pwm, gpu)),
+            (readback, _duty(fan.readback_pwm, gpu)), (applied_pwm, fan.applied_pwm),
+            (readback_pwm, fan.readback_pwm),
+        ):
+            if value is not None:
+                family.add_metric(labels, value)
+        if fan.sensor is not None and fan.sensor_temp_c is not None:
+            sensor.add_metric([fan.gpu_id, fan.sensor], fan.sensor_temp_c)
+        stalled.add_metric(labels, 1 if fan.stalled else 0)
+        resets.add_metric(labels, fan.mode_resets_total)
+        write_errors.add_metric(labels, fan.write_errors_total)
+        stalls.add_metric(labels, fan.stalls_total)
+    return [mode, backend, target, applied, readback, applied_pwm, readback_pwm, sensor, stalled, resets,
+            write_errors, stalls]
+
+
+def _trainers(trainers: tuple[TrainerState, ...]) -> list[Metric]:
+    t = ["trainer"]
+    info = _gauge("trainer_info", "Supervised training command and the GPUs it uses (always 1).", ["trainer", "gpus"])
+    phase = _gauge("trainer_phase", "1 for the trainer's current supervisor phase, 0 for the others.",
+                   ["trainer", "phase"])
+    running = _gauge("trainer_running", "1 while the trainer is running (not paused, backing off or stopped).", t)
+    start = _gauge("trainer_start_time_seconds", "When the current run of the trainer started (Unix seconds).", t)
+    exit_code = _gauge("trainer_last_exit_code", "Exit code of the trainer's last run (negative: signal).", t)
+    restarts = _counter("trainer_restarts", "Restarts of the training command.", t)
+    by_reason = _counter("trainer_restarts_by_reason", "Restarts of the training command by reason.",
+                         ["trainer", "reason"])
+    pauses = _counter("trainer_pauses", "Thermal or manual pauses (SIGSTOP or pause file).", t)
+    resumes = _counter("trainer_resumes", "Resumes after a pause.", t)
+    steps = _counter("trainer_steps", "Training steps reported by the trainer's heartbeat.", t)
+    rate = _gauge("trainer_steps_per_second", "Training speed from the heartbeat.", t)
+    age = _gauge("trainer_last_step_age_seconds", "Seconds since the trainer last reported a step.", t)
+    epoch = _gauge("trainer_epoch", "Current epoch reported by the trainer.", t)
+    for trainer in trainers:
+        name = [trainer.name]
+        info.add_metric([trainer.name, ",".join(trainer.gpus)], 1)
+        for known in TrainerPhase:
+            phase.add_metric([trainer.name, known.value], 1 if trainer.phase == known else 0)
+        running.add_metric(name, 1 if trainer.phase in _RUNNING_PHASES else 0)
+        restarts.add_metric(name, trainer.restarts_total)
+        for reason, count in trainer.restarts_by_reason:
+            by_reason.add_metric([trainer.name, reason], count)
+        pauses.add_metric(name, trainer.pauses_total)
+        resumes.add_metric(name, trainer.resumes_total)
+        for family, value in (
+            (start, trainer.started_unix), (exit_code, trainer.last_exit_code), (steps, trainer.steps_total),
+            (rate, trainer.steps_per_s), (age, trainer.last_step_age_s), (epoch, trainer.epoch),
+        ):
+            if value is not None:
+                family.add_metric(name, value)
+    return [info, phase, running, start, exit_code, restarts, by_reason, pauses, resumes, steps, rate, age, epoch]
