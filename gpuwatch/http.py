@@ -14,7 +14,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
+from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
 from gpuwatch.config import ThermalConfig
@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 # Same rule as `gpuwatch status`: state older than this many intervals (+ slack) means a stuck loop.
 STALE_AFTER_TICKS = 5
 STALE_SLACK_S = 2.0
+# generate_latest writes the classic text format; newer clients' CONTENT_TYPE_LATEST may name 1.0.0.
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def health(holder: StateHolder, now_monotonic: float) -> tuple[bool, str]:
@@ -87,7 +89,7 @@ def _handler_class(holder: StateHolder, registry: CollectorRegistry,
         def _respond(self, body: bool) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
-                self._send(200, CONTENT_TYPE_LATEST, generate_latest(registry), body)
+                self._send(200, METRICS_CONTENT_TYPE, generate_latest(registry), body)
             elif path == "/healthz":
                 fresh, reason = health(holder, monotonic())
                 self._send(200 if fresh else 503, "text/plain; charset=utf-8", (reason + "\n").encode(), body)
