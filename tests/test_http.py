@@ -46,7 +46,7 @@ def test_metrics_status_and_healthz_after_a_tick(daemon: Daemon) -> None:
     assert code == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
     assert f'gpuwatch_gpu_up{{gpu="{GPU_A}"}} 1.0' in body.decode()
     code, _, body = fetch(port, "/status")
-    assert code == 200 and json.loads(body) == daemon.holder.document()
+    assert code == 200 and json.loads(body) == json.loads(json.dumps(daemon.holder.document()))
     code, _, body = fetch(port, "/healthz")
     assert code == 200 and body.startswith(b"ok")
 
