@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.config import Config, HttpConfig, ThermalConfig
+from gpuwatch.config import Config, FanConfig, HttpConfig, ThermalConfig
 from gpuwatch.daemon import Daemon
 from gpuwatch.http import HttpServer, health
 from gpuwatch.model import DaemonInfo, PublishedState, Snapshot
@@ -29,7 +29,8 @@ def fetch(port: int, path: str, method: str = "GET") -> tuple[int, dict[str, str
 @pytest.fixture
 def daemon(tmp_path: Path):
     tree = two_gpu_tree(tmp_path / "sys")
-    config = Config(sysfs_root=tree.root, runtime_dir=tmp_path / "run", interval_s=0.1,
+    # Fan control off: these tests delete the tree under a running daemon, which a fan restore would report.
+    config = Config(sysfs_root=tree.root, runtime_dir=tmp_path / "run", interval_s=0.1, fan=FanConfig(mode="off"),
                     http=HttpConfig(listen="127.0.0.1", port=0))
     d = Daemon(config)
     d._start_http()
