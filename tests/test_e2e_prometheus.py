@@ -170,6 +170,8 @@ def test_every_dashboard_and_alert_expression_against_real_prometheus(
     dashboard = json.loads((REPO / "config" / "grafana-dashboard.json").read_text())
     status = get_json(f"http://127.0.0.1:{daemon[0]}/status")
     present = present_components(status)
+    titles = {p["title"] for p in dashboard["panels"]}
+    assert set(CONDITIONAL_PANELS) <= titles, "CONDITIONAL_PANELS names a panel the dashboard no longer has"
     empty = []
     for panel in dashboard["panels"]:
         if panel["type"] == "row":
