@@ -1,8 +1,9 @@
 """End to end: `gpuwatch run` on a fake two-GPU tree, scraped by a real Prometheus, every PromQL checked.
 
 Every expression of config/grafana-dashboard.json and config/alerts.yml goes through Prometheus' HTTP
-API: each must be valid, and each dashboard panel must return data. Panels about components this
-daemon run does not have are required only when it has them (read from the daemon's /status):
+API: each must be valid, and each dashboard panel must return data. The run has the fan controller
+and a stand-in trainer reporting steps, so every panel is required; should a component be missing
+from the run (read from the daemon's /status), the panels about it are excused:
 "Fan mode" and "Fan controller events" need a fan controller publishing state; "Trainer phase" and
 "Restarts, pauses, resumes" need a supervised trainer; "Training speed" and "Seconds since last
 step, epoch" need a trainer that reports steps. Loopback only, bounded waits, both processes stopped.
@@ -37,6 +38,18 @@ CONDITIONAL_PANELS = {
     "Training speed": "trainer steps",
     "Seconds since last step, epoch": "trainer steps",
 }
+# A stand-in training run: reports a step every 0.1 s through the heartbeat protocol, ends by itself.
+TRAINER = (
+    "import os, time\n"
+    "from gpuwatch.heartbeat import Heartbeat, write_heartbeat\n"
+    "path = os.environ['GPUWATCH_HEARTBEAT_FILE']\n"
+    "start = time.time()\n"
+    "for step in range(1, 600):\n"
+    "    now = time.time()\n"
+    "    write_heartbeat(path, Heartbeat(pid=os.getpid(), steps_total=step, last_step_unix=now,\n"
+    "                                    steps_per_s=step / (now - start + 1e-9), updated_unix=now, epoch=step // 50))\n"
+    "    time.sleep(0.1)\n"
+)
 GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "15s", "$__range": "5m", "$instance": ".+", "$gpu": ".+"}
 
 pytestmark = [
@@ -90,6 +103,7 @@ def daemon(tmp_path: Path) -> Iterator[tuple[int, Path]]:
     config.write_text(
         f'sysfs_root = "{tree.root}"\nruntime_dir = "{tmp_path / "run"}"\ninterval_s = 0.2\n'
         '[http]\nlisten = "127.0.0.1"\nport = 0\n'
+        f'[[trainer]]\nname = "e2e"\ncommand = {json.dumps([sys.executable, "-c", TRAINER])}\ngrace_s = 5.0\n'
     )
     log = tmp_path / "gpuwatch.log"
     with log.open("wb") as sink:
