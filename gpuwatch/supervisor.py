@@ -162,6 +162,7 @@ class Trainer:
         """The leader is gone: kill what it left behind and close its log."""
         if self.proc is not None:
             self.proc.reap_leftovers()
+            self.proc.close(timeout_s=1.0)  # the log holds the last words before the state says "exited"
 
     def _evidence(self, reason: str, snapshot: Snapshot | None) -> None:
         assert self.proc is not None

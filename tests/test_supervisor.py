@@ -221,7 +221,7 @@ def test_crash_loop_backs_off_and_gives_up(make, tmp_path: Path) -> None:
 
 def test_hang_is_detected_and_restarted(make, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     body = "import time; print('loading', flush=True); time.sleep(60)"
-    h = make(command=script(tmp_path, "hang.py", body), hang_timeout_s=0.5)
+    h = make(command=script(tmp_path, "hang.py", body), hang_timeout_s=1.5)  # > a loaded interpreter's start-up
     with caplog.at_level("WARNING", logger="gpuwatch.supervisor"):
         s = h.until(lambda s: s.restarts_total == 1)
     assert dict(s.restarts_by_reason) == {"hang": 1}
@@ -231,9 +231,10 @@ def test_hang_is_detected_and_restarted(make, tmp_path: Path, caplog: pytest.Log
 
 def test_progress_file_keeps_it_alive(make, tmp_path: Path) -> None:
     out = tmp_path / "count"
-    h = make(command=script(tmp_path, "w.py", WORKER) + [str(out)], hang_timeout_s=0.4, progress_file=out,
+    h = make(command=script(tmp_path, "w.py", WORKER) + [str(out)], hang_timeout_s=1.0, progress_file=out,
              log_is_progress=False)
-    deadline = time.monotonic() + 1.2
+    h.until(lambda s: out.exists())
+    deadline = time.monotonic() + 1.5  # longer than hang_timeout_s: only the touched file keeps it alive
     while time.monotonic() < deadline:
         s = h.tick()
         time.sleep(0.05)
