@@ -36,7 +36,8 @@ _GPU_GAUGES: tuple[tuple[str, str, str, float], ...] = (
     ("gpu_fan_rpm", "Fan speed read back from the card, revolutions per minute.", "fan_rpm", 1.0),
     ("gpu_fan_min_rpm", "Lowest fan speed the card reports.", "fan_min_rpm", 1.0),
     ("gpu_fan_max_rpm", "Highest fan speed the card reports.", "fan_max_rpm", 1.0),
-    ("gpu_fan_duty_ratio", "Fan duty read from pwm1, 0-1.", "pwm_ratio", 1.0),
+    ("gpu_fan_duty_ratio", "Fan duty as sampled (pwm1, or the board's fan speed where no pwm exists), 0-1.",
+     "fan_duty", 1.0),
     ("gpu_fan_pwm_enable", "hwmon pwm1_enable: 0 full speed, 1 manual, 2 automatic (firmware).", "pwm_enable", 1.0),
     ("gpu_pcie_link_speed_transfers_per_second", "Current PCIe link speed.", "pcie_link_speed_gts", 1e9),
     ("gpu_pcie_link_max_speed_transfers_per_second", "Maximum PCIe link speed.", "pcie_max_link_speed_gts", 1e9),
@@ -131,7 +132,7 @@ def _gpus(state: PublishedState, thermal: ThermalConfig) -> list[Metric]:
     for suffix, doc, attr, scale in _GPU_GAUGES:
         family = _gauge(suffix, doc)
         for gpu in gpus:
-            value = getattr(gpu, attr)
+            value = _fan_duty(gpu) if attr == "fan_duty" else getattr(gpu, attr)
             if value is not None:
                 family.add_metric([gpu.gpu_id], value * scale)
         out.append(family)
@@ -147,6 +148,11 @@ def _gpus(state: PublishedState, thermal: ThermalConfig) -> list[Metric]:
     for gpu_id, sensor, count in state.read_errors_total:
         errors.add_metric([gpu_id, sensor], count)
     return [*out, failing, errors]
+
+
+def _fan_duty(gpu: GpuReading) -> float | None:
+    """pwm1 where the card has one; NVML boards report a duty percentage instead."""
+    return gpu.pwm_ratio if gpu.pwm_ratio is not None else gpu.fan_duty_ratio
 
 
 def _temperatures(gpus: tuple[GpuReading, ...], thermal: ThermalConfig) -> list[Metric]:
@@ -241,6 +247,8 @@ def _trainers(trainers: tuple[TrainerState, ...]) -> list[Metric]:
                    ["trainer", "phase"])
     running = _gauge("trainer_running", "1 while the trainer is running (not paused, backing off or stopped).", t)
     start = _gauge("trainer_start_time_seconds", "When the current run of the trainer started (Unix seconds).", t)
+    paused_since = _gauge("trainer_pause_start_time_seconds", "When the current pause began (Unix seconds).", t)
+    next_start = _gauge("trainer_next_start_time_seconds", "When a backing-off trainer starts again (Unix seconds).", t)
     exit_code = _gauge("trainer_last_exit_code", "Exit code of the trainer's last run (negative: signal).", t)
     restarts = _counter("trainer_restarts", "Restarts of the training command.", t)
     by_reason = _counter("trainer_restarts_by_reason", "Restarts of the training command by reason.",
@@ -263,9 +271,10 @@ def _trainers(trainers: tuple[TrainerState, ...]) -> list[Metric]:
         pauses.add_metric(name, trainer.pauses_total)
         resumes.add_metric(name, trainer.resumes_total)
         for family, value in (
-            (start, trainer.started_unix), (exit_code, trainer.last_exit_code), (steps, trainer.steps_total),
+            (start, trainer.started_unix), (paused_since, trainer.paused_since_unix),
+            (next_start, trainer.next_start_unix), (exit_code, trainer.last_exit_code), (steps, trainer.steps_total),
             (rate, trainer.steps_per_s), (age, trainer.last_step_age_s), (epoch, trainer.epoch),
         ):
             if value is not None:
                 family.add_metric(name, value)
-    return [info, phase, running, start, exit_code, restarts, by_reason, pauses, resumes, steps, rate, age, epoch]
+    return [info, phase, running, start, paused_since, next_start, exit_code, restarts, by_reason, pauses, resumes, steps, rate, age, epoch]

@@ -62,7 +62,10 @@ def example_state(root: Path) -> PublishedState:
                      restarts_by_reason=(("crash", 1), ("hung", 1)), pauses_total=3, resumes_total=3,
                      last_exit_code=-9, last_exit_reason="hung", steps_total=12345, steps_per_s=4.5,
                      last_step_age_s=0.25, epoch=7),
-        TrainerState(name="bert", phase=TrainerPhase.PAUSED, gpus=(GPU_B,), reason="junction over limit"),
+        TrainerState(name="bert", phase=TrainerPhase.PAUSED, gpus=(GPU_B,), reason="junction over limit",
+                     paused_since_unix=NOW_UNIX - 120),
+        TrainerState(name="vit", phase=TrainerPhase.BACKOFF, restarts_total=1, restarts_by_reason=(("crash", 1),),
+                     last_exit_code=1, next_start_unix=NOW_UNIX + 30),
     )
     daemon = DaemonInfo(pid=1234, version="0.1.0", started_unix=NOW_UNIX - 7200, ticks_total=7200,
                         interval_s=1.0, failures=("fan controller: OSError: [Errno 5] EIO",))

@@ -97,3 +97,15 @@ def test_current_read_errors_are_flagged_per_sensor() -> None:
                                             read_errors_total=(("g", "temp2_input", 4),))))
     assert got['gpuwatch_gpu_read_failing{gpu="g",sensor="temp2_input"}'] == 1
     assert got['gpuwatch_gpu_read_errors_total{gpu="g",sensor="temp2_input"}'] == 4
+
+
+@pytest.mark.parametrize(
+    "reading, duty",
+    [
+        (GpuReading(gpu_id="g", card="card0", pwm=51, pwm_min=0, pwm_max=255, fan_duty_ratio=0.9), 0.2),
+        (GpuReading(gpu_id="g", card="nvidia0", backend="nvml", fan_duty_ratio=0.35), 0.35),  # no pwm1 on NVML
+    ],
+)
+def test_fan_duty_prefers_pwm_then_board_duty(reading: GpuReading, duty: float) -> None:
+    got = samples(exposition(PublishedState(snapshot=Snapshot(0.0, 0.0, (reading,)))))
+    assert got['gpuwatch_gpu_fan_duty_ratio{gpu="g"}'] == pytest.approx(duty)
