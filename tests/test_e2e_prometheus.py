@@ -12,6 +12,8 @@ step, epoch" need a trainer that reports steps. Loopback only, bounded waits, bo
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import re
 import shutil
 import socket
@@ -104,6 +106,8 @@ def daemon(tmp_path: Path) -> Iterator[tuple[int, Path]]:
         f'sysfs_root = "{tree.root}"\nruntime_dir = "{tmp_path / "run"}"\ninterval_s = 0.2\n'
         '[http]\nlisten = "127.0.0.1"\nport = 0\n'
         f'[[trainer]]\nname = "e2e"\ncommand = {json.dumps([sys.executable, "-c", TRAINER])}\ngrace_s = 5.0\n'
+        # a root daemon runs a trainer as root only when asked (docs/supervisor.md)
+        f'user = "{pwd.getpwuid(os.geteuid()).pw_name}"\n'
     )
     log = tmp_path / "gpuwatch.log"
     with log.open("wb") as sink:
