@@ -56,6 +56,7 @@ GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "15s", "$__range":
 
 pytestmark = [
     pytest.mark.prometheus,
+    pytest.mark.timeout(180),  # three bounded waits of WAIT_S each on a loaded machine, plus shutdown
     pytest.mark.skipif(PROMETHEUS is None, reason="prometheus missing: apt-get install prometheus "
                        "(scripts/install-system-deps.sh does it for make test / CI)"),
 ]
