@@ -17,6 +17,7 @@ load by default, so the fan curve still has something to do in a demo without tr
 from __future__ import annotations
 
 import logging
+import random
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -81,6 +82,10 @@ class SimulatedGpus:
     time_scale: float = 1.0
     load_without_trainer: float = 1.0
     clock: Callable[[], float] = time.monotonic
+    # Real sensors flicker: SMU11 reports whole degrees, and a reading a bit noisy around the model's
+    # value keeps a settled card from looking like a frozen sensor (the fan's frozen-temp failsafe).
+    sensor_noise_c: float = 0.6
+    seed: int = 7
     cards: list[SimCard] = field(default_factory=list)
     sim_time_s: float = 0.0
 
@@ -98,6 +103,7 @@ class SimulatedGpus:
                 hwmon_dir=placed.hwmon_dir, state=idle_state(self.params), load_ratio=self.load_without_trainer,
                 next_reset_s=self.faults.firmware_reset_every_s if self.faults.hits(index) else None,
             ))
+        self._random = random.Random(self.seed)
         self._last_clock = self.clock()
         for card in self.cards:
             self._write_outputs(card)
@@ -193,7 +199,8 @@ class SimulatedGpus:
         garbage = self.faults.sensor_garbage and self.faults.hits(card.index)
         for label, temp_c in (("edge", s.edge_c), ("junction", s.junction_c), ("mem", s.mem_c)):
             index = navi10_files.TEMP_INDEX[label]
-            _write(hw / f"temp{index}_input", "\x7f\x7f\xff" if garbage else str(round(temp_c * 1000)))
+            noisy_c = temp_c + self._random.uniform(-self.sensor_noise_c, self.sensor_noise_c)
+            _write(hw / f"temp{index}_input", "\x7f\x7f\xff" if garbage else str(round(noisy_c) * 1000))
         power_uw = str(round(s.power_w * 1e6))
         _write(hw / "power1_average", power_uw)
         _write(hw / "power1_input", power_uw)
