@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test venv system-deps clean
+.PHONY: run daemon test venv system-deps clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,13 @@ venv: $(STAMP)
 system-deps:
 	@scripts/install-system-deps.sh
 
+# The demo: the daemon on a simulated GPU with a supervised trainer and a live status view
+# (demo/run_demo.py, config/demo.toml, docs/simulator.md). Ctrl-C stops it.
 run: $(STAMP)
+	$(PY) demo/run_demo.py $(ARGS)
+
+# The daemon on this machine's real GPUs (/sys), in the foreground.
+daemon: $(STAMP)
 	$(VENV)/bin/gpuwatch run $(ARGS)
 
 test: $(STAMP) system-deps
