@@ -3,7 +3,8 @@
 
 Runs the thermal model (gpuwatch/thermalmodel.py) in a closed loop with gpuwatch's real fan-curve rules
 (gpuwatch/curve.py, the default [fan] config) and the real pause limits (gpuwatch/thermal.py, the default
-[thermal] config: junction limit = crit 110 - 10 = 100 °C, resume below limit - hysteresis), and prints
+[thermal] config and a default [[trainer]]: junction limit = crit 110 - 10 = 100 °C held for debounce_s,
+resume below limit - hysteresis), with sensor readings in whole degrees plus noise, and prints
 per scenario: the highest junction temperature, the overshoot over the pause limit, how often the fan
 changes direction per hour (hunting), and the time the trainer spent paused.
 
@@ -15,13 +16,14 @@ The workload trains for 9 minutes then evaluates (idle) for 1, as real runs do.
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpuwatch.config import Config  # noqa: E402
+from gpuwatch.config import Config, TrainerConfig  # noqa: E402
 from gpuwatch.model import GpuReading, TempReading  # noqa: E402
 from gpuwatch.navi10_files import CRIT_C  # noqa: E402
 from gpuwatch.thermal import breaches, sensor_limit_c  # noqa: E402
@@ -39,6 +41,7 @@ class Scenario:
     name: str
     params: ThermalParams
     fan_stuck_ratio: float | None = None
+    hysteresis_c: float | None = None  # the trainer's resume hysteresis; None: [thermal]'s 5 °C
 
 
 @dataclass
@@ -50,8 +53,10 @@ class Result:
     pauses: int = 0
 
 
-def reading(state: ThermalState) -> GpuReading:
-    temps = tuple(TempReading(label=label, temp_c=temp, crit_c=float(CRIT_C[label]))
+def reading(state: ThermalState, rng: random.Random) -> GpuReading:
+    """What the daemon would read: whole degrees with a little noise, as the simulator writes them."""
+    temps = tuple(TempReading(label=label, temp_c=float(round(temp + rng.uniform(-0.6, 0.6))),
+                              crit_c=float(CRIT_C[label]))
                   for label, temp in (("edge", state.edge_c), ("junction", state.junction_c), ("mem", state.mem_c)))
     return GpuReading(gpu_id="sim", card="card0", temps=temps)
 
@@ -70,16 +75,20 @@ def curve_params(config: Config) -> CurveParams:
 
 
 def run(scenario: Scenario, config: Config, hours: float, tick_s: float) -> Result:
-    params, thermal = scenario.params, config.thermal
-    state, curve_state = idle_state(params), CurveState()
+    params = scenario.params
+    trainer = TrainerConfig(name="bench", command=["true"], hysteresis_c=scenario.hysteresis_c)
+    thermal = trainer.thermal(config.thermal)
+    state, curve_state, rng = idle_state(params), CurveState(), random.Random(1)
+    hot_since: float | None = None
     limit_c = sensor_limit_c(TempReading("junction", None, crit_c=float(CRIT_C["junction"])), thermal) or 100.0
     result, paused, last_percent, last_direction = Result(), False, None, 0
     cp = curve_params(config)
     for i in range(int(hours * 3600 / tick_s)):
         now = i * tick_s
-        gpu = reading(state)
+        gpu = reading(state, rng)
         junction = gpu.temp("junction")
-        decision = decide(cp, curve_state, state.junction_c, junction.crit_c if junction else None, now)
+        assert junction is not None
+        decision = decide(cp, curve_state, junction.temp_c, junction.crit_c, now)
         curve_state = decision.state
         if last_percent is not None and decision.percent != last_percent:
             direction = 1 if decision.percent > last_percent else -1
@@ -87,8 +96,11 @@ def run(scenario: Scenario, config: Config, hours: float, tick_s: float) -> Resu
                 result.direction_changes += 1
             last_direction = direction
         last_percent = decision.percent
-        # The supervisor's rule: pause at a limit, resume once every sensor is a hysteresis below it.
-        if not paused and breaches(gpu, thermal):
+        # The supervisor's rule: pause once a limit is held for debounce_s, resume once every sensor
+        # is a hysteresis below its limit.
+        hot = bool(breaches(gpu, thermal))
+        hot_since = (hot_since if hot_since is not None else now) if hot else None
+        if not paused and hot_since is not None and now - hot_since >= trainer.debounce_s:
             paused, result.pauses = True, result.pauses + 1
         elif paused and not breaches(gpu, thermal, margin_c=thermal.hysteresis_c):
             paused = False
@@ -111,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     base = ThermalParams()
     scenarios = [
         Scenario("default config, healthy fan", base),
-        Scenario("hot case (cooling x0.4, the demo)", replace(base, cooling_scale=0.4)),
+        Scenario("hot case (cooling x0.4)", replace(base, cooling_scale=0.4)),
+        Scenario("hot case, resume hysteresis 20 (demo)", replace(base, cooling_scale=0.4), hysteresis_c=20.0),
         Scenario("fan stuck at 30 %", base, fan_stuck_ratio=0.3),
         Scenario("ambient 40 °C", replace(base, ambient_c=40.0)),
     ]

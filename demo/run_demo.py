@@ -44,6 +44,10 @@ def prepare(source: Path, notes: list[str]) -> tuple[dict[str, Any], Config]:
         if trainer.get("command", [""])[0] in ("python", "python3"):
             trainer["command"][0] = sys.executable
         trainer.setdefault("cwd", str(REPO))
+        if os.geteuid() == 0 and "user" not in trainer:
+            # The supervisor runs a trainer as root only when told so (docs/supervisor.md).
+            trainer["user"] = "root"
+            notes.append("running as root: the demo trainer runs as root too")
     http = data.get("http", {})
     if http.get("enabled", True) and not _port_free(http.get("listen", "127.0.0.1"), int(http.get("port", 9840))):
         taken = http.get("port", 9840)

@@ -7,7 +7,10 @@ wall clock, so minutes of heating pass in seconds; every test is bounded and sto
 
 from __future__ import annotations
 
+import os
+import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -15,9 +18,29 @@ import pytest
 
 from gpuwatch.config import parse_config
 from gpuwatch.daemon import Daemon
-from gpuwatch.model import FanMode, PublishedState
+from gpuwatch.model import FanMode, PublishedState, TrainerPhase
 
 TICK_SLEEP_S = 0.02
+REPO = Path(__file__).resolve().parent.parent
+
+
+def demo_trainer(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
+    """The demo trainer, light and quick to pause (cooperatively, through the pause file)."""
+    trainer: dict[str, Any] = {
+        "name": "demo",
+        "command": [sys.executable, str(REPO / "demo/train_demo.py"), "--step-s", "0.05", "--backend", "python"],
+        "cwd": str(tmp_path),
+        "debounce_s": 0.0,
+        "hysteresis_c": 20.0,
+        "grace_s": 5.0,
+    }
+    if os.geteuid() == 0:
+        trainer["user"] = "root"
+    return trainer | overrides
+
+
+def phase(state: PublishedState) -> TrainerPhase | None:
+    return state.trainers[0].phase if state.trainers else None
 
 
 def make_daemon(tmp_path: Path, simulate: dict[str, Any], **extra: Any) -> Daemon:
@@ -55,8 +78,11 @@ def hwmon_file(daemon: Daemon, name: str) -> str:
 
 
 def test_default_curve_and_healthy_fan_settle_below_the_pause_limit(tmp_path: Path) -> None:
-    daemon = make_daemon(tmp_path, {"time_scale": 300.0})
+    daemon = make_daemon(tmp_path, {"time_scale": 300.0}, trainer=[demo_trainer(tmp_path)])
     try:
+        run_until(daemon, sim_s=300, stop=lambda s: phase(s) == TrainerPhase.RUNNING)
+        assert daemon.simulator is not None
+        daemon.simulator.sim_time_s = 0.0  # heat-up starts when the trainer does
         states = run_until(daemon, sim_s=1500)
         assert daemon.simulator is not None and daemon.simulator.sim_time_s >= 1500, "too slow a machine"
         late = [junction(s) for s in states[-len(states) // 4:]]  # the last ~6 simulated minutes
@@ -68,6 +94,9 @@ def test_default_curve_and_healthy_fan_settle_below_the_pause_limit(tmp_path: Pa
         assert hwmon_file(daemon, "pwm1_enable") == "1"
         assert int(hwmon_file(daemon, "pwm1")) > 0.6 * 255
         assert states[-1].snapshot.gpus[0].fan_rpm > 0.6 * 3200
+        trainer = states[-1].trainers[0]
+        assert trainer.phase == TrainerPhase.RUNNING and trainer.pauses_total == 0
+        assert daemon.simulator.cards[0].load_ratio == 1.0
     finally:
         daemon.shutdown()
     assert hwmon_file(daemon, "pwm1_enable") == "2"  # given back to the firmware on exit
@@ -108,5 +137,46 @@ def test_card_falling_off_the_bus_is_reported_and_the_loop_goes_on(tmp_path: Pat
         assert last.daemon is not None and last.daemon.failures == ()
         gone = [f for f in last.fans if f.gpu_id == last.snapshot.gpus[1].gpu_id]
         assert gone and gone[0].mode == FanMode.FAILSAFE
+    finally:
+        daemon.shutdown()
+
+
+def test_fan_stuck_at_30_percent_pauses_the_trainer_before_crit_and_resumes_it(tmp_path: Path) -> None:
+    daemon = make_daemon(tmp_path, {"time_scale": 100.0, "faults": {"fan_stuck_percent": 30}},
+                         trainer=[demo_trainer(tmp_path)])
+    try:
+        states = run_until(daemon, sim_s=3000, wall_limit_s=20,
+                           stop=lambda s: bool(s.trainers) and s.trainers[0].resumes_total >= 1
+                           and s.trainers[0].phase == TrainerPhase.RUNNING)
+        trainer = states[-1].trainers[0]
+        assert trainer.pauses_total >= 1 and trainer.resumes_total >= 1, trainer
+        assert trainer.phase == TrainerPhase.RUNNING
+        temps = [j for s in states if (j := junction(s)) is not None]
+        assert max(temps) >= 99  # it really got hot: the pause came from the limit...
+        assert max(temps) < 110  # ...and before the card's crit
+        paused = [s for s in states if phase(s) == TrainerPhase.PAUSED]
+        assert paused
+        assert min(junction(s) or 200 for s in paused) < 90  # it cooled down while paused
+        assert trainer.restarts_total == 0  # paused, never killed
+    finally:
+        daemon.shutdown()
+
+
+def test_broken_sensor_fan_to_full_and_trainer_off_the_gpu(tmp_path: Path) -> None:
+    daemon = make_daemon(tmp_path, {"time_scale": 50.0}, trainer=[demo_trainer(tmp_path)])
+    try:
+        run_until(daemon, sim_s=600, stop=lambda s: phase(s) == TrainerPhase.RUNNING)
+        assert daemon.simulator is not None
+        daemon.simulator.faults = replace(daemon.simulator.faults, sensor_garbage=True)
+        start = daemon.simulator.sim_time_s
+        states = run_until(daemon, sim_s=start + 300, wall_limit_s=15,
+                           stop=lambda s: phase(s) not in (TrainerPhase.RUNNING, TrainerPhase.PAUSING)
+                           and bool(s.fans) and s.fans[0].mode == FanMode.FAILSAFE)
+        assert states[-1].fans[0].mode == FanMode.FAILSAFE
+        # Paused, or stopped as an emergency: either way no longer loading the GPU.
+        assert phase(states[-1]) not in (TrainerPhase.RUNNING, TrainerPhase.PAUSING), states[-1].trainers
+        run_until(daemon, sim_s=daemon.simulator.sim_time_s + 20)
+        assert hwmon_file(daemon, "pwm1") == "255"
+        assert daemon.simulator.cards[0].load_ratio == 0.0
     finally:
         daemon.shutdown()
