@@ -13,6 +13,7 @@ daemon (trainer first, then the fans go back to the firmware).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import signal
 import socket
@@ -40,9 +41,13 @@ def prepare(source: Path, notes: list[str]) -> tuple[dict[str, Any], Config]:
     if "trainer" in data and "trainer" not in Config.model_fields:
         notes.append("this build has no training supervisor yet: running the fan loop without the demo trainer")
         del data["trainer"]
+    launcher = _has_launcher()
     for trainer in data.get("trainer", []):
         if trainer.get("command", [""])[0] in ("python", "python3"):
             trainer["command"][0] = sys.executable
+            if launcher and trainer["command"][1:2] == ["demo/train_demo.py"]:
+                # With torch, the real path: the launcher's optimizer-step hook beats and pauses.
+                trainer["command"][1:2] = ["-m", "gpuwatch.launch", "demo/train_demo.py", "--launched"]
         trainer.setdefault("cwd", str(REPO))
         if os.geteuid() == 0 and "user" not in trainer:
             # The supervisor runs a trainer as root only when told so (docs/supervisor.md).
@@ -54,6 +59,14 @@ def prepare(source: Path, notes: list[str]) -> tuple[dict[str, Any], Config]:
         http["port"] = _free_port(http.get("listen", "127.0.0.1"))
         notes.append(f"port {taken} is taken: serving on {http['port']} instead")
     return data, parse_config(data, str(source))
+
+
+def _has_launcher() -> bool:
+    """The torch launcher is usable: it is in this build and PyTorch is installed (never imported here)."""
+    try:
+        return importlib.util.find_spec("torch") is not None and importlib.util.find_spec("gpuwatch.launch") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def banner(config: Config, config_path: Path, log_path: Path, notes: list[str]) -> str:

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """A small training job for `make run`: shows up in gpuwatch with its steps/s, pauses and resumes.
 
-With PyTorch installed it trains a tiny CNN on random CPU data; without it, a pure-Python stand-in
-does a little arithmetic per "step". Either way it speaks gpuwatch's heartbeat/pause protocol
-(gpuwatch/heartbeat.py): it rewrites $GPUWATCH_HEARTBEAT_FILE after every step and holds at the next
-step boundary while $GPUWATCH_PAUSE_FILE exists. It is deliberately light (a few steps per second)
+With PyTorch installed it trains a tiny CNN on random CPU data (`make run` then starts it through the
+launcher, `python -m gpuwatch.launch ... --launched`, whose optimizer-step hook reports the steps);
+without it, a pure-Python stand-in does a little arithmetic per "step". Either way the steps reach
+gpuwatch's heartbeat/pause protocol (gpuwatch/heartbeat.py): $GPUWATCH_HEARTBEAT_FILE is rewritten
+after every step and the job holds at the next step boundary while $GPUWATCH_PAUSE_FILE exists. It is deliberately light (a few steps per second)
 because the heat comes from the simulated GPU, not from this machine's CPU.
 
     python demo/train_demo.py [--steps N] [--step-s SECONDS]
@@ -72,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=0, help="stop after N steps (0: run until stopped)")
     parser.add_argument("--step-s", type=float, default=0.2, help="seconds per step (sleep after the compute)")
     parser.add_argument("--backend", choices=("auto", "torch", "python"), default="auto")
+    parser.add_argument("--launched", action="store_true",
+                        help="run by `python -m gpuwatch.launch`: its optimizer-step hook beats and pauses, not us")
     args = parser.parse_args(argv)
 
     step = torch_step() if args.backend in ("auto", "torch") else None
@@ -81,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     kind = "torch CNN" if step is not None else "pure-Python stand-in"
     step = step or python_step()
     heartbeat_file, pause_file = os.environ.get(HEARTBEAT_ENV), os.environ.get(PAUSE_ENV)
+    if args.launched and kind == "torch CNN":
+        heartbeat_file = pause_file = None  # one writer per heartbeat file: the launcher's hook
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     print(f"train_demo: {kind}, pid {os.getpid()}, heartbeat {heartbeat_file or '-'}", flush=True)
