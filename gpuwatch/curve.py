@@ -40,7 +40,8 @@ class CurveState:
     last_now: float | None = None
     last_temp_c: float | None = None
     bad_ticks: int = 0  # consecutive ticks with no usable temperature
-    same_ticks: int = 0  # consecutive ticks with an identical temperature
+    same_ticks: int = 0  # consecutive ticks with an identical temperature (and identical telemetry)
+    last_telemetry: tuple[float | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,11 +99,18 @@ def decide(
     crit_c: float | None,
     now: float,
     minimum_percent: float = 0.0,
+    telemetry: tuple[float | None, ...] = (),
 ) -> Decision:
-    """The speed to apply this tick. ``temp_c`` None means missing/unreadable."""
+    """The speed to apply this tick. ``temp_c`` None means missing/unreadable.
+
+    ``telemetry`` is the GPU's other live readings (other sensors, power): the sensor counts as
+    frozen only while they are frozen too, since an idle card can hold one whole-degree value for
+    minutes, while a hung SMU freezes everything it reports.
+    """
     bad = state.bad_ticks + 1 if temp_c is None else 0
-    same = state.same_ticks + 1 if temp_c is not None and temp_c == state.last_temp_c else 0
-    base = replace(state, bad_ticks=bad, same_ticks=same, last_now=now,
+    unchanged = temp_c is not None and temp_c == state.last_temp_c and telemetry == state.last_telemetry
+    same = state.same_ticks + 1 if unchanged else 0
+    base = replace(state, bad_ticks=bad, same_ticks=same, last_now=now, last_telemetry=telemetry,
                    last_temp_c=temp_c if temp_c is not None else state.last_temp_c)
     if temp_c is None:
         if bad >= params.failsafe_after_ticks:

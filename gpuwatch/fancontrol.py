@@ -155,7 +155,8 @@ class FanController:
             return self._state(fan, gpu, temp_c, None, Applied(rpm=gpu.fan_rpm, readback_pwm=gpu.pwm),
                                FanMode.MONITOR_ONLY, fan.backend.message)
         minimum = fan.backend.minimum_percent if isinstance(fan.backend, GpuOdBackend) else 0.0
-        decision = decide(fan.params, fan.state, temp_c, crit_c, now, minimum)
+        telemetry = tuple(t.temp_c for t in gpu.temps) + (gpu.power_w,)
+        decision = decide(fan.params, fan.state, temp_c, crit_c, now, minimum, telemetry)
         fan.state = decision.state
         if not fan.controlling:
             self._take_control(fan)
@@ -230,6 +231,12 @@ class FanController:
                 fan.state = CurveState()
                 log.info("GPU %s: fan handed back to the firmware", fan.gpu_id)
             except SysfsError as exc:
+                if exc.reason == "ENOENT":
+                    # The card fell off the bus: there is no fan left to hand back; when it
+                    # returns, the driver re-initialises it in automatic mode.
+                    fan.controlling = False
+                    log.warning("GPU %s: gone, no fan to restore", fan.gpu_id)
+                    continue
                 failed.append(f"{fan.gpu_id}: {exc.reason}")
                 log.error("GPU %s: could not restore the fan: %s (run gpuwatch fans-auto)", fan.gpu_id, exc)
         if not failed and not any(f.controlling for f in self.fans.values()):

@@ -126,3 +126,17 @@ def test_frozen_temperature_goes_failsafe() -> None:
     thawed = decide(params, state, 70.5, 110, 6)
     assert thawed.failsafe_reason is None and thawed.percent == 100
     assert decide(params, thawed.state, 70.5, 110, 16).percent == pytest.approx(65.5)  # delay only, no dead band
+
+
+def test_steady_sensor_with_live_telemetry_is_not_frozen() -> None:
+    # An idle card can hold one whole-degree junction value for minutes while power moves.
+    params = CurveParams(frozen_after_ticks=3)
+    state = CurveState()
+    for now, power_w in enumerate([20.0, 21.0, 20.0, 22.0, 20.0, 21.0]):
+        d = decide(params, state, 45.0, 110, now, telemetry=(44.0, 45.0, 50.0, power_w))
+        state = d.state
+        assert d.failsafe_reason is None
+    for now in range(6, 10):
+        d = decide(params, state, 45.0, 110, now, telemetry=(44.0, 45.0, 50.0, 21.0))
+        state = d.state
+    assert d.failsafe_reason is not None and d.percent == 100

@@ -269,3 +269,15 @@ def test_restart_after_sigkill_restores_the_true_original(tmp_path: Path) -> Non
     second.tick(first.sampler.sample())
     second.restore()
     assert first.read(first.hwmon("pwm1_enable")) == "2"
+
+
+def test_restore_skips_a_gpu_that_fell_off_the_bus(tmp_path: Path) -> None:
+    import shutil
+
+    rig = Rig(tmp_path, capture("navi21-rx6900xt-sapphire-nitro"))
+    rig.set_temp(60)
+    rig.tick(0)
+    assert rig.read(rig.hwmon("pwm1_enable")) == "1"
+    shutil.rmtree(rig.tree.root / rig.card.device_dir)
+    rig.fans.restore()  # nothing to hand back, and no error: the driver re-inits it in auto mode
+    rig.fans.restore()
