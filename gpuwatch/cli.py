@@ -92,11 +92,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_cli_config(args: argparse.Namespace, **overrides: Any) -> Config:
-    """The config named on the command line, else the default file if it exists, else defaults."""
-    path = args.config
+def cli_config_path(args: argparse.Namespace) -> Path | None:
+    """The config named on the command line, else the default file if it exists, else None (defaults)."""
+    path: Path | None = args.config
     if path is None and DEFAULT_CONFIG_PATH.exists():
         path = DEFAULT_CONFIG_PATH
+    return path
+
+
+def load_cli_config(args: argparse.Namespace, **overrides: Any) -> Config:
+    """The config named on the command line, else the default file if it exists, else defaults."""
+    path = cli_config_path(args)
     if getattr(args, "sysfs_root", None) is not None:
         overrides["sysfs_root"] = str(args.sysfs_root)
     return load_config(path, overrides)
@@ -113,14 +119,22 @@ def setup_logging(level: str) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from gpuwatch.daemon import Daemon
 
-    overrides: dict[str, Any] = {}
-    config = load_cli_config(args, **overrides)
-    if args.dry_run:
-        config = config.model_copy(update={"fan": config.fan.model_copy(update={"mode": "dry-run"})})
-    if args.simulate is not None:
-        config = with_simulation(config, args.simulate)
+    from gpuwatch.sdnotify import Notifier
+
+    def load() -> Config:
+        # Also what SIGHUP re-runs: same file, same command-line overrides.
+        overrides: dict[str, Any] = {}
+        config = load_cli_config(args, **overrides)
+        if args.dry_run:
+            config = config.model_copy(update={"fan": config.fan.model_copy(update={"mode": "dry-run"})})
+        if args.simulate is not None:
+            config = with_simulation(config, args.simulate)
+        return config
+
+    config = load()
     setup_logging(config.log_level)
-    return Daemon(config).run()
+    notifier = Notifier.from_env(unset=True)  # trainers we spawn must not inherit NOTIFY_SOCKET
+    return Daemon(config, config_path=cli_config_path(args), load=load, notifier=notifier).run()
 
 
 def cmd_fans_auto(args: argparse.Namespace) -> int:

@@ -3,6 +3,12 @@
 Each tick: sample every GPU into one Snapshot, let the consumers act on that same snapshot, then
 publish the result (memory for HTTP, an atomic JSON file for the CLI). A consumer that raises is
 logged and reported as a daemon failure; it never stops the loop.
+
+systemd (docs/systemd.md): READY=1 after the first full tick (every GPU read or reported missing),
+STATUS= with a one-line summary when it changes, WATCHDOG=1 from this loop only (a stuck tick stops the
+pings and systemd restarts us), STOPPING=1 when shutdown starts. SIGHUP reloads the config file from
+the same path: RELOADING=1, then the live keys are swapped in (gpuwatch.reload), then READY=1; an
+invalid file is logged and the running config stays.
 """
 
 from __future__ import annotations
@@ -21,15 +27,18 @@ from typing import Callable, Protocol
 from gpuwatch import __version__
 from gpuwatch.amdgpu import AmdgpuBackend
 from gpuwatch.backend import GpuBackend
-from gpuwatch.config import Config, ConfigError
+from gpuwatch.config import Config, ConfigError, load_config
 from gpuwatch.control import ControlServer
 from gpuwatch.document import to_document
 from gpuwatch.http import HttpServer
 from gpuwatch.nvml import NvmlBackend, NvmlUnavailable
 from gpuwatch.model import DaemonInfo, FanState, PublishedState, Snapshot, TrainerState
+from gpuwatch.reload import DAEMON_LIVE_KEYS, plan_reload
 from gpuwatch.sampler import Sampler
+from gpuwatch.sdnotify import Notifier
 from gpuwatch.simulated import SimulatedBackend, start_simulator
 from gpuwatch.state import StateHolder, write_state_file
+from gpuwatch.summary import status_line
 from gpuwatch.sysfs import Sysfs
 
 log = logging.getLogger("gpuwatch")
@@ -53,6 +62,8 @@ class Parts:
     fans: FanConsumer | None = None
     trainers: TrainerConsumer | None = None
     on_tick: list[Callable[[PublishedState], None]] = field(default_factory=list)
+    # Top-level config key -> applies a reloaded config's new value while running (see gpuwatch.reload).
+    reload_hooks: dict[str, Callable[[Config], None]] = field(default_factory=dict)
 
 
 def build_backends(config: Config, nvml: object | None = None) -> list[GpuBackend]:
@@ -96,7 +107,16 @@ def build_parts(config: Config) -> Parts:
 
 
 class Daemon:
-    def __init__(self, config: Config, parts: Parts | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        parts: Parts | None = None,
+        config_path: Path | None = None,
+        load: Callable[[], Config] | None = None,
+        notifier: Notifier | None = None,
+    ) -> None:
+        """``load`` re-reads the config for SIGHUP (the CLI passes one that keeps its command-line
+        overrides); by default it is ``load_config(config_path)``. Without either, SIGHUP is refused."""
         # The simulator's tree must exist before any part probes it: it becomes the sysfs root.
         self.simulator = start_simulator(config) if parts is None and config.simulating else None
         if self.simulator is not None:
@@ -105,6 +125,9 @@ class Daemon:
             log.info("simulating %d RX 5600 XT card(s) in %s (time x%g)", config.simulate.gpus,
                      self.simulator.root, config.simulate.time_scale)
         self.config = config
+        self.config_path = config_path
+        self._load = load or ((lambda: load_config(config_path)) if config_path is not None else None)
+        self.notifier = notifier or Notifier(None)
         self.parts = parts or build_parts(config)
         if self.simulator is not None:
             self.parts.backends = [SimulatedBackend(self.simulator, b) for b in self.parts.backends]
@@ -114,6 +137,10 @@ class Daemon:
         self.started_unix = time.time()
         self.ticks_total = 0
         self.stop_requested = threading.Event()
+        self.reload_requested = threading.Event()
+        self._wake = threading.Event()  # interrupts the wait between ticks (stop or reload)
+        self.reloads_total = 0
+        self.reload_failures_total = 0
         self.failures: dict[str, str] = {}
         self.control: ControlServer | None = None
         self.read_errors: Counter[tuple[str, str]] = Counter()
@@ -163,26 +190,89 @@ class Daemon:
         """Tick until SIGTERM/SIGINT; always stop trainers, restore fans and remove the state file."""
         self._install_signals()
         self._start_control()
-        first = self.sampler.sample()
-        _log_discovery(self.config, first)
-        interval = self.config.interval_s
-        deadline = time.monotonic()
         try:
+            first = self.sampler.sample()
+            _log_discovery(self.config, first)
+            deadline = time.monotonic()
+            ready = False
             self._start_http()
             while not self.stop_requested.is_set():
-                self.tick()
-                deadline += interval
+                if self.reload_requested.is_set():
+                    self.reload()
+                state = self.tick()
+                self._notify_tick(state, first_tick=not ready)
+                ready = True
+                deadline += self.config.interval_s
                 delay = deadline - time.monotonic()
                 if delay < 0:
                     # Overran a tick: start the schedule again rather than firing a burst to catch up.
                     deadline, delay = time.monotonic(), 0.0
-                self.stop_requested.wait(delay)
+                self._wait(delay)
         finally:
             self.shutdown()
         return 0
 
+    def _notify_tick(self, state: PublishedState, first_tick: bool) -> None:
+        summary = status_line(state)
+        if first_tick:
+            self.notifier.ready(summary)  # every GPU was read (or reported missing) in this tick
+        else:
+            self.notifier.status(summary)
+        self.notifier.watchdog()
+
+    def _wait(self, delay_s: float) -> None:
+        """Sleep until the next tick, waking early for stop/reload and for watchdog pings that fall
+        due in between (interval_s may be longer than half of WatchdogSec)."""
+        end = time.monotonic() + delay_s
+        while not self.stop_requested.is_set() and not self.reload_requested.is_set():
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            ping_in = self.notifier.next_ping_in_s()
+            if self._wake.wait(left if ping_in is None else min(left, ping_in)):
+                self._wake.clear()
+            self.notifier.watchdog()
+
+    def reload(self) -> bool:
+        """Re-read the config file; swap in what can change live, keep the rest; False if rejected."""
+        self.reload_requested.clear()
+        if self._load is None:
+            log.error("reload requested but the daemon was started without a config file: nothing to reload")
+            return False
+        self.notifier.reloading()
+        try:
+            new = self._load()
+        except ConfigError as exc:
+            self.reload_failures_total += 1
+            log.error("config reload rejected, still running the previous configuration:\n%s", exc)
+            self.notifier.ready()
+            return False
+        live = DAEMON_LIVE_KEYS | set(self.parts.reload_hooks)
+        plan = plan_reload(self.config, new, live)
+        for key in plan.applied:
+            hook = self.parts.reload_hooks.get(key)
+            if hook is not None:
+                self._guard(f"reload {key}", lambda: hook(plan.config), None)
+        if "log_level" in plan.applied:
+            logging.getLogger().setLevel(getattr(logging, plan.config.log_level.upper()))
+        self.config = plan.config
+        self.reloads_total += 1
+        log.info(
+            "config reloaded from %s: %s",
+            self.config_path or "its source",
+            "applied " + ", ".join(plan.applied) if plan.applied else "no live setting changed",
+        )
+        if plan.needs_restart:
+            log.warning(
+                "changed in the config but kept until a restart (systemctl restart gpuwatch): %s",
+                ", ".join(plan.needs_restart),
+            )
+        self.notifier.ready()
+        return True
+
     def shutdown(self) -> None:
         """Trainers first (they get their checkpoint time), then fans back to the firmware."""
+        self.notifier.stopping()
         if self.http is not None:
             self._guard("http stop", self.http.stop, None)
             self.http = None
@@ -195,6 +285,7 @@ class Daemon:
             self._guard("fan restore", self.parts.fans.restore, None)
         Path(self.config.state_file).unlink(missing_ok=True)
         log.info("gpuwatch stopped")
+        self.notifier.close()
 
     @property
     def http_port(self) -> int | None:
@@ -218,11 +309,18 @@ class Daemon:
         if signum is not None:
             log.info("received %s, stopping", signal.Signals(signum).name)
         self.stop_requested.set()
+        self._wake.set()
+
+    def request_reload(self, signum: int | None = None, frame: FrameType | None = None) -> None:
+        # Only a flag: the loop reloads between ticks, never inside a signal handler mid-tick.
+        self.reload_requested.set()
+        self._wake.set()
 
     def _install_signals(self) -> None:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self.request_stop)
             signal.signal(signal.SIGINT, self.request_stop)
+            signal.signal(signal.SIGHUP, self.request_reload)
 
     def _guard(self, part: str, action: Callable[[], object], fallback: object) -> object:
         try:

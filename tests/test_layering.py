@@ -17,6 +17,7 @@ LAYERS: dict[str, int] = {
     "navi10_files": 0, "thermalmodel": 1, "simulated": 2,  # the simulator (docs/simulator.md)
     "policy": 1,
     "state": 2, "checkpoint": 2, "trainerproc": 2, "supervisor": 2, "control": 2, "http": 2,
+    "summary": 1, "reload": 1, "sdnotify": 2,
     "daemon": 3, "cli": 3, "__main__": 3,
     "launch": 9, "train": 9,
 }

@@ -1,0 +1,34 @@
+"""What a config reload (SIGHUP, `systemctl reload gpuwatch`) may change while the daemon runs.
+
+Pure: given the running config and a freshly validated one, decide which top-level keys take effect
+now and which wait for a restart. Live: the tick interval, the log level and the thermal limits
+(the daemon reads them on every tick), plus any key a part registered a reload hook for
+(``Parts.reload_hooks``). Everything else (sysfs_root, runtime_dir, fan, http, trainers, ...) owns
+open files, sockets, hardware control or child processes; swapping those mid-run is riskier than a
+restart, so the running value is kept and the log says `systemctl restart gpuwatch` is needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from gpuwatch.config import Config
+
+DAEMON_LIVE_KEYS = frozenset({"interval_s", "log_level", "thermal"})
+
+
+@dataclass(frozen=True)
+class ReloadPlan:
+    config: Config  # the config to run with: live keys from the new file, the rest as running
+    applied: tuple[str, ...]  # changed keys that take effect now
+    needs_restart: tuple[str, ...]  # changed keys kept at their running value until a restart
+
+
+def plan_reload(running: Config, new: Config, live_keys: Iterable[str] = DAEMON_LIVE_KEYS) -> ReloadPlan:
+    live = set(live_keys)
+    changed = [key for key in type(running).model_fields if getattr(running, key) != getattr(new, key)]
+    applied = tuple(key for key in changed if key in live)
+    needs_restart = tuple(key for key in changed if key not in live)
+    config = running.model_copy(update={key: getattr(new, key) for key in applied})
+    return ReloadPlan(config=config, applied=applied, needs_restart=needs_restart)
