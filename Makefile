@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run daemon test venv system-deps clean
+.PHONY: run daemon test venv system-deps clean install uninstall
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,14 @@ daemon: $(STAMP)
 
 test: $(STAMP) system-deps
 	scripts/run-tests.sh
+
+# System install as a systemd service (docs/systemd.md). Honours PREFIX, SYSCONFDIR, UNITDIR, DESTDIR,
+# SYSTEMCTL given on the command line (make install PREFIX=/opt/gpuwatch). Needs root for the defaults.
+install:
+	scripts/install.sh
+
+uninstall:
+	scripts/uninstall.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache

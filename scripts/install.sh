@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Installs gpuwatch as a systemd service: a venv under $PREFIX, the unit, the example config (only if
+# none exists), then `systemctl daemon-reload`. Does not enable or start anything; it prints how.
+#
+#   PREFIX=/opt/gpuwatch        the venv (bin/gpuwatch); the unit is rewritten to point here
+#   SYSCONFDIR=/etc             config goes to $SYSCONFDIR/gpuwatch/gpuwatch.toml
+#   UNITDIR=/etc/systemd/system where gpuwatch.service goes (admin-installed units live in /etc)
+#   DESTDIR=                    staging root for packaging: files land under $DESTDIR, paths inside
+#                               them name the final location, and systemctl is not run
+#   SYSTEMCTL=systemctl         `true` in tests, so the real system is never touched
+#   PYTHON=python3              interpreter for the venv (3.11+)
+#   PIP_INSTALL_ARGS=           extra pip arguments (an offline wheelhouse: --no-index --find-links DIR)
+set -euo pipefail
+SRC="$(cd "$(dirname "$0")/.." && pwd)"
+PREFIX="${PREFIX:-/opt/gpuwatch}"
+SYSCONFDIR="${SYSCONFDIR:-/etc}"
+UNITDIR="${UNITDIR:-/etc/systemd/system}"
+DESTDIR="${DESTDIR:-}"
+SYSTEMCTL="${SYSTEMCTL:-systemctl}"
+PYTHON="${PYTHON:-python3}"
+read -r -a pip_args <<<"${PIP_INSTALL_ARGS:-}"
+
+venv="$DESTDIR$PREFIX"
+confdir="$DESTDIR$SYSCONFDIR/gpuwatch"
+unitdir="$DESTDIR$UNITDIR"
+
+echo "installing gpuwatch into $venv"
+"$PYTHON" -m venv "$venv"
+"$venv/bin/python" -m pip install -q "${pip_args[@]}" "$SRC"
+if [ -n "$DESTDIR" ]; then
+  # venvs are not relocatable: make the scripts' shebangs name the final location.
+  grep -rlF "$venv" "$venv/bin" | xargs -r sed -i "s#$venv#$PREFIX#g"
+fi
+
+install -d -m 0755 "$venv/share/doc/gpuwatch"
+install -m 0644 "$SRC/docs/systemd.md" "$venv/share/doc/gpuwatch/systemd.md"
+
+install -d -m 0755 "$unitdir"
+sed -e "s#/opt/gpuwatch#$PREFIX#g" -e "s#/etc/gpuwatch/#$SYSCONFDIR/gpuwatch/#g" \
+  "$SRC/systemd/gpuwatch.service" >"$unitdir/gpuwatch.service.tmp"
+chmod 0644 "$unitdir/gpuwatch.service.tmp"
+mv "$unitdir/gpuwatch.service.tmp" "$unitdir/gpuwatch.service"
+echo "unit: $unitdir/gpuwatch.service"
+
+install -d -m 0755 "$confdir"
+if [ -e "$confdir/gpuwatch.toml" ]; then
+  echo "config: $confdir/gpuwatch.toml exists, left as is (example: $SRC/config/gpuwatch.toml)"
+else
+  install -m 0644 "$SRC/config/gpuwatch.toml" "$confdir/gpuwatch.toml"
+  echo "config: $confdir/gpuwatch.toml (from the example; edit it, then: gpuwatch check-config)"
+fi
+
+if [ -z "$DESTDIR" ]; then
+  "$SYSTEMCTL" daemon-reload
+fi
+echo
+echo "done. Start it now and at every boot with:"
+echo "  systemctl enable --now gpuwatch"
