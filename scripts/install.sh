@@ -10,6 +10,7 @@
 #   SYSTEMCTL=systemctl         `true` in tests, so the real system is never touched
 #   PYTHON=python3              interpreter for the venv (3.11+)
 #   PIP_INSTALL_ARGS=           extra pip arguments (an offline wheelhouse: --no-index --find-links DIR)
+#   WITH_VENV=1                 0: only refresh the unit, config and docs; keep the venv at $PREFIX as is
 set -euo pipefail
 SRC="$(cd "$(dirname "$0")/.." && pwd)"
 PREFIX="${PREFIX:-/opt/gpuwatch}"
@@ -18,18 +19,21 @@ UNITDIR="${UNITDIR:-/etc/systemd/system}"
 DESTDIR="${DESTDIR:-}"
 SYSTEMCTL="${SYSTEMCTL:-systemctl}"
 PYTHON="${PYTHON:-python3}"
+WITH_VENV="${WITH_VENV:-1}"
 read -r -a pip_args <<<"${PIP_INSTALL_ARGS:-}"
 
 venv="$DESTDIR$PREFIX"
 confdir="$DESTDIR$SYSCONFDIR/gpuwatch"
 unitdir="$DESTDIR$UNITDIR"
 
-echo "installing gpuwatch into $venv"
-"$PYTHON" -m venv "$venv"
-"$venv/bin/python" -m pip install -q "${pip_args[@]}" "$SRC"
-if [ -n "$DESTDIR" ]; then
-  # venvs are not relocatable: make the scripts' shebangs name the final location.
-  grep -rlF "$venv" "$venv/bin" | xargs -r sed -i "s#$venv#$PREFIX#g"
+if [ "$WITH_VENV" = 1 ]; then
+  echo "installing gpuwatch into $venv"
+  "$PYTHON" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q "${pip_args[@]}" "$SRC"
+  if [ -n "$DESTDIR" ]; then
+    # venvs are not relocatable: make the scripts' shebangs name the final location.
+    grep -rlF "$venv" "$venv/bin" | xargs -r sed -i "s#$venv#$PREFIX#g"
+  fi
 fi
 
 install -d -m 0755 "$venv/share/doc/gpuwatch"
