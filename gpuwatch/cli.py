@@ -141,7 +141,13 @@ def cmd_fans_auto(args: argparse.Namespace) -> int:
     from gpuwatch.fanrestore import RestoreFile, fans_auto
     from gpuwatch.sysfs import Sysfs
 
-    config = load_cli_config(args)
+    try:
+        config = load_cli_config(args)
+    except ConfigError as exc:
+        # ExecStopPost runs this after every exit, also when the file was broken while the daemon ran
+        # (a rejected reload): the fans must still go back, so fall back to the defaults.
+        print(f"gpuwatch fans-auto: {exc}\ngpuwatch fans-auto: using the default settings", file=sys.stderr)
+        config = load_config(None, {"sysfs_root": str(args.sysfs_root)} if args.sysfs_root else None)
     setup_logging(config.log_level)
     problems = fans_auto(Sysfs(config.sysfs_root), RestoreFile(config.resolved_runtime_dir / "fan-restore.json"))
     for problem in problems:

@@ -237,3 +237,32 @@ def test_a_stuck_tick_stops_the_watchdog_pings(tmp_path: Path, sys_root: Path) -
             daemon.request_stop()
             loop.join(10)
     assert not loop.is_alive()
+
+
+def test_execstoppost_fans_auto_after_a_rejected_reload_and_sigkill(tmp_path: Path, fake_sysfs: FakeSysfsTree) -> None:
+    """What systemd does after a crash: the daemon took the fan, its config file went bad (the reload
+    was rejected), it died by SIGKILL; `fans-auto --config <that file>` must still give the fan back."""
+    card = fake_sysfs.add_capture(capture("navi21-rx6900xt-sapphire-nitro"))
+    assert card.hwmon_dir
+    enable = fake_sysfs.root / card.hwmon_dir / "pwm1_enable"
+    run_dir = tmp_path / "run"  # systemd's RuntimeDirectory=, passed as $RUNTIME_DIRECTORY
+    config = tmp_path / "gpuwatch.toml"
+    config.write_text("interval_s = 0.05\n[http]\nenabled = false\n")
+    env = dict(os.environ, RUNTIME_DIRECTORY=str(run_dir))
+    with open(tmp_path / "stderr.log", "wb") as err:
+        proc = subprocess.Popen([*GPUWATCH, "run", "-c", str(config), "--sysfs-root", str(fake_sysfs.root)],
+                                env=env, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        wait_for(lambda: enable.read_text().strip() == "1", "the daemon to take manual fan control")
+        config.write_text("interval_s = 'fast'\n")
+        proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "config reload rejected" in (tmp_path / "stderr.log").read_text(), "the rejected reload")
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert enable.read_text().strip() == "1"  # nobody gave it back yet
+    done = subprocess.run([*GPUWATCH, "fans-auto", "--config", str(config), "--sysfs-root", str(fake_sysfs.root)],
+                          env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert "interval_s" in done.stderr and "using the default settings" in done.stderr
+    assert enable.read_text().strip() == "2"
