@@ -13,7 +13,7 @@ from typing import Iterator
 
 import pytest
 
-from gpuwatch.config import CONFIG_ERROR_EXIT
+from gpuwatch.config import CONFIG_ERROR_EXIT, TrainerConfig
 
 REPO = Path(__file__).resolve().parent.parent
 UNIT = REPO / "systemd" / "gpuwatch.service"
@@ -64,7 +64,9 @@ def test_unit_has_the_service_contract() -> None:
     assert one(s, "Service.ExecStopPost") == "+/opt/gpuwatch/bin/gpuwatch fans-auto --config /etc/gpuwatch/gpuwatch.toml"
     assert "-HUP $MAINPID" in one(s, "Service.ExecReload")
     assert one(s, "Service.KillMode") == "mixed"
-    assert int(one(s, "Service.TimeoutStopSec").rstrip("s")) >= 60  # the trainers' checkpoint time
+    # The supervisor waits up to max(grace_s) + 10 s for trainers' checkpoints, then fans are restored.
+    supervisor_stop_s = TrainerConfig.model_fields["grace_s"].default + 10
+    assert int(one(s, "Service.TimeoutStopSec").rstrip("s")) >= supervisor_stop_s + 30
     assert one(s, "Service.ProtectSystem") == "strict"
     assert one(s, "Service.NoNewPrivileges") == "yes"
     # Either of these would break fan writes (/sys read-only) or ROCm (/dev/kfd, /dev/dri).
