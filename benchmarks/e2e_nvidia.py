@@ -72,6 +72,8 @@ def main() -> int:
             "user": pwd.getpwuid(os.geteuid()).pw_name,
         }],
     }
+    if os.geteuid() == 0:  # a root daemon starts a trainer as root only when told so (docs/supervisor.md)
+        settings["trainer"][0]["user"] = "root"
     if args.no_trainer:  # monitoring only: NVML backend, /metrics and status on the real GPU
         del settings["trainer"]
     config.write_text(tomli_w.dumps(settings))
@@ -121,8 +123,8 @@ def parse_args() -> argparse.Namespace:
 
 def default_trainer(steps: int) -> list[str]:
     """The YOLOv8n-shaped benchmark under the launcher, conv2d fallback on."""
-    return [sys.executable, "-m", "gpuwatch.train.launch", "--conv2d-fallback", "--",
-            sys.executable, str(REPO / "benchmarks/yolov8n_train.py"), "--steps", str(steps)]
+    return [sys.executable, "-m", "gpuwatch.launch", "--conv2d-fallback", "on",
+            str(REPO / "benchmarks/e2e_yolov8n_train.py"), "--steps", str(steps)]
 
 
 def plain_trainer(steps: int) -> list[str]:
