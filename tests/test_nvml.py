@@ -271,3 +271,13 @@ def test_status_and_document_render_an_nvidia_gpu(tmp_path: Path) -> None:
     assert "fan    duty 55%  control: unsupported (monitor only)" in text
     assert json.loads(config.state_file.read_text())["gpus"][1]["gpu_id"] == "0000:28:00.0"
     daemon.shutdown()
+
+
+def test_nvidia_drm_card_is_not_also_listed_as_unsupported(fake_sysfs: Any) -> None:
+    fake_sysfs.add_capture(capture("navi31-rx7900xtx-sapphire-nitro"), card="card0", pci_slot="0000:03:00.0")
+    fake_sysfs.add_card({"device/uevent": "DRIVER=nvidia\nPCI_ID=10DE:2684\n"}, card="card1", pci_slot="0000:28:00.0")
+    fake_sysfs.add_card({"device/uevent": "DRIVER=i915\nPCI_ID=8086:3E92\n"}, card="card2", pci_slot="0000:00:02.0")
+    config = parse_config({"sysfs_root": str(fake_sysfs.root)})
+    snapshot = Sampler(build_backends(config, nvml=FakeNvml([dict(RTX)]))).sample()
+    assert [(g.gpu_id, g.backend) for g in snapshot.gpus] == [("0000:03:00.0", "amdgpu"), ("0000:28:00.0", "nvml")]
+    assert [(c.card, c.driver) for c in snapshot.unsupported] == [("card2", "i915")]
