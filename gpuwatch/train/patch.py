@@ -1,0 +1,175 @@
+"""Route nn.Conv2d (one model's, or every one) through the im2col fallback; modes off/on/auto; undo.
+
+Patching is done at the class level (``nn.Conv2d._conv_forward``) plus a plain string mark on the
+patched modules, never with bound methods stored on instances: training scripts (Ultralytics among
+them) pickle whole models into checkpoints, and a checkpoint must load without gpuwatch installed.
+
+``auto`` probes the native convolution lazily, on the first convolution run on each device and dtype,
+instead of at launch: scripts often pick their device (or set ``CUDA_VISIBLE_DEVICES``) themselves,
+and touching the GPU before they do would break that.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from gpuwatch.train.conv2d import conv2d
+from gpuwatch.train.conv_geometry import autocast_dtype
+
+Mode = Literal["off", "on", "auto"]
+MODES: tuple[Mode, ...] = ("off", "on", "auto")
+_MARK = "_gpuwatch_conv2d_mode"
+_log = logging.getLogger("gpuwatch.train")
+
+# The vendor convolution the probe exercises; a module attribute so tests can make it fail.
+native_conv2d = torch.conv2d
+
+
+@dataclass
+class _State:
+    original_conv_forward: Any = None  # nn.Conv2d._conv_forward while our hook is installed
+    original_functional: Any = None  # F.conv2d while the global patch is installed
+    global_mode: Mode | None = None
+    marked: weakref.WeakSet[nn.Module] = field(default_factory=weakref.WeakSet)
+    probes: dict[tuple[str, int | None, torch.dtype], bool] = field(default_factory=dict)
+
+
+_STATE = _State()
+
+
+@dataclass
+class Conv2dPatch:
+    """Handle returned by ``patch_conv2d``; ``undo()`` (or leaving the ``with`` block) reverts it."""
+
+    mode: Mode
+    modules: list[weakref.ref[nn.Module]] | None  # None: the global patch
+    previous_global: Mode | None = None
+    undone: bool = False
+
+    def undo(self) -> None:
+        if self.undone:
+            return
+        self.undone = True
+        if self.modules is None:
+            _STATE.global_mode = self.previous_global
+        else:
+            for ref in self.modules:
+                module = ref()
+                if module is not None and module.__dict__.get(_MARK) == self.mode:
+                    del module.__dict__[_MARK]
+                    _STATE.marked.discard(module)
+        _sync_hooks()
+
+    def __enter__(self) -> Conv2dPatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.undo()
+
+
+def patch_conv2d(model: nn.Module | None = None, mode: Mode = "on") -> Conv2dPatch:
+    """Use the fallback for ``model``'s Conv2d modules, or for every Conv2d and F.conv2d when None."""
+    if mode not in MODES:
+        raise ValueError(f"conv2d fallback mode must be one of {MODES}, got {mode!r}")
+    if model is None:
+        handle = Conv2dPatch(mode, None, previous_global=_STATE.global_mode)
+        _STATE.global_mode = None if mode == "off" else mode
+        _sync_hooks()
+        return handle
+    refs: list[weakref.ref[nn.Module]] = []
+    if mode != "off":
+        for module in model.modules():
+            if isinstance(module, nn.Conv2d):
+                module.__dict__[_MARK] = mode
+                _STATE.marked.add(module)
+                refs.append(weakref.ref(module))
+    _sync_hooks()
+    return Conv2dPatch(mode, refs)
+
+
+def uses_fallback(mode: Mode, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether a convolution on ``device`` in ``dtype`` takes the fallback under ``mode``."""
+    if mode != "auto":
+        return mode == "on"
+    key = (device.type, device.index, dtype)
+    works = _STATE.probes.get(key)
+    if works is None:
+        works = _STATE.probes[key] = native_conv_works(device, dtype)
+    return not works
+
+
+def native_conv_works(device: torch.device, dtype: torch.dtype = torch.float32) -> bool:
+    """Run one small native convolution forward and backward; False if it raises or is disabled."""
+    if device.type == "cuda" and not torch.backends.cudnn.enabled:
+        _log.warning("cuDNN/MIOpen is disabled on %s: using the im2col conv2d fallback", device)
+        return False
+    try:
+        with torch.inference_mode(False), torch.enable_grad():
+            x = torch.randn(2, 4, 8, 8, device=device, dtype=dtype, requires_grad=True)
+            w = torch.randn(4, 4, 3, 3, device=device, dtype=dtype, requires_grad=True)
+            native_conv2d(x, w, None, 1, 1).float().square().sum().backward()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+    except Exception as exc:  # MIOpen reports failures as RuntimeError; any failure means "don't"
+        _log.warning("native conv2d failed on %s (%s): using the im2col fallback", device, exc)
+        return False
+    return True
+
+
+def reset_probes() -> None:
+    """Forget the auto-mode probe results (tests; or after changing cudnn settings)."""
+    _STATE.probes.clear()
+
+
+def _conv_dtype(input: Tensor) -> torch.dtype:
+    return autocast_dtype(input.device.type) or input.dtype
+
+
+def _patched_conv_forward(self: nn.Conv2d, input: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    mode = self.__dict__.get(_MARK) or _STATE.global_mode
+    if mode is None or not uses_fallback(mode, input.device, _conv_dtype(input)):
+        return _STATE.original_conv_forward(self, input, weight, bias)
+    if self.padding_mode != "zeros":
+        input = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
+        return conv2d(input, weight, bias, self.stride, 0, self.dilation, self.groups)
+    return conv2d(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
+
+
+def _patched_functional(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+) -> Tensor:
+    mode = _STATE.global_mode
+    if mode is not None and uses_fallback(mode, input.device, _conv_dtype(input)):
+        return conv2d(input, weight, bias, stride, padding, dilation, groups)
+    return _STATE.original_functional(input, weight, bias, stride, padding, dilation, groups)
+
+
+def _sync_hooks() -> None:
+    """Install the class/functional hooks exactly while something needs them."""
+    want_class = _STATE.global_mode is not None or len(_STATE.marked) > 0
+    if want_class and _STATE.original_conv_forward is None:
+        _STATE.original_conv_forward = nn.Conv2d._conv_forward
+        nn.Conv2d._conv_forward = _patched_conv_forward  # type: ignore[method-assign]
+    elif not want_class and _STATE.original_conv_forward is not None:
+        nn.Conv2d._conv_forward = _STATE.original_conv_forward  # type: ignore[method-assign]
+        _STATE.original_conv_forward = None
+    want_functional = _STATE.global_mode is not None
+    if want_functional and _STATE.original_functional is None:
+        _STATE.original_functional = F.conv2d
+        F.conv2d = _patched_functional
+    elif not want_functional and _STATE.original_functional is not None:
+        F.conv2d = _STATE.original_functional
+        _STATE.original_functional = None
