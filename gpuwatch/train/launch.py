@@ -1,0 +1,131 @@
+"""Run an unmodified training script (runpy, ``__main__`` semantics, its own argv) under the patches.
+
+Order matters: the start method is set and the hooks are installed before the script runs, and
+nothing here touches the GPU (the conv2d auto probe waits for the script's first convolution).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import runpy
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gpuwatch.launch_argv import FALLBACK_MODES
+from gpuwatch.train.dataloader import apply_spawn_defaults
+from gpuwatch.train.heartbeat_hook import install_step_hooks
+from gpuwatch.train.patch import patch_conv2d
+
+_VALUE_OPTIONS = ("--conv2d-fallback", "--heartbeat-file", "--pause-file")
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    conv2d_fallback: str
+    spawn: bool
+    heartbeat_file: str | None
+    pause_file: str | None
+    script: str | None  # exactly one of script / module
+    module: str | None
+    args: list[str]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m gpuwatch.launch",
+        usage="%(prog)s [options] (SCRIPT | -m MODULE) [ARGS ...]",
+        description="Run a PyTorch training script with gpuwatch's training patches.",
+    )
+    parser.add_argument(
+        "--conv2d-fallback",
+        choices=FALLBACK_MODES,
+        default="auto",
+        help="im2col Conv2d instead of MIOpen/cuDNN: auto = only if a native probe conv fails (default)",
+    )
+    parser.add_argument(
+        "--spawn", action="store_true", help="spawn start method and persistent DataLoader workers (ROCm-safe)"
+    )
+    parser.add_argument("--heartbeat-file", help="heartbeat JSON path (default: $GPUWATCH_HEARTBEAT_FILE)")
+    parser.add_argument("--pause-file", help="hold at the step boundary while it exists (default: $GPUWATCH_PAUSE_FILE)")
+    return parser
+
+
+def parse_args(argv: Sequence[str]) -> LaunchOptions:
+    """Launcher options up to the script (or ``-m MODULE``, or ``--``); the rest belongs to the script."""
+    argv = list(argv)
+    index = 0
+    while index < len(argv):
+        word = argv[index]
+        if word == "--":
+            target = argv[index + 1 :]
+            break
+        if word == "-m" or not word.startswith("-"):
+            target = argv[index:]
+            break
+        index += 2 if word in _VALUE_OPTIONS else 1
+    else:
+        target = []
+    parser = _parser()
+    known = parser.parse_args(argv[: min(index, len(argv))])
+    if not target or target == ["-m"]:
+        parser.error("missing the training script (or -m MODULE)")
+    module = target[1] if target[0] == "-m" else None
+    return LaunchOptions(
+        conv2d_fallback=known.conv2d_fallback,
+        spawn=known.spawn,
+        heartbeat_file=known.heartbeat_file,
+        pause_file=known.pause_file,
+        script=None if module else target[0],
+        module=module,
+        args=target[2:] if module else target[1:],
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Apply the patches, run the script, undo everything (the script's SystemExit passes through)."""
+    options = parse_args(sys.argv[1:] if argv is None else argv)
+    _log_to_stderr()
+    if options.script is not None and not os.path.exists(options.script):
+        print(f"python -m gpuwatch.launch: can't open file {options.script!r}", file=sys.stderr)
+        return 2
+    undo: list[Callable[[], None]] = []
+    try:
+        if options.spawn:
+            undo.append(apply_spawn_defaults())
+        undo.append(patch_conv2d(None, options.conv2d_fallback).undo)  # type: ignore[arg-type]
+        hooks = install_step_hooks(options.heartbeat_file, options.pause_file)
+        if hooks is not None:
+            undo.append(hooks.remove)
+        run_target(options)
+    finally:
+        for step in reversed(undo):
+            step()
+    return 0
+
+
+def run_target(options: LaunchOptions) -> None:
+    """Run the script or module as ``__main__`` with ``sys.argv``/``sys.path`` as python would set them."""
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    try:
+        if options.module is not None:
+            sys.argv = [options.module, *options.args]  # run_module puts the module's file in argv[0]
+            runpy.run_module(options.module, run_name="__main__", alter_sys=True)
+        else:
+            assert options.script is not None
+            sys.argv = [options.script, *options.args]
+            sys.path[0] = os.path.dirname(os.path.realpath(options.script))
+            runpy.run_path(options.script, run_name="__main__")
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+
+
+def _log_to_stderr() -> None:
+    logger = logging.getLogger("gpuwatch.train")
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("gpuwatch: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)

@@ -1,0 +1,123 @@
+"""Step heartbeat and cooperative pause with a real optimizer loop."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpuwatch.heartbeat import read_heartbeat  # noqa: E402
+from gpuwatch.train.heartbeat_hook import StepHeartbeat, hook_cost_s, install_step_hooks  # noqa: E402
+
+
+def _train(steps: int, optimizers: int = 1) -> None:
+    model = torch.nn.Linear(4, 1)
+    opts = [torch.optim.SGD(model.parameters(), lr=0.01) for _ in range(optimizers)]
+    data = torch.randn(8, 4)
+    for _ in range(steps):
+        for opt in opts:
+            opt.zero_grad()
+            model(data).square().mean().backward()
+            opt.step()
+
+
+def _wait_for(predicate, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_heartbeat_counts_steps_and_rate(tmp_path):
+    beat_file = tmp_path / "hb.json"
+    hooks = StepHeartbeat(beat_file, None, interval_s=0.0).install()
+    try:
+        _train(1)
+        first = read_heartbeat(beat_file)
+        assert first is not None and first.steps_total == 1 and first.steps_per_s is None
+        _train(4)
+    finally:
+        hooks.remove()
+    beat = read_heartbeat(beat_file)
+    assert beat is not None
+    assert beat.steps_total == 5 and not beat.paused
+    assert beat.steps_per_s is not None and beat.steps_per_s > 0
+    assert beat.last_step_unix is not None and beat.last_step_unix <= beat.updated_unix
+    _train(2)  # removed: no more writes
+    assert read_heartbeat(beat_file).steps_total == 5
+
+
+def test_heartbeat_is_throttled_but_first_step_always_written(tmp_path):
+    beat_file = tmp_path / "hb.json"
+    hooks = StepHeartbeat(beat_file, None, interval_s=3600.0).install()
+    try:
+        _train(3)
+    finally:
+        hooks.remove()
+    assert read_heartbeat(beat_file).steps_total == 1
+    assert hooks.steps == 3
+
+
+def test_every_optimizer_step_counts(tmp_path):
+    hooks = StepHeartbeat(tmp_path / "hb.json", None, interval_s=0.0).install()
+    try:
+        _train(3, optimizers=2)
+    finally:
+        hooks.remove()
+    assert read_heartbeat(tmp_path / "hb.json").steps_total == 6
+
+
+def test_cooperative_pause_blocks_at_step_boundary(tmp_path):
+    beat_file, pause_file = tmp_path / "hb.json", tmp_path / "pause"
+    hooks = StepHeartbeat(beat_file, pause_file, interval_s=0.0, paused_every_s=0.05, poll_s=0.01).install()
+    try:
+        _train(2)
+        pause_file.touch()
+        worker = threading.Thread(target=_train, args=(3,))
+        worker.start()
+        _wait_for(lambda: (b := read_heartbeat(beat_file)) is not None and b.paused)
+        held = read_heartbeat(beat_file)
+        assert held.steps_total == 2
+        first_update = held.updated_unix
+        _wait_for(lambda: read_heartbeat(beat_file).updated_unix > first_update)  # still alive
+        assert read_heartbeat(beat_file).paused and hooks.steps == 2 and worker.is_alive()
+        pause_file.unlink()
+        worker.join(timeout=10)
+        assert not worker.is_alive()
+    finally:
+        hooks.remove()
+    beat = read_heartbeat(beat_file)
+    assert beat.steps_total == 5 and not beat.paused
+
+
+def test_install_reads_supervisor_environment(tmp_path):
+    env = {"GPUWATCH_HEARTBEAT_FILE": str(tmp_path / "hb.json"), "GPUWATCH_PAUSE_FILE": str(tmp_path / "p")}
+    hooks = install_step_hooks(environ=env)
+    assert hooks is not None
+    try:
+        assert hooks.interval_s == 0.25 and str(hooks.pause_file) == env["GPUWATCH_PAUSE_FILE"]
+        _train(1)
+    finally:
+        hooks.remove()
+    assert read_heartbeat(tmp_path / "hb.json").steps_total == 1
+    assert install_step_hooks(environ={}) is None
+    other_rank = install_step_hooks(environ={**env, "RANK": "1"})
+    assert other_rank is not None and other_rank.heartbeat_file is None  # pauses, never writes
+    other_rank.remove()
+
+
+def test_missing_heartbeat_directory_does_not_break_training(tmp_path):
+    hooks = StepHeartbeat(tmp_path / "gone" / "hb.json", None, interval_s=0.0).install()
+    try:
+        _train(2)
+    finally:
+        hooks.remove()
+    assert hooks.steps == 2
+
+
+def test_hook_cost_is_microseconds():
+    # Not a timing assertion: a sanity bound three orders of magnitude above the expected cost.
+    assert hook_cost_s(calls=200) < 0.01
