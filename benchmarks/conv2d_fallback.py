@@ -1,0 +1,172 @@
+"""Native Conv2d vs gpuwatch's im2col fallback on a YOLOv8n-shaped training step (same process, same run).
+
+For each batch size and precision, the script builds the same model (same seed) once per variant,
+trains ``--warmup + --steps`` SGD steps on 640x640 random images and reports the median step time
+and the peak allocated device memory, then the ratios fallback/native. Variants alternate over
+``--rounds`` rounds so that clock drift hits both alike. Before timing it checks on the device that
+the fallback dispatches no native convolution and matches the native gradients in float32.
+
+    python benchmarks/conv2d_fallback.py --batches 4 16 --precisions fp32 amp
+
+Needs a GPU for meaningful numbers; ``--device cpu --image-size 64`` is a smoke test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gpuwatch.train import conv2d as conv_mod  # noqa: E402
+from gpuwatch.train.heartbeat_hook import hook_cost_s  # noqa: E402
+from gpuwatch.train.patch import patch_conv2d  # noqa: E402
+from gpuwatch.train.yolo_shape import build_model, train_steps  # noqa: E402
+
+PRECISIONS = {"fp32": None, "amp": torch.float16, "amp-bf16": torch.bfloat16}
+
+
+class _ConvCounter(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.convs = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.convs += "conv" in str(func)
+        return func(*args, **(kwargs or {}))
+
+
+def check_on_device(device: torch.device) -> dict[str, float]:
+    """No native conv in the fallback, and float32 forward/grads equal to native (relative error)."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        results = []
+        for fallback in (False, True):
+            model = build_model().to(device)
+            torch.manual_seed(0)
+            x = torch.randn(2, 3, 256, 256, device=device)
+            with patch_conv2d(model, "on" if fallback else "off"), _ConvCounter() as counter:
+                loss = sum(o.square().mean() for o in model(x))
+                loss.backward()
+            results.append((loss.detach(), [p.grad.detach().clone() for p in model.parameters()], counter.convs))
+        (ref_loss, ref_grads, _), (loss, grads, convs) = results
+        grad_err = max(float((g - r).norm() / r.norm().clamp_min(1e-30)) for g, r in zip(grads, ref_grads))
+        return {
+            "native_convs_in_fallback": convs,
+            "loss_rel_err": float((loss - ref_loss).abs() / ref_loss.abs()),
+            "max_grad_rel_err": grad_err,
+        }
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def run_variant(variant: str, batch: int, precision: str, args: argparse.Namespace) -> dict[str, object]:
+    device = torch.device(args.device)
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+    strategy = variant.partition(":")[2] or conv_mod.WGRAD_STRATEGY
+    saved_strategy, conv_mod.WGRAD_STRATEGY = conv_mod.WGRAD_STRATEGY, strategy
+    model = build_model()
+    try:
+        with patch_conv2d(model, "off" if variant == "native" else "on"):
+            times = train_steps(
+                model,
+                steps=args.steps,
+                batch_size=batch,
+                image_size=args.image_size,
+                device=device,
+                amp_dtype=PRECISIONS[precision],
+                warmup=args.warmup,
+            )
+    finally:
+        conv_mod.WGRAD_STRATEGY = saved_strategy
+    peak = torch.cuda.max_memory_allocated(device) - base if device.type == "cuda" else 0
+    del model
+    return {"seconds": times.seconds, "peak_bytes": peak, "loss": times.loss}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, nargs="+", default=[4, 16])
+    parser.add_argument("--precisions", nargs="+", choices=list(PRECISIONS), default=["fp32", "amp"])
+    parser.add_argument("--variants", nargs="+", default=["native", "fallback"], help="native, fallback[:gemm|:bmm]")
+    parser.add_argument("--image-size", type=int, default=640)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--tf32", choices=["on", "off"], default="on", help="TF32 for cuDNN convs and matmuls alike")
+    parser.add_argument("--cudnn-benchmark", choices=["on", "off"], default="on")
+    parser.add_argument("--json", type=Path, help="write every measurement here")
+    args = parser.parse_args()
+
+    device = torch.device(args.device)
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark == "on"
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32 == "on"
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    env = {
+        "device": name,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "hip": getattr(torch.version, "hip", None),
+        "cudnn_benchmark": args.cudnn_benchmark,
+        "tf32": args.tf32,
+        "wgrad_default": conv_mod.WGRAD_STRATEGY,
+        "heartbeat_hooks_us_per_step": round(hook_cost_s() * 1e6, 2),
+    }
+    env["check"] = check_on_device(device)
+    print(json.dumps(env), flush=True)
+
+    rows, raw = [], []
+    for batch in args.batches:
+        for precision in args.precisions:
+            results: dict[str, list[dict[str, object]]] = {v: [] for v in args.variants}
+            for round_index in range(args.rounds):
+                order = args.variants if round_index % 2 == 0 else list(reversed(args.variants))
+                for variant in order:
+                    result = run_variant(variant, batch, precision, args)
+                    results[variant].append(result)
+                    med = statistics.median(result["seconds"]) * 1e3  # type: ignore[arg-type]
+                    print(f"batch {batch} {precision} {variant} round {round_index}: {med:.2f} ms, "
+                          f"peak {result['peak_bytes'] / 2**30:.2f} GiB, loss {result['loss']:.4f}", flush=True)
+            summary = {v: _summary(r) for v, r in results.items()}
+            raw.append({"batch": batch, "precision": precision, "summary": summary})
+            rows.append((batch, precision, summary))
+
+    print()
+    print(f"{name}, torch {torch.__version__}, {args.image_size}x{args.image_size}, "
+          f"median of {args.steps} steps x {args.rounds} rounds, TF32 {args.tf32}, "
+          f"cudnn.benchmark {args.cudnn_benchmark}")
+    base = args.variants[0]
+    for other in args.variants[1:]:
+        print(f"\n| batch | precision | {base} ms | {other} ms | time ratio | {base} peak GiB | "
+              f"{other} peak GiB | memory ratio |")
+        print("|---|---|---|---|---|---|---|---|")
+        for batch, precision, summary in rows:
+            a, b = summary[base], summary[other]
+            mem_ratio = b["peak_bytes"] / a["peak_bytes"] if a["peak_bytes"] else float("nan")
+            print(f"| {batch} | {precision} | {a['ms']:.1f} | {b['ms']:.1f} | {b['ms'] / a['ms']:.2f}x | "
+                  f"{a['peak_bytes'] / 2**30:.2f} | {b['peak_bytes'] / 2**30:.2f} | {mem_ratio:.2f}x |")
+    if args.json:
+        args.json.write_text(json.dumps({"env": env, "results": raw}, indent=1))
+
+
+def _summary(results: list[dict[str, object]]) -> dict[str, float]:
+    seconds = [s for r in results for s in r["seconds"]]  # type: ignore[attr-defined]
+    return {"ms": statistics.median(seconds) * 1e3, "peak_bytes": max(r["peak_bytes"] for r in results)}  # type: ignore[type-var]
+
+
+if __name__ == "__main__":
+    main()
