@@ -19,8 +19,9 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpuwatch.train import conv2d as conv_mod  # noqa: E402
+from conv2d_fallback import strategies  # noqa: E402
 from gpuwatch.train.patch import patch_conv2d  # noqa: E402
 from gpuwatch.train.yolo_shape import build_model, train_steps  # noqa: E402
 
@@ -66,8 +67,7 @@ def layer_table(batch: int, image_size: int, variants: list[str], reps: int, dty
         grad = torch.randn_like(conv(x))
         cells = []
         for variant in variants:
-            conv_mod.WGRAD_STRATEGY = variant.partition(":")[2] or "gemm"
-            with patch_conv2d(conv, "off" if variant == "native" else "on"):
+            with patch_conv2d(conv, "off" if variant == "native" else "on"), strategies(variant):
                 fwd = time_ms(lambda: conv(x), reps)
                 both = time_ms(lambda: conv(x).backward(grad), reps)
             totals[variant][0] += fwd * count
@@ -99,7 +99,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--image-size", type=int, default=640)
-    parser.add_argument("--variants", nargs="+", default=["native", "fallback:gemm", "fallback:bmm"])
+    parser.add_argument("--variants", nargs="+", default=["native", "fallback", "fallback:gemm/fold"])
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--dtype", choices=["fp16", "fp32"], default="fp16")
     parser.add_argument("--profile", action="store_true", help="also profile one full AMP step per variant")

@@ -26,6 +26,8 @@ GRID = [
     (4, 6, 3, 1, "same", (2, 3), 1, False),
     (4, 6, 3, 1, "valid", 1, 1, True),
     (4, 6, 4, 3, (0, 2), 1, 1, True),  # stride that leaves input rows unused
+    (4, 6, 3, 2, 2, 2, 2, True),  # strided, dilated, grouped
+    (4, 6, 3, 1, 3, 1, 1, True),  # padding wider than the kernel reach
 ]
 
 
@@ -52,10 +54,11 @@ def _tensors(cin, cout, kernel, groups, bias, dtype=torch.float64, size=(9, 8), 
     return x, w, b
 
 
-@pytest.mark.parametrize("wgrad", ["gemm", "bmm"])
+@pytest.mark.parametrize(("wgrad", "dgrad"), [("gemm", "transpose"), ("bmm", "fold"), ("auto", "transpose")])
 @pytest.mark.parametrize("case", GRID, ids=[str(i) for i in range(len(GRID))])
-def test_matches_native_float64(case, wgrad, monkeypatch):
+def test_matches_native_float64(case, wgrad, dgrad, monkeypatch):
     monkeypatch.setattr(conv_mod, "WGRAD_STRATEGY", wgrad)
+    monkeypatch.setattr(conv_mod, "DGRAD_STRATEGY", dgrad)
     cin, cout, kernel, stride, padding, dilation, groups, bias = case
     x, w, b = _tensors(cin, cout, kernel, groups, bias)
     _compare(x, w, b, stride, padding, dilation, groups, atol=1e-10)
@@ -121,10 +124,12 @@ def test_unbatched_input():
 
 def test_batch_chunking_matches(monkeypatch):
     monkeypatch.setattr(conv_mod, "MAX_COLS_BYTES", 1)  # one sample per chunk
-    for wgrad in ("gemm", "bmm"):
+    for wgrad, dgrad in (("gemm", "transpose"), ("bmm", "fold"), ("auto", "transpose")):
         monkeypatch.setattr(conv_mod, "WGRAD_STRATEGY", wgrad)
+        monkeypatch.setattr(conv_mod, "DGRAD_STRATEGY", dgrad)
         x, w, b = _tensors(4, 6, 3, 2, True, batch=3)
         _compare(x, w, b, 2, 1, 1, 2, atol=1e-10)
+        _compare(x, w, b, 1, 1, 1, 2, atol=1e-10)
         x, w, b = _tensors(4, 6, 1, 1, False, batch=3)
         _compare(x, w, b, 1, 0, 1, 1, atol=1e-10)
 
