@@ -10,9 +10,10 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 FALLBACK_MODES = ("auto", "on", "off")
-# Interpreter options passed through in front of ``-m gpuwatch.launch``.
+# Interpreter options that may precede the script.
 _PY_FLAGS = {"-u", "-O", "-OO", "-B", "-E", "-s", "-S", "-I", "-b", "-bb", "-q", "-v", "-d", "-P"}
 _PY_FLAGS_WITH_VALUE = {"-X", "-W"}
 _PYTHON_NAME = re.compile(r"python(\d+(\.\d+)?)?")
@@ -22,22 +23,20 @@ class LaunchCommandError(ValueError):
     """The training command is not ``[python [flags]] SCRIPT ARGS`` or ``python -m MODULE ARGS``."""
 
 
-def build_launch_argv(fallback: str, spawn: bool, command: Sequence[str]) -> list[str]:
-    """``['python', 'train.py', ...]`` -> ``[python, '-m', 'gpuwatch.launch', ..., 'train.py', ...]``.
+@dataclass(frozen=True)
+class PythonCommand:
+    """A training command taken apart: ``interpreter`` is None when the command starts at the script."""
 
-    A bare ``python``/``python3`` becomes ``sys.executable``; an interpreter given as a path (another
-    virtualenv's python, say) is kept, since that is where the user's torch lives.
-    """
-    if fallback not in FALLBACK_MODES:
-        raise LaunchCommandError(f"--conv2d-fallback must be one of {FALLBACK_MODES}, got {fallback!r}")
+    interpreter: str | None
+    flags: list[str]
+    target: list[str]  # [script, *args] or ["-m", module, *args]
+
+
+def parse_python_command(command: Sequence[str]) -> PythonCommand:
     rest = list(command)
     if not rest:
         raise LaunchCommandError("no training command given (expected: -- python train.py ARGS)")
-    interpreter = sys.executable
-    if _is_python(rest[0]):
-        if os.sep in rest[0]:
-            interpreter = rest[0]
-        rest.pop(0)
+    interpreter = rest.pop(0) if is_python(rest[0]) else None
     flags: list[str] = []
     while rest and rest[0].startswith("-") and rest[0] != "-m":
         flag = rest.pop(0)
@@ -53,12 +52,26 @@ def build_launch_argv(fallback: str, spawn: bool, command: Sequence[str]) -> lis
         raise LaunchCommandError(
             f"{rest[0]!r} is not a Python script: the command must be 'python SCRIPT ARGS' or 'python -m MODULE ARGS'"
         )
-    argv = [interpreter, *flags, "-m", "gpuwatch.launch", "--conv2d-fallback", fallback]
+    return PythonCommand(interpreter, flags, rest)
+
+
+def build_launch_argv(fallback: str, spawn: bool, command: Sequence[str]) -> list[str]:
+    """``['python', 'train.py', ...]`` -> ``[python, '-m', 'gpuwatch.launch', ..., 'train.py', ...]``.
+
+    A bare ``python``/``python3`` becomes ``sys.executable``; an interpreter given as a path (another
+    virtualenv's python, say) is kept, since that is where the user's torch lives.
+    """
+    if fallback not in FALLBACK_MODES:
+        raise LaunchCommandError(f"--conv2d-fallback must be one of {FALLBACK_MODES}, got {fallback!r}")
+    parsed = parse_python_command(command)
+    interpreter = parsed.interpreter if parsed.interpreter and os.sep in parsed.interpreter else sys.executable
+    argv = [interpreter, *parsed.flags, "-m", "gpuwatch.launch", "--conv2d-fallback", fallback]
     if spawn:
         argv.append("--spawn")
-    return argv + rest
+    return argv + parsed.target
 
 
-def _is_python(word: str) -> bool:
+def is_python(word: str) -> bool:
+    """``python``, ``python3``, ``python3.11`` or this interpreter, bare or as a path."""
     name = os.path.basename(word)
     return bool(_PYTHON_NAME.fullmatch(name)) or name == os.path.basename(sys.executable)

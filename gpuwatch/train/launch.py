@@ -14,12 +14,13 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gpuwatch.launch_argv import FALLBACK_MODES
+from gpuwatch.launch_argv import FALLBACK_MODES, LaunchCommandError, is_python, parse_python_command
 from gpuwatch.train.dataloader import apply_spawn_defaults
 from gpuwatch.train.heartbeat_hook import install_step_hooks
 from gpuwatch.train.patch import patch_conv2d
 
-_VALUE_OPTIONS = ("--conv2d-fallback", "--heartbeat-file", "--pause-file")
+_VALUE_OPTIONS = ("--heartbeat-file", "--pause-file")
+_log = logging.getLogger("gpuwatch.train")
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class LaunchOptions:
     script: str | None  # exactly one of script / module
     module: str | None
     args: list[str]
+    python_flags: tuple[str, ...] = ()  # from a "python -u ..." target; only -u can be honoured here
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,8 +44,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--conv2d-fallback",
         choices=FALLBACK_MODES,
+        nargs="?",
+        const="on",
         default="auto",
-        help="im2col Conv2d instead of MIOpen/cuDNN: auto = only if a native probe conv fails (default)",
+        help="im2col Conv2d instead of MIOpen/cuDNN: auto = only if a native probe conv fails (default); "
+        "given without a value: on",
     )
     parser.add_argument(
         "--spawn", action="store_true", help="spawn start method and persistent DataLoader workers (ROCm-safe)"
@@ -54,7 +59,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Sequence[str]) -> LaunchOptions:
-    """Launcher options up to the script (or ``-m MODULE``, or ``--``); the rest belongs to the script."""
+    """Launcher options up to the script (or ``-m MODULE``, or ``--``); the rest belongs to the script.
+
+    The target may also be a whole ``python [flags] SCRIPT ARGS`` command (after ``--``): the
+    interpreter is this one, so its name is dropped.
+    """
     argv = list(argv)
     index = 0
     while index < len(argv):
@@ -65,13 +74,23 @@ def parse_args(argv: Sequence[str]) -> LaunchOptions:
         if word == "-m" or not word.startswith("-"):
             target = argv[index:]
             break
-        index += 2 if word in _VALUE_OPTIONS else 1
+        takes_value = word in _VALUE_OPTIONS
+        if word == "--conv2d-fallback":  # its value is optional
+            takes_value = index + 1 < len(argv) and argv[index + 1] in FALLBACK_MODES
+        index += 2 if takes_value else 1
     else:
         target = []
     parser = _parser()
     known = parser.parse_args(argv[: min(index, len(argv))])
     if not target or target == ["-m"]:
         parser.error("missing the training script (or -m MODULE)")
+    flags: list[str] = []
+    if is_python(target[0]):
+        try:
+            command = parse_python_command(target)
+        except LaunchCommandError as exc:
+            parser.error(str(exc))
+        flags, target = command.flags, command.target
     module = target[1] if target[0] == "-m" else None
     return LaunchOptions(
         conv2d_fallback=known.conv2d_fallback,
@@ -81,6 +100,7 @@ def parse_args(argv: Sequence[str]) -> LaunchOptions:
         script=None if module else target[0],
         module=module,
         args=target[2:] if module else target[1:],
+        python_flags=tuple(flags),
     )
 
 
@@ -88,6 +108,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Apply the patches, run the script, undo everything (the script's SystemExit passes through)."""
     options = parse_args(sys.argv[1:] if argv is None else argv)
     _log_to_stderr()
+    if "-u" in options.python_flags:
+        for stream in (sys.stdout, sys.stderr):
+            reconfigure = getattr(stream, "reconfigure", None)
+            if reconfigure is not None:
+                reconfigure(write_through=True)
+    ignored = [flag for flag in options.python_flags if flag != "-u"]
+    if ignored:
+        _log.warning("python options %s are ignored under the launcher", " ".join(ignored))
     if options.script is not None and not os.path.exists(options.script):
         print(f"python -m gpuwatch.launch: can't open file {options.script!r}", file=sys.stderr)
         return 2
@@ -129,3 +157,7 @@ def _log_to_stderr() -> None:
         handler.setFormatter(logging.Formatter("gpuwatch: %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
+
+
+if __name__ == "__main__":  # python -m gpuwatch.train.launch works as well as python -m gpuwatch.launch
+    raise SystemExit(main())

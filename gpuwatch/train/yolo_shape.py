@@ -8,6 +8,7 @@ square of the head outputs): the point is the convolution workload of a real det
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -139,6 +140,41 @@ class StepTimes:
         return ordered[len(ordered) // 2]
 
 
+def make_step(
+    model: nn.Module,
+    *,
+    batch_size: int,
+    image_size: int = 640,
+    device: str | torch.device = "cuda",
+    amp_dtype: torch.dtype | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    seed: int = 0,
+) -> Callable[[], Tensor]:
+    """A closure running one SGD step on a fixed batch of random images; returns the loss (no sync).
+
+    ``amp_dtype`` (float16/bfloat16) turns on autocast, with a GradScaler for float16.
+    """
+    device = torch.device(device)
+    model.to(device).train()
+    if optimizer is None:
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937, nesterov=True)
+    scaler = _grad_scaler(device, enabled=amp_dtype == torch.float16)
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    images = torch.randn(batch_size, 3, image_size, image_size, generator=generator).to(device)
+    opt = optimizer
+
+    def step() -> Tensor:
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+            loss = sum(out.float().square().mean() for out in model(images))
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss.detach()  # type: ignore[union-attr]
+
+    return step
+
+
 def train_steps(
     model: nn.Module,
     *,
@@ -151,32 +187,27 @@ def train_steps(
     optimizer: torch.optim.Optimizer | None = None,
     seed: int = 0,
 ) -> StepTimes:
-    """Run ``warmup + steps`` SGD steps on random images; time each of the last ``steps``.
-
-    ``amp_dtype`` (float16/bfloat16) turns on autocast, with a GradScaler for float16.
-    """
+    """Run ``warmup + steps`` steps of ``make_step``; time each of the last ``steps`` (synchronised)."""
     device = torch.device(device)
-    model.to(device).train()
-    if optimizer is None:
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937, nesterov=True)
-    scaler = _grad_scaler(device, enabled=amp_dtype == torch.float16)
-    generator = torch.Generator(device="cpu").manual_seed(seed)
-    images = torch.randn(batch_size, 3, image_size, image_size, generator=generator).to(device)
+    step = make_step(
+        model,
+        batch_size=batch_size,
+        image_size=image_size,
+        device=device,
+        amp_dtype=amp_dtype,
+        optimizer=optimizer,
+        seed=seed,
+    )
     seconds: list[float] = []
     loss = torch.zeros(())
     for index in range(warmup + steps):
         _sync(device)
         start = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-            loss = sum(out.float().square().mean() for out in model(images))  # type: ignore[assignment]
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
+        loss = step()
         _sync(device)
         if index >= warmup:
             seconds.append(time.perf_counter() - start)
-    return StepTimes(seconds, float(loss.detach()))
+    return StepTimes(seconds, float(loss))
 
 
 def _grad_scaler(device: torch.device, enabled: bool) -> torch.amp.GradScaler:

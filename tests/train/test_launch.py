@@ -110,6 +110,16 @@ def test_runs_module_as_main(probe, tmp_path, monkeypatch):
     assert result["name"] == "__main__" and result["argv"] == [str(probe), str(out)]
 
 
+def test_flag_without_value_and_a_whole_python_command(probe, tmp_path):
+    out = tmp_path / "out.json"
+    options = parse_args(["--conv2d-fallback", "--", sys.executable, "-u", str(probe), str(out)])
+    assert options.conv2d_fallback == "on" and options.python_flags == ("-u",)
+    assert options.script == str(probe) and options.args == [str(out)]
+    assert parse_args(["--conv2d-fallback", "off", "python3", "-m", "pkg.train", "-x"]).module == "pkg.train"
+    assert main(["--conv2d-fallback", "--", "python", str(probe), str(out)]) == 0
+    assert json.loads(out.read_text())["argv"] == [str(probe), str(out)]
+
+
 def test_parse_args_keeps_script_options_for_the_script():
     options = parse_args(["--spawn", "train.py", "--spawn", "--conv2d-fallback", "x"])
     assert options.spawn and options.conv2d_fallback == "auto"
@@ -131,7 +141,7 @@ def test_subprocess_with_spawn_heartbeat_and_pause(tmp_path):
         "GPUWATCH_HEARTBEAT_INTERVAL_S": "0",
         "PYTHONPATH": str(REPO),
     }
-    cmd = [sys.executable, "-m", "gpuwatch.launch", "--conv2d-fallback", "on", "--spawn", str(script), str(out), "1"]
+    cmd = [sys.executable, "-m", "gpuwatch.train.launch", "--conv2d-fallback", "on", "--spawn", str(script), str(out), "1"]
     proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
@@ -150,3 +160,13 @@ def test_subprocess_with_spawn_heartbeat_and_pause(tmp_path):
     assert info == {"steps": 4, "persistent": True, "hook": "_patched_conv_forward"}
     final = read_heartbeat(beat_file)
     assert final is not None and final.steps_total == 4 and not final.paused
+
+
+def test_launch_shim_module(probe, tmp_path, monkeypatch):
+    import runpy
+
+    out = tmp_path / "out.json"
+    monkeypatch.setattr(sys, "argv", ["gpuwatch.launch", "--conv2d-fallback", "off", str(probe), str(out)])
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_module("gpuwatch.launch", run_name="__main__")
+    assert exited.value.code == 0 and json.loads(out.read_text())["name"] == "__main__"
