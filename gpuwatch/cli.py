@@ -86,6 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("name", nargs="?", help="trainer name from [[trainer]] (default: all)")
         p.set_defaults(handler=cmd_control, verb=name)
 
+    train = sub.add_parser("train", help="run a training script with the training patches (gpuwatch[train])",
+                           usage="gpuwatch train [--conv2d-fallback auto|on|off] [--spawn] -- python train.py ARGS")
+    train.add_argument("--conv2d-fallback", choices=("auto", "on", "off"), default="auto",
+                       help="im2col Conv2d instead of MIOpen: auto = only where a native probe conv fails")
+    train.add_argument("--spawn", action="store_true", help="spawn start method, persistent DataLoader workers")
+    train.add_argument("command", nargs=argparse.REMAINDER, help="python SCRIPT ARGS or python -m MODULE ARGS")
+    train.set_defaults(handler=cmd_train)
+
     check = sub.add_parser("check-config", help="validate a config file and print the effective config")
     check.add_argument("file", nargs="?", type=Path, help=f"default {DEFAULT_CONFIG_PATH}")
     check.set_defaults(handler=cmd_check_config)
@@ -135,6 +143,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     setup_logging(config.log_level)
     notifier = Notifier.from_env(unset=True)  # trainers we spawn must not inherit NOTIFY_SOCKET
     return Daemon(config, config_path=cli_config_path(args), load=load, notifier=notifier).run()
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from gpuwatch.launch_argv import LaunchCommandError, build_launch_argv
+
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    try:
+        argv = build_launch_argv(args.conv2d_fallback, args.spawn, command)
+    except LaunchCommandError as exc:
+        print(f"gpuwatch train: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    os.execvp(argv[0], argv)  # the launcher (python -m gpuwatch.launch) replaces this process
 
 
 def cmd_fans_auto(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ LAYERS: dict[str, int] = {
     "state": 2, "checkpoint": 2, "trainerproc": 2, "supervisor": 2, "control": 2, "http": 2,
     "summary": 1, "reload": 1, "sdnotify": 2,
     "daemon": 3, "cli": 3, "__main__": 3,
+    "launch_argv": 1,  # torch-free argv builder shared by `gpuwatch train` and the launcher
     "launch": 9, "train": 9,
 }
 TORCH_OK = {"launch", "train"}
