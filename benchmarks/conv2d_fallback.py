@@ -134,7 +134,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, nargs="+", default=[4, 16])
     parser.add_argument("--precisions", nargs="+", choices=list(PRECISIONS), default=["fp32", "amp"])
-    parser.add_argument("--variants", nargs="+", default=["native", "fallback"], help="native, naive, fallback[:WGRAD[/DGRAD]]")
+    parser.add_argument(
+        "--variants", nargs="+", default=["native", "fallback"], help="native, naive, fallback[:WGRAD[/DGRAD]]"
+    )
     parser.add_argument("--image-size", type=int, default=640)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)

@@ -59,7 +59,7 @@ def time_ms(fn, reps: int) -> float:
 
 def layer_table(batch: int, image_size: int, variants: list[str], reps: int, dtype: torch.dtype) -> None:
     totals = {v: [0.0, 0.0] for v in variants}
-    print(f"| input | out | k/s/p | n | " + " | ".join(f"{v} fwd / fwd+bwd ms" for v in variants) + " |")
+    print("| input | out | k/s/p | n | " + " | ".join(f"{v} fwd / fwd+bwd ms" for v in variants) + " |")
     print("|---" * (4 + len(variants)) + "|")
     for (shape, out_c, k, s, p, g, has_bias), count in sorted(conv_shapes(batch, image_size).items()):
         x = torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True)

@@ -54,7 +54,9 @@ def _parser() -> argparse.ArgumentParser:
         "--spawn", action="store_true", help="spawn start method and persistent DataLoader workers (ROCm-safe)"
     )
     parser.add_argument("--heartbeat-file", help="heartbeat JSON path (default: $GPUWATCH_HEARTBEAT_FILE)")
-    parser.add_argument("--pause-file", help="hold at the step boundary while it exists (default: $GPUWATCH_PAUSE_FILE)")
+    parser.add_argument(
+        "--pause-file", help="hold at the step boundary while it exists (default: $GPUWATCH_PAUSE_FILE)"
+    )
     return parser
 
 

@@ -169,7 +169,7 @@ def _sync_hooks() -> None:
     want_functional = _STATE.global_mode is not None
     if want_functional and _STATE.original_functional is None:
         _STATE.original_functional = F.conv2d
-        F.conv2d = _patched_functional
+        F.conv2d = _patched_functional  # type: ignore[assignment]
     elif not want_functional and _STATE.original_functional is not None:
         F.conv2d = _STATE.original_functional
         _STATE.original_functional = None

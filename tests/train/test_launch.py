@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -141,7 +140,8 @@ def test_subprocess_with_spawn_heartbeat_and_pause(tmp_path):
         "GPUWATCH_HEARTBEAT_INTERVAL_S": "0",
         "PYTHONPATH": str(REPO),
     }
-    cmd = [sys.executable, "-m", "gpuwatch.train.launch", "--conv2d-fallback", "on", "--spawn", str(script), str(out), "1"]
+    launch = [sys.executable, "-m", "gpuwatch.train.launch", "--conv2d-fallback", "on", "--spawn"]
+    cmd = [*launch, str(script), str(out), "1"]
     proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
