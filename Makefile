@@ -5,13 +5,16 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
+# The training-patch tests run on PyTorch's CPU build; this machine kind ships 2.13.0's wheel locally
+# (an unpinned torch would pull several GB of CUDA packages). Override for another machine.
+TORCH_SPEC ?= torch==2.13.0
 
 .PHONY: run daemon test venv system-deps clean install uninstall
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,train]' '$(TORCH_SPEC)'
 	touch $(STAMP)
 
 venv: $(STAMP)
