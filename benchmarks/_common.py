@@ -1,0 +1,128 @@
+"""Shared helpers for the benchmark scripts: fake trees from real captures, stats, daemon processes.
+
+Benchmarks are scripts, never tests: they print a table and ratios from one run. They may read the
+captures in ``../shared/fixtures/amdgpu`` (or ``--fixtures`` / ``$GPUWATCH_FIXTURES``); the package
+itself never does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from gpuwatch.fakesysfs import FakeSysfsTree, load_capture  # noqa: E402
+
+# A current discrete card with every hwmon file a training box reads (3 temps, fan, pwm, power caps).
+DEFAULT_CAPTURE = "navi31-rx7900xtx-sapphire-nitro"
+
+
+def fixtures_arg(parser: argparse.ArgumentParser) -> None:
+    default = os.environ.get("GPUWATCH_FIXTURES") or str(REPO.parent / "shared/fixtures/amdgpu")
+    parser.add_argument("--fixtures", type=Path, default=Path(default), help=f"captures directory (default {default})")
+    parser.add_argument("--capture", default=DEFAULT_CAPTURE, help="capture name used for every GPU")
+
+
+def build_tree(root: Path, fixtures: Path, capture: str, gpus: int) -> list[str]:
+    """A real-layout fake /sys with ``gpus`` copies of one capture; returns their hwmon dirs."""
+    cap = load_capture(fixtures / "cards" / f"{capture}.json")
+    tree = FakeSysfsTree(root)
+    hwmons = []
+    for index in range(gpus):
+        card = tree.add_capture(cap, card=f"card{index}", pci_slot=f"0000:{0x10 + index:02x}:00.0", hwmon=f"hwmon{index}")
+        hwmons.append(card.hwmon_dir or "")
+    return hwmons
+
+
+def temp_dir(prefix: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=f"gpuwatch-bench-{prefix}-"))
+
+
+def cleanup(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = (len(ordered) - 1) * pct / 100.0
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_port(port: int, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout_s}s")
+
+
+def write_config(path: Path, sysfs_root: Path, runtime_dir: Path, extra: str = "", interval_s: float = 1.0) -> Path:
+    path.write_text(
+        f'sysfs_root = "{sysfs_root}"\nruntime_dir = "{runtime_dir}"\ninterval_s = {interval_s}\n'
+        f'log_level = "warning"\n{extra}'
+    )
+    return path
+
+
+def start_daemon(config: Path, log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """``gpuwatch run`` as its own process, exactly as systemd would start it."""
+    handle = open(log_path, "wb")
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpuwatch.cli", "run", "-c", str(config)],
+        cwd=REPO,
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {}), "PYTHONPATH": str(REPO)},
+    )
+
+
+def stop(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = os.getloadavg()[0]
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, load avg {load:.2f}"

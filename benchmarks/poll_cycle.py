@@ -1,0 +1,67 @@
+"""Poll-cycle cost: time for Sampler.sample() to read one full snapshot, per GPU, for 1, 2 and 8 GPUs.
+
+Target: under 1 ms per GPU, growing linearly with the GPU count (8-GPU cost / (8 x 1-GPU cost) ~ 1).
+
+    .venv/bin/python benchmarks/poll_cycle.py [--gpus 1 2 8] [--cycles 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from _common import build_tree, cleanup, fixtures_arg, machine, median, percentile, temp_dir
+
+from gpuwatch.amdgpu import AmdgpuBackend
+from gpuwatch.sampler import Sampler
+from gpuwatch.sysfs import Sysfs
+
+TARGET_PER_GPU_MS = 1.0
+
+
+def measure(gpus: int, cycles: int, fixtures, capture: str) -> list[float]:
+    root = temp_dir(f"poll{gpus}")
+    try:
+        build_tree(root / "sys", fixtures, capture, gpus)
+        sampler = Sampler([AmdgpuBackend(Sysfs(root / "sys"))])
+        snapshot = sampler.sample()  # discovery happens here, as at daemon start
+        assert len(snapshot.gpus) == gpus and all(g.up and g.temps for g in snapshot.gpus), snapshot
+        for _ in range(min(200, cycles)):
+            sampler.sample()
+        durations = []
+        for _ in range(cycles):
+            started = time.perf_counter()
+            sampler.sample()
+            durations.append(time.perf_counter() - started)
+        return durations
+    finally:
+        cleanup(root)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", type=int, nargs="+", default=[1, 2, 8])
+    parser.add_argument("--cycles", type=int, default=2000)
+    fixtures_arg(parser)
+    args = parser.parse_args()
+    print(f"machine: {machine()}")
+    print(f"capture: {args.capture}; {args.cycles} cycles per row after warm-up (discovery excluded)\n")
+    print(f"{'GPUs':>4} {'p50 ms':>8} {'p99 ms':>8} {'p50/GPU ms':>11} {'target/GPU':>11} {'p50/GPU vs target':>18}")
+    per_gpu: dict[int, float] = {}
+    for gpus in args.gpus:
+        durations = measure(gpus, args.cycles, args.fixtures, args.capture)
+        p50, p99 = median(durations) * 1e3, percentile(durations, 99) * 1e3
+        per_gpu[gpus] = p50 / gpus
+        print(
+            f"{gpus:>4} {p50:>8.3f} {p99:>8.3f} {p50 / gpus:>11.3f} {TARGET_PER_GPU_MS:>11.3f} "
+            f"{p50 / gpus / TARGET_PER_GPU_MS:>17.2f}x"
+        )
+    base = min(per_gpu)
+    print("\nlinearity (per-GPU cost relative to the smallest run; 1.00 = perfectly linear):")
+    for gpus, cost in per_gpu.items():
+        print(f"  {gpus} GPUs: {cost / per_gpu[base]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
