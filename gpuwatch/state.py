@@ -46,7 +46,9 @@ def write_state_file(path: Path, document: dict[str, Any]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".state-", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as handle:
-            json.dump(document, handle, separators=(",", ":"))
+            # dumps, not dump: only the one-shot path uses the C encoder; json.dump's chunked
+            # pure-Python encoder was half of a tick's CPU (docs/performance.md).
+            handle.write(json.dumps(document, separators=(",", ":")))
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:

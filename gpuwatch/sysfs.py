@@ -86,7 +86,7 @@ class Sysfs:
             raise SysfsError(str(self.path(relative)), _reason(exc)) from exc
 
     def exists(self, relative: str) -> bool:
-        return self.path(relative).exists()
+        return os.path.exists(self._prefix + relative.lstrip("/"))
 
     def writable(self, relative: str) -> bool:
         return os.access(self.path(relative), os.W_OK)

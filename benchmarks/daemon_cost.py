@@ -1,0 +1,110 @@
+"""Daemon cost: CPU (% of one core) and memory of `gpuwatch run` at 1 Hz on 1- and 8-GPU fake trees.
+
+Targets: < 0.5 % of one core and < 60 MiB RSS; torch never loaded (checked in /proc/<pid>/maps).
+Both daemons run at the same time, each on its own tree, state file and loopback HTTP port, so
+they share whatever load the machine has. The window starts after start-up and the first ticks.
+
+    .venv/bin/python benchmarks/daemon_cost.py [--window-s 60] [--gpus 1 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import psutil
+from _common import build_tree, cleanup, fixtures_arg, free_port, machine, start_daemon, stop, temp_dir, write_config
+
+CPU_TARGET_PCT = 0.5
+RSS_TARGET_MIB = 60.0
+SETTLE_S = 3.0
+
+
+def wait_state(path: Path, proc, timeout_s: float = 30.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"daemon exited with {proc.returncode}")
+        try:
+            return json.loads(path.read_text())
+        except (FileNotFoundError, ValueError):
+            time.sleep(0.05)
+    raise TimeoutError(f"no state file at {path} after {timeout_s}s")
+
+
+def torch_mappings(pid: int) -> list[str]:
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    return sorted({line.split()[-1] for line in maps.splitlines() if "torch" in line.rsplit("/", 1)[-1].lower()})
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--window-s", type=float, default=60.0, help="measurement window (default 60 s)")
+    parser.add_argument("--gpus", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--interval-s", type=float, default=1.0)
+    fixtures_arg(parser)
+    args = parser.parse_args()
+    work = temp_dir("cost")
+    procs = {}
+    try:
+        for gpus in args.gpus:
+            base = work / f"g{gpus}"
+            build_tree(base / "sys", args.fixtures, args.capture, gpus)
+            (base / "run").mkdir(parents=True)
+            extra = f'[http]\nlisten = "127.0.0.1"\nport = {free_port()}\n'
+            config = write_config(base / "gpuwatch.toml", base / "sys", base / "run", extra, args.interval_s)
+            procs[gpus] = start_daemon(config, base / "daemon.log")
+        for gpus, proc in procs.items():
+            state = wait_state(work / f"g{gpus}" / "run" / "state.json", proc)
+            assert len(state["gpus"]) == gpus, f"daemon sees {len(state['gpus'])} GPUs, expected {gpus}"
+        time.sleep(SETTLE_S)
+        handles = {gpus: psutil.Process(proc.pid) for gpus, proc in procs.items()}
+        before = {gpus: (h.cpu_times(), time.monotonic()) for gpus, h in handles.items()}
+        ticks_before = {gpus: _ticks(work / f"g{gpus}") for gpus in procs}
+        peak_rss = {gpus: 0 for gpus in procs}
+        end = time.monotonic() + args.window_s
+        while time.monotonic() < end:
+            for gpus, h in handles.items():
+                peak_rss[gpus] = max(peak_rss[gpus], h.memory_info().rss)
+            time.sleep(min(1.0, max(0.0, end - time.monotonic())))
+        print(f"machine: {machine()}")
+        print(f"capture: {args.capture}; interval {args.interval_s} s; window {args.window_s:.0f} s; daemons run side by side\n")
+        print(
+            f"{'GPUs':>4} {'ticks':>6} {'CPU % core':>11} {'target':>7} {'ratio':>6} "
+            f"{'peak RSS MiB':>13} {'USS MiB':>8} {'target':>7} {'ratio':>6} {'CPU ms/tick':>12} {'torch loaded':>13}"
+        )
+        failed = False
+        for gpus, h in handles.items():
+            times0, t0 = before[gpus]
+            times1, t1 = h.cpu_times(), time.monotonic()
+            cpu_s = (times1.user - times0.user) + (times1.system - times0.system)
+            cpu_pct = 100.0 * cpu_s / (t1 - t0)
+            ticks = _ticks(work / f"g{gpus}") - ticks_before[gpus]
+            rss_mib = peak_rss[gpus] / 2**20
+            uss_mib = h.memory_full_info().uss / 2**20
+            torch = torch_mappings(h.pid)
+            failed |= cpu_pct >= CPU_TARGET_PCT or rss_mib >= RSS_TARGET_MIB or bool(torch)
+            print(
+                f"{gpus:>4} {ticks:>6} {cpu_pct:>11.3f} {CPU_TARGET_PCT:>7.2f} {cpu_pct / CPU_TARGET_PCT:>6.2f} "
+                f"{rss_mib:>13.1f} {uss_mib:>8.1f} {RSS_TARGET_MIB:>7.0f} {rss_mib / RSS_TARGET_MIB:>6.2f} "
+                f"{1e3 * cpu_s / max(ticks, 1):>12.2f} {'YES ' + ','.join(torch) if torch else 'no':>13}"
+            )
+        print("\nratio = measured / target (< 1.00 meets the target)")
+        return 1 if failed else 0
+    finally:
+        for proc in procs.values():
+            stop(proc)
+        cleanup(work)
+
+
+def _ticks(base: Path) -> int:
+    try:
+        return int(json.loads((base / "run" / "state.json").read_text())["daemon"]["ticks_total"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
