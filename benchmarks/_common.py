@@ -8,6 +8,7 @@ itself never does.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
@@ -88,7 +89,7 @@ def wait_port(port: int, timeout_s: float = 10.0) -> None:
 def write_config(path: Path, sysfs_root: Path, runtime_dir: Path, extra: str = "", interval_s: float = 1.0) -> Path:
     path.write_text(
         f'sysfs_root = "{sysfs_root}"\nruntime_dir = "{runtime_dir}"\ninterval_s = {interval_s}\n'
-        f'log_level = "warning"\n{extra}'
+        f'backend = "amdgpu"\nlog_level = "warning"\n{extra}'
     )
     return path
 
@@ -113,6 +114,36 @@ def stop(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def wait_state(path: Path, proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> dict:
+    """The daemon's first published state file (it exists once the first tick is done)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"daemon exited with {proc.returncode}")
+        try:
+            return json.loads(path.read_text())
+        except (FileNotFoundError, ValueError):
+            time.sleep(0.05)
+    raise TimeoutError(f"no state file at {path} after {timeout_s}s")
+
+
+def node_exporter(sysfs_root: Path, port: int, log_path: Path) -> subprocess.Popen[bytes]:
+    """Debian's prometheus-node-exporter reading the same fake tree, hwmon and drm collectors only."""
+    binary = shutil.which("prometheus-node-exporter") or "/usr/bin/prometheus-node-exporter"
+    return subprocess.Popen(
+        [
+            binary,
+            f"--path.sysfs={sysfs_root}",
+            "--collector.disable-defaults",
+            "--collector.hwmon",
+            "--collector.drm",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=open(log_path, "wb"),
+        stderr=subprocess.STDOUT,
+    )
 
 
 def machine() -> str:

@@ -15,23 +15,22 @@ import time
 from pathlib import Path
 
 import psutil
-from _common import build_tree, cleanup, fixtures_arg, free_port, machine, start_daemon, stop, temp_dir, write_config
+from _common import (
+    build_tree,
+    cleanup,
+    fixtures_arg,
+    free_port,
+    machine,
+    start_daemon,
+    stop,
+    temp_dir,
+    wait_state,
+    write_config,
+)
 
 CPU_TARGET_PCT = 0.5
 RSS_TARGET_MIB = 60.0
 SETTLE_S = 3.0
-
-
-def wait_state(path: Path, proc, timeout_s: float = 30.0) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"daemon exited with {proc.returncode}")
-        try:
-            return json.loads(path.read_text())
-        except (FileNotFoundError, ValueError):
-            time.sleep(0.05)
-    raise TimeoutError(f"no state file at {path} after {timeout_s}s")
 
 
 def torch_mappings(pid: int) -> list[str]:

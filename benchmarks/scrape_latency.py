@@ -1,0 +1,138 @@
+"""Scrape latency and CPU per scrape: gpuwatch's /metrics side by side with Prometheus node_exporter.
+
+Both read the same real-layout fake tree (node_exporter with --path.sysfs and only its hwmon and drm
+collectors; gpuwatch renders from its published in-memory state at its normal 1 Hz tick). Scrapes
+are sequential, one new connection each (as Prometheus does after a keep-alive timeout), alternating
+A-B / B-A so machine noise hits both alike. CPU per scrape comes from each server process's
+cpu_times over the scrape phase, minus its idle rate measured just before (ticks, Go runtime).
+Target: gpuwatch p99 at or below node_exporter's.
+
+    .venv/bin/python benchmarks/scrape_latency.py [--scrapes 1000] [--gpus 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import time
+from dataclasses import dataclass, field
+
+import psutil
+from _common import (
+    build_tree,
+    cleanup,
+    fixtures_arg,
+    free_port,
+    machine,
+    median,
+    node_exporter,
+    percentile,
+    start_daemon,
+    stop,
+    temp_dir,
+    wait_port,
+    wait_state,
+    write_config,
+)
+
+
+@dataclass
+class Server:
+    name: str
+    port: int
+    pid: int
+    latencies_s: list[float] = field(default_factory=list)
+    body_bytes: int = 0
+    idle_cpu_rate: float = 0.0
+    cpu_s: float = 0.0
+
+
+def scrape(port: int) -> tuple[float, int]:
+    started = time.perf_counter()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/metrics")
+        response = conn.getresponse()
+        body = response.read()
+    finally:
+        conn.close()
+    elapsed = time.perf_counter() - started
+    if response.status != 200:
+        raise RuntimeError(f"port {port}: HTTP {response.status}")
+    return elapsed, len(body)
+
+
+def cpu_s(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scrapes", type=int, default=1000, help="scrapes per server (default 1000)")
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--idle-s", type=float, default=5.0, help="idle window for the CPU baseline")
+    fixtures_arg(parser)
+    args = parser.parse_args()
+    work = temp_dir("scrape")
+    procs = []
+    try:
+        build_tree(work / "sys", args.fixtures, args.capture, args.gpus)
+        (work / "run").mkdir()
+        gw_port, ne_port = free_port(), free_port()
+        config = write_config(
+            work / "gpuwatch.toml", work / "sys", work / "run", f'[http]\nlisten = "127.0.0.1"\nport = {gw_port}\n'
+        )
+        daemon = start_daemon(config, work / "daemon.log")
+        procs.append(daemon)
+        exporter = node_exporter(work / "sys", ne_port, work / "node_exporter.log")
+        procs.append(exporter)
+        wait_state(work / "run" / "state.json", daemon)
+        wait_port(gw_port)
+        wait_port(ne_port)
+        servers = [Server("gpuwatch", gw_port, daemon.pid), Server("node_exporter", ne_port, exporter.pid)]
+        for server in servers:
+            for _ in range(20):  # warm-up: connections, caches, the Go runtime's first GC
+                _, server.body_bytes = scrape(server.port)
+        idle0 = {s.name: cpu_s(s.pid) for s in servers}
+        time.sleep(args.idle_s)
+        for server in servers:
+            server.idle_cpu_rate = (cpu_s(server.pid) - idle0[server.name]) / args.idle_s
+        start_cpu = {s.name: cpu_s(s.pid) for s in servers}
+        started = time.monotonic()
+        for index in range(args.scrapes):
+            for server in servers if index % 2 == 0 else reversed(servers):
+                latency, _ = scrape(server.port)
+                server.latencies_s.append(latency)
+        duration_s = time.monotonic() - started
+        for server in servers:
+            raw = cpu_s(server.pid) - start_cpu[server.name]
+            server.cpu_s = max(0.0, raw - server.idle_cpu_rate * duration_s)
+        print(f"machine: {machine()}")
+        print(
+            f"{args.gpus} GPUs ({args.capture}); {args.scrapes} sequential scrapes per server, alternating; "
+            f"scrape phase {duration_s:.1f} s\n"
+        )
+        print(f"{'server':<14} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'CPU ms/scrape':>14} {'body KiB':>9}")
+        for s in servers:
+            print(
+                f"{s.name:<14} {median(s.latencies_s) * 1e3:>8.3f} {percentile(s.latencies_s, 99) * 1e3:>8.3f} "
+                f"{max(s.latencies_s) * 1e3:>8.3f} {s.cpu_s / args.scrapes * 1e3:>14.3f} {s.body_bytes / 1024:>9.1f}"
+            )
+        gw, ne = servers
+        p99_ratio = percentile(gw.latencies_s, 99) / percentile(ne.latencies_s, 99)
+        print("\ngpuwatch / node_exporter (<= 1.00 meets the target for p99):")
+        print(f"  p50 {median(gw.latencies_s) / median(ne.latencies_s):.2f}")
+        print(f"  p99 {p99_ratio:.2f}")
+        print(f"  CPU per scrape {gw.cpu_s / ne.cpu_s if ne.cpu_s else float('nan'):.2f}")
+        print(f"(CPU is net of each server's idle rate: gpuwatch {gw.idle_cpu_rate * 1e3:.1f} ms/s, "
+              f"node_exporter {ne.idle_cpu_rate * 1e3:.1f} ms/s)")
+        return 0 if p99_ratio <= 1.0 else 1
+    finally:
+        for proc in procs:
+            stop(proc)
+        cleanup(work)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
