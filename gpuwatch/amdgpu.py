@@ -76,18 +76,9 @@ def discover(sysfs: Sysfs) -> DiscoveryResult[AmdCard]:
     return DiscoveryResult(cards=tuple(cards), unsupported=tuple(unsupported))
 
 
-def read_card(
-    sysfs: Sysfs,
-    card: AmdCard,
-    skip: frozenset[str] = frozenset(),
-    learn_absent: set[str] | None = None,
-) -> GpuReading:
-    """One full reading of ``card``; never raises for a read error, it records it instead.
-
-    ``learn_absent`` collects the paths found missing; later reads pass them as ``skip`` and read
-    them as absent without opening them (the backend does so until its next re-discovery).
-    """
-    reader = _Reader(sysfs, card.device_dir, skip=skip, learn_absent=learn_absent)
+def read_card(sysfs: Sysfs, card: AmdCard) -> GpuReading:
+    """One full reading of ``card``; never raises for a read error, it records it instead."""
+    reader = _Reader(sysfs, card.device_dir)
     if not sysfs.exists(card.device_dir):
         return GpuReading(gpu_id=card.gpu_id, card=card.card, device_id=card.device_id, up=False)
     runtime_status = reader.text("power/runtime_status")
@@ -104,7 +95,7 @@ def read_card(
     )
     if runtime_status == "suspended":
         return GpuReading(**identity, errors=tuple(reader.errors))  # type: ignore[arg-type]
-    hw = _Reader(sysfs, card.hwmon_dir, reader.errors, skip, learn_absent) if card.hwmon_dir else None
+    hw = _Reader(sysfs, card.hwmon_dir, reader.errors) if card.hwmon_dir else None
     return GpuReading(
         **identity,  # type: ignore[arg-type]
         gpu_busy_ratio=_ratio(reader.number("gpu_busy_percent", int)),
@@ -170,33 +161,18 @@ def _temps(hw: "_Reader") -> tuple[TempReading, ...]:
 class _Reader:
     """Reads files of one directory, turning failures into ReadError records."""
 
-    def __init__(
-        self,
-        sysfs: Sysfs,
-        base: str,
-        errors: list[ReadError] | None = None,
-        skip: frozenset[str] = frozenset(),
-        learn_absent: set[str] | None = None,
-    ) -> None:
+    def __init__(self, sysfs: Sysfs, base: str, errors: list[ReadError] | None = None) -> None:
         self.sysfs = sysfs
         self.base = base
         self.errors: list[ReadError] = [] if errors is None else errors
         self._failed: set[str] = set()
-        self._skip = skip
-        self._learn_absent = learn_absent
 
     def text(self, name: str) -> str | None:
-        path = f"{self.base}/{name}"
-        if path in self._skip:
-            return None
         try:
-            value = self.sysfs.read(path)
+            return self.sysfs.read(f"{self.base}/{name}")
         except SysfsError as exc:
             self._record(name, exc.reason)
             return None
-        if value is None and self._learn_absent is not None:
-            self._learn_absent.add(path)
-        return value
 
     def number(self, name: str, parse: Callable[[str], T]) -> T | None:
         text = self.text(name)
@@ -270,33 +246,17 @@ class AmdgpuBackend:
         self._clock = clock or time.monotonic
         self._found: DiscoveryResult[AmdCard] | None = None
         self._found_at = 0.0
-        # Files a card lacked at its first read after discovery (a quarter of the reads of a typical
-        # card) are not re-opened every tick; forgotten at each re-discovery, so a file that appears
-        # is picked up within rediscover_s. Only files missing at discovery are skipped: one that
-        # vanishes later (a temperature!) is still read, and reported absent, every tick.
-        self._absent: dict[str, frozenset[str]] = {}
 
     def discovered(self) -> DiscoveryResult[AmdCard]:
         now = self._clock()
         if self._found is None or now - self._found_at >= self.rediscover_s:
             self._found, self._found_at = discover(self.sysfs), now
-            self._absent = {}
         return self._found
 
     def read_all(self) -> tuple[list[GpuReading], list[UnsupportedCard]]:
         found = self.discovered()
-        readings = [self._read(card) for card in found.cards]
+        readings = [read_card(self.sysfs, card) for card in found.cards]
         if any(not r.up for r in readings):
             # A card fell off the bus or was reset: it may come back under a new cardN/hwmonN.
             self._found = None
         return readings, list(found.unsupported)
-
-    def _read(self, card: AmdCard) -> GpuReading:
-        skip = self._absent.get(card.gpu_id)
-        if skip is not None:
-            return read_card(self.sysfs, card, skip)
-        learned: set[str] = set()
-        reading = read_card(self.sysfs, card, learn_absent=learned)
-        if reading.up:
-            self._absent[card.gpu_id] = frozenset(learned)
-        return reading
