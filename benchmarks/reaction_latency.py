@@ -16,11 +16,14 @@ given time to recover (fan back to the curve, trainer resumed).
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import time
 from pathlib import Path
 from typing import Callable
+
+import psutil
 
 from _common import (
     build_tree,
@@ -93,8 +96,57 @@ def fan_trials(args: argparse.Namespace, work: Path) -> list[float]:
     return latencies
 
 
+TRAINER = "import time\nwhile True:\n    time.sleep(0.05)\n"
+
+
 def trainer_trials(args: argparse.Namespace, work: Path) -> list[float]:
-    raise NotImplementedError("supervisor ([[trainer]]) not on main yet")
+    """SIGSTOP pause (cooperative_pause = never, debounce 0): the reaction the supervisor owns."""
+    root = work / "trainer"
+    (hwmon,) = build_tree(root / "sys", args.fixtures, FAN_CAPTURE, 1)
+    (root / "run").mkdir()
+    pause_c = 90.0
+    extra = (
+        f'[http]\nlisten = "127.0.0.1"\nport = {free_port()}\n'
+        '[fan]\nmode = "monitor-only"\n'
+        "[[trainer]]\n"
+        'name = "bench"\n'
+        f"command = {json.dumps([sys.executable, '-c', TRAINER])}\n"
+        f"junction_limit_c = {pause_c}\nhysteresis_c = 5\ndebounce_s = 0\n"
+        'cooperative_pause = "never"\ngrace_s = 2\n'
+    )
+    config = write_config(root / "gpuwatch.toml", root / "sys", root / "run", extra, args.interval_s)
+    temp = root / "sys" / hwmon / "temp2_input"
+    temp.write_text(f"{COOL_MC}\n")
+    daemon = start_daemon(config, root / "daemon.log")
+    latencies = []
+    try:
+        wait_state(root / "run" / "state.json", daemon)
+        trainer = _trainer_process(daemon.pid, 10 * args.interval_s)
+        for _ in range(args.trials):
+            time.sleep(random.uniform(0, args.interval_s))
+            t0 = time.monotonic()
+            temp.write_text(f"{int((pause_c + 1) * 1000)}\n")
+            hit = poll_until(lambda: trainer.status() == psutil.STATUS_STOPPED, args.interval_s * 5)
+            latencies.append(float("inf") if hit is None else hit - t0)
+            temp.write_text(f"{COOL_MC}\n")
+            if poll_until(lambda: trainer.status() != psutil.STATUS_STOPPED, args.interval_s * 10) is None:
+                raise RuntimeError(f"trainer not resumed after cooling; see {root}/daemon.log")
+    finally:
+        stop(daemon, timeout_s=15)
+    return latencies
+
+
+def _trainer_process(daemon_pid: int, timeout_s: float) -> psutil.Process:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for child in psutil.Process(daemon_pid).children(recursive=True):
+            try:
+                if TRAINER in " ".join(child.cmdline()) or "while True" in " ".join(child.cmdline()):
+                    return child
+            except psutil.Error:
+                continue
+        time.sleep(0.05)
+    raise RuntimeError("the daemon started no trainer: is the supervisor ([[trainer]]) on this branch?")
 
 
 def report(name: str, latencies: list[float], interval_s: float) -> bool:
@@ -123,7 +175,7 @@ def main() -> int:
                 continue
             try:
                 results[name] = run(args, work)
-            except NotImplementedError as exc:
+            except (RuntimeError, TimeoutError) as exc:
                 missing.append(f"{name}: not measured ({exc})")
         print(f"machine: {machine()}")
         print(f"tick {args.interval_s} s; t0 at a random phase of the tick; target = one tick + {SLACK_S * 1e3:.0f} ms\n")
