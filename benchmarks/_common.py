@@ -48,7 +48,13 @@ def build_tree(root: Path, fixtures: Path, capture: str, gpus: int) -> list[str]
 
 
 def temp_dir(prefix: str) -> Path:
-    return Path(tempfile.mkdtemp(prefix=f"gpuwatch-bench-{prefix}-"))
+    """A scratch directory on tmpfs when there is one: real sysfs and /run (the state file's home
+    under systemd) are in-memory filesystems, and an ext4 /tmp's journaled rename alone was a sixth
+    of a tick. ``GPUWATCH_BENCH_TMP`` chooses another place."""
+    base = os.environ.get("GPUWATCH_BENCH_TMP")
+    if base is None and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        base = "/dev/shm"
+    return Path(tempfile.mkdtemp(prefix=f"gpuwatch-bench-{prefix}-", dir=base))
 
 
 def cleanup(path: Path) -> None:

@@ -27,6 +27,21 @@ _TEMP_LABELS = {1: "edge", 2: "junction", 3: "mem"}
 
 T = TypeVar("T")
 
+# Attributes fixed while the driver is bound (identity, board limits, sensor labels and crit points).
+# The backend reads them once per discovery instead of every tick: they were more than half of the
+# ~47 opens per GPU per tick (docs/performance.md). Re-discovery (every 30 s, and whenever a card
+# vanishes) reads them again. Read errors are never remembered, so a failing one is retried (and
+# reported) every tick as before. power1_cap, the link's current speed and runtime_status do change.
+STATIC_ATTRIBUTES = frozenset(
+    {
+        "product_name", "unique_id", "vbios_version", "max_link_speed", "max_link_width",
+        "mem_info_vram_total", "mem_info_gtt_total",
+        "power1_cap_min", "power1_cap_max", "power1_cap_default",
+        "pwm1_min", "pwm1_max", "fan1_min", "fan1_max",
+        *(f"temp{i}_{kind}" for i in (1, 2, 3) for kind in ("label", "crit", "crit_hyst", "emergency")),
+    }
+)
+
 
 @dataclass(frozen=True)
 class AmdCard:
@@ -76,9 +91,13 @@ def discover(sysfs: Sysfs) -> DiscoveryResult[AmdCard]:
     return DiscoveryResult(cards=tuple(cards), unsupported=tuple(unsupported))
 
 
-def read_card(sysfs: Sysfs, card: AmdCard) -> GpuReading:
-    """One full reading of ``card``; never raises for a read error, it records it instead."""
-    reader = _Reader(sysfs, card.device_dir)
+def read_card(sysfs: Sysfs, card: AmdCard, static: dict[str, str | None] | None = None) -> GpuReading:
+    """One full reading of ``card``; never raises for a read error, it records it instead.
+
+    ``static`` (path -> text) remembers the STATIC_ATTRIBUTES read so far; pass the same dict on
+    every tick to skip re-reading them, None to read everything.
+    """
+    reader = _Reader(sysfs, card.device_dir, static=static)
     if not sysfs.exists(card.device_dir):
         return GpuReading(gpu_id=card.gpu_id, card=card.card, device_id=card.device_id, up=False)
     runtime_status = reader.text("power/runtime_status")
@@ -95,7 +114,7 @@ def read_card(sysfs: Sysfs, card: AmdCard) -> GpuReading:
     )
     if runtime_status == "suspended":
         return GpuReading(**identity, errors=tuple(reader.errors))  # type: ignore[arg-type]
-    hw = _Reader(sysfs, card.hwmon_dir, reader.errors) if card.hwmon_dir else None
+    hw = _Reader(sysfs, card.hwmon_dir, reader.errors, static) if card.hwmon_dir else None
     return GpuReading(
         **identity,  # type: ignore[arg-type]
         gpu_busy_ratio=_ratio(reader.number("gpu_busy_percent", int)),
@@ -161,18 +180,32 @@ def _temps(hw: "_Reader") -> tuple[TempReading, ...]:
 class _Reader:
     """Reads files of one directory, turning failures into ReadError records."""
 
-    def __init__(self, sysfs: Sysfs, base: str, errors: list[ReadError] | None = None) -> None:
+    def __init__(
+        self,
+        sysfs: Sysfs,
+        base: str,
+        errors: list[ReadError] | None = None,
+        static: dict[str, str | None] | None = None,
+    ) -> None:
         self.sysfs = sysfs
         self.base = base
         self.errors: list[ReadError] = [] if errors is None else errors
         self._failed: set[str] = set()
+        self._static = static
 
     def text(self, name: str) -> str | None:
+        path = f"{self.base}/{name}"
+        remember = self._static is not None and name in STATIC_ATTRIBUTES
+        if remember and path in self._static:  # type: ignore[operator]
+            return self._static[path]  # type: ignore[index]
         try:
-            return self.sysfs.read(f"{self.base}/{name}")
+            value = self.sysfs.read(path)
         except SysfsError as exc:
             self._record(name, exc.reason)
             return None
+        if remember:
+            self._static[path] = value  # type: ignore[index]
+        return value
 
     def number(self, name: str, parse: Callable[[str], T]) -> T | None:
         text = self.text(name)
@@ -246,16 +279,18 @@ class AmdgpuBackend:
         self._clock = clock or time.monotonic
         self._found: DiscoveryResult[AmdCard] | None = None
         self._found_at = 0.0
+        self._static: dict[str, dict[str, str | None]] = {}
 
     def discovered(self) -> DiscoveryResult[AmdCard]:
         now = self._clock()
         if self._found is None or now - self._found_at >= self.rediscover_s:
             self._found, self._found_at = discover(self.sysfs), now
+            self._static = {}
         return self._found
 
     def read_all(self) -> tuple[list[GpuReading], list[UnsupportedCard]]:
         found = self.discovered()
-        readings = [read_card(self.sysfs, card) for card in found.cards]
+        readings = [read_card(self.sysfs, card, self._static.setdefault(card.gpu_id, {})) for card in found.cards]
         if any(not r.up for r in readings):
             # A card fell off the bus or was reset: it may come back under a new cardN/hwmonN.
             self._found = None
