@@ -43,6 +43,65 @@ def health(holder: StateHolder, now_monotonic: float) -> tuple[bool, str]:
     return True, "ok" + "".join(f"\nfailing: {f}" for f in failures)
 
 
+# Handler threads at once. Every Python thread competes with the control loop for the GIL, and the
+# loop needs it back after each of its ~400 sysfs syscalls per tick (8 GPUs): unbounded threads
+# under 50 concurrent scrapers pushed tick jitter p99 to ~200 ms (benchmarks/tick_jitter.py,
+# docs/performance.md). Further clients wait in the listen backlog, not in the interpreter.
+MAX_HANDLER_THREADS = 4
+# A client that stalls mid-request holds a handler slot at most this long.
+CLIENT_TIMEOUT_S = 5.0
+
+
+class MetricsCache:
+    """The /metrics body rendered once per published state, however many clients scrape it.
+
+    Everything the collector exports comes from the published state (no scrape-time clock), so a
+    body stays valid until the next tick publishes; concurrent scrapes share one render.
+    """
+
+    def __init__(self, holder: StateHolder, registry: CollectorRegistry) -> None:
+        self._holder = holder
+        self._registry = registry
+        self._lock = threading.Lock()
+        self._rendered_for: object | None = None
+        self._body = b""
+
+    def body(self) -> bytes:
+        with self._lock:
+            state = self._holder.latest()
+            if state is None or state is not self._rendered_for:
+                self._body = generate_latest(self._registry)
+                self._rendered_for = state
+            return self._body
+
+
+class _BoundedThreadingServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer with at most MAX_HANDLER_THREADS requests in flight."""
+
+    daemon_threads = True
+    # socketserver's default backlog of 5 drops SYNs under 50 concurrent clients (they then retry
+    # after 1 s, 3 s...); queued connections cost nothing until a slot takes them.
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self._slots = threading.BoundedSemaphore(MAX_HANDLER_THREADS)
+
+    def process_request(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
+        self._slots.acquire()
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
 class HttpServer:
     """Owns the listening socket and its thread; ``port`` is the bound port (useful with port 0)."""
 
@@ -50,9 +109,8 @@ class HttpServer:
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(GpuwatchCollector(holder.latest, thermal))
-        handler = _handler_class(holder, registry, monotonic)
-        self._server = ThreadingHTTPServer((listen, port), handler)
-        self._server.daemon_threads = True
+        handler = _handler_class(holder, MetricsCache(holder, registry), monotonic)
+        self._server = _BoundedThreadingServer((listen, port), handler)
         self._thread: threading.Thread | None = None
 
     @property
@@ -75,10 +133,11 @@ class HttpServer:
         self._server.server_close()
 
 
-def _handler_class(holder: StateHolder, registry: CollectorRegistry,
+def _handler_class(holder: StateHolder, metrics: MetricsCache,
                    monotonic: Callable[[], float]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "gpuwatch"
+        timeout = CLIENT_TIMEOUT_S
 
         def do_GET(self) -> None:
             self._respond(body=True)
@@ -89,7 +148,7 @@ def _handler_class(holder: StateHolder, registry: CollectorRegistry,
         def _respond(self, body: bool) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
-                self._send(200, METRICS_CONTENT_TYPE, generate_latest(registry), body)
+                self._send(200, METRICS_CONTENT_TYPE, metrics.body(), body)
             elif path == "/healthz":
                 fresh, reason = health(holder, monotonic())
                 self._send(200 if fresh else 503, "text/plain; charset=utf-8", (reason + "\n").encode(), body)
