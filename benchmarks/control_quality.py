@@ -29,11 +29,7 @@ from gpuwatch.navi10_files import CRIT_C  # noqa: E402
 from gpuwatch.thermal import breaches, sensor_limit_c  # noqa: E402
 from gpuwatch.thermalmodel import ThermalInputs, ThermalParams, ThermalState, idle_state, step  # noqa: E402
 
-try:
-    from gpuwatch.curve import CurveParams, CurveState, decide
-except ImportError:  # the fan controller is not in this checkout
-    print("control_quality: gpuwatch.curve (the fan controller) is not available in this checkout", file=sys.stderr)
-    sys.exit(2)
+from gpuwatch.curve import CurveState, curve_params, decide  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -61,19 +57,6 @@ def reading(state: ThermalState, rng: random.Random) -> GpuReading:
     return GpuReading(gpu_id="sim", card="card0", temps=temps)
 
 
-def curve_params(config: Config) -> CurveParams:
-    fan = config.fan
-    return CurveParams(
-        points=tuple((float(t), float(s)) for t, s in fan.curve),
-        floor_percent=fan.floor_percent,
-        dead_band_c=fan.dead_band_c,
-        spindown_delay_s=fan.spindown_delay_s,
-        slew_down_percent_per_s=fan.slew_down_percent_per_s,
-        failsafe_after_ticks=fan.failsafe_after_ticks,
-        frozen_after_ticks=fan.frozen_after_ticks,
-    )
-
-
 def run(scenario: Scenario, config: Config, hours: float, tick_s: float) -> Result:
     params = scenario.params
     trainer = TrainerConfig(name="bench", command=["true"], hysteresis_c=scenario.hysteresis_c)
@@ -82,7 +65,7 @@ def run(scenario: Scenario, config: Config, hours: float, tick_s: float) -> Resu
     hot_since: float | None = None
     limit_c = sensor_limit_c(TempReading("junction", None, crit_c=float(CRIT_C["junction"])), thermal) or 100.0
     result, paused, last_percent, last_direction = Result(), False, None, 0
-    cp = curve_params(config)
+    cp = curve_params(config.fan)
     for i in range(int(hours * 3600 / tick_s)):
         now = i * tick_s
         gpu = reading(state, rng)

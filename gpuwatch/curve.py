@@ -7,7 +7,10 @@ Everything here is a function of its arguments (``now`` included): the controlle
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:  # config validates curves with this module, so only the type is imported
+    from gpuwatch.config import FanConfig
 
 Point = tuple[float, float]  # (temp_c, speed_percent)
 
@@ -27,6 +30,19 @@ class CurveParams:
     slew_down_percent_per_s: float | None = None
     failsafe_after_ticks: int = 3
     frozen_after_ticks: int = 0
+
+
+def curve_params(fan: FanConfig) -> CurveParams:
+    """The pure rules' view of one GPU's (already validated) fan settings."""
+    return CurveParams(
+        points=tuple((float(t), float(p)) for t, p in fan.curve),
+        floor_percent=fan.floor_percent,
+        dead_band_c=fan.dead_band_c,
+        spindown_delay_s=fan.spindown_delay_s,
+        slew_down_percent_per_s=fan.slew_down_percent_per_s,
+        failsafe_after_ticks=fan.failsafe_after_ticks,
+        frozen_after_ticks=fan.frozen_after_ticks,
+    )
 
 
 @dataclass(frozen=True)

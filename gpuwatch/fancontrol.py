@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from gpuwatch.config import FanConfig
-from gpuwatch.curve import CurveParams, CurveState, decide
+from gpuwatch.curve import CurveParams, CurveState, curve_params, decide
 from gpuwatch.fan import ENABLE_HINT, Applied, MonitorOnly, Pwm1Backend
 from gpuwatch.fanod import GpuOdBackend, parse_fan_curve
 from gpuwatch.fanrestore import RestoreFile
@@ -81,16 +81,7 @@ class GpuFan:
 
     @property
     def params(self) -> CurveParams:
-        s = self.settings
-        return CurveParams(
-            points=tuple((float(t), float(p)) for t, p in s.curve),
-            floor_percent=s.floor_percent,
-            dead_band_c=s.dead_band_c,
-            spindown_delay_s=s.spindown_delay_s,
-            slew_down_percent_per_s=s.slew_down_percent_per_s,
-            failsafe_after_ticks=s.failsafe_after_ticks,
-            frozen_after_ticks=s.frozen_after_ticks,
-        )
+        return curve_params(self.settings)
 
 
 class FanController:
