@@ -63,6 +63,7 @@ def run(scenario: Scenario, config: Config, hours: float, tick_s: float) -> Resu
     thermal = trainer.thermal(config.thermal)
     state, curve_state, rng = idle_state(params), CurveState(), random.Random(1)
     hot_since: float | None = None
+    paused_at = 0.0
     limit_c = sensor_limit_c(TempReading("junction", None, crit_c=float(CRIT_C["junction"])), thermal) or 100.0
     result, paused, last_percent, last_direction = Result(), False, None, 0
     cp = curve_params(config.fan)
@@ -80,12 +81,13 @@ def run(scenario: Scenario, config: Config, hours: float, tick_s: float) -> Resu
             last_direction = direction
         last_percent = decision.percent
         # The supervisor's rule: pause once a limit is held for debounce_s, resume once every sensor
-        # is a hysteresis below its limit.
+        # is a hysteresis below its limit and the pause has lasted min_pause_s.
         hot = bool(breaches(gpu, thermal))
         hot_since = (hot_since if hot_since is not None else now) if hot else None
         if not paused and hot_since is not None and now - hot_since >= trainer.debounce_s:
-            paused, result.pauses = True, result.pauses + 1
-        elif paused and not breaches(gpu, thermal, margin_c=thermal.hysteresis_c):
+            paused, paused_at, result.pauses = True, now, result.pauses + 1
+        elif (paused and now - paused_at >= trainer.min_pause_s
+              and not breaches(gpu, thermal, margin_c=thermal.hysteresis_c)):
             paused = False
         training = (now % 600) < 540
         load = 1.0 if training and not paused else 0.0

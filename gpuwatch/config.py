@@ -126,6 +126,9 @@ class TrainerConfig(Strict):
     hysteresis_c: float | None = Field(default=None, ge=0, le=30)
     debounce_s: float = Field(default=5.0, ge=0)
     max_pause_s: float = Field(default=1200.0, gt=0)
+    # A hot card cools ~15 °C within seconds of a pause (simulator, H200 run in docs/nvidia.md), so
+    # without a minimum a card that cannot hold its limit flaps between pause and resume.
+    min_pause_s: float = Field(default=30.0, ge=0)
     cooperative_pause: Literal["auto", "always", "never"] = "auto"
     pause_ack_timeout_s: float = Field(default=60.0, gt=0)
     grace_s: float = Field(default=120.0, ge=0)

@@ -199,7 +199,7 @@ def _running(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> t
 
 
 def _pausing(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:
-    if _should_resume(m, x):
+    if _should_resume(m, cfg, x):
         return _resume(m, x, acts)
     if x.heartbeat_paused:
         return _enter(m, TrainerPhase.PAUSED, x.now, "paused at a step boundary"), acts
@@ -212,7 +212,7 @@ def _pausing(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> t
 
 
 def _paused(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:
-    if _should_resume(m, x):
+    if _should_resume(m, cfg, x):
         return _resume(m, x, acts)
     if _pause_too_long(m, cfg, x):
         return _stop(m, x, acts, f"paused longer than {cfg.max_pause_s:g}s", "max-pause")
@@ -261,10 +261,11 @@ def _pause(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action], manual
     return _enter(m, TrainerPhase.PAUSED, x.now, f"paused (SIGSTOP): {why}", pause_mode="sigstop", **common), acts
 
 
-def _should_resume(m: Machine, x: Inputs) -> bool:
+def _should_resume(m: Machine, cfg: TrainerConfig, x: Inputs) -> bool:
     if x.command == "resume":
         return True
-    return not m.manual_pause and x.thermal.cool and not x.thermal.hot
+    paused_for_s = x.now - (m.paused_since if m.paused_since is not None else m.since)
+    return not m.manual_pause and x.thermal.cool and not x.thermal.hot and paused_for_s >= cfg.min_pause_s
 
 
 def _resume(m: Machine, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:

@@ -31,6 +31,7 @@ def demo_trainer(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
         "command": [sys.executable, str(REPO / "demo/train_demo.py"), "--step-s", "0.05", "--backend", "python"],
         "cwd": str(tmp_path),
         "debounce_s": 0.0,
+        "min_pause_s": 0.0,  # the card cools in time-scaled seconds; the supervisor counts real ones
         "hysteresis_c": 20.0,
         "grace_s": 5.0,
     }

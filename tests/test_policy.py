@@ -13,7 +13,7 @@ from gpuwatch.policy import (
     backoff_delay_s, step, thermal_verdict,
 )
 
-CFG = TrainerConfig(name="t", command=["x"], debounce_s=2, max_pause_s=100, grace_s=10, pause_ack_timeout_s=5,
+CFG = TrainerConfig(name="t", command=["x"], debounce_s=2, max_pause_s=100, min_pause_s=0, grace_s=10, pause_ack_timeout_s=5,
                     hang_timeout_s=50, give_up_after_crashes=3, stable_after_s=1000,
                     backoff={"initial_s": 1, "max_s": 8, "jitter_ratio": 0.5})
 HOT = Thermal(hot=True, cool=False, reason="hot: junction")
@@ -230,3 +230,14 @@ def test_fan_failsafe_is_critical_only_for_own_gpus() -> None:
     fans = (FanState(gpu_id="b", backend="pwm1", mode=FanMode.FAILSAFE),)
     assert thermal_verdict(snap, ("b",), ThermalConfig(), fans).critical
     assert not thermal_verdict(snap, ("a",), ThermalConfig(), fans).critical
+
+
+def test_paused_stays_paused_for_min_pause_s_even_when_cool() -> None:
+    cfg = CFG.model_copy(update={"min_pause_s": 30})
+    m = Machine(phase=P.PAUSED, since=100, paused_since=100, pause_mode="sigstop", run_started=0)
+    held, acts = step(m, cfg, Inputs(now=110, thermal=Thermal(), alive=True))
+    assert held.phase is P.PAUSED and acts == []
+    resumed, acts = step(m, cfg, Inputs(now=131, thermal=Thermal(), alive=True))
+    assert resumed.phase is P.RUNNING and Thaw() in acts
+    manual, _ = step(m, cfg, Inputs(now=101, thermal=Thermal(), alive=True, command="resume"))
+    assert manual.phase is P.RUNNING

@@ -26,7 +26,7 @@ from gpuwatch.supervisor import Supervisor
 from gpuwatch.sysfs import Sysfs
 
 SLOT = "0000:03:00.0"
-FAST = dict(debounce_s=0.1, grace_s=3.0, pause_ack_timeout_s=1.0, max_pause_s=30, hang_timeout_s=None,
+FAST = dict(debounce_s=0.1, min_pause_s=0, grace_s=3.0, pause_ack_timeout_s=1.0, max_pause_s=30, hang_timeout_s=None,
             stable_after_s=60, backoff={"initial_s": 0.05, "max_s": 0.2, "jitter_ratio": 0.1})
 
 WORKER = """
