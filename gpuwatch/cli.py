@@ -126,13 +126,11 @@ def setup_logging(level: str) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from gpuwatch.daemon import Daemon
-
     from gpuwatch.sdnotify import Notifier
 
     def load() -> Config:
         # Also what SIGHUP re-runs: same file, same command-line overrides.
-        overrides: dict[str, Any] = {}
-        config = load_cli_config(args, **overrides)
+        config = load_cli_config(args)
         if args.dry_run:
             config = config.model_copy(update={"fan": config.fan.model_copy(update={"mode": "dry-run"})})
         if args.simulate is not None:
