@@ -108,6 +108,8 @@ def autocast_dtype(device_type: str) -> torch.dtype | None:
         if not torch.is_autocast_enabled(device_type):
             return None
         return torch.get_autocast_dtype(device_type)
+    except RuntimeError:  # a device kind autocast does not know ("meta"): never autocast
+        return None
     except TypeError:  # torch < 2.4 has only the per-device-kind functions
         if device_type == "cuda" and torch.is_autocast_enabled():
             return torch.get_autocast_gpu_dtype()

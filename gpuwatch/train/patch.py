@@ -134,7 +134,7 @@ def _conv_dtype(input: Tensor) -> torch.dtype:
 
 def _patched_conv_forward(self: nn.Conv2d, input: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     mode = self.__dict__.get(_MARK) or _STATE.global_mode
-    if mode is None or not uses_fallback(mode, input.device, _conv_dtype(input)):
+    if mode != "on" and (mode is None or not uses_fallback(mode, input.device, _conv_dtype(input))):
         return _STATE.original_conv_forward(self, input, weight, bias)
     if self.padding_mode != "zeros":
         input = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
@@ -152,7 +152,7 @@ def _patched_functional(
     groups: int = 1,
 ) -> Tensor:
     mode = _STATE.global_mode
-    if mode is not None and uses_fallback(mode, input.device, _conv_dtype(input)):
+    if mode == "on" or (mode is not None and uses_fallback(mode, input.device, _conv_dtype(input))):
         return conv2d(input, weight, bias, stride, padding, dilation, groups)
     return _STATE.original_functional(input, weight, bias, stride, padding, dilation, groups)
 

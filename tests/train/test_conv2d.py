@@ -54,11 +54,21 @@ def _tensors(cin, cout, kernel, groups, bias, dtype=torch.float64, size=(9, 8), 
     return x, w, b
 
 
-@pytest.mark.parametrize(("wgrad", "dgrad"), [("gemm", "transpose"), ("bmm", "fold"), ("auto", "transpose")])
-@pytest.mark.parametrize("case", GRID, ids=[str(i) for i in range(len(GRID))])
-def test_matches_native_float64(case, wgrad, dgrad, monkeypatch):
+# (weight-gradient strategy, input-gradient strategy, col2im_max_pixels): 0 sends every strided (or
+# "fold") input gradient through the per-tap adds instead of col2im.
+STRATEGIES = [("gemm", "transpose", 6400), ("bmm", "fold", 6400), ("auto", "transpose", 0), ("bmm", "fold", 0)]
+
+
+def _set_strategy(monkeypatch, wgrad, dgrad, col2im_max_pixels):
     monkeypatch.setattr(conv_mod, "WGRAD_STRATEGY", wgrad)
     monkeypatch.setattr(conv_mod, "DGRAD_STRATEGY", dgrad)
+    monkeypatch.setattr(conv_mod, "COL2IM_MAX_PIXELS", col2im_max_pixels)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=["-".join(map(str, s)) for s in STRATEGIES])
+@pytest.mark.parametrize("case", GRID, ids=[str(i) for i in range(len(GRID))])
+def test_matches_native_float64(case, strategy, monkeypatch):
+    _set_strategy(monkeypatch, *strategy)
     cin, cout, kernel, stride, padding, dilation, groups, bias = case
     x, w, b = _tensors(cin, cout, kernel, groups, bias)
     _compare(x, w, b, stride, padding, dilation, groups, atol=1e-10)
@@ -87,12 +97,14 @@ def test_channels_last_input(case):
 @pytest.mark.parametrize(
     ("dtype", "atol"), [(torch.float32, 1e-4), (torch.float16, 2e-2), (torch.bfloat16, 1e-1)]
 )
-def test_low_precision_close_to_float64(dtype, atol):
+@pytest.mark.parametrize(("stride", "col2im_max_pixels"), [(1, 6400), (2, 6400), (2, 0)])
+def test_low_precision_close_to_float64(dtype, atol, stride, col2im_max_pixels, monkeypatch):
+    monkeypatch.setattr(conv_mod, "COL2IM_MAX_PIXELS", col2im_max_pixels)
     x, w, b = _tensors(8, 8, 3, 2, True, size=(10, 10))
     low = [t.detach().to(dtype).requires_grad_() for t in (x, w, b)]
-    out = conv2d(low[0], low[1], low[2], 1, 1, 1, 2)
+    out = conv2d(low[0], low[1], low[2], stride, 1, 1, 2)
     assert out.dtype == dtype
-    ref = F.conv2d(x, w, b, 1, 1, 1, 2)
+    ref = F.conv2d(x, w, b, stride, 1, 1, 2)
     grad = torch.randn_like(ref)
     scale = ref.abs().max()
     torch.testing.assert_close(out.double() / scale, ref / scale, atol=atol, rtol=0)
@@ -124,9 +136,8 @@ def test_unbatched_input():
 
 def test_batch_chunking_matches(monkeypatch):
     monkeypatch.setattr(conv_mod, "MAX_COLS_BYTES", 1)  # one sample per chunk
-    for wgrad, dgrad in (("gemm", "transpose"), ("bmm", "fold"), ("auto", "transpose")):
-        monkeypatch.setattr(conv_mod, "WGRAD_STRATEGY", wgrad)
-        monkeypatch.setattr(conv_mod, "DGRAD_STRATEGY", dgrad)
+    for strategy in STRATEGIES:
+        _set_strategy(monkeypatch, *strategy)
         x, w, b = _tensors(4, 6, 3, 2, True, batch=3)
         _compare(x, w, b, 2, 1, 1, 2, atol=1e-10)
         _compare(x, w, b, 1, 1, 1, 2, atol=1e-10)
