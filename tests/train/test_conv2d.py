@@ -175,3 +175,9 @@ def test_never_dispatches_a_convolution(case):
         out = conv2d(x, w, b, stride, padding, dilation, groups)
         out.square().sum().backward()
     assert recorder.ops and not [op for op in recorder.ops if "conv" in op]
+
+
+def test_meta_tensors_give_shapes():
+    # Shape inference on the meta device (model summaries do this); autocast knows no "meta".
+    x, w = torch.empty(2, 4, 9, 8, device="meta"), torch.empty(6, 4, 3, 3, device="meta")
+    assert conv2d(x, w, None, 2, 1).shape == F.conv2d(x, w, None, 2, 1).shape == (2, 6, 5, 4)
