@@ -1,10 +1,12 @@
 """Native Conv2d vs gpuwatch's im2col fallback on a YOLOv8n-shaped training step (same process, same run).
 
-For each batch size and precision, the script builds the same model (same seed) once per variant,
-trains ``--warmup + --steps`` SGD steps on 640x640 random images and reports the median step time
-and the peak allocated device memory, then the ratios fallback/native. Variants alternate over
-``--rounds`` rounds so that clock drift hits both alike. Before timing it checks on the device that
-the fallback dispatches no native convolution and matches the native gradients in float32.
+For each batch size and precision the script builds the same model (same seed) once per variant and
+trains them side by side on 640x640 random images: every round runs one SGD step of each variant in
+turn (the order alternating), each step synchronised, so that the host-speed drift of a shared VM
+(+-20% between calls, and within one) hits every variant alike. It reports the median step time
+over ``--steps`` rounds after ``--warmup`` rounds, then, each variant alone, the peak allocated device memory
+of a few steps, and the ratios to the first variant. Before timing it checks on the device that the
+fallback dispatches no native convolution and matches the native gradients in float32.
 
     python benchmarks/conv2d_fallback.py --batches 4 16 --precisions fp32 amp
 
@@ -21,6 +23,7 @@ import json
 import platform
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -31,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpuwatch.train import conv2d as conv_mod  # noqa: E402
 from gpuwatch.train.heartbeat_hook import hook_cost_s  # noqa: E402
 from gpuwatch.train.patch import patch_conv2d  # noqa: E402
-from gpuwatch.train.yolo_shape import build_model, train_steps  # noqa: E402
+from gpuwatch.train.yolo_shape import build_model, make_step, train_steps  # noqa: E402
 
 PRECISIONS = {"fp32": None, "amp": torch.float16, "amp-bf16": torch.bfloat16}
 
@@ -106,28 +109,57 @@ def check_on_device(device: torch.device, variant: str) -> dict[str, float]:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
-def run_variant(variant: str, batch: int, precision: str, args: argparse.Namespace) -> dict[str, object]:
+def _patched(variant: str, model: torch.nn.Module) -> contextlib.AbstractContextManager[object]:
+    return naive_unfold(model) if variant == "naive" else patch_conv2d(model, "off" if variant == "native" else "on")
+
+
+def interleaved_seconds(
+    variants: list[str], batch: int, precision: str, args: argparse.Namespace
+) -> dict[str, list[float]]:
+    """Per variant, the synchronised time of each timed step, the variants' steps taken in turn."""
     device = torch.device(args.device)
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    with contextlib.ExitStack() as stack:
+        steps = {}
+        for variant in variants:
+            model = build_model()
+            stack.enter_context(_patched(variant, model))
+            steps[variant] = make_step(
+                model, batch_size=batch, image_size=args.image_size, device=device, amp_dtype=PRECISIONS[precision]
+            )
+        for index in range(args.warmup + args.steps):
+            for variant in variants if index % 2 == 0 else variants[::-1]:
+                with strategies(variant):
+                    _sync(device)
+                    start = time.perf_counter()
+                    steps[variant]()
+                    _sync(device)
+                if index >= args.warmup:
+                    times[variant].append(time.perf_counter() - start)
+    return times
+
+
+def peak_bytes(variant: str, batch: int, precision: str, args: argparse.Namespace) -> int:
+    """Peak allocated device memory of a few steps of ``variant`` alone (after the timing pass, so
+    cuDNN's autotuning workspaces are behind us)."""
+    device = torch.device(args.device)
+    if device.type != "cuda":
+        return 0
     gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_allocated(device)
     model = build_model()
-    patch = naive_unfold(model) if variant == "naive" else patch_conv2d(model, "off" if variant == "native" else "on")
-    with patch, strategies(variant):
-        times = train_steps(
-            model,
-            steps=args.steps,
-            batch_size=batch,
-            image_size=args.image_size,
-            device=device,
-            amp_dtype=PRECISIONS[precision],
-            warmup=args.warmup,
-        )
-    peak = torch.cuda.max_memory_allocated(device) - base if device.type == "cuda" else 0
+    with _patched(variant, model), strategies(variant):
+        train_steps(model, steps=3, batch_size=batch, image_size=args.image_size, device=device,
+                    amp_dtype=PRECISIONS[precision], warmup=2)
     del model
-    return {"seconds": times.seconds, "peak_bytes": peak, "loss": times.loss}
+    return torch.cuda.max_memory_allocated(device) - base
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def main() -> None:
@@ -138,9 +170,8 @@ def main() -> None:
         "--variants", nargs="+", default=["native", "fallback"], help="native, naive, fallback[:WGRAD[/DGRAD]]"
     )
     parser.add_argument("--image-size", type=int, default=640)
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=60, help="timed steps per variant")
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--tf32", choices=["on", "off"], default="on", help="TF32 for cuDNN convs and matmuls alike")
     parser.add_argument("--cudnn-benchmark", choices=["on", "off"], default="on")
@@ -167,22 +198,21 @@ def main() -> None:
     rows, raw = [], []
     for batch in args.batches:
         for precision in args.precisions:
-            results: dict[str, list[dict[str, object]]] = {v: [] for v in args.variants}
-            for round_index in range(args.rounds):
-                order = args.variants if round_index % 2 == 0 else list(reversed(args.variants))
-                for variant in order:
-                    result = run_variant(variant, batch, precision, args)
-                    results[variant].append(result)
-                    med = statistics.median(result["seconds"]) * 1e3  # type: ignore[arg-type]
-                    print(f"batch {batch} {precision} {variant} round {round_index}: {med:.2f} ms, "
-                          f"peak {result['peak_bytes'] / 2**30:.2f} GiB, loss {result['loss']:.4f}", flush=True)
-            summary = {v: _summary(r) for v, r in results.items()}
-            raw.append({"batch": batch, "precision": precision, "summary": summary})
+            seconds = interleaved_seconds(args.variants, batch, precision, args)
+            summary = {}
+            for variant in args.variants:
+                summary[variant] = {
+                    "ms": statistics.median(seconds[variant]) * 1e3,
+                    "peak_bytes": peak_bytes(variant, batch, precision, args),
+                }
+                print(f"batch {batch} {precision} {variant}: {summary[variant]['ms']:.2f} ms, "
+                      f"peak {summary[variant]['peak_bytes'] / 2**30:.2f} GiB", flush=True)
+            raw.append({"batch": batch, "precision": precision, "summary": summary, "seconds": seconds})
             rows.append((batch, precision, summary))
 
     print()
     print(f"{name}, torch {torch.__version__}, {args.image_size}x{args.image_size}, "
-          f"median of {args.steps} steps x {args.rounds} rounds, TF32 {args.tf32}, "
+          f"median of {args.steps} interleaved steps, TF32 {args.tf32}, "
           f"cudnn.benchmark {args.cudnn_benchmark}")
     base = args.variants[0]
     for other in args.variants[1:]:
@@ -196,13 +226,6 @@ def main() -> None:
                   f"{a['peak_bytes'] / 2**30:.2f} | {b['peak_bytes'] / 2**30:.2f} | {mem_ratio:.2f}x |")
     if args.json:
         args.json.write_text(json.dumps({"env": env, "results": raw}, indent=1))
-
-
-def _summary(results: list[dict[str, object]]) -> dict[str, float]:
-    seconds = [s for r in results for s in r["seconds"]]  # type: ignore[attr-defined]
-    # Peak memory: the smallest over rounds, so cuDNN's one-off autotuning workspaces (first round
-    # with cudnn.benchmark) do not count against the native side.
-    return {"ms": statistics.median(seconds) * 1e3, "peak_bytes": min(r["peak_bytes"] for r in results)}  # type: ignore[type-var]
 
 
 if __name__ == "__main__":
