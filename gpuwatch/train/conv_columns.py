@@ -1,7 +1,7 @@
 """The column kernels of the fallback convolution: im2col, col2im, a strided gather and batched products.
 
-Each helper is one or two device kernels, because the fallback is launch-bound on small-channel CNNs
-(docs/training-patches.md). im2col and col2im run on the batch folded into the channel axis: ATen's
+Most helpers are one or two device kernels, because the fallback is launch-bound on small-channel
+CNNs (docs/training-patches.md). im2col and col2im run on the batch folded into the channel axis: ATen's
 ``im2col``/``col2im`` (what ``F.unfold``/``F.fold`` call) launch one kernel per sample, and with a
 batch of one they launch one in all, padding included. None of this is a convolution operator, so
 nothing reaches MIOpen or cuDNN.
@@ -47,9 +47,9 @@ def col2im_taps(
     """``col2im`` as one strided add per kernel tap, summed in float32; for large strided layers.
 
     ATen's col2im kernel gathers every input pixel from several tap planes at once, which reads
-    memory uncoalesced: on an H200 it took 1.1 ms for the 16x16x320x320 stride-2 layer of the
-    YOLOv8n benchmark, against about 0.4 ms for these kh*kw adds (more launches, so only worth it
-    where the layer is GPU-bound).
+    memory uncoalesced: on an H200 this cut the 16x16x320x320 stride-2 layer of the YOLOv8n
+    benchmark from 1.67 to 1.10 ms of GPU time (forward + backward), the 16x32x160x160 one from
+    0.84 to 0.52 ms. It takes kh*kw + 2 launches, so it only pays where the layer is GPU-bound.
     """
     n, rows, _ = cols.shape
     (kh, kw), (dh, dw), (ph, pw), (sh, sw), (out_h, out_w) = kernel, dilation, padding, stride, out_size
