@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from gpuwatch.train.conv_columns import batched_mm, col2im, col2im_taps, columns_t, flip_index, im2col
 from gpuwatch.train.conv_geometry import (
@@ -182,8 +183,8 @@ class _Im2colConv2d(torch.autograd.Function):
         return out.contiguous(memory_format=torch.channels_last) if channels_last else out
 
     @staticmethod
+    @once_differentiable  # double backward would miss the flipped kernel's link to the weight
     def backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        # The engine runs this under no_grad unless create_graph; double backward is not offered.
         x, weight = ctx.saved_tensors
         plan: _Plan = ctx.plan
         needs_x, needs_w, needs_b = ctx.needs_input_grad[:3]

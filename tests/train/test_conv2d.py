@@ -181,3 +181,10 @@ def test_meta_tensors_give_shapes():
     # Shape inference on the meta device (model summaries do this); autocast knows no "meta".
     x, w = torch.empty(2, 4, 9, 8, device="meta"), torch.empty(6, 4, 3, 3, device="meta")
     assert conv2d(x, w, None, 2, 1).shape == F.conv2d(x, w, None, 2, 1).shape == (2, 6, 5, 4)
+
+
+def test_double_backward_is_refused_not_wrong():
+    x, w, _ = _tensors(4, 6, 3, 1, False)
+    (grad_x,) = torch.autograd.grad(conv2d(x, w, None, 1, 1).square().sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        grad_x.sum().backward()
