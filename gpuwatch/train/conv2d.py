@@ -5,8 +5,10 @@ computes the same thing as ``F.conv2d`` with column gathers and matrix products 
 
 1x1 stride-1 convolutions are a plain batched matmul on the input (autograd differentiates it).
 Everything else is a custom autograd Function that saves only the input and the weight (what a
-native convolution saves), never the columns: backward gathers them again for the weight gradient
-and computes the input gradient as a correlation with the flipped kernel (stride 1) or with col2im.
+native convolution saves), never the columns. Backward builds the output gradient's columns once
+for a stride-1 convolution and takes both gradients from them (the input gradient is a correlation
+with the flipped kernel); strided ones gather the input's columns again for the weight gradient and
+sum the input gradient's columns back with col2im.
 Columns are built in batch chunks bounded by ``GPUWATCH_CONV2D_MAX_COLS_MB``.
 
 Speed: small-channel CNNs are launch-bound with this fallback, so each direction is a few kernels
@@ -37,9 +39,10 @@ from gpuwatch.train.conv_geometry import (
 )
 
 # Tuning knobs (benchmarks/conv2d_fallback.py compares them). Weight gradient: "gemm" gathers the
-# columns as (K, N*L) and reduces over batch and pixels in one matrix product, "bmm" builds them with
-# im2col and multiplies per sample (fewer launches, but a long reduction per sample), "auto" takes
-# bmm up to WGRAD_BMM_MAX_PIXELS output pixels per sample and gemm above. Input gradient:
+# input's columns as (K, N*L) and reduces over batch and pixels in one matrix product, "bmm" builds
+# them with im2col and multiplies per sample (fewer launches, but a long reduction per sample),
+# "auto" takes bmm up to WGRAD_BMM_MAX_PIXELS output pixels per sample and gemm above, and for
+# stride-1 layers up to that size the output gradient's columns that the input gradient builds. Input gradient:
 # "transpose" correlates grad_out with the flipped kernel where the stride is 1, "fold" never does;
 # the rest is col2im, or one strided add per tap above COL2IM_MAX_PIXELS input pixels per sample.
 WGRAD_STRATEGY = os.environ.get("GPUWATCH_CONV2D_WGRAD", "auto")
@@ -68,6 +71,7 @@ class _Plan:
     dgrad_cols: Cols | None  # stride 1: the input gradient correlates with the flipped kernel
     dgrad_chunk: int
     dgrad_taps: bool  # otherwise col2im sums the input-gradient columns
+    shared_cols: bool  # stride 1, wgrad "auto": the output gradient's columns serve both gradients
 
 
 def conv2d(
@@ -145,6 +149,7 @@ def _plan(
         dgrad_cols=(geom.kernel, geom.dilation, pad_t, (1, 1)) if transposed else None,
         dgrad_chunk=_chunk(n, out_c * kh * kw * h * w * item, max_cols_bytes),
         dgrad_taps=h * w > col2im_max_pixels,
+        shared_cols=transposed and wgrad == "auto" and out_h * out_w <= bmm_max_pixels,
     )
 
 
@@ -190,8 +195,11 @@ class _Im2colConv2d(torch.autograd.Function):
         needs_x, needs_w, needs_b = ctx.needs_input_grad[:3]
         grad_out = grad_out.contiguous()
         grad_b = grad_out.sum((0, 2, 3)) if needs_b else None
-        grad_w = _weight_grad(x.contiguous(), grad_out, weight, plan) if needs_w else None
-        grad_x = _input_grad(grad_out, weight, ctx.flipped if plan.dgrad_cols else None, plan) if needs_x else None
+        if needs_x and plan.shared_cols:
+            grad_x, grad_w = _grads_from_output_columns(x.contiguous(), grad_out, ctx.flipped, plan, needs_w)
+        else:
+            grad_w = _weight_grad(x.contiguous(), grad_out, weight, plan) if needs_w else None
+            grad_x = _input_grad(grad_out, weight, ctx.flipped if plan.dgrad_cols else None, plan) if needs_x else None
         if grad_x is not None and ctx.channels_last:
             grad_x = grad_x.contiguous(memory_format=torch.channels_last)
         return grad_x, grad_w, grad_b, None
@@ -209,6 +217,45 @@ def _correlate(x: Tensor, weight: Tensor, groups: int, cols: Cols, out_size: tup
         part = batched_mm(w_g, im2col(x[start : start + chunk], *cols, length))
         out[start : start + chunk] = part.view(-1, out_c, *out_size)
     return out
+
+
+def _grads_from_output_columns(
+    x: Tensor, grad_out: Tensor, flipped: Tensor, plan: _Plan, needs_w: bool
+) -> tuple[Tensor, Tensor | None]:
+    """Stride 1: both gradients from one im2col of grad_out (the columns of the input gradient).
+
+    With those columns G (padding d*(k-1)-p), G[n, (o, a, b), q] = grad_out at q + d*((a, b) - (k-1)) + p,
+    so the weight gradient W'[o, c, i, j] = sum_n,q x[n, c, q] * G[n, (o, k-1-i, k-1-j), q]: a per-sample
+    product x[n] @ G[n]^T shaped like the flipped kernel, summed over the batch and flipped back.
+    That saves building the input's columns a second time (one launch and k*k times the
+    activation written, per layer).
+    """
+    n, c = x.shape[:2]
+    g, (kh, kw) = plan.geom.groups, plan.geom.kernel
+    length = plan.in_size[0] * plan.in_size[1]
+    w_flip = flipped.reshape(g, c // g, -1)
+    chunk = plan.dgrad_chunk
+    grad_x = None if chunk >= n else grad_out.new_empty((n, c, *plan.in_size))
+    total: Tensor | None = None
+    for start in range(0, n, chunk):
+        go, x_part = (grad_out, x) if chunk >= n else (grad_out[start : start + chunk], x[start : start + chunk])
+        rows = go.shape[0]
+        cols = im2col(go, *plan.dgrad_cols, length)  # type: ignore[misc]
+        part_x = batched_mm(w_flip, cols).view(rows, c, *plan.in_size)
+        if grad_x is None:
+            grad_x = part_x
+        else:
+            grad_x[start : start + rows] = part_x
+        if needs_w:
+            part = torch.bmm(x_part.view(rows * g, c // g, length), cols.view(rows * g, -1, length).transpose(1, 2))
+            part = part.view(rows, c, -1).sum(0)
+            total = part if total is None else total.to(torch.promote_types(part.dtype, torch.float32)) + part
+    assert grad_x is not None
+    if total is None:
+        return grad_x, None
+    # total is (C, O/g*kh*kw), the flipped kernel's layout; the same gather maps it back.
+    flipped_shape = torch.Size((c, flipped.shape[1], kh, kw))
+    return grad_x, torch.take(total.to(grad_out.dtype), flip_index(flipped_shape, g, total.device))
 
 
 def _weight_grad(x: Tensor, grad_out: Tensor, weight: Tensor, plan: _Plan) -> Tensor:
