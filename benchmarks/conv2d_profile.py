@@ -109,9 +109,12 @@ def backward_cost(batch: int) -> None:
     plan = conv_mod._plan(x.shape, weight.shape, x.dtype, (1, 1), (1, 1), (1, 1), 1, knobs)
     flipped = torch.take(weight, flip_index(weight.shape, 1, weight.device))
 
-    def helpers() -> None:
-        conv_mod._weight_grad(x, grad_out, weight, plan)
-        conv_mod._input_grad(grad_out, weight, flipped, plan)
+    def helpers() -> None:  # what _Im2colConv2d.backward runs for this layer
+        if plan.shared_cols:
+            conv_mod._grads_from_output_columns(x, grad_out, flipped, plan, True)
+        else:
+            conv_mod._weight_grad(x, grad_out, weight, plan)
+            conv_mod._input_grad(grad_out, weight, flipped, plan)
 
     class Work(torch.autograd.Function):
         @staticmethod
