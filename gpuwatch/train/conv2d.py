@@ -11,9 +11,11 @@ with the flipped kernel); strided ones gather the input's columns again for the 
 sum the input gradient's columns back with col2im.
 Columns are built in batch chunks bounded by ``GPUWATCH_CONV2D_MAX_COLS_MB``.
 
-Speed: small-channel CNNs are launch-bound with this fallback, so each direction is a few kernels
-(conv_columns.py) and every shape decision is made once per call signature and cached (``_Plan``),
-leaving a short straight line of tensor calls per convolution.
+Speed: small-channel CNNs are host-bound with this fallback (each tensor call costs the CPU 3-30 us
+on the benchmark VMs), so each direction is a few kernels (conv_columns.py), every shape decision is
+made once per call signature and cached (``_Plan``), and under autocast the weight is cast inside
+the Function rather than by an autograd-recorded cast in front of it. patch.py also moves backward
+onto the calling thread, where this Python backward is cheaper.
 """
 
 from __future__ import annotations
@@ -86,10 +88,9 @@ def conv2d(
     """Same signature and result as ``torch.nn.functional.conv2d``, without the vendor conv library."""
     dtype = autocast_dtype(input.device.type)
     if dtype is not None:
-        # Cast here and run the Function in that dtype: AMP then behaves like a native conv (half
-        # precision compute and output, float32 master-weight gradients through the cast).
-        input, weight = autocast_cast(input, dtype), autocast_cast(weight, dtype)  # type: ignore[assignment]
-        bias = autocast_cast(bias, dtype)
+        # Computing in the autocast dtype makes AMP behave like a native conv: half precision
+        # compute and output, float32 master-weight gradients.
+        input = autocast_cast(input, dtype)  # type: ignore[assignment]
     knobs = (WGRAD_STRATEGY, WGRAD_BMM_MAX_PIXELS, DGRAD_STRATEGY, COL2IM_MAX_PIXELS, MAX_COLS_BYTES)
     try:
         plan = _plan(input.shape, weight.shape, input.dtype, stride, padding, dilation, groups, knobs)
@@ -100,9 +101,11 @@ def conv2d(
     if plan.extra != (0, 0):
         input = F.pad(input, (0, plan.extra[1], 0, plan.extra[0]))
     if plan.pointwise and input.is_contiguous():
+        if dtype is not None:
+            weight, bias = autocast_cast(weight, dtype), autocast_cast(bias, dtype)  # type: ignore[assignment]
         out = _pointwise(input, weight, bias, groups)
     else:
-        out = _Im2colConv2d.apply(input, weight, bias, plan)
+        out = _Im2colConv2d.apply(input, weight, bias, plan, dtype)
     return out.squeeze(0) if plan.unbatched else out
 
 
@@ -173,36 +176,47 @@ def _pointwise(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int) -> T
 
 class _Im2colConv2d(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, plan: _Plan) -> Tensor:  # type: ignore[override]
-        ctx.plan = plan
+    def forward(  # type: ignore[override]
+        ctx, x: Tensor, weight: Tensor, bias: Tensor | None, plan: _Plan, dtype: torch.dtype | None
+    ) -> Tensor:
+        # Under autocast the weight is cast here rather than before the call, so its gradient leaves
+        # this node in its own dtype: no ToCopyBackward node and cast kernel per layer (the backward
+        # is host-bound), and the weight gradient's batch sum accumulates in float32.
+        w = weight if dtype is None else autocast_cast(weight, dtype)
+        ctx.plan, ctx.weight_dtype = plan, weight.dtype
+        ctx.bias_dtype = None if bias is None else bias.dtype
         ctx.save_for_backward(x, weight)
+        ctx.cast_weight = None if w is weight else w  # what native autocast keeps for backward too
         ctx.channels_last = channels_last = is_channels_last(x)
         groups = plan.geom.groups
         if plan.dgrad_cols is not None and ctx.needs_input_grad[0]:
             # The flipped kernel of the input gradient (weight-sized) is gathered here rather than in
             # backward: on the H200 VM calls inside the autograd engine's thread cost 1.0-1.9x more.
-            ctx.flipped = torch.take(weight, flip_index(weight.shape, groups, weight.device))
-        out = _correlate(x.contiguous(), weight, groups, plan.cols, plan.out_size, plan.chunk)
+            ctx.flipped = torch.take(w, flip_index(w.shape, groups, w.device))
+        out = _correlate(x.contiguous(), w, groups, plan.cols, plan.out_size, plan.chunk)
         if bias is not None:
-            out += bias.view(1, -1, 1, 1)
+            out += bias.view(1, -1, 1, 1)  # a float32 bias adds in float32 and rounds once
         return out.contiguous(memory_format=torch.channels_last) if channels_last else out
 
     @staticmethod
     @once_differentiable  # double backward would miss the flipped kernel's link to the weight
     def backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         x, weight = ctx.saved_tensors
+        w = weight if ctx.cast_weight is None else ctx.cast_weight
         plan: _Plan = ctx.plan
         needs_x, needs_w, needs_b = ctx.needs_input_grad[:3]
         grad_out = grad_out.contiguous()
-        grad_b = grad_out.sum((0, 2, 3)) if needs_b else None
+        grad_b = grad_out.sum((0, 2, 3), dtype=ctx.bias_dtype) if needs_b else None
         if needs_x and plan.shared_cols:
             grad_x, grad_w = _grads_from_output_columns(x.contiguous(), grad_out, ctx.flipped, plan, needs_w)
         else:
-            grad_w = _weight_grad(x.contiguous(), grad_out, weight, plan) if needs_w else None
-            grad_x = _input_grad(grad_out, weight, ctx.flipped if plan.dgrad_cols else None, plan) if needs_x else None
+            grad_w = _weight_grad(x.contiguous(), grad_out, w, plan) if needs_w else None
+            grad_x = _input_grad(grad_out, w, ctx.flipped if plan.dgrad_cols else None, plan) if needs_x else None
+        if grad_w is not None:
+            grad_w = grad_w.to(ctx.weight_dtype)
         if grad_x is not None and ctx.channels_last:
             grad_x = grad_x.contiguous(memory_format=torch.channels_last)
-        return grad_x, grad_w, grad_b, None
+        return grad_x, grad_w, grad_b, None, None
 
 
 def _correlate(x: Tensor, weight: Tensor, groups: int, cols: Cols, out_size: tuple[int, int], chunk: int) -> Tensor:
@@ -217,6 +231,12 @@ def _correlate(x: Tensor, weight: Tensor, groups: int, cols: Cols, out_size: tup
         part = batched_mm(w_g, im2col(x[start : start + chunk], *cols, length))
         out[start : start + chunk] = part.view(-1, out_c, *out_size)
     return out
+
+
+def _batch_sum(part: Tensor, total: Tensor | None) -> Tensor:
+    """Sum per-sample weight-gradient products over the batch, in float32 at least."""
+    summed = part.sum(0, dtype=torch.promote_types(part.dtype, torch.float32))
+    return summed if total is None else total + summed
 
 
 def _grads_from_output_columns(
@@ -248,17 +268,17 @@ def _grads_from_output_columns(
             grad_x[start : start + rows] = part_x
         if needs_w:
             part = torch.bmm(x_part.view(rows * g, c // g, length), cols.view(rows * g, -1, length).transpose(1, 2))
-            part = part.view(rows, c, -1).sum(0)
-            total = part if total is None else total.to(torch.promote_types(part.dtype, torch.float32)) + part
+            total = _batch_sum(part.view(rows, c, -1), total)
     assert grad_x is not None
     if total is None:
         return grad_x, None
     # total is (C, O/g*kh*kw), the flipped kernel's layout; the same gather maps it back.
     flipped_shape = torch.Size((c, flipped.shape[1], kh, kw))
-    return grad_x, torch.take(total.to(grad_out.dtype), flip_index(flipped_shape, g, total.device))
+    return grad_x, torch.take(total, flip_index(flipped_shape, g, total.device))
 
 
 def _weight_grad(x: Tensor, grad_out: Tensor, weight: Tensor, plan: _Plan) -> Tensor:
+    """The weight gradient from the input's columns (built again: they are never saved)."""
     n, chunk, g = x.shape[0], plan.chunk, plan.geom.groups
     out_c = weight.shape[0]
     length = plan.out_size[0] * plan.out_size[1]
@@ -269,14 +289,14 @@ def _weight_grad(x: Tensor, grad_out: Tensor, weight: Tensor, plan: _Plan) -> Te
         if plan.wgrad_gemm:
             go_t = go.view(rows, g, out_c // g, length).permute(1, 2, 0, 3).reshape(g, out_c // g, rows * length)
             part = torch.bmm(go_t, columns_t(x_part, plan.geom).transpose(1, 2))
+            # Chunks add up in float32 so batch splits do not cost half-precision accuracy.
+            total = part if total is None else total.to(torch.promote_types(part.dtype, torch.float32)) + part
         else:
             cols = im2col(x_part, *plan.cols, length).view(rows * g, -1, length)
             part = torch.bmm(go.view(rows * g, out_c // g, length), cols.transpose(1, 2))
-            part = part.view(rows, out_c, -1).sum(0)
-        # Partial sums over chunks add up in float32 so batch splits do not cost half-precision accuracy.
-        total = part if total is None else total.to(torch.promote_types(part.dtype, torch.float32)) + part
+            total = _batch_sum(part.view(rows, out_c, -1), total)
     assert total is not None
-    return total.to(grad_out.dtype).view(weight.shape)
+    return total.view(weight.shape)
 
 
 def _input_grad(grad_out: Tensor, weight: Tensor, flipped: Tensor | None, plan: _Plan) -> Tensor:

@@ -128,6 +128,15 @@ def test_autocast_behaves_like_native():
         torch.testing.assert_close(got, want, atol=0.3, rtol=3e-2)
 
 
+def test_autocast_weight_gradient_leaves_the_conv_node_directly():
+    # The weight is cast inside the Function: no ToCopyBackward node (and cast kernel) per layer.
+    x, w, b = (t.detach().float().requires_grad_() for t in _tensors(4, 6, 3, 1, True))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = conv2d(x, w, b, 1, 1)
+    leaves = {id(fn.variable) for fn, _ in out.grad_fn.next_functions if hasattr(fn, "variable")}
+    assert leaves == {id(w), id(b)}
+
+
 def test_unbatched_input():
     x, w, b = _tensors(4, 6, 3, 2, True, batch=1)
     x = x.detach()[0].requires_grad_()
