@@ -7,11 +7,20 @@ them) pickle whole models into checkpoints, and a checkpoint must load without g
 ``auto`` probes the native convolution lazily, on the first convolution run on each device and dtype,
 instead of at launch: scripts often pick their device (or set ``CUDA_VISIBLE_DEVICES``) themselves,
 and touching the GPU before they do would break that.
+
+While a patch is in place, backward passes started by the patching thread run on that thread
+(``torch.autograd.set_multithreading_enabled(False)``, thread-local) instead of on the autograd
+engine's device thread. The fallback's backward is Python, and Python there costs far more: on the
+H100 VM a YOLOv8n-shaped step at batch 16 AMP took 48.2 ms with the engine's thread and 41.3 ms
+on the caller (native convolutions: 37.1 and 33.3 ms; benchmarks/conv2d_fallback.py). Only
+several GPUs driven from one process lose something (the engine's per-device threads); such a
+script passes ``backward_on_caller=False`` or turns the setting back on itself.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -52,11 +61,16 @@ class Conv2dPatch:
     modules: list[weakref.ref[nn.Module]] | None  # None: the global patch
     previous_global: Mode | None = None
     undone: bool = False
+    backward_guard: Any = None  # set_multithreading_enabled(False) of the patching thread, or None
+    thread_id: int = field(default_factory=threading.get_ident)
 
     def undo(self) -> None:
         if self.undone:
             return
         self.undone = True
+        # The setting is per thread: only the thread that changed it can put it back.
+        if self.backward_guard is not None and threading.get_ident() == self.thread_id:
+            self.backward_guard.__exit__(None, None, None)
         if self.modules is None:
             _STATE.global_mode = self.previous_global
         else:
@@ -74,12 +88,17 @@ class Conv2dPatch:
         self.undo()
 
 
-def patch_conv2d(model: nn.Module | None = None, mode: Mode = "on") -> Conv2dPatch:
-    """Use the fallback for ``model``'s Conv2d modules, or for every Conv2d and F.conv2d when None."""
+def patch_conv2d(model: nn.Module | None = None, mode: Mode = "on", *, backward_on_caller: bool = True) -> Conv2dPatch:
+    """Use the fallback for ``model``'s Conv2d modules, or for every Conv2d and F.conv2d when None.
+
+    ``backward_on_caller``: run this thread's backward passes on this thread while the patch is in
+    place (see the module docstring); the previous setting comes back with ``undo()``.
+    """
     if mode not in MODES:
         raise ValueError(f"conv2d fallback mode must be one of {MODES}, got {mode!r}")
+    guard = _backward_on_caller() if backward_on_caller and mode != "off" else None
     if model is None:
-        handle = Conv2dPatch(mode, None, previous_global=_STATE.global_mode)
+        handle = Conv2dPatch(mode, None, previous_global=_STATE.global_mode, backward_guard=guard)
         _STATE.global_mode = None if mode == "off" else mode
         _sync_hooks()
         return handle
@@ -91,7 +110,13 @@ def patch_conv2d(model: nn.Module | None = None, mode: Mode = "on") -> Conv2dPat
                 _STATE.marked.add(module)
                 refs.append(weakref.ref(module))
     _sync_hooks()
-    return Conv2dPatch(mode, refs)
+    return Conv2dPatch(mode, refs, backward_guard=guard)
+
+
+def _backward_on_caller() -> Any:
+    """Turn the autograd engine's device threads off for this thread; the returned guard restores."""
+    setter = getattr(torch.autograd, "set_multithreading_enabled", None)  # torch >= 2.0
+    return None if setter is None else setter(False)  # its constructor applies the setting
 
 
 def uses_fallback(mode: Mode, device: torch.device, dtype: torch.dtype) -> bool:

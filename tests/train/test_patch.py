@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
+import threading
 
 import pytest
 
@@ -122,6 +123,41 @@ def test_nested_global_patches_restore_the_outer_mode():
     assert patch._STATE.global_mode == "auto"
     outer.undo()
     assert patch._STATE.global_mode is None
+
+
+def _backward_is_multithreaded() -> bool:
+    return torch._C._is_multithreading_enabled()
+
+
+def test_backward_runs_on_the_calling_thread_while_patched():
+    model = _cnn()
+    with patch_conv2d(None, "off"):
+        assert _backward_is_multithreaded()  # "off" touches nothing
+    outer = patch_conv2d(model, "on")
+    inner = patch_conv2d(None, "auto")
+    assert not _backward_is_multithreaded()
+    inner.undo()
+    assert not _backward_is_multithreaded()  # the outer patch still holds it
+    outer.undo()
+    assert _backward_is_multithreaded()
+    with patch_conv2d(model, "on", backward_on_caller=False):
+        assert _backward_is_multithreaded()
+
+
+def test_backward_setting_is_per_thread_and_undone_only_by_its_thread():
+    handle = patch_conv2d(None, "on")
+    seen = {}
+
+    def other_thread() -> None:
+        seen["multithreaded"] = _backward_is_multithreaded()
+        handle.undo()  # undoes the patch; cannot reach this thread's setting
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    worker.join()
+    assert seen["multithreaded"] and patch._STATE.global_mode is None
+    assert not _backward_is_multithreaded()
+    torch.autograd.set_multithreading_enabled(True)
 
 
 def test_rejects_unknown_mode():
