@@ -8,7 +8,14 @@ over ``--steps`` rounds after ``--warmup`` rounds, then, each variant alone, the
 of a few steps, and the ratios to the first variant. Before timing it checks on the device that the
 fallback dispatches no native convolution and matches the native gradients in float32.
 
-    python benchmarks/conv2d_fallback.py --batches 4 16 --precisions fp32 amp
+Variants: ``native``, ``fallback`` (``fallback:WGRAD/DGRAD`` with tuning knobs) and ``naive`` (the
+issue's reference, F.unfold + matmul under plain autograd). Each runs its backward where it would
+run by default: native and naive on the autograd engine's device thread (PyTorch's default), the
+fallback on the calling thread (what ``patch_conv2d`` and ``gpuwatch train`` set). A suffix
+``@caller`` or ``@engine`` overrides that, so ``native@caller`` is native under the fallback's setting.
+
+    python benchmarks/conv2d_fallback.py --batches 4 16 --precisions fp32 amp \
+        --variants native native@caller fallback
 
 Needs a GPU for meaningful numbers; ``--device cpu --image-size 64`` is a smoke test.
 """
@@ -49,10 +56,25 @@ class _ConvCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def backward_on_caller(variant: str) -> bool:
+    """Where ``variant``'s backward runs: the fallback's default is the calling thread."""
+    thread = variant.partition("@")[2]
+    if thread not in ("", "caller", "engine"):
+        raise SystemExit(f"unknown backward thread {thread!r} in variant {variant!r} (caller or engine)")
+    return thread == "caller" if thread else variant.startswith("fallback")
+
+
+@contextlib.contextmanager
+def variant_settings(variant: str):
+    """The variant's backward thread and, for ``fallback:WGRAD/DGRAD``, the conv2d module's knobs."""
+    with torch.autograd.set_multithreading_enabled(not backward_on_caller(variant)), strategies(variant):
+        yield
+
+
 @contextlib.contextmanager
 def strategies(variant: str):
     """``fallback:WGRAD/DGRAD`` sets the conv2d module's tuning knobs for the duration."""
-    wgrad, _, dgrad = variant.partition(":")[2].partition("/")
+    wgrad, _, dgrad = variant.partition("@")[0].partition(":")[2].partition("/")
     saved = conv_mod.WGRAD_STRATEGY, conv_mod.DGRAD_STRATEGY
     conv_mod.WGRAD_STRATEGY = wgrad or saved[0]
     conv_mod.DGRAD_STRATEGY = dgrad or saved[1]
@@ -110,7 +132,11 @@ def check_on_device(device: torch.device, variant: str) -> dict[str, float]:
 
 
 def _patched(variant: str, model: torch.nn.Module) -> contextlib.AbstractContextManager[object]:
-    return naive_unfold(model) if variant == "naive" else patch_conv2d(model, "off" if variant == "native" else "on")
+    kind = variant.partition("@")[0]
+    if kind == "naive":
+        return naive_unfold(model)
+    # The backward thread is the variant's (variant_settings), not the patch's.
+    return patch_conv2d(model, "off" if kind == "native" else "on", backward_on_caller=False)
 
 
 def interleaved_seconds(
@@ -129,7 +155,7 @@ def interleaved_seconds(
             )
         for index in range(args.warmup + args.steps):
             for variant in variants if index % 2 == 0 else variants[::-1]:
-                with strategies(variant):
+                with variant_settings(variant):
                     _sync(device)
                     start = time.perf_counter()
                     steps[variant]()
@@ -150,11 +176,23 @@ def peak_bytes(variant: str, batch: int, precision: str, args: argparse.Namespac
     torch.cuda.reset_peak_memory_stats(device)
     base = torch.cuda.memory_allocated(device)
     model = build_model()
-    with _patched(variant, model), strategies(variant):
+    with _patched(variant, model), variant_settings(variant):
         train_steps(model, steps=3, batch_size=batch, image_size=args.image_size, device=device,
                     amp_dtype=PRECISIONS[precision], warmup=2)
     del model
     return torch.cuda.max_memory_allocated(device) - base
+
+
+def _pairs(variants: list[str]) -> list[tuple[str, str]]:
+    """Every variant against the first, and a non-native one also against the native variant
+    whose backward runs on the same thread (the like-for-like comparison)."""
+    pairs = [(variants[0], other) for other in variants[1:]]
+    natives = [v for v in variants if v.startswith("native")]
+    for other in variants:
+        same = [n for n in natives if backward_on_caller(n) == backward_on_caller(other)]
+        if not other.startswith("native") and same and same[0] != variants[0]:
+            pairs.append((same[0], other))
+    return pairs
 
 
 def _sync(device: torch.device) -> None:
@@ -167,7 +205,10 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[4, 16])
     parser.add_argument("--precisions", nargs="+", choices=list(PRECISIONS), default=["fp32", "amp"])
     parser.add_argument(
-        "--variants", nargs="+", default=["native", "fallback"], help="native, naive, fallback[:WGRAD[/DGRAD]]"
+        "--variants",
+        nargs="+",
+        default=["native", "native@caller", "fallback"],
+        help="native, naive, fallback[:WGRAD[/DGRAD]], each with an optional @caller or @engine",
     )
     parser.add_argument("--image-size", type=int, default=640)
     parser.add_argument("--steps", type=int, default=60, help="timed steps per variant")
@@ -192,6 +233,8 @@ def main() -> None:
         "defaults": f"{conv_mod.WGRAD_STRATEGY}/{conv_mod.DGRAD_STRATEGY}",
         "heartbeat_hooks_us_per_step": round(hook_cost_s() * 1e6, 2),
     }
+    for variant in args.variants:
+        backward_on_caller(variant)  # reject a bad suffix before any work
     env["check"] = {v: check_on_device(device, v) for v in args.variants if v.startswith("fallback")}
     print(json.dumps(env), flush=True)
 
@@ -214,16 +257,18 @@ def main() -> None:
     print(f"{name}, torch {torch.__version__}, {args.image_size}x{args.image_size}, "
           f"median of {args.steps} interleaved steps, TF32 {args.tf32}, "
           f"cudnn.benchmark {args.cudnn_benchmark}")
-    base = args.variants[0]
-    for other in args.variants[1:]:
-        print(f"\n| batch | precision | {base} ms | {other} ms | time ratio | {base} peak GiB | "
-              f"{other} peak GiB | memory ratio |")
-        print("|---|---|---|---|---|---|---|---|")
-        for batch, precision, summary in rows:
-            a, b = summary[base], summary[other]
+    for ref, other in _pairs(args.variants):
+        print(f"\n| batch | precision | {ref} ms | {other} ms | time ratio | per-step ratio quartiles | "
+              f"{ref} peak GiB | {other} peak GiB | memory ratio |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for (batch, precision, summary), entry in zip(rows, raw):
+            a, b = summary[ref], summary[other]
+            per_step = [y / x for x, y in zip(entry["seconds"][ref], entry["seconds"][other])]
+            q1, _, q3 = statistics.quantiles(per_step, n=4) if len(per_step) > 1 else (per_step * 3)
             mem_ratio = b["peak_bytes"] / a["peak_bytes"] if a["peak_bytes"] else float("nan")
             print(f"| {batch} | {precision} | {a['ms']:.1f} | {b['ms']:.1f} | {b['ms'] / a['ms']:.2f}x | "
-                  f"{a['peak_bytes'] / 2**30:.2f} | {b['peak_bytes'] / 2**30:.2f} | {mem_ratio:.2f}x |")
+                  f"{q1:.2f}x-{q3:.2f}x | {a['peak_bytes'] / 2**30:.2f} | {b['peak_bytes'] / 2**30:.2f} | "
+                  f"{mem_ratio:.2f}x |")
     if args.json:
         args.json.write_text(json.dumps({"env": env, "results": raw}, indent=1))
 

@@ -4,7 +4,8 @@ A development aid next to benchmarks/conv2d_fallback.py (which measures the rati
 YOLOv8n-shaped model at one batch size, AMP, for native and fallback alike it prints
 
 * host time to issue forward and backward (no sync), the optimizer step and the synchronised wall
-  time, and the GPU's busy time per step (profiler, kernels only);
+  time, and the GPU's busy time per step (profiler, kernels only), native with its backward on the
+  autograd engine's thread and on the calling thread, the fallback on the calling thread;
 * GPU time per step grouped by kernel family (im2col, col2im, GEMM, cuDNN, elementwise...);
 * the host cost of the fallback's backward helpers for one 3x3 layer, called directly and inside
   the autograd engine (which runs backward on its own device thread).
@@ -44,7 +45,9 @@ def _gpu_ms_by_family(prof: profile, steps: int) -> dict[str, float]:
     return totals
 
 
-def model_split(fallback: bool, batch: int, steps: int) -> None:
+def model_split(variant: str, batch: int, steps: int) -> None:
+    """``variant``: native (engine's backward thread), native@caller, fallback (calling thread)."""
+    fallback, on_caller = variant == "fallback", variant != "native"
     model = build_model().cuda().train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937, nesterov=True)
     scaler = torch.amp.GradScaler("cuda")
@@ -67,7 +70,8 @@ def model_split(fallback: bool, batch: int, steps: int) -> None:
         end = time.perf_counter()
         marks.append((issued_fwd - start, issued_bwd - issued_fwd, stepped - issued_bwd, end - start))
 
-    with patch_conv2d(model, "on" if fallback else "off"):
+    with patch_conv2d(model, "on" if fallback else "off", backward_on_caller=False), \
+            torch.autograd.set_multithreading_enabled(not on_caller):
         for _ in range(8):
             step()
         marks.clear()
@@ -78,8 +82,7 @@ def model_split(fallback: bool, batch: int, steps: int) -> None:
                 step()
     fwd, bwd, opt, wall = (statistics.median(m[i] for m in marks[:steps]) * 1e3 for i in range(4))
     families = _gpu_ms_by_family(prof, 3)
-    name = "fallback" if fallback else "native"
-    print(f"{name}: host forward {fwd:.1f} ms, host backward {bwd:.1f} ms, optimizer+wait {opt:.1f} ms, "
+    print(f"{variant}: host forward {fwd:.1f} ms, host backward {bwd:.1f} ms, optimizer+wait {opt:.1f} ms, "
           f"wall {wall:.1f} ms; GPU busy {sum(families.values()):.1f} ms")
     ranked = sorted(families.items(), key=lambda kv: -kv[1])
     print("  GPU ms by kernel family: " + ", ".join(f"{k} {v:.2f}" for k, v in ranked))
@@ -146,8 +149,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, batch {args.batch}, AMP fp16")
-    for fallback in (False, True, False, True):
-        model_split(fallback, args.batch, args.steps)
+    for variant in ("native", "native@caller", "fallback") * 2:
+        model_split(variant, args.batch, args.steps)
     backward_cost(args.batch)
 
 
