@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -191,7 +192,8 @@ class _Im2colConv2d(torch.autograd.Function):
         groups = plan.geom.groups
         if plan.dgrad_cols is not None and ctx.needs_input_grad[0]:
             # The flipped kernel of the input gradient (weight-sized) is gathered here rather than in
-            # backward: on the H200 VM calls inside the autograd engine's thread cost 1.0-1.9x more.
+            # backward: calls inside the autograd engine's device thread cost 1.0-1.9x more (H200 VM),
+            # should a backward run there (patch.py moves it to the calling thread).
             ctx.flipped = torch.take(w, flip_index(w.shape, groups, w.device))
         out = _correlate(x.contiguous(), w, groups, plan.cols, plan.out_size, plan.chunk)
         if bias is not None:
@@ -199,24 +201,36 @@ class _Im2colConv2d(torch.autograd.Function):
         return out.contiguous(memory_format=torch.channels_last) if channels_last else out
 
     @staticmethod
-    @once_differentiable  # double backward would miss the flipped kernel's link to the weight
     def backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        x, weight = ctx.saved_tensors
-        w = weight if ctx.cast_weight is None else ctx.cast_weight
-        plan: _Plan = ctx.plan
-        needs_x, needs_w, needs_b = ctx.needs_input_grad[:3]
-        grad_out = grad_out.contiguous()
-        grad_b = grad_out.sum((0, 2, 3), dtype=ctx.bias_dtype) if needs_b else None
-        if needs_x and plan.shared_cols:
-            grad_x, grad_w = _grads_from_output_columns(x.contiguous(), grad_out, ctx.flipped, plan, needs_w)
-        else:
-            grad_w = _weight_grad(x.contiguous(), grad_out, w, plan) if needs_w else None
-            grad_x = _input_grad(grad_out, w, ctx.flipped if plan.dgrad_cols else None, plan) if needs_x else None
-        if grad_w is not None:
-            grad_w = grad_w.to(ctx.weight_dtype)
-        if grad_x is not None and ctx.channels_last:
-            grad_x = grad_x.contiguous(memory_format=torch.channels_last)
-        return grad_x, grad_w, grad_b, None, None
+        if torch.is_grad_enabled():
+            # create_graph=True: the results must refuse a double backward (it would miss the
+            # flipped kernel's link to the weight), which once_differentiable arranges. Its wrapper
+            # cost about 2 ms per YOLOv8n step on the H100 VM, so a plain backward goes without it.
+            return _backward_once_differentiable(ctx, grad_out)
+        return _backward(ctx, grad_out)
+
+
+def _backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
+    """The gradients of ``_Im2colConv2d``, computed with autograd off."""
+    x, weight = ctx.saved_tensors
+    w = weight if ctx.cast_weight is None else ctx.cast_weight
+    plan: _Plan = ctx.plan
+    needs_x, needs_w, needs_b = ctx.needs_input_grad[:3]
+    grad_out = grad_out.contiguous()
+    grad_b = grad_out.sum((0, 2, 3), dtype=ctx.bias_dtype) if needs_b else None
+    if needs_x and plan.shared_cols:
+        grad_x, grad_w = _grads_from_output_columns(x.contiguous(), grad_out, ctx.flipped, plan, needs_w)
+    else:
+        grad_w = _weight_grad(x.contiguous(), grad_out, w, plan) if needs_w else None
+        grad_x = _input_grad(grad_out, w, ctx.flipped if plan.dgrad_cols else None, plan) if needs_x else None
+    if grad_w is not None:
+        grad_w = grad_w.to(ctx.weight_dtype)
+    if grad_x is not None and ctx.channels_last:
+        grad_x = grad_x.contiguous(memory_format=torch.channels_last)
+    return grad_x, grad_w, grad_b, None, None
+
+
+_backward_once_differentiable = once_differentiable(_backward)
 
 
 def _correlate(x: Tensor, weight: Tensor, groups: int, cols: Cols, out_size: tuple[int, int], chunk: int) -> Tensor:
