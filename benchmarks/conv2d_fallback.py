@@ -183,6 +183,14 @@ def peak_bytes(variant: str, batch: int, precision: str, args: argparse.Namespac
     return torch.cuda.max_memory_allocated(device) - base
 
 
+def block_ratios(ref: list[float], other: list[float], blocks: int) -> list[float]:
+    """Ratio of medians in each of ``blocks`` consecutive slices of the rounds: the host's speed
+    drifts in phases, and a slow phase makes the (host-heavier) fallback look worse."""
+    size = max(1, len(ref) // blocks)
+    slices = [slice(start, start + size) for start in range(0, len(ref) - size + 1, size)]
+    return [statistics.median(other[part]) / statistics.median(ref[part]) for part in slices]
+
+
 def _pairs(variants: list[str]) -> list[tuple[str, str]]:
     """Every variant against the first, and a non-native one also against the native variant
     whose backward runs on the same thread (the like-for-like comparison)."""
@@ -213,6 +221,7 @@ def main() -> None:
     parser.add_argument("--image-size", type=int, default=640)
     parser.add_argument("--steps", type=int, default=60, help="timed steps per variant")
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--blocks", type=int, default=4, help="report ratios per block of consecutive rounds too")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--tf32", choices=["on", "off"], default="on", help="TF32 for cuDNN convs and matmuls alike")
     parser.add_argument("--cudnn-benchmark", choices=["on", "off"], default="on")
@@ -259,16 +268,17 @@ def main() -> None:
           f"cudnn.benchmark {args.cudnn_benchmark}")
     for ref, other in _pairs(args.variants):
         print(f"\n| batch | precision | {ref} ms | {other} ms | time ratio | per-step ratio quartiles | "
-              f"{ref} peak GiB | {other} peak GiB | memory ratio |")
-        print("|---|---|---|---|---|---|---|---|---|")
+              f"{args.blocks} blocks: median ratio (range) | {ref} peak GiB | {other} peak GiB | memory ratio |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for (batch, precision, summary), entry in zip(rows, raw):
             a, b = summary[ref], summary[other]
             per_step = [y / x for x, y in zip(entry["seconds"][ref], entry["seconds"][other])]
             q1, _, q3 = statistics.quantiles(per_step, n=4) if len(per_step) > 1 else (per_step * 3)
+            blocks = block_ratios(entry["seconds"][ref], entry["seconds"][other], args.blocks)
             mem_ratio = b["peak_bytes"] / a["peak_bytes"] if a["peak_bytes"] else float("nan")
             print(f"| {batch} | {precision} | {a['ms']:.1f} | {b['ms']:.1f} | {b['ms'] / a['ms']:.2f}x | "
-                  f"{q1:.2f}x-{q3:.2f}x | {a['peak_bytes'] / 2**30:.2f} | {b['peak_bytes'] / 2**30:.2f} | "
-                  f"{mem_ratio:.2f}x |")
+                  f"{q1:.2f}x-{q3:.2f}x | {statistics.median(blocks):.2f}x ({min(blocks):.2f}x-{max(blocks):.2f}x) | "
+                  f"{a['peak_bytes'] / 2**30:.2f} | {b['peak_bytes'] / 2**30:.2f} | {mem_ratio:.2f}x |")
     if args.json:
         args.json.write_text(json.dumps({"env": env, "results": raw}, indent=1))
 
