@@ -22,13 +22,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 PROBE_SCRIPT = """
 import json, sys
-import torch.nn as nn, torch.nn.functional as F
+import torch, torch.nn as nn, torch.nn.functional as F
 import helper_beside_script  # importable only if sys.path[0] is the script's folder
 result = {
     "name": __name__,
     "argv": sys.argv,
     "conv_hook": nn.Conv2d._conv_forward.__name__,
     "functional": F.conv2d.__name__,
+    "multithreaded_backward": torch._C._is_multithreading_enabled(),
 }
 with open(sys.argv[1], "w") as handle:
     json.dump(result, handle)
@@ -88,8 +89,10 @@ def test_runs_script_as_main_with_argv_and_path(probe, tmp_path):
     assert result["name"] == "__main__"
     assert result["argv"] == [str(probe), str(out), "--lr", "0.1"]
     assert result["conv_hook"] == "_patched_conv_forward" and result["functional"] == "_patched_functional"
+    assert result["multithreaded_backward"] is False  # the fallback's backward runs on the script's thread
     assert sys.argv == saved_argv and sys.path == saved_path
     assert nn.Conv2d._conv_forward.__name__ == "_conv_forward" and F.conv2d is torch.conv2d
+    assert torch._C._is_multithreading_enabled()  # restored after the script
 
 
 def test_off_mode_and_script_exit_code(probe, tmp_path):
@@ -97,7 +100,8 @@ def test_off_mode_and_script_exit_code(probe, tmp_path):
     with pytest.raises(SystemExit) as exited:
         main(["--conv2d-fallback=off", "--", str(probe), str(out), "--fail"])
     assert exited.value.code == 3
-    assert json.loads(out.read_text())["conv_hook"] == "_conv_forward"
+    result = json.loads(out.read_text())
+    assert result["conv_hook"] == "_conv_forward" and result["multithreaded_backward"] is True
     assert nn.Conv2d._conv_forward.__name__ == "_conv_forward"
 
 
