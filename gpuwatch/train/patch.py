@@ -88,7 +88,9 @@ class Conv2dPatch:
         self.undo()
 
 
-def patch_conv2d(model: nn.Module | None = None, mode: Mode = "on", *, backward_on_caller: bool = True) -> Conv2dPatch:
+def patch_conv2d(
+    model: nn.Module | None = None, mode: Mode = "on", *, backward_on_caller: bool = True
+) -> Conv2dPatch:
     """Use the fallback for ``model``'s Conv2d modules, or for every Conv2d and F.conv2d when None.
 
     ``backward_on_caller``: run this thread's backward passes on this thread while the patch is in
