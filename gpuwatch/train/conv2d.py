@@ -184,7 +184,7 @@ class _Im2colConv2d(torch.autograd.Function):
         # this node in its own dtype: no ToCopyBackward node and cast kernel per layer (the backward
         # is host-bound), and the weight gradient's batch sum accumulates in float32.
         w = weight if dtype is None else autocast_cast(weight, dtype)
-        ctx.plan, ctx.weight_dtype = plan, weight.dtype
+        ctx.plan = plan
         ctx.bias_dtype = None if bias is None else bias.dtype
         ctx.save_for_backward(x, weight)
         ctx.cast_weight = None if w is weight else w  # what native autocast keeps for backward too
@@ -224,7 +224,7 @@ def _backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         grad_w = _weight_grad(x.contiguous(), grad_out, w, plan) if needs_w else None
         grad_x = _input_grad(grad_out, w, ctx.flipped if plan.dgrad_cols else None, plan) if needs_x else None
     if grad_w is not None:
-        grad_w = grad_w.to(ctx.weight_dtype)
+        grad_w = grad_w.to(weight.dtype)
     if grad_x is not None and ctx.channels_last:
         grad_x = grad_x.contiguous(memory_format=torch.channels_last)
     return grad_x, grad_w, grad_b, None, None
@@ -247,10 +247,15 @@ def _correlate(x: Tensor, weight: Tensor, groups: int, cols: Cols, out_size: tup
     return out
 
 
-def _batch_sum(part: Tensor, total: Tensor | None) -> Tensor:
+def _batch_sum(part: Tensor) -> Tensor:
     """Sum per-sample weight-gradient products over the batch, in float32 at least."""
-    summed = part.sum(0, dtype=torch.promote_types(part.dtype, torch.float32))
-    return summed if total is None else total + summed
+    return part.sum(0, dtype=torch.promote_types(part.dtype, torch.float32))
+
+
+def _add_chunk(total: Tensor | None, part: Tensor) -> Tensor:
+    """Add one batch chunk's weight gradient; chunks add up in float32 so batch splits do not cost
+    half-precision accuracy."""
+    return part if total is None else total.to(torch.promote_types(part.dtype, torch.float32)) + part
 
 
 def _grads_from_output_columns(
@@ -282,7 +287,7 @@ def _grads_from_output_columns(
             grad_x[start : start + rows] = part_x
         if needs_w:
             part = torch.bmm(x_part.view(rows * g, c // g, length), cols.view(rows * g, -1, length).transpose(1, 2))
-            total = _batch_sum(part.view(rows, c, -1), total)
+            total = _add_chunk(total, _batch_sum(part.view(rows, c, -1)))
     assert grad_x is not None
     if total is None:
         return grad_x, None
@@ -302,13 +307,11 @@ def _weight_grad(x: Tensor, grad_out: Tensor, weight: Tensor, plan: _Plan) -> Te
         rows = x_part.shape[0]
         if plan.wgrad_gemm:
             go_t = go.view(rows, g, out_c // g, length).permute(1, 2, 0, 3).reshape(g, out_c // g, rows * length)
-            part = torch.bmm(go_t, columns_t(x_part, plan.geom).transpose(1, 2))
-            # Chunks add up in float32 so batch splits do not cost half-precision accuracy.
-            total = part if total is None else total.to(torch.promote_types(part.dtype, torch.float32)) + part
+            total = _add_chunk(total, torch.bmm(go_t, columns_t(x_part, plan.geom).transpose(1, 2)))
         else:
             cols = im2col(x_part, *plan.cols, length).view(rows * g, -1, length)
             part = torch.bmm(go.view(rows * g, out_c // g, length), cols.transpose(1, 2))
-            total = _batch_sum(part.view(rows, out_c, -1), total)
+            total = _add_chunk(total, _batch_sum(part.view(rows, out_c, -1)))
     assert total is not None
     return total.view(weight.shape)
 

@@ -61,7 +61,7 @@ class Conv2dPatch:
     modules: list[weakref.ref[nn.Module]] | None  # None: the global patch
     previous_global: Mode | None = None
     undone: bool = False
-    backward_guard: Any = None  # set_multithreading_enabled(False) of the patching thread, or None
+    backward_guard: torch.autograd.set_multithreading_enabled | None = None  # of the patching thread
     thread_id: int = field(default_factory=threading.get_ident)
 
     def undo(self) -> None:
@@ -98,7 +98,8 @@ def patch_conv2d(
     """
     if mode not in MODES:
         raise ValueError(f"conv2d fallback mode must be one of {MODES}, got {mode!r}")
-    guard = _backward_on_caller() if backward_on_caller and mode != "off" else None
+    # set_multithreading_enabled applies the setting when constructed; its __exit__ restores it.
+    guard = torch.autograd.set_multithreading_enabled(False) if backward_on_caller and mode != "off" else None
     if model is None:
         handle = Conv2dPatch(mode, None, previous_global=_STATE.global_mode, backward_guard=guard)
         _STATE.global_mode = None if mode == "off" else mode
@@ -113,12 +114,6 @@ def patch_conv2d(
                 refs.append(weakref.ref(module))
     _sync_hooks()
     return Conv2dPatch(mode, refs, backward_guard=guard)
-
-
-def _backward_on_caller() -> Any:
-    """Turn the autograd engine's device threads off for this thread; the returned guard restores."""
-    setter = getattr(torch.autograd, "set_multithreading_enabled", None)  # torch >= 2.0
-    return None if setter is None else setter(False)  # its constructor applies the setting
 
 
 def uses_fallback(mode: Mode, device: torch.device, dtype: torch.dtype) -> bool:

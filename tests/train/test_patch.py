@@ -152,12 +152,14 @@ def test_backward_setting_is_per_thread_and_undone_only_by_its_thread():
         seen["multithreaded"] = _backward_is_multithreaded()
         handle.undo()  # undoes the patch; cannot reach this thread's setting
 
-    worker = threading.Thread(target=other_thread)
-    worker.start()
-    worker.join()
-    assert seen["multithreaded"] and patch._STATE.global_mode is None
-    assert not _backward_is_multithreaded()
-    torch.autograd.set_multithreading_enabled(True)
+    try:
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        worker.join()
+        assert seen["multithreaded"] and patch._STATE.global_mode is None
+        assert not _backward_is_multithreaded()
+    finally:
+        torch.autograd.set_multithreading_enabled(True)
 
 
 def test_rejects_unknown_mode():
