@@ -1,8 +1,7 @@
 """Shared helpers for the benchmark scripts: fake trees from real captures, stats, daemon processes.
 
 Benchmarks are scripts, never tests: they print a table and ratios from one run. They may read the
-captures in ``../shared/fixtures/amdgpu`` (or ``--fixtures`` / ``$GPUWATCH_FIXTURES``); the package
-itself never does.
+captures in ``tests/fixtures/amdgpu`` (or ``--fixtures DIR``); the package itself never does.
 """
 
 from __future__ import annotations
@@ -31,8 +30,8 @@ DEFAULT_CAPTURE = "navi31-rx7900xtx-sapphire-nitro"
 
 
 def fixtures_arg(parser: argparse.ArgumentParser) -> None:
-    default = os.environ.get("GPUWATCH_FIXTURES") or str(REPO.parent / "shared/fixtures/amdgpu")
-    parser.add_argument("--fixtures", type=Path, default=Path(default), help=f"captures directory (default {default})")
+    default = REPO / "tests/fixtures/amdgpu"
+    parser.add_argument("--fixtures", type=Path, default=default, help=f"captures directory (default {default})")
     parser.add_argument("--capture", default=DEFAULT_CAPTURE, help="capture name used for every GPU")
 
 

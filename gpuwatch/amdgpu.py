@@ -1,6 +1,6 @@
 """amdgpu discovery and parsing: sysfs/hwmon files -> GpuReading, kernel units converted once.
 
-Facts relied on (../shared/fixtures/amdgpu/SYSFS_FACTS.md): cards are ``class/drm/card<N>`` with any
+Facts relied on (tests/fixtures/amdgpu/SYSFS_FACTS.md): cards are ``class/drm/card<N>`` with any
 number of digits (procfs' ``card[0-9]`` glob misses card10, §1); the driver is ``DRIVER=`` in
 ``device/uevent``; hwmon is found by its ``name`` file, its index is not stable (§7.1); temperatures are
 m°C, power µW, clocks Hz, voltage mV (§4); ``*_crit_hyst`` of -273150 means none (§7.3);

@@ -3,7 +3,7 @@
 The layout is the kernel's: the PCI device directory lives under ``devices/pci0000:00/<bridge>/<slot>``
 with ``drm/cardN`` and ``hwmon/hwmonM`` inside it; ``class/drm/cardN`` and ``class/hwmon/hwmonM`` are
 relative symlinks into it, and ``cardN/device`` links back to the PCI device, exactly as on a real
-machine. Card contents come from the captures in ``shared/fixtures/amdgpu/cards/*.json`` (keys are
+machine. Card contents come from the captures in ``tests/fixtures/amdgpu/cards/*.json`` (keys are
 relative to ``class/drm/<card>/``) or from a dict of the same shape.
 """
 

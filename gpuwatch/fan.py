@@ -1,6 +1,6 @@
 """Fan effects: take control of one GPU's fan, write a speed, verify it, and give it back.
 
-Backends (../shared/fixtures/amdgpu/SYSFS_FACTS.md §5-6):
+Backends (tests/fixtures/amdgpu/SYSFS_FACTS.md §5-6):
 * ``Pwm1Backend`` (SI..RDNA2): ``pwm1_enable`` 1 = manual, then ``pwm1`` 0..255; 2 = automatic.
   0 means "no control" = full speed on SMU7/Vega/SMU11 (K-FANNONE), so it is never written.
 * ``GpuOdBackend`` (RDNA3+, in fanod.py): ``gpu_od/fan_ctrl/fan_curve``.

@@ -1,8 +1,8 @@
 """The sysfs files of one simulated RX 5600 XT (Navi 10), keyed like the captures (relative to class/drm/<card>/).
 
-Based on the real capture ``navi10-rx5700xt-sapphire`` (../shared/fixtures/amdgpu/cards; same Navi 10 die,
+Based on the real capture ``navi10-rx5700xt-sapphire`` (tests/fixtures/amdgpu/cards; same Navi 10 die,
 PCI 1002:731F, SMU11 so the fan is driven through hwmon ``pwm1``/``pwm1_enable``, SYSFS_FACTS.md §5),
-embedded here so the package never needs shared/ at run time. Adjusted to an RX 5600 XT: 6 GiB VRAM,
+embedded here so the package never needs the test fixtures at run time. Adjusted to an RX 5600 XT: 6 GiB VRAM,
 150 W board power, temperature crit 100/110/105 °C (edge/junction/mem, emergency +5), fan up to 3200 RPM,
 and the ``mem_info_*``/``mem_busy_percent``/``power1_input`` files the partial capture lacks. Dynamic
 values (temperatures, power, RPM, pwm, busy) are rewritten by the simulator on every step.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import os
 from pathlib import Path
 
 import pytest
@@ -12,19 +11,8 @@ from gpuwatch.fakesysfs import CardCapture, FakeSysfsTree, load_capture
 from gpuwatch.sysfs import Sysfs
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def _fixtures_dir() -> Path:
-    # CI clones the repo with shared/ beside it; worktrees may sit deeper, so look up the parents.
-    candidates = [os.environ.get("GPUWATCH_FIXTURES")]
-    candidates += [str(parent / "shared/fixtures/amdgpu") for parent in (REPO, *REPO.parents)]
-    for candidate in candidates:
-        if candidate and Path(candidate, "cards").is_dir():
-            return Path(candidate)
-    raise RuntimeError("amdgpu captures not found: set GPUWATCH_FIXTURES to shared/fixtures/amdgpu")
-
-
-FIXTURES = _fixtures_dir()
+# The real captures (format in their README.md, facts and quirks in SYSFS_FACTS.md).
+FIXTURES = REPO / "tests/fixtures/amdgpu"
 CARD_FILES = sorted(p for p in (FIXTURES / "cards").glob("*.json") if not p.name.endswith(".expected.json"))
 
 

@@ -1,4 +1,4 @@
-"""Every real capture in shared/fixtures/amdgpu reads without crashing and with the right values.
+"""Every real capture in tests/fixtures/amdgpu reads without crashing and with the right values.
 
 Values are checked against the raw files (kernel units converted by hand here) and against what
 peer projects (LACT snapshots, procfs) assert for the same capture where they state the same quantity.
