@@ -33,7 +33,7 @@ from gpuwatch.document import to_document
 from gpuwatch.http import HttpServer
 from gpuwatch.nvml import NvmlBackend, NvmlUnavailable
 from gpuwatch.model import DaemonInfo, FanState, PublishedState, Snapshot, TrainerState
-from gpuwatch.reload import DAEMON_LIVE_KEYS, plan_reload
+from gpuwatch.reload import plan_reload
 from gpuwatch.sampler import Sampler
 from gpuwatch.sdnotify import Notifier
 from gpuwatch.simulated import SimulatedBackend, start_simulator
@@ -62,8 +62,6 @@ class Parts:
     fans: FanConsumer | None = None
     trainers: TrainerConsumer | None = None
     on_tick: list[Callable[[PublishedState], None]] = field(default_factory=list)
-    # Top-level config key -> applies a reloaded config's new value while running (see gpuwatch.reload).
-    reload_hooks: dict[str, Callable[[Config], None]] = field(default_factory=dict)
 
 
 def build_backends(config: Config, nvml: object | None = None) -> list[GpuBackend]:
@@ -139,8 +137,6 @@ class Daemon:
         self.stop_requested = threading.Event()
         self.reload_requested = threading.Event()
         self._wake = threading.Event()  # interrupts the wait between ticks (stop or reload)
-        self.reloads_total = 0
-        self.reload_failures_total = 0
         self.failures: dict[str, str] = {}
         self.control: ControlServer | None = None
         self.read_errors: Counter[tuple[str, str]] = Counter()
@@ -243,20 +239,13 @@ class Daemon:
         try:
             new = self._load()
         except ConfigError as exc:
-            self.reload_failures_total += 1
             log.error("config reload rejected, still running the previous configuration:\n%s", exc)
             self.notifier.ready()
             return False
-        live = DAEMON_LIVE_KEYS | set(self.parts.reload_hooks)
-        plan = plan_reload(self.config, new, live)
-        for key in plan.applied:
-            hook = self.parts.reload_hooks.get(key)
-            if hook is not None:
-                self._guard(f"reload {key}", lambda: hook(plan.config), None)
+        plan = plan_reload(self.config, new)
         if "log_level" in plan.applied:
             logging.getLogger().setLevel(getattr(logging, plan.config.log_level.upper()))
         self.config = plan.config
-        self.reloads_total += 1
         log.info(
             "config reloaded from %s: %s",
             self.config_path or "its source",

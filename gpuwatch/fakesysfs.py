@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
@@ -28,7 +28,6 @@ class CardCapture:
     card: str
     hwmon: str | None
     files: Mapping[str, str]
-    symlinks: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def pci_slot(self) -> str | None:
@@ -45,7 +44,6 @@ def load_capture(path: str | os.PathLike[str]) -> CardCapture:
         card=raw.get("card") or "card0",
         hwmon=raw.get("hwmon"),
         files=dict(raw["files"]),
-        symlinks=dict(raw.get("symlinks") or {}),
     )
 
 
@@ -57,10 +55,6 @@ class FakeCard:
     pci_slot: str
     device_dir: str
     hwmon_dir: str | None
-
-    @property
-    def card_dir(self) -> str:
-        return f"class/drm/{self.card}"
 
 
 class FakeSysfsTree:

@@ -17,6 +17,8 @@ class FanMode(str, Enum):
     FAILSAFE = "failsafe"
     MONITOR_ONLY = "monitor-only"
     DRY_RUN = "dry-run"
+    # Never produced by the controller, but a value of the published state set
+    # gpuwatch_fan_mode{mode=...} (every known value is exported, 0 or 1): removing it removes a series.
     DISABLED = "disabled"
 
 

@@ -2,8 +2,7 @@
 
 Pure: given the running config and a freshly validated one, decide which top-level keys take effect
 now and which wait for a restart. Live: the tick interval, the log level and the thermal limits
-(the daemon reads them on every tick), plus any key a part registered a reload hook for
-(``Parts.reload_hooks``). Everything else (sysfs_root, runtime_dir, fan, http, trainers, ...) owns
+(the daemon reads them on every tick). Everything else (sysfs_root, runtime_dir, fan, http, trainers, ...) owns
 open files, sockets, hardware control or child processes; swapping those mid-run is riskier than a
 restart, so the running value is kept and the log says `systemctl restart gpuwatch` is needed.
 """

@@ -66,7 +66,6 @@ class Notifier:
         self._last_ping: float | None = None
         self._last_status: str | None = None
         self._sock: socket.socket | None = None
-        self.errors_total = 0
 
     @classmethod
     def from_env(cls, environ: MutableMapping[str, str] | None = None, unset: bool = False) -> "Notifier":
@@ -93,7 +92,6 @@ class Notifier:
                 self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
             self._sock.sendto(payload, self.address)
         except OSError as exc:
-            self.errors_total += 1
             log.error("sd_notify %s to %s failed: %s", fields[0].split("=")[0], self.notify_socket, exc)
             return False
         return True

@@ -47,7 +47,6 @@ class Trainer:
         self.spawn_error: str | None = None
         self.started_unix: float | None = None
         self.commands: queue.SimpleQueue[str] = queue.SimpleQueue()
-        self.last_verdict = Thermal()
         self.paused_since_unix: float | None = None
 
     def observe(self, verdict: Thermal, now: float, shutdown: bool) -> Inputs:

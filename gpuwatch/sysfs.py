@@ -91,12 +91,6 @@ class Sysfs:
     def writable(self, relative: str) -> bool:
         return os.access(self.path(relative), os.W_OK)
 
-    def readlink(self, relative: str) -> str | None:
-        try:
-            return os.readlink(self.path(relative))
-        except (FileNotFoundError, OSError):
-            return None
-
     def resolve(self, relative: str) -> str | None:
         """The link-free path below the root, e.g. ``devices/pci0000:00/0000:00:01.1/0000:28:00.0``."""
         path = self.path(relative)

@@ -31,15 +31,6 @@ def sensor_limit_c(temp: TempReading, thermal: ThermalConfig) -> float | None:
     return None
 
 
-def limits_c(gpu: GpuReading, thermal: ThermalConfig) -> dict[str, float]:
-    limits = {}
-    for temp in gpu.temps:
-        limit = sensor_limit_c(temp, thermal)
-        if limit is not None:
-            limits[temp.label] = limit
-    return limits
-
-
 def breaches(gpu: GpuReading, thermal: ThermalConfig, margin_c: float = 0.0) -> list[LimitBreach]:
     """Sensors at or above their limit minus ``margin_c`` (use the hysteresis for "still hot")."""
     found = []

@@ -101,9 +101,6 @@ class TrainerProcess:
         self._refresh()
         return [p for p in self._known.values() if _running(p)]
 
-    def tree_alive(self) -> bool:
-        return self.popen.poll() is None or bool(self.tree()) or _group_exists(self.pgid)
-
     # ---- signals ----
     def freeze(self) -> None:
         self._signal(signal.SIGSTOP)
@@ -230,13 +227,3 @@ def _pgid(pid: int) -> int | None:
         return os.getpgid(pid)
     except OSError:
         return None
-
-
-def _group_exists(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
