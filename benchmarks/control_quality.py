@@ -2,7 +2,7 @@
 """Control quality of the default config on the simulated RX 5600 XT, in simulated time (no sleeping).
 
 Runs the thermal model (gpuwatch/thermalmodel.py) in a closed loop with gpuwatch's real fan-curve rules
-(gpuwatch/curve.py, the default [fan] config) and the real pause limits (gpuwatch/thermal.py, the default
+(gpuwatch/curve.py, the default [fan] config) and the real pause limits (gpuwatch/limits.py, the default
 [thermal] config and a default [[trainer]]: junction limit = crit 110 - 10 = 100 °C held for debounce_s,
 resume below limit - hysteresis), with sensor readings in whole degrees plus noise, and prints
 per scenario: the highest junction temperature, the overshoot over the pause limit, how often the fan
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpuwatch.config import Config, TrainerConfig  # noqa: E402
 from gpuwatch.model import GpuReading, TempReading  # noqa: E402
 from gpuwatch.navi10_files import CRIT_C  # noqa: E402
-from gpuwatch.thermal import breaches, sensor_limit_c  # noqa: E402
+from gpuwatch.limits import breaches, sensor_limit_c  # noqa: E402
 from gpuwatch.thermalmodel import ThermalInputs, ThermalParams, ThermalState, idle_state, step  # noqa: E402
 
 from gpuwatch.curve import CurveState, curve_params, decide  # noqa: E402

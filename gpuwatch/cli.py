@@ -26,10 +26,9 @@ from gpuwatch.config import (
 )
 from gpuwatch.document import to_document
 from gpuwatch.model import PublishedState
-from gpuwatch.state import read_state_file
+from gpuwatch.launch_argv import FALLBACK_MODES
+from gpuwatch.state import is_stale, read_state_file
 from gpuwatch.status import EXIT_USAGE, exit_code, render
-
-STALE_AFTER_TICKS = 5
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -88,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="run a training script with the training patches (gpuwatch[train])",
                            usage="gpuwatch train [--conv2d-fallback auto|on|off] [--spawn] -- python train.py ARGS")
-    train.add_argument("--conv2d-fallback", choices=("auto", "on", "off"), default="auto",
+    train.add_argument("--conv2d-fallback", choices=FALLBACK_MODES, default="auto",
                        help="im2col Conv2d instead of MIOpen: auto = only where a native probe conv fails")
     train.add_argument("--spawn", action="store_true", help="spawn start method, persistent DataLoader workers")
     train.add_argument("command", nargs=argparse.REMAINDER, help="python SCRIPT ARGS or python -m MODULE ARGS")
@@ -234,7 +233,7 @@ def daemon_document(config: Config) -> tuple[dict[str, Any], str | None] | None:
     if not isinstance(pid, int) or not _alive(pid):
         return None
     age = time.time() - float(doc.get("taken_unix") or 0)
-    if age > STALE_AFTER_TICKS * float(doc["daemon"].get("interval_s") or 1) + 2:
+    if is_stale(age, float(doc["daemon"].get("interval_s") or 1)):
         doc["daemon"].setdefault("failures", []).append(f"state is {age:.0f}s old: the control loop is stuck")
     return doc, None
 

@@ -9,12 +9,10 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-
-from gpuwatch.curve import validate_points
 
 DEFAULT_CONFIG_PATH = Path("/etc/gpuwatch/gpuwatch.toml")
 CONFIG_ERROR_EXIT = 2
@@ -43,7 +41,35 @@ class ThermalConfig(Strict):
     hysteresis_c: float = Field(default=5.0, ge=0, le=30)
 
 
-_DEFAULT_FAN_CURVE = [[64.0, 50.0], [65.0, 60.0], [75.0, 70.0], [85.0, 85.0], [95.0, 100.0]]
+Point = tuple[float, float]  # (temp_c, speed_percent)
+
+# The curve the seeds ran by hand: below 65 °C 50 %, then 60-70, 70-85, 85-100, >= 95 °C 100 %.
+# The 64 °C point makes "below 65 -> 50 %" a 1 °C ramp, since temperatures must strictly increase.
+DEFAULT_CURVE: tuple[Point, ...] = ((64.0, 50.0), (65.0, 60.0), (75.0, 70.0), (85.0, 85.0), (95.0, 100.0))
+
+
+def validate_points(points: Sequence[Sequence[float]]) -> list[str]:
+    """Human-readable problems with a curve; empty when it is usable."""
+    problems = []
+    if not points:
+        return ["needs at least one point"]
+    for i, point in enumerate(points):
+        if len(point) != 2:
+            problems.append(f"point {i} {list(point)!r} must be [temp_c, speed_percent]")
+    if problems:
+        return problems
+    for i, (temp_c, speed) in enumerate(points):
+        if not 0 <= speed <= 100:
+            problems.append(f"point {i} speed {speed} must be within 0..100 %")
+        if not -50 <= temp_c <= 150:
+            problems.append(f"point {i} temperature {temp_c} must be within -50..150 °C")
+        if i:
+            prev_t, prev_s = points[i - 1]
+            if temp_c <= prev_t:
+                problems.append(f"point {i} temperature {temp_c} must be above the previous point's {prev_t}")
+            if speed < prev_s:
+                problems.append(f"point {i} speed {speed} must not be below the previous point's {prev_s}")
+    return problems
 
 
 def _check_curve(points: list[list[float]] | None) -> list[list[float]] | None:
@@ -75,7 +101,7 @@ class FanConfig(Strict):
 
     mode: Literal["curve", "dry-run", "monitor-only", "off"] = "curve"
     sensor: Literal["auto", "junction", "edge", "mem"] = "auto"
-    curve: list[list[float]] = Field(default_factory=lambda: [list(p) for p in _DEFAULT_FAN_CURVE])
+    curve: list[list[float]] = Field(default_factory=lambda: [list(p) for p in DEFAULT_CURVE])
     floor_percent: float = Field(default=50.0, ge=0, le=100)
     dead_band_c: float = Field(default=4.0, ge=0, le=30)
     spindown_delay_s: float = Field(default=10.0, ge=0, le=3600)

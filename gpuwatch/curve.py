@@ -7,29 +7,23 @@ Everything here is a function of its arguments (``now`` included): the controlle
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
-if TYPE_CHECKING:  # config validates curves with this module, so only the type is imported
-    from gpuwatch.config import FanConfig
-
-Point = tuple[float, float]  # (temp_c, speed_percent)
-
-# The curve the seeds ran by hand: below 65 °C 50 %, then 60-70, 70-85, 85-100, >= 95 °C 100 %.
-# The 64 °C point makes "below 65 -> 50 %" a 1 °C ramp, since temperatures must strictly increase.
-DEFAULT_CURVE: tuple[Point, ...] = ((64.0, 50.0), (65.0, 60.0), (75.0, 70.0), (85.0, 85.0), (95.0, 100.0))
+from gpuwatch.config import FanConfig, Point
 
 
 @dataclass(frozen=True)
 class CurveParams:
-    """The per-GPU curve settings (from FanConfig) that the pure rules need."""
+    """The per-GPU curve settings that the pure rules need; no defaults of its own: ``curve_params``
+    builds it from a FanConfig, whose defaults are the only ones (tests included)."""
 
-    points: tuple[Point, ...] = DEFAULT_CURVE
-    floor_percent: float = 50.0
-    dead_band_c: float = 4.0
-    spindown_delay_s: float = 10.0
-    slew_down_percent_per_s: float | None = None
-    failsafe_after_ticks: int = 3
-    frozen_after_ticks: int = 0
+    points: tuple[Point, ...]
+    floor_percent: float
+    dead_band_c: float
+    spindown_delay_s: float
+    slew_down_percent_per_s: float | None
+    failsafe_after_ticks: int
+    frozen_after_ticks: int
 
 
 def curve_params(fan: FanConfig) -> CurveParams:
@@ -67,30 +61,6 @@ class Decision:
     target_percent: float  # the curve's value before hysteresis
     failsafe_reason: str | None = None
     crit: bool = False
-
-
-def validate_points(points: Sequence[Sequence[float]]) -> list[str]:
-    """Human-readable problems with a curve; empty when it is usable."""
-    problems = []
-    if not points:
-        return ["needs at least one point"]
-    for i, point in enumerate(points):
-        if len(point) != 2:
-            problems.append(f"point {i} {list(point)!r} must be [temp_c, speed_percent]")
-    if problems:
-        return problems
-    for i, (temp_c, speed) in enumerate(points):
-        if not 0 <= speed <= 100:
-            problems.append(f"point {i} speed {speed} must be within 0..100 %")
-        if not -50 <= temp_c <= 150:
-            problems.append(f"point {i} temperature {temp_c} must be within -50..150 °C")
-        if i:
-            prev_t, prev_s = points[i - 1]
-            if temp_c <= prev_t:
-                problems.append(f"point {i} temperature {temp_c} must be above the previous point's {prev_t}")
-            if speed < prev_s:
-                problems.append(f"point {i} speed {speed} must not be below the previous point's {prev_s}")
-    return problems
 
 
 def interpolate(points: Sequence[Point], temp_c: float) -> float:

@@ -12,7 +12,7 @@ from typing import Any
 
 from gpuwatch.config import ThermalConfig
 from gpuwatch.model import GpuReading, PublishedState
-from gpuwatch.thermal import sensor_limit_c
+from gpuwatch.limits import over_limit, sensor_limit_c
 
 SCHEMA_VERSION = 1
 _FLAT_SKIP = {"temps", "errors", "hwmon_dir"}
@@ -50,10 +50,7 @@ def _gpu(gpu: GpuReading, thermal: ThermalConfig, fan: dict[str, Any] | None) ->
         }
         for t in gpu.temps
     }
-    doc["over_limit"] = [
-        label for label, t in doc["temperatures"].items()
-        if t["temp_c"] is not None and t["limit_c"] is not None and t["temp_c"] >= t["limit_c"]
-    ]
+    doc["over_limit"] = [label for label, t in doc["temperatures"].items() if over_limit(t["temp_c"], t["limit_c"])]
     doc["fan_controller"] = fan
     doc["errors"] = [asdict(e) for e in gpu.errors]
     return doc

@@ -19,13 +19,10 @@ from prometheus_client.exposition import generate_latest
 
 from gpuwatch.config import ThermalConfig
 from gpuwatch.metrics import GpuwatchCollector
-from gpuwatch.state import StateHolder
+from gpuwatch.state import StateHolder, is_stale
 
 log = logging.getLogger(__name__)
 
-# Same rule as `gpuwatch status`: state older than this many intervals (+ slack) means a stuck loop.
-STALE_AFTER_TICKS = 5
-STALE_SLACK_S = 2.0
 # generate_latest writes the classic text format; newer clients' CONTENT_TYPE_LATEST may name 1.0.0.
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -37,7 +34,7 @@ def health(holder: StateHolder, now_monotonic: float) -> tuple[bool, str]:
         return False, "no sample published yet"
     interval_s = state.daemon.interval_s if state.daemon else 1.0
     age_s = now_monotonic - state.snapshot.taken_monotonic
-    if age_s > STALE_AFTER_TICKS * interval_s + STALE_SLACK_S:
+    if is_stale(age_s, interval_s):
         return False, f"last sample is {age_s:.1f}s old: the control loop is stuck"
     failures = state.daemon.failures if state.daemon else ()
     return True, "ok" + "".join(f"\nfailing: {f}" for f in failures)

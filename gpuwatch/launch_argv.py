@@ -11,8 +11,11 @@ import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
-FALLBACK_MODES = ("auto", "on", "off")
+# The conv2d fallback's modes, for `gpuwatch train`, the launcher and patch_conv2d alike.
+FallbackMode = Literal["auto", "on", "off"]
+FALLBACK_MODES: tuple[FallbackMode, ...] = ("auto", "on", "off")
 # Interpreter options that may precede the script.
 _PY_FLAGS = {"-u", "-O", "-OO", "-B", "-E", "-s", "-S", "-I", "-b", "-bb", "-q", "-v", "-d", "-P"}
 _PY_FLAGS_WITH_VALUE = {"-X", "-W"}

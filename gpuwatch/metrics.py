@@ -14,8 +14,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gpuwatch.config import ThermalConfig
-from gpuwatch.model import FanMode, FanState, GpuReading, PublishedState, TrainerPhase, TrainerState
-from gpuwatch.thermal import sensor_limit_c
+from gpuwatch.model import FanMode, FanState, GpuReading, PublishedState, TrainerPhase, TrainerState, pwm_ratio
+from gpuwatch.limits import over_limit, sensor_limit_c
 
 P = "gpuwatch_"
 GPU_INFO_LABELS = ("gpu", "card", "backend", "name", "device_id", "subsystem_id", "unique_id", "vbios_version")
@@ -174,8 +174,9 @@ def _temperatures(gpus: tuple[GpuReading, ...], thermal: ThermalConfig) -> list[
             if limit_c is None:
                 continue
             limit.add_metric([gpu.gpu_id, temp.label], limit_c)
-            if temp.temp_c is not None:
-                over.add_metric([gpu.gpu_id, temp.label], 1 if temp.temp_c >= limit_c else 0)
+            above = over_limit(temp.temp_c, limit_c)
+            if above is not None:
+                over.add_metric([gpu.gpu_id, temp.label], 1 if above else 0)
     return [*out, limit, over]
 
 
@@ -195,9 +196,7 @@ def _duty(pwm: int | None, gpu: GpuReading | None) -> float | None:
     """A raw pwm value as 0-1 with the card's own pwm range (0-255 when the card does not say)."""
     if pwm is None:
         return None
-    low = (gpu.pwm_min if gpu else None) or 0
-    high = (gpu.pwm_max if gpu else None) or 255
-    return None if high <= low else max(0.0, min(1.0, (pwm - low) / (high - low)))
+    return pwm_ratio(pwm, gpu.pwm_min if gpu else None, (gpu.pwm_max if gpu else None) or 255)
 
 
 def _fans(state: PublishedState) -> list[Metric]:

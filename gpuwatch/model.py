@@ -114,8 +114,23 @@ class GpuReading:
     def pwm_ratio(self) -> float | None:
         if self.pwm is None or not self.pwm_max:
             return None
-        low = self.pwm_min or 0
-        return max(0.0, min(1.0, (self.pwm - low) / (self.pwm_max - low)))
+        return pwm_ratio(self.pwm, self.pwm_min, self.pwm_max)
+
+    def gone(self, why: str) -> GpuReading:
+        """This GPU's identity alone, ``up=False``: how a GPU that vanished stays visible to alerts."""
+        return GpuReading(
+            gpu_id=self.gpu_id, card=self.card, backend=self.backend, name=self.name, device_id=self.device_id,
+            subsystem_id=self.subsystem_id, unique_id=self.unique_id, vbios_version=self.vbios_version,
+            up=False, errors=(ReadError(sensor="device", error=why),),
+        )
+
+
+def pwm_ratio(pwm: int, pwm_min: int | None, pwm_max: int) -> float | None:
+    """A raw pwm value as 0-1 of the card's pwm range (``pwm1_min`` absent: 0); None for an empty range."""
+    low = pwm_min or 0
+    if pwm_max <= low:
+        return None
+    return max(0.0, min(1.0, (pwm - low) / (pwm_max - low)))
 
 
 @dataclass(frozen=True)

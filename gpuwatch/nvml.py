@@ -90,7 +90,7 @@ class NvmlBackend:
             count = int(self.nvml.nvmlDeviceGetCount())
         except self.nvml.NVMLError as exc:
             log.warning("NVML device count failed: %s", exc)
-            return [_down(r, f"device count failed: {exc}") for r in self._known.values()], []
+            return [r.gone(f"device count failed: {exc}") for r in self._known.values()], []
         readings = []
         for index in range(count):
             reading = self._read_index(index)
@@ -112,7 +112,7 @@ class NvmlBackend:
             if last is None:
                 log.warning("NVIDIA GPU %d cannot be opened: %s", index, exc)
                 return None
-            return _down(last, f"cannot open: {_text(str(exc))}")
+            return last.gone(f"cannot open: {_text(str(exc))}")
         reading = read_gpu(self.nvml, handle, index)
         if reading.up:
             self._known[index] = reading
@@ -212,14 +212,6 @@ def _memory_temp(nvml: Any, handle: Any, f: _Fields) -> float | None:
         return None
     raw = getattr(getattr(value, "value", None), "uiVal", None)
     return float(raw) if raw else None
-
-
-def _down(last: GpuReading, why: str) -> GpuReading:
-    return GpuReading(
-        gpu_id=last.gpu_id, card=last.card, backend="nvml", name=last.name, device_id=last.device_id,
-        subsystem_id=last.subsystem_id, unique_id=last.unique_id, vbios_version=last.vbios_version,
-        up=False, errors=(ReadError(sensor="device", error=why),),
-    )
 
 
 def _const(nvml: Any, name: str, fallback: int) -> int:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from gpuwatch.config import ThermalConfig, TrainerConfig
 from gpuwatch.model import FanMode, FanState, Snapshot, TrainerPhase
-from gpuwatch.thermal import breaches
+from gpuwatch.limits import breaches
 
 
 # ---- actions -------------------------------------------------------------------------------------

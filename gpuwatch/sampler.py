@@ -11,7 +11,7 @@ import time
 from typing import Callable, Sequence
 
 from gpuwatch.backend import GpuBackend
-from gpuwatch.model import GpuReading, ReadError, Snapshot, UnsupportedCard
+from gpuwatch.model import GpuReading, Snapshot, UnsupportedCard
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class Sampler:
                 got, skipped = backend.read_all()
             except Exception as exc:  # a backend bug must not stop fans or supervision
                 log.exception("backend %s failed", backend.name)
-                got = [_gone(r, f"backend failed: {exc}") for r in self._known.values() if r.backend == backend.name]
+                got = [r.gone(f"backend failed: {exc}") for r in self._known.values() if r.backend == backend.name]
                 skipped = []
             readings.extend(got)
             unsupported.extend(skipped)
@@ -45,7 +45,7 @@ class Sampler:
         # On a box with both, amdgpu lists the NVIDIA DRM card as "another driver" that nvml does read.
         unsupported = [card for card in unsupported if card.gpu_id not in present]
         readings = [self._remember(r) for r in readings]
-        readings += [_gone(last, "no longer present") for gpu_id, last in self._known.items() if gpu_id not in present]
+        readings += [last.gone("no longer present") for gpu_id, last in self._known.items() if gpu_id not in present]
         readings.sort(key=lambda r: r.gpu_id)
         ended = self._mono()
         return Snapshot(
@@ -56,26 +56,10 @@ class Sampler:
             sample_duration_s=ended - started,
         )
 
-
     def _remember(self, reading: GpuReading) -> GpuReading:
         last = self._known.get(reading.gpu_id)
         if reading.up or last is None:
             self._known[reading.gpu_id] = reading
             return reading
-        return _gone(last, "device directory vanished")
-
-
-def _gone(last: GpuReading, why: str) -> GpuReading:
-    return GpuReading(
-        gpu_id=last.gpu_id,
-        card=last.card,
-        backend=last.backend,
-        name=last.name,
-        device_id=last.device_id,
-        subsystem_id=last.subsystem_id,
-        unique_id=last.unique_id,
-        vbios_version=last.vbios_version,
-        up=False,
-        errors=(ReadError(sensor="device", error=why),),
-    )
+        return last.gone("device directory vanished")
 

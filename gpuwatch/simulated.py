@@ -27,6 +27,7 @@ from typing import Callable
 from gpuwatch import navi10_files
 from gpuwatch.backend import GpuBackend
 from gpuwatch.config import Config
+from gpuwatch.curve import interpolate
 from gpuwatch.fakesysfs import FakeSysfsTree
 from gpuwatch.model import GpuReading, PublishedState, TrainerPhase, UnsupportedCard
 from gpuwatch.thermalmodel import ThermalInputs, ThermalParams, ThermalState, idle_state, step
@@ -163,7 +164,7 @@ class SimulatedGpus:
         elif mode == 0:
             duty = 1.0  # no control = full speed on SMU11 (K-FANNONE)
         else:
-            duty = _interpolate(FIRMWARE_CURVE, card.state.junction_c)
+            duty = interpolate(FIRMWARE_CURVE, card.state.junction_c)
         if mode != 1:
             # In auto/none mode the driver reports the firmware's duty, not what was written.
             _write(hw / "pwm1", str(round(duty * navi10_files.PWM_MAX)))
@@ -237,15 +238,6 @@ def _read_int(path: Path) -> int | None:
 def _write(path: Path, value: str) -> None:
     # Values end with a newline, as sysfs attributes do.
     path.write_text(value + "\n")
-
-
-def _interpolate(points: tuple[tuple[float, float], ...], x: float) -> float:
-    if x <= points[0][0]:
-        return points[0][1]
-    for (x0, y0), (x1, y1) in zip(points, points[1:]):
-        if x <= x1:
-            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-    return points[-1][1]
 
 
 class SimulatedBackend:

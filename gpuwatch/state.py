@@ -17,6 +17,16 @@ from gpuwatch.model import PublishedState
 
 log = logging.getLogger(__name__)
 
+# A published state older than this many intervals (+ slack) means the control loop is stuck:
+# /healthz answers 503 and `gpuwatch status` reports a failure.
+STALE_AFTER_TICKS = 5
+STALE_SLACK_S = 2.0
+
+
+def is_stale(age_s: float, interval_s: float) -> bool:
+    """Whether a state published ``age_s`` ago by a daemon ticking every ``interval_s`` is stale."""
+    return age_s > STALE_AFTER_TICKS * interval_s + STALE_SLACK_S
+
 
 class StateHolder:
     """The latest PublishedState and its JSON document, swapped atomically under a lock."""

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch.curve import DEFAULT_CURVE, CurveParams, CurveState, apply_floor, decide, interpolate, validate_points
+from gpuwatch.config import DEFAULT_CURVE, FanConfig, validate_points
+from gpuwatch.curve import CurveState, apply_floor, curve_params, decide, interpolate
 
 
 @pytest.mark.parametrize(
@@ -44,7 +45,8 @@ def test_valid_curve_has_no_problems() -> None:
     assert validate_points([list(p) for p in DEFAULT_CURVE]) == []
 
 
-P = CurveParams(dead_band_c=4.0, spindown_delay_s=10.0, failsafe_after_ticks=3)
+# Built from FanConfig like the controller's, so production's other defaults apply (frozen_after_ticks=300).
+P = curve_params(FanConfig(dead_band_c=4.0, spindown_delay_s=10.0, failsafe_after_ticks=3))
 
 # (now, temp_c, expected applied %) run through decide() in order with the state carried along.
 HYSTERESIS = [
@@ -80,7 +82,7 @@ def test_spindown_clock_restarts_when_temperature_rises_back_into_band() -> None
 
 
 def test_slew_limit_walks_down() -> None:
-    params = CurveParams(dead_band_c=2, spindown_delay_s=0, slew_down_percent_per_s=5)
+    params = curve_params(FanConfig(dead_band_c=2, spindown_delay_s=0, slew_down_percent_per_s=5))
     state = decide(params, CurveState(), 95, 110, 0).state
     seen = []
     for now in range(1, 11):
@@ -92,7 +94,7 @@ def test_slew_limit_walks_down() -> None:
 
 @pytest.mark.parametrize("temp_c, crit_c, expected", [(109.9, 110, 100), (110, 110, 100), (60, 60, 100), (60, None, 50)])
 def test_crit_means_full_speed(temp_c: float, crit_c: float | None, expected: float) -> None:
-    d = decide(CurveParams(), CurveState(), temp_c, crit_c, 0)
+    d = decide(curve_params(FanConfig()), CurveState(), temp_c, crit_c, 0)
     assert d.percent == expected
     assert d.crit == (crit_c is not None and temp_c >= crit_c)
 
@@ -115,7 +117,7 @@ def test_missing_temperature_at_start_holds_full_speed() -> None:
 
 
 def test_frozen_temperature_goes_failsafe() -> None:
-    params = CurveParams(frozen_after_ticks=3)
+    params = curve_params(FanConfig(frozen_after_ticks=3))
     state = CurveState()
     reasons = []
     for now in range(5):
@@ -130,7 +132,7 @@ def test_frozen_temperature_goes_failsafe() -> None:
 
 def test_steady_sensor_with_live_telemetry_is_not_frozen() -> None:
     # An idle card can hold one whole-degree junction value for minutes while power moves.
-    params = CurveParams(frozen_after_ticks=3)
+    params = curve_params(FanConfig(frozen_after_ticks=3))
     state = CurveState()
     for now, power_w in enumerate([20.0, 21.0, 20.0, 22.0, 20.0, 21.0]):
         d = decide(params, state, 45.0, 110, now, telemetry=(44.0, 45.0, 50.0, power_w))

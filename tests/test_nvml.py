@@ -21,7 +21,7 @@ from gpuwatch.model import PublishedState
 from gpuwatch.nvml import NvmlBackend, NvmlUnavailable, normalise_bus_id
 from gpuwatch.sampler import Sampler
 from gpuwatch.status import exit_code, render
-from gpuwatch.thermal import breaches
+from gpuwatch.limits import breaches
 from tests.conftest import capture
 
 

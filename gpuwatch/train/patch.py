@@ -23,17 +23,16 @@ import logging
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from gpuwatch.launch_argv import FALLBACK_MODES, FallbackMode
 from gpuwatch.train.conv2d import conv2d
 from gpuwatch.train.conv_geometry import autocast_dtype
 
-Mode = Literal["off", "on", "auto"]
-MODES: tuple[Mode, ...] = ("off", "on", "auto")
 _MARK = "_gpuwatch_conv2d_mode"
 _log = logging.getLogger("gpuwatch.train")
 
@@ -45,7 +44,7 @@ native_conv2d = torch.conv2d
 class _State:
     original_conv_forward: Any = None  # nn.Conv2d._conv_forward while our hook is installed
     original_functional: Any = None  # F.conv2d while the global patch is installed
-    global_mode: Mode | None = None
+    global_mode: FallbackMode | None = None
     marked: weakref.WeakSet[nn.Module] = field(default_factory=weakref.WeakSet)
     probes: dict[tuple[str, int | None, torch.dtype], bool] = field(default_factory=dict)
 
@@ -57,9 +56,9 @@ _STATE = _State()
 class Conv2dPatch:
     """Handle returned by ``patch_conv2d``; ``undo()`` (or leaving the ``with`` block) reverts it."""
 
-    mode: Mode
+    mode: FallbackMode
     modules: list[weakref.ref[nn.Module]] | None  # None: the global patch
-    previous_global: Mode | None = None
+    previous_global: FallbackMode | None = None
     undone: bool = False
     backward_guard: torch.autograd.set_multithreading_enabled | None = None  # of the patching thread
     thread_id: int = field(default_factory=threading.get_ident)
@@ -89,15 +88,15 @@ class Conv2dPatch:
 
 
 def patch_conv2d(
-    model: nn.Module | None = None, mode: Mode = "on", *, backward_on_caller: bool = True
+    model: nn.Module | None = None, mode: FallbackMode = "on", *, backward_on_caller: bool = True
 ) -> Conv2dPatch:
     """Use the fallback for ``model``'s Conv2d modules, or for every Conv2d and F.conv2d when None.
 
     ``backward_on_caller``: run this thread's backward passes on this thread while the patch is in
     place (see the module docstring); the previous setting comes back with ``undo()``.
     """
-    if mode not in MODES:
-        raise ValueError(f"conv2d fallback mode must be one of {MODES}, got {mode!r}")
+    if mode not in FALLBACK_MODES:
+        raise ValueError(f"conv2d fallback mode must be one of {FALLBACK_MODES}, got {mode!r}")
     # set_multithreading_enabled applies the setting when constructed; its __exit__ restores it.
     guard = torch.autograd.set_multithreading_enabled(False) if backward_on_caller and mode != "off" else None
     if model is None:
@@ -116,7 +115,7 @@ def patch_conv2d(
     return Conv2dPatch(mode, refs, backward_guard=guard)
 
 
-def uses_fallback(mode: Mode, device: torch.device, dtype: torch.dtype) -> bool:
+def uses_fallback(mode: FallbackMode, device: torch.device, dtype: torch.dtype) -> bool:
     """Whether a convolution on ``device`` in ``dtype`` takes the fallback under ``mode``."""
     if mode != "auto":
         return mode == "on"

@@ -31,12 +31,24 @@ def sensor_limit_c(temp: TempReading, thermal: ThermalConfig) -> float | None:
     return None
 
 
+def over_limit(temp_c: float | None, limit_c: float | None, margin_c: float = 0.0) -> bool | None:
+    """At or above the limit minus ``margin_c``; None when the temperature or the limit is unknown.
+
+    The one rule behind the supervisor's pauses, ``over_limit`` in the status document and
+    ``gpuwatch_gpu_thermal_over_limit``.
+    """
+    if temp_c is None or limit_c is None:
+        return None
+    return temp_c >= limit_c - margin_c
+
+
 def breaches(gpu: GpuReading, thermal: ThermalConfig, margin_c: float = 0.0) -> list[LimitBreach]:
     """Sensors at or above their limit minus ``margin_c`` (use the hysteresis for "still hot")."""
     found = []
     for temp in gpu.temps:
         limit = sensor_limit_c(temp, thermal)
-        if limit is not None and temp.temp_c is not None and temp.temp_c >= limit - margin_c:
+        if over_limit(temp.temp_c, limit, margin_c):
+            assert temp.temp_c is not None and limit is not None  # over_limit is None when either is
             found.append(LimitBreach(gpu.gpu_id, temp.label, temp.temp_c, limit))
     return found
 
