@@ -8,7 +8,7 @@ over ``--steps`` rounds after ``--warmup`` rounds, then, each variant alone, the
 of a few steps, and the ratios to the first variant. Before timing it checks on the device that the
 fallback dispatches no native convolution and matches the native gradients in float32.
 
-Variants: ``native``, ``fallback`` (``fallback:WGRAD/DGRAD`` with tuning knobs) and ``naive`` (the
+Variants: ``native``, ``fallback`` (``fallback:WGRAD/DGRAD`` with other Conv2dTuning) and ``naive`` (the
 issue's reference, F.unfold + matmul under plain autograd). Each runs its backward where it would
 run by default: native and naive on the autograd engine's device thread (PyTorch's default), the
 fallback on the calling thread (what ``patch_conv2d`` and ``gpuwatch train`` set). A suffix
@@ -38,10 +38,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpuwatch.train import conv2d as conv_mod  # noqa: E402
-from gpuwatch.train.heartbeat_hook import hook_cost_s  # noqa: E402
+from gpuwatch.train.conv2d import DEFAULT_TUNING, Conv2dTuning  # noqa: E402
 from gpuwatch.train.patch import patch_conv2d  # noqa: E402
-from gpuwatch.train.yolo_shape import build_model, make_step, train_steps  # noqa: E402
+from heartbeat_hook_cost import hook_cost_s  # noqa: E402
+from yolov8n_model import build_model, make_step, train_steps  # noqa: E402
 
 PRECISIONS = {"fp32": None, "amp": torch.float16, "amp-bf16": torch.bfloat16}
 
@@ -66,22 +66,15 @@ def backward_on_caller(variant: str) -> bool:
 
 @contextlib.contextmanager
 def variant_settings(variant: str):
-    """The variant's backward thread and, for ``fallback:WGRAD/DGRAD``, the conv2d module's knobs."""
-    with torch.autograd.set_multithreading_enabled(not backward_on_caller(variant)), strategies(variant):
+    """The variant's backward thread."""
+    with torch.autograd.set_multithreading_enabled(not backward_on_caller(variant)):
         yield
 
 
-@contextlib.contextmanager
-def strategies(variant: str):
-    """``fallback:WGRAD/DGRAD`` sets the conv2d module's tuning knobs for the duration."""
+def tuning_of(variant: str) -> Conv2dTuning:
+    """``fallback:WGRAD/DGRAD``: the default tuning with those gradient strategies."""
     wgrad, _, dgrad = variant.partition("@")[0].partition(":")[2].partition("/")
-    saved = conv_mod.WGRAD_STRATEGY, conv_mod.DGRAD_STRATEGY
-    conv_mod.WGRAD_STRATEGY = wgrad or saved[0]
-    conv_mod.DGRAD_STRATEGY = dgrad or saved[1]
-    try:
-        yield
-    finally:
-        conv_mod.WGRAD_STRATEGY, conv_mod.DGRAD_STRATEGY = saved
+    return Conv2dTuning(wgrad=wgrad or DEFAULT_TUNING.wgrad, dgrad=dgrad or DEFAULT_TUNING.dgrad)
 
 
 @contextlib.contextmanager
@@ -116,7 +109,7 @@ def check_on_device(device: torch.device, variant: str) -> dict[str, float]:
             model = build_model().to(device)
             torch.manual_seed(0)
             x = torch.randn(2, 3, 256, 256, device=device)
-            with patch_conv2d(model, "on" if fallback else "off"), strategies(variant), _ConvCounter() as counter:
+            with patch_conv2d(model, "on" if fallback else "off", tuning=tuning_of(variant)), _ConvCounter() as counter:
                 loss = sum(o.square().mean() for o in model(x))
                 loss.backward()
             results.append((loss.detach(), [p.grad.detach().clone() for p in model.parameters()], counter.convs))
@@ -136,7 +129,7 @@ def _patched(variant: str, model: torch.nn.Module) -> contextlib.AbstractContext
     if kind == "naive":
         return naive_unfold(model)
     # The backward thread is the variant's (variant_settings), not the patch's.
-    return patch_conv2d(model, "off" if kind == "native" else "on", backward_on_caller=False)
+    return patch_conv2d(model, "off" if kind == "native" else "on", backward_on_caller=False, tuning=tuning_of(variant))
 
 
 def interleaved_seconds(
@@ -239,7 +232,7 @@ def main() -> None:
         "hip": getattr(torch.version, "hip", None),
         "cudnn_benchmark": args.cudnn_benchmark,
         "tf32": args.tf32,
-        "defaults": f"{conv_mod.WGRAD_STRATEGY}/{conv_mod.DGRAD_STRATEGY}",
+        "defaults": f"{DEFAULT_TUNING.wgrad}/{DEFAULT_TUNING.dgrad}",
         "heartbeat_hooks_us_per_step": round(hook_cost_s() * 1e6, 2),
     }
     for variant in args.variants:

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpuwatch.train import conv2d as conv_mod  # noqa: E402
 from gpuwatch.train.conv_columns import flip_index  # noqa: E402
 from gpuwatch.train.patch import patch_conv2d  # noqa: E402
-from gpuwatch.train.yolo_shape import build_model  # noqa: E402
+from yolov8n_model import build_model  # noqa: E402
 
 FAMILIES = ("im2col", "col2im", "nvjet", "gemm", "cutlass", "bn_", "cudnn", "reduce_kernel", "elementwise", "Cat")
 
@@ -107,9 +107,7 @@ def backward_cost(batch: int) -> None:
     x = torch.randn(batch, 64, 40, 40, device="cuda", dtype=torch.half)
     weight = torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.half)
     grad_out = torch.randn_like(x)
-    knobs = (conv_mod.WGRAD_STRATEGY, conv_mod.WGRAD_BMM_MAX_PIXELS, conv_mod.DGRAD_STRATEGY,
-             conv_mod.COL2IM_MAX_PIXELS, conv_mod.MAX_COLS_BYTES)
-    plan = conv_mod._plan(x.shape, weight.shape, x.dtype, (1, 1), (1, 1), (1, 1), 1, knobs)
+    plan = conv_mod._plan(x.shape, weight.shape, x.dtype, (1, 1), (1, 1), (1, 1), 1, conv_mod.DEFAULT_TUNING)
     flipped = torch.take(weight, flip_index(weight.shape, 1, weight.device))
 
     def helpers() -> None:  # what _Im2colConv2d.backward runs for this layer

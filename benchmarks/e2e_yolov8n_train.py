@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from gpuwatch.train.yolo_shape import build_model, train_steps
+from yolov8n_model import build_model, train_steps  # beside this script
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpuwatch.train.yolo_shape import build_model, make_step  # noqa: E402
+from yolov8n_model import build_model, make_step  # noqa: E402
 
 
 def main() -> int:

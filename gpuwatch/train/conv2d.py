@@ -9,7 +9,7 @@ native convolution saves), never the columns. Backward builds the output gradien
 for a stride-1 convolution and takes both gradients from them (the input gradient is a correlation
 with the flipped kernel); strided ones gather the input's columns again for the weight gradient and
 sum the input gradient's columns back with col2im.
-Columns are built in batch chunks bounded by ``GPUWATCH_CONV2D_MAX_COLS_MB``.
+Columns are built in batch chunks bounded by ``Conv2dTuning.max_cols_bytes``.
 
 Speed: small-channel CNNs are host-bound with this fallback (each tensor call costs the CPU 3-30 us
 on the benchmark VMs), so each direction is a few kernels (conv_columns.py), every shape decision is
@@ -21,9 +21,8 @@ onto the calling thread, where this Python backward is cheaper.
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -41,18 +40,29 @@ from gpuwatch.train.conv_geometry import (
     resolve_geometry,
 )
 
-# Tuning knobs (benchmarks/conv2d_fallback.py compares them). Weight gradient: "gemm" gathers the
-# input's columns as (K, N*L) and reduces over batch and pixels in one matrix product, "bmm" builds
-# them with im2col and multiplies per sample (fewer launches, but a long reduction per sample),
-# "auto" takes bmm up to WGRAD_BMM_MAX_PIXELS output pixels per sample and gemm above, and for
-# stride-1 layers up to that size the output gradient's columns that the input gradient builds. Input gradient:
-# "transpose" correlates grad_out with the flipped kernel where the stride is 1, "fold" never does;
-# the rest is col2im, or one strided add per tap above COL2IM_MAX_PIXELS input pixels per sample.
-WGRAD_STRATEGY = os.environ.get("GPUWATCH_CONV2D_WGRAD", "auto")
-WGRAD_BMM_MAX_PIXELS = int(os.environ.get("GPUWATCH_CONV2D_WGRAD_BMM_MAX_PIXELS", "32768"))
-DGRAD_STRATEGY = os.environ.get("GPUWATCH_CONV2D_DGRAD", "transpose")
-COL2IM_MAX_PIXELS = int(os.environ.get("GPUWATCH_CONV2D_COL2IM_MAX_PIXELS", "6400"))
-MAX_COLS_BYTES = int(float(os.environ.get("GPUWATCH_CONV2D_MAX_COLS_MB", "256")) * 2**20)
+@dataclass(frozen=True)
+class Conv2dTuning:
+    """How the fallback computes its gradients; the defaults are the measured best, and
+    benchmarks/conv2d_fallback.py compares others (``patch_conv2d(..., tuning=...)``).
+
+    Weight gradient (``wgrad``): "gemm" gathers the input's columns as (K, N*L) and reduces over batch
+    and pixels in one matrix product, "bmm" builds them with im2col and multiplies per sample (fewer
+    launches, but a long reduction per sample), "auto" takes bmm up to ``wgrad_bmm_max_pixels`` output
+    pixels per sample and gemm above, and for stride-1 layers up to that size the output gradient's
+    columns that the input gradient builds. Input gradient (``dgrad``): "transpose" correlates
+    grad_out with the flipped kernel where the stride is 1, "fold" never does; the rest is col2im, or
+    one strided add per tap above ``col2im_max_pixels`` input pixels per sample. Transient columns
+    are built in batch chunks of at most ``max_cols_bytes``.
+    """
+
+    wgrad: Literal["auto", "gemm", "bmm"] = "auto"
+    wgrad_bmm_max_pixels: int = 32768
+    dgrad: Literal["transpose", "fold"] = "transpose"
+    col2im_max_pixels: int = 6400
+    max_cols_bytes: int = 256 * 2**20
+
+
+DEFAULT_TUNING = Conv2dTuning()
 
 
 Cols = tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int]]  # kernel, dilation, padding, stride
@@ -85,6 +95,8 @@ def conv2d(
     padding: str | IntOrPair = 0,
     dilation: IntOrPair = 1,
     groups: int = 1,
+    *,
+    tuning: Conv2dTuning = DEFAULT_TUNING,
 ) -> Tensor:
     """Same signature and result as ``torch.nn.functional.conv2d``, without the vendor conv library."""
     dtype = autocast_dtype(input.device.type)
@@ -92,11 +104,10 @@ def conv2d(
         # Computing in the autocast dtype makes AMP behave like a native conv: half precision
         # compute and output, float32 master-weight gradients.
         input = autocast_cast(input, dtype)  # type: ignore[assignment]
-    knobs = (WGRAD_STRATEGY, WGRAD_BMM_MAX_PIXELS, DGRAD_STRATEGY, COL2IM_MAX_PIXELS, MAX_COLS_BYTES)
     try:
-        plan = _plan(input.shape, weight.shape, input.dtype, stride, padding, dilation, groups, knobs)
+        plan = _plan(input.shape, weight.shape, input.dtype, stride, padding, dilation, groups, tuning)
     except TypeError:  # list arguments are not hashable
-        plan = _plan(input.shape, weight.shape, input.dtype, *map(_key, (stride, padding, dilation)), groups, knobs)
+        plan = _plan(input.shape, weight.shape, input.dtype, *map(_key, (stride, padding, dilation)), groups, tuning)
     if plan.unbatched:
         input = input.unsqueeze(0)
     if plan.extra != (0, 0):
@@ -123,13 +134,14 @@ def _plan(
     padding: str | IntOrPair,
     dilation: IntOrPair,
     groups: int,
-    knobs: tuple[str, int, str, int, int],
+    tuning: Conv2dTuning,
 ) -> _Plan:
     if len(input_shape) not in (3, 4):
         raise RuntimeError(f"conv2d: expected a 3-D or 4-D input, got shape {tuple(input_shape)}")
     if len(weight_shape) != 4:
         raise RuntimeError(f"conv2d: expected a 4-D weight, got shape {tuple(weight_shape)}")
-    wgrad, bmm_max_pixels, dgrad, col2im_max_pixels, max_cols_bytes = knobs
+    wgrad, bmm_max_pixels, dgrad = tuning.wgrad, tuning.wgrad_bmm_max_pixels, tuning.dgrad
+    col2im_max_pixels, max_cols_bytes = tuning.col2im_max_pixels, tuning.max_cols_bytes
     geom, extra = resolve_geometry(weight_shape, stride, padding, dilation, groups)
     shape = (1, *input_shape) if len(input_shape) == 3 else tuple(input_shape)
     shape = (*shape[:2], shape[2] + extra[0], shape[3] + extra[1])

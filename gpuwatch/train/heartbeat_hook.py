@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -133,15 +132,3 @@ def install_step_hooks(
     if interval_s is None:
         interval_s = float(env.get(INTERVAL_ENV, DEFAULT_INTERVAL_S))
     return StepHeartbeat(heartbeat_file, pause_file, interval_s).install()
-
-
-def hook_cost_s(calls: int = 20000, clock: Callable[[], float] = time.perf_counter) -> float:
-    """Seconds one step spends in both hooks on the common path (no pause, throttled write)."""
-    gate = StepHeartbeat(None, os.devnull + ".gpuwatch-no-such-pause-file", interval_s=3600.0)
-    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
-    gate.after_step(optimizer, (), {})  # the first step always publishes; time the steady state
-    start = clock()
-    for _ in range(calls):
-        gate.before_step(optimizer, (), {})
-        gate.after_step(optimizer, (), {})
-    return (clock() - start) / calls

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gpuwatch.launch_argv import FALLBACK_MODES, FallbackMode
-from gpuwatch.train.conv2d import conv2d
+from gpuwatch.train.conv2d import DEFAULT_TUNING, Conv2dTuning, conv2d
 from gpuwatch.train.conv_geometry import autocast_dtype
 
 _MARK = "_gpuwatch_conv2d_mode"
@@ -45,7 +45,10 @@ class _State:
     original_conv_forward: Any = None  # nn.Conv2d._conv_forward while our hook is installed
     original_functional: Any = None  # F.conv2d while the global patch is installed
     global_mode: FallbackMode | None = None
-    marked: weakref.WeakSet[nn.Module] = field(default_factory=weakref.WeakSet)
+    global_tuning: Conv2dTuning = DEFAULT_TUNING
+    # Patched modules -> the tuning of the patch that marked them (kept here, not on the module,
+    # which carries only its plain string mark).
+    marked: weakref.WeakKeyDictionary[nn.Module, Conv2dTuning] = field(default_factory=weakref.WeakKeyDictionary)
     probes: dict[tuple[str, int | None, torch.dtype], bool] = field(default_factory=dict)
 
 
@@ -59,6 +62,7 @@ class Conv2dPatch:
     mode: FallbackMode
     modules: list[weakref.ref[nn.Module]] | None  # None: the global patch
     previous_global: FallbackMode | None = None
+    previous_tuning: Conv2dTuning = DEFAULT_TUNING
     undone: bool = False
     backward_guard: torch.autograd.set_multithreading_enabled | None = None  # of the patching thread
     thread_id: int = field(default_factory=threading.get_ident)
@@ -71,13 +75,13 @@ class Conv2dPatch:
         if self.backward_guard is not None and threading.get_ident() == self.thread_id:
             self.backward_guard.__exit__(None, None, None)
         if self.modules is None:
-            _STATE.global_mode = self.previous_global
+            _STATE.global_mode, _STATE.global_tuning = self.previous_global, self.previous_tuning
         else:
             for ref in self.modules:
                 module = ref()
                 if module is not None and module.__dict__.get(_MARK) == self.mode:
                     del module.__dict__[_MARK]
-                    _STATE.marked.discard(module)
+                    _STATE.marked.pop(module, None)
         _sync_hooks()
 
     def __enter__(self) -> Conv2dPatch:
@@ -88,20 +92,27 @@ class Conv2dPatch:
 
 
 def patch_conv2d(
-    model: nn.Module | None = None, mode: FallbackMode = "on", *, backward_on_caller: bool = True
+    model: nn.Module | None = None,
+    mode: FallbackMode = "on",
+    *,
+    backward_on_caller: bool = True,
+    tuning: Conv2dTuning = DEFAULT_TUNING,
 ) -> Conv2dPatch:
     """Use the fallback for ``model``'s Conv2d modules, or for every Conv2d and F.conv2d when None.
 
     ``backward_on_caller``: run this thread's backward passes on this thread while the patch is in
     place (see the module docstring); the previous setting comes back with ``undo()``.
+    ``tuning``: how the fallback computes gradients (benchmarks compare settings; keep the default).
     """
     if mode not in FALLBACK_MODES:
         raise ValueError(f"conv2d fallback mode must be one of {FALLBACK_MODES}, got {mode!r}")
     # set_multithreading_enabled applies the setting when constructed; its __exit__ restores it.
     guard = torch.autograd.set_multithreading_enabled(False) if backward_on_caller and mode != "off" else None
     if model is None:
-        handle = Conv2dPatch(mode, None, previous_global=_STATE.global_mode, backward_guard=guard)
+        handle = Conv2dPatch(mode, None, previous_global=_STATE.global_mode, previous_tuning=_STATE.global_tuning,
+                             backward_guard=guard)
         _STATE.global_mode = None if mode == "off" else mode
+        _STATE.global_tuning = tuning
         _sync_hooks()
         return handle
     refs: list[weakref.ref[nn.Module]] = []
@@ -109,7 +120,7 @@ def patch_conv2d(
         for module in model.modules():
             if isinstance(module, nn.Conv2d):
                 module.__dict__[_MARK] = mode
-                _STATE.marked.add(module)
+                _STATE.marked[module] = tuning
                 refs.append(weakref.ref(module))
     _sync_hooks()
     return Conv2dPatch(mode, refs, backward_guard=guard)
@@ -157,10 +168,11 @@ def _patched_conv_forward(self: nn.Conv2d, input: Tensor, weight: Tensor, bias: 
     mode = self.__dict__.get(_MARK) or _STATE.global_mode
     if mode != "on" and (mode is None or not uses_fallback(mode, input.device, _conv_dtype(input))):
         return _STATE.original_conv_forward(self, input, weight, bias)
+    tuning = _STATE.marked.get(self, _STATE.global_tuning)
     if self.padding_mode != "zeros":
         input = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
-        return conv2d(input, weight, bias, self.stride, 0, self.dilation, self.groups)
-    return conv2d(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
+        return conv2d(input, weight, bias, self.stride, 0, self.dilation, self.groups, tuning=tuning)
+    return conv2d(input, weight, bias, self.stride, self.padding, self.dilation, self.groups, tuning=tuning)
 
 
 def _patched_functional(
@@ -174,7 +186,7 @@ def _patched_functional(
 ) -> Tensor:
     mode = _STATE.global_mode
     if mode == "on" or (mode is not None and uses_fallback(mode, input.device, _conv_dtype(input))):
-        return conv2d(input, weight, bias, stride, padding, dilation, groups)
+        return conv2d(input, weight, bias, stride, padding, dilation, groups, tuning=_STATE.global_tuning)
     return _STATE.original_functional(input, weight, bias, stride, padding, dilation, groups)
 
 

@@ -8,8 +8,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-from gpuwatch.train import conv2d as conv_mod  # noqa: E402
-from gpuwatch.train.conv2d import conv2d  # noqa: E402
+from gpuwatch.train.conv2d import DEFAULT_TUNING, Conv2dTuning, conv2d  # noqa: E402
 
 # (in_channels, out_channels, kernel, stride, padding, dilation, groups, bias)
 GRID = [
@@ -31,10 +30,10 @@ GRID = [
 ]
 
 
-def _compare(x, w, b, stride, padding, dilation, groups, atol):
+def _compare(x, w, b, stride, padding, dilation, groups, atol, tuning=DEFAULT_TUNING):
     leaves = [t for t in (x, w, b) if t is not None]
     ref = F.conv2d(x, w, b, stride, padding, dilation, groups)
-    out = conv2d(x, w, b, stride, padding, dilation, groups)
+    out = conv2d(x, w, b, stride, padding, dilation, groups, tuning=tuning)
     assert out.shape == ref.shape and out.dtype == ref.dtype
     assert out.is_contiguous(memory_format=torch.channels_last) == ref.is_contiguous(
         memory_format=torch.channels_last
@@ -59,19 +58,16 @@ def _tensors(cin, cout, kernel, groups, bias, dtype=torch.float64, size=(9, 8), 
 STRATEGIES = [("gemm", "transpose", 6400), ("bmm", "fold", 6400), ("auto", "transpose", 0), ("bmm", "fold", 0)]
 
 
-def _set_strategy(monkeypatch, wgrad, dgrad, col2im_max_pixels):
-    monkeypatch.setattr(conv_mod, "WGRAD_STRATEGY", wgrad)
-    monkeypatch.setattr(conv_mod, "DGRAD_STRATEGY", dgrad)
-    monkeypatch.setattr(conv_mod, "COL2IM_MAX_PIXELS", col2im_max_pixels)
+def _tuning(wgrad, dgrad, col2im_max_pixels, **more):
+    return Conv2dTuning(wgrad=wgrad, dgrad=dgrad, col2im_max_pixels=col2im_max_pixels, **more)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES, ids=["-".join(map(str, s)) for s in STRATEGIES])
 @pytest.mark.parametrize("case", GRID, ids=[str(i) for i in range(len(GRID))])
-def test_matches_native_float64(case, strategy, monkeypatch):
-    _set_strategy(monkeypatch, *strategy)
+def test_matches_native_float64(case, strategy):
     cin, cout, kernel, stride, padding, dilation, groups, bias = case
     x, w, b = _tensors(cin, cout, kernel, groups, bias)
-    _compare(x, w, b, stride, padding, dilation, groups, atol=1e-10)
+    _compare(x, w, b, stride, padding, dilation, groups, atol=1e-10, tuning=_tuning(*strategy))
 
 
 @pytest.mark.parametrize("case", [GRID[0], GRID[3], GRID[6], GRID[8], GRID[9]], ids=str)
@@ -98,11 +94,10 @@ def test_channels_last_input(case):
     ("dtype", "atol"), [(torch.float32, 1e-4), (torch.float16, 2e-2), (torch.bfloat16, 1e-1)]
 )
 @pytest.mark.parametrize(("stride", "col2im_max_pixels"), [(1, 6400), (2, 6400), (2, 0)])
-def test_low_precision_close_to_float64(dtype, atol, stride, col2im_max_pixels, monkeypatch):
-    monkeypatch.setattr(conv_mod, "COL2IM_MAX_PIXELS", col2im_max_pixels)
+def test_low_precision_close_to_float64(dtype, atol, stride, col2im_max_pixels):
     x, w, b = _tensors(8, 8, 3, 2, True, size=(10, 10))
     low = [t.detach().to(dtype).requires_grad_() for t in (x, w, b)]
-    out = conv2d(low[0], low[1], low[2], stride, 1, 1, 2)
+    out = conv2d(low[0], low[1], low[2], stride, 1, 1, 2, tuning=Conv2dTuning(col2im_max_pixels=col2im_max_pixels))
     assert out.dtype == dtype
     ref = F.conv2d(x, w, b, stride, 1, 1, 2)
     grad = torch.randn_like(ref)
@@ -143,15 +138,14 @@ def test_unbatched_input():
     _compare(x, w, b, 1, 1, 1, 2, atol=1e-10)
 
 
-def test_batch_chunking_matches(monkeypatch):
-    monkeypatch.setattr(conv_mod, "MAX_COLS_BYTES", 1)  # one sample per chunk
+def test_batch_chunking_matches():
     for strategy in STRATEGIES:
-        _set_strategy(monkeypatch, *strategy)
+        tuning = _tuning(*strategy, max_cols_bytes=1)  # one sample per chunk
         x, w, b = _tensors(4, 6, 3, 2, True, batch=3)
-        _compare(x, w, b, 2, 1, 1, 2, atol=1e-10)
-        _compare(x, w, b, 1, 1, 1, 2, atol=1e-10)
+        _compare(x, w, b, 2, 1, 1, 2, atol=1e-10, tuning=tuning)
+        _compare(x, w, b, 1, 1, 1, 2, atol=1e-10, tuning=tuning)
         x, w, b = _tensors(4, 6, 1, 1, False, batch=3)
-        _compare(x, w, b, 1, 0, 1, 1, atol=1e-10)
+        _compare(x, w, b, 1, 0, 1, 1, atol=1e-10, tuning=tuning)
 
 
 def test_rejects_what_native_rejects():

@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gpuwatch.heartbeat import read_heartbeat  # noqa: E402
-from gpuwatch.train.heartbeat_hook import StepHeartbeat, hook_cost_s, install_step_hooks  # noqa: E402
+from gpuwatch.train.heartbeat_hook import StepHeartbeat, install_step_hooks  # noqa: E402
 
 
 def _train(steps: int, optimizers: int = 1) -> None:
@@ -118,6 +118,16 @@ def test_missing_heartbeat_directory_does_not_break_training(tmp_path):
     assert hooks.steps == 2
 
 
-def test_hook_cost_is_microseconds():
-    # Not a timing assertion: a sanity bound three orders of magnitude above the expected cost.
-    assert hook_cost_s(calls=200) < 0.01
+def test_steps_between_heartbeat_writes_touch_no_file(tmp_path):
+    # Why the hooks are cheap (benchmarks/heartbeat_hook_cost.py measures it; no timing here): inside
+    # the write interval a step only counts, and the pause gate finds no pause file.
+    beat_file = tmp_path / "hb.json"
+    hooks = StepHeartbeat(beat_file, tmp_path / "no-pause", interval_s=3600.0).install()
+    try:
+        _train(1)
+        first = beat_file.stat()
+        _train(50)
+    finally:
+        hooks.remove()
+    assert hooks.steps == 51
+    assert beat_file.stat().st_mtime_ns == first.st_mtime_ns and read_heartbeat(beat_file).steps_total == 1

@@ -1,7 +1,8 @@
 """A YOLOv8n-shaped network (backbone, PAN neck, detect-head conv branches) and a synthetic train loop.
 
 Built here, layer for layer after Ultralytics' yolov8n.yaml (width 0.25, depth 0.33), so benchmarks
-and end-to-end checks need no hub download and no ultralytics install. The loss is a stand-in (mean
+and end-to-end checks need no hub download and no ultralytics install. Benchmark scaffolding: the
+scripts beside it import it; the installed package does not ship it. The loss is a stand-in (mean
 square of the head outputs): the point is the convolution workload of a real detector training step.
 """
 
