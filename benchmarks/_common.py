@@ -23,7 +23,7 @@ from typing import Sequence
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gpuwatch.fakesysfs import FakeSysfsTree, load_capture  # noqa: E402
+from gpuwatch.sim.tree import FakeSysfsTree, load_capture  # noqa: E402
 
 # A current discrete card with every hwmon file a training box reads (3 temps, fan, pwm, power caps).
 DEFAULT_CAPTURE = "navi31-rx7900xtx-sapphire-nitro"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Control quality of the default config on the simulated RX 5600 XT, in simulated time (no sleeping).
 
-Runs the thermal model (gpuwatch/thermalmodel.py) in a closed loop with gpuwatch's real fan-curve rules
+Runs the thermal model (gpuwatch/sim/physics.py) in a closed loop with gpuwatch's real fan-curve rules
 (gpuwatch/curve.py, the default [fan] config) and the real pause limits (gpuwatch/limits.py, the default
 [thermal] config and a default [[trainer]]: junction limit = crit 110 - 10 = 100 °C held for debounce_s,
 resume below limit - hysteresis), with sensor readings in whole degrees plus noise, and prints
@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpuwatch.config import Config, TrainerConfig  # noqa: E402
 from gpuwatch.model import GpuReading, TempReading  # noqa: E402
-from gpuwatch.navi10_files import CRIT_C  # noqa: E402
+from gpuwatch.sim.navi10 import CRIT_C  # noqa: E402
 from gpuwatch.limits import breaches, sensor_limit_c  # noqa: E402
-from gpuwatch.thermalmodel import ThermalInputs, ThermalParams, ThermalState, idle_state, step  # noqa: E402
+from gpuwatch.sim.physics import ThermalInputs, ThermalParams, ThermalState, idle_state, step  # noqa: E402
 
 from gpuwatch.curve import CurveState, curve_params, decide  # noqa: E402
 

@@ -36,7 +36,7 @@ from gpuwatch.model import DaemonInfo, FanState, PublishedState, Snapshot, Train
 from gpuwatch.reload import plan_reload
 from gpuwatch.sampler import Sampler
 from gpuwatch.sdnotify import Notifier
-from gpuwatch.simulated import SimulatedBackend, start_simulator
+from gpuwatch.sim.cards import SimulatedBackend, start_simulator
 from gpuwatch.state import StateHolder, write_state_file
 from gpuwatch.summary import status_line
 from gpuwatch.sysfs import Sysfs

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.fakesysfs import CardCapture, FakeSysfsTree, load_capture
+from gpuwatch.sim.tree import CardCapture, FakeSysfsTree, load_capture
 from gpuwatch.sysfs import Sysfs
 
 REPO = Path(__file__).resolve().parent.parent

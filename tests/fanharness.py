@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gpuwatch.amdgpu import AmdgpuBackend
 from gpuwatch.config import FanConfig
-from gpuwatch.fakesysfs import CardCapture, FakeCard, FakeSysfsTree
+from gpuwatch.sim.tree import CardCapture, FakeCard, FakeSysfsTree
 from gpuwatch.fancontrol import FanController
 from gpuwatch.model import FanState
 from gpuwatch.sampler import Sampler

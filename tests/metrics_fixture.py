@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conftest import capture
 from gpuwatch.amdgpu import AmdgpuBackend
-from gpuwatch.fakesysfs import FakeSysfsTree
+from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.model import (
     DaemonInfo,
     FanMode,

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import CARD_FILES, FIXTURES
 from gpuwatch.amdgpu import discover, read_card
-from gpuwatch.fakesysfs import FakeSysfsTree, load_capture
+from gpuwatch.sim.tree import FakeSysfsTree, load_capture
 from gpuwatch.model import GpuReading
 from gpuwatch.sysfs import Sysfs
 

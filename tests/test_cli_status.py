@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import capture
-from gpuwatch.fakesysfs import FakeSysfsTree
+from gpuwatch.sim.tree import FakeSysfsTree
 
 
 @pytest.fixture

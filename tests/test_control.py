@@ -20,7 +20,7 @@ import tomli_w
 from conftest import capture
 from gpuwatch.cli import main
 from gpuwatch.control import ControlError, ControlServer, send_command
-from gpuwatch.fakesysfs import FakeSysfsTree
+from gpuwatch.sim.tree import FakeSysfsTree
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import pytest
 from conftest import capture
 from gpuwatch.config import CONFIG_ERROR_EXIT, parse_config
 from gpuwatch.daemon import Daemon, Parts, build_backends
-from gpuwatch.fakesysfs import FakeSysfsTree
+from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.model import FanState, Snapshot
 from gpuwatch.sdnotify import Notifier
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from conftest import FaultySysfs, capture
 from gpuwatch.amdgpu import AmdgpuBackend, discover, read_card
-from gpuwatch.fakesysfs import FakeSysfsTree
+from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.sampler import Sampler
 from gpuwatch.sysfs import Sysfs
 

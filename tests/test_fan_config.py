@@ -10,7 +10,7 @@ from conftest import capture
 from fanharness import RecordingSysfs
 from gpuwatch.config import ConfigError, parse_config
 from gpuwatch.curveplot import render_curve
-from gpuwatch.fakesysfs import FakeSysfsTree
+from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.fanrestore import RestoreFile, fans_auto
 
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from conftest import capture
-from gpuwatch.fakesysfs import FakeSysfsTree
+from gpuwatch.sim.tree import FakeSysfsTree
 
 CLI = [sys.executable, "-c", "import sys; from gpuwatch.cli import main; sys.exit(main())"]
 

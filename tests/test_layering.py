@@ -13,8 +13,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gpuwatch"
 LAYERS: dict[str, int] = {
     "__init__": 0, "model": 0, "sysfs": 0, "config": 0, "heartbeat": 0, "pciids": 0, "backend": 0, "curve": 0,
     "fan": 2, "fanod": 2, "fancontrol": 2, "fanrestore": 2, "curveplot": 1,
-    "amdgpu": 1, "nvml": 1, "limits": 1, "document": 1, "status": 1, "sampler": 1, "fakesysfs": 1, "metrics": 1,
-    "navi10_files": 0, "thermalmodel": 1, "simulated": 2,  # the simulator (docs/simulator.md)
+    "amdgpu": 1, "nvml": 1, "limits": 1, "document": 1, "status": 1, "sampler": 1, "metrics": 1,
+    "sim": 2,  # the simulator (docs/simulator.md)
     "policy": 1,
     "state": 2, "checkpoint": 2, "trainerproc": 2, "supervisor": 2, "control": 2, "http": 2,
     "summary": 1, "reload": 1, "sdnotify": 2,

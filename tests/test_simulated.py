@@ -11,7 +11,7 @@ from gpuwatch.cli import build_parser, with_simulation
 from gpuwatch.config import Config, ConfigError, parse_config
 from gpuwatch.daemon import Daemon
 from gpuwatch.model import PublishedState, Snapshot, TrainerPhase, TrainerState
-from gpuwatch.simulated import SimFaults, SimulatedBackend, SimulatedGpus
+from gpuwatch.sim.cards import SimFaults, SimulatedBackend, SimulatedGpus
 from gpuwatch.sysfs import Sysfs
 
 

@@ -11,7 +11,7 @@ import errno
 
 from conftest import FaultySysfs, capture
 from gpuwatch.amdgpu import STATIC_ATTRIBUTES, AmdgpuBackend
-from gpuwatch.fakesysfs import FakeSysfsTree
+from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.sysfs import Sysfs
 
 CARD = "navi31-rx7900xtx-sapphire-nitro"

@@ -19,7 +19,7 @@ import pytest
 from conftest import capture
 from gpuwatch.amdgpu import AmdgpuBackend
 from gpuwatch.config import ThermalConfig, TrainerConfig
-from gpuwatch.fakesysfs import FakeSysfsTree
+from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.model import FanMode, FanState, TrainerPhase as P, TrainerState
 from gpuwatch.sampler import Sampler
 from gpuwatch.supervisor import Supervisor

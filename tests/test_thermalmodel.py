@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch.thermalmodel import (
+from gpuwatch.sim.physics import (
     ThermalInputs,
     ThermalParams,
     ThermalState,

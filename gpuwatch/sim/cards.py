@@ -1,10 +1,10 @@
 """Simulated amdgpu cards: a fake sysfs tree that heats, cools and obeys the fan like a real Navi 10.
 
-``SimulatedGpus`` lays out N RX 5600 XT cards (gpuwatch/navi10_files.py) with the kernel's topology
-(gpuwatch/fakesysfs.py) and, on every ``advance``, plays the kernel and the card: it reads what was
+``SimulatedGpus`` lays out N RX 5600 XT cards (gpuwatch/sim/navi10.py) with the kernel's topology
+(gpuwatch/sim/tree.py) and, on every ``advance``, plays the kernel and the card: it reads what was
 written to ``pwm1``/``pwm1_enable`` (SYSFS_FACTS.md §4.4: 1 manual, 2 auto = the firmware's own modest
 curve, 0 = no control = full speed on SMU11), applies the configured faults, steps the thermal model
-(gpuwatch/thermalmodel.py) and rewrites temp*_input, power1_*, fan1_input, gpu_busy_percent...
+(gpuwatch/sim/physics.py) and rewrites temp*_input, power1_*, fan1_input, gpu_busy_percent...
 The daemon reads and writes the tree through the same AmdgpuBackend and fan code as a real card;
 ``SimulatedBackend`` only advances the model right before each sample.
 
@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from gpuwatch import navi10_files
 from gpuwatch.backend import GpuBackend
 from gpuwatch.config import Config
 from gpuwatch.curve import interpolate
-from gpuwatch.fakesysfs import FakeSysfsTree
 from gpuwatch.model import GpuReading, PublishedState, TrainerPhase, UnsupportedCard
-from gpuwatch.thermalmodel import ThermalInputs, ThermalParams, ThermalState, idle_state, step
+from gpuwatch.sim import navi10
+from gpuwatch.sim.physics import ThermalInputs, ThermalParams, ThermalState, idle_state, step
+from gpuwatch.sim.tree import FakeSysfsTree
 
 log = logging.getLogger("gpuwatch.simulator")
 
@@ -96,8 +96,8 @@ class SimulatedGpus:
         tree = FakeSysfsTree(self.root)
         for index in range(self.count):
             slot = f"0000:{0x28 + index * 3:02x}:00.0"
-            placed = tree.add_card(navi10_files.card_files(), card=f"card{index}", pci_slot=slot,
-                                   hwmon=f"hwmon{index + 1}", source_hwmon=navi10_files.HWMON)
+            placed = tree.add_card(navi10.card_files(), card=f"card{index}", pci_slot=slot,
+                                   hwmon=f"hwmon{index + 1}", source_hwmon=navi10.HWMON)
             assert placed.hwmon_dir is not None
             self.cards.append(SimCard(
                 index=index, gpu_id=slot, card=placed.card, device_dir=placed.device_dir,
@@ -160,14 +160,14 @@ class SimulatedGpus:
         mode = _read_int(hw / "pwm1_enable")
         if mode == 1:
             pwm = _read_int(hw / "pwm1")
-            duty = card.duty_ratio if pwm is None else min(1.0, max(0.0, pwm / navi10_files.PWM_MAX))
+            duty = card.duty_ratio if pwm is None else min(1.0, max(0.0, pwm / navi10.PWM_MAX))
         elif mode == 0:
             duty = 1.0  # no control = full speed on SMU11 (K-FANNONE)
         else:
             duty = interpolate(FIRMWARE_CURVE, card.state.junction_c)
         if mode != 1:
             # In auto/none mode the driver reports the firmware's duty, not what was written.
-            _write(hw / "pwm1", str(round(duty * navi10_files.PWM_MAX)))
+            _write(hw / "pwm1", str(round(duty * navi10.PWM_MAX)))
         _write(hw / "fan1_enable", "0" if mode not in (0, 1) else "1")
         if self.faults.fan_stuck_ratio is not None and self.faults.hits(card.index):
             return self.faults.fan_stuck_ratio
@@ -199,7 +199,7 @@ class SimulatedGpus:
         s = card.state
         garbage = self.faults.sensor_garbage and self.faults.hits(card.index)
         for label, temp_c in (("edge", s.edge_c), ("junction", s.junction_c), ("mem", s.mem_c)):
-            index = navi10_files.TEMP_INDEX[label]
+            index = navi10.TEMP_INDEX[label]
             noisy_c = temp_c + self._random.uniform(-self.sensor_noise_c, self.sensor_noise_c)
             _write(hw / f"temp{index}_input", "\x7f\x7f\xff" if garbage else str(round(noisy_c) * 1000))
         power_uw = str(round(s.power_w * 1e6))
