@@ -2,7 +2,7 @@
 """Control quality of the default config on the simulated RX 5600 XT, in simulated time (no sleeping).
 
 Runs the thermal model (gpuwatch/sim/physics.py) in a closed loop with gpuwatch's real fan-curve rules
-(gpuwatch/curve.py, the default [fan] config) and the real pause limits (gpuwatch/limits.py, the default
+(gpuwatch/fan/curve.py, the default [fan] config) and the real pause limits (gpuwatch/limits.py, the default
 [thermal] config and a default [[trainer]]: junction limit = crit 110 - 10 = 100 °C held for debounce_s,
 resume below limit - hysteresis), with sensor readings in whole degrees plus noise, and prints
 per scenario: the highest junction temperature, the overshoot over the pause limit, how often the fan
@@ -29,7 +29,7 @@ from gpuwatch.sim.navi10 import CRIT_C  # noqa: E402
 from gpuwatch.limits import breaches, sensor_limit_c  # noqa: E402
 from gpuwatch.sim.physics import ThermalInputs, ThermalParams, ThermalState, idle_state, step  # noqa: E402
 
-from gpuwatch.curve import CurveState, curve_params, decide  # noqa: E402
+from gpuwatch.fan.curve import CurveState, curve_params, decide  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def reading(state: ThermalState, rng: random.Random) -> GpuReading:
     temps = tuple(TempReading(label=label, temp_c=float(round(temp + rng.uniform(-0.6, 0.6))),
                               crit_c=float(CRIT_C[label]))
                   for label, temp in (("edge", state.edge_c), ("junction", state.junction_c), ("mem", state.mem_c)))
-    return GpuReading(gpu_id="sim", card="card0", temps=temps)
+    return GpuReading(gpu_id="sim", card="card0", backend="amdgpu", temps=temps)
 
 
 def run(scenario: Scenario, config: Config, hours: float, tick_s: float) -> Result:

@@ -99,18 +99,18 @@ def read_card(sysfs: Sysfs, card: AmdCard, static: dict[str, str | None] | None 
     """
     reader = _Reader(sysfs, card.device_dir, static=static)
     if not sysfs.exists(card.device_dir):
-        return GpuReading(gpu_id=card.gpu_id, card=card.card, device_id=card.device_id, up=False)
+        return GpuReading(gpu_id=card.gpu_id, card=card.card, backend="amdgpu", device_id=card.device_id, up=False)
     runtime_status = reader.text("power/runtime_status")
     identity = dict(
         gpu_id=card.gpu_id,
         card=card.card,
+        backend="amdgpu",
         name=reader.text("product_name") or gpu_name(card.device_id),
         device_id=card.device_id,
         subsystem_id=card.subsystem_id,
         unique_id=reader.text("unique_id") or None,
         vbios_version=reader.text("vbios_version") or None,
         runtime_status=runtime_status,
-        hwmon_dir=card.hwmon_dir,
     )
     if runtime_status == "suspended":
         return GpuReading(**identity, errors=tuple(reader.errors))  # type: ignore[arg-type]
@@ -280,6 +280,7 @@ class AmdgpuBackend:
         self._found: DiscoveryResult[AmdCard] | None = None
         self._found_at = 0.0
         self._static: dict[str, dict[str, str | None]] = {}
+        self._read: dict[str, AmdCard] = {}  # the cards of the last read_all, by gpu_id
 
     def discovered(self) -> DiscoveryResult[AmdCard]:
         now = self._clock()
@@ -290,8 +291,14 @@ class AmdgpuBackend:
 
     def read_all(self) -> tuple[list[GpuReading], list[UnsupportedCard]]:
         found = self.discovered()
+        self._read = {card.gpu_id: card for card in found.cards}
         readings = [read_card(self.sysfs, card, self._static.setdefault(card.gpu_id, {})) for card in found.cards]
         if any(not r.up for r in readings):
             # A card fell off the bus or was reset: it may come back under a new cardN/hwmonN.
             self._found = None
         return readings, list(found.unsupported)
+
+    def locate(self, gpu_id: str) -> AmdCard | None:
+        """Where the card behind a reading of the last ``read_all`` lives (device and hwmon directories):
+        the fan controller writes next to what was read. No I/O."""
+        return self._read.get(gpu_id)

@@ -155,7 +155,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_fans_auto(args: argparse.Namespace) -> int:
-    from gpuwatch.fanrestore import RestoreFile, fans_auto
+    from gpuwatch.fan.restore import RestoreFile, fans_auto
     from gpuwatch.sysfs import Sysfs
 
     try:

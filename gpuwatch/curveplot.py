@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuwatch.config import FanConfig
-from gpuwatch.curve import apply_floor, interpolate
+from gpuwatch.fan.curve import apply_floor, interpolate
 
 _ROWS = 10
 _T_MIN_C, _T_MAX_C, _T_STEP_C = 30, 110, 2

@@ -64,15 +64,22 @@ class Parts:
     on_tick: list[Callable[[PublishedState], None]] = field(default_factory=list)
 
 
-def build_backends(config: Config, nvml: object | None = None) -> list[GpuBackend]:
-    """The backends ``config.backend`` names; ``nvml`` injects a pynvml-like module (tests).
+def amdgpu_backend(config: Config) -> AmdgpuBackend | None:
+    """The amdgpu reader when ``config.backend`` asks for one (it also locates cards for the fans)."""
+    return AmdgpuBackend(Sysfs(config.sysfs_root)) if config.backend in ("auto", "amdgpu") else None
+
+
+def build_backends(config: Config, nvml: object | None = None, amdgpu: AmdgpuBackend | None = None) -> list[GpuBackend]:
+    """The backends ``config.backend`` names; ``nvml`` injects a pynvml-like module (tests), ``amdgpu``
+    a reader built with ``amdgpu_backend`` (shared with the fan controller).
 
     auto never fails: NVML that is absent or cannot initialise is logged and skipped. An explicit
     ``backend = "nvml"`` without a working NVML is a configuration error (exit 2), said plainly.
     """
     backends: list[GpuBackend] = []
-    if config.backend in ("auto", "amdgpu"):
-        backends.append(AmdgpuBackend(Sysfs(config.sysfs_root)))
+    amdgpu = amdgpu or amdgpu_backend(config)
+    if amdgpu is not None:
+        backends.append(amdgpu)
     if config.backend in ("auto", "nvml"):
         try:
             backends.append(NvmlBackend(nvml))
@@ -83,12 +90,18 @@ def build_backends(config: Config, nvml: object | None = None) -> list[GpuBacken
     return backends
 
 
-def build_fans(config: Config) -> FanConsumer | None:
+def build_fans(config: Config, amdgpu: AmdgpuBackend | None) -> FanConsumer | None:
+    """The fan controller; it drives the amdgpu cards ``amdgpu`` reads (none without it)."""
     if config.fan.mode == "off":
         return None
-    from gpuwatch.fancontrol import FanController
+    from gpuwatch.fan.controller import FanController
 
-    return FanController(config.fan, Sysfs(config.sysfs_root), config.resolved_runtime_dir)
+    return FanController(config.fan, Sysfs(config.sysfs_root), config.resolved_runtime_dir,
+                         locate=amdgpu.locate if amdgpu is not None else _nowhere)
+
+
+def _nowhere(gpu_id: str) -> None:
+    return None
 
 
 def build_supervisor(config: Config) -> TrainerConsumer | None:
@@ -101,7 +114,9 @@ def build_supervisor(config: Config) -> TrainerConsumer | None:
 
 
 def build_parts(config: Config) -> Parts:
-    return Parts(backends=build_backends(config), fans=build_fans(config), trainers=build_supervisor(config))
+    amdgpu = amdgpu_backend(config)
+    return Parts(backends=build_backends(config, amdgpu=amdgpu), fans=build_fans(config, amdgpu),
+                 trainers=build_supervisor(config))
 
 
 class Daemon:

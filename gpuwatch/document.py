@@ -15,7 +15,7 @@ from gpuwatch.model import GpuReading, PublishedState
 from gpuwatch.limits import over_limit, sensor_limit_c
 
 SCHEMA_VERSION = 1
-_FLAT_SKIP = {"temps", "errors", "hwmon_dir"}
+_FLAT_SKIP = {"temps", "errors"}
 
 
 def to_document(state: PublishedState, thermal: ThermalConfig, source: str) -> dict[str, Any]:

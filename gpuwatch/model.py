@@ -61,7 +61,7 @@ class GpuReading:
 
     gpu_id: str
     card: str
-    backend: str = "amdgpu"
+    backend: str  # the source that read it: "amdgpu" or "nvml" (published as "backend")
     name: str | None = None
     device_id: str | None = None
     subsystem_id: str | None = None
@@ -97,7 +97,6 @@ class GpuReading:
     pcie_link_width: int | None = None
     pcie_max_link_speed_gts: float | None = None
     pcie_max_link_width: int | None = None
-    hwmon_dir: str | None = None
     errors: tuple[ReadError, ...] = ()
 
     @property

@@ -11,9 +11,9 @@ daemon runs without the extra installed. Choices a reader of the dashboards shou
   HBM boards (A100/H100) also report a memory temperature, published as ``mem`` with crit from
   NVML_TEMPERATURE_THRESHOLD_MEM_MAX when the driver gives one.
 - Identity is the PCI bus id normalised to the amdgpu form: NVML's ``00000000:28:00.0`` -> ``0000:28:00.0``.
-- Fans: NVML reports a duty percent, not RPM or a pwm register, so it lands in ``fan_duty_ratio``;
-  ``pwm``/``hwmon_dir`` stay None, which is how the fan controller knows it cannot drive this GPU
-  (gpuwatch never changes NVIDIA fan or power settings: monitor only).
+- Fans: NVML reports a duty percent, not RPM or a pwm register, so it lands in ``fan_duty_ratio`` and
+  ``pwm`` stays None; the fan controller drives amdgpu GPUs only (gpuwatch never changes NVIDIA fan
+  or power settings: monitor only).
 - An NVML call that is "not supported" on this board gives None silently; any other NVML error is
   recorded in ``GpuReading.errors`` under the field's name. A lost GPU reads as ``up=False``.
 """
@@ -159,7 +159,6 @@ def read_gpu(nvml: Any, handle: Any, index: int) -> GpuReading:
         pcie_link_width=f.get("pcie_width", lambda: nvml.nvmlDeviceGetCurrPcieLinkWidth(handle)),
         pcie_max_link_speed_gts=_GEN_GTS.get(max_gen) if max_gen is not None else None,
         pcie_max_link_width=f.get("pcie_max_width", lambda: nvml.nvmlDeviceGetMaxPcieLinkWidth(handle)),
-        hwmon_dir=None,
         # Keyword arguments are evaluated in order, so this sees every error recorded above.
         errors=tuple(f.errors),
     )

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Callable
 
 from gpuwatch.amdgpu import AmdgpuBackend
 from gpuwatch.config import FanConfig
 from gpuwatch.sim.tree import CardCapture, FakeCard, FakeSysfsTree
-from gpuwatch.fancontrol import FanController
+from gpuwatch.fan.controller import FanController
 from gpuwatch.model import FanState
 from gpuwatch.sampler import Sampler
 from gpuwatch.sysfs import Sysfs, SysfsError
@@ -83,8 +84,14 @@ class Rig:
         self.now = 0.0
         self.config = FanConfig(**fan)  # type: ignore[arg-type]
         self.runtime_dir = tmp_path / "run"
-        self.sampler = Sampler([AmdgpuBackend(Sysfs(self.tree.root))], monotonic=lambda: self.now)
-        self.fans = FanController(self.config, self.sysfs, self.runtime_dir, clock=lambda: self.now)
+        self.source = AmdgpuBackend(Sysfs(self.tree.root))
+        self.sampler = Sampler([self.source], monotonic=lambda: self.now)
+        self.fans = self.controller()
+
+    def controller(self, clock: Callable[[], float] | None = None) -> FanController:
+        """A (new) fan controller over the recording sysfs, locating cards through this rig's source."""
+        return FanController(self.config, self.sysfs, self.runtime_dir, locate=self.source.locate,
+                             clock=clock or (lambda: self.now))
 
     def hwmon(self, name: str) -> str:
         assert self.card.hwmon_dir

@@ -43,7 +43,7 @@ def example_state(root: Path) -> PublishedState:
     sampler = Sampler([AmdgpuBackend(Sysfs(tree.root))], wall_clock=lambda: NOW_UNIX, monotonic=lambda: next(clock))
     snapshot = sampler.sample()
     # A GPU that fell off the bus: identity kept, up=0, no values.
-    gone = GpuReading(gpu_id=GPU_GONE, card="card2", name="Navi 31", device_id="1002:744C", up=False,
+    gone = GpuReading(gpu_id=GPU_GONE, card="card2", backend="amdgpu", name="Navi 31", device_id="1002:744C", up=False,
                       errors=(ReadError("device", "no longer present"),))
     snapshot = type(snapshot)(
         taken_unix=snapshot.taken_unix, taken_monotonic=snapshot.taken_monotonic,

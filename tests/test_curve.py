@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuwatch.config import DEFAULT_CURVE, FanConfig, validate_points
-from gpuwatch.curve import CurveState, apply_floor, curve_params, decide, interpolate
+from gpuwatch.fan.curve import CurveState, apply_floor, curve_params, decide, interpolate
 
 
 @pytest.mark.parametrize(

@@ -28,10 +28,11 @@ def test_skips_connectors_and_lists_other_drivers_unread(fake_sysfs: FakeSysfsTr
 def test_card10_and_two_gpus_identified_by_pci_slot(fake_sysfs: FakeSysfsTree) -> None:
     fake_sysfs.add_capture(capture(NAVI10), card="card10", pci_slot="0000:0a:00.0", hwmon="hwmon12")
     fake_sysfs.add_capture(capture(NAVI10), card="card2", pci_slot="0000:0b:00.0", hwmon="hwmon3")
-    snapshot = Sampler([AmdgpuBackend(Sysfs(fake_sysfs.root))]).sample()
+    source = AmdgpuBackend(Sysfs(fake_sysfs.root))
+    snapshot = Sampler([source]).sample()
     assert [(g.gpu_id, g.card) for g in snapshot.gpus] == [("0000:0a:00.0", "card10"), ("0000:0b:00.0", "card2")]
     assert all(g.temp("junction").temp_c == 58.0 for g in snapshot.gpus)
-    assert snapshot.gpus[0].hwmon_dir.endswith("hwmon/hwmon12")
+    assert source.locate(snapshot.gpus[0].gpu_id).hwmon_dir.endswith("hwmon/hwmon12")  # type: ignore[union-attr]
 
 
 def test_hwmon_found_by_name_not_number(fake_sysfs: FakeSysfsTree) -> None:

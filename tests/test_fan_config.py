@@ -11,7 +11,8 @@ from fanharness import RecordingSysfs
 from gpuwatch.config import ConfigError, parse_config
 from gpuwatch.curveplot import render_curve
 from gpuwatch.sim.tree import FakeSysfsTree
-from gpuwatch.fanrestore import RestoreFile, fans_auto
+from gpuwatch.fan.pwm1 import Pwm1Restore
+from gpuwatch.fan.restore import RestoreFile, fans_auto
 
 
 def test_defaults_are_the_seeds_curve_with_a_50_percent_floor() -> None:
@@ -67,7 +68,7 @@ def test_fans_auto_from_restore_file_never_writes_zero(tmp_path: Path) -> None:
     card = tree.add_capture(capture("navi21-rx6900xt-sapphire-nitro"))
     tree.write(f"{card.hwmon_dir}/pwm1_enable", "1\n")
     restore = RestoreFile(tmp_path / "fan-restore.json")
-    restore.add(card.pci_slot, {"backend": "pwm1", "path": f"{card.hwmon_dir}/pwm1_enable", "pwm1_enable": 0})
+    restore.add(card.pci_slot, Pwm1Restore(path=f"{card.hwmon_dir}/pwm1_enable", pwm1_enable=0))
     sysfs = RecordingSysfs(tree.root)
     assert fans_auto(sysfs, restore) == []
     assert sysfs.take_log() == [("pwm1_enable", "2")]

@@ -211,7 +211,7 @@ def test_zero_range_fan_curve_is_monitor_only(tmp_path: Path) -> None:
     rig = Rig(tmp_path, capture("navi48-rx9070xt-early-kernel"))
     rig.tree.write(rig.od("fan_curve"), "OD_FAN_CURVE:\n0: 0C 0%\nOD_RANGE:\nFAN_CURVE(hotspot temp): 0C 0C\n"
                                         "FAN_CURVE(fan speed): 0% 0%\n")
-    rig.fans = type(rig.fans)(rig.config, rig.sysfs, rig.runtime_dir, clock=lambda: rig.now)
+    rig.fans = rig.controller()
     rig.set_temp(60)
     state = rig.tick(0)
     assert state.mode == FanMode.MONITOR_ONLY and "zero OD range" in (state.message or "")
@@ -222,7 +222,7 @@ def test_zero_range_fan_curve_is_monitor_only(tmp_path: Path) -> None:
 def test_read_only_fan_curve_is_monitor_only(tmp_path: Path) -> None:
     rig = Rig(tmp_path, capture("navi31-rx7900xtx-sapphire-nitro"))
     (rig.tree.root / rig.od("fan_curve")).chmod(0o444)
-    rig.fans = type(rig.fans)(rig.config, rig.sysfs, rig.runtime_dir, clock=lambda: rig.now)
+    rig.fans = rig.controller()
     rig.set_temp(60)
     import os
 
@@ -265,7 +265,7 @@ def test_restart_after_sigkill_restores_the_true_original(tmp_path: Path) -> Non
     first.set_temp(50)
     first.tick(0)  # "killed" here: no restore
     assert first.read(first.hwmon("pwm1_enable")) == "1"
-    second = type(first.fans)(first.config, first.sysfs, first.runtime_dir, clock=lambda: 1.0)
+    second = first.controller(clock=lambda: 1.0)
     second.tick(first.sampler.sample())
     second.restore()
     assert first.read(first.hwmon("pwm1_enable")) == "2"

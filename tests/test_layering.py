@@ -11,8 +11,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gpuwatch"
 
 # 0 leaves, 1 parsing & pure logic, 2 effects, 3 entry points, 9 optional torch extra.
 LAYERS: dict[str, int] = {
-    "__init__": 0, "model": 0, "sysfs": 0, "config": 0, "heartbeat": 0, "pciids": 0, "backend": 0, "curve": 0,
-    "fan": 2, "fanod": 2, "fancontrol": 2, "fanrestore": 2, "curveplot": 1,
+    "__init__": 0, "model": 0, "sysfs": 0, "config": 0, "heartbeat": 0, "pciids": 0, "backend": 0,
+    "fan": 1, "curveplot": 1,
     "amdgpu": 1, "nvml": 1, "limits": 1, "document": 1, "status": 1, "sampler": 1, "metrics": 1,
     "sim": 2,  # the simulator (docs/simulator.md)
     "policy": 1,

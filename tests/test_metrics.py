@@ -64,10 +64,10 @@ def test_gone_gpu_keeps_info_with_up_zero_and_no_values(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "reading, absent",
     [
-        (GpuReading(gpu_id="g", card="card0"), "gpuwatch_gpu_power_watts"),
-        (GpuReading(gpu_id="g", card="card0", temps=(TempReading("junction", None, crit_c=110.0),)),
+        (GpuReading(gpu_id="g", card="card0", backend="amdgpu"), "gpuwatch_gpu_power_watts"),
+        (GpuReading(gpu_id="g", card="card0", backend="amdgpu", temps=(TempReading("junction", None, crit_c=110.0),)),
          'gpuwatch_gpu_temperature_celsius{gpu="g",sensor="junction"}'),
-        (GpuReading(gpu_id="g", card="card0", temps=(TempReading("junction", None, crit_c=110.0),)),
+        (GpuReading(gpu_id="g", card="card0", backend="amdgpu", temps=(TempReading("junction", None, crit_c=110.0),)),
          'gpuwatch_gpu_thermal_over_limit{gpu="g",sensor="junction"}'),
     ],
 )
@@ -86,13 +86,13 @@ def test_absent_values_are_absent_series_not_zero(reading: GpuReading, absent: s
     ],
 )
 def test_thermal_limit_and_over_limit(temp_c: float, thermal: ThermalConfig, over: float) -> None:
-    gpu = GpuReading(gpu_id="g", card="card0", temps=(TempReading("junction", temp_c, crit_c=110.0),))
+    gpu = GpuReading(gpu_id="g", card="card0", backend="amdgpu", temps=(TempReading("junction", temp_c, crit_c=110.0),))
     got = samples(exposition(PublishedState(snapshot=Snapshot(0.0, 0.0, (gpu,))), thermal))
     assert got['gpuwatch_gpu_thermal_over_limit{gpu="g",sensor="junction"}'] == over
 
 
 def test_current_read_errors_are_flagged_per_sensor() -> None:
-    gpu = GpuReading(gpu_id="g", card="card0", errors=(ReadError("temp2_input", "EIO"),))
+    gpu = GpuReading(gpu_id="g", card="card0", backend="amdgpu", errors=(ReadError("temp2_input", "EIO"),))
     got = samples(exposition(PublishedState(snapshot=Snapshot(0.0, 0.0, (gpu,)),
                                             read_errors_total=(("g", "temp2_input", 4),))))
     assert got['gpuwatch_gpu_read_failing{gpu="g",sensor="temp2_input"}'] == 1
@@ -102,7 +102,7 @@ def test_current_read_errors_are_flagged_per_sensor() -> None:
 @pytest.mark.parametrize(
     "reading, duty",
     [
-        (GpuReading(gpu_id="g", card="card0", pwm=51, pwm_min=0, pwm_max=255, fan_duty_ratio=0.9), 0.2),
+        (GpuReading(gpu_id="g", card="card0", backend="amdgpu", pwm=51, pwm_min=0, pwm_max=255, fan_duty_ratio=0.9), 0.2),
         (GpuReading(gpu_id="g", card="nvidia0", backend="nvml", fan_duty_ratio=0.35), 0.35),  # no pwm1 on NVML
     ],
 )

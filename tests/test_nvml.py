@@ -158,7 +158,7 @@ def test_two_gpus_read_with_units_converted() -> None:
     readings, unsupported = NvmlBackend(FakeNvml([dict(H100), dict(RTX)])).read_all()
     assert unsupported == []
     h100, rtx = readings
-    assert (h100.gpu_id, h100.card, h100.backend, h100.hwmon_dir) == ("0000:1b:00.0", "nvidia0", "nvml", None)
+    assert (h100.gpu_id, h100.card, h100.backend, h100.pwm) == ("0000:1b:00.0", "nvidia0", "nvml", None)
     assert (h100.name, h100.unique_id, h100.vbios_version) == ("NVIDIA H100 80GB HBM3", "GPU-5c0d-aaaa", "96.00.74.00.01")
     assert (h100.device_id, h100.subsystem_id) == ("10DE:2330", "10DE:16C1")
     edge, mem = h100.temps

@@ -212,7 +212,7 @@ def test_backoff_delay(crashes: int, jitter: float, expected: float) -> None:
 
 
 def _gpu(gpu_id: str, junction_c: float) -> GpuReading:
-    return GpuReading(gpu_id=gpu_id, card="card0", temps=(TempReading("junction", junction_c, crit_c=110.0),))
+    return GpuReading(gpu_id=gpu_id, card="card0", backend="amdgpu", temps=(TempReading("junction", junction_c, crit_c=110.0),))
 
 
 @pytest.mark.parametrize("temp_c, hot, cool, critical", [(80, False, True, False), (97, False, False, False),

@@ -48,7 +48,7 @@ def test_tree_is_a_navi10_rx5600xt_with_kernel_topology(tmp_path: Path) -> None:
     assert {t.label: t.crit_c for t in gpu.temps} == {"edge": 100.0, "junction": 110.0, "mem": 105.0}
     assert all(t.crit_hyst_c is None for t in gpu.temps)  # -273150 = none, as on the real card
     assert (gpu.fan_max_rpm, gpu.pwm_max, gpu.pwm_enable) == (3200, 255, 2)
-    assert gpu.hwmon_dir and gpu.hwmon_dir.startswith("devices/pci0000:00/")
+    assert (hwmon := found.cards[0].hwmon_dir) and hwmon.startswith("devices/pci0000:00/")
     assert (sim.root / "class/hwmon/hwmon1/name").read_text() == "amdgpu\n"
     assert (sim.root / "class/drm/card0/device/vendor").read_text() == "0x1002\n"
     idle = gpu.temp("junction")

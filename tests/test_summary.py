@@ -21,6 +21,7 @@ def gpu(slot: str, up: bool = True, pwm: int | None = 128, **temps: float | None
     return GpuReading(
         gpu_id=slot,
         card="card0",
+        backend="amdgpu",
         up=up,
         pwm=pwm,
         pwm_max=255,

@@ -26,7 +26,7 @@ from typing import Callable
 
 from gpuwatch.backend import GpuBackend
 from gpuwatch.config import Config
-from gpuwatch.curve import interpolate
+from gpuwatch.fan.curve import interpolate
 from gpuwatch.model import GpuReading, PublishedState, TrainerPhase, UnsupportedCard
 from gpuwatch.sim import navi10
 from gpuwatch.sim.physics import ThermalInputs, ThermalParams, ThermalState, idle_state, step

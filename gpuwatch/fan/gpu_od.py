@@ -8,9 +8,11 @@ would stop the fan below a firmware threshold whatever the curve says, so it is 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
 
-from gpuwatch.fan import Applied, Writer, log
+from gpuwatch.fan.backend import Applied, Writer, write
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 _RANGE_T = re.compile(r"FAN_CURVE\(hotspot temp\):\s*(\d+)C\s+(\d+)C")
@@ -42,6 +44,45 @@ def parse_fan_curve(text: str) -> FanCurveFile:
     )
 
 
+@dataclass(frozen=True)
+class GpuOdRestore:
+    """What the fan curve and zero-RPM were before the first write.
+
+    Restoring resets the curve to the boot default (firmware auto: ``r`` then ``c``, K-RESET) and
+    switches zero-RPM back on if it was on. A custom curve set by another tool is not re-created.
+    """
+
+    backend: ClassVar[str] = "gpu_od"
+    path: str  # the fan_curve file
+    was: str | None = None  # "auto" (boot default) or "custom"; informational
+    zero_rpm_path: str = ""
+    zero_rpm_enable: int | None = None  # None: the vBIOS has no zero-RPM setting
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GpuOdRestore:
+        zero = data.get("zero_rpm_enable")
+        was = data.get("was")
+        return cls(path=str(data.get("path") or ""), was=None if was is None else str(was),
+                   zero_rpm_path=str(data.get("zero_rpm_path") or ""),
+                   zero_rpm_enable=zero if isinstance(zero, int) else None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"backend": self.backend, "path": self.path, "was": self.was, "zero_rpm_path": self.zero_rpm_path,
+                "zero_rpm_enable": self.zero_rpm_enable}
+
+    def adopt(self, stored: Mapping[str, Any]) -> GpuOdRestore:
+        zero = stored.get("zero_rpm_enable")
+        return replace(self, zero_rpm_enable=zero) if isinstance(zero, int) else self
+
+    def restore(self, sysfs: Sysfs, dry_run: bool = False) -> str | None:
+        for value in ("r\n", "c\n"):
+            write(sysfs, self.path, value, dry_run)
+        if self.zero_rpm_enable == 1 and self.zero_rpm_path:
+            write(sysfs, self.zero_rpm_path, "1\n", dry_run)
+            write(sysfs, self.zero_rpm_path, "c\n", dry_run)
+        return None
+
+
 class GpuOdBackend(Writer):
     name = "gpu_od"
 
@@ -52,22 +93,20 @@ class GpuOdBackend(Writer):
         self.zero_path = f"{self.dir}/fan_zero_rpm_enable"
         self.hwmon_dir = hwmon_dir
         self.curve = parse_fan_curve(sysfs.read(self.curve_path) or "")
-        self.original_zero: int | None = None
+        self.record = GpuOdRestore(self.curve_path, zero_rpm_path=self.zero_path)
         self.last_percent: int | None = None
 
     @property
     def minimum_percent(self) -> float:
         return float(self.curve.speed_range_percent[0]) if self.curve.speed_range_percent else 0.0
 
-    def original(self) -> dict[str, object]:
-        self.original_zero = self._zero_rpm()
+    def original(self) -> GpuOdRestore:
         was_auto = all(p == (0, 0) for p in self.curve.points)
-        return {"backend": self.name, "path": self.curve_path, "was": "auto" if was_auto else "custom",
-                "zero_rpm_path": self.zero_path, "zero_rpm_enable": self.original_zero}
+        self.record = GpuOdRestore(self.curve_path, "auto" if was_auto else "custom", self.zero_path, self._zero_rpm())
+        return self.record
 
-    def adopt(self, record: dict[str, object]) -> None:
-        zero = record.get("zero_rpm_enable")
-        self.original_zero = zero if isinstance(zero, int) else self.original_zero
+    def adopt(self, stored: Mapping[str, Any]) -> None:
+        self.record = self.record.adopt(stored)
 
     def take_control(self) -> None:
         self._zero_rpm_off()
@@ -83,9 +122,9 @@ class GpuOdBackend(Writer):
 
     def _zero_rpm_off(self) -> bool:
         """Zero-RPM would stop the fan under the firmware's threshold whatever the curve says."""
-        if self.original_zero is None:
+        if self.record.zero_rpm_enable is None:
             return False
-        current = self.original_zero if self.dry_run else self._zero_rpm()
+        current = self.record.zero_rpm_enable if self.dry_run else self._zero_rpm()
         if current == 0:
             return False
         self.write(self.zero_path, "0\n")
@@ -97,7 +136,7 @@ class GpuOdBackend(Writer):
         t_lo, t_hi = self.curve.temp_range_c or (25, 100)
         speed = int(min(hi, max(lo, round(percent))))
         result = Applied(applied_pwm=round(speed * 255 / 100))
-        if not self.dry_run and self.original_zero is not None and self._zero_rpm() == 1:
+        if not self.dry_run and self.record.zero_rpm_enable is not None and self._zero_rpm() == 1:
             result.mode_reset = True
             self._zero_rpm_off()
         if not self.dry_run and self.last_percent is not None:
@@ -130,17 +169,5 @@ class GpuOdBackend(Writer):
         return result
 
     def restore(self) -> None:
-        restore_gpu_od(self.sysfs, self.curve_path, self.dry_run)
-        if self.original_zero == 1:
-            self.write(self.zero_path, "1\n")
-            self.write(self.zero_path, "c\n")
+        self.record.restore(self.sysfs, self.dry_run)
         self.last_percent = None
-
-
-def restore_gpu_od(sysfs: Sysfs, curve_path: str, dry_run: bool = False) -> None:
-    """``r`` resets the curve to the boot default (firmware auto), ``c`` commits it (K-RESET)."""
-    for value in ("r\n", "c\n"):
-        if dry_run:
-            log.info("dry-run: would write %r to %s", value, curve_path)
-        else:
-            sysfs.write(curve_path, value)

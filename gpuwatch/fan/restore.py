@@ -2,8 +2,9 @@
 
 The controller records each GPU's original fan mode in ``<runtime_dir>/fan-restore.json`` before its
 first write. `gpuwatch fans-auto` (systemd ExecStopPost, so it runs after a SIGKILL or crash too)
-restores from that file; without one it sets every amdgpu fan to automatic. It never writes
-``pwm1_enable=0``, which means full speed, not automatic (SYSFS_FACTS §4.4, K-FANNONE).
+restores from that file with the same typed records the controller restores with; without a file it
+sets every amdgpu fan to automatic. It never writes ``pwm1_enable=0``, which means full speed, not
+automatic (SYSFS_FACTS §4.4, K-FANNONE).
 """
 
 from __future__ import annotations
@@ -11,15 +12,23 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from gpuwatch.amdgpu import discover
-from gpuwatch.fan import AUTO, MANUAL, restore_pwm1
-from gpuwatch.fanod import restore_gpu_od
+from gpuwatch.fan.backend import RestoreRecord
+from gpuwatch.fan.gpu_od import GpuOdRestore
+from gpuwatch.fan.pwm1 import AUTO, MANUAL, Pwm1Restore
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 log = logging.getLogger("gpuwatch.fan")
+
+# The file's "backend" key -> its record type.
+RECORDS: dict[str, Callable[[Mapping[str, Any]], RestoreRecord]] = {
+    Pwm1Restore.backend: Pwm1Restore.from_json,
+    GpuOdRestore.backend: GpuOdRestore.from_json,
+}
 
 
 class RestoreFile:
@@ -28,7 +37,7 @@ class RestoreFile:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def load(self) -> dict[str, dict[str, Any]]:
+    def load(self) -> dict[str, Any]:
         try:
             data = json.loads(self.path.read_text())
         except FileNotFoundError:
@@ -38,22 +47,22 @@ class RestoreFile:
             return {}
         return data if isinstance(data, dict) else {}
 
-    def add(self, gpu_id: str, record: dict[str, Any]) -> dict[str, Any]:
-        """Record ``record`` unless one is there already; returns the record in force.
+    def add(self, gpu_id: str, record: RestoreRecord) -> dict[str, Any]:
+        """Record ``record`` unless one is there already; returns the record in force (as stored).
 
         A record left by a killed daemon holds the true original (e.g. ``pwm1_enable`` 2), where
         this start would read the "manual" that the killed daemon left behind.
         """
         data = self.load()
         existing = data.get(gpu_id)
-        if isinstance(existing, dict) and existing.get("backend") == record.get("backend"):
+        if isinstance(existing, dict) and existing.get("backend") == record.backend:
             return existing
-        data[gpu_id] = record
+        stored = data[gpu_id] = record.to_json()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
         os.replace(tmp, self.path)
-        return record
+        return stored
 
     def clear(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -73,37 +82,34 @@ def fans_auto(sysfs: Sysfs, restore_file: RestoreFile) -> list[str]:
     return problems
 
 
-def _restore_record(sysfs: Sysfs, gpu_id: str, record: dict[str, Any]) -> list[str]:
-    path = str(record.get("path") or "")
+def _restore_record(sysfs: Sysfs, gpu_id: str, stored: Any) -> list[str]:
+    backend = stored.get("backend") if isinstance(stored, dict) else None
+    parse = RECORDS.get(backend) if isinstance(backend, str) else None
+    if parse is None:
+        return [f"{gpu_id}: unknown restore record {stored!r}"]
+    record = parse(stored)
     try:
-        if record.get("backend") == "pwm1":
-            mode = record.get("pwm1_enable")
-            mode = mode if mode in (MANUAL, AUTO) else AUTO
-            if not restore_pwm1(sysfs, path.rsplit("/", 1)[0], int(mode)):
-                return [f"{gpu_id}: pwm1_enable did not read back {mode}"]
-        elif record.get("backend") == "gpu_od":
-            restore_gpu_od(sysfs, path)
-            if record.get("zero_rpm_enable") == 1 and record.get("zero_rpm_path"):
-                sysfs.write(str(record["zero_rpm_path"]), "1\n")
-                sysfs.write(str(record["zero_rpm_path"]), "c\n")
-        else:
-            return [f"{gpu_id}: unknown restore record {record!r}"]
+        problem = record.restore(sysfs)
     except SysfsError as exc:
         return [f"{gpu_id}: {exc}"]
-    log.info("GPU %s: fan handed back to the firmware (%s)", gpu_id, record.get("backend"))
+    if problem:
+        return [f"{gpu_id}: {problem}"]
+    log.info("GPU %s: fan handed back to the firmware (%s)", gpu_id, record.backend)
     return []
 
 
 def _all_auto(sysfs: Sysfs) -> list[str]:
+    """No restore file: the boot default curve on every writable fan_curve, pwm1_enable 2 where it is 1."""
     problems = []
     for card in discover(sysfs).cards:
         curve = f"{card.device_dir}/gpu_od/fan_ctrl/fan_curve"
         try:
             if sysfs.exists(curve) and sysfs.writable(curve):
-                restore_gpu_od(sysfs, curve)
+                GpuOdRestore(curve).restore(sysfs)
             if card.hwmon_dir and sysfs.read(f"{card.hwmon_dir}/pwm1_enable") == str(MANUAL):
-                if not restore_pwm1(sysfs, card.hwmon_dir, AUTO):
-                    problems.append(f"{card.gpu_id}: pwm1_enable did not read back {AUTO}")
+                problem = Pwm1Restore(f"{card.hwmon_dir}/pwm1_enable", AUTO).restore(sysfs)
+                if problem:
+                    problems.append(f"{card.gpu_id}: {problem}")
         except SysfsError as exc:
             problems.append(f"{card.gpu_id}: {exc}")
     return problems

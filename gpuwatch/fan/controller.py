@@ -1,0 +1,223 @@
+"""The fan controller the daemon runs: per GPU and tick, probe -> take control -> apply -> publish FanState.
+
+Implements the daemon's FanConsumer (``tick(snapshot)`` and ``restore()``). The backend is chosen per
+GPU from what exists and is writable (SYSFS_FACTS §5-6): gpu_od fan_curve (RDNA3+), else pwm1 +
+pwm1_enable (RDNA2 and older), else none (monitor-only). Where a GPU's files are comes from the amdgpu
+source (``locate``); the shared readings carry no paths. The original fan mode of every GPU taken over
+is persisted first (restore.py) so `gpuwatch fans-auto` can hand it back even after a SIGKILL. The
+decisions are pure: the curve in curve.py, sensor choice, stall rule, mode and message in rules.py.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuwatch.amdgpu import AmdCard
+from gpuwatch.config import FanConfig
+from gpuwatch.fan.backend import ENABLE_HINT, Applied, FanBackend, NoFanControl
+from gpuwatch.fan.curve import CurveParams, CurveState, curve_params, decide
+from gpuwatch.fan.gpu_od import GpuOdBackend, parse_fan_curve
+from gpuwatch.fan.pwm1 import Pwm1Backend
+from gpuwatch.fan.restore import RestoreFile
+from gpuwatch.fan.rules import Verdict, driven_verdict, idle_verdict, pick_sensor, stall
+from gpuwatch.model import FanMode, FanState, GpuReading, Snapshot
+from gpuwatch.sysfs import Sysfs, SysfsError
+
+log = logging.getLogger("gpuwatch.fan")
+
+Locate = Callable[[str], AmdCard | None]
+
+
+def choose_backend(sysfs: Sysfs, card: AmdCard | None, dry_run: bool, tolerance: float,
+                   check_access: bool = True) -> FanBackend:
+    """gpu_od when fan_curve is present, writable and has a non-zero range; else pwm1; else NoFanControl."""
+    why = "no fan control interface (APU or fanless board)"
+    if card is None or card.hwmon_dir is None:
+        # No hwmon node: no temperature for a curve to follow, nothing to read a fan back from.
+        raise NoFanControl(why)
+    hwmon_dir, curve_path = card.hwmon_dir, f"{card.device_dir}/gpu_od/fan_ctrl/fan_curve"
+    if sysfs.exists(curve_path):
+        try:
+            curve = parse_fan_curve(sysfs.read(curve_path) or "")
+        except SysfsError as exc:
+            curve, why = None, f"fan_curve unreadable: {exc.reason}"
+        if curve is not None and not curve.usable:
+            why = "fan_curve has a zero OD range (firmware rejects every write)"
+        elif curve is not None and check_access and not sysfs.writable(curve_path):
+            why = "fan_curve is read-only (overdrive disabled)"
+        elif curve is not None:
+            return GpuOdBackend(sysfs, card.device_dir, hwmon_dir, dry_run=dry_run)
+    elif sysfs.exists(f"{hwmon_dir}/pwm1") and sysfs.exists(f"{hwmon_dir}/pwm1_enable"):
+        if not check_access or sysfs.writable(f"{hwmon_dir}/pwm1_enable"):
+            return Pwm1Backend(sysfs, hwmon_dir, dry_run=dry_run, tolerance_percent=tolerance)
+        why = "pwm1_enable is not writable (run as root)"
+    elif sysfs.exists(f"{hwmon_dir}/pwm1"):
+        why = "pwm1 without pwm1_enable (RDNA4) and no gpu_od fan_curve"
+    if "APU" not in why:
+        why += "; " + ENABLE_HINT
+    raise NoFanControl(why)
+
+
+@dataclass
+class GpuFan:
+    """Controller state of one GPU across ticks."""
+
+    gpu_id: str
+    settings: FanConfig
+    backend: FanBackend | None  # None: monitor-only, ``why_not`` says why
+    mode: FanMode  # what a good tick publishes: CURVE, DRY_RUN or MONITOR_ONLY
+    why_not: str | None = None
+    sensor: str | None = None
+    state: CurveState = field(default_factory=CurveState)
+    controlling: bool = False
+    mode_resets_total: int = 0
+    write_errors_total: int = 0
+    stalls_total: int = 0
+    stall_ticks: int = 0
+
+    @property
+    def params(self) -> CurveParams:
+        return curve_params(self.settings)
+
+    @property
+    def backend_name(self) -> str:
+        return "none" if self.backend is None else self.backend.name
+
+
+class FanController:
+    def __init__(self, config: FanConfig, sysfs: Sysfs, runtime_dir: Path, *, locate: Locate,
+                 clock: Callable[[], float] = time.monotonic, check_access: bool = True) -> None:
+        self.config = config
+        self.sysfs = sysfs
+        self.locate = locate
+        self.clock = clock
+        self.check_access = check_access
+        self.restore_file = RestoreFile(runtime_dir / "fan-restore.json")
+        self.fans: dict[str, GpuFan] = {}
+        self._atexit = False
+
+    def tick(self, snapshot: Snapshot) -> tuple[FanState, ...]:
+        now = self.clock()
+        states = []
+        for gpu in snapshot.gpus:
+            if gpu.backend != "amdgpu":
+                continue  # NVIDIA GPUs are monitored only (docs/nvidia.md)
+            fan = self.fans.get(gpu.gpu_id) or self._new(gpu)
+            try:
+                states.append(self._tick_one(fan, gpu, now))
+            except SysfsError as exc:  # never let one GPU stop the others
+                fan.write_errors_total += 1
+                states.append(self._state(fan, gpu, None, None, Applied(error=exc.reason),
+                                          Verdict(FanMode.FAILSAFE, f"fan error: {exc.reason}")))
+        return tuple(states)
+
+    def _new(self, gpu: GpuReading) -> GpuFan:
+        settings = self.config.for_gpu(gpu.gpu_id)
+        mode = FanMode.DRY_RUN if settings.mode == "dry-run" else FanMode.CURVE
+        backend: FanBackend | None = None
+        why = "monitor-only by configuration (fan.mode)"
+        if settings.mode != "monitor-only":
+            try:
+                backend = choose_backend(self.sysfs, self.locate(gpu.gpu_id), mode is FanMode.DRY_RUN,
+                                         settings.verify_tolerance_percent, self.check_access)
+            except NoFanControl as exc:
+                why = f"monitor-only: {exc}"
+        if backend is None:
+            log.warning("GPU %s: %s", gpu.gpu_id, why)
+            mode = FanMode.MONITOR_ONLY
+        fan = GpuFan(gpu.gpu_id, settings, backend, mode, why_not=None if backend else why)
+        self.fans[gpu.gpu_id] = fan
+        return fan
+
+    def _tick_one(self, fan: GpuFan, gpu: GpuReading, now: float) -> FanState:
+        if fan.sensor is None and gpu.temps:
+            # Chosen once; a sensor that disappears later means failsafe, never a silent switch.
+            fan.sensor = pick_sensor(gpu, fan.settings.sensor)
+            log.info("GPU %s: fan %s %s (backend %s)", gpu.gpu_id,
+                     "watching" if fan.backend is None else "curve driven by", fan.sensor, fan.backend_name)
+        reading = gpu.temp(fan.sensor) if fan.sensor else None
+        temp_c = reading.temp_c if reading else None
+        crit_c = reading.crit_c if reading else None
+        idle = idle_verdict(gpu.up, gpu.suspended)
+        if idle is not None:
+            return self._state(fan, gpu, None, None, Applied(), idle)
+        if fan.backend is None:
+            return self._state(fan, gpu, temp_c, None, Applied(rpm=gpu.fan_rpm, readback_pwm=gpu.pwm),
+                               Verdict(FanMode.MONITOR_ONLY, fan.why_not))
+        telemetry = tuple(t.temp_c for t in gpu.temps) + (gpu.power_w,)
+        decision = decide(fan.params, fan.state, temp_c, crit_c, now, fan.backend.minimum_percent, telemetry)
+        fan.state = decision.state
+        if not fan.controlling:
+            self._take_control(fan, fan.backend)
+        applied = fan.backend.apply(decision.percent)
+        fan.mode_resets_total += applied.mode_reset
+        if applied.mode_reset:
+            log.warning("GPU %s: fan mode was reset by the firmware or another tool; re-asserted", gpu.gpu_id)
+        if applied.error:
+            fan.write_errors_total += 1
+            log.error("GPU %s: fan write failed: %s", gpu.gpu_id, applied.error)
+        stalled = stall(fan.stall_ticks, applied.rpm, applied.applied_pwm, fan.settings.stall_after_ticks,
+                        written=fan.mode is not FanMode.DRY_RUN)
+        fan.stall_ticks = stalled.ticks
+        if stalled.started:
+            fan.stalls_total += 1
+            log.error("GPU %s: fan reports 0 RPM while commanded pwm %s", fan.gpu_id, applied.applied_pwm)
+        verdict = driven_verdict(fan.mode, decision, fan.sensor, crit_c, applied.verified, stalled.stalled)
+        return self._state(fan, gpu, temp_c, decision.percent, applied, verdict, stalled=stalled.stalled)
+
+    def _take_control(self, fan: GpuFan, backend: FanBackend) -> None:
+        record = backend.original()
+        was = record.to_json()
+        if fan.mode is not FanMode.DRY_RUN:
+            # Persisted before the first write, so a SIGKILL right after still leaves the way back.
+            was = self.restore_file.add(fan.gpu_id, record)
+            backend.adopt(was)
+        backend.take_control()
+        fan.controlling = True
+        log.info("GPU %s: took fan control via %s (was %s)", fan.gpu_id, backend.name, was)
+        if not self._atexit:
+            # The daemon restores in its finally (the documented path). This covers a controller used
+            # without it, in tests or as a library, whose process exits without calling restore();
+            # restore() is idempotent, so running both is harmless.
+            atexit.register(self.restore)
+            self._atexit = True
+
+    def _state(self, fan: GpuFan, gpu: GpuReading, temp_c: float | None, percent: float | None, applied: Applied,
+               verdict: Verdict, stalled: bool = False) -> FanState:
+        return FanState(
+            gpu_id=gpu.gpu_id, backend=fan.backend_name, mode=verdict.mode, sensor=fan.sensor, sensor_temp_c=temp_c,
+            target_ratio=None if percent is None else percent / 100.0,
+            applied_pwm=applied.applied_pwm, readback_pwm=applied.readback_pwm, rpm=applied.rpm,
+            stalled=stalled, mode_resets_total=fan.mode_resets_total, write_errors_total=fan.write_errors_total,
+            stalls_total=fan.stalls_total, message=verdict.message, failsafe_reason=verdict.failsafe_reason,
+        )
+
+    def restore(self) -> None:
+        """Every fan taken back to what it was at start; safe to call more than once."""
+        failed = []
+        for fan in self.fans.values():
+            if not fan.controlling or fan.backend is None:
+                continue
+            try:
+                fan.backend.restore()
+                fan.controlling = False
+                fan.state = CurveState()
+                log.info("GPU %s: fan handed back to the firmware", fan.gpu_id)
+            except SysfsError as exc:
+                if exc.reason == "ENOENT":
+                    # The card fell off the bus: there is no fan left to hand back; when it
+                    # returns, the driver re-initialises it in automatic mode.
+                    fan.controlling = False
+                    log.warning("GPU %s: gone, no fan to restore", fan.gpu_id)
+                    continue
+                failed.append(f"{fan.gpu_id}: {exc.reason}")
+                log.error("GPU %s: could not restore the fan: %s (run gpuwatch fans-auto)", fan.gpu_id, exc)
+        if not failed and not any(f.controlling for f in self.fans.values()):
+            self.restore_file.clear()
+        if failed:
+            raise RuntimeError("fan restore failed for " + ", ".join(failed))

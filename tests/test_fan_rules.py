@@ -1,0 +1,88 @@
+"""The fan controller's pure rules as tables: sensor choice, stall, and the mode and message of a tick."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuwatch.fan.curve import CurveState, Decision
+from gpuwatch.fan.rules import Stall, Verdict, driven_verdict, idle_verdict, pick_sensor, stall
+from gpuwatch.model import FanMode, GpuReading, TempReading
+
+
+def _gpu(*labels: str) -> GpuReading:
+    return GpuReading(gpu_id="g", card="card0", backend="amdgpu", temps=tuple(TempReading(l, 50.0) for l in labels))
+
+
+@pytest.mark.parametrize(
+    "labels, wanted, expected",
+    [
+        (("edge", "junction", "mem"), "auto", "junction"),
+        (("edge",), "auto", "edge"),  # Polaris, SI/CIK, APUs
+        (("mem",), "auto", None),
+        ((), "auto", None),
+        (("edge", "junction"), "edge", "edge"),
+        (("edge",), "mem", "mem"),  # pinned: a missing pinned sensor means failsafe later, not a switch
+    ],
+)
+def test_pick_sensor(labels: tuple[str, ...], wanted: str, expected: str | None) -> None:
+    assert pick_sensor(_gpu(*labels), wanted) == expected
+
+
+# (ticks before, rpm, applied_pwm, written) -> Stall, with stall_after_ticks = 3
+@pytest.mark.parametrize(
+    "ticks, rpm, pwm, written, expected",
+    [
+        (0, 0, 128, True, Stall(1, False, False)),
+        (2, 0, 128, True, Stall(3, True, True)),  # the episode starts: counted once
+        (3, 0, 128, True, Stall(4, True, False)),  # still stalled, not counted again
+        (3, 900, 128, True, Stall(0, False, False)),  # turning again
+        (2, 0, 0, True, Stall(0, False, False)),  # commanded 0: not a stall
+        (2, 0, None, True, Stall(0, False, False)),
+        (2, None, 128, True, Stall(0, False, False)),  # no tach
+        (2, 0, 128, False, Stall(0, False, False)),  # dry-run: nothing written
+    ],
+)
+def test_stall_rule(ticks: int, rpm: int | None, pwm: int | None, written: bool, expected: Stall) -> None:
+    assert stall(ticks, rpm, pwm, after_ticks=3, written=written) == expected
+
+
+@pytest.mark.parametrize(
+    "up, suspended, expected",
+    [
+        (False, False, Verdict(FanMode.FAILSAFE, "GPU not present", "GPU not present")),
+        (False, True, Verdict(FanMode.FAILSAFE, "GPU not present", "GPU not present")),
+        (True, True, Verdict(FanMode.CURVE, "GPU runtime-suspended: fan left as is")),
+        (True, False, None),
+    ],
+)
+def test_idle_verdict(up: bool, suspended: bool, expected: Verdict | None) -> None:
+    assert idle_verdict(up, suspended) == expected
+
+
+def _decision(percent: float = 60.0, failsafe_reason: str | None = None, crit: bool = False) -> Decision:
+    return Decision(percent=percent, state=CurveState(), target_percent=percent, failsafe_reason=failsafe_reason,
+                    crit=crit)
+
+
+@pytest.mark.parametrize(
+    "base, decision, sensor, verified, stalled, expected",
+    [
+        (FanMode.CURVE, _decision(), "junction", True, False, Verdict(FanMode.CURVE)),
+        (FanMode.DRY_RUN, _decision(), "junction", True, False, Verdict(FanMode.DRY_RUN)),
+        (FanMode.CURVE, _decision(100, "no temperature for 3 tick(s)"), "junction", True, False,
+         Verdict(FanMode.FAILSAFE, "failsafe: no temperature for 3 tick(s) on junction", "no temperature for 3 tick(s)")),
+        (FanMode.CURVE, _decision(100, "no temperature for 3 tick(s)"), None, True, False,
+         Verdict(FanMode.FAILSAFE, "failsafe: no temperature for 3 tick(s) on no sensor", "no temperature for 3 tick(s)")),
+        (FanMode.CURVE, _decision(100, crit=True), "junction", True, False,
+         Verdict(FanMode.CURVE, "junction at or above crit 110 °C: 100 %")),
+        (FanMode.CURVE, _decision(), "junction", False, False,
+         Verdict(FanMode.CURVE, "fan readback differs from the written value")),
+        (FanMode.CURVE, _decision(62.4, crit=False), "junction", False, True,
+         Verdict(FanMode.CURVE, "fan stalled: 0 RPM while commanded 62 %")),  # a stall says so last
+        (FanMode.CURVE, _decision(100, "frozen"), "edge", True, True,
+         Verdict(FanMode.FAILSAFE, "fan stalled: 0 RPM while commanded 100 %", "frozen")),
+    ],
+)
+def test_driven_verdict(base: FanMode, decision: Decision, sensor: str | None, verified: bool, stalled: bool,
+                        expected: Verdict) -> None:
+    assert driven_verdict(base, decision, sensor, 110.0, verified, stalled) == expected
