@@ -3,7 +3,7 @@
 What it does, and what it proves (docs/nvidia.md shows a recorded run):
 1. reads the idle core temperature through gpuwatch itself (`gpuwatch sensors --json`, backend nvml);
 2. writes a config whose pause line is idle + ``--margin-c`` (thermal.edge_limit_c; NVIDIA's core
-   temperature is published as "edge", see gpuwatch/nvml.py) with one ``[[trainer]]``;
+   temperature is published as "edge", see gpuwatch/gpus/nvml.py) with one ``[[trainer]]``;
 3. runs `gpuwatch run`, samples `gpuwatch status --json` every second and /metrics every few seconds;
 4. stops once the trainer was paused and resumed (or at ``--duration-s``), SIGTERMs the daemon;
 5. writes timeline.csv, timeline.md, status/metrics captures and summary.json (the checks) to ``--out``.

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from _common import build_tree, cleanup, fixtures_arg, machine, median, percentile, temp_dir
 
-from gpuwatch.amdgpu import AmdgpuBackend, discover, read_card
-from gpuwatch.sampler import Sampler
+from gpuwatch.gpus.amdgpu import AmdgpuSource, discover, read_card
+from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.sysfs import Sysfs
 
 TARGET_PER_GPU_MS = 1.0
@@ -31,7 +31,7 @@ def measure(
         samplers = {}
         for gpus in counts:
             build_tree(root / f"sys{gpus}", fixtures, capture, gpus)
-            sampler = Sampler([AmdgpuBackend(Sysfs(root / f"sys{gpus}"))])
+            sampler = Sampler([AmdgpuSource(Sysfs(root / f"sys{gpus}"))])
             snapshot = sampler.sample()  # discovery happens here, as at daemon start
             assert len(snapshot.gpus) == gpus and all(g.up and g.temps for g in snapshot.gpus), snapshot
             samplers[gpus] = sampler

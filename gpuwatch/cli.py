@@ -239,10 +239,10 @@ def daemon_document(config: Config) -> tuple[dict[str, Any], str | None] | None:
 
 
 def sysfs_document(config: Config) -> dict[str, Any]:
-    from gpuwatch.daemon import build_backends
-    from gpuwatch.sampler import Sampler
+    from gpuwatch.daemon import build_sources
+    from gpuwatch.gpus.sampler import Sampler
 
-    snapshot = Sampler(build_backends(config)).sample()
+    snapshot = Sampler(build_sources(config)).sample()
     return to_document(PublishedState(snapshot=snapshot), config.thermal, source="sysfs")
 
 

@@ -25,18 +25,18 @@ from types import FrameType
 from typing import Callable, Protocol
 
 from gpuwatch import __version__
-from gpuwatch.amdgpu import AmdgpuBackend
-from gpuwatch.backend import GpuBackend
+from gpuwatch.gpus.amdgpu import AmdgpuSource
+from gpuwatch.gpus.source import GpuSource
 from gpuwatch.config import Config, ConfigError, load_config
 from gpuwatch.control import ControlServer
 from gpuwatch.document import to_document
 from gpuwatch.http import HttpServer
-from gpuwatch.nvml import NvmlBackend, NvmlUnavailable
+from gpuwatch.gpus.nvml import NvmlSource, NvmlUnavailable
 from gpuwatch.model import DaemonInfo, FanState, PublishedState, Snapshot, TrainerState
 from gpuwatch.reload import plan_reload
-from gpuwatch.sampler import Sampler
+from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.sdnotify import Notifier
-from gpuwatch.sim.cards import SimulatedBackend, start_simulator
+from gpuwatch.sim.cards import SimulatedSource, start_simulator
 from gpuwatch.state import StateHolder, write_state_file
 from gpuwatch.summary import status_line
 from gpuwatch.sysfs import Sysfs
@@ -58,39 +58,39 @@ class TrainerConsumer(Protocol):
 class Parts:
     """What the composition root built; tests may pass their own."""
 
-    backends: list[GpuBackend]
+    sources: list[GpuSource]
     fans: FanConsumer | None = None
     trainers: TrainerConsumer | None = None
     on_tick: list[Callable[[PublishedState], None]] = field(default_factory=list)
 
 
-def amdgpu_backend(config: Config) -> AmdgpuBackend | None:
+def amdgpu_source(config: Config) -> AmdgpuSource | None:
     """The amdgpu reader when ``config.backend`` asks for one (it also locates cards for the fans)."""
-    return AmdgpuBackend(Sysfs(config.sysfs_root)) if config.backend in ("auto", "amdgpu") else None
+    return AmdgpuSource(Sysfs(config.sysfs_root)) if config.backend in ("auto", "amdgpu") else None
 
 
-def build_backends(config: Config, nvml: object | None = None, amdgpu: AmdgpuBackend | None = None) -> list[GpuBackend]:
-    """The backends ``config.backend`` names; ``nvml`` injects a pynvml-like module (tests), ``amdgpu``
-    a reader built with ``amdgpu_backend`` (shared with the fan controller).
+def build_sources(config: Config, nvml: object | None = None, amdgpu: AmdgpuSource | None = None) -> list[GpuSource]:
+    """The GPU sources ``config.backend`` names; ``nvml`` injects a pynvml-like module (tests), ``amdgpu``
+    a reader built with ``amdgpu_source`` (shared with the fan controller).
 
     auto never fails: NVML that is absent or cannot initialise is logged and skipped. An explicit
     ``backend = "nvml"`` without a working NVML is a configuration error (exit 2), said plainly.
     """
-    backends: list[GpuBackend] = []
-    amdgpu = amdgpu or amdgpu_backend(config)
+    sources: list[GpuSource] = []
+    amdgpu = amdgpu or amdgpu_source(config)
     if amdgpu is not None:
-        backends.append(amdgpu)
+        sources.append(amdgpu)
     if config.backend in ("auto", "nvml"):
         try:
-            backends.append(NvmlBackend(nvml))
+            sources.append(NvmlSource(nvml))
         except NvmlUnavailable as exc:
             if config.backend == "nvml":
                 raise ConfigError(f"backend = \"nvml\": {exc}") from None
             log.debug("NVIDIA backend not used: %s", exc)
-    return backends
+    return sources
 
 
-def build_fans(config: Config, amdgpu: AmdgpuBackend | None) -> FanConsumer | None:
+def build_fans(config: Config, amdgpu: AmdgpuSource | None) -> FanConsumer | None:
     """The fan controller; it drives the amdgpu cards ``amdgpu`` reads (none without it)."""
     if config.fan.mode == "off":
         return None
@@ -114,8 +114,8 @@ def build_supervisor(config: Config) -> TrainerConsumer | None:
 
 
 def build_parts(config: Config) -> Parts:
-    amdgpu = amdgpu_backend(config)
-    return Parts(backends=build_backends(config, amdgpu=amdgpu), fans=build_fans(config, amdgpu),
+    amdgpu = amdgpu_source(config)
+    return Parts(sources=build_sources(config, amdgpu=amdgpu), fans=build_fans(config, amdgpu),
                  trainers=build_supervisor(config))
 
 
@@ -143,9 +143,9 @@ class Daemon:
         self.notifier = notifier or Notifier(None)
         self.parts = parts or build_parts(config)
         if self.simulator is not None:
-            self.parts.backends = [SimulatedBackend(self.simulator, b) for b in self.parts.backends]
+            self.parts.sources = [SimulatedSource(self.simulator, s) for s in self.parts.sources]
             self.parts.on_tick.append(self.simulator.observe)
-        self.sampler = Sampler(self.parts.backends)
+        self.sampler = Sampler(self.parts.sources)
         self.holder = StateHolder()
         self.started_unix = time.time()
         self.ticks_total = 0

@@ -7,12 +7,12 @@ import re
 from pathlib import Path
 from typing import Callable
 
-from gpuwatch.amdgpu import AmdgpuBackend
+from gpuwatch.gpus.amdgpu import AmdgpuSource
 from gpuwatch.config import FanConfig
 from gpuwatch.sim.tree import CardCapture, FakeCard, FakeSysfsTree
 from gpuwatch.fan.controller import FanController
 from gpuwatch.model import FanState
-from gpuwatch.sampler import Sampler
+from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 _POINT = re.compile(r"^(\d) (\d+) (\d+)$")
@@ -84,7 +84,7 @@ class Rig:
         self.now = 0.0
         self.config = FanConfig(**fan)  # type: ignore[arg-type]
         self.runtime_dir = tmp_path / "run"
-        self.source = AmdgpuBackend(Sysfs(self.tree.root))
+        self.source = AmdgpuSource(Sysfs(self.tree.root))
         self.sampler = Sampler([self.source], monotonic=lambda: self.now)
         self.fans = self.controller()
 

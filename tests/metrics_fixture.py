@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import capture
-from gpuwatch.amdgpu import AmdgpuBackend
+from gpuwatch.gpus.amdgpu import AmdgpuSource
 from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.model import (
     DaemonInfo,
@@ -21,7 +21,7 @@ from gpuwatch.model import (
     TrainerPhase,
     TrainerState,
 )
-from gpuwatch.sampler import Sampler
+from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.sysfs import Sysfs
 
 NOW_UNIX = 1_800_000_000.0
@@ -40,7 +40,7 @@ def two_gpu_tree(root: Path) -> FakeSysfsTree:
 def example_state(root: Path) -> PublishedState:
     tree = two_gpu_tree(root)
     clock = iter([100.0, 100.5])
-    sampler = Sampler([AmdgpuBackend(Sysfs(tree.root))], wall_clock=lambda: NOW_UNIX, monotonic=lambda: next(clock))
+    sampler = Sampler([AmdgpuSource(Sysfs(tree.root))], wall_clock=lambda: NOW_UNIX, monotonic=lambda: next(clock))
     snapshot = sampler.sample()
     # A GPU that fell off the bus: identity kept, up=0, no values.
     gone = GpuReading(gpu_id=GPU_GONE, card="card2", backend="amdgpu", name="Navi 31", device_id="1002:744C", up=False,

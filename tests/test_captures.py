@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CARD_FILES, FIXTURES
-from gpuwatch.amdgpu import discover, read_card
+from gpuwatch.gpus.amdgpu import discover, read_card
 from gpuwatch.sim.tree import FakeSysfsTree, load_capture
 from gpuwatch.model import GpuReading
 from gpuwatch.sysfs import Sysfs

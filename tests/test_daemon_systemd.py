@@ -19,7 +19,7 @@ import pytest
 
 from conftest import capture
 from gpuwatch.config import CONFIG_ERROR_EXIT, parse_config
-from gpuwatch.daemon import Daemon, Parts, build_backends
+from gpuwatch.daemon import Daemon, Parts, build_sources
 from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.model import FanState, Snapshot
 from gpuwatch.sdnotify import Notifier
@@ -211,7 +211,7 @@ def test_a_stuck_tick_stops_the_watchdog_pings(tmp_path: Path, sys_root: Path) -
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.bind(str(tmp_path / "n"))
         sock.settimeout(0.05)
-        daemon = Daemon(config, Parts(backends=build_backends(config), fans=fans), notifier=Notifier(str(tmp_path / "n"), 0.1))
+        daemon = Daemon(config, Parts(sources=build_sources(config), fans=fans), notifier=Notifier(str(tmp_path / "n"), 0.1))
         loop = threading.Thread(target=daemon.run)
         loop.start()
         try:

@@ -6,9 +6,9 @@ import errno
 from pathlib import Path
 
 from conftest import FaultySysfs, capture
-from gpuwatch.amdgpu import AmdgpuBackend, discover, read_card
+from gpuwatch.gpus.amdgpu import AmdgpuSource, discover, read_card
 from gpuwatch.sim.tree import FakeSysfsTree
-from gpuwatch.sampler import Sampler
+from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.sysfs import Sysfs
 
 NAVI10 = "navi10-rx5700xt-sapphire"
@@ -28,7 +28,7 @@ def test_skips_connectors_and_lists_other_drivers_unread(fake_sysfs: FakeSysfsTr
 def test_card10_and_two_gpus_identified_by_pci_slot(fake_sysfs: FakeSysfsTree) -> None:
     fake_sysfs.add_capture(capture(NAVI10), card="card10", pci_slot="0000:0a:00.0", hwmon="hwmon12")
     fake_sysfs.add_capture(capture(NAVI10), card="card2", pci_slot="0000:0b:00.0", hwmon="hwmon3")
-    source = AmdgpuBackend(Sysfs(fake_sysfs.root))
+    source = AmdgpuSource(Sysfs(fake_sysfs.root))
     snapshot = Sampler([source]).sample()
     assert [(g.gpu_id, g.card) for g in snapshot.gpus] == [("0000:0a:00.0", "card10"), ("0000:0b:00.0", "card2")]
     assert all(g.temp("junction").temp_c == 58.0 for g in snapshot.gpus)
@@ -89,10 +89,10 @@ def test_vanished_gpu_stays_with_up_false(fake_sysfs: FakeSysfsTree) -> None:
     import shutil
 
     card = fake_sysfs.add_capture(capture(NAVI10))
-    sampler = Sampler([AmdgpuBackend(Sysfs(fake_sysfs.root))])
+    sampler = Sampler([AmdgpuSource(Sysfs(fake_sysfs.root))])
     assert sampler.sample().gpus[0].up
     shutil.rmtree(Path(fake_sysfs.root) / card.device_dir)
     (Path(fake_sysfs.root) / "class/drm/card1").unlink()
     gone = sampler.sample().gpus
     assert len(gone) == 1 and not gone[0].up and gone[0].name and gone[0].temps == ()
-    assert Sampler([AmdgpuBackend(Sysfs(fake_sysfs.root))]).sample().gpus == ()
+    assert Sampler([AmdgpuSource(Sysfs(fake_sysfs.root))]).sample().gpus == ()

@@ -98,14 +98,14 @@ def test_port_in_use_is_reported_not_fatal(daemon: Daemon, tmp_path: Path) -> No
 
 def test_read_errors_accumulate_per_sensor(tmp_path: Path) -> None:
     from conftest import FaultySysfs
-    from gpuwatch.amdgpu import AmdgpuBackend
+    from gpuwatch.gpus.amdgpu import AmdgpuSource
     from gpuwatch.daemon import Parts
     import errno
 
     tree = two_gpu_tree(tmp_path / "sys")
     sysfs = FaultySysfs(tree.root, {"temp2_input": errno.EIO})
     config = Config(sysfs_root=tree.root, runtime_dir=tmp_path / "run", http=HttpConfig(enabled=False))
-    d = Daemon(config, Parts(backends=[AmdgpuBackend(sysfs)]))
+    d = Daemon(config, Parts(sources=[AmdgpuSource(sysfs)]))
     for _ in range(3):
         state = d.tick()
     counts = {(gpu, sensor): n for gpu, sensor, n in state.read_errors_total}

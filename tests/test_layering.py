@@ -11,9 +11,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gpuwatch"
 
 # 0 leaves, 1 parsing & pure logic, 2 effects, 3 entry points, 9 optional torch extra.
 LAYERS: dict[str, int] = {
-    "__init__": 0, "model": 0, "sysfs": 0, "config": 0, "heartbeat": 0, "pciids": 0, "backend": 0,
+    "__init__": 0, "model": 0, "sysfs": 0, "config": 0, "heartbeat": 0, "gpus": 1,
     "fan": 1, "curveplot": 1,
-    "amdgpu": 1, "nvml": 1, "limits": 1, "document": 1, "status": 1, "sampler": 1, "metrics": 1,
+    "limits": 1, "document": 1, "status": 1, "metrics": 1,
     "sim": 2,  # the simulator (docs/simulator.md)
     "policy": 1,
     "state": 2, "checkpoint": 2, "trainerproc": 2, "supervisor": 2, "control": 2, "http": 2,

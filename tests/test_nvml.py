@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from gpuwatch.config import ConfigError, parse_config
-from gpuwatch.daemon import Daemon, Parts, build_backends
+from gpuwatch.daemon import Daemon, Parts, build_sources
 from gpuwatch.document import to_document
 from gpuwatch.model import PublishedState
-from gpuwatch.nvml import NvmlBackend, NvmlUnavailable, normalise_bus_id
-from gpuwatch.sampler import Sampler
+from gpuwatch.gpus.nvml import NvmlSource, NvmlUnavailable, normalise_bus_id
+from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.status import exit_code, render
 from gpuwatch.limits import breaches
 from tests.conftest import capture
@@ -155,7 +155,7 @@ class FakeNvml:
 
 
 def test_two_gpus_read_with_units_converted() -> None:
-    readings, unsupported = NvmlBackend(FakeNvml([dict(H100), dict(RTX)])).read_all()
+    readings, unsupported = NvmlSource(FakeNvml([dict(H100), dict(RTX)])).read_all()
     assert unsupported == []
     h100, rtx = readings
     assert (h100.gpu_id, h100.card, h100.backend, h100.pwm) == ("0000:1b:00.0", "nvidia0", "nvml", None)
@@ -179,14 +179,14 @@ def test_two_gpus_read_with_units_converted() -> None:
 
 
 def test_board_without_fan_is_not_an_error() -> None:
-    (h100,), _ = NvmlBackend(FakeNvml([dict(H100)])).read_all()
+    (h100,), _ = NvmlSource(FakeNvml([dict(H100)])).read_all()
     assert h100.fan_duty_ratio is None
     assert h100.errors == ()
 
 
 def test_unreadable_field_is_recorded_and_the_rest_is_read() -> None:
     broken = {**RTX, "power_mw": NVMLError(999), "temp": NVMLError(999)}
-    (gpu,), _ = NvmlBackend(FakeNvml([broken])).read_all()
+    (gpu,), _ = NvmlSource(FakeNvml([broken])).read_all()
     assert gpu.up and gpu.power_w is None and gpu.temp("edge").temp_c is None
     assert {(e.sensor, e.error) for e in gpu.errors} == {("power", "Unknown Error"), ("temp", "Unknown Error")}
     assert gpu.power_cap_w == 450.0 and gpu.gpu_busy_ratio == 0.37
@@ -194,7 +194,7 @@ def test_unreadable_field_is_recorded_and_the_rest_is_read() -> None:
 
 def test_lost_gpu_reads_as_down_and_keeps_its_identity() -> None:
     fake = FakeNvml([dict(H100)])
-    backend = NvmlBackend(fake)
+    backend = NvmlSource(fake)
     backend.read_all()
     fake.gpus[0]["power_mw"] = NVMLError(15)
     (lost,), _ = backend.read_all()
@@ -217,13 +217,13 @@ def test_bus_id_normalised_to_the_amdgpu_form(raw: str | None, expected: str | N
 
 def test_init_failure_raises_unavailable() -> None:
     with pytest.raises(NvmlUnavailable, match="Driver Not Loaded"):
-        NvmlBackend(FakeNvml([], init_error=NVMLError(9)))
+        NvmlSource(FakeNvml([], init_error=NVMLError(9)))
 
 
 def test_auto_without_nvml_keeps_amdgpu_only(fake_sysfs: Any) -> None:
     fake_sysfs.add_capture(capture("navi31-rx7900xtx-sapphire-nitro"), card=0, pci_slot="0000:03:00.0")
     config = parse_config({"sysfs_root": str(fake_sysfs.root)})
-    backends = build_backends(config, nvml=FakeNvml([dict(H100)], init_error=NVMLError(9)))
+    backends = build_sources(config, nvml=FakeNvml([dict(H100)], init_error=NVMLError(9)))
     assert [b.name for b in backends] == ["amdgpu"]
     snapshot = Sampler(backends).sample()
     assert [g.backend for g in snapshot.gpus] == ["amdgpu"]
@@ -232,29 +232,29 @@ def test_auto_without_nvml_keeps_amdgpu_only(fake_sysfs: Any) -> None:
 def test_auto_with_both_reads_both(fake_sysfs: Any) -> None:
     fake_sysfs.add_capture(capture("navi31-rx7900xtx-sapphire-nitro"), card=0, pci_slot="0000:03:00.0")
     config = parse_config({"sysfs_root": str(fake_sysfs.root)})
-    snapshot = Sampler(build_backends(config, nvml=FakeNvml([dict(RTX)]))).sample()
+    snapshot = Sampler(build_sources(config, nvml=FakeNvml([dict(RTX)]))).sample()
     assert [(g.gpu_id, g.backend) for g in snapshot.gpus] == [("0000:03:00.0", "amdgpu"), ("0000:28:00.0", "nvml")]
 
 
 def test_backend_choice(tmp_path: Path) -> None:
     fake = FakeNvml([dict(H100)])
-    assert [b.name for b in build_backends(parse_config({"backend": "nvml"}), nvml=fake)] == ["nvml"]
-    assert [b.name for b in build_backends(parse_config({"backend": "amdgpu"}), nvml=fake)] == ["amdgpu"]
+    assert [b.name for b in build_sources(parse_config({"backend": "nvml"}), nvml=fake)] == ["nvml"]
+    assert [b.name for b in build_sources(parse_config({"backend": "amdgpu"}), nvml=fake)] == ["amdgpu"]
     with pytest.raises(ConfigError, match='backend = "nvml": NVML cannot be initialised'):
-        build_backends(parse_config({"backend": "nvml"}), nvml=FakeNvml([], init_error=NVMLError(9)))
+        build_sources(parse_config({"backend": "nvml"}), nvml=FakeNvml([], init_error=NVMLError(9)))
     with pytest.raises(ConfigError, match="backend"):
         parse_config({"backend": "cuda"})
 
 
 def test_edge_limit_applies_to_the_nvidia_core_temperature() -> None:
-    (rtx,), _ = NvmlBackend(FakeNvml([dict(RTX)])).read_all()
+    (rtx,), _ = NvmlSource(FakeNvml([dict(RTX)])).read_all()
     thermal = parse_config({"thermal": {"edge_limit_c": 60}}).thermal
     assert [(b.sensor, b.temp_c, b.limit_c) for b in breaches(rtx, thermal)] == [("edge", 63.0, 60.0)]
 
 
 def test_status_and_document_render_an_nvidia_gpu(tmp_path: Path) -> None:
     config = parse_config({"runtime_dir": str(tmp_path), "thermal": {"edge_limit_c": 60}, "backend": "nvml"})
-    daemon = Daemon(config, Parts(backends=build_backends(config, nvml=FakeNvml([dict(H100), dict(RTX)]))))
+    daemon = Daemon(config, Parts(sources=build_sources(config, nvml=FakeNvml([dict(H100), dict(RTX)]))))
     state = daemon.tick()
     doc = json.loads(json.dumps(to_document(state, config.thermal, source="daemon")))
     h100, rtx = doc["gpus"]
@@ -278,6 +278,6 @@ def test_nvidia_drm_card_is_not_also_listed_as_unsupported(fake_sysfs: Any) -> N
     fake_sysfs.add_card({"device/uevent": "DRIVER=nvidia\nPCI_ID=10DE:2684\n"}, card="card1", pci_slot="0000:28:00.0")
     fake_sysfs.add_card({"device/uevent": "DRIVER=i915\nPCI_ID=8086:3E92\n"}, card="card2", pci_slot="0000:00:02.0")
     config = parse_config({"sysfs_root": str(fake_sysfs.root)})
-    snapshot = Sampler(build_backends(config, nvml=FakeNvml([dict(RTX)]))).sample()
+    snapshot = Sampler(build_sources(config, nvml=FakeNvml([dict(RTX)]))).sample()
     assert [(g.gpu_id, g.backend) for g in snapshot.gpus] == [("0000:03:00.0", "amdgpu"), ("0000:28:00.0", "nvml")]
     assert [(c.card, c.driver) for c in snapshot.unsupported] == [("card2", "i915")]

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.amdgpu import AmdgpuBackend, discover, read_card
+from gpuwatch.gpus.amdgpu import AmdgpuSource, discover, read_card
 from gpuwatch.cli import build_parser, with_simulation
 from gpuwatch.config import Config, ConfigError, parse_config
 from gpuwatch.daemon import Daemon
 from gpuwatch.model import PublishedState, Snapshot, TrainerPhase, TrainerState
-from gpuwatch.sim.cards import SimFaults, SimulatedBackend, SimulatedGpus
+from gpuwatch.sim.cards import SimFaults, SimulatedSource, SimulatedGpus
 from gpuwatch.sysfs import Sysfs
 
 
@@ -157,7 +157,7 @@ def test_fault_firmware_takes_the_fan_back(tmp_path: Path) -> None:
 
 def test_fault_card_disappears_for_one_card_only(tmp_path: Path) -> None:
     sim = make(tmp_path, count=2, faults=SimFaults(disappear_after_s=20, cards=(1,)))
-    backend = AmdgpuBackend(Sysfs(sim.root))
+    backend = AmdgpuSource(Sysfs(sim.root))
     assert len(backend.read_all()[0]) == 2
     sim.advance_by(30)
     readings, _ = backend.read_all()
@@ -183,7 +183,7 @@ def test_refuses_a_foreign_directory_and_reuses_its_own(tmp_path: Path) -> None:
 def test_backend_advances_then_reads_through_amdgpu(tmp_path: Path) -> None:
     clock = Clock()
     sim = make(tmp_path, time_scale=60.0, clock=clock)
-    backend = SimulatedBackend(sim, AmdgpuBackend(Sysfs(sim.root)))
+    backend = SimulatedSource(sim, AmdgpuSource(Sysfs(sim.root)))
     first = backend.read_all()[0][0].temp("junction").temp_c  # type: ignore[union-attr]
     clock.now += 5.0
     second = backend.read_all()[0][0].temp("junction").temp_c  # type: ignore[union-attr]

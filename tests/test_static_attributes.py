@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 
 from conftest import FaultySysfs, capture
-from gpuwatch.amdgpu import STATIC_ATTRIBUTES, AmdgpuBackend
+from gpuwatch.gpus.amdgpu import STATIC_ATTRIBUTES, AmdgpuSource
 from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.sysfs import Sysfs
 
@@ -25,11 +25,11 @@ class Clock:
         return self.now_s
 
 
-def _backend(fake_sysfs: FakeSysfsTree, sysfs: Sysfs | None = None) -> tuple[AmdgpuBackend, str, Clock]:
+def _backend(fake_sysfs: FakeSysfsTree, sysfs: Sysfs | None = None) -> tuple[AmdgpuSource, str, Clock]:
     card = fake_sysfs.add_capture(capture(CARD))
     assert card.hwmon_dir is not None
     clock = Clock()
-    return AmdgpuBackend(sysfs or Sysfs(fake_sysfs.root), rediscover_s=30.0, clock=clock), card.hwmon_dir, clock
+    return AmdgpuSource(sysfs or Sysfs(fake_sysfs.root), rediscover_s=30.0, clock=clock), card.hwmon_dir, clock
 
 
 def test_fixed_attributes_are_reread_at_rediscovery_only(fake_sysfs: FakeSysfsTree) -> None:
@@ -49,7 +49,7 @@ def test_fixed_attributes_are_reread_at_rediscovery_only(fake_sysfs: FakeSysfsTr
 
 
 def test_steady_state_reading_equals_a_full_read(fake_sysfs: FakeSysfsTree) -> None:
-    from gpuwatch.amdgpu import discover, read_card
+    from gpuwatch.gpus.amdgpu import discover, read_card
 
     backend, _, clock = _backend(fake_sysfs)
     backend.read_all()

@@ -17,11 +17,11 @@ import psutil
 import pytest
 
 from conftest import capture
-from gpuwatch.amdgpu import AmdgpuBackend
+from gpuwatch.gpus.amdgpu import AmdgpuSource
 from gpuwatch.config import ThermalConfig, TrainerConfig
 from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.model import FanMode, FanState, TrainerPhase as P, TrainerState
-from gpuwatch.sampler import Sampler
+from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.supervisor import Supervisor
 from gpuwatch.sysfs import Sysfs
 
@@ -51,7 +51,7 @@ class Harness:
         self.tmp = tmp
         self.fake = fake
         self.hwmon = hwmon
-        self.sampler = Sampler([AmdgpuBackend(Sysfs(fake.root))])
+        self.sampler = Sampler([AmdgpuSource(Sysfs(fake.root))])
         self.fans: tuple[FanState, ...] = ()
         # Tests may run as root; a root daemon only runs a trainer as root when asked to.
         base = {"name": "t", "gpus": [SLOT], "cwd": tmp, "user": pwd.getpwuid(os.geteuid()).pw_name}

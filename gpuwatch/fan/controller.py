@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuwatch.amdgpu import AmdCard
+from gpuwatch.gpus.amdgpu import AmdCard
 from gpuwatch.config import FanConfig
 from gpuwatch.fan.backend import ENABLE_HINT, Applied, FanBackend, NoFanControl
 from gpuwatch.fan.curve import CurveParams, CurveState, curve_params, decide

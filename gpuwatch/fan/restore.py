@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.amdgpu import discover
+from gpuwatch.gpus.amdgpu import discover
 from gpuwatch.fan.backend import RestoreRecord
 from gpuwatch.fan.gpu_od import GpuOdRestore
 from gpuwatch.fan.pwm1 import AUTO, MANUAL, Pwm1Restore

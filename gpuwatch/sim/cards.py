@@ -5,8 +5,8 @@
 written to ``pwm1``/``pwm1_enable`` (SYSFS_FACTS.md §4.4: 1 manual, 2 auto = the firmware's own modest
 curve, 0 = no control = full speed on SMU11), applies the configured faults, steps the thermal model
 (gpuwatch/sim/physics.py) and rewrites temp*_input, power1_*, fan1_input, gpu_busy_percent...
-The daemon reads and writes the tree through the same AmdgpuBackend and fan code as a real card;
-``SimulatedBackend`` only advances the model right before each sample.
+The daemon reads and writes the tree through the same AmdgpuSource and fan code as a real card;
+``SimulatedSource`` only advances the model right before each sample.
 
 The workload's heat comes from whether the supervised trainer is really running: ``observe`` takes
 each published state (a daemon ``on_tick`` hook): a trainer RUNNING (or still PAUSING) on a GPU means
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from gpuwatch.backend import GpuBackend
+from gpuwatch.gpus.source import GpuSource
 from gpuwatch.config import Config
 from gpuwatch.fan.curve import interpolate
 from gpuwatch.model import GpuReading, PublishedState, TrainerPhase, UnsupportedCard
@@ -240,12 +240,12 @@ def _write(path: Path, value: str) -> None:
     path.write_text(value + "\n")
 
 
-class SimulatedBackend:
-    """A GpuBackend that advances the simulator, then reads the tree through the real amdgpu code."""
+class SimulatedSource:
+    """A GpuSource that advances the simulator, then reads the tree through the real amdgpu code."""
 
     name = "amdgpu"
 
-    def __init__(self, simulator: SimulatedGpus, inner: GpuBackend) -> None:
+    def __init__(self, simulator: SimulatedGpus, inner: GpuSource) -> None:
         self.simulator = simulator
         self.inner = inner
 

@@ -1,6 +1,6 @@
 """NVIDIA backend (read-only): NVML via nvidia-ml-py's ``pynvml`` -> GpuReading, units converted once.
 
-``pynvml`` is imported lazily and injected (``NvmlBackend(nvml=fake)``) so tests run without a GPU and the
+``pynvml`` is imported lazily and injected (``NvmlSource(nvml=fake)``) so tests run without a GPU and the
 daemon runs without the extra installed. Choices a reader of the dashboards should know:
 
 - Temperature: NVML exposes one GPU core temperature (the die's sensor, NVML_TEMPERATURE_GPU). It is
@@ -27,7 +27,7 @@ from typing import Any, Callable, TypeVar
 
 from gpuwatch.model import GpuReading, ReadError, TempReading, UnsupportedCard
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gpuwatch.nvml")  # the name log lines had before the move to gpus/
 T = TypeVar("T")
 
 # PCIe generation -> per-lane transfer rate, the unit amdgpu's current_link_speed uses.
@@ -66,7 +66,7 @@ class _Fields:
             return None
 
 
-class NvmlBackend:
+class NvmlSource:
     """Every NVIDIA GPU NVML can see, read once per tick. Raises NvmlUnavailable from the constructor."""
 
     name = "nvml"

@@ -1,4 +1,4 @@
-"""Turns the backends' readings into one frozen Snapshot per tick.
+"""Turns the sources' readings into one frozen Snapshot per tick.
 
 A GPU seen once is never silently dropped: when it disappears (reset, fell off the bus) it stays in
 the snapshot with its identity and ``up=False`` so dashboards and alerts see it go.
@@ -10,20 +10,20 @@ import logging
 import time
 from typing import Callable, Sequence
 
-from gpuwatch.backend import GpuBackend
+from gpuwatch.gpus.source import GpuSource
 from gpuwatch.model import GpuReading, Snapshot, UnsupportedCard
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gpuwatch.sampler")  # the name log lines had before the move to gpus/
 
 
 class Sampler:
     def __init__(
         self,
-        backends: Sequence[GpuBackend],
+        sources: Sequence[GpuSource],
         wall_clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.backends = list(backends)
+        self.sources = list(sources)
         self._wall = wall_clock
         self._mono = monotonic
         self._known: dict[str, GpuReading] = {}
@@ -32,12 +32,12 @@ class Sampler:
         started = self._mono()
         readings: list[GpuReading] = []
         unsupported: list[UnsupportedCard] = []
-        for backend in self.backends:
+        for source in self.sources:
             try:
-                got, skipped = backend.read_all()
-            except Exception as exc:  # a backend bug must not stop fans or supervision
-                log.exception("backend %s failed", backend.name)
-                got = [r.gone(f"backend failed: {exc}") for r in self._known.values() if r.backend == backend.name]
+                got, skipped = source.read_all()
+            except Exception as exc:  # a source's bug must not stop fans or supervision
+                log.exception("backend %s failed", source.name)
+                got = [r.gone(f"backend failed: {exc}") for r in self._known.values() if r.backend == source.name]
                 skipped = []
             readings.extend(got)
             unsupported.extend(skipped)

@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
-from gpuwatch.backend import DiscoveryResult
+from gpuwatch.gpus.source import DiscoveryResult
 from gpuwatch.model import GpuReading, ReadError, TempReading, UnsupportedCard
-from gpuwatch.pciids import gpu_name
+from gpuwatch.gpus.pciids import gpu_name
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 _CARD = re.compile(r"^card\d+$")
@@ -268,7 +268,7 @@ def _scaled(value: int | None, factor: float) -> float | None:
     return None if value is None else value * factor
 
 
-class AmdgpuBackend:
+class AmdgpuSource:
     """Reads every amdgpu card below one sysfs root; re-discovers periodically and when a card vanishes."""
 
     name = "amdgpu"

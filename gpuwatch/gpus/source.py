@@ -1,4 +1,9 @@
-"""The interface every GPU backend (amdgpu, nvml, simulated) offers the sampler."""
+"""The interface every GPU source (amdgpu, nvml, the simulator's) offers the sampler.
+
+"Source" is the reader of GPUs; "backend" is kept for fan drivers (fan/backend.py). The source's
+``name`` is what the readings publish as ``backend`` ("amdgpu", "nvml"): the JSON document's and
+the metrics' field name, and the config key, stay as they were.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +17,13 @@ C = TypeVar("C")
 
 @dataclass(frozen=True)
 class DiscoveryResult(Generic[C]):
-    """Cards a backend can read, and cards it found but will not read."""
+    """Cards a source can read, and cards it found but will not read."""
 
     cards: tuple[C, ...]
     unsupported: tuple[UnsupportedCard, ...] = ()
 
 
-class GpuBackend(Protocol):
+class GpuSource(Protocol):
     """Reads every GPU it knows once. Must not raise for a single GPU's trouble."""
 
     name: str
