@@ -74,8 +74,8 @@ def render_cost_s(sysfs_root: Path, runtime_dir: Path, renders: int = 200) -> li
     from prometheus_client.exposition import generate_latest
 
     from gpuwatch.config import Config, FanConfig, HttpConfig
-    from gpuwatch.daemon import Daemon
-    from gpuwatch.metrics import GpuwatchCollector
+    from gpuwatch.daemon.loop import Daemon
+    from gpuwatch.publish.metrics import GpuwatchCollector
 
     config = Config(sysfs_root=sysfs_root, runtime_dir=runtime_dir, fan=FanConfig(mode="off"), http=HttpConfig(enabled=False))
     daemon = Daemon(config)

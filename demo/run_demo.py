@@ -30,8 +30,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from gpuwatch.config import Config, ConfigError, parse_config  # noqa: E402
-from gpuwatch.state import read_state_file  # noqa: E402
-from gpuwatch.status import render  # noqa: E402
+from gpuwatch.publish.state import read_state_file  # noqa: E402
+from gpuwatch.cli.status import render  # noqa: E402
 
 
 def prepare(source: Path, notes: list[str]) -> tuple[dict[str, Any], Config]:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -253,15 +254,18 @@ class Config(Strict):
 
     @property
     def resolved_runtime_dir(self) -> Path:
-        """systemd's RuntimeDirectory, /run/gpuwatch for root, else a per-user directory."""
-        if self.runtime_dir is not None:
-            return self.runtime_dir
-        if os.environ.get("RUNTIME_DIRECTORY"):
-            return Path(os.environ["RUNTIME_DIRECTORY"].split(":")[0])
-        if os.geteuid() == 0:
-            return Path("/run/gpuwatch")
-        base = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/gpuwatch-{os.geteuid()}"
-        return Path(base) / "gpuwatch" if os.environ.get("XDG_RUNTIME_DIR") else Path(base)
+        """``runtime_dir``, else the default for this process (the CLI resolves it once, at load)."""
+        return self.runtime_dir if self.runtime_dir is not None else default_runtime_dir(os.environ, os.geteuid())
+
+
+def default_runtime_dir(environ: Mapping[str, str], euid: int) -> Path:
+    """systemd's RuntimeDirectory, /run/gpuwatch for root, else a per-user directory."""
+    if environ.get("RUNTIME_DIRECTORY"):
+        return Path(environ["RUNTIME_DIRECTORY"].split(":")[0])
+    if euid == 0:
+        return Path("/run/gpuwatch")
+    base = environ.get("XDG_RUNTIME_DIR") or f"/tmp/gpuwatch-{euid}"
+    return Path(base) / "gpuwatch" if environ.get("XDG_RUNTIME_DIR") else Path(base)
 
 
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Config:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.checkpoint import incomplete_reason, newest_complete_checkpoint
+from gpuwatch.supervise.checkpoint import incomplete_reason, newest_complete_checkpoint
 from gpuwatch.config import ConfigError, parse_config
 
 REPO = Path(__file__).resolve().parent.parent

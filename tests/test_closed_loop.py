@@ -17,7 +17,7 @@ from typing import Any, Callable
 import pytest
 
 from gpuwatch.config import parse_config
-from gpuwatch.daemon import Daemon
+from gpuwatch.daemon.loop import Daemon
 from gpuwatch.model import FanMode, PublishedState, TrainerPhase
 
 TICK_SLEEP_S = 0.02
@@ -58,9 +58,9 @@ def run_until(daemon: Daemon, sim_s: float, wall_limit_s: float = 15.0,
               stop: Callable[[PublishedState], bool] | None = None) -> list[PublishedState]:
     """Tick until ``sim_s`` simulated seconds passed (or ``stop`` says so); bounded in wall time."""
     states: list[PublishedState] = []
-    assert daemon.simulator is not None
+    assert daemon.parts.simulator is not None
     deadline = time.monotonic() + wall_limit_s
-    while daemon.simulator.sim_time_s < sim_s and time.monotonic() < deadline:
+    while daemon.parts.simulator.sim_time_s < sim_s and time.monotonic() < deadline:
         states.append(daemon.tick())
         if stop and stop(states[-1]):
             break
@@ -74,18 +74,18 @@ def junction(state: PublishedState) -> float | None:
 
 
 def hwmon_file(daemon: Daemon, name: str) -> str:
-    assert daemon.simulator is not None
-    return (daemon.simulator.root / daemon.simulator.cards[0].hwmon_dir / name).read_text().strip()
+    assert daemon.parts.simulator is not None
+    return (daemon.parts.simulator.root / daemon.parts.simulator.cards[0].hwmon_dir / name).read_text().strip()
 
 
 def test_default_curve_and_healthy_fan_settle_below_the_pause_limit(tmp_path: Path) -> None:
     daemon = make_daemon(tmp_path, {"time_scale": 300.0}, trainer=[demo_trainer(tmp_path)])
     try:
         run_until(daemon, sim_s=300, stop=lambda s: phase(s) == TrainerPhase.RUNNING)
-        assert daemon.simulator is not None
-        daemon.simulator.sim_time_s = 0.0  # heat-up starts when the trainer does
+        assert daemon.parts.simulator is not None
+        daemon.parts.simulator.sim_time_s = 0.0  # heat-up starts when the trainer does
         states = run_until(daemon, sim_s=1500)
-        assert daemon.simulator is not None and daemon.simulator.sim_time_s >= 1500, "too slow a machine"
+        assert daemon.parts.simulator is not None and daemon.parts.simulator.sim_time_s >= 1500, "too slow a machine"
         late = [junction(s) for s in states[-len(states) // 4:]]  # the last ~6 simulated minutes
         assert all(j is not None and 75 <= j <= 92 for j in late), late
         assert max(j for s in states if (j := junction(s)) is not None) < 100
@@ -97,7 +97,7 @@ def test_default_curve_and_healthy_fan_settle_below_the_pause_limit(tmp_path: Pa
         assert states[-1].snapshot.gpus[0].fan_rpm > 0.6 * 3200
         trainer = states[-1].trainers[0]
         assert trainer.phase == TrainerPhase.RUNNING and trainer.pauses_total == 0
-        assert daemon.simulator.cards[0].load_ratio == 1.0
+        assert daemon.parts.simulator.cards[0].load_ratio == 1.0
     finally:
         daemon.shutdown()
     assert hwmon_file(daemon, "pwm1_enable") == "2"  # given back to the firmware on exit
@@ -110,7 +110,7 @@ def test_broken_sensor_sends_the_fan_to_full_speed(tmp_path: Path) -> None:
         assert states[-1].fans[0].mode == FanMode.FAILSAFE
         assert junction(states[-1]) is None
         assert any(e.sensor == "temp2_input" for e in states[-1].snapshot.gpus[0].errors)
-        run_until(daemon, sim_s=daemon.simulator.sim_time_s + 20)  # type: ignore[union-attr]
+        run_until(daemon, sim_s=daemon.parts.simulator.sim_time_s + 20)  # type: ignore[union-attr]
         assert hwmon_file(daemon, "pwm1") == "255"
         assert int(hwmon_file(daemon, "fan1_input")) > 3000
     finally:
@@ -167,17 +167,17 @@ def test_broken_sensor_fan_to_full_and_trainer_off_the_gpu(tmp_path: Path) -> No
     daemon = make_daemon(tmp_path, {"time_scale": 50.0}, trainer=[demo_trainer(tmp_path)])
     try:
         run_until(daemon, sim_s=600, stop=lambda s: phase(s) == TrainerPhase.RUNNING)
-        assert daemon.simulator is not None
-        daemon.simulator.faults = replace(daemon.simulator.faults, sensor_garbage=True)
-        start = daemon.simulator.sim_time_s
+        assert daemon.parts.simulator is not None
+        daemon.parts.simulator.faults = replace(daemon.parts.simulator.faults, sensor_garbage=True)
+        start = daemon.parts.simulator.sim_time_s
         states = run_until(daemon, sim_s=start + 300, wall_limit_s=15,
                            stop=lambda s: phase(s) not in (TrainerPhase.RUNNING, TrainerPhase.PAUSING)
                            and bool(s.fans) and s.fans[0].mode == FanMode.FAILSAFE)
         assert states[-1].fans[0].mode == FanMode.FAILSAFE
         # Paused, or stopped as an emergency: either way no longer loading the GPU.
         assert phase(states[-1]) not in (TrainerPhase.RUNNING, TrainerPhase.PAUSING), states[-1].trainers
-        run_until(daemon, sim_s=daemon.simulator.sim_time_s + 20)
+        run_until(daemon, sim_s=daemon.parts.simulator.sim_time_s + 20)
         assert hwmon_file(daemon, "pwm1") == "255"
-        assert daemon.simulator.cards[0].load_ratio == 0.0
+        assert daemon.parts.simulator.cards[0].load_ratio == 0.0
     finally:
         daemon.shutdown()

@@ -19,7 +19,7 @@ import tomli_w
 
 from conftest import capture
 from gpuwatch.cli import main
-from gpuwatch.control import ControlError, ControlServer, send_command
+from gpuwatch.daemon.control import ControlError, ControlServer, send_command
 from gpuwatch.sim.tree import FakeSysfsTree
 
 

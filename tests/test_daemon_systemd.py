@@ -19,10 +19,11 @@ import pytest
 
 from conftest import capture
 from gpuwatch.config import CONFIG_ERROR_EXIT, parse_config
-from gpuwatch.daemon import Daemon, Parts, build_sources
+from gpuwatch.daemon.compose import Parts, build_sources
+from gpuwatch.daemon.loop import Daemon
 from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.model import FanState, Snapshot
-from gpuwatch.sdnotify import Notifier
+from gpuwatch.daemon.sdnotify import Notifier
 
 GPUWATCH = [sys.executable, "-m", "gpuwatch.cli"]
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import capture
 from fanharness import RecordingSysfs
 from gpuwatch.config import ConfigError, parse_config
-from gpuwatch.curveplot import render_curve
+from gpuwatch.cli.curve import render_curve
 from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.fan.pwm1 import Pwm1Restore
 from gpuwatch.fan.restore import RestoreFile, fans_auto

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.config import Config, FanConfig, HttpConfig, ThermalConfig
-from gpuwatch.daemon import Daemon
-from gpuwatch.http import HttpServer, health
+from gpuwatch.daemon.loop import Daemon
+from gpuwatch.publish.http import HttpServer, health
 from gpuwatch.model import DaemonInfo, PublishedState, Snapshot
-from gpuwatch.state import StateHolder
+from gpuwatch.publish.state import StateHolder
 from metrics_fixture import GPU_A, two_gpu_tree
 
 
@@ -33,7 +33,7 @@ def daemon(tmp_path: Path):
     config = Config(sysfs_root=tree.root, runtime_dir=tmp_path / "run", interval_s=0.1, fan=FanConfig(mode="off"),
                     http=HttpConfig(listen="127.0.0.1", port=0))
     d = Daemon(config)
-    d._start_http()
+    d.start_http()
     yield d
     d.shutdown()
 
@@ -91,7 +91,7 @@ def test_health_staleness(taken_monotonic: float, now: float, fresh: bool) -> No
 def test_port_in_use_is_reported_not_fatal(daemon: Daemon, tmp_path: Path) -> None:
     config = daemon.config.model_copy(update={"http": HttpConfig(listen="127.0.0.1", port=daemon.http_port)})
     other = Daemon(config)
-    other._start_http()
+    other.start_http()
     assert other.http is None and "http" in other.failures
     assert "http" in other.tick().daemon.failures[0]
 
@@ -99,7 +99,7 @@ def test_port_in_use_is_reported_not_fatal(daemon: Daemon, tmp_path: Path) -> No
 def test_read_errors_accumulate_per_sensor(tmp_path: Path) -> None:
     from conftest import FaultySysfs
     from gpuwatch.gpus.amdgpu import AmdgpuSource
-    from gpuwatch.daemon import Parts
+    from gpuwatch.daemon.compose import Parts
     import errno
 
     tree = two_gpu_tree(tmp_path / "sys")

@@ -14,9 +14,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 
 from gpuwatch.config import Config, FanConfig, HttpConfig
-from gpuwatch.daemon import Daemon
-from gpuwatch.http import MetricsCache
-from gpuwatch.state import StateHolder
+from gpuwatch.daemon.loop import Daemon
+from gpuwatch.publish.http import MetricsCache
+from gpuwatch.publish.state import StateHolder
 from metrics_fixture import two_gpu_tree
 
 
@@ -59,7 +59,7 @@ def test_many_concurrent_clients_are_all_served(tmp_path: Path) -> None:
     config = Config(sysfs_root=two_gpu_tree(tmp_path / "sys").root, runtime_dir=tmp_path / "run",
                     fan=FanConfig(mode="off"), http=HttpConfig(listen="127.0.0.1", port=0))
     daemon = Daemon(config)
-    daemon._start_http()
+    daemon.start_http()
     try:
         daemon.tick()
         url = f"http://127.0.0.1:{daemon.http_port}/metrics"

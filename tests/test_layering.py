@@ -1,71 +1,179 @@
-"""DESIGN.md's module map: lower layers never import higher ones; only the train extra imports torch."""
+"""The architecture's import rules (docs/architecture.md "Layering"), checked on the source's imports.
+
+Every import counts: module level, inside functions, under TYPE_CHECKING. The rules:
+* each unit (a top-level module or a subpackage) imports only the units ALLOWED names for it;
+* the packages of one floor (act: fan, supervise; report: publish) never import each other, and
+  only the wiring (daemon, cli) knows the simulator;
+* a subpackage's ``__init__.py`` imports nothing (importing ``gpuwatch.fan.curve`` must not pull in
+  the controller); ``cli/__init__.py`` is the exception: it is the CLI's main (``gpuwatch.cli:main``);
+* there is no import cycle between modules;
+* only the train extra imports torch, and ``train/__init__.py`` and ``train/argv.py`` do not.
+"""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gpuwatch"
 
-# 0 leaves, 1 parsing & pure logic, 2 effects, 3 entry points, 9 optional torch extra.
-LAYERS: dict[str, int] = {
-    "__init__": 0, "model": 0, "sysfs": 0, "config": 0, "heartbeat": 0, "gpus": 1,
-    "fan": 1, "curveplot": 1,
-    "limits": 1, "document": 1, "status": 1, "metrics": 1,
-    "sim": 2,  # the simulator (docs/simulator.md)
-    "policy": 1,
-    "state": 2, "checkpoint": 2, "trainerproc": 2, "supervisor": 2, "control": 2, "http": 2,
-    "summary": 1, "reload": 1, "sdnotify": 2,
-    "daemon": 3, "cli": 3, "__main__": 3,
-    "launch_argv": 1,  # torch-free argv builder shared by `gpuwatch train` and the launcher
-    "launch": 9, "train": 9,
+LEAVES = {"model", "sysfs", "heartbeat", "config", "limits"}
+# unit -> the units it may import besides itself; "unit.module" allows that one module only.
+ALLOWED: dict[str, set[str]] = {
+    "__init__": set(),
+    "model": set(),
+    "sysfs": set(),
+    "heartbeat": set(),
+    "config": set(),
+    "limits": {"model", "config"},
+    "gpus": {"model", "sysfs", "config"},  # sense
+    "fan": {"model", "sysfs", "config", "gpus"},  # act on fans (gpus: the amdgpu source locates cards)
+    "supervise": {"model", "config", "limits", "heartbeat"},  # act on trainers; FanState only via model
+    "publish": {"model", "config", "limits"},  # report: never hardware (no sysfs, gpus, fan, supervise)
+    "sim": {"model", "config", "gpus", "fan.curve"},  # plays the kernel; borrows the pure interpolation
+    "daemon": {"__init__", *LEAVES, "gpus", "fan", "supervise", "publish", "sim"},  # wire
+    "cli": {"__init__", *LEAVES, "gpus", "fan", "supervise", "publish", "sim", "daemon", "train.argv"},  # face
+    "train": {"heartbeat"},  # the optional torch extra
+    "launch": {"train"},  # `python -m gpuwatch.launch`: a shim into train.launch
+    "__main__": {"cli"},
 }
-TORCH_OK = {"launch", "train"}
+# Packages on one floor: none may import another.
+FLOORS = [{"fan", "supervise", "publish"}]
+TORCH_FREE_TRAIN = {"gpuwatch.train", "gpuwatch.train.argv"}
 
 
-def _modules() -> list[tuple[str, Path]]:
-    found = []
+def _modules() -> dict[str, Path]:
+    """Dotted module name -> file, e.g. ``gpuwatch.fan.curve``, ``gpuwatch.fan`` (its __init__)."""
+    found = {}
     for path in sorted(PACKAGE.rglob("*.py")):
-        rel = path.relative_to(PACKAGE).with_suffix("")
-        found.append((rel.parts[0], path))
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
 
+MODULES = _modules()
+
+
 def _imports(path: Path) -> set[str]:
+    """Every module name ``path`` imports; ``from pkg import mod`` counts as ``pkg.mod`` when that is a module."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-            if node.module == "gpuwatch":
-                names.update(f"gpuwatch.{alias.name}" for alias in node.names if not alias.name.startswith("__"))
+            assert node.level == 0, f"{path}: relative import"
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                names.add(sub if sub in MODULES else node.module)
     return names
 
 
-@pytest.mark.parametrize("top, path", _modules(), ids=lambda v: str(v))
-def test_module_respects_layers(top: str, path: Path) -> None:
-    assert top in LAYERS, f"{path.name}: add the new module to LAYERS (and DESIGN's module map)"
-    own = LAYERS[top]
-    for name in _imports(path):
-        root = name.split(".")[0]
-        if root == "torch" or root == "torchvision":
-            assert top in TORCH_OK, f"{path}: only the train extra may import torch"
-        if root != "gpuwatch" or name == "gpuwatch":
+def _unit(module: str) -> str:
+    """``gpuwatch.fan.curve`` -> ``fan``; ``gpuwatch`` -> ``__init__``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _allowed(own: str, target: str) -> bool:
+    unit = _unit(target)
+    if unit == own:
+        return True
+    rules = ALLOWED[own]
+    return unit in rules or ".".join(target.split(".")[1:3]) in rules
+
+
+def graph() -> dict[str, set[str]]:
+    """The module-level import graph of the package (edges inside gpuwatch only)."""
+    return {name: {t for t in _imports(path) if t in MODULES and t != name} for name, path in MODULES.items()}
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as ``[a, b, ..., a]``, or None when the graph has none (depth-first search)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_module_imports_only_what_its_unit_may(module: str) -> None:
+    own = _unit(module)
+    assert own in ALLOWED, f"{module}: new unit {own!r}: give it a row in ALLOWED and docs/architecture.md"
+    for target in _imports(MODULES[module]):
+        if target.split(".")[0] != "gpuwatch":
             continue
-        target = name.split(".")[1]
-        assert target in LAYERS, f"{path}: imports unknown module {name}"
-        if top in TORCH_OK:
+        assert _allowed(own, target), f"{module} ({own}) may not import {target} (ALLOWED[{own!r}])"
+
+
+def test_the_table_keeps_the_floors_apart_and_the_leaves_at_the_bottom() -> None:
+    for floor in FLOORS:
+        for unit in floor:
+            assert not {rule.split(".")[0] for rule in ALLOWED[unit]} & (floor - {unit}), unit
+    for leaf in LEAVES:
+        assert ALLOWED[leaf] <= LEAVES, f"leaf {leaf} imports a package"
+    assert not {"sysfs", "gpus", "fan", "supervise", "sim"} & ALLOWED["publish"]  # reports never touch hardware
+    assert {unit for unit, rules in ALLOWED.items() if "sim" in rules} == {"daemon", "cli"}
+
+
+def test_subpackage_faces_import_nothing() -> None:
+    for name, path in MODULES.items():
+        if path.name != "__init__.py" or name in ("gpuwatch", "gpuwatch.cli"):
             continue
-        assert LAYERS[target] != 9, f"{path}: the daemon side must not import the torch extra ({name})"
-        assert LAYERS[target] <= own, f"{path} (layer {own}) imports higher layer {name} ({LAYERS[target]})"
+        imports = [n for n in ast.parse(path.read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        assert imports == [], f"{path} imports {ast.unparse(imports[0])}"
+
+
+def test_no_import_cycle() -> None:
+    assert find_cycle(graph()) is None
+
+
+@pytest.mark.parametrize(
+    "edges, cycle",
+    [
+        ({"a": {"b"}, "b": {"c"}, "c": set()}, None),
+        ({"a": {"b", "c"}, "b": {"c"}, "c": set()}, None),  # a diamond is not a cycle
+        ({"a": {"b"}, "b": {"a"}}, ["a", "b", "a"]),
+        ({"x": {"a"}, "a": {"b"}, "b": {"c"}, "c": {"a"}}, ["a", "b", "c", "a"]),
+        ({"a": {"a"}}, ["a", "a"]),
+    ],
+)
+def test_the_cycle_check_finds_cycles(edges: dict[str, set[str]], cycle: list[str] | None) -> None:
+    assert find_cycle(edges) == cycle
+
+
+def test_the_cycle_check_sees_a_cycle_through_function_level_imports() -> None:
+    edges = graph()
+    edges["gpuwatch.model"] = edges["gpuwatch.model"] | {"gpuwatch.cli"}  # as if model imported the CLI
+    cycle = find_cycle(edges)
+    assert cycle is not None and "gpuwatch.model" in cycle and "gpuwatch.cli" in cycle
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_only_the_train_extra_imports_torch(module: str) -> None:
+    torch = {name for name in _imports(MODULES[module]) if name.split(".")[0] in ("torch", "torchvision")}
+    if _unit(module) != "train" or module in TORCH_FREE_TRAIN:
+        assert not torch, f"{module} imports {sorted(torch)}"
 
 
 def test_cli_does_not_pull_in_torch() -> None:
-    import subprocess
-    import sys
-
-    code = "import sys, gpuwatch.cli, gpuwatch.daemon; sys.exit('torch' in sys.modules)"
+    code = "import sys, gpuwatch.cli, gpuwatch.daemon.loop; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpuwatch.config import ThermalConfig
-from gpuwatch.metrics import GpuwatchCollector
+from gpuwatch.publish.metrics import GpuwatchCollector
 from gpuwatch.model import GpuReading, PublishedState, ReadError, Snapshot, TempReading
 from metrics_fixture import GPU_GONE, example_state
 

@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 
 from gpuwatch.config import ConfigError, parse_config
-from gpuwatch.daemon import Daemon, Parts, build_sources
-from gpuwatch.document import to_document
+from gpuwatch.daemon.compose import Parts, build_sources
+from gpuwatch.daemon.loop import Daemon
+from gpuwatch.publish.document import to_document
 from gpuwatch.model import PublishedState
 from gpuwatch.gpus.nvml import NvmlSource, NvmlUnavailable, normalise_bus_id
 from gpuwatch.gpus.sampler import Sampler
-from gpuwatch.status import exit_code, render
+from gpuwatch.cli.status import exit_code, render
 from gpuwatch.limits import breaches
 from tests.conftest import capture
 

@@ -8,7 +8,7 @@ import pytest
 
 from gpuwatch.config import ThermalConfig, TrainerConfig
 from gpuwatch.model import FanMode, FanState, GpuReading, Snapshot, TempReading, TrainerPhase as P
-from gpuwatch.policy import (
+from gpuwatch.supervise.policy import (
     CancelPause, CollectEvidence, Freeze, Inputs, Kill, Machine, RequestPause, Spawn, Terminate, Thaw, Thermal,
     backoff_delay_s, step, thermal_verdict,
 )

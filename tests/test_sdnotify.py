@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.sdnotify import Notifier, socket_address, watchdog_interval_s
+from gpuwatch.daemon.sdnotify import Notifier, socket_address, watchdog_interval_s
 
 
 def bind(path: str) -> socket.socket:

@@ -9,7 +9,7 @@ import pytest
 from gpuwatch.gpus.amdgpu import AmdgpuSource, discover, read_card
 from gpuwatch.cli import build_parser, with_simulation
 from gpuwatch.config import Config, ConfigError, parse_config
-from gpuwatch.daemon import Daemon
+from gpuwatch.daemon.loop import Daemon
 from gpuwatch.model import PublishedState, Snapshot, TrainerPhase, TrainerState
 from gpuwatch.sim.cards import SimFaults, SimulatedSource, SimulatedGpus
 from gpuwatch.sysfs import Sysfs

@@ -14,7 +14,7 @@ from gpuwatch.model import (
     TrainerPhase,
     TrainerState,
 )
-from gpuwatch.summary import status_line
+from gpuwatch.publish.summary import status_line
 
 
 def gpu(slot: str, up: bool = True, pwm: int | None = 128, **temps: float | None) -> GpuReading:

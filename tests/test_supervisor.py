@@ -22,7 +22,7 @@ from gpuwatch.config import ThermalConfig, TrainerConfig
 from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.model import FanMode, FanState, TrainerPhase as P, TrainerState
 from gpuwatch.gpus.sampler import Sampler
-from gpuwatch.supervisor import Supervisor
+from gpuwatch.supervise.supervisor import Supervisor
 from gpuwatch.sysfs import Sysfs
 
 SLOT = "0000:03:00.0"

@@ -128,7 +128,7 @@ def test_install_lays_out_venv_unit_and_config(installed: dict) -> None:
     root: Path = installed["root"]
     assert (root / "opt/gpuwatch/bin/gpuwatch").exists()
     entry = subprocess.run(
-        [root / "opt/gpuwatch/bin/python", "-c", "import gpuwatch.sdnotify, gpuwatch; print(gpuwatch.__file__)"],
+        [root / "opt/gpuwatch/bin/python", "-c", "import gpuwatch.daemon.sdnotify, gpuwatch; print(gpuwatch.__file__)"],
         capture_output=True, text=True, timeout=30, cwd=root,  # not the checkout: import the installed copy
     )
     assert entry.returncode == 0 and str(root / "opt/gpuwatch") in entry.stdout, entry.stderr

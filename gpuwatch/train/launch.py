@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gpuwatch.launch_argv import FALLBACK_MODES, LaunchCommandError, is_python, parse_python_command
+from gpuwatch.train.argv import FALLBACK_MODES, LaunchCommandError, is_python, parse_python_command
 from gpuwatch.train.dataloader import apply_spawn_defaults
 from gpuwatch.train.heartbeat_hook import install_step_hooks
 from gpuwatch.train.patch import patch_conv2d

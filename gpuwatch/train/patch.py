@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from gpuwatch.launch_argv import FALLBACK_MODES, FallbackMode
+from gpuwatch.train.argv import FALLBACK_MODES, FallbackMode
 from gpuwatch.train.conv2d import DEFAULT_TUNING, Conv2dTuning, conv2d
 from gpuwatch.train.conv_geometry import autocast_dtype
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from gpuwatch.launch_argv import LaunchCommandError, build_launch_argv
+from gpuwatch.train.argv import LaunchCommandError, build_launch_argv
 
 LAUNCH = ["-m", "gpuwatch.launch", "--conv2d-fallback"]
 
@@ -42,7 +42,7 @@ def test_rejects_unknown_fallback_mode():
 
 
 def test_argv_builder_does_not_import_torch():
-    code = "import sys, gpuwatch.launch_argv, gpuwatch.heartbeat; sys.exit('torch' in sys.modules)"
+    code = "import sys, gpuwatch.train.argv, gpuwatch.heartbeat; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 

@@ -18,7 +18,7 @@ import socket
 import time
 from typing import Callable, Mapping, MutableMapping
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gpuwatch.sdnotify")  # the name log lines had before the move
 
 ENV_KEYS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 

@@ -17,15 +17,15 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from gpuwatch.checkpoint import newest_complete_checkpoint
+from gpuwatch.supervise.checkpoint import newest_complete_checkpoint
 from gpuwatch.config import ThermalConfig, TrainerConfig
 from gpuwatch.heartbeat import HEARTBEAT_ENV, PAUSE_ENV, read_heartbeat
 from gpuwatch.model import FanState, Snapshot, TrainerPhase, TrainerState
-from gpuwatch.policy import (
+from gpuwatch.supervise.policy import (
     LIVE, Action, CancelPause, CollectEvidence, Freeze, Inputs, Kill, Machine, RequestPause, Spawn, Terminate,
     Thaw, Thermal, step, thermal_verdict,
 )
-from gpuwatch.trainerproc import STRIPPED_ENV, SpawnError, TrainerProcess
+from gpuwatch.supervise.process import STRIPPED_ENV, SpawnError, TrainerProcess
 
 log = logging.getLogger("gpuwatch.supervisor")
 

@@ -1,4 +1,4 @@
-"""Composition root: config -> objects, the tick loop, signals, and cleanup on every exit path.
+"""The daemon's loop: ticks the parts compose.py built, handles signals, and cleans up on every exit path.
 
 Each tick: sample every GPU into one Snapshot, let the consumers act on that same snapshot, then
 publish the result (memory for HTTP, an atomic JSON file for the CLI). A consumer that raises is
@@ -7,7 +7,7 @@ logged and reported as a daemon failure; it never stops the loop.
 systemd (docs/systemd.md): READY=1 after the first full tick (every GPU read or reported missing),
 STATUS= with a one-line summary when it changes, WATCHDOG=1 from this loop only (a stuck tick stops the
 pings and systemd restarts us), STOPPING=1 when shutdown starts. SIGHUP reloads the config file from
-the same path: RELOADING=1, then the live keys are swapped in (gpuwatch.reload), then READY=1; an
+the same path: RELOADING=1, then the live keys are swapped in (gpuwatch.daemon.reload), then READY=1; an
 invalid file is logged and the running config stays.
 """
 
@@ -19,104 +19,27 @@ import signal
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Callable, Protocol
+from typing import TypeVar
 
 from gpuwatch import __version__
-from gpuwatch.gpus.amdgpu import AmdgpuSource
-from gpuwatch.gpus.source import GpuSource
 from gpuwatch.config import Config, ConfigError, load_config
-from gpuwatch.control import ControlServer
-from gpuwatch.document import to_document
-from gpuwatch.http import HttpServer
-from gpuwatch.gpus.nvml import NvmlSource, NvmlUnavailable
-from gpuwatch.model import DaemonInfo, FanState, PublishedState, Snapshot, TrainerState
-from gpuwatch.reload import plan_reload
+from gpuwatch.daemon import compose
+from gpuwatch.daemon.compose import Parts
+from gpuwatch.daemon.control import ControlServer
+from gpuwatch.daemon.reload import plan_reload
+from gpuwatch.daemon.sdnotify import Notifier
 from gpuwatch.gpus.sampler import Sampler
-from gpuwatch.sdnotify import Notifier
-from gpuwatch.sim.cards import SimulatedSource, start_simulator
-from gpuwatch.state import StateHolder, write_state_file
-from gpuwatch.summary import status_line
-from gpuwatch.sysfs import Sysfs
+from gpuwatch.model import DaemonInfo, FanState, PublishedState, Snapshot, TrainerState
+from gpuwatch.publish.document import to_document
+from gpuwatch.publish.http import HttpServer
+from gpuwatch.publish.state import StateHolder, write_state_file
+from gpuwatch.publish.summary import status_line
 
 log = logging.getLogger("gpuwatch")
-
-
-class FanConsumer(Protocol):
-    def tick(self, snapshot: Snapshot) -> tuple[FanState, ...]: ...
-    def restore(self) -> None: ...
-
-
-class TrainerConsumer(Protocol):
-    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...]) -> tuple[TrainerState, ...]: ...
-    def stop(self) -> None: ...
-
-
-@dataclass
-class Parts:
-    """What the composition root built; tests may pass their own."""
-
-    sources: list[GpuSource]
-    fans: FanConsumer | None = None
-    trainers: TrainerConsumer | None = None
-    on_tick: list[Callable[[PublishedState], None]] = field(default_factory=list)
-
-
-def amdgpu_source(config: Config) -> AmdgpuSource | None:
-    """The amdgpu reader when ``config.backend`` asks for one (it also locates cards for the fans)."""
-    return AmdgpuSource(Sysfs(config.sysfs_root)) if config.backend in ("auto", "amdgpu") else None
-
-
-def build_sources(config: Config, nvml: object | None = None, amdgpu: AmdgpuSource | None = None) -> list[GpuSource]:
-    """The GPU sources ``config.backend`` names; ``nvml`` injects a pynvml-like module (tests), ``amdgpu``
-    a reader built with ``amdgpu_source`` (shared with the fan controller).
-
-    auto never fails: NVML that is absent or cannot initialise is logged and skipped. An explicit
-    ``backend = "nvml"`` without a working NVML is a configuration error (exit 2), said plainly.
-    """
-    sources: list[GpuSource] = []
-    amdgpu = amdgpu or amdgpu_source(config)
-    if amdgpu is not None:
-        sources.append(amdgpu)
-    if config.backend in ("auto", "nvml"):
-        try:
-            sources.append(NvmlSource(nvml))
-        except NvmlUnavailable as exc:
-            if config.backend == "nvml":
-                raise ConfigError(f"backend = \"nvml\": {exc}") from None
-            log.debug("NVIDIA backend not used: %s", exc)
-    return sources
-
-
-def build_fans(config: Config, amdgpu: AmdgpuSource | None) -> FanConsumer | None:
-    """The fan controller; it drives the amdgpu cards ``amdgpu`` reads (none without it)."""
-    if config.fan.mode == "off":
-        return None
-    from gpuwatch.fan.controller import FanController
-
-    return FanController(config.fan, Sysfs(config.sysfs_root), config.resolved_runtime_dir,
-                         locate=amdgpu.locate if amdgpu is not None else _nowhere)
-
-
-def _nowhere(gpu_id: str) -> None:
-    return None
-
-
-def build_supervisor(config: Config) -> TrainerConsumer | None:
-    """The training supervisor for the configured `[[trainer]]`s, or None when there are none."""
-    if not config.trainer:
-        return None
-    from gpuwatch.supervisor import Supervisor
-
-    return Supervisor(list(config.trainer), config.thermal, config.resolved_runtime_dir / "trainers")
-
-
-def build_parts(config: Config) -> Parts:
-    amdgpu = amdgpu_source(config)
-    return Parts(sources=build_sources(config, amdgpu=amdgpu), fans=build_fans(config, amdgpu),
-                 trainers=build_supervisor(config))
+T = TypeVar("T")
 
 
 class Daemon:
@@ -128,23 +51,16 @@ class Daemon:
         load: Callable[[], Config] | None = None,
         notifier: Notifier | None = None,
     ) -> None:
-        """``load`` re-reads the config for SIGHUP (the CLI passes one that keeps its command-line
+        """``parts`` default to what ``compose.build(config)`` makes for the config (tests may pass their
+        own). ``load`` re-reads the config for SIGHUP (the CLI passes one that keeps its command-line
         overrides); by default it is ``load_config(config_path)``. Without either, SIGHUP is refused."""
-        # The simulator's tree must exist before any part probes it: it becomes the sysfs root.
-        self.simulator = start_simulator(config) if parts is None and config.simulating else None
-        if self.simulator is not None:
-            # The simulated cards are amdgpu cards in a tree: read them like real ones, and only them.
-            config = config.model_copy(update={"sysfs_root": self.simulator.root, "backend": "amdgpu"})
-            log.info("simulating %d RX 5600 XT card(s) in %s (time x%g)", config.simulate.gpus,
-                     self.simulator.root, config.simulate.time_scale)
+        if parts is None:
+            config, parts = compose.build(config)
         self.config = config
         self.config_path = config_path
         self._load = load or ((lambda: load_config(config_path)) if config_path is not None else None)
         self.notifier = notifier or Notifier(None)
-        self.parts = parts or build_parts(config)
-        if self.simulator is not None:
-            self.parts.sources = [SimulatedSource(self.simulator, s) for s in self.parts.sources]
-            self.parts.on_tick.append(self.simulator.observe)
+        self.parts = parts
         self.sampler = Sampler(self.parts.sources)
         self.holder = StateHolder()
         self.started_unix = time.time()
@@ -170,10 +86,11 @@ class Daemon:
         snapshot = self.sampler.sample()
         fans: tuple[FanState, ...] = ()
         trainers: tuple[TrainerState, ...] = ()
-        if self.parts.fans is not None:
-            fans = self._guard("fan controller", lambda: self.parts.fans.tick(snapshot), ())  # type: ignore[union-attr]
-        if self.parts.trainers is not None:
-            trainers = self._guard("supervisor", lambda: self.parts.trainers.tick(snapshot, fans), ())  # type: ignore[union-attr]
+        fan_part, trainer_part = self.parts.fans, self.parts.trainers
+        if fan_part is not None:
+            fans = self._guard("fan controller", lambda: fan_part.tick(snapshot), ())
+        if trainer_part is not None:
+            trainers = self._guard("supervisor", lambda: trainer_part.tick(snapshot, fans), ())
         self.ticks_total += 1
         _count_read_errors(self.read_errors, snapshot)
         state = PublishedState(
@@ -206,7 +123,7 @@ class Daemon:
             _log_discovery(self.config, first)
             deadline = time.monotonic()
             ready = False
-            self._start_http()
+            self.start_http()
             while not self.stop_requested.is_set():
                 if self.reload_requested.is_set():
                     self.reload()
@@ -296,8 +213,11 @@ class Daemon:
         """The bound HTTP port (the real one when the config asked for port 0), None when not serving."""
         return None if self.http is None else self.http.port
 
-    def _start_http(self) -> None:
-        """A port already in use is logged and the daemon goes on: fans and supervision matter more."""
+    def start_http(self) -> None:
+        """Serve /metrics, /healthz and /status as ``[http]`` says (``run`` calls it before the first tick).
+
+        A port already in use is logged and the daemon goes on: fans and supervision matter more.
+        """
         http = self.config.http
         if not http.enabled:
             return
@@ -326,7 +246,7 @@ class Daemon:
             signal.signal(signal.SIGINT, self.request_stop)
             signal.signal(signal.SIGHUP, self.request_reload)
 
-    def _guard(self, part: str, action: Callable[[], object], fallback: object) -> object:
+    def _guard(self, part: str, action: Callable[[], T], fallback: T) -> T:
         try:
             result = action()
         except Exception as exc:

@@ -15,7 +15,7 @@ from typing import Any
 
 from gpuwatch.model import PublishedState
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gpuwatch.state")  # the name log lines had before the move
 
 # A published state older than this many intervals (+ slack) means the control loop is stuck:
 # /healthz answers 503 and `gpuwatch status` reports a failure.

@@ -18,10 +18,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
 from gpuwatch.config import ThermalConfig
-from gpuwatch.metrics import GpuwatchCollector
-from gpuwatch.state import StateHolder, is_stale
+from gpuwatch.publish.metrics import GpuwatchCollector
+from gpuwatch.publish.state import StateHolder, is_stale
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gpuwatch.http")  # the name log lines had before the move
 
 # generate_latest writes the classic text format; newer clients' CONTENT_TYPE_LATEST may name 1.0.0.
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

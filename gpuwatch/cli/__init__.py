@@ -20,15 +20,16 @@ from gpuwatch.config import (
     DEFAULT_CONFIG_PATH,
     Config,
     ConfigError,
+    default_runtime_dir,
     effective_config_toml,
     load_config,
     parse_config,
 )
-from gpuwatch.document import to_document
+from gpuwatch.publish.document import to_document
 from gpuwatch.model import PublishedState
-from gpuwatch.launch_argv import FALLBACK_MODES
-from gpuwatch.state import is_stale, read_state_file
-from gpuwatch.status import EXIT_USAGE, exit_code, render
+from gpuwatch.train.argv import FALLBACK_MODES
+from gpuwatch.publish.state import is_stale, read_state_file
+from gpuwatch.cli.status import EXIT_USAGE, exit_code, render
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -112,7 +113,14 @@ def load_cli_config(args: argparse.Namespace, **overrides: Any) -> Config:
     path = cli_config_path(args)
     if getattr(args, "sysfs_root", None) is not None:
         overrides["sysfs_root"] = str(args.sysfs_root)
-    return load_config(path, overrides)
+    return with_runtime_dir(load_config(path, overrides))
+
+
+def with_runtime_dir(config: Config) -> Config:
+    """The runtime directory resolved once, here (environment and euid), instead of on every use."""
+    if config.runtime_dir is not None:
+        return config
+    return config.model_copy(update={"runtime_dir": default_runtime_dir(os.environ, os.geteuid())})
 
 
 def setup_logging(level: str) -> None:
@@ -124,8 +132,8 @@ def setup_logging(level: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from gpuwatch.daemon import Daemon
-    from gpuwatch.sdnotify import Notifier
+    from gpuwatch.daemon.loop import Daemon
+    from gpuwatch.daemon.sdnotify import Notifier
 
     def load() -> Config:
         # Also what SIGHUP re-runs: same file, same command-line overrides.
@@ -143,7 +151,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from gpuwatch.launch_argv import LaunchCommandError, build_launch_argv
+    from gpuwatch.train.argv import LaunchCommandError, build_launch_argv
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     try:
@@ -164,7 +172,7 @@ def cmd_fans_auto(args: argparse.Namespace) -> int:
         # ExecStopPost runs this after every exit, also when the file was broken while the daemon ran
         # (a rejected reload): the fans must still go back, so fall back to the defaults.
         print(f"gpuwatch fans-auto: {exc}\ngpuwatch fans-auto: using the default settings", file=sys.stderr)
-        config = load_config(None, {"sysfs_root": str(args.sysfs_root)} if args.sysfs_root else None)
+        config = with_runtime_dir(load_config(None, {"sysfs_root": str(args.sysfs_root)} if args.sysfs_root else None))
     setup_logging(config.log_level)
     problems = fans_auto(Sysfs(config.sysfs_root), RestoreFile(config.resolved_runtime_dir / "fan-restore.json"))
     for problem in problems:
@@ -173,7 +181,7 @@ def cmd_fans_auto(args: argparse.Namespace) -> int:
 
 
 def cmd_curve(args: argparse.Namespace) -> int:
-    from gpuwatch.curveplot import render_curve
+    from gpuwatch.cli.curve import render_curve
 
     config = load_cli_config(args)
     print(render_curve(config.fan.for_gpu(args.gpu) if args.gpu else config.fan), end="")
@@ -191,7 +199,7 @@ def with_simulation(config: Config, gpus: int) -> Config:
 
 
 def cmd_control(args: argparse.Namespace) -> int:
-    from gpuwatch.control import ControlError, send_command
+    from gpuwatch.daemon.control import ControlError, send_command
 
     config = load_cli_config(args)
     try:
@@ -239,7 +247,7 @@ def daemon_document(config: Config) -> tuple[dict[str, Any], str | None] | None:
 
 
 def sysfs_document(config: Config) -> dict[str, Any]:
-    from gpuwatch.daemon import build_sources
+    from gpuwatch.daemon.compose import build_sources
     from gpuwatch.gpus.sampler import Sampler
 
     snapshot = Sampler(build_sources(config)).sample()
