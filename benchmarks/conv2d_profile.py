@@ -28,6 +28,7 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuwatch.train import conv2d as conv_mod  # noqa: E402
+from gpuwatch.train.conv_plan import DEFAULT_TUNING, plan_for  # noqa: E402
 from gpuwatch.train.conv_columns import flip_index  # noqa: E402
 from gpuwatch.train.patch import patch_conv2d  # noqa: E402
 from yolov8n_model import build_model  # noqa: E402
@@ -107,7 +108,7 @@ def backward_cost(batch: int) -> None:
     x = torch.randn(batch, 64, 40, 40, device="cuda", dtype=torch.half)
     weight = torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.half)
     grad_out = torch.randn_like(x)
-    plan = conv_mod._plan(x.shape, weight.shape, x.dtype, (1, 1), (1, 1), (1, 1), 1, conv_mod.DEFAULT_TUNING)
+    plan = plan_for(x.shape, weight.shape, x.dtype, (1, 1), (1, 1), (1, 1), 1, DEFAULT_TUNING)
     flipped = torch.take(weight, flip_index(weight.shape, 1, weight.device))
 
     def helpers() -> None:  # what _Im2colConv2d.backward runs for this layer

@@ -8,10 +8,10 @@ import pytest
 
 from gpuwatch.config import ThermalConfig, TrainerConfig
 from gpuwatch.model import FanMode, FanState, GpuReading, Snapshot, TempReading, TrainerPhase as P
-from gpuwatch.supervise.policy import (
-    CancelPause, CollectEvidence, Freeze, Inputs, Kill, Machine, RequestPause, Spawn, Terminate, Thaw, Thermal,
-    backoff_delay_s, step, thermal_verdict,
+from gpuwatch.supervise.actions import (
+    CancelPause, CollectEvidence, Freeze, Inputs, Kill, RequestPause, Spawn, Terminate, Thaw, Thermal,
 )
+from gpuwatch.supervise.policy import Machine, backoff_delay_s, step, thermal_verdict
 
 CFG = TrainerConfig(name="t", command=["x"], debounce_s=2, max_pause_s=100, min_pause_s=0, grace_s=10, pause_ack_timeout_s=5,
                     hang_timeout_s=50, give_up_after_crashes=3, stable_after_s=1000,

@@ -2,7 +2,7 @@
 
 One frozen ``Machine`` per trainer. The effects layer (supervisor.py) observes the world into
 ``Inputs`` (thermal verdict from the tick's snapshot, process status, progress counters, a manual
-command) and carries out the returned actions. ``now`` is monotonic seconds; nothing here reads a clock.
+command) and carries out the returned actions (both defined in actions.py). ``now`` is monotonic seconds; nothing here reads a clock.
 
 Rules worth knowing:
 * Restart delays grow only with crashes *without progress*; a run that advanced its step counter,
@@ -16,77 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from gpuwatch.config import ThermalConfig, TrainerConfig
-from gpuwatch.model import FanMode, FanState, Snapshot, TrainerPhase
 from gpuwatch.limits import breaches
-
-
-# ---- actions -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Spawn:
-    resume: bool  # use restart_command with the newest complete checkpoint when there is one
-
-
-@dataclass(frozen=True)
-class RequestPause:
-    """Create the pause file: the launcher holds at its next optimizer step."""
-
-
-@dataclass(frozen=True)
-class CancelPause:
-    """Remove the pause file."""
-
-
-@dataclass(frozen=True)
-class Freeze:
-    """SIGSTOP the whole process tree."""
-
-
-@dataclass(frozen=True)
-class Thaw:
-    """SIGCONT the whole process tree."""
-
-
-@dataclass(frozen=True)
-class Terminate:
-    reason: str  # SIGCONT then SIGTERM to the whole tree
-
-
-@dataclass(frozen=True)
-class Kill:
-    reason: str  # SIGKILL to the whole tree
-
-
-@dataclass(frozen=True)
-class CollectEvidence:
-    reason: str
-
-
-Action = Spawn | RequestPause | CancelPause | Freeze | Thaw | Terminate | Kill | CollectEvidence
-
-
-# ---- inputs --------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Thermal:
-    hot: bool = False  # some sensor at/above its pause limit
-    cool: bool = True  # every sensor below limit - hysteresis
-    critical: bool = False  # at crit, or fan failsafe
-    reason: str | None = None
-
-
-@dataclass(frozen=True)
-class Inputs:
-    now: float
-    thermal: Thermal = Thermal()
-    alive: bool = False  # leader still running
-    exit_code: int | None = None  # leader's exit status once it is gone (negative: signal)
-    exit_reason: str | None = None  # e.g. "spawn failed: ..."
-    steps_total: int | None = None  # from the heartbeat
-    heartbeat_paused: bool = False
-    progress_mtime: float | None = None  # the progress file's mtime
-    log_bytes: int = 0  # output captured so far in this run
-    command: str | None = None  # manual: pause | resume | restart
-    shutdown: bool = False
-    jitter: float = 0.0  # uniform in [-1, 1], drawn by the caller
+from gpuwatch.model import FanMode, FanState, Snapshot, TrainerPhase
+from gpuwatch.supervise.actions import (
+    Action, AfterStop, CancelPause, CollectEvidence, Freeze, Inputs, Kill, PauseMode, RequestPause, Spawn, Terminate,
+    Thaw, Thermal,
+)
 
 
 @dataclass(frozen=True)
@@ -96,11 +31,11 @@ class Machine:
     run_started: float | None = None
     hot_since: float | None = None
     paused_since: float | None = None
-    pause_mode: str | None = None  # "cooperative" | "sigstop"
+    pause_mode: PauseMode | None = None
     manual_pause: bool = False
     stop_sent: float | None = None
     killed: bool = False
-    after_stop: str | None = None  # restart | max-pause | hang | crash | emergency | shutdown
+    after_stop: AfterStop | None = None  # why the current stop was asked for
     last_progress: float = 0.0
     run_progressed: bool = False
     heartbeat_seen: bool = False
@@ -177,8 +112,7 @@ def _starting(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> 
     if x.thermal.hot:
         return _note(replace(m, reason=f"waiting to start: {x.thermal.reason}")), acts
     acts.append(Spawn(resume=False))
-    return _enter(m, TrainerPhase.RUNNING, x.now, "started", run_started=x.now, last_progress=x.now,
-                  run_progressed=False, seen_log_bytes=0, seen_steps=None, seen_mtime=None, hot_since=None), acts
+    return _enter(m, TrainerPhase.RUNNING, x.now, "started", **_new_run(x.now)), acts
 
 
 def _running(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:
@@ -243,11 +177,16 @@ def _spawn(m: Machine, x: Inputs, acts: list[Action], why: str, resume: bool) ->
     counts = dict(m.restarts_by_reason)
     counts[why] = counts.get(why, 0) + 1
     return _enter(
-        m, TrainerPhase.RUNNING, x.now, f"restarted ({why})", run_started=x.now, last_progress=x.now,
-        run_progressed=False, seen_log_bytes=0, seen_steps=None, seen_mtime=None, hot_since=None,
-        next_start=None, after_stop=None, restarts_total=m.restarts_total + 1,
-        restarts_by_reason=tuple(sorted(counts.items())), paused_since=None, pause_mode=None, manual_pause=False,
+        m, TrainerPhase.RUNNING, x.now, f"restarted ({why})", **_new_run(x.now), next_start=None, after_stop=None,
+        restarts_total=m.restarts_total + 1, restarts_by_reason=tuple(sorted(counts.items())), paused_since=None,
+        pause_mode=None, manual_pause=False,
     ), acts
+
+
+def _new_run(now: float) -> dict[str, object]:
+    """A new run starts its progress tracking afresh."""
+    return dict(run_started=now, last_progress=now, run_progressed=False, seen_log_bytes=0, seen_steps=None,
+                seen_mtime=None, hot_since=None)
 
 
 def _pause(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action], manual: bool) -> tuple[Machine, list[Action]]:

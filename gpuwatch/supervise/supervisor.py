@@ -16,20 +16,21 @@ import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import get_args
 
-from gpuwatch.supervise.checkpoint import newest_complete_checkpoint
 from gpuwatch.config import ThermalConfig, TrainerConfig
 from gpuwatch.heartbeat import HEARTBEAT_ENV, PAUSE_ENV, read_heartbeat
 from gpuwatch.model import FanState, Snapshot, TrainerPhase, TrainerState
-from gpuwatch.supervise.policy import (
-    LIVE, Action, CancelPause, CollectEvidence, Freeze, Inputs, Kill, Machine, RequestPause, Spawn, Terminate,
-    Thaw, Thermal, step, thermal_verdict,
+from gpuwatch.supervise.actions import (
+    Action, CancelPause, CollectEvidence, Command, Freeze, Inputs, Kill, RequestPause, Spawn, Terminate, Thaw, Thermal,
 )
+from gpuwatch.supervise.checkpoint import newest_complete_checkpoint
+from gpuwatch.supervise.policy import LIVE, Machine, step, thermal_verdict
 from gpuwatch.supervise.process import STRIPPED_ENV, SpawnError, TrainerProcess
 
 log = logging.getLogger("gpuwatch.supervisor")
 
-COMMANDS = ("pause", "resume", "restart")
+COMMANDS: dict[str, Command] = {command: command for command in get_args(Command)}
 
 
 class Trainer:
@@ -46,7 +47,7 @@ class Trainer:
         self.proc: TrainerProcess | None = None
         self.spawn_error: str | None = None
         self.started_unix: float | None = None
-        self.commands: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self.commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self.paused_since_unix: float | None = None
 
     def observe(self, verdict: Thermal, now: float, shutdown: bool) -> Inputs:
@@ -250,14 +251,15 @@ class Supervisor:
 
     def command(self, verb: str, name: str | None) -> tuple[bool, str]:
         """Queue a manual command for the next tick (called from the control thread)."""
-        if verb not in COMMANDS:
+        command = COMMANDS.get(verb)
+        if command is None:
             return False, f"unknown command {verb!r} (use {', '.join(COMMANDS)})"
         targets = [t for t in self.trainers if name is None or t.config.name == name]
         if not targets:
             known = ", ".join(t.config.name for t in self.trainers) or "none configured"
             return False, f"no trainer named {name!r} (trainers: {known})"
         for trainer in targets:
-            trainer.commands.put(verb)
+            trainer.commands.put(command)
         return True, f"{verb} requested for {', '.join(t.config.name for t in targets)}"
 
     def stop(self, poll_s: float = 0.1) -> None:

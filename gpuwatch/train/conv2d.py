@@ -13,16 +13,14 @@ Columns are built in batch chunks bounded by ``Conv2dTuning.max_cols_bytes``.
 
 Speed: small-channel CNNs are host-bound with this fallback (each tensor call costs the CPU 3-30 us
 on the benchmark VMs), so each direction is a few kernels (conv_columns.py), every shape decision is
-made once per call signature and cached (``_Plan``), and under autocast the weight is cast inside
+made once per call signature and cached (conv_plan.py), and under autocast the weight is cast inside
 the Function rather than by an autograd-recorded cast in front of it. patch.py also moves backward
 onto the calling thread, where this Python backward is cheaper.
 """
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -30,62 +28,8 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from gpuwatch.train.conv_columns import batched_mm, col2im, col2im_taps, columns_t, flip_index, im2col
-from gpuwatch.train.conv_geometry import (
-    ConvGeometry,
-    IntOrPair,
-    autocast_cast,
-    autocast_dtype,
-    check_shapes,
-    is_channels_last,
-    resolve_geometry,
-)
-
-@dataclass(frozen=True)
-class Conv2dTuning:
-    """How the fallback computes its gradients; the defaults are the measured best, and
-    benchmarks/conv2d_fallback.py compares others (``patch_conv2d(..., tuning=...)``).
-
-    Weight gradient (``wgrad``): "gemm" gathers the input's columns as (K, N*L) and reduces over batch
-    and pixels in one matrix product, "bmm" builds them with im2col and multiplies per sample (fewer
-    launches, but a long reduction per sample), "auto" takes bmm up to ``wgrad_bmm_max_pixels`` output
-    pixels per sample and gemm above, and for stride-1 layers up to that size the output gradient's
-    columns that the input gradient builds. Input gradient (``dgrad``): "transpose" correlates
-    grad_out with the flipped kernel where the stride is 1, "fold" never does; the rest is col2im, or
-    one strided add per tap above ``col2im_max_pixels`` input pixels per sample. Transient columns
-    are built in batch chunks of at most ``max_cols_bytes``.
-    """
-
-    wgrad: Literal["auto", "gemm", "bmm"] = "auto"
-    wgrad_bmm_max_pixels: int = 32768
-    dgrad: Literal["transpose", "fold"] = "transpose"
-    col2im_max_pixels: int = 6400
-    max_cols_bytes: int = 256 * 2**20
-
-
-DEFAULT_TUNING = Conv2dTuning()
-
-
-Cols = tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int]]  # kernel, dilation, padding, stride
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """Every decision about one call signature that does not depend on the tensors' values."""
-
-    geom: ConvGeometry
-    extra: tuple[int, int]  # zeros added at the bottom/right ('same' with an even kernel)
-    unbatched: bool
-    pointwise: bool  # 1x1, stride 1, no padding: a bmm on views of the input
-    in_size: tuple[int, int]  # after the extra zeros
-    out_size: tuple[int, int]
-    cols: Cols  # im2col arguments of the forward (and of the weight gradient)
-    chunk: int  # samples per chunk of forward / weight-gradient / col2im columns
-    wgrad_gemm: bool
-    dgrad_cols: Cols | None  # stride 1: the input gradient correlates with the flipped kernel
-    dgrad_chunk: int
-    dgrad_taps: bool  # otherwise col2im sums the input-gradient columns
-    shared_cols: bool  # stride 1, wgrad "auto": the output gradient's columns serve both gradients
-
+from gpuwatch.train.conv_geometry import IntOrPair, autocast_cast, autocast_dtype, is_channels_last
+from gpuwatch.train.conv_plan import DEFAULT_TUNING, Cols, Conv2dTuning, Plan, plan_for
 
 def conv2d(
     input: Tensor,
@@ -105,9 +49,9 @@ def conv2d(
         # compute and output, float32 master-weight gradients.
         input = autocast_cast(input, dtype)  # type: ignore[assignment]
     try:
-        plan = _plan(input.shape, weight.shape, input.dtype, stride, padding, dilation, groups, tuning)
+        plan = plan_for(input.shape, weight.shape, input.dtype, stride, padding, dilation, groups, tuning)
     except TypeError:  # list arguments are not hashable
-        plan = _plan(input.shape, weight.shape, input.dtype, *map(_key, (stride, padding, dilation)), groups, tuning)
+        plan = plan_for(input.shape, weight.shape, input.dtype, *map(_key, (stride, padding, dilation)), groups, tuning)
     if plan.unbatched:
         input = input.unsqueeze(0)
     if plan.extra != (0, 0):
@@ -123,55 +67,6 @@ def conv2d(
 
 def _key(value: object) -> object:
     return tuple(value) if isinstance(value, list) else value
-
-
-@functools.lru_cache(maxsize=4096)
-def _plan(
-    input_shape: tuple[int, ...],
-    weight_shape: tuple[int, ...],
-    dtype: torch.dtype,
-    stride: IntOrPair,
-    padding: str | IntOrPair,
-    dilation: IntOrPair,
-    groups: int,
-    tuning: Conv2dTuning,
-) -> _Plan:
-    if len(input_shape) not in (3, 4):
-        raise RuntimeError(f"conv2d: expected a 3-D or 4-D input, got shape {tuple(input_shape)}")
-    if len(weight_shape) != 4:
-        raise RuntimeError(f"conv2d: expected a 4-D weight, got shape {tuple(weight_shape)}")
-    wgrad, bmm_max_pixels, dgrad = tuning.wgrad, tuning.wgrad_bmm_max_pixels, tuning.dgrad
-    col2im_max_pixels, max_cols_bytes = tuning.col2im_max_pixels, tuning.max_cols_bytes
-    geom, extra = resolve_geometry(weight_shape, stride, padding, dilation, groups)
-    shape = (1, *input_shape) if len(input_shape) == 3 else tuple(input_shape)
-    shape = (*shape[:2], shape[2] + extra[0], shape[3] + extra[1])
-    check_shapes(shape, weight_shape, geom)
-    n, c, h, w = shape
-    out_c, (kh, kw) = weight_shape[0], geom.kernel
-    out_h, out_w = geom.out_size(h, w)
-    item = torch.empty((), dtype=dtype).element_size()
-    pad_t = (geom.dilation[0] * (kh - 1) - geom.padding[0], geom.dilation[1] * (kw - 1) - geom.padding[1])
-    transposed = dgrad != "fold" and geom.stride == (1, 1) and min(pad_t) >= 0
-    return _Plan(
-        geom=geom,
-        extra=extra,
-        unbatched=len(input_shape) == 3,
-        pointwise=geom.pointwise and geom.stride == (1, 1),
-        in_size=(h, w),
-        out_size=(out_h, out_w),
-        cols=(geom.kernel, geom.dilation, geom.padding, geom.stride),
-        chunk=_chunk(n, c * kh * kw * out_h * out_w * item, max_cols_bytes),
-        wgrad_gemm=wgrad == "gemm" or (wgrad == "auto" and out_h * out_w > bmm_max_pixels),
-        dgrad_cols=(geom.kernel, geom.dilation, pad_t, (1, 1)) if transposed else None,
-        dgrad_chunk=_chunk(n, out_c * kh * kw * h * w * item, max_cols_bytes),
-        dgrad_taps=h * w > col2im_max_pixels,
-        shared_cols=transposed and wgrad == "auto" and out_h * out_w <= bmm_max_pixels,
-    )
-
-
-def _chunk(n: int, per_sample_bytes: int, budget_bytes: int) -> int:
-    """Samples per chunk so that one chunk's columns fit the transient budget (at least one)."""
-    return max(1, min(n, budget_bytes // max(1, per_sample_bytes)))
 
 
 def _pointwise(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int) -> Tensor:
@@ -190,7 +85,7 @@ def _pointwise(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int) -> T
 class _Im2colConv2d(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx, x: Tensor, weight: Tensor, bias: Tensor | None, plan: _Plan, dtype: torch.dtype | None
+        ctx, x: Tensor, weight: Tensor, bias: Tensor | None, plan: Plan, dtype: torch.dtype | None
     ) -> Tensor:
         # Under autocast the weight is cast here rather than before the call, so its gradient leaves
         # this node in its own dtype: no ToCopyBackward node and cast kernel per layer (the backward
@@ -226,7 +121,7 @@ def _backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
     """The gradients of ``_Im2colConv2d``, computed with autograd off."""
     x, weight = ctx.saved_tensors
     w = weight if ctx.cast_weight is None else ctx.cast_weight
-    plan: _Plan = ctx.plan
+    plan: Plan = ctx.plan
     needs_x, needs_w, needs_b = ctx.needs_input_grad[:3]
     grad_out = grad_out.contiguous()
     grad_b = grad_out.sum((0, 2, 3), dtype=ctx.bias_dtype) if needs_b else None
@@ -271,7 +166,7 @@ def _add_chunk(total: Tensor | None, part: Tensor) -> Tensor:
 
 
 def _grads_from_output_columns(
-    x: Tensor, grad_out: Tensor, flipped: Tensor, plan: _Plan, needs_w: bool
+    x: Tensor, grad_out: Tensor, flipped: Tensor, plan: Plan, needs_w: bool
 ) -> tuple[Tensor, Tensor | None]:
     """Stride 1: both gradients from one im2col of grad_out (the columns of the input gradient).
 
@@ -308,7 +203,7 @@ def _grads_from_output_columns(
     return grad_x, torch.take(total, flip_index(flipped_shape, g, total.device))
 
 
-def _weight_grad(x: Tensor, grad_out: Tensor, weight: Tensor, plan: _Plan) -> Tensor:
+def _weight_grad(x: Tensor, grad_out: Tensor, weight: Tensor, plan: Plan) -> Tensor:
     """The weight gradient from the input's columns (built again: they are never saved)."""
     n, chunk, g = x.shape[0], plan.chunk, plan.geom.groups
     out_c = weight.shape[0]
@@ -328,7 +223,7 @@ def _weight_grad(x: Tensor, grad_out: Tensor, weight: Tensor, plan: _Plan) -> Te
     return total.view(weight.shape)
 
 
-def _input_grad(grad_out: Tensor, weight: Tensor, flipped: Tensor | None, plan: _Plan) -> Tensor:
+def _input_grad(grad_out: Tensor, weight: Tensor, flipped: Tensor | None, plan: Plan) -> Tensor:
     """``flipped``: the (C, O/g, kh, kw) flipped kernel where ``plan.dgrad_cols`` is set."""
     g, out_c = plan.geom.groups, weight.shape[0]
     if plan.dgrad_cols is not None:
@@ -345,7 +240,7 @@ def _input_grad(grad_out: Tensor, weight: Tensor, flipped: Tensor | None, plan: 
     return grad_x
 
 
-def _sum_columns(cols: Tensor, plan: _Plan) -> Tensor:
+def _sum_columns(cols: Tensor, plan: Plan) -> Tensor:
     if plan.dgrad_taps:
         return col2im_taps(cols, plan.in_size, *plan.cols, plan.out_size)
     return col2im(cols, plan.in_size, *plan.cols)

@@ -1,0 +1,81 @@
+"""The supervisor's vocabulary: what policy.step is told (Inputs, with the Thermal verdict) and what it
+decides (the Actions). The effects layer (supervisor.py) builds the one and carries out the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Command = Literal["pause", "resume", "restart"]  # manual, from `gpuwatch pause|resume|restart`
+PauseMode = Literal["cooperative", "sigstop"]  # pause file (the launcher holds at a step) or SIGSTOP
+AfterStop = Literal["restart", "max-pause", "hang", "crash", "emergency", "shutdown"]
+
+
+# ---- actions -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Spawn:
+    resume: bool  # use restart_command with the newest complete checkpoint when there is one
+
+
+@dataclass(frozen=True)
+class RequestPause:
+    """Create the pause file: the launcher holds at its next optimizer step."""
+
+
+@dataclass(frozen=True)
+class CancelPause:
+    """Remove the pause file."""
+
+
+@dataclass(frozen=True)
+class Freeze:
+    """SIGSTOP the whole process tree."""
+
+
+@dataclass(frozen=True)
+class Thaw:
+    """SIGCONT the whole process tree."""
+
+
+@dataclass(frozen=True)
+class Terminate:
+    reason: str  # SIGCONT then SIGTERM to the whole tree
+
+
+@dataclass(frozen=True)
+class Kill:
+    reason: str  # SIGKILL to the whole tree
+
+
+@dataclass(frozen=True)
+class CollectEvidence:
+    reason: str
+
+
+Action = Spawn | RequestPause | CancelPause | Freeze | Thaw | Terminate | Kill | CollectEvidence
+
+
+# ---- inputs --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Thermal:
+    hot: bool = False  # some sensor at/above its pause limit
+    cool: bool = True  # every sensor below limit - hysteresis
+    critical: bool = False  # at crit, or fan failsafe
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Inputs:
+    now: float
+    thermal: Thermal = Thermal()
+    alive: bool = False  # leader still running
+    exit_code: int | None = None  # leader's exit status once it is gone (negative: signal)
+    exit_reason: str | None = None  # e.g. "spawn failed: ..."
+    steps_total: int | None = None  # from the heartbeat
+    heartbeat_paused: bool = False
+    progress_mtime: float | None = None  # the progress file's mtime
+    log_bytes: int = 0  # output captured so far in this run
+    command: Command | None = None
+    shutdown: bool = False
+    jitter: float = 0.0  # uniform in [-1, 1], drawn by the caller
