@@ -43,6 +43,7 @@ class ThermalConfig(Strict):
 
 
 Point = tuple[float, float]  # (temp_c, speed_percent)
+SensorChoice = Literal["auto", "junction", "edge", "mem"]  # the sensor a fan curve follows
 
 # The curve the seeds ran by hand: below 65 °C 50 %, then 60-70, 70-85, 85-100, >= 95 °C 100 %.
 # The 64 °C point makes "below 65 -> 50 %" a 1 °C ramp, since temperatures must strictly increase.
@@ -84,7 +85,7 @@ def _check_curve(points: list[list[float]] | None) -> list[list[float]] | None:
 class FanCurveSettings(Strict):
     """The per-GPU tunables; every key may be overridden under ``[fan.gpus."<pci slot>"]``."""
 
-    sensor: Literal["auto", "junction", "edge", "mem"] | None = None
+    sensor: SensorChoice | None = None
     curve: list[list[float]] | None = None
     floor_percent: float | None = Field(default=None, ge=0, le=100)
     dead_band_c: float | None = Field(default=None, ge=0, le=30)
@@ -101,7 +102,7 @@ class FanConfig(Strict):
     """Fan control: the curve, its hysteresis, failsafe and per-GPU overrides (docs/fan-control.md)."""
 
     mode: Literal["curve", "dry-run", "monitor-only", "off"] = "curve"
-    sensor: Literal["auto", "junction", "edge", "mem"] = "auto"
+    sensor: SensorChoice = "auto"
     curve: list[list[float]] = Field(default_factory=lambda: [list(p) for p in DEFAULT_CURVE])
     floor_percent: float = Field(default=50.0, ge=0, le=100)
     dead_band_c: float = Field(default=4.0, ge=0, le=30)

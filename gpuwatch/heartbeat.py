@@ -19,6 +19,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 HEARTBEAT_ENV = "GPUWATCH_HEARTBEAT_FILE"
 PAUSE_ENV = "GPUWATCH_PAUSE_FILE"
@@ -75,5 +76,5 @@ def pause_requested(pause_file: str | os.PathLike[str] | None) -> bool:
     return pause_file is not None and os.path.exists(pause_file)
 
 
-def _opt_float(value: object) -> float | None:
-    return None if value is None else float(value)  # type: ignore[arg-type]
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)

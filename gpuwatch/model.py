@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Literal
+
+# Which source read a GPU; published as the reading's "backend" (JSON document, gpuwatch_gpu_info).
+SourceName = Literal["amdgpu", "nvml"]
+# How the fan controller drives a GPU's fan; "none": monitor-only.
+FanBackendName = Literal["pwm1", "gpu_od", "none"]
 
 
 class FanMode(str, Enum):
@@ -61,7 +67,7 @@ class GpuReading:
 
     gpu_id: str
     card: str
-    backend: str  # the source that read it: "amdgpu" or "nvml" (published as "backend")
+    backend: SourceName
     name: str | None = None
     device_id: str | None = None
     subsystem_id: str | None = None
@@ -163,7 +169,7 @@ class FanState:
     """What the fan controller decided and observed for one GPU this tick."""
 
     gpu_id: str
-    backend: str
+    backend: FanBackendName
     mode: FanMode
     sensor: str | None = None
     sensor_temp_c: float | None = None

@@ -25,7 +25,7 @@ from gpuwatch.config import (
     load_config,
     parse_config,
 )
-from gpuwatch.publish.document import to_document
+from gpuwatch.publish.document import StatusDocument, to_document
 from gpuwatch.model import PublishedState
 from gpuwatch.train.argv import FALLBACK_MODES
 from gpuwatch.publish.state import is_stale, read_state_file
@@ -232,21 +232,22 @@ def cmd_sensors(args: argparse.Namespace) -> int:
 _NOT_RUNNING = "gpuwatch daemon is not running: values read directly from sysfs"
 
 
-def daemon_document(config: Config) -> tuple[dict[str, Any], str | None] | None:
+def daemon_document(config: Config) -> tuple[StatusDocument, str | None] | None:
     """The daemon's published state if it is running and fresh, else None."""
     doc = read_state_file(config.state_file)
-    if not doc or not doc.get("daemon"):
+    daemon = doc.get("daemon") if doc else None
+    if not doc or not daemon:
         return None
-    pid = doc["daemon"].get("pid")
+    pid = daemon.get("pid")
     if not isinstance(pid, int) or not _alive(pid):
         return None
     age = time.time() - float(doc.get("taken_unix") or 0)
-    if is_stale(age, float(doc["daemon"].get("interval_s") or 1)):
-        doc["daemon"].setdefault("failures", []).append(f"state is {age:.0f}s old: the control loop is stuck")
+    if is_stale(age, float(daemon.get("interval_s") or 1)):
+        daemon.setdefault("failures", []).append(f"state is {age:.0f}s old: the control loop is stuck")
     return doc, None
 
 
-def sysfs_document(config: Config) -> dict[str, Any]:
+def sysfs_document(config: Config) -> StatusDocument:
     from gpuwatch.daemon.compose import build_sources
     from gpuwatch.gpus.sampler import Sampler
 
@@ -254,7 +255,7 @@ def sysfs_document(config: Config) -> dict[str, Any]:
     return to_document(PublishedState(snapshot=snapshot), config.thermal, source="sysfs")
 
 
-def _show(args: argparse.Namespace, config: Config, fetch: Callable[[], tuple[dict[str, Any], str | None]]) -> int:
+def _show(args: argparse.Namespace, config: Config, fetch: Callable[[], tuple[StatusDocument, str | None]]) -> int:
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and "NO_COLOR" not in os.environ)
     while True:
         doc, note = fetch()

@@ -1,4 +1,4 @@
-"""Renders a status document (see document.py) as gpustat/nvidia-smi style text, and its exit code.
+"""Renders a status document (publish/document.py) as gpustat/nvidia-smi style text, and its exit code.
 
 Pure: takes the document, ``now`` and whether to colour; the CLI decides the colour (TTY only).
 """
@@ -6,7 +6,9 @@ Pure: takes the document, ``now`` and whether to colour; the CLI decides the col
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+
+from gpuwatch.publish.document import FanControllerDoc, GpuDoc, StatusDocument, TemperatureDoc, TrainerDoc
 
 RED, YELLOW, GREEN, BOLD, DIM, RESET = "\033[31m", "\033[33m", "\033[32m", "\033[1m", "\033[2m", "\033[0m"
 NA = "N/A"
@@ -14,22 +16,25 @@ PWM_MODES = {0: "full (none)", 1: "manual", 2: "auto"}
 EXIT_OK, EXIT_ALARM, EXIT_USAGE = 0, 1, 2
 WARN_BELOW_LIMIT_C = 10.0
 
+Paint = Callable[[str, "str | None"], str]  # text, colour (None: plain) -> text
 
-def exit_code(doc: dict[str, Any]) -> int:
+
+def exit_code(doc: StatusDocument) -> int:
     """1 when a GPU is over a limit, down, in fan failsafe, a trainer failed, or the daemon reports a failure."""
-    daemon = doc.get("daemon") or {}
-    if daemon.get("failures"):
+    daemon = doc.get("daemon")
+    if daemon and daemon.get("failures"):
         return EXIT_ALARM
     for gpu in doc.get("gpus", []):
-        fan = gpu.get("fan_controller") or {}
-        if gpu.get("over_limit") or not gpu.get("up", True) or fan.get("mode") == "failsafe" or fan.get("stalled"):
+        fan = gpu.get("fan_controller")
+        fan_bad = bool(fan and (fan.get("mode") == "failsafe" or fan.get("stalled")))
+        if gpu.get("over_limit") or not gpu.get("up", True) or fan_bad:
             return EXIT_ALARM
     if any(t.get("phase") == "failed" for t in doc.get("trainers", [])):
         return EXIT_ALARM
     return EXIT_OK
 
 
-def render(doc: dict[str, Any], now: float | None = None, color: bool = False, note: str | None = None) -> str:
+def render(doc: StatusDocument, now: float | None = None, color: bool = False, note: str | None = None) -> str:
     now = time.time() if now is None else now
     paint = _painter(color)
     lines = [_header(doc, now, paint)]
@@ -46,7 +51,7 @@ def render(doc: dict[str, Any], now: float | None = None, color: bool = False, n
     return "\n".join(lines) + "\n"
 
 
-def _header(doc: dict[str, Any], now: float, paint: Any) -> str:
+def _header(doc: StatusDocument, now: float, paint: Paint) -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(doc.get("taken_unix") or now))
     daemon = doc.get("daemon")
     if daemon:
@@ -58,7 +63,7 @@ def _header(doc: dict[str, Any], now: float, paint: Any) -> str:
     return f"{paint('gpuwatch', BOLD)}  {stamp}  {state}"
 
 
-def _gpu_block(gpu: dict[str, Any], paint: Any) -> list[str]:
+def _gpu_block(gpu: GpuDoc, paint: Paint) -> list[str]:
     vendor = "NVIDIA GPU " if gpu.get("backend") == "nvml" else "AMD GPU "
     title = f"[{gpu['gpu_id']}] {gpu['card']}  {gpu.get('name') or vendor + (gpu.get('device_id') or '?')}"
     if not gpu.get("up", True):
@@ -86,16 +91,17 @@ def _gpu_block(gpu: dict[str, Any], paint: Any) -> list[str]:
     return lines
 
 
-def _fan_line(gpu: dict[str, Any]) -> str:
+def _fan_line(gpu: GpuDoc) -> str:
     if gpu.get("backend") == "nvml":
         # NVML gives a duty percent only, and gpuwatch never drives NVIDIA fans.
         duty = gpu.get("fan_duty_ratio")
         return f"  fan    {'none (passive board)' if duty is None else 'duty ' + _pct(duty)}  control: unsupported (monitor only)"
-    mode = PWM_MODES.get(gpu.get("pwm_enable"), NA) if gpu.get("pwm_enable") is not None else NA
+    enable = gpu.get("pwm_enable")
+    mode = NA if enable is None else PWM_MODES.get(enable, NA)
     return f"  fan    {_num(gpu.get('fan_rpm'), 'RPM')}  pwm {_pct(gpu.get('pwm_ratio'))}  mode {mode}"
 
 
-def _temp(label: str, t: dict[str, Any], paint: Any) -> str:
+def _temp(label: str, t: TemperatureDoc, paint: Paint) -> str:
     value, limit = t.get("temp_c"), t.get("limit_c")
     text = f"{label} {_num(value, '°C', 0)}"
     if t.get("crit_c") is not None:
@@ -109,7 +115,7 @@ def _temp(label: str, t: dict[str, Any], paint: Any) -> str:
     return text
 
 
-def _controller(fan: dict[str, Any], paint: Any) -> str:
+def _controller(fan: FanControllerDoc, paint: Paint) -> str:
     mode = fan.get("mode") or NA
     mode_text = paint(mode, RED if mode == "failsafe" else YELLOW if mode in ("monitor-only", "dry-run") else GREEN)
     parts = [f"{mode_text} via {fan.get('backend') or NA}"]
@@ -123,14 +129,15 @@ def _controller(fan: dict[str, Any], paint: Any) -> str:
     return "  ".join(parts)
 
 
-def _trainer_line(t: dict[str, Any], now: float, paint: Any) -> str:
+def _trainer_line(t: TrainerDoc, now: float, paint: Paint) -> str:
     phase = t.get("phase") or NA
     colour = {"running": GREEN, "paused": YELLOW, "pausing": YELLOW, "failed": RED, "backoff": YELLOW}.get(phase)
     text = f"trainer {t['name']}: {paint(phase, colour) if colour else phase}"
     if t.get("pid"):
         text += f"  pid {t['pid']}"
-    if t.get("started_unix"):
-        text += f"  up {_duration(now - t['started_unix'])}"
+    started_unix = t.get("started_unix")
+    if started_unix:
+        text += f"  up {_duration(now - started_unix)}"
     text += f"  restarts {t.get('restarts_total', 0)}"
     if t.get("last_exit_code") is not None:
         text += f"  last exit {t['last_exit_code']}"
@@ -143,7 +150,7 @@ def _trainer_line(t: dict[str, Any], now: float, paint: Any) -> str:
     return text
 
 
-def _painter(color: bool) -> Any:
+def _painter(color: bool) -> Paint:
     def paint(text: str, code: str | None) -> str:
         return f"{code}{text}{RESET}" if color and code else text
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gpuwatch.model import FanBackendName
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 log = logging.getLogger("gpuwatch.fan")
@@ -64,7 +65,7 @@ class FanBackend(Protocol):
     """One GPU's fan driver, as the controller uses it: probe, take control, apply, restore."""
 
     @property
-    def name(self) -> str: ...  # published as FanState.backend
+    def name(self) -> FanBackendName: ...  # published as FanState.backend
 
     @property
     def minimum_percent(self) -> float: ...  # the firmware's lowest settable speed

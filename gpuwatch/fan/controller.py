@@ -25,7 +25,7 @@ from gpuwatch.fan.gpu_od import GpuOdBackend, parse_fan_curve
 from gpuwatch.fan.pwm1 import Pwm1Backend
 from gpuwatch.fan.restore import RestoreFile
 from gpuwatch.fan.rules import Verdict, driven_verdict, idle_verdict, pick_sensor, stall
-from gpuwatch.model import FanMode, FanState, GpuReading, Snapshot
+from gpuwatch.model import FanBackendName, FanMode, FanState, GpuReading, Snapshot
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 log = logging.getLogger("gpuwatch.fan")
@@ -85,7 +85,7 @@ class GpuFan:
         return curve_params(self.settings)
 
     @property
-    def backend_name(self) -> str:
+    def backend_name(self) -> FanBackendName:
         return "none" if self.backend is None else self.backend.name
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from gpuwatch.fan.backend import Applied, Writer, write
+from gpuwatch.model import FanBackendName
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 _RANGE_T = re.compile(r"FAN_CURVE\(hotspot temp\):\s*(\d+)C\s+(\d+)C")
@@ -84,7 +85,7 @@ class GpuOdRestore:
 
 
 class GpuOdBackend(Writer):
-    name = "gpu_od"
+    name: FanBackendName = "gpu_od"
 
     def __init__(self, sysfs: Sysfs, device_dir: str, hwmon_dir: str | None, dry_run: bool = False) -> None:
         super().__init__(sysfs, dry_run)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from gpuwatch.fan.backend import Applied, Writer, write
+from gpuwatch.model import FanBackendName
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 log = logging.getLogger("gpuwatch.fan")
@@ -54,7 +55,7 @@ class Pwm1Restore:
 
 
 class Pwm1Backend(Writer):
-    name = "pwm1"
+    name: FanBackendName = "pwm1"
     minimum_percent = 0.0
 
     def __init__(self, sysfs: Sysfs, hwmon_dir: str, dry_run: bool = False, tolerance_percent: float = 5.0) -> None:

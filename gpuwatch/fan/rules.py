@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuwatch.config import SensorChoice
 from gpuwatch.fan.curve import Decision
 from gpuwatch.model import FanMode, GpuReading
 
 
-def pick_sensor(gpu: GpuReading, wanted: str) -> str | None:
+def pick_sensor(gpu: GpuReading, wanted: SensorChoice) -> str | None:
     """``auto``: junction where the GPU has one, else edge (Polaris, SI/CIK, APUs); else as configured."""
     if wanted != "auto":
         return wanted

@@ -13,10 +13,10 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from gpuwatch.gpus.source import DiscoveryResult
-from gpuwatch.model import GpuReading, ReadError, TempReading, UnsupportedCard
+from gpuwatch.model import GpuReading, ReadError, SourceName, TempReading, UnsupportedCard
 from gpuwatch.gpus.pciids import gpu_name
 from gpuwatch.sysfs import Sysfs, SysfsError
 
@@ -101,7 +101,7 @@ def read_card(sysfs: Sysfs, card: AmdCard, static: dict[str, str | None] | None 
     if not sysfs.exists(card.device_dir):
         return GpuReading(gpu_id=card.gpu_id, card=card.card, backend="amdgpu", device_id=card.device_id, up=False)
     runtime_status = reader.text("power/runtime_status")
-    identity = dict(
+    identity: dict[str, Any] = dict(
         gpu_id=card.gpu_id,
         card=card.card,
         backend="amdgpu",
@@ -113,10 +113,10 @@ def read_card(sysfs: Sysfs, card: AmdCard, static: dict[str, str | None] | None 
         runtime_status=runtime_status,
     )
     if runtime_status == "suspended":
-        return GpuReading(**identity, errors=tuple(reader.errors))  # type: ignore[arg-type]
+        return GpuReading(**identity, errors=tuple(reader.errors))
     hw = _Reader(sysfs, card.hwmon_dir, reader.errors, static) if card.hwmon_dir else None
     return GpuReading(
-        **identity,  # type: ignore[arg-type]
+        **identity,
         gpu_busy_ratio=_ratio(reader.number("gpu_busy_percent", int)),
         mem_busy_ratio=_ratio(reader.number("mem_busy_percent", int)),
         vram_used_bytes=reader.number("mem_info_vram_used", int),
@@ -127,13 +127,13 @@ def read_card(sysfs: Sysfs, card: AmdCard, static: dict[str, str | None] | None 
         pcie_link_width=reader.number("current_link_width", int),
         pcie_max_link_speed_gts=reader.number("max_link_speed", _link_speed),
         pcie_max_link_width=reader.number("max_link_width", int),
-        **(_hwmon_fields(hw) if hw else {}),  # type: ignore[arg-type]
+        **(_hwmon_fields(hw) if hw else {}),
         # Keyword arguments are evaluated in order, so this sees every error recorded above.
         errors=tuple(reader.errors),
     )
 
 
-def _hwmon_fields(hw: "_Reader") -> dict[str, object]:
+def _hwmon_fields(hw: "_Reader") -> dict[str, Any]:
     power_uw = hw.number("power1_average", int)
     if power_uw is None:
         power_uw = hw.number("power1_input", int)
@@ -195,16 +195,16 @@ class _Reader:
 
     def text(self, name: str) -> str | None:
         path = f"{self.base}/{name}"
-        remember = self._static is not None and name in STATIC_ATTRIBUTES
-        if remember and path in self._static:  # type: ignore[operator]
-            return self._static[path]  # type: ignore[index]
+        static = self._static if name in STATIC_ATTRIBUTES else None
+        if static is not None and path in static:
+            return static[path]
         try:
             value = self.sysfs.read(path)
         except SysfsError as exc:
             self._record(name, exc.reason)
             return None
-        if remember:
-            self._static[path] = value  # type: ignore[index]
+        if static is not None:
+            static[path] = value
         return value
 
     def number(self, name: str, parse: Callable[[str], T]) -> T | None:
@@ -271,7 +271,7 @@ def _scaled(value: int | None, factor: float) -> float | None:
 class AmdgpuSource:
     """Reads every amdgpu card below one sysfs root; re-discovers periodically and when a card vanishes."""
 
-    name = "amdgpu"
+    name: SourceName = "amdgpu"
 
     def __init__(self, sysfs: Sysfs, rediscover_s: float = 30.0, clock: Callable[[], float] | None = None) -> None:
         self.sysfs = sysfs

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable, TypeVar
 
-from gpuwatch.model import GpuReading, ReadError, TempReading, UnsupportedCard
+from gpuwatch.model import GpuReading, ReadError, SourceName, TempReading, UnsupportedCard
 
 log = logging.getLogger("gpuwatch.nvml")  # the name log lines had before the move to gpus/
 T = TypeVar("T")
@@ -69,17 +69,12 @@ class _Fields:
 class NvmlSource:
     """Every NVIDIA GPU NVML can see, read once per tick. Raises NvmlUnavailable from the constructor."""
 
-    name = "nvml"
+    name: SourceName = "nvml"
 
     def __init__(self, nvml: ModuleType | Any | None = None) -> None:
-        if nvml is None:
-            try:
-                import pynvml as nvml  # type: ignore[no-redef]
-            except ImportError as exc:
-                raise NvmlUnavailable(f"pynvml not installed (pip install 'gpuwatch[nvidia]'): {exc}") from None
-        self.nvml = nvml
+        self.nvml: Any = _pynvml() if nvml is None else nvml
         try:
-            nvml.nvmlInit()
+            self.nvml.nvmlInit()
         except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
             raise NvmlUnavailable(f"NVML cannot be initialised: {_text(str(exc)) or type(exc).__name__}") from None
         # Identity of every index seen, so a GPU that stops answering stays visible as down.
@@ -117,6 +112,15 @@ class NvmlSource:
         if reading.up:
             self._known[index] = reading
         return reading
+
+
+def _pynvml() -> Any:
+    """nvidia-ml-py's module, imported only when NVML is wanted (the extra is optional)."""
+    try:
+        import pynvml
+    except ImportError as exc:
+        raise NvmlUnavailable(f"pynvml not installed (pip install 'gpuwatch[nvidia]'): {exc}") from None
+    return pynvml
 
 
 def read_gpu(nvml: Any, handle: Any, index: int) -> GpuReading:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from gpuwatch.model import GpuReading, UnsupportedCard
+from gpuwatch.model import GpuReading, SourceName, UnsupportedCard
 
 C = TypeVar("C")
 
@@ -26,6 +26,6 @@ class DiscoveryResult(Generic[C]):
 class GpuSource(Protocol):
     """Reads every GPU it knows once. Must not raise for a single GPU's trouble."""
 
-    name: str
+    name: SourceName
 
     def read_all(self) -> tuple[list[GpuReading], list[UnsupportedCard]]: ...

@@ -1,24 +1,151 @@
 """The stable JSON document (schema 1) of `gpuwatch status --json`, `/status` and the state file.
 
 Field names are the model's field names (units in the name); absent values are ``null``, never 0.
-The README's "JSON schema" section documents it; additions are allowed, renames are not.
+The README's "JSON schema" section documents it, the TypedDicts below type it (the CLI renders
+them; a test keeps them equal to what ``to_document`` builds); additions are allowed, renames are not.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, fields
 from enum import Enum
-from typing import Any
+from typing import Any, Literal, TypedDict, cast
 
 from gpuwatch.config import ThermalConfig
-from gpuwatch.model import GpuReading, PublishedState
 from gpuwatch.limits import over_limit, sensor_limit_c
+from gpuwatch.model import GpuReading, PublishedState
 
 SCHEMA_VERSION = 1
 _FLAT_SKIP = {"temps", "errors"}
 
+Source = Literal["daemon", "sysfs"]  # who read the GPUs: the running daemon, or this CLI from sysfs
 
-def to_document(state: PublishedState, thermal: ThermalConfig, source: str) -> dict[str, Any]:
+
+class TemperatureDoc(TypedDict):
+    temp_c: float | None
+    crit_c: float | None
+    crit_hyst_c: float | None
+    emergency_c: float | None
+    limit_c: float | None  # gpuwatch's pause/alarm limit (limits.sensor_limit_c)
+
+
+class FanControllerDoc(TypedDict):  # model.FanState
+    gpu_id: str
+    backend: str
+    mode: str
+    sensor: str | None
+    sensor_temp_c: float | None
+    target_ratio: float | None
+    applied_pwm: int | None
+    readback_pwm: int | None
+    rpm: int | None
+    stalled: bool
+    mode_resets_total: int
+    write_errors_total: int
+    stalls_total: int
+    message: str | None
+    failsafe_reason: str | None
+
+
+class ErrorDoc(TypedDict):
+    sensor: str
+    error: str
+
+
+class GpuDoc(TypedDict):  # model.GpuReading without temps/errors, plus what is derived from it
+    gpu_id: str
+    card: str
+    backend: str
+    name: str | None
+    device_id: str | None
+    subsystem_id: str | None
+    unique_id: str | None
+    vbios_version: str | None
+    up: bool
+    runtime_status: str | None
+    gpu_busy_ratio: float | None
+    mem_busy_ratio: float | None
+    vram_used_bytes: int | None
+    vram_total_bytes: int | None
+    gtt_used_bytes: int | None
+    gtt_total_bytes: int | None
+    power_w: float | None
+    power_cap_w: float | None
+    power_cap_min_w: float | None
+    power_cap_max_w: float | None
+    power_cap_default_w: float | None
+    sclk_hz: float | None
+    mclk_hz: float | None
+    vddgfx_v: float | None
+    fan_rpm: int | None
+    fan_min_rpm: int | None
+    fan_max_rpm: int | None
+    pwm: int | None
+    pwm_min: int | None
+    pwm_max: int | None
+    pwm_enable: int | None
+    fan_duty_ratio: float | None
+    pcie_link_speed_gts: float | None
+    pcie_link_width: int | None
+    pcie_max_link_speed_gts: float | None
+    pcie_max_link_width: int | None
+    suspended: bool
+    pwm_ratio: float | None
+    temperatures: dict[str, TemperatureDoc]
+    over_limit: list[str]
+    fan_controller: FanControllerDoc | None
+    errors: list[ErrorDoc]
+
+
+class DaemonDoc(TypedDict):  # model.DaemonInfo
+    pid: int
+    version: str
+    started_unix: float
+    ticks_total: int
+    interval_s: float
+    failures: list[str]
+
+
+class UnsupportedDoc(TypedDict):  # model.UnsupportedCard
+    card: str
+    driver: str | None
+    gpu_id: str | None
+
+
+class TrainerDoc(TypedDict):  # model.TrainerState
+    name: str
+    phase: str
+    gpus: list[str]
+    pid: int | None
+    started_unix: float | None
+    restarts_total: int
+    restarts_by_reason: list[list[str | int]]
+    pauses_total: int
+    resumes_total: int
+    last_exit_code: int | None
+    last_exit_reason: str | None
+    steps_total: int | None
+    steps_per_s: float | None
+    last_step_age_s: float | None
+    epoch: int | None
+    reason: str | None
+    paused_since_unix: float | None
+    next_start_unix: float | None
+    log_path: str | None
+
+
+class StatusDocument(TypedDict):
+    schema: int
+    source: Source
+    taken_unix: float
+    sample_duration_s: float
+    daemon: DaemonDoc | None
+    gpus: list[GpuDoc]
+    unsupported: list[UnsupportedDoc]
+    trainers: list[TrainerDoc]
+
+
+def to_document(state: PublishedState, thermal: ThermalConfig, source: Source) -> StatusDocument:
     fans = {fan.gpu_id: fan for fan in state.fans}
     snapshot = state.snapshot
     return {
@@ -26,21 +153,19 @@ def to_document(state: PublishedState, thermal: ThermalConfig, source: str) -> d
         "source": source,
         "taken_unix": snapshot.taken_unix,
         "sample_duration_s": snapshot.sample_duration_s,
-        "daemon": None if state.daemon is None else asdict(state.daemon),
+        "daemon": None if state.daemon is None else _plain(asdict(state.daemon)),
         "gpus": [
             _gpu(gpu, thermal, None if gpu.gpu_id not in fans else _plain(asdict(fans[gpu.gpu_id])))
             for gpu in snapshot.gpus
         ],
-        "unsupported": [asdict(card) for card in snapshot.unsupported],
+        "unsupported": [cast(UnsupportedDoc, asdict(card)) for card in snapshot.unsupported],
         "trainers": [_plain(asdict(trainer)) for trainer in state.trainers],
     }
 
 
-def _gpu(gpu: GpuReading, thermal: ThermalConfig, fan: dict[str, Any] | None) -> dict[str, Any]:
+def _gpu(gpu: GpuReading, thermal: ThermalConfig, fan: FanControllerDoc | None) -> GpuDoc:
     doc: dict[str, Any] = {f.name: getattr(gpu, f.name) for f in fields(gpu) if f.name not in _FLAT_SKIP}
-    doc["suspended"] = gpu.suspended
-    doc["pwm_ratio"] = gpu.pwm_ratio
-    doc["temperatures"] = {
+    temperatures: dict[str, TemperatureDoc] = {
         t.label: {
             "temp_c": t.temp_c,
             "crit_c": t.crit_c,
@@ -50,10 +175,13 @@ def _gpu(gpu: GpuReading, thermal: ThermalConfig, fan: dict[str, Any] | None) ->
         }
         for t in gpu.temps
     }
-    doc["over_limit"] = [label for label, t in doc["temperatures"].items() if over_limit(t["temp_c"], t["limit_c"])]
+    doc["suspended"] = gpu.suspended
+    doc["pwm_ratio"] = gpu.pwm_ratio
+    doc["temperatures"] = temperatures
+    doc["over_limit"] = [label for label, t in temperatures.items() if over_limit(t["temp_c"], t["limit_c"])]
     doc["fan_controller"] = fan
     doc["errors"] = [asdict(e) for e in gpu.errors]
-    return doc
+    return cast(GpuDoc, doc)
 
 
 def _plain(value: Any) -> Any:

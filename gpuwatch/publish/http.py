@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
+from typing import Any, Callable
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
@@ -21,6 +22,7 @@ from gpuwatch.config import ThermalConfig
 from gpuwatch.publish.metrics import GpuwatchCollector
 from gpuwatch.publish.state import StateHolder, is_stale
 
+_Request = socket.socket | tuple[bytes, socket.socket]  # socketserver's request
 log = logging.getLogger("gpuwatch.http")  # the name log lines had before the move
 
 # generate_latest writes the classic text format; newer clients' CONTENT_TYPE_LATEST may name 1.0.0.
@@ -84,7 +86,7 @@ class _BoundedThreadingServer(ThreadingHTTPServer):
         super().__init__(address, handler)
         self._slots = threading.BoundedSemaphore(MAX_HANDLER_THREADS)
 
-    def process_request(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
+    def process_request(self, request: _Request, client_address: Any) -> None:
         self._slots.acquire()
         try:
             super().process_request(request, client_address)
@@ -92,7 +94,7 @@ class _BoundedThreadingServer(ThreadingHTTPServer):
             self._slots.release()
             raise
 
-    def process_request_thread(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
+    def process_request_thread(self, request: _Request, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:

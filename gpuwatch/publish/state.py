@@ -11,9 +11,9 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any
 
 from gpuwatch.model import PublishedState
+from gpuwatch.publish.document import StatusDocument
 
 log = logging.getLogger("gpuwatch.state")  # the name log lines had before the move
 
@@ -34,9 +34,9 @@ class StateHolder:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._state: PublishedState | None = None
-        self._document: dict[str, Any] | None = None
+        self._document: StatusDocument | None = None
 
-    def publish(self, state: PublishedState, document: dict[str, Any]) -> None:
+    def publish(self, state: PublishedState, document: StatusDocument) -> None:
         with self._lock:
             self._state, self._document = state, document
 
@@ -44,12 +44,12 @@ class StateHolder:
         with self._lock:
             return self._state
 
-    def document(self) -> dict[str, Any] | None:
+    def document(self) -> StatusDocument | None:
         with self._lock:
             return self._document
 
 
-def write_state_file(path: Path, document: dict[str, Any]) -> None:
+def write_state_file(path: Path, document: StatusDocument) -> None:
     """tmp + rename in the same directory: a reader sees the old or the new file, never half of one.
 
     The tmp name is fixed per process (one writer: the daemon's tick) rather than mkstemp's random
@@ -74,12 +74,13 @@ def write_state_file(path: Path, document: dict[str, Any]) -> None:
         raise
 
 
-def read_state_file(path: Path) -> dict[str, Any] | None:
+def read_state_file(path: Path) -> StatusDocument | None:
     """The daemon's last document, or None when there is none (daemon not running or never wrote)."""
     try:
-        return json.loads(path.read_text())
+        document: StatusDocument = json.loads(path.read_text())
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
         log.warning("cannot read state file %s: %s", path, exc)
         return None
+    return document

@@ -27,7 +27,7 @@ from typing import Callable
 from gpuwatch.gpus.source import GpuSource
 from gpuwatch.config import Config
 from gpuwatch.fan.curve import interpolate
-from gpuwatch.model import GpuReading, PublishedState, TrainerPhase, UnsupportedCard
+from gpuwatch.model import GpuReading, PublishedState, SourceName, TrainerPhase, UnsupportedCard
 from gpuwatch.sim import navi10
 from gpuwatch.sim.physics import ThermalInputs, ThermalParams, ThermalState, idle_state, step
 from gpuwatch.sim.tree import FakeSysfsTree
@@ -120,10 +120,7 @@ class SimulatedGpus:
     def advance_by(self, dt_s: float) -> None:
         """Step every card ``dt_s`` simulated seconds, reading the fan inputs once (as a tick would)."""
         for card in self.cards:
-            if card.gone:
-                continue
-            self._apply_faults(card, self.sim_time_s + dt_s)
-            if card.gone:
+            if card.gone or not self._apply_faults(card, self.sim_time_s + dt_s):
                 continue
             card.duty_ratio = self._fan_duty(card)
             inputs = ThermalInputs(fan_duty_ratio=card.duty_ratio, load_ratio=card.load_ratio)
@@ -173,10 +170,11 @@ class SimulatedGpus:
             return self.faults.fan_stuck_ratio
         return duty
 
-    def _apply_faults(self, card: SimCard, sim_now_s: float) -> None:
+    def _apply_faults(self, card: SimCard, sim_now_s: float) -> bool:
+        """Inject the configured faults; False when the card fell off the bus."""
         faults = self.faults
         if not faults.hits(card.index):
-            return
+            return True
         if card.next_reset_s is not None and faults.firmware_reset_every_s and sim_now_s >= card.next_reset_s:
             # The firmware took the fan back (a GPU reset, a resume from suspend, RDNA3's snap-back).
             _write(self.root / card.hwmon_dir / "pwm1_enable", "2")
@@ -184,6 +182,8 @@ class SimulatedGpus:
             log.info("simulated firmware reset of %s: pwm1_enable back to 2", card.gpu_id)
         if faults.disappear_after_s is not None and sim_now_s >= faults.disappear_after_s:
             self._remove(card)
+            return False
+        return True
 
     def _remove(self, card: SimCard) -> None:
         """The card falls off the bus: its device directory and class links vanish."""
@@ -243,7 +243,7 @@ def _write(path: Path, value: str) -> None:
 class SimulatedSource:
     """A GpuSource that advances the simulator, then reads the tree through the real amdgpu code."""
 
-    name = "amdgpu"
+    name: SourceName = "amdgpu"
 
     def __init__(self, simulator: SimulatedGpus, inner: GpuSource) -> None:
         self.simulator = simulator

@@ -14,6 +14,7 @@ Rules worth knowing:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from gpuwatch.config import ThermalConfig, TrainerConfig
 from gpuwatch.limits import breaches
@@ -81,7 +82,7 @@ def thermal_verdict(
 
 
 def backoff_delay_s(config: TrainerConfig, crashes: int, jitter: float) -> float:
-    base = min(config.backoff.max_s, config.backoff.initial_s * 2 ** max(0, crashes - 1))
+    base = min(config.backoff.max_s, config.backoff.initial_s * 2.0 ** max(0, crashes - 1))
     return max(0.0, base * (1 + config.backoff.jitter_ratio * jitter))
 
 
@@ -183,7 +184,7 @@ def _spawn(m: Machine, x: Inputs, acts: list[Action], why: str, resume: bool) ->
     ), acts
 
 
-def _new_run(now: float) -> dict[str, object]:
+def _new_run(now: float) -> dict[str, Any]:
     """A new run starts its progress tracking afresh."""
     return dict(run_started=now, last_progress=now, run_progressed=False, seen_log_bytes=0, seen_steps=None,
                 seen_mtime=None, hot_since=None)
@@ -291,8 +292,8 @@ def _describe(code: int | None) -> str:
     return f"exit {code}"
 
 
-def _enter(m: Machine, phase: TrainerPhase, now: float, reason: str, **changes: object) -> Machine:
-    return _note(replace(m, phase=phase, since=now, reason=reason, **changes), reason)  # type: ignore[arg-type]
+def _enter(m: Machine, phase: TrainerPhase, now: float, reason: str, **changes: Any) -> Machine:
+    return _note(replace(m, phase=phase, since=now, reason=reason, **changes), reason)
 
 
 def _note(m: Machine, event: str | None = None) -> Machine:

@@ -19,6 +19,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import TypedDict
 
 import psutil
 
@@ -31,7 +32,15 @@ class SpawnError(Exception):
     """The command could not be started (bad user, missing program, bad cwd)."""
 
 
-def identity(user: str | None, group: str | None) -> dict[str, object]:
+class Identity(TypedDict, total=False):
+    """Popen's keyword arguments for the user the command runs as."""
+
+    user: int
+    group: int
+    extra_groups: list[int]
+
+
+def identity(user: str | None, group: str | None) -> Identity:
     """Popen kwargs for running as ``user`` with its supplementary groups (video/render).
 
     A root daemon never starts a trainer as root by default: ``user`` must be set (``"root"`` to ask for it).
@@ -41,12 +50,12 @@ def identity(user: str | None, group: str | None) -> dict[str, object]:
             wanted = pwd.getpwnam(user).pw_uid if user else os.geteuid()
             if wanted != os.geteuid() or group is not None and grp.getgrnam(group).gr_gid != os.getegid():
                 raise SpawnError(f"cannot run as user {user!r} / group {group!r}: the daemon is not root")
-            return {}
+            return Identity()
         if user is None:
             raise SpawnError('the daemon runs as root: set user = "..." for this trainer '
                              '(user = "root" if it really must run as root)')
         entry = pwd.getpwnam(user)
-        kwargs: dict[str, object] = {
+        kwargs: Identity = {
             "user": entry.pw_uid,
             "group": entry.pw_gid,
             "extra_groups": os.getgrouplist(user, entry.pw_gid),
@@ -74,10 +83,10 @@ class TrainerProcess:
             self._close_logger()
             raise
         try:
-            self.popen = subprocess.Popen(
+            self.popen: subprocess.Popen[bytes] = subprocess.Popen(
                 argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
-                **ids,  # type: ignore[arg-type]
+                **ids,
             )
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             self._close_logger()

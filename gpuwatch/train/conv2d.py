@@ -47,7 +47,7 @@ def conv2d(
     if dtype is not None:
         # Computing in the autocast dtype makes AMP behave like a native conv: half precision
         # compute and output, float32 master-weight gradients.
-        input = autocast_cast(input, dtype)  # type: ignore[assignment]
+        input = autocast_cast(input, dtype)
     try:
         plan = plan_for(input.shape, weight.shape, input.dtype, stride, padding, dilation, groups, tuning)
     except TypeError:  # list arguments are not hashable
@@ -58,7 +58,8 @@ def conv2d(
         input = F.pad(input, (0, plan.extra[1], 0, plan.extra[0]))
     if plan.pointwise and input.is_contiguous():
         if dtype is not None:
-            weight, bias = autocast_cast(weight, dtype), autocast_cast(bias, dtype)  # type: ignore[assignment]
+            weight = autocast_cast(weight, dtype)
+            bias = None if bias is None else autocast_cast(bias, dtype)
         out = _pointwise(input, weight, bias, groups)
     else:
         out = _Im2colConv2d.apply(input, weight, bias, plan, dtype)
@@ -84,8 +85,8 @@ def _pointwise(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int) -> T
 
 class _Im2colConv2d(torch.autograd.Function):
     @staticmethod
-    def forward(  # type: ignore[override]
-        ctx, x: Tensor, weight: Tensor, bias: Tensor | None, plan: Plan, dtype: torch.dtype | None
+    def forward(
+        ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None, plan: Plan, dtype: torch.dtype | None
     ) -> Tensor:
         # Under autocast the weight is cast here rather than before the call, so its gradient leaves
         # this node in its own dtype: no ToCopyBackward node and cast kernel per layer (the backward
@@ -108,7 +109,7 @@ class _Im2colConv2d(torch.autograd.Function):
         return out.contiguous(memory_format=torch.channels_last) if channels_last else out
 
     @staticmethod
-    def backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         if torch.is_grad_enabled():
             # create_graph=True: the results must refuse a double backward (it would miss the
             # flipped kernel's link to the weight), which once_differentiable arranges. Its wrapper
@@ -125,6 +126,8 @@ def _backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
     needs_x, needs_w, needs_b = ctx.needs_input_grad[:3]
     grad_out = grad_out.contiguous()
     grad_b = grad_out.sum((0, 2, 3), dtype=ctx.bias_dtype) if needs_b else None
+    grad_x: Tensor | None
+    grad_w: Tensor | None
     if needs_x and plan.shared_cols:
         grad_x, grad_w = _grads_from_output_columns(x.contiguous(), grad_out, ctx.flipped, plan, needs_w)
     else:
@@ -176,6 +179,7 @@ def _grads_from_output_columns(
     That saves building the input's columns a second time (one launch and k*k times the
     activation written, per layer).
     """
+    assert plan.dgrad_cols is not None  # shared columns are planned for stride 1 only
     n, c = x.shape[:2]
     g, (kh, kw) = plan.geom.groups, plan.geom.kernel
     length = plan.in_size[0] * plan.in_size[1]
@@ -186,7 +190,7 @@ def _grads_from_output_columns(
     for start in range(0, n, chunk):
         go, x_part = (grad_out, x) if chunk >= n else (grad_out[start : start + chunk], x[start : start + chunk])
         rows = go.shape[0]
-        cols = im2col(go, *plan.dgrad_cols, length)  # type: ignore[misc]
+        cols = im2col(go, *plan.dgrad_cols, length)
         part_x = batched_mm(w_flip, cols).view(rows, c, *plan.in_size)
         if grad_x is None:
             grad_x = part_x

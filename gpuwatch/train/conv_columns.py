@@ -28,7 +28,8 @@ def im2col(x: Tensor, kernel: Pair, dilation: Pair, padding: Pair, stride: Pair,
     """
     n, c, h, w = x.shape
     cols = x.new_empty((1, n * c * kernel[0] * kernel[1], length))
-    torch._C._nn.im2col(x.view(1, n * c, h, w), kernel, dilation, padding, stride, out=cols)
+    # out= exists at run time; torch's stub for the C function does not list it.
+    torch._C._nn.im2col(x.view(1, n * c, h, w), kernel, dilation, padding, stride, out=cols)  # type: ignore[call-arg]
     return cols.view(n, -1, length)
 
 
@@ -37,7 +38,7 @@ def col2im(cols: Tensor, size: Pair, kernel: Pair, dilation: Pair, padding: Pair
     n, rows, length = cols.shape
     c = rows // (kernel[0] * kernel[1])
     grid = cols.new_empty((1, n * c, size[0], size[1]))
-    torch._C._nn.col2im(cols.reshape(1, n * rows, length), size, kernel, dilation, padding, stride, out=grid)
+    torch._C._nn.col2im(cols.reshape(1, n * rows, length), size, kernel, dilation, padding, stride, out=grid)  # type: ignore[call-arg]
     return grid.view(n, c, size[0], size[1])
 
 

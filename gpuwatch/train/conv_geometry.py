@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from typing import overload
+
 import torch
 
 IntOrPair = int | Sequence[int]
@@ -118,6 +120,10 @@ def autocast_dtype(device_type: str) -> torch.dtype | None:
         return None
 
 
+@overload
+def autocast_cast(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor: ...
+@overload
+def autocast_cast(tensor: None, dtype: torch.dtype) -> None: ...
 def autocast_cast(tensor: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
     """Cast like autocast does for a lower-precision op: floating tensors except float64."""
     if tensor is None or not tensor.is_floating_point() or tensor.dtype == torch.float64:

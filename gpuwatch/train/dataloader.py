@@ -27,7 +27,7 @@ def apply_spawn_defaults() -> Callable[[], None]:
     signature = inspect.signature(original_init)
 
     @functools.wraps(original_init)
-    def init_with_spawn_defaults(self: DataLoader, *args: Any, **kwargs: Any) -> None:
+    def init_with_spawn_defaults(self: DataLoader[Any], *args: Any, **kwargs: Any) -> None:
         try:
             bound = signature.bind(self, *args, **kwargs)
         except TypeError:  # let DataLoader report the bad call itself

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gpuwatch.train.argv import FALLBACK_MODES, LaunchCommandError, is_python, parse_python_command
+from gpuwatch.train.argv import FALLBACK_MODES, FallbackMode, LaunchCommandError, is_python, parse_python_command
 from gpuwatch.train.dataloader import apply_spawn_defaults
 from gpuwatch.train.heartbeat_hook import install_step_hooks
 from gpuwatch.train.patch import patch_conv2d
@@ -25,7 +25,7 @@ _log = logging.getLogger("gpuwatch.train")
 
 @dataclass(frozen=True)
 class LaunchOptions:
-    conv2d_fallback: str
+    conv2d_fallback: FallbackMode
     spawn: bool
     heartbeat_file: str | None
     pause_file: str | None
@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if options.spawn:
             undo.append(apply_spawn_defaults())
-        undo.append(patch_conv2d(None, options.conv2d_fallback).undo)  # type: ignore[arg-type]
+        undo.append(patch_conv2d(None, options.conv2d_fallback).undo)
         hooks = install_step_hooks(options.heartbeat_file, options.pause_file)
         if hooks is not None:
             undo.append(hooks.remove)

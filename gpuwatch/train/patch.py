@@ -168,7 +168,8 @@ def _conv_dtype(input: Tensor) -> torch.dtype:
 def _patched_conv_forward(self: nn.Conv2d, input: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     mode = self.__dict__.get(_MARK) or _STATE.global_mode
     if mode != "on" and (mode is None or not uses_fallback(mode, input.device, _conv_dtype(input))):
-        return _STATE.original_conv_forward(self, input, weight, bias)
+        native: Tensor = _STATE.original_conv_forward(self, input, weight, bias)
+        return native
     tuning = _STATE.marked.get(self, _STATE.global_tuning)
     if self.padding_mode != "zeros":
         input = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
@@ -188,7 +189,8 @@ def _patched_functional(
     mode = _STATE.global_mode
     if mode == "on" or (mode is not None and uses_fallback(mode, input.device, _conv_dtype(input))):
         return conv2d(input, weight, bias, stride, padding, dilation, groups, tuning=_STATE.global_tuning)
-    return _STATE.original_functional(input, weight, bias, stride, padding, dilation, groups)
+    native: Tensor = _STATE.original_functional(input, weight, bias, stride, padding, dilation, groups)
+    return native
 
 
 def _sync_hooks() -> None:
