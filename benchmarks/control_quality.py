@@ -24,12 +24,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpuwatch.config import Config, TrainerConfig  # noqa: E402
+from gpuwatch.fan.curve import CurveState, curve_params, decide  # noqa: E402
+from gpuwatch.limits import breaches, sensor_limit_c  # noqa: E402
 from gpuwatch.model import GpuReading, TempReading  # noqa: E402
 from gpuwatch.sim.navi10 import CRIT_C  # noqa: E402
-from gpuwatch.limits import breaches, sensor_limit_c  # noqa: E402
 from gpuwatch.sim.physics import ThermalInputs, ThermalParams, ThermalState, idle_state, step  # noqa: E402
-
-from gpuwatch.fan.curve import CurveState, curve_params, decide  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuwatch.train.conv_plan import DEFAULT_TUNING, Conv2dTuning  # noqa: E402
 from gpuwatch.train.patch import patch_conv2d  # noqa: E402
+
 from heartbeat_hook_cost import hook_cost_s  # noqa: E402
 from yolov8n_model import build_model, make_step, train_steps  # noqa: E402
 

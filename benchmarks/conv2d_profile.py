@@ -28,9 +28,10 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuwatch.train import conv2d as conv_mod  # noqa: E402
-from gpuwatch.train.conv_plan import DEFAULT_TUNING, plan_for  # noqa: E402
 from gpuwatch.train.conv_columns import flip_index  # noqa: E402
+from gpuwatch.train.conv_plan import DEFAULT_TUNING, plan_for  # noqa: E402
 from gpuwatch.train.patch import patch_conv2d  # noqa: E402
+
 from yolov8n_model import build_model  # noqa: E402
 
 FAMILIES = ("im2col", "col2im", "nvjet", "gemm", "cutlass", "bn_", "cudnn", "reduce_kernel", "elementwise", "Cat")

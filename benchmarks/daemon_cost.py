@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import psutil
+
 from _common import (
     build_tree,
     cleanup,

@@ -15,10 +15,11 @@ from __future__ import annotations
 import argparse
 import http.client
 import time
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
+
 from _common import (
     build_tree,
     cleanup,

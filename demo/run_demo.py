@@ -29,9 +29,9 @@ import tomli_w
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from gpuwatch.cli.status import render  # noqa: E402
 from gpuwatch.config import Config, ConfigError, parse_config  # noqa: E402
 from gpuwatch.publish.state import read_state_file  # noqa: E402
-from gpuwatch.cli.status import render  # noqa: E402
 
 
 def prepare(source: Path, notes: list[str]) -> tuple[dict[str, Any], Config]:

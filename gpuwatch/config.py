@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import tomllib
-from pathlib import Path
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import tomli_w

@@ -2,7 +2,7 @@
 """Writes config/grafana-dashboard.json: the gpuwatch Grafana dashboard, generated so panels stay uniform.
 
 Edit the PANELS table here, run `python3 scripts/make-dashboard.py`, commit both files
-(tests/test_dashboard.py fails when they differ). Every query filters on the `instance` and `gpu`
+(tests/e2e/test_dashboard.py fails when they differ). Every query filters on the `instance` and `gpu`
 variables so one dashboard serves many machines; the datasource is a variable too, so the JSON
 imports unedited on any Prometheus datasource.
 """

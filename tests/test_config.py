@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
-from gpuwatch.config import ConfigError, load_config
+from gpuwatch.config import ConfigError, load_config, parse_config
+from tests.support.paths import REPO
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -66,3 +66,36 @@ def test_bad_config_exits_2_and_daemon_does_not_start(tmp_path: Path) -> None:
         result = _cli(*args)
         assert result.returncode == 2
         assert "interval_s = -1" in result.stderr and "greater than 0" in result.stderr
+
+
+# ---- [fan] -------------------------------------------------------------------------------------
+def test_defaults_are_the_seeds_curve_with_a_50_percent_floor() -> None:
+    fan = parse_config({}).fan
+    assert fan.mode == "curve" and fan.sensor == "auto" and fan.floor_percent == 50
+    assert fan.curve[0] == [64.0, 50.0] and fan.curve[-1] == [95.0, 100.0]
+
+
+@pytest.mark.parametrize(
+    "fan, expected",
+    [
+        ({"curve": [[70, 60], [60, 70]]}, ["fan.curve", "[[70, 60], [60, 70]]", "must be above the previous"]),
+        ({"curve": [[60, 80], [70, 60]]}, ["fan.curve", "must not be below"]),
+        ({"curve": [[60, 180]]}, ["fan.curve", "within 0..100"]),
+        ({"floor_percent": 120}, ["fan.floor_percent", "120", "less than or equal to 100"]),
+        ({"sensor": "hotspot"}, ["fan.sensor", "'hotspot'"]),
+        ({"gpus": {"0000:28:00.0": {"curve": [[1, 5], [1, 6]]}}}, ["fan.gpus.0000:28:00.0.curve", "must be above"]),
+        ({"gpus": {"0000:28:00.0": {"floor": 5}}}, ["fan.gpus.0000:28:00.0.floor", "unknown key"]),
+    ],
+)
+def test_validation_messages_name_key_value_and_rule(fan: dict[str, object], expected: list[str]) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config({"fan": fan})
+    for text in expected:
+        assert text in str(err.value)
+
+
+def test_per_gpu_override_merges_only_given_keys() -> None:
+    fan = parse_config({"fan": {"dead_band_c": 2, "gpus": {"0000:28:00.0": {"floor_percent": 30}}}}).fan
+    merged = fan.for_gpu("0000:28:00.0")
+    assert merged.floor_percent == 30 and merged.dead_band_c == 2
+    assert fan.for_gpu("0000:99:00.0") is fan

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "gpuwatch"
+from tests.support.paths import REPO
+
+PACKAGE = REPO / "gpuwatch"
 
 LEAVES = {"model", "sysfs", "heartbeat", "config", "limits"}
 # unit -> the units it may import besides itself; "unit.module" allows that one module only.

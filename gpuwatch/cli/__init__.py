@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from gpuwatch import __version__
+from gpuwatch.cli.status import EXIT_USAGE, exit_code, render
 from gpuwatch.config import (
     CONFIG_ERROR_EXIT,
     DEFAULT_CONFIG_PATH,
@@ -25,11 +26,10 @@ from gpuwatch.config import (
     load_config,
     parse_config,
 )
-from gpuwatch.publish.document import StatusDocument, to_document
 from gpuwatch.model import PublishedState
-from gpuwatch.train.argv import FALLBACK_MODES
+from gpuwatch.publish.document import StatusDocument, to_document
 from gpuwatch.publish.state import is_stale, read_state_file
-from gpuwatch.cli.status import EXIT_USAGE, exit_code, render
+from gpuwatch.train.argv import FALLBACK_MODES
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuwatch.gpus.amdgpu import AmdCard
 from gpuwatch.config import FanConfig
 from gpuwatch.fan.backend import ENABLE_HINT, Applied, FanBackend, NoFanControl
 from gpuwatch.fan.curve import CurveParams, CurveState, curve_params, decide
@@ -25,6 +24,7 @@ from gpuwatch.fan.gpu_od import GpuOdBackend, parse_fan_curve
 from gpuwatch.fan.pwm1 import Pwm1Backend
 from gpuwatch.fan.restore import RestoreFile
 from gpuwatch.fan.rules import Verdict, driven_verdict, idle_verdict, pick_sensor, stall
+from gpuwatch.gpus.amdgpu import AmdCard
 from gpuwatch.model import FanBackendName, FanMode, FanState, GpuReading, Snapshot
 from gpuwatch.sysfs import Sysfs, SysfsError
 

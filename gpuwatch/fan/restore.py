@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.gpus.amdgpu import discover
 from gpuwatch.fan.backend import RestoreRecord
 from gpuwatch.fan.gpu_od import GpuOdRestore
 from gpuwatch.fan.pwm1 import AUTO, MANUAL, Pwm1Restore
+from gpuwatch.gpus.amdgpu import discover
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 log = logging.getLogger("gpuwatch.fan")

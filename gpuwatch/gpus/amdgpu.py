@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
+from gpuwatch.gpus.pciids import gpu_name
 from gpuwatch.gpus.source import DiscoveryResult
 from gpuwatch.model import GpuReading, ReadError, SourceName, TempReading, UnsupportedCard
-from gpuwatch.gpus.pciids import gpu_name
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 _CARD = re.compile(r"^card\d+$")

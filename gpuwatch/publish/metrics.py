@@ -14,8 +14,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gpuwatch.config import ThermalConfig
-from gpuwatch.model import FanMode, FanState, GpuReading, PublishedState, TrainerPhase, TrainerState, pwm_ratio
 from gpuwatch.limits import over_limit, sensor_limit_c
+from gpuwatch.model import FanMode, FanState, GpuReading, PublishedState, TrainerPhase, TrainerState, pwm_ratio
 
 P = "gpuwatch_"
 GPU_INFO_LABELS = ("gpu", "card", "backend", "name", "device_id", "subsystem_id", "unique_id", "vbios_version")

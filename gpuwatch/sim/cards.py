@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from gpuwatch.gpus.source import GpuSource
 from gpuwatch.config import Config
 from gpuwatch.fan.curve import interpolate
+from gpuwatch.gpus.source import GpuSource
 from gpuwatch.model import GpuReading, PublishedState, SourceName, TrainerPhase, UnsupportedCard
 from gpuwatch.sim import navi10
 from gpuwatch.sim.physics import ThermalInputs, ThermalParams, ThermalState, idle_state, step

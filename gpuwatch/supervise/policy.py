@@ -20,8 +20,19 @@ from gpuwatch.config import ThermalConfig, TrainerConfig
 from gpuwatch.limits import breaches
 from gpuwatch.model import FanMode, FanState, Snapshot, TrainerPhase
 from gpuwatch.supervise.actions import (
-    Action, AfterStop, CancelPause, CollectEvidence, Freeze, Inputs, Kill, PauseMode, RequestPause, Spawn, Terminate,
-    Thaw, Thermal,
+    Action,
+    AfterStop,
+    CancelPause,
+    CollectEvidence,
+    Freeze,
+    Inputs,
+    Kill,
+    PauseMode,
+    RequestPause,
+    Spawn,
+    Terminate,
+    Thaw,
+    Thermal,
 )
 
 

@@ -22,7 +22,18 @@ from gpuwatch.config import ThermalConfig, TrainerConfig
 from gpuwatch.heartbeat import HEARTBEAT_ENV, PAUSE_ENV, read_heartbeat
 from gpuwatch.model import FanState, Snapshot, TrainerPhase, TrainerState
 from gpuwatch.supervise.actions import (
-    Action, CancelPause, CollectEvidence, Command, Freeze, Inputs, Kill, RequestPause, Spawn, Terminate, Thaw, Thermal,
+    Action,
+    CancelPause,
+    CollectEvidence,
+    Command,
+    Freeze,
+    Inputs,
+    Kill,
+    RequestPause,
+    Spawn,
+    Terminate,
+    Thaw,
+    Thermal,
 )
 from gpuwatch.supervise.checkpoint import newest_complete_checkpoint
 from gpuwatch.supervise.policy import LIVE, Machine, step, thermal_verdict

@@ -31,6 +31,7 @@ from gpuwatch.train.conv_columns import batched_mm, col2im, col2im_taps, columns
 from gpuwatch.train.conv_geometry import IntOrPair, autocast_cast, autocast_dtype, is_channels_last
 from gpuwatch.train.conv_plan import DEFAULT_TUNING, Cols, Conv2dTuning, Plan, plan_for
 
+
 def conv2d(
     input: Tensor,
     weight: Tensor,

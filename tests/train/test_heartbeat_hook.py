@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -11,6 +10,7 @@ torch = pytest.importorskip("torch")
 
 from gpuwatch.heartbeat import read_heartbeat  # noqa: E402
 from gpuwatch.train.heartbeat_hook import StepHeartbeat, install_step_hooks  # noqa: E402
+from tests.support.waiting import wait_for  # noqa: E402
 
 
 def _train(steps: int, optimizers: int = 1) -> None:
@@ -22,13 +22,6 @@ def _train(steps: int, optimizers: int = 1) -> None:
             opt.zero_grad()
             model(data).square().mean().backward()
             opt.step()
-
-
-def _wait_for(predicate, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def test_heartbeat_counts_steps_and_rate(tmp_path):
@@ -78,11 +71,11 @@ def test_cooperative_pause_blocks_at_step_boundary(tmp_path):
         pause_file.touch()
         worker = threading.Thread(target=_train, args=(3,))
         worker.start()
-        _wait_for(lambda: (b := read_heartbeat(beat_file)) is not None and b.paused)
+        wait_for(lambda: (b := read_heartbeat(beat_file)) is not None and b.paused, "a paused heartbeat", interval_s=0.01)
         held = read_heartbeat(beat_file)
         assert held.steps_total == 2
         first_update = held.updated_unix
-        _wait_for(lambda: read_heartbeat(beat_file).updated_unix > first_update)  # still alive
+        wait_for(lambda: read_heartbeat(beat_file).updated_unix > first_update, "a newer heartbeat", interval_s=0.01)  # still alive
         assert read_heartbeat(beat_file).paused and hooks.steps == 2 and worker.is_alive()
         pause_file.unlink()
         worker.join(timeout=10)

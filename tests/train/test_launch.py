@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,10 +14,10 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from gpuwatch.heartbeat import read_heartbeat  # noqa: E402
+from gpuwatch.heartbeat import Heartbeat, read_heartbeat  # noqa: E402
 from gpuwatch.train.launch import main, parse_args  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO  # noqa: E402
+from tests.support.waiting import wait_for  # noqa: E402
 
 PROBE_SCRIPT = """
 import json, sys
@@ -29,7 +28,7 @@ result = {
     "argv": sys.argv,
     "conv_hook": nn.Conv2d._conv_forward.__name__,
     "functional": F.conv2d.__name__,
-    "multithreaded_backward": torch._C._is_multithreading_enabled(),
+    "multithreaded_backward": torch.autograd.is_multithreading_enabled(),
 }
 with open(sys.argv[1], "w") as handle:
     json.dump(result, handle)
@@ -92,7 +91,7 @@ def test_runs_script_as_main_with_argv_and_path(probe, tmp_path):
     assert result["multithreaded_backward"] is False  # the fallback's backward runs on the script's thread
     assert sys.argv == saved_argv and sys.path == saved_path
     assert nn.Conv2d._conv_forward.__name__ == "_conv_forward" and F.conv2d is torch.conv2d
-    assert torch._C._is_multithreading_enabled()  # restored after the script
+    assert torch.autograd.is_multithreading_enabled()  # restored after the script
 
 
 def test_off_mode_and_script_exit_code(probe, tmp_path):
@@ -148,11 +147,12 @@ def test_subprocess_with_spawn_heartbeat_and_pause(tmp_path):
     cmd = [*launch, str(script), str(out), "1"]
     proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while (beat := read_heartbeat(beat_file)) is None or not beat.paused:
+        def paused() -> Heartbeat | None:
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "no paused heartbeat"
-            time.sleep(0.05)
+            beat = read_heartbeat(beat_file)
+            return beat if beat is not None and beat.paused else None
+
+        beat = wait_for(paused, "a paused heartbeat", 60)
         assert beat.steps_total == 0 and beat.pid == proc.pid
         assert not out.exists()
         pause_file.unlink()

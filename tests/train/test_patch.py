@@ -126,7 +126,7 @@ def test_nested_global_patches_restore_the_outer_mode():
 
 
 def _backward_is_multithreaded() -> bool:
-    return torch._C._is_multithreading_enabled()
+    return torch.autograd.is_multithreading_enabled()
 
 
 def test_backward_runs_on_the_calling_thread_while_patched():

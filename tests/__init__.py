@@ -1,0 +1,1 @@
+"""gpuwatch's tests; folders mirror the package (docs/architecture.md), helpers live in tests/support."""

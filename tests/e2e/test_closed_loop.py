@@ -1,0 +1,183 @@
+"""Closed loop on the simulator, time-scaled: the real daemon, fan controller and (when present) supervisor
+act on simulated cards whose temperatures answer the fan writes and the trainer's pauses.
+
+Each test runs the daemon's own tick() against a simulator whose clock runs 100-200x faster than the
+wall clock, so minutes of heating pass in seconds; every test is bounded and stops what it started.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from gpuwatch.config import parse_config
+from gpuwatch.daemon.loop import Daemon
+from gpuwatch.model import FanMode, PublishedState, TrainerPhase
+from tests.support.paths import REPO
+
+TICK_SLEEP_S = 0.02
+
+
+def demo_trainer(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
+    """The demo trainer, light and quick to pause (cooperatively, through the pause file)."""
+    trainer: dict[str, Any] = {
+        "name": "demo",
+        "command": [sys.executable, str(REPO / "demo/train_demo.py"), "--step-s", "0.05", "--backend", "python"],
+        "cwd": str(tmp_path),
+        "debounce_s": 0.0,
+        "min_pause_s": 0.0,  # the card cools in time-scaled seconds; the supervisor counts real ones
+        "hysteresis_c": 20.0,
+        "grace_s": 5.0,
+    }
+    if os.geteuid() == 0:
+        trainer["user"] = "root"
+    return trainer | overrides
+
+
+def phase(state: PublishedState) -> TrainerPhase | None:
+    return state.trainers[0].phase if state.trainers else None
+
+
+def make_daemon(tmp_path: Path, simulate: dict[str, Any], **extra: Any) -> Daemon:
+    data: dict[str, Any] = {
+        "runtime_dir": str(tmp_path / "run"),
+        "interval_s": 0.05,
+        "http": {"enabled": False},
+        "simulate": {"enabled": True, "tree_dir": str(tmp_path / "tree"), "time_scale": 200.0} | simulate,
+    }
+    return Daemon(parse_config(data | extra))
+
+
+def run_until(daemon: Daemon, sim_s: float, wall_limit_s: float = 15.0,
+              stop: Callable[[PublishedState], bool] | None = None) -> list[PublishedState]:
+    """Tick until ``sim_s`` simulated seconds passed (or ``stop`` says so); bounded in wall time."""
+    states: list[PublishedState] = []
+    assert daemon.parts.simulator is not None
+    deadline = time.monotonic() + wall_limit_s
+    while daemon.parts.simulator.sim_time_s < sim_s and time.monotonic() < deadline:
+        states.append(daemon.tick())
+        if stop and stop(states[-1]):
+            break
+        time.sleep(TICK_SLEEP_S)
+    return states
+
+
+def junction(state: PublishedState) -> float | None:
+    temp = state.snapshot.gpus[0].temp("junction")
+    return None if temp is None else temp.temp_c
+
+
+def hwmon_file(daemon: Daemon, name: str) -> str:
+    assert daemon.parts.simulator is not None
+    return (daemon.parts.simulator.root / daemon.parts.simulator.cards[0].hwmon_dir / name).read_text().strip()
+
+
+def test_default_curve_and_healthy_fan_settle_below_the_pause_limit(tmp_path: Path) -> None:
+    daemon = make_daemon(tmp_path, {"time_scale": 300.0}, trainer=[demo_trainer(tmp_path)])
+    try:
+        run_until(daemon, sim_s=300, stop=lambda s: phase(s) == TrainerPhase.RUNNING)
+        assert daemon.parts.simulator is not None
+        daemon.parts.simulator.sim_time_s = 0.0  # heat-up starts when the trainer does
+        states = run_until(daemon, sim_s=1500)
+        assert daemon.parts.simulator is not None and daemon.parts.simulator.sim_time_s >= 1500, "too slow a machine"
+        late = [junction(s) for s in states[-len(states) // 4:]]  # the last ~6 simulated minutes
+        assert all(j is not None and 75 <= j <= 92 for j in late), late
+        assert max(j for s in states if (j := junction(s)) is not None) < 100
+        fan = states[-1].fans[0]
+        assert fan.mode == FanMode.CURVE and fan.target_ratio is not None
+        # The curve, not the firmware's 33 %, is driving the fan: well above the 50 % floor, RPM to match.
+        assert hwmon_file(daemon, "pwm1_enable") == "1"
+        assert int(hwmon_file(daemon, "pwm1")) > 0.6 * 255
+        assert states[-1].snapshot.gpus[0].fan_rpm > 0.6 * 3200
+        trainer = states[-1].trainers[0]
+        assert trainer.phase == TrainerPhase.RUNNING and trainer.pauses_total == 0
+        assert daemon.parts.simulator.cards[0].load_ratio == 1.0
+    finally:
+        daemon.shutdown()
+    assert hwmon_file(daemon, "pwm1_enable") == "2"  # given back to the firmware on exit
+
+
+def test_broken_sensor_sends_the_fan_to_full_speed(tmp_path: Path) -> None:
+    daemon = make_daemon(tmp_path, {"faults": {"sensor_garbage": True}, "time_scale": 20.0})
+    try:
+        states = run_until(daemon, sim_s=60, stop=lambda s: bool(s.fans) and s.fans[0].mode == FanMode.FAILSAFE)
+        assert states[-1].fans[0].mode == FanMode.FAILSAFE
+        assert junction(states[-1]) is None
+        assert any(e.sensor == "temp2_input" for e in states[-1].snapshot.gpus[0].errors)
+        run_until(daemon, sim_s=daemon.parts.simulator.sim_time_s + 20)  # type: ignore[union-attr]
+        assert hwmon_file(daemon, "pwm1") == "255"
+        assert int(hwmon_file(daemon, "fan1_input")) > 3000
+    finally:
+        daemon.shutdown()
+
+
+def test_firmware_taking_the_fan_back_is_reasserted(tmp_path: Path) -> None:
+    daemon = make_daemon(tmp_path, {"faults": {"firmware_reset_every_s": 100}, "time_scale": 200.0})
+    try:
+        states = run_until(daemon, sim_s=450)
+        assert states[-1].fans[0].mode_resets_total >= 2
+        daemon.tick()
+        assert hwmon_file(daemon, "pwm1_enable") == "1"
+    finally:
+        daemon.shutdown()
+
+
+def test_card_falling_off_the_bus_is_reported_and_the_loop_goes_on(tmp_path: Path) -> None:
+    daemon = make_daemon(tmp_path, {"gpus": 2, "faults": {"disappear_after_s": 30, "cards": [1]},
+                                    "time_scale": 100.0})
+    try:
+        states = run_until(daemon, sim_s=120)
+        last = states[-1]
+        assert [g.up for g in last.snapshot.gpus] == [True, False]
+        assert last.daemon is not None and last.daemon.failures == ()
+        gone = [f for f in last.fans if f.gpu_id == last.snapshot.gpus[1].gpu_id]
+        assert gone and gone[0].mode == FanMode.FAILSAFE
+    finally:
+        daemon.shutdown()
+
+
+def test_fan_stuck_at_30_percent_pauses_the_trainer_before_crit_and_resumes_it(tmp_path: Path) -> None:
+    daemon = make_daemon(tmp_path, {"time_scale": 100.0, "faults": {"fan_stuck_percent": 30}},
+                         trainer=[demo_trainer(tmp_path)])
+    try:
+        states = run_until(daemon, sim_s=3000, wall_limit_s=20,
+                           stop=lambda s: bool(s.trainers) and s.trainers[0].resumes_total >= 1
+                           and s.trainers[0].phase == TrainerPhase.RUNNING)
+        trainer = states[-1].trainers[0]
+        assert trainer.pauses_total >= 1 and trainer.resumes_total >= 1, trainer
+        assert trainer.phase == TrainerPhase.RUNNING
+        temps = [j for s in states if (j := junction(s)) is not None]
+        assert max(temps) >= 99  # it really got hot: the pause came from the limit...
+        assert max(temps) < 110  # ...and before the card's crit
+        paused = [s for s in states if phase(s) == TrainerPhase.PAUSED]
+        assert paused
+        assert min(junction(s) or 200 for s in paused) < 90  # it cooled down while paused
+        assert trainer.restarts_total == 0  # paused, never killed
+    finally:
+        daemon.shutdown()
+
+
+def test_broken_sensor_fan_to_full_and_trainer_off_the_gpu(tmp_path: Path) -> None:
+    daemon = make_daemon(tmp_path, {"time_scale": 50.0}, trainer=[demo_trainer(tmp_path)])
+    try:
+        run_until(daemon, sim_s=600, stop=lambda s: phase(s) == TrainerPhase.RUNNING)
+        assert daemon.parts.simulator is not None
+        daemon.parts.simulator.faults = replace(daemon.parts.simulator.faults, sensor_garbage=True)
+        start = daemon.parts.simulator.sim_time_s
+        states = run_until(daemon, sim_s=start + 300, wall_limit_s=15,
+                           stop=lambda s: phase(s) not in (TrainerPhase.RUNNING, TrainerPhase.PAUSING)
+                           and bool(s.fans) and s.fans[0].mode == FanMode.FAILSAFE)
+        assert states[-1].fans[0].mode == FanMode.FAILSAFE
+        # Paused, or stopped as an emergency: either way no longer loading the GPU.
+        assert phase(states[-1]) not in (TrainerPhase.RUNNING, TrainerPhase.PAUSING), states[-1].trainers
+        run_until(daemon, sim_s=daemon.parts.simulator.sim_time_s + 20)
+        assert hwmon_file(daemon, "pwm1") == "255"
+        assert daemon.parts.simulator.cards[0].load_ratio == 0.0
+    finally:
+        daemon.shutdown()

@@ -1,0 +1,169 @@
+"""The systemd unit as systemd itself sees it (systemd-analyze verify/security) and the install and
+uninstall scripts run for real into a temporary root (SYSTEMCTL is a recording stub there)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from gpuwatch.config import CONFIG_ERROR_EXIT, TrainerConfig
+from tests.support.paths import REPO
+
+UNIT = REPO / "systemd" / "gpuwatch.service"
+ANALYZE = shutil.which("systemd-analyze")
+needs_analyze = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze missing: make system-deps installs it")
+MAX_EXPOSURE = 4.5  # systemd-analyze security: "OK" band; a regression above this fails
+
+
+def unit_settings(text: str) -> dict[str, list[str]]:
+    """``Section.Key`` -> values in order (systemd allows repeated keys)."""
+    settings: dict[str, list[str]] = {}
+    section = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("["):
+            section = line.strip("[]")
+            continue
+        key, _, value = line.partition("=")
+        settings.setdefault(f"{section}.{key.strip()}", []).append(value.strip())
+    return settings
+
+
+def one(settings: dict[str, list[str]], key: str) -> str:
+    values = settings.get(key)
+    assert values, f"{key} missing from the unit"
+    return values[-1]
+
+
+def substituted_unit(tmp_path: Path) -> Path:
+    """The unit with ExecStart pointing at this checkout's gpuwatch (verify needs a real binary)."""
+    gpuwatch = Path(sys.executable).parent / "gpuwatch"
+    assert gpuwatch.exists(), gpuwatch
+    target = tmp_path / "gpuwatch.service"
+    target.write_text(UNIT.read_text().replace("/opt/gpuwatch/bin/gpuwatch", str(gpuwatch)))
+    return target
+
+
+def test_unit_has_the_service_contract() -> None:
+    s = unit_settings(UNIT.read_text())
+    assert one(s, "Service.Type") == "notify"
+    assert one(s, "Service.NotifyAccess") == "main"
+    assert one(s, "Service.WatchdogSec").endswith("s")
+    assert one(s, "Service.Restart") == "on-failure"
+    assert str(CONFIG_ERROR_EXIT) in one(s, "Service.RestartPreventExitStatus").split()
+    assert one(s, "Unit.StartLimitIntervalSec") and one(s, "Unit.StartLimitBurst")
+    assert one(s, "Service.ExecStopPost") == "+/opt/gpuwatch/bin/gpuwatch fans-auto --config /etc/gpuwatch/gpuwatch.toml"
+    assert "-HUP $MAINPID" in one(s, "Service.ExecReload")
+    assert one(s, "Service.KillMode") == "mixed"
+    # The supervisor waits up to max(grace_s) + 10 s for trainers' checkpoints, then fans are restored.
+    supervisor_stop_s = TrainerConfig.model_fields["grace_s"].default + 10
+    assert int(one(s, "Service.TimeoutStopSec").rstrip("s")) >= supervisor_stop_s + 30
+    assert one(s, "Service.ProtectSystem") == "strict"
+    assert one(s, "Service.NoNewPrivileges") == "yes"
+    # Either of these would break fan writes (/sys read-only) or ROCm (/dev/kfd, /dev/dri).
+    assert s.get("Service.ProtectKernelTunables", ["no"])[-1] == "no"
+    assert "Service.PrivateDevices" not in s and "Service.DeviceAllow" not in s and "Service.ProtectClock" not in s
+
+
+@needs_analyze
+def test_systemd_analyze_verify_prints_nothing(tmp_path: Path) -> None:
+    unit = substituted_unit(tmp_path)
+    done = subprocess.run([ANALYZE, "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    output = (done.stdout + done.stderr).strip()
+    assert done.returncode == 0, output
+    assert output == "", f"systemd-analyze verify warned:\n{output}"
+
+
+def exposure(unit: Path) -> float:
+    done = subprocess.run(
+        [ANALYZE, "security", "--offline=yes", str(unit)], capture_output=True, text=True, timeout=60
+    )
+    match = re.search(r"Overall exposure level for gpuwatch.service: (\d+\.\d)", done.stdout)
+    assert match, done.stdout + done.stderr
+    return float(match.group(1))
+
+
+@needs_analyze
+def test_security_exposure_is_ok_and_documented(tmp_path: Path) -> None:
+    score = exposure(substituted_unit(tmp_path))
+    assert score <= MAX_EXPOSURE
+    recorded = f"exposure {score:.1f}"
+    assert recorded in (REPO / "docs" / "systemd.md").read_text(), f"update docs/systemd.md: {recorded}"
+    assert recorded in (REPO / "README.md").read_text(), f"update README.md: {recorded}"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """One real install (venv + pip, offline from the local wheel index) shared by the checks below."""
+    root = tmp_path_factory.mktemp("root")
+    calls = root / "systemctl.calls"
+    stub = root / "systemctl"
+    stub.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    stub.chmod(0o755)
+    env = dict(
+        os.environ,
+        PREFIX=str(root / "opt/gpuwatch"),
+        SYSCONFDIR=str(root / "etc"),
+        UNITDIR=str(root / "lib/systemd/system"),
+        SYSTEMCTL=str(stub),
+        PIP_INSTALL_ARGS="--no-deps",  # the venv only has to prove the package and entry point install
+    )
+    env.pop("DESTDIR", None)
+    done = subprocess.run(["make", "-s", "install"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    yield {"root": root, "calls": calls, "env": env, "stdout": done.stdout}  # type: ignore[dict-item]
+    shutil.rmtree(REPO / "build", ignore_errors=True)
+
+
+def test_install_lays_out_venv_unit_and_config(installed: dict) -> None:
+    root: Path = installed["root"]
+    assert (root / "opt/gpuwatch/bin/gpuwatch").exists()
+    entry = subprocess.run(
+        [root / "opt/gpuwatch/bin/python", "-c", "import gpuwatch.daemon.sdnotify, gpuwatch; print(gpuwatch.__file__)"],
+        capture_output=True, text=True, timeout=30, cwd=root,  # not the checkout: import the installed copy
+    )
+    assert entry.returncode == 0 and str(root / "opt/gpuwatch") in entry.stdout, entry.stderr
+    unit = (root / "lib/systemd/system/gpuwatch.service").read_text()
+    assert f"ExecStart={root}/opt/gpuwatch/bin/gpuwatch run --config {root}/etc/gpuwatch/gpuwatch.toml" in unit
+    assert f"ExecStopPost=+{root}/opt/gpuwatch/bin/gpuwatch fans-auto --config {root}/etc/gpuwatch/gpuwatch.toml" in unit
+    assert (root / "etc/gpuwatch/gpuwatch.toml").read_text() == (REPO / "config/gpuwatch.toml").read_text()
+    assert installed["calls"].read_text().splitlines() == ["daemon-reload"]
+    assert "systemctl enable --now gpuwatch" in installed["stdout"]
+
+
+@needs_analyze
+def test_installed_unit_verifies(installed: dict) -> None:
+    unit = installed["root"] / "lib/systemd/system/gpuwatch.service"
+    done = subprocess.run([ANALYZE, "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and (done.stdout + done.stderr).strip() == "", done.stdout + done.stderr
+
+
+def test_reinstall_keeps_an_edited_config_then_uninstall_removes_all_but_it(installed: dict) -> None:
+    root: Path = installed["root"]
+    config = root / "etc/gpuwatch/gpuwatch.toml"
+    config.write_text("interval_s = 2.0\n")
+    env = {**installed["env"], "WITH_VENV": "0"}  # the venv part ran in the fixture; this is about the config
+    again = subprocess.run(["scripts/install.sh"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+    assert config.read_text() == "interval_s = 2.0\n" and "left as is" in again.stdout
+
+    gone = subprocess.run(["make", "-s", "uninstall"], cwd=REPO, env=installed["env"], capture_output=True, text=True, timeout=60)
+    assert gone.returncode == 0, gone.stderr
+    assert not (root / "opt/gpuwatch").exists()
+    assert not (root / "lib/systemd/system/gpuwatch.service").exists()
+    assert config.read_text() == "interval_s = 2.0\n"
+    assert installed["calls"].read_text().splitlines()[-2:] == ["disable --now gpuwatch.service", "daemon-reload"]
+
+    purge = subprocess.run(["scripts/uninstall.sh"], cwd=REPO, env={**installed["env"], "PURGE": "1"},
+                           capture_output=True, text=True, timeout=60)
+    assert purge.returncode == 0, purge.stderr
+    assert not (root / "etc/gpuwatch").exists()

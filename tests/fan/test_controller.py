@@ -1,0 +1,283 @@
+"""Golden ordered write logs of the fan controller on real captures (RDNA2/RDNA3/RDNA4/APU/Polaris)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.model import FanMode
+from tests.support.fan_rig import Rig
+from tests.support.trees import capture
+
+PWM1 = "navi21-rx6900xt-sapphire-nitro"
+
+
+def test_pwm1_startup_curve_steps_spindown_and_restore(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, capture(PWM1), dead_band_c=4, spindown_delay_s=10)
+    rig.tree.write(rig.hwmon("fan1_input"), "1500\n")
+    rig.set_temp(50)
+    state = rig.tick(0)
+    # Start-up: manual mode, then the floor (50 % of 0..255 = 128).
+    assert rig.sysfs.take_log() == [("pwm1_enable", "1"), ("pwm1", "128")]
+    assert (state.mode, state.backend, state.sensor, state.applied_pwm, state.readback_pwm) == (
+        FanMode.CURVE, "pwm1", "junction", 128, 128)
+    assert json.loads((rig.runtime_dir / "fan-restore.json").read_text())[rig.card.pci_slot]["pwm1_enable"] == 2
+
+    rig.set_temp(70)
+    assert rig.tick(1).target_ratio == pytest.approx(0.65)
+    rig.set_temp(80)
+    rig.tick(2)
+    assert rig.sysfs.take_log() == [("pwm1", "166"), ("pwm1", "198")]  # raised at once, each step
+
+    # Spindown hold: 75 °C is 5 °C under the last change but must stay there 10 s first.
+    rig.set_temp(75)
+    for at in (3, 8, 12):
+        rig.tick(at)
+    assert rig.sysfs.take_log() == []
+    rig.tick(13)
+    assert rig.sysfs.take_log() == [("pwm1", "178")]  # 70 % after the delay
+
+    # Shutdown restore: the original mode, never 0.
+    rig.fans.restore()
+    assert rig.sysfs.take_log() == [("pwm1_enable", "2")]
+    assert rig.read(rig.hwmon("pwm1_enable")) == "2"
+    assert not (rig.runtime_dir / "fan-restore.json").exists()
+    rig.fans.restore()  # idempotent: nothing more written
+    assert rig.sysfs.take_log() == []
+
+
+def test_pwm1_crit_and_stale_sensor_go_full_speed(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, capture(PWM1), failsafe_after_ticks=2)
+    rig.set_temp(60)
+    rig.tick(0)
+    rig.sysfs.take_log()
+    rig.set_temp(110)  # junction crit of this card is 110 °C
+    state = rig.tick(1)
+    assert rig.sysfs.take_log() == [("pwm1", "255")]
+    assert state.mode == FanMode.CURVE and "crit" in (state.message or "")
+
+    rig.set_temp(60)
+    rig.tick(100)
+    rig.tick(111)
+    rig.sysfs.take_log()
+    rig.tree.remove(rig.hwmon("temp2_input"))  # junction unreadable: hold, then failsafe
+    states = [rig.tick(112), rig.tick(113)]
+    assert [s.mode for s in states] == [FanMode.CURVE, FanMode.FAILSAFE]
+    assert states[1].failsafe_reason and "no temperature" in states[1].failsafe_reason
+    assert states[1].sensor == "junction"  # never silently switched to edge
+    assert rig.sysfs.take_log() == [("pwm1", "255")]
+
+
+def test_pwm1_firmware_mode_reset_is_reasserted_and_counted(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, capture(PWM1))
+    rig.set_temp(50)
+    rig.tick(0)
+    rig.sysfs.take_log()
+    rig.tree.write(rig.hwmon("pwm1_enable"), "2\n")  # the firmware took the fan back
+    state = rig.tick(1)
+    assert rig.sysfs.take_log() == [("pwm1_enable", "1"), ("pwm1", "128")]
+    assert state.mode_resets_total == 1
+
+
+def test_pwm1_einval_is_a_mode_reset(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, capture(PWM1))
+    rig.sysfs.einval_pwm1 = True
+    rig.set_temp(50)
+    rig.tick(0)
+    rig.sysfs.take_log()
+    rig.set_temp(70)
+    # Reset between our check of pwm1_enable and the pwm1 write: the driver answers EINVAL.
+    original_read = rig.sysfs.read
+
+    def racing_read(relative: str) -> str | None:
+        value = original_read(relative)
+        if relative.endswith("pwm1_enable") and value == "1":
+            rig.tree.write(relative, "2\n")
+        return value
+
+    rig.sysfs.read = racing_read  # type: ignore[method-assign]
+    state = rig.tick(1)
+    rig.sysfs.read = original_read  # type: ignore[method-assign]
+    assert rig.sysfs.take_log() == [("pwm1", "166"), ("pwm1_enable", "1"), ("pwm1", "166")]
+    assert state.mode_resets_total == 1 and state.write_errors_total == 0
+    assert rig.read(rig.hwmon("pwm1")) == "166"
+
+
+def test_pwm1_stalled_fan_is_reported(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, capture(PWM1), stall_after_ticks=3)
+    rig.set_temp(50)
+    stalled = [rig.tick(t).stalled for t in range(4)]  # this capture's fan1_input reads 0
+    assert stalled == [False, False, True, True]
+    assert rig.tick(5).stalls_total == 1
+    rig.tree.write(rig.hwmon("fan1_input"), "900\n")
+    assert not rig.tick(6).stalled
+
+
+def test_pwm1_restores_manual_mode_seen_at_start(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, capture("polaris-rx580-sapphire-pulse"))  # pwm1_enable was 1 at capture
+    rig.tree.write(rig.hwmon("temp1_input"), "50000\n")
+    state = rig.tick(0)
+    assert state.sensor == "edge"  # Polaris has no junction sensor
+    rig.fans.restore()
+    assert rig.read(rig.hwmon("pwm1_enable")) == "1"
+
+
+def test_dry_run_writes_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    rig = Rig(tmp_path, capture(PWM1), mode="dry-run")
+    rig.set_temp(80)
+    with caplog.at_level("INFO"):
+        state = rig.tick(0)
+        rig.fans.restore()
+    assert rig.sysfs.take_log() == []
+    assert state.mode == FanMode.DRY_RUN and state.applied_pwm == 198
+    assert "would write '198'" in caplog.text
+    assert not (rig.runtime_dir / "fan-restore.json").exists()
+
+
+FLAT = [("fan_curve", f"{i} {t} {{s}}\n") for i, t in enumerate((25, 44, 62, 81, 100))]
+
+
+def _flat(speed: int) -> list[tuple[str, str]]:
+    return [(n, v.format(s=speed)) for n, v in FLAT] + [("fan_curve", "c\n")]
+
+
+def test_gpu_od_rdna3_curve_steps_and_restore(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, capture("navi31-rx7900xtx-sapphire-nitro"), spindown_delay_s=0)
+    rig.set_temp(50)
+    state = rig.tick(0)
+    assert state.backend == "gpu_od"
+    assert rig.sysfs.take_log() == _flat(50)  # no zero-RPM file on this board
+    assert "0: 25C 50%" in (rig.read(rig.od("fan_curve")) or "")
+    rig.set_temp(52)
+    rig.tick(1)
+    assert rig.sysfs.take_log() == []  # same speed: nothing rewritten
+    rig.set_temp(90)
+    rig.tick(2)
+    assert rig.sysfs.take_log() == _flat(92)
+    rig.fans.restore()
+    assert rig.sysfs.take_log() == [("fan_curve", "r\n"), ("fan_curve", "c\n")]
+    assert "0: 0C 0%" in (rig.read(rig.od("fan_curve")) or "")
+
+
+def test_gpu_od_rdna4_zero_rpm_off_recheck_and_restore(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, capture("navi48-rx9070-sapphire-pulse"))  # zero-RPM enabled, no pwm1_enable
+    rig.set_temp(50)
+    rig.tick(0)
+    assert rig.sysfs.take_log() == [("fan_zero_rpm_enable", "0\n"), ("fan_zero_rpm_enable", "c\n"), *_flat(50)]
+    # Something (a GPU reset, another tool) turned zero-RPM back on and reset the curve.
+    rig.sysfs.write(rig.od("fan_zero_rpm_enable"), "1\n")
+    rig.sysfs.write(rig.od("fan_curve"), "r\n")
+    rig.sysfs.take_log()
+    state = rig.tick(1)
+    assert rig.sysfs.take_log() == [("fan_zero_rpm_enable", "0\n"), ("fan_zero_rpm_enable", "c\n"), *_flat(50)]
+    assert state.mode_resets_total == 1
+    rig.fans.restore()
+    assert rig.sysfs.take_log() == [("fan_curve", "r\n"), ("fan_curve", "c\n"),
+                                   ("fan_zero_rpm_enable", "1\n"), ("fan_zero_rpm_enable", "c\n")]
+
+
+def test_gpu_od_firmware_minimum_and_crit(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, capture("navi48-rx9070xt-early-kernel"), floor_percent=0, curve=[[40, 10], [90, 90]])
+    rig.set_temp(40)
+    rig.tick(0)
+    assert rig.sysfs.take_log() == _flat(30)  # the board's OD range starts at 30 %
+    rig.set_temp(110)
+    rig.tick(1)
+    assert rig.sysfs.take_log() == _flat(100)
+
+
+def test_gpu_od_write_failure_resets(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, capture("navi31-rx7900xtx-sapphire-nitro"))
+    rig.set_temp(50)
+    original_write = rig.sysfs.write
+
+    def failing_write(relative: str, value: str) -> None:
+        if value.startswith("2 "):
+            rig.sysfs.log.append(("fan_curve", value))
+            from gpuwatch.sysfs import SysfsError
+
+            raise SysfsError(relative, "EINVAL")
+        original_write(relative, value)
+
+    rig.sysfs.write = failing_write  # type: ignore[method-assign]
+    state = rig.tick(0)
+    assert rig.sysfs.take_log() == [*_flat(50)[:3], ("fan_curve", "r\n")]
+    assert state.write_errors_total == 1
+
+
+def test_zero_range_fan_curve_is_monitor_only(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, capture("navi48-rx9070xt-early-kernel"))
+    rig.tree.write(rig.od("fan_curve"), "OD_FAN_CURVE:\n0: 0C 0%\nOD_RANGE:\nFAN_CURVE(hotspot temp): 0C 0C\n"
+                                        "FAN_CURVE(fan speed): 0% 0%\n")
+    rig.fans = rig.controller()
+    rig.set_temp(60)
+    state = rig.tick(0)
+    assert state.mode == FanMode.MONITOR_ONLY and "zero OD range" in (state.message or "")
+    assert "0x4000" in (state.message or "")
+    assert rig.sysfs.take_log() == []
+
+
+def test_read_only_fan_curve_is_monitor_only(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, capture("navi31-rx7900xtx-sapphire-nitro"))
+    (rig.tree.root / rig.od("fan_curve")).chmod(0o444)
+    rig.fans = rig.controller()
+    rig.set_temp(60)
+    import os
+
+    state = rig.tick(0)
+    if os.geteuid() != 0:
+        assert state.mode == FanMode.MONITOR_ONLY and "read-only" in (state.message or "")
+
+
+def test_apu_is_monitor_only_with_temperature(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, capture("apu-phoenix-lenovo"))
+    state = rig.tick(0)
+    assert state.mode == FanMode.MONITOR_ONLY and state.backend == "none"
+    assert state.sensor == "edge" and state.sensor_temp_c == 25
+    assert "APU" in (state.message or "")
+    rig.fans.restore()
+    assert rig.sysfs.take_log() == []
+
+
+def test_per_gpu_override(tmp_path: Path) -> None:
+    slot = capture(PWM1).pci_slot
+    rig = Rig(tmp_path, capture(PWM1), gpus={slot: {"sensor": "edge", "floor_percent": 30, "curve": [[0, 0], [100, 100]]}})
+    rig.set_temp(90, edge_c=40)
+    state = rig.tick(0)
+    assert state.sensor == "edge" and state.target_ratio == pytest.approx(0.40)
+
+
+def test_suspended_gpu_is_not_written(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, capture(PWM1))
+    rig.set_temp(50)
+    rig.tick(0)
+    rig.sysfs.take_log()
+    rig.tree.write(f"{rig.card.device_dir}/power/runtime_status", "suspended\n")
+    state = rig.tick(1)
+    assert rig.sysfs.take_log() == [] and "suspended" in (state.message or "")
+
+
+def test_restart_after_sigkill_restores_the_true_original(tmp_path: Path) -> None:
+    """A daemon killed while in manual mode left pwm1_enable=1 and its record; the next one keeps 2."""
+    first = Rig(tmp_path, capture(PWM1))
+    first.set_temp(50)
+    first.tick(0)  # "killed" here: no restore
+    assert first.read(first.hwmon("pwm1_enable")) == "1"
+    second = first.controller(clock=lambda: 1.0)
+    second.tick(first.sampler.sample())
+    second.restore()
+    assert first.read(first.hwmon("pwm1_enable")) == "2"
+
+
+def test_restore_skips_a_gpu_that_fell_off_the_bus(tmp_path: Path) -> None:
+    import shutil
+
+    rig = Rig(tmp_path, capture("navi21-rx6900xt-sapphire-nitro"))
+    rig.set_temp(60)
+    rig.tick(0)
+    assert rig.read(rig.hwmon("pwm1_enable")) == "1"
+    shutil.rmtree(rig.tree.root / rig.card.device_dir)
+    rig.fans.restore()  # nothing to hand back, and no error: the driver re-inits it in auto mode
+    rig.fans.restore()

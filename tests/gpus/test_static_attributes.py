@@ -1,0 +1,79 @@
+"""The amdgpu backend reads fixed attributes once per discovery and everything else every tick.
+
+Identity, board limits, labels and crit points are fixed while the driver is bound, so the backend
+remembers them until its next re-discovery (a poll-cycle optimisation, docs/performance.md). Values
+that move (temperatures, power cap, runtime status) and read errors are never remembered.
+"""
+
+from __future__ import annotations
+
+import errno
+
+from gpuwatch.gpus.amdgpu import STATIC_ATTRIBUTES, AmdgpuSource
+from gpuwatch.sim.tree import FakeSysfsTree
+from gpuwatch.sysfs import Sysfs
+from tests.support.trees import FaultySysfs, capture
+
+CARD = "navi31-rx7900xtx-sapphire-nitro"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def _backend(fake_sysfs: FakeSysfsTree, sysfs: Sysfs | None = None) -> tuple[AmdgpuSource, str, Clock]:
+    card = fake_sysfs.add_capture(capture(CARD))
+    assert card.hwmon_dir is not None
+    clock = Clock()
+    return AmdgpuSource(sysfs or Sysfs(fake_sysfs.root), rediscover_s=30.0, clock=clock), card.hwmon_dir, clock
+
+
+def test_fixed_attributes_are_reread_at_rediscovery_only(fake_sysfs: FakeSysfsTree) -> None:
+    backend, hwmon, clock = _backend(fake_sysfs)
+    (first,), _ = backend.read_all()
+    assert first.temp("junction").crit_c == 110.0
+    fake_sysfs.write(f"{hwmon}/temp2_crit", "100000\n")
+    fake_sysfs.write(f"{hwmon}/temp2_input", "77000\n")
+    fake_sysfs.write(f"{hwmon}/power1_cap", "250000000\n")
+    clock.now_s = 29.0
+    (cached,), _ = backend.read_all()
+    assert cached.temp("junction").crit_c == 110.0
+    assert cached.temp("junction").temp_c == 77.0 and cached.power_cap_w == 250.0
+    clock.now_s = 30.0
+    (fresh,), _ = backend.read_all()
+    assert fresh.temp("junction").crit_c == 100.0
+
+
+def test_steady_state_reading_equals_a_full_read(fake_sysfs: FakeSysfsTree) -> None:
+    from gpuwatch.gpus.amdgpu import discover, read_card
+
+    backend, _, clock = _backend(fake_sysfs)
+    backend.read_all()
+    clock.now_s = 1.0
+    (steady,), _ = backend.read_all()
+    (card,) = discover(backend.sysfs).cards
+    assert steady == read_card(backend.sysfs, card)
+
+
+def test_read_errors_of_fixed_attributes_are_retried_and_reported_every_tick(fake_sysfs: FakeSysfsTree) -> None:
+    sysfs = FaultySysfs(fake_sysfs.root, {"temp2_crit": errno.EIO})
+    backend, _, clock = _backend(fake_sysfs, sysfs)
+    for now_s in (0.0, 1.0, 2.0):
+        clock.now_s = now_s
+        (reading,), _ = backend.read_all()
+        assert [(e.sensor, e.error) for e in reading.errors] == [("temp2_crit", "EIO")]
+    sysfs.faults.clear()
+    clock.now_s = 3.0
+    (healed,), _ = backend.read_all()
+    assert healed.errors == () and healed.temp("junction").crit_c == 110.0
+
+
+def test_moving_values_are_not_fixed() -> None:
+    for name in ("temp1_input", "temp2_input", "power1_cap", "power1_average", "pwm1", "pwm1_enable",
+                 "fan1_input", "current_link_speed", "gpu_busy_percent", "mem_info_vram_used"):
+        assert name not in STATIC_ATTRIBUTES
+    assert "power/runtime_status" not in STATIC_ATTRIBUTES

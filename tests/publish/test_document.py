@@ -1,0 +1,41 @@
+"""The status document's TypedDicts (schema 1, what the CLI renders) name exactly the keys to_document writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuwatch.config import ThermalConfig
+from gpuwatch.model import PublishedState, Snapshot, UnsupportedCard
+from gpuwatch.publish.document import (
+    DaemonDoc,
+    ErrorDoc,
+    FanControllerDoc,
+    GpuDoc,
+    StatusDocument,
+    TemperatureDoc,
+    TrainerDoc,
+    UnsupportedDoc,
+    to_document,
+)
+from tests.support.published import GPU_GONE, example_state
+
+
+def test_typed_dicts_name_every_key_of_the_document(tmp_path: Path) -> None:
+    doc = to_document(example_state(tmp_path / "sys"), ThermalConfig(), "daemon")
+    assert set(doc) == StatusDocument.__required_keys__
+    assert doc["daemon"] is not None and set(doc["daemon"]) == DaemonDoc.__required_keys__
+    assert doc["gpus"] and all(set(gpu) == GpuDoc.__required_keys__ for gpu in doc["gpus"])
+    fans = [gpu["fan_controller"] for gpu in doc["gpus"] if gpu["fan_controller"] is not None]
+    assert fans and all(set(fan) == FanControllerDoc.__required_keys__ for fan in fans)
+    temps = [t for gpu in doc["gpus"] for t in gpu["temperatures"].values()]
+    assert temps and all(set(t) == TemperatureDoc.__required_keys__ for t in temps)
+    gone = next(gpu for gpu in doc["gpus"] if gpu["gpu_id"] == GPU_GONE)
+    assert [set(e) for e in gone["errors"]] == [ErrorDoc.__required_keys__]
+    assert doc["trainers"] and all(set(t) == TrainerDoc.__required_keys__ for t in doc["trainers"])
+
+
+def test_unsupported_cards_are_typed_too() -> None:
+    snapshot = Snapshot(0.0, 0.0, (), unsupported=(UnsupportedCard(card="card5", driver="radeon", gpu_id="0000:44:00.0"),))
+    doc = to_document(PublishedState(snapshot=snapshot), ThermalConfig(), "sysfs")
+    assert doc["source"] == "sysfs" and doc["daemon"] is None
+    assert [set(card) for card in doc["unsupported"]] == [UnsupportedDoc.__required_keys__]

@@ -1,0 +1,112 @@
+"""The /metrics exposition: golden file (byte for byte), promtool lint, and the collector's rules.
+
+Regenerate the golden file after an intended change with ``GPUWATCH_UPDATE_GOLDEN=1 pytest tests/publish/test_metrics.py``
+and review the diff.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from gpuwatch.config import ThermalConfig
+from gpuwatch.model import GpuReading, PublishedState, ReadError, Snapshot, TempReading
+from gpuwatch.publish.metrics import GpuwatchCollector
+from tests.support.paths import TESTS
+from tests.support.published import GPU_GONE, example_state
+
+GOLDEN = TESTS / "golden" / "metrics.txt"
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool missing: apt-get install prometheus "
+                                    "(scripts/install-system-deps.sh does it for make test / CI)")
+
+
+def exposition(state: PublishedState | None, thermal: ThermalConfig = ThermalConfig()) -> str:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(GpuwatchCollector(lambda: state, thermal))
+    return generate_latest(registry).decode()
+
+
+def samples(text: str) -> dict[str, float]:
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line and not line.startswith("#")}
+
+
+def test_golden_file(tmp_path: Path) -> None:
+    text = exposition(example_state(tmp_path / "sys"))
+    if os.environ.get("GPUWATCH_UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text(), "exposition changed: rerun with GPUWATCH_UPDATE_GOLDEN=1 and review the diff"
+
+
+@pytest.mark.prometheus
+@needs_promtool
+def test_promtool_check_metrics_accepts_golden() -> None:
+    done = subprocess.run([PROMTOOL, "check", "metrics"], input=GOLDEN.read_bytes(), capture_output=True, timeout=30)
+    assert done.returncode == 0 and not done.stdout.strip(), (done.stdout + done.stderr).decode()
+
+
+def test_nothing_before_first_tick() -> None:
+    assert exposition(None) == ""
+
+
+def test_gone_gpu_keeps_info_with_up_zero_and_no_values(tmp_path: Path) -> None:
+    got = samples(exposition(example_state(tmp_path / "sys")))
+    assert got[f'gpuwatch_gpu_up{{gpu="{GPU_GONE}"}}'] == 0
+    assert any(k.startswith("gpuwatch_gpu_info{") and GPU_GONE in k for k in got)
+    assert [k for k in got if GPU_GONE in k and not k.startswith(("gpuwatch_gpu_info", "gpuwatch_gpu_up"))] == []
+
+
+@pytest.mark.parametrize(
+    "reading, absent",
+    [
+        (GpuReading(gpu_id="g", card="card0", backend="amdgpu"), "gpuwatch_gpu_power_watts"),
+        (GpuReading(gpu_id="g", card="card0", backend="amdgpu", temps=(TempReading("junction", None, crit_c=110.0),)),
+         'gpuwatch_gpu_temperature_celsius{gpu="g",sensor="junction"}'),
+        (GpuReading(gpu_id="g", card="card0", backend="amdgpu", temps=(TempReading("junction", None, crit_c=110.0),)),
+         'gpuwatch_gpu_thermal_over_limit{gpu="g",sensor="junction"}'),
+    ],
+)
+def test_absent_values_are_absent_series_not_zero(reading: GpuReading, absent: str) -> None:
+    text = exposition(PublishedState(snapshot=Snapshot(0.0, 0.0, (reading,))))
+    assert absent not in text
+    assert 'gpuwatch_gpu_up{gpu="g"} 1.0' in text
+
+
+@pytest.mark.parametrize(
+    "temp_c, thermal, over",
+    [
+        (99.0, ThermalConfig(), 0.0),  # junction crit 110 - margin 10 = 100
+        (100.0, ThermalConfig(), 1.0),
+        (80.0, ThermalConfig(junction_limit_c=80.0), 1.0),
+    ],
+)
+def test_thermal_limit_and_over_limit(temp_c: float, thermal: ThermalConfig, over: float) -> None:
+    gpu = GpuReading(gpu_id="g", card="card0", backend="amdgpu", temps=(TempReading("junction", temp_c, crit_c=110.0),))
+    got = samples(exposition(PublishedState(snapshot=Snapshot(0.0, 0.0, (gpu,))), thermal))
+    assert got['gpuwatch_gpu_thermal_over_limit{gpu="g",sensor="junction"}'] == over
+
+
+def test_current_read_errors_are_flagged_per_sensor() -> None:
+    gpu = GpuReading(gpu_id="g", card="card0", backend="amdgpu", errors=(ReadError("temp2_input", "EIO"),))
+    got = samples(exposition(PublishedState(snapshot=Snapshot(0.0, 0.0, (gpu,)),
+                                            read_errors_total=(("g", "temp2_input", 4),))))
+    assert got['gpuwatch_gpu_read_failing{gpu="g",sensor="temp2_input"}'] == 1
+    assert got['gpuwatch_gpu_read_errors_total{gpu="g",sensor="temp2_input"}'] == 4
+
+
+@pytest.mark.parametrize(
+    "reading, duty",
+    [
+        (GpuReading(gpu_id="g", card="card0", backend="amdgpu", pwm=51, pwm_min=0, pwm_max=255, fan_duty_ratio=0.9), 0.2),
+        (GpuReading(gpu_id="g", card="nvidia0", backend="nvml", fan_duty_ratio=0.35), 0.35),  # no pwm1 on NVML
+    ],
+)
+def test_fan_duty_prefers_pwm_then_board_duty(reading: GpuReading, duty: float) -> None:
+    got = samples(exposition(PublishedState(snapshot=Snapshot(0.0, 0.0, (reading,)))))
+    assert got['gpuwatch_gpu_fan_duty_ratio{gpu="g"}'] == pytest.approx(duty)

@@ -1,0 +1,253 @@
+"""One test per transition of the supervisor state machine (pure: no processes, no clock)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from gpuwatch.config import ThermalConfig, TrainerConfig
+from gpuwatch.model import FanMode, FanState, GpuReading, Snapshot, TempReading
+from gpuwatch.model import TrainerPhase as P
+from gpuwatch.supervise.actions import (
+    CancelPause,
+    CollectEvidence,
+    Freeze,
+    Inputs,
+    Kill,
+    RequestPause,
+    Spawn,
+    Terminate,
+    Thaw,
+    Thermal,
+)
+from gpuwatch.supervise.policy import Machine, backoff_delay_s, step, thermal_verdict
+
+CFG = TrainerConfig(name="t", command=["x"], debounce_s=2, max_pause_s=100, min_pause_s=0, grace_s=10, pause_ack_timeout_s=5,
+                    hang_timeout_s=50, give_up_after_crashes=3, stable_after_s=1000,
+                    backoff={"initial_s": 1, "max_s": 8, "jitter_ratio": 0.5})
+HOT = Thermal(hot=True, cool=False, reason="hot: junction")
+WARM = Thermal(hot=False, cool=False)
+CRIT = Thermal(hot=True, cool=False, critical=True, reason="emergency: crit")
+
+
+def running(**kw: object) -> Machine:
+    base = Machine(phase=P.RUNNING, since=0, run_started=0, last_progress=0)
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def test_starting_spawns() -> None:
+    m, acts = step(Machine(), CFG, Inputs(now=0))
+    assert m.phase is P.RUNNING and acts == [Spawn(resume=False)]
+
+
+def test_starting_waits_while_hot() -> None:
+    m, acts = step(Machine(), CFG, Inputs(now=0, thermal=HOT))
+    assert m.phase is P.STARTING and acts == []
+
+
+def test_hot_is_debounced_then_sigstop_without_heartbeat() -> None:
+    m, acts = step(running(), CFG, Inputs(now=1, alive=True, thermal=HOT))
+    assert m.phase is P.RUNNING and acts == [] and m.hot_since == 1
+    m, acts = step(m, CFG, Inputs(now=3, alive=True, thermal=HOT))
+    assert m.phase is P.PAUSED and acts == [Freeze()] and m.pause_mode == "sigstop" and m.pauses_total == 1
+
+
+def test_short_spike_does_not_pause() -> None:
+    m, _ = step(running(), CFG, Inputs(now=1, alive=True, thermal=HOT))
+    m, _ = step(m, CFG, Inputs(now=2, alive=True))
+    m, acts = step(m, CFG, Inputs(now=3.5, alive=True, thermal=HOT))
+    assert m.phase is P.RUNNING and acts == []
+
+
+def test_hot_with_heartbeat_pauses_cooperatively_then_ack() -> None:
+    m = running(heartbeat_seen=True, hot_since=0)
+    m, acts = step(m, CFG, Inputs(now=3, alive=True, thermal=HOT, steps_total=5))
+    assert m.phase is P.PAUSING and acts == [RequestPause()]
+    m, acts = step(m, CFG, Inputs(now=4, alive=True, thermal=HOT, steps_total=6, heartbeat_paused=True))
+    assert m.phase is P.PAUSED and acts == [] and m.pause_mode == "cooperative"
+
+
+def test_pausing_without_ack_falls_back_to_sigstop() -> None:
+    m = running(phase=P.PAUSING, since=10, paused_since=10, pause_mode="cooperative", heartbeat_seen=True)
+    m, acts = step(m, CFG, Inputs(now=15, alive=True, thermal=HOT))
+    assert m.phase is P.PAUSED and acts == [Freeze()] and m.pause_mode == "sigstop"
+
+
+def test_always_cooperative_never_sigstops() -> None:
+    cfg = CFG.model_copy(update={"cooperative_pause": "always"})
+    m = running(hot_since=0)
+    m, acts = step(m, cfg, Inputs(now=3, alive=True, thermal=HOT))
+    assert acts == [RequestPause()]
+    m, acts = step(m, cfg, Inputs(now=30, alive=True, thermal=HOT))
+    assert m.phase is P.PAUSING and acts == []
+
+
+def test_never_cooperative_sigstops_even_with_heartbeat() -> None:
+    cfg = CFG.model_copy(update={"cooperative_pause": "never"})
+    m, acts = step(running(heartbeat_seen=True, hot_since=0), cfg, Inputs(now=3, alive=True, thermal=HOT))
+    assert acts == [Freeze()]
+
+
+def test_resume_needs_hysteresis() -> None:
+    m = running(phase=P.PAUSED, paused_since=0, pause_mode="sigstop")
+    m, acts = step(m, CFG, Inputs(now=5, alive=True, thermal=WARM))
+    assert m.phase is P.PAUSED and acts == []
+    m, acts = step(m, CFG, Inputs(now=6, alive=True))
+    assert m.phase is P.RUNNING and acts == [CancelPause(), Thaw()] and m.resumes_total == 1 and m.last_progress == 6
+
+
+def test_manual_pause_holds_until_manual_resume() -> None:
+    m, acts = step(running(), CFG, Inputs(now=1, alive=True, command="pause"))
+    assert m.phase is P.PAUSED and m.manual_pause and acts == [Freeze()]
+    m, acts = step(m, CFG, Inputs(now=2, alive=True))
+    assert m.phase is P.PAUSED
+    m, acts = step(m, CFG, Inputs(now=3, alive=True, command="resume"))
+    assert m.phase is P.RUNNING and Thaw() in acts
+
+
+def test_max_pause_stops_then_restarts_immediately_when_cool() -> None:
+    m = running(phase=P.PAUSED, paused_since=0, pause_mode="sigstop")
+    m, acts = step(m, CFG, Inputs(now=100, alive=True, thermal=HOT))
+    assert m.phase is P.STOPPING and acts == [CancelPause(), Terminate("paused longer than 100s")]
+    m, acts = step(m, CFG, Inputs(now=101, alive=False, exit_code=-15))
+    assert m.phase is P.BACKOFF and m.next_start == 101
+    m, acts = step(m, CFG, Inputs(now=102, thermal=HOT))
+    assert m.phase is P.BACKOFF and acts == []
+    m, acts = step(m, CFG, Inputs(now=103))
+    assert m.phase is P.RUNNING and acts == [Spawn(resume=True)] and dict(m.restarts_by_reason) == {"max-pause": 1}
+
+
+def test_critical_stops_from_running_and_restarts_when_cool() -> None:
+    m, acts = step(running(), CFG, Inputs(now=1, alive=True, thermal=CRIT))
+    assert m.phase is P.STOPPING and Terminate("emergency: crit") in acts
+    m, _ = step(m, CFG, Inputs(now=2, alive=False, exit_code=0))
+    assert m.phase is P.STOPPED
+    m, acts = step(m, CFG, Inputs(now=3, thermal=HOT))
+    assert acts == []
+    m, acts = step(m, CFG, Inputs(now=4))
+    assert acts == [Spawn(resume=True)] and dict(m.restarts_by_reason) == {"emergency": 1}
+
+
+def test_critical_while_paused_stops() -> None:
+    m = running(phase=P.PAUSED, paused_since=0, pause_mode="sigstop")
+    m, acts = step(m, CFG, Inputs(now=1, alive=True, thermal=CRIT))
+    assert m.phase is P.STOPPING and isinstance(acts[-1], Terminate)
+
+
+def test_grace_then_kill() -> None:
+    m = running(phase=P.STOPPING, stop_sent=0, after_stop="restart")
+    m, acts = step(m, CFG, Inputs(now=9, alive=True))
+    assert acts == []
+    m, acts = step(m, CFG, Inputs(now=10, alive=True))
+    assert acts == [Kill("still running 10s after SIGTERM")] and m.killed
+    m, acts = step(m, CFG, Inputs(now=11, alive=True))
+    assert acts == []
+
+
+def test_exit_zero_is_finished() -> None:
+    m, acts = step(running(), CFG, Inputs(now=5, alive=False, exit_code=0))
+    assert m.phase is P.FINISHED and m.last_exit_code == 0
+
+
+def test_crash_backs_off_exponentially_and_gives_up() -> None:
+    m = running()
+    delays = []
+    for i in range(3):
+        m, _ = step(m, CFG, Inputs(now=10 * i, alive=False, exit_code=1))
+        if m.phase is P.FAILED:
+            break
+        assert m.phase is P.BACKOFF
+        delays.append(m.next_start - 10 * i)  # type: ignore[operator]
+        m, acts = step(m, CFG, Inputs(now=m.next_start))  # type: ignore[arg-type]
+        assert acts == [Spawn(resume=True)]
+    assert delays == [1, 2] and m.phase is P.FAILED and m.crashes == 3 and "without progress" in (m.reason or "")
+
+
+def test_progress_resets_crash_count() -> None:
+    m = running(crashes=2)
+    m, _ = step(m, CFG, Inputs(now=1, alive=True, steps_total=1))
+    m, _ = step(m, CFG, Inputs(now=2, alive=True, steps_total=2))
+    assert m.run_progressed and m.crashes == 0
+    m, _ = step(m, CFG, Inputs(now=3, alive=False, exit_code=1))
+    assert m.phase is P.BACKOFF and m.crashes == 1
+
+
+def test_log_output_is_not_real_progress_but_defers_hang() -> None:
+    m, _ = step(running(crashes=2), CFG, Inputs(now=40, alive=True, log_bytes=100))
+    assert m.last_progress == 40 and not m.run_progressed and m.crashes == 2
+
+
+def test_hang_collects_evidence_and_restarts() -> None:
+    m, acts = step(running(), CFG, Inputs(now=50, alive=True))
+    assert m.phase is P.STOPPING and isinstance(acts[0], CollectEvidence) and isinstance(acts[-1], Terminate)
+    m, _ = step(m, CFG, Inputs(now=51, alive=False, exit_code=-15))
+    assert m.phase is P.BACKOFF and m.crashes == 1
+    m, acts = step(m, CFG, Inputs(now=60))
+    assert dict(m.restarts_by_reason) == {"hang": 1}
+
+
+def test_no_hang_while_paused() -> None:
+    m = running(phase=P.PAUSED, paused_since=0, pause_mode="sigstop", manual_pause=True)
+    m, acts = step(m, CFG, Inputs(now=90, alive=True))
+    assert m.phase is P.PAUSED and acts == []
+
+
+def test_manual_restart_of_running_and_failed() -> None:
+    m, acts = step(running(), CFG, Inputs(now=1, alive=True, command="restart"))
+    assert m.phase is P.STOPPING and m.after_stop == "restart"
+    m, _ = step(m, CFG, Inputs(now=2, alive=False, exit_code=0))
+    assert m.phase is P.BACKOFF
+    failed = Machine(phase=P.FAILED, crashes=3)
+    m, acts = step(failed, CFG, Inputs(now=3, command="restart"))
+    assert m.phase is P.RUNNING and m.crashes == 0 and acts == [Spawn(resume=True)]
+
+
+def test_shutdown_while_paused_terminates_and_stops() -> None:
+    m = running(phase=P.PAUSED, paused_since=0, pause_mode="sigstop")
+    m, acts = step(m, CFG, Inputs(now=1, alive=True, shutdown=True))
+    assert m.phase is P.STOPPING and acts == [CancelPause(), Terminate("daemon stopping")]
+    m, acts = step(m, CFG, Inputs(now=2, alive=False, exit_code=0, shutdown=True))
+    assert m.phase is P.STOPPED and acts == []
+
+
+def test_shutdown_in_backoff_stops_without_spawning() -> None:
+    m, acts = step(Machine(phase=P.BACKOFF, next_start=0), CFG, Inputs(now=5, shutdown=True))
+    assert m.phase is P.STOPPED and acts == []
+
+
+@pytest.mark.parametrize("crashes, jitter, expected", [(1, 0, 1), (2, 0, 2), (3, 0, 4), (9, 0, 8), (1, 1, 1.5), (1, -1, 0.5)])
+def test_backoff_delay(crashes: int, jitter: float, expected: float) -> None:
+    assert backoff_delay_s(CFG, crashes, jitter) == pytest.approx(expected)
+
+
+def _gpu(gpu_id: str, junction_c: float) -> GpuReading:
+    return GpuReading(gpu_id=gpu_id, card="card0", backend="amdgpu", temps=(TempReading("junction", junction_c, crit_c=110.0),))
+
+
+@pytest.mark.parametrize("temp_c, hot, cool, critical", [(80, False, True, False), (97, False, False, False),
+                                                         (100, True, False, False), (110, True, False, True)])
+def test_thermal_verdict_uses_card_crit(temp_c: float, hot: bool, cool: bool, critical: bool) -> None:
+    snap = Snapshot(0, 0, (_gpu("0000:03:00.0", temp_c), _gpu("0000:04:00.0", 20)))
+    v = thermal_verdict(snap, ("0000:03:00.0",), ThermalConfig(), ())
+    assert (v.hot, v.cool, v.critical) == (hot, cool, critical)
+    other = thermal_verdict(snap, ("0000:04:00.0",), ThermalConfig(), ())
+    assert not other.hot
+
+
+def test_fan_failsafe_is_critical_only_for_own_gpus() -> None:
+    snap = Snapshot(0, 0, (_gpu("a", 50), _gpu("b", 50)))
+    fans = (FanState(gpu_id="b", backend="pwm1", mode=FanMode.FAILSAFE),)
+    assert thermal_verdict(snap, ("b",), ThermalConfig(), fans).critical
+    assert not thermal_verdict(snap, ("a",), ThermalConfig(), fans).critical
+
+
+def test_paused_stays_paused_for_min_pause_s_even_when_cool() -> None:
+    cfg = CFG.model_copy(update={"min_pause_s": 30})
+    m = Machine(phase=P.PAUSED, since=100, paused_since=100, pause_mode="sigstop", run_started=0)
+    held, acts = step(m, cfg, Inputs(now=110, thermal=Thermal(), alive=True))
+    assert held.phase is P.PAUSED and acts == []
+    resumed, acts = step(m, cfg, Inputs(now=131, thermal=Thermal(), alive=True))
+    assert resumed.phase is P.RUNNING and Thaw() in acts
+    manual, _ = step(m, cfg, Inputs(now=101, thermal=Thermal(), alive=True, command="resume"))
+    assert manual.phase is P.RUNNING

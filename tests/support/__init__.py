@@ -1,0 +1,2 @@
+"""Helpers the tests import (fixtures are in tests/conftest.py): paths, real captures and trees,
+waiting, the fan controller rig, a fixed published state."""

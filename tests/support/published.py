@@ -1,0 +1,73 @@
+"""A fixed PublishedState for the golden /metrics file and promtool: two real GPUs plus example controller state.
+
+The GPUs are read from a real-topology fake tree (navi21 + navi31 captures); fan and trainer states are
+examples with fixed values (a fixed clock), as the fan controller and supervisor would publish them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuwatch.gpus.amdgpu import AmdgpuSource
+from gpuwatch.gpus.sampler import Sampler
+from gpuwatch.model import (
+    DaemonInfo,
+    FanMode,
+    FanState,
+    GpuReading,
+    PublishedState,
+    ReadError,
+    TrainerPhase,
+    TrainerState,
+)
+from gpuwatch.sim.tree import FakeSysfsTree
+from gpuwatch.sysfs import Sysfs
+from tests.support.trees import capture
+
+NOW_UNIX = 1_800_000_000.0
+GPU_A = "0000:03:00.0"
+GPU_B = "0000:0c:00.0"
+GPU_GONE = "0000:43:00.0"
+
+
+def two_gpu_tree(root: Path) -> FakeSysfsTree:
+    tree = FakeSysfsTree(root)
+    tree.add_capture(capture("navi21-rx6900xt-sapphire-nitro"), card="card0", pci_slot=GPU_A)
+    tree.add_capture(capture("navi31-rx7900xtx-sapphire-nitro"), card="card1", pci_slot=GPU_B)
+    return tree
+
+
+def example_state(root: Path) -> PublishedState:
+    tree = two_gpu_tree(root)
+    clock = iter([100.0, 100.5])
+    sampler = Sampler([AmdgpuSource(Sysfs(tree.root))], wall_clock=lambda: NOW_UNIX, monotonic=lambda: next(clock))
+    snapshot = sampler.sample()
+    # A GPU that fell off the bus: identity kept, up=0, no values.
+    gone = GpuReading(gpu_id=GPU_GONE, card="card2", backend="amdgpu", name="Navi 31", device_id="1002:744C", up=False,
+                      errors=(ReadError("device", "no longer present"),))
+    snapshot = type(snapshot)(
+        taken_unix=snapshot.taken_unix, taken_monotonic=snapshot.taken_monotonic,
+        gpus=snapshot.gpus + (gone,), unsupported=snapshot.unsupported, sample_duration_s=snapshot.sample_duration_s,
+    )
+    fans = (
+        FanState(gpu_id=GPU_A, backend="pwm1", mode=FanMode.CURVE, sensor="junction", sensor_temp_c=61.0,
+                 target_ratio=0.4, applied_pwm=102, readback_pwm=102, rpm=1450, mode_resets_total=1),
+        FanState(gpu_id=GPU_B, backend="gpu_od", mode=FanMode.FAILSAFE, sensor="junction", sensor_temp_c=None,
+                 target_ratio=1.0, applied_pwm=255, readback_pwm=0, rpm=0, stalled=True, write_errors_total=2,
+                 stalls_total=1, message="junction unreadable: failsafe"),
+    )
+    trainers = (
+        TrainerState(name="resnet", phase=TrainerPhase.RUNNING, gpus=(GPU_A, GPU_B), pid=4242,
+                     started_unix=NOW_UNIX - 3600, restarts_total=2,
+                     restarts_by_reason=(("crash", 1), ("hung", 1)), pauses_total=3, resumes_total=3,
+                     last_exit_code=-9, last_exit_reason="hung", steps_total=12345, steps_per_s=4.5,
+                     last_step_age_s=0.25, epoch=7),
+        TrainerState(name="bert", phase=TrainerPhase.PAUSED, gpus=(GPU_B,), reason="junction over limit",
+                     paused_since_unix=NOW_UNIX - 120),
+        TrainerState(name="vit", phase=TrainerPhase.BACKOFF, restarts_total=1, restarts_by_reason=(("crash", 1),),
+                     last_exit_code=1, next_start_unix=NOW_UNIX + 30),
+    )
+    daemon = DaemonInfo(pid=1234, version="0.1.0", started_unix=NOW_UNIX - 7200, ticks_total=7200,
+                        interval_s=1.0, failures=("fan controller: OSError: [Errno 5] EIO",))
+    return PublishedState(snapshot=snapshot, daemon=daemon, fans=fans, trainers=trainers,
+                          read_errors_total=((GPU_B, "power1_average", 3),))
