@@ -1,11 +1,16 @@
-"""The supervisor's vocabulary: what policy.step is told (Inputs, with the Thermal verdict) and what it
-decides (the Actions). The effects layer (supervisor.py) builds the one and carries out the other.
+"""The supervisor's vocabulary: what policy.step is told (Inputs, with the Thermal verdict, which
+``thermal_verdict`` derives from a tick's snapshot) and what it decides (the Actions). The effects
+layer (supervisor.py) builds the one and carries out the other.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
+
+from gpuwatch.config import ThermalConfig
+from gpuwatch.limits import breaches
+from gpuwatch.model import FanMode, FanState, Snapshot
 
 Command = Literal["pause", "resume", "restart"]  # manual, from `gpuwatch pause|resume|restart`
 PauseMode = Literal["cooperative", "sigstop"]  # pause file (the launcher holds at a step) or SIGSTOP
@@ -79,3 +84,26 @@ class Inputs:
     command: Command | None = None
     shutdown: bool = False
     jitter: float = 0.0  # uniform in [-1, 1], drawn by the caller
+
+
+def thermal_verdict(
+    snapshot: Snapshot, gpus: tuple[str, ...], thermal: ThermalConfig, fans: tuple[FanState, ...]
+) -> Thermal:
+    """Hot/cool/critical for the GPUs a trainer uses (all GPUs when ``gpus`` is empty)."""
+    readings = [g for g in snapshot.gpus if not gpus or g.gpu_id in gpus]
+    hot = [b for g in readings for b in breaches(g, thermal)]
+    warm = [b for g in readings for b in breaches(g, thermal, margin_c=thermal.hysteresis_c)]
+    crit = [
+        f"{g.gpu_id} {t.label} {t.temp_c:.0f}°C at crit {t.crit_c:.0f}°C"
+        for g in readings
+        for t in g.temps
+        if t.temp_c is not None and t.crit_c is not None and t.temp_c >= t.crit_c
+    ]
+    used = {g.gpu_id for g in readings}
+    crit += [f"{f.gpu_id} fan failsafe" for f in fans if f.mode == FanMode.FAILSAFE and f.gpu_id in used]
+    reason = None
+    if crit:
+        reason = "emergency: " + ", ".join(crit)
+    elif hot:
+        reason = "hot: " + ", ".join(f"{b.gpu_id} {b.sensor} {b.temp_c:.0f}°C >= {b.limit_c:.0f}°C" for b in hot)
+    return Thermal(hot=bool(hot), cool=not warm, critical=bool(crit), reason=reason)

@@ -16,9 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuwatch.config import ThermalConfig, TrainerConfig
-from gpuwatch.limits import breaches
-from gpuwatch.model import FanMode, FanState, Snapshot, TrainerPhase
+from gpuwatch.config import TrainerConfig
+from gpuwatch.model import TrainerPhase
 from gpuwatch.supervise.actions import (
     Action,
     AfterStop,
@@ -67,29 +66,6 @@ class Machine:
 
 
 LIVE = (TrainerPhase.RUNNING, TrainerPhase.PAUSING, TrainerPhase.PAUSED, TrainerPhase.STOPPING)
-
-
-def thermal_verdict(
-    snapshot: Snapshot, gpus: tuple[str, ...], thermal: ThermalConfig, fans: tuple[FanState, ...]
-) -> Thermal:
-    """Hot/cool/critical for the GPUs a trainer uses (all GPUs when ``gpus`` is empty)."""
-    readings = [g for g in snapshot.gpus if not gpus or g.gpu_id in gpus]
-    hot = [b for g in readings for b in breaches(g, thermal)]
-    warm = [b for g in readings for b in breaches(g, thermal, margin_c=thermal.hysteresis_c)]
-    crit = [
-        f"{g.gpu_id} {t.label} {t.temp_c:.0f}°C at crit {t.crit_c:.0f}°C"
-        for g in readings
-        for t in g.temps
-        if t.temp_c is not None and t.crit_c is not None and t.temp_c >= t.crit_c
-    ]
-    used = {g.gpu_id for g in readings}
-    crit += [f"{f.gpu_id} fan failsafe" for f in fans if f.mode == FanMode.FAILSAFE and f.gpu_id in used]
-    reason = None
-    if crit:
-        reason = "emergency: " + ", ".join(crit)
-    elif hot:
-        reason = "hot: " + ", ".join(f"{b.gpu_id} {b.sensor} {b.temp_c:.0f}°C >= {b.limit_c:.0f}°C" for b in hot)
-    return Thermal(hot=bool(hot), cool=not warm, critical=bool(crit), reason=reason)
 
 
 def backoff_delay_s(config: TrainerConfig, crashes: int, jitter: float) -> float:

@@ -34,9 +34,10 @@ from gpuwatch.supervise.actions import (
     Terminate,
     Thaw,
     Thermal,
+    thermal_verdict,
 )
 from gpuwatch.supervise.checkpoint import newest_complete_checkpoint
-from gpuwatch.supervise.policy import LIVE, Machine, step, thermal_verdict
+from gpuwatch.supervise.policy import LIVE, Machine, step
 from gpuwatch.supervise.process import STRIPPED_ENV, SpawnError, TrainerProcess
 
 log = logging.getLogger("gpuwatch.supervisor")

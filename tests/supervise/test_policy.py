@@ -20,8 +20,9 @@ from gpuwatch.supervise.actions import (
     Terminate,
     Thaw,
     Thermal,
+    thermal_verdict,
 )
-from gpuwatch.supervise.policy import Machine, backoff_delay_s, step, thermal_verdict
+from gpuwatch.supervise.policy import Machine, backoff_delay_s, step
 
 CFG = TrainerConfig(name="t", command=["x"], debounce_s=2, max_pause_s=100, min_pause_s=0, grace_s=10, pause_ack_timeout_s=5,
                     hang_timeout_s=50, give_up_after_crashes=3, stable_after_s=1000,
