@@ -28,7 +28,7 @@ _TEMP_LABELS = {1: "edge", 2: "junction", 3: "mem"}
 T = TypeVar("T")
 
 # Attributes fixed while the driver is bound (identity, board limits, sensor labels and crit points).
-# The backend reads them once per discovery instead of every tick: they were more than half of the
+# The source reads them once per discovery instead of every tick: they were more than half of the
 # ~47 opens per GPU per tick (docs/performance.md). Re-discovery (every 30 s, and whenever a card
 # vanishes) reads them again. Read errors are never remembered, so a failing one is retried (and
 # reported) every tick as before. power1_cap, the link's current speed and runtime_status do change.
