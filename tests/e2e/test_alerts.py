@@ -45,6 +45,17 @@ def test_every_alert_has_a_unit_test_and_a_description() -> None:
     assert text.count("description:") == len(alerts)
 
 
+def test_every_alert_has_a_one_line_headline_and_action() -> None:
+    # The notification template prints "gpu <gpu> on <host>: <headline> - <action>" (config/alerts.yml's
+    # header): both must exist, each on one line (a quoted scalar, not a folded block).
+    blocks = re.split(r"^\s+- alert: ", ALERTS.read_text(), flags=re.M)[1:]
+    assert blocks
+    for block in blocks:
+        name = block.split("\n", 1)[0]
+        for key in ("headline", "action"):
+            assert re.search(rf"^\s+{key}: '[^\n]+'$", block, re.M), f"{name}: no one-line {key} annotation"
+
+
 def test_example_scrape_config_is_valid(tmp_path: Path) -> None:
     # promtool resolves rule_files relative to the config, as Prometheus does: check the two together.
     shutil.copy(REPO / "config" / "prometheus.yml", tmp_path)
