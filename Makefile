@@ -19,7 +19,8 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# Debian packages the tests run for real (promtool/prometheus, node_exporter, systemd-analyze).
+# Debian packages the tests run for real (promtool/prometheus, node_exporter, alertmanager/amtool,
+# systemd-analyze); none of their services is started.
 system-deps:
 	@scripts/install-system-deps.sh
 

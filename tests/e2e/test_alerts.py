@@ -11,19 +11,16 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import REPO
+from tests.support.stack import PROMTOOL, missing
 
 ALERTS = REPO / "config" / "alerts.yml"
 ALERT_TESTS = REPO / "tests" / "promtool" / "alerts_test.yml"
-PROMTOOL = shutil.which("promtool")
 
-pytestmark = [
-    pytest.mark.prometheus,
-    pytest.mark.skipif(PROMTOOL is None, reason="promtool missing: apt-get install prometheus "
-                       "(scripts/install-system-deps.sh does it for make test / CI)"),
-]
+pytestmark = [pytest.mark.prometheus, pytest.mark.skipif(bool(missing("promtool")), reason=missing("promtool"))]
 
 
 def promtool(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    assert PROMTOOL is not None
     return subprocess.run([PROMTOOL, *map(str, args)], capture_output=True, text=True, timeout=60)
 
 

@@ -16,23 +16,17 @@ import os
 import pwd
 import re
 import shutil
-import socket
-import subprocess
 import sys
-import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 
 from tests.support.paths import REPO
+from tests.support.processes import Processes, get_json, wait_up
 from tests.support.published import GPU_B, two_gpu_tree
-from tests.support.waiting import wait_for
+from tests.support.stack import daemon_config, missing, query, start_gpuwatch, start_prometheus, targets_up
 
-PROMETHEUS = shutil.which("prometheus")
-WAIT_S = 30.0
 CONDITIONAL_PANELS = {
     "Fan mode": "fan controller",
     "Fan controller events": "fan controller",
@@ -57,105 +51,34 @@ GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "15s", "$__range":
 
 pytestmark = [
     pytest.mark.prometheus,
-    pytest.mark.timeout(180),  # three bounded waits of WAIT_S each on a loaded machine, plus shutdown
-    pytest.mark.skipif(PROMETHEUS is None, reason="prometheus missing: apt-get install prometheus "
-                       "(scripts/install-system-deps.sh does it for make test / CI)"),
+    pytest.mark.timeout(180),  # three bounded waits on a loaded machine, plus shutdown
+    pytest.mark.skipif(bool(missing("prometheus")), reason=missing("prometheus")),
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_up(what: str, check: Callable[[], Any], log: Path) -> Any:
-    """wait_for with this module's budget; a server not answering yet (OSError) is "not yet"."""
-    return wait_for(check, what, WAIT_S, interval_s=0.2, ignore=(OSError,),
-                    detail=lambda: log.read_text()[-3000:] if log.exists() else "")
-
-
-def get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return json.loads(response.read())
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
-
-
 @pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+def stack(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """gpuwatch on a fake two-GPU tree and Prometheus scraping it: (the daemon's address, Prometheus' URL)."""
     tree = two_gpu_tree(tmp_path / "sys")
     # Garbage in one sensor file so the read-error series (and their panel) exist, as on a flaky card.
     next((tree.root / "devices").rglob(f"{GPU_B}/hwmon/hwmon*/freq1_input")).write_text("garbage\n")
     config = tmp_path / "gpuwatch.toml"
-    config.write_text(
-        f'sysfs_root = "{tree.root}"\nruntime_dir = "{tmp_path / "run"}"\ninterval_s = 0.2\n'
-        '[http]\nlisten = "127.0.0.1"\nport = 0\n'
+    config.write_text(f'sysfs_root = "{tree.root}"\n' + daemon_config(tmp_path / "run", (
         f'[[trainer]]\nname = "e2e"\ncommand = {json.dumps([sys.executable, "-c", TRAINER])}\ngrace_s = 5.0\n'
         # a root daemon runs a trainer as root only when asked (docs/supervisor.md)
-        f'user = "{pwd.getpwuid(os.geteuid()).pw_name}"\n'
-    )
-    log = tmp_path / "gpuwatch.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from gpuwatch.cli import main; sys.exit(main())", "run", "-c",
-             str(config)], stdout=sink, stderr=subprocess.STDOUT)
-    try:
-        pattern = re.compile(r"HTTP listening on 127\.0\.0\.1:(\d+)")
-        port = int(wait_up("gpuwatch to listen", lambda: (m := pattern.search(log.read_text())) and m.group(1), log))
-        yield port, log
-    finally:
-        stop(process)
-    assert process.returncode == 0, log.read_text()[-3000:]
-
-
-@pytest.fixture
-def prometheus(tmp_path: Path, daemon: tuple[int, Path]) -> Iterator[str]:
-    gpuwatch_port, _ = daemon
-    port = free_port()
-    shutil.copy(REPO / "config" / "alerts.yml", tmp_path / "alerts.yml")
-    (tmp_path / "prometheus.yml").write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        "rule_files: [alerts.yml]\n"
-        f"scrape_configs:\n  - job_name: gpuwatch\n    static_configs:\n"
-        f"      - targets: ['127.0.0.1:{gpuwatch_port}']\n"
-    )
-    log = tmp_path / "prometheus.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
-             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
-            stdout=sink, stderr=subprocess.STDOUT, cwd=tmp_path)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        def target_up() -> bool:
-            targets = get_json(f"{base}/api/v1/targets")["data"]["activeTargets"]
-            return any(t["health"] == "up" for t in targets)
-
-        wait_up("prometheus to scrape gpuwatch", target_up, log)
+        f'user = "{pwd.getpwuid(os.geteuid()).pw_name}"\n'), interval_s=0.2))
+    with Processes(tmp_path / "logs") as processes:
+        daemon, instance = start_gpuwatch(processes, "gpuwatch", config)
+        shutil.copy(REPO / "config" / "alerts.yml", tmp_path / "alerts.yml")
+        prometheus, base = start_prometheus(processes, tmp_path, (
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            "rule_files: [alerts.yml]\n"
+            f"scrape_configs:\n  - job_name: gpuwatch\n    static_configs:\n      - targets: ['{instance}']\n"))
+        wait_up("prometheus to scrape gpuwatch", lambda: targets_up(base) == {instance}, prometheus)
         # Enough scrapes for increase()/rate() over the dashboard's windows to have two points.
-        wait_up("three scrapes", lambda: query(base, "count_over_time(gpuwatch_ticks_total[1m]) >= 3"), log)
-        yield base
-    finally:
-        stop(process)
-
-
-def query(base: str, expr: str) -> list[dict[str, Any]]:
-    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    try:
-        body = get_json(url)
-    except urllib.error.HTTPError as exc:
-        body = json.loads(exc.read())
-    assert body["status"] == "success", f"{expr}: {body.get('errorType')}: {body.get('error')}"
-    return body["data"]["result"]
+        wait_up("three scrapes", lambda: query(base, "count_over_time(gpuwatch_ticks_total[1m]) >= 3"), prometheus)
+        yield instance, base
+    assert daemon.process.returncode == 0, daemon.tail()
 
 
 def concrete(expr: str) -> str:
@@ -176,11 +99,10 @@ def present_components(status: dict[str, Any]) -> set[str]:
     return present
 
 
-def test_every_dashboard_and_alert_expression_against_real_prometheus(
-    prometheus: str, daemon: tuple[int, Path]
-) -> None:
+def test_every_dashboard_and_alert_expression_against_real_prometheus(stack: tuple[str, str]) -> None:
+    instance, prometheus = stack
     dashboard = json.loads((REPO / "config" / "grafana-dashboard.json").read_text())
-    status = get_json(f"http://127.0.0.1:{daemon[0]}/status")
+    status = get_json(f"http://{instance}/status")
     present = present_components(status)
     titles = {p["title"] for p in dashboard["panels"]}
     assert set(CONDITIONAL_PANELS) <= titles, "CONDITIONAL_PANELS names a panel the dashboard no longer has"

@@ -1,0 +1,120 @@
+"""The monitoring stack for end-to-end tests: gpuwatch daemons, Prometheus and Alertmanager, for real.
+
+Each ``start_*`` starts one server through a ``Processes`` (stopped by it), on 127.0.0.1 and a free
+port, and returns once it answers. Binaries are Debian's (scripts/install-system-deps.sh); tests skip
+with ``missing(...)``'s reason when one is absent.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+import urllib.error
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from tests.support.processes import Processes, Started, free_port, get_json, wait_up
+
+PROMETHEUS = shutil.which("prometheus")
+PROMTOOL = shutil.which("promtool")
+# Debian names it prometheus-alertmanager, upstream alertmanager.
+ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+AMTOOL = shutil.which("amtool")
+GPUWATCH = [sys.executable, "-c", "import sys; from gpuwatch.cli import main; sys.exit(main())"]
+_LISTENING = re.compile(r"HTTP listening on 127\.0\.0\.1:(\d+)")
+
+
+def missing(*tools: str) -> str:
+    """The skip reason when one of the named tools is absent, else ''."""
+    found = {"prometheus": PROMETHEUS, "promtool": PROMTOOL, "alertmanager": ALERTMANAGER, "amtool": AMTOOL}
+    packages = {"prometheus": "prometheus", "promtool": "prometheus", "alertmanager": "prometheus-alertmanager",
+                "amtool": "prometheus-alertmanager"}
+    gone = [tool for tool in tools if found[tool] is None]
+    if not gone:
+        return ""
+    return (f"{', '.join(gone)} missing: apt-get install {' '.join(sorted({packages[t] for t in gone}))} "
+            "(scripts/install-system-deps.sh does it for make test / CI)")
+
+
+def daemon_config(runtime_dir: Path, body: str = "", interval_s: float = 0.5) -> str:
+    """A gpuwatch.toml for a test daemon: its own runtime dir, HTTP on 127.0.0.1 and a kernel-picked port."""
+    return (f'runtime_dir = "{runtime_dir}"\ninterval_s = {interval_s}\n'
+            '[http]\nlisten = "127.0.0.1"\nport = 0\n' + body)
+
+
+def start_gpuwatch(processes: Processes, name: str, config: Path) -> tuple[Started, str]:
+    """`gpuwatch run -c CONFIG`; returns the child and its address ``127.0.0.1:PORT`` once it listens."""
+    child = processes.start(name, [*GPUWATCH, "run", "-c", str(config)])
+    port = wait_up(f"{name} to listen", lambda: (m := _LISTENING.search(child.log.read_text())) and m.group(1), child)
+    return child, f"127.0.0.1:{port}"
+
+
+def start_prometheus(processes: Processes, workdir: Path, config: str, name: str = "prometheus") -> tuple[Started, str]:
+    """Prometheus on ``config`` (YAML text, written to ``workdir/prometheus.yml``; relative paths in it are
+    read from ``workdir``); returns the child and its base URL once it answers."""
+    assert PROMETHEUS is not None
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "prometheus.yml").write_text(config)
+    port = free_port()
+    child = processes.start(name, [PROMETHEUS, f"--config.file={workdir / 'prometheus.yml'}",
+                                   f"--storage.tsdb.path={workdir / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}",
+                                   f"--web.external-url=http://127.0.0.1:{port}"], cwd=workdir)
+    base = f"http://127.0.0.1:{port}"
+    wait_up("prometheus to be ready", lambda: get_json(f"{base}/api/v1/status/buildinfo"), child)
+    return child, base
+
+
+def start_alertmanager(processes: Processes, workdir: Path, config: Path) -> tuple[Started, str]:
+    """Alertmanager on ``config`` with its data in ``workdir``; returns the child and base URL once ready.
+
+    ``--cluster.listen-address=`` (empty) always: the default gossips on *:9094, a fixed port on every
+    interface (parallel runs collide) and holds notifications until the gossip settles.
+    """
+    assert ALERTMANAGER is not None
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    child = processes.start("alertmanager", [ALERTMANAGER, f"--config.file={config}", f"--storage.path={workdir / 'am-data'}",
+                                             f"--web.listen-address=127.0.0.1:{port}", f"--web.external-url={base}",
+                                             "--cluster.listen-address="], cwd=workdir)
+    wait_up("alertmanager to be ready", lambda: get_json(f"{base}/api/v2/status"), child)
+    return child, base
+
+
+def query(base: str, expr: str) -> list[dict[str, Any]]:
+    """An instant query; a rejected expression fails with Prometheus' reason."""
+    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    try:
+        body = get_json(url)
+    except urllib.error.HTTPError as exc:
+        body = json.loads(exc.read())
+    assert body["status"] == "success", f"{expr}: {body.get('errorType')}: {body.get('error')}"
+    result: list[dict[str, Any]] = body["data"]["result"]
+    return result
+
+
+def targets_up(base: str, job: str = "gpuwatch") -> set[str]:
+    """The instances of ``job`` that Prometheus scraped successfully."""
+    targets = get_json(f"{base}/api/v1/targets")["data"]["activeTargets"]
+    return {t["labels"]["instance"] for t in targets if t["labels"].get("job") == job and t["health"] == "up"}
+
+
+def shorten_for(rules: str, for_: str, alerts: set[str]) -> str:
+    """alerts.yml text with the `for:` of ``alerts`` set to ``for_``; every other byte unchanged.
+
+    Only the alerts a test provokes: shortening all would turn "paused for 15 minutes"
+    (TrainerPausedTooLong) into "paused for 2 s" for a test that pauses a trainer. The shipped
+    durations are pinned by the promtool unit tests.
+    """
+    out, alert, changed = [], None, set()
+    for line in rules.splitlines(keepends=True):
+        if m := re.match(r"^\s+- alert: (\w+)", line):
+            alert = m.group(1)
+        if (m := re.match(r"^(\s+)for: \S+$", line)) and alert in alerts:
+            line = f"{m.group(1)}for: {for_}\n"
+            changed.add(alert)
+        out.append(line)
+    assert changed == alerts, f"no `for:` found for {alerts - changed}"
+    return "".join(out)
