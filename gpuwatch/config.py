@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -16,6 +17,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 DEFAULT_CONFIG_PATH = Path("/etc/gpuwatch/gpuwatch.toml")
+DEFAULT_HTTP_PORT = 9840
 CONFIG_ERROR_EXIT = 2
 
 
@@ -183,7 +185,42 @@ class HttpConfig(Strict):
 
     enabled: bool = True
     listen: str = "0.0.0.0"
-    port: int = Field(default=9840, ge=0, le=65535)
+    port: int = Field(default=DEFAULT_HTTP_PORT, ge=0, le=65535)
+
+
+def remote_base_url(host: str) -> str:
+    """A machine's gpuwatch HTTP endpoint as `status --remote` and [status] remote name it, normalised:
+    ``box3`` -> ``http://box3:9840`` (no scheme and no port: gpuwatch's default port),
+    ``box3:9841``, ``http://box3:9840/status`` -> ``http://box3:9840``, ``https://gw.lab/box3`` (a proxy
+    prefix) as is. Raises ValueError with the reason for anything else."""
+    text = host.strip()
+    if not text or any(c.isspace() for c in text):
+        raise ValueError(f"{host!r} is not a host or URL")
+    bare = "://" not in text
+    parts = urllib.parse.urlsplit(f"http://{text}" if bare else text)
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"{host!r}: the port must be a number from 0 to 65535") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{host!r}: expected host, host:port or http(s)://host[:port][/prefix]")
+    if parts.query or parts.fragment or parts.username:
+        raise ValueError(f"{host!r}: no query, fragment or user in the URL")
+    netloc = parts.netloc if port is not None or not bare else f"{parts.netloc}:{DEFAULT_HTTP_PORT}"
+    path = parts.path.rstrip("/").removesuffix("/status")
+    return f"{parts.scheme}://{netloc}{path}"
+
+
+class StatusConfig(Strict):
+    """`gpuwatch status --remote`: the machines to show in one table (their /status endpoints)."""
+
+    remote: list[str] = []  # each as remote_base_url accepts it; stored normalised
+    timeout_s: float = Field(default=3.0, gt=0, le=60)
+
+    @field_validator("remote")
+    @classmethod
+    def _hosts(cls, hosts: list[str]) -> list[str]:
+        return [remote_base_url(host) for host in hosts]
 
 
 class SimulatedFaultsConfig(Strict):
@@ -224,6 +261,7 @@ class Config(Strict):
     thermal: ThermalConfig = ThermalConfig()
     fan: FanConfig = FanConfig()
     http: HttpConfig = HttpConfig()
+    status: StatusConfig = StatusConfig()
     simulate: SimulateConfig = SimulateConfig()
     trainer: list[TrainerConfig] = []
 

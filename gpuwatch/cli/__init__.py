@@ -25,6 +25,7 @@ from gpuwatch.config import (
     effective_config_toml,
     load_config,
     parse_config,
+    remote_base_url,
 )
 from gpuwatch.model import PublishedState
 from gpuwatch.publish.document import StatusDocument, to_document
@@ -70,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until Ctrl-C")
         p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
         p.set_defaults(handler=handler)
+        if name == "status":
+            p.add_argument("--remote", nargs="*", metavar="URL",
+                           help="one table for these machines' daemons (box3, box3:9840, http://box3:9840); "
+                                "none named: [status] remote of the config")
+            p.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS",
+                           help="per-host timeout of --remote (default [status] timeout_s, 3)")
 
     fans_auto = sub.add_parser("fans-auto", parents=[common],
                                help="hand every fan back to the firmware (systemd ExecStopPost)")
@@ -221,7 +228,34 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     config = load_cli_config(args)
+    if args.remote is not None:
+        return _show_remote(args, config)
     return _show(args, config, lambda: daemon_document(config) or (sysfs_document(config), _NOT_RUNNING))
+
+
+def _show_remote(args: argparse.Namespace, config: Config) -> int:
+    from gpuwatch.cli import fleet
+    from gpuwatch.cli.remote import fetch_all
+
+    try:
+        urls = [remote_base_url(url) for url in args.remote] or config.status.remote
+    except ValueError as exc:
+        print(f"gpuwatch status --remote: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if not urls:
+        print("gpuwatch status --remote: no machines: name them (--remote box1 box2:9840) or list them in "
+              "[status] remote", file=sys.stderr)
+        return EXIT_USAGE
+    timeout_s = args.timeout or config.status.timeout_s
+
+    def once(color: bool) -> tuple[str, int]:
+        results = fetch_all(urls, timeout_s)
+        now = time.time()
+        text = json.dumps(fleet.to_json(results, now), indent=2, sort_keys=True) + "\n" if args.json else \
+            fleet.render(results, now, color)
+        return text, fleet.fleet_exit_code(results)
+
+    return _repeat(args, once)
 
 
 def cmd_sensors(args: argparse.Namespace) -> int:
@@ -256,19 +290,36 @@ def sysfs_document(config: Config) -> StatusDocument:
 
 
 def _show(args: argparse.Namespace, config: Config, fetch: Callable[[], tuple[StatusDocument, str | None]]) -> int:
+    def once(color: bool) -> tuple[str, int]:
+        doc, note = fetch()
+        text = json.dumps(doc, indent=2, sort_keys=True) + "\n" if args.json else render(doc, color=color, note=note)
+        return text, exit_code(doc)
+
+    return _repeat(args, once)
+
+
+def _repeat(args: argparse.Namespace, once: Callable[[bool], tuple[str, int]]) -> int:
+    """Print what ``once(color)`` renders, every ``--watch`` seconds (screen cleared) or once; its exit code."""
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and "NO_COLOR" not in os.environ)
     while True:
-        doc, note = fetch()
-        if args.json:
-            print(json.dumps(doc, indent=2, sort_keys=True))
-        else:
-            if args.watch:
-                print("\033[H\033[2J", end="")
-            print(render(doc, color=color, note=note), end="")
+        text, code = once(color)
+        if args.watch and not args.json:
+            print("\033[H\033[2J", end="")
+        print(text, end="")
         sys.stdout.flush()
         if not args.watch:
-            return exit_code(doc)
+            return code
         time.sleep(args.watch)
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 600:
+        raise argparse.ArgumentTypeError(f"{text} must be above 0 and at most 600 seconds")
+    return value
 
 
 def _alive(pid: int) -> bool:

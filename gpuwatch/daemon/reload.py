@@ -14,7 +14,8 @@ from typing import Iterable
 
 from gpuwatch.config import Config
 
-DAEMON_LIVE_KEYS = frozenset({"interval_s", "log_level", "thermal"})
+# status: read by `gpuwatch status --remote` only; the daemon has nothing to restart for it.
+DAEMON_LIVE_KEYS = frozenset({"interval_s", "log_level", "thermal", "status"})
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,130 @@
+"""`gpuwatch status --remote`: several machines in one table, their exit code and JSON (pure).
+
+Takes what cli/remote.py fetched (one HostResult per host) and renders one row per GPU of every host;
+a host that could not be read is one row saying why, a host whose daemon is stale or reports a failure
+gets a row for that. The exit code applies `gpuwatch status`'s rules (cli/status.exit_code) to every
+host, and a host that cannot be read or is stale is an alarm too: a machine nobody can see is not fine.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gpuwatch.cli.remote import HostResult
+from gpuwatch.cli.status import BOLD, EXIT_ALARM, EXIT_OK, GREEN, RED, RESET, YELLOW, exit_code
+from gpuwatch.publish.document import GpuDoc, StatusDocument, TrainerDoc
+
+HEADER = ("HOST", "GPU", "JUNC°C", "EDGE°C", "MEM°C", "FAN", "POWER", "TRAINERS", "STATE")
+BAD_PHASES = {"failed"}
+# Phases that hold a GPU's training without being an alarm: shown next to "ok", in yellow.
+HELD = {"pausing": "training paused", "paused": "training paused", "backoff": "trainer restarting"}
+
+
+def host_exit_code(result: HostResult) -> int:
+    if result.document is None or result.stale:
+        return EXIT_ALARM
+    return exit_code(result.document)
+
+
+def fleet_exit_code(results: list[HostResult]) -> int:
+    return max((host_exit_code(r) for r in results), default=EXIT_OK)
+
+
+def to_json(results: list[HostResult], now: float) -> dict[str, Any]:
+    """One document for every host: its status document (schema 1) or the reason there is none."""
+    return {
+        "schema": 1,
+        "taken_unix": now,
+        "exit_code": fleet_exit_code(results),
+        "hosts": [{"host": r.host, "url": r.url, "exit_code": host_exit_code(r), "error": r.error, "stale": r.stale,
+                   "status": r.document} for r in results],
+    }
+
+
+def render(results: list[HostResult], now: float | None = None, color: bool = False) -> str:
+    now = time.time() if now is None else now
+    rows: list[tuple[list[str], str | None]] = []  # cells, colour of the STATE cell
+    for result in results:
+        rows.extend(_host_rows(result))
+    table = [list(HEADER), *(cells for cells, _ in rows)]
+    widths = [max(len(r[i]) for r in table) for i in range(len(HEADER) - 1)]
+
+    def line(cells: list[str], colour: str | None) -> str:
+        state = f"{colour}{cells[-1]}{RESET}" if color and colour else cells[-1]
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths)) + "  " + state
+
+    unreadable = sum(r.document is None for r in results)
+    gpus = sum(len(r.document["gpus"]) for r in results if r.document is not None)
+    title = (f"gpuwatch  {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))}  {_count(len(results), 'host')}, "
+             f"{_count(gpus, 'GPU')}")
+    if unreadable:
+        title += f", {unreadable} unreadable"
+    head = f"{BOLD}{title}{RESET}" if color else title
+    return "\n".join([head, line(table[0], None), *(line(cells, colour) for cells, colour in rows)]) + "\n"
+
+
+def _host_rows(result: HostResult) -> list[tuple[list[str], str | None]]:
+    host = result.host
+    doc = result.document
+    if doc is None:
+        return [([host, *["-"] * 7, f"ERROR {result.error}"], RED)]
+    trainers = doc.get("trainers") or []
+    rows = [_gpu_row(host, gpu, trainers) for gpu in doc.get("gpus", [])]
+    if not rows:
+        rows.append(([host, "-", "-", "-", "-", "-", "-", _trainers(trainers, None), "no GPU found"], None))
+    if result.stale:
+        rows.append(([host, *["-"] * 7, f"STALE {result.stale}"], RED))
+    daemon = doc.get("daemon")
+    for failure in (daemon.get("failures") or []) if daemon else []:
+        rows.append(([host, *["-"] * 7, f"FAILURE {failure}"], RED))
+    return rows
+
+
+def _gpu_row(host: str, gpu: GpuDoc, trainers: list[TrainerDoc]) -> tuple[list[str], str | None]:
+    fan = gpu.get("fan_controller")
+    problems = []
+    if not gpu.get("up", True):
+        problems.append("DOWN")
+    if gpu.get("over_limit"):
+        problems.append("over limit: " + ",".join(gpu["over_limit"]))
+    if fan and fan.get("mode") == "failsafe":
+        problems.append("fan failsafe")
+    if fan and fan.get("stalled"):
+        problems.append("FAN STALLED")
+    on_gpu = _on_gpu(trainers, gpu["gpu_id"])
+    problems += [f"trainer {t['name']} failed" for t in on_gpu if t.get("phase") in BAD_PHASES]
+    if problems:
+        state, colour = "; ".join(problems), RED
+    elif gpu.get("suspended"):
+        state, colour = "suspended", None
+    elif held := sorted({HELD[t["phase"]] for t in on_gpu if t.get("phase") in HELD}):
+        state, colour = ", ".join(["ok", *held]), YELLOW
+    else:
+        state, colour = "ok", GREEN
+    rpm, duty = gpu.get("fan_rpm"), gpu.get("pwm_ratio")
+    duty = gpu.get("fan_duty_ratio") if duty is None else duty
+    fan_text = " ".join(p for p in (None if rpm is None else f"{rpm}rpm",
+                                     None if duty is None else f"{duty * 100:.0f}%") if p) or "-"
+    power = gpu.get("power_w")
+    return ([host, gpu["gpu_id"], _temp(gpu, "junction"), _temp(gpu, "edge"), _temp(gpu, "mem"), fan_text,
+             "-" if power is None else f"{power:.0f}W", _trainers(trainers, gpu["gpu_id"]), state], colour)
+
+
+def _temp(gpu: GpuDoc, label: str) -> str:
+    reading = gpu.get("temperatures", {}).get(label)
+    value = reading.get("temp_c") if reading else None
+    return "-" if value is None else f"{value:.0f}"
+
+
+def _on_gpu(trainers: list[TrainerDoc], gpu_id: str | None) -> list[TrainerDoc]:
+    """The trainers using ``gpu_id`` (a trainer with no gpus uses them all); every one for None."""
+    return [t for t in trainers if gpu_id is None or not t.get("gpus") or gpu_id in t["gpus"]]
+
+
+def _trainers(trainers: list[TrainerDoc], gpu_id: str | None) -> str:
+    return ", ".join(f"{t['name']} {t.get('phase')}" for t in _on_gpu(trainers, gpu_id)) or "-"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")

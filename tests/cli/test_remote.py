@@ -1,0 +1,177 @@
+"""`status --remote`'s fetching (gpuwatch/cli/remote.py) against real sockets on 127.0.0.1 that fail in
+every way a host can: refused, silent (timeout), not HTTP, HTTP errors, not JSON, not a status document;
+and the command itself: one table, exit codes, usage errors as one line."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.cli.remote import HostResult, fetch, fetch_all
+from gpuwatch.config import ThermalConfig, remote_base_url
+from gpuwatch.publish.document import to_document
+from tests.support.processes import free_port
+from tests.support.published import example_state
+
+Routes = dict[str, tuple[int, bytes]]  # path -> (HTTP status, body)
+Serve = Callable[[Routes], str]
+
+
+@pytest.fixture(scope="module")
+def document(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    doc = to_document(example_state(tmp_path_factory.mktemp("remote") / "sys"), ThermalConfig(), "daemon")
+    assert doc["daemon"]
+    doc["daemon"]["failures"] = []
+    doc["gpus"] = [g for g in doc["gpus"] if g["up"] and not (g["fan_controller"] or {}).get("stalled")]
+    doc["taken_unix"] = 1.0  # 1970: a clock far off ours must not read as stale
+    return json.dumps(doc).encode()
+
+
+@pytest.fixture
+def serve() -> Iterator[Serve]:
+    """serve(routes) -> base URL of an HTTP server on 127.0.0.1 answering GETs from ``routes``."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def start(routes: Routes) -> str:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                status, body = routes.get(self.path, (404, b"not found\n"))
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def silent() -> Iterator[str]:
+    """A port that accepts connections (the kernel's backlog) and never answers."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture
+def not_http() -> Iterator[str]:
+    """A server that speaks another protocol (an SSH banner), then closes."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+
+    def answer() -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    sock.close()
+
+
+def test_a_healthy_host_with_a_skewed_clock_is_fresh(serve: Serve, document: bytes) -> None:
+    url = serve({"/status": (200, document), "/healthz": (200, b"ok\n")})
+    result = fetch(url, 2.0)
+    assert result.error is None and result.stale is None and result.document is not None
+    assert result.document["taken_unix"] == 1.0 and result.host == url.removeprefix("http://")
+
+
+def test_a_stuck_daemon_is_stale_by_its_own_healthz(serve: Serve, document: bytes) -> None:
+    url = serve({"/status": (200, document),
+                 "/healthz": (503, b"last sample is 31.2s old: the control loop is stuck\n")})
+    assert fetch(url, 2.0).stale == "last sample is 31.2s old: the control loop is stuck"
+
+
+@pytest.mark.parametrize(("routes", "error"), [
+    ({"/status": (200, b"<html>hello</html>")}, "bad response: not JSON (is this gpuwatch's HTTP port?)"),
+    ({"/status": (200, b'{"hello": 1}')}, "bad response: JSON, but not a gpuwatch status document"),
+    ({"/status": (200, b'{"schema": 2, "gpus": []}')}, "bad response: status document schema 2, this gpuwatch reads 1"),
+    ({}, "HTTP 404: not found"),
+    ({"/status": (503, b"no sample published yet\n")}, "HTTP 503: no sample published yet"),
+])
+def test_bad_answers_are_one_line_reasons(serve: Serve, routes: Routes, error: str) -> None:
+    url = serve(routes)
+    assert fetch(url, 2.0) == HostResult(url, None, error)
+
+
+def test_dead_hosts_are_one_line_reasons(silent: str, not_http: str) -> None:
+    refused = f"http://127.0.0.1:{free_port()}"
+    results = fetch_all([refused, silent, not_http], 0.5)
+    assert [r.error for r in results] == ["unreachable: connection refused", "timeout after 0.5s",
+                                          "bad response: not HTTP (BadStatusLine)"]
+    assert [r.url for r in results] == [refused, silent, not_http]
+
+
+def gpuwatch(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpuwatch", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_the_command_shows_every_host_and_exits_1_for_one_it_cannot_read(
+        serve: Serve, document: bytes, tmp_path: Path) -> None:
+    fine = serve({"/status": (200, document), "/healthz": (200, b"ok\n")})
+    refused = f"127.0.0.1:{free_port()}"
+    config = tmp_path / "gpuwatch.toml"
+    config.write_text(f'[status]\nremote = ["{fine}"]\ntimeout_s = 2\n')
+    alone = gpuwatch("status", "--remote", "-c", str(config))  # the hosts of [status] remote
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    assert "1 host, 1 GPU" in alone.stdout
+    both = gpuwatch("status", "-c", str(config), "--remote", fine, refused, "--timeout", "2")
+    assert both.returncode == 1 and both.stderr == ""
+    assert f"{refused}  " in both.stdout and "ERROR unreachable: connection refused" in both.stdout
+    doc = json.loads(gpuwatch("status", "-c", str(config), "--remote", fine, refused, "--json").stdout)
+    assert [h["exit_code"] for h in doc["hosts"]] == [0, 1] and doc["exit_code"] == 1
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--remote", "http://box3:99999"], "gpuwatch status --remote: 'http://box3:99999': the port must be a number"),
+    (["--remote"], "gpuwatch status --remote: no machines: name them"),
+    (["--remote", "box1", "--timeout", "0"], "argument --timeout: 0 must be above 0"),
+])
+def test_usage_errors_are_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
+    config = tmp_path / "gpuwatch.toml"
+    config.write_text("")
+    done = gpuwatch("status", "-c", str(config), *args)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(("given", "base"), [
+    ("box3", "http://box3:9840"),
+    ("box3:9841", "http://box3:9841"),
+    ("http://box3:9840/status", "http://box3:9840"),
+    ("http://box3", "http://box3"),  # a scheme: the port as written (80)
+    ("https://gw.lab/box3/", "https://gw.lab/box3"),  # behind a reverse proxy
+    ("[::1]", "http://[::1]:9840"),
+])
+def test_host_names_become_base_urls(given: str, base: str) -> None:
+    assert remote_base_url(given) == base
+
+
+@pytest.mark.parametrize("bad", ["", "box 3", "ftp://box3", "http://", "http://box3/?x=1", "box3:port"])
+def test_bad_host_names_are_rejected(bad: str) -> None:
+    with pytest.raises(ValueError):
+        remote_base_url(bad)
