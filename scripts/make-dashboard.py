@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Writes config/grafana-dashboard.json: the gpuwatch Grafana dashboard, generated so panels stay uniform.
 
-Edit the PANELS table here, run `python3 scripts/make-dashboard.py`, commit both files
+Edit the ROWS table here, run `python3 scripts/make-dashboard.py`, commit both files
 (tests/e2e/test_dashboard.py fails when they differ). Every query filters on the `instance` and `gpu`
-variables so one dashboard serves many machines; the datasource is a variable too, so the JSON
-imports unedited on any Prometheus datasource.
+variables (`instance` is narrowed by `host`) so one dashboard serves a fleet; the datasource is a
+variable too, so the JSON imports unedited on any Prometheus datasource. Every query is run against
+a real Prometheus by tests/e2e/test_prometheus.py and, per machine of two, tests/e2e/test_fleet.py.
 """
 
 from __future__ import annotations
@@ -18,11 +19,38 @@ OUT = Path(__file__).resolve().parent.parent / "config" / "grafana-dashboard.jso
 DS = {"type": "prometheus", "uid": "${datasource}"}
 I = 'instance=~"$instance"'
 G = f'{I},gpu=~"$gpu"'
+BY = "host, instance, gpu"  # one row per GPU of every machine; `host` from the scrape config (config/prometheus.yml)
 
 # (title, kind, unit, [(expr, legend)], extra field config / options)
 Panel = tuple[str, str, str, list[tuple[str, str]], dict[str, Any]]
 ROWS: list[tuple[str, list[Panel]]] = [
-    ("Overview", [
+    ("Overview: every GPU of every machine", [
+        # Instant queries merged into one table on (host, instance, gpu); the legend names the column.
+        ("Every GPU of every machine", "table", "none", [
+            (f'max by ({BY}) (gpuwatch_gpu_up{{{G}}})', "up"),
+            (f'max by ({BY}) (gpuwatch_gpu_temperature_celsius{{{G},sensor="junction"}})', "junction °C"),
+            (f'max by ({BY}) (gpuwatch_gpu_temperature_celsius{{{G},sensor="edge"}})', "edge °C"),
+            (f'min by ({BY}) (gpuwatch_gpu_temperature_limit_celsius{{{G}}} - gpuwatch_gpu_temperature_celsius{{{G}}})',
+             "°C below limit"),
+            (f'max by ({BY}) (gpuwatch_gpu_fan_rpm{{{G}}})', "fan RPM"),
+            (f'max by ({BY}) (gpuwatch_gpu_fan_duty_ratio{{{G}}})', "fan duty"),
+            (f'max by ({BY}, mode) (gpuwatch_fan_mode{{{G}}} == 1)', ""),  # the mode label is the column
+            (f'max by ({BY}) (gpuwatch_gpu_power_watts{{{G}}})', "power W"),
+            # the trainers on each GPU and their phase (labels are the columns)
+            (f'max by ({BY}, trainer, phase) (gpuwatch_trainer_gpu_info{{{G}}}'
+             f' * on (instance, job, trainer) group_left (phase) (gpuwatch_trainer_phase{{{I}}} == 1))', ""),
+            # alerts firing per GPU, 0 for a GPU with none; alerts without a gpu (the machine's) under gpu ""
+            (f'count by ({BY}) (ALERTS{{alertstate="firing",job="gpuwatch",{G}}})'
+             f' or max by ({BY}) (gpuwatch_gpu_up{{{G}}}) * 0', "alerts firing")],
+         {"instant": True, "w": 24, "h": 10, "columns": True,
+          "cell_mappings": {"up": {"0": ("GONE", "red"), "1": ("up", "green")}},
+          "cell_thresholds": {"alerts firing": [("green", None), ("red", 1)], "°C below limit": [
+              ("red", None), ("orange", 0), ("green", 10)]},
+          "cell_units": {"junction °C": "celsius", "edge °C": "celsius", "°C below limit": "celsius",
+                         "fan RPM": "rpm", "fan duty": "percentunit", "power W": "watt"}}),
+        ("Alerts firing (Prometheus evaluating config/alerts.yml)", "table", "none", [
+            (f'ALERTS{{alertstate="firing",job="gpuwatch",{I}}}', "")],
+         {"instant": True, "columns": True, "exclude": ["Value", "__name__", "alertstate", "job"]}),
         ("GPUs up / down", "stat", "none", [
             (f'sum by (instance, state) (gpuwatch_gpus{{{I}}})', "{{instance}} {{state}}")], {}),
         ("GPUs", "table", "none", [
@@ -31,68 +59,68 @@ ROWS: list[tuple[str, list[Panel]]] = [
     ]),
     ("Temperatures", [
         (f"Junction (hotspot) with crit and gpuwatch limit", "timeseries", "celsius", [
-            (f'gpuwatch_gpu_temperature_celsius{{{G},sensor="junction"}}', "{{gpu}}"),
-            (f'gpuwatch_gpu_temperature_crit_celsius{{{G},sensor="junction"}}', "{{gpu}} crit"),
-            (f'gpuwatch_gpu_temperature_limit_celsius{{{G},sensor="junction"}}', "{{gpu}} limit")], {"thresholds_dashed": True}),
+            (f'gpuwatch_gpu_temperature_celsius{{{G},sensor="junction"}}', "{{host}} {{gpu}}"),
+            (f'gpuwatch_gpu_temperature_crit_celsius{{{G},sensor="junction"}}', "{{host}} {{gpu}} crit"),
+            (f'gpuwatch_gpu_temperature_limit_celsius{{{G},sensor="junction"}}', "{{host}} {{gpu}} limit")], {"thresholds_dashed": True}),
         ("Edge with crit and gpuwatch limit", "timeseries", "celsius", [
-            (f'gpuwatch_gpu_temperature_celsius{{{G},sensor="edge"}}', "{{gpu}}"),
-            (f'gpuwatch_gpu_temperature_crit_celsius{{{G},sensor="edge"}}', "{{gpu}} crit"),
-            (f'gpuwatch_gpu_temperature_limit_celsius{{{G},sensor="edge"}}', "{{gpu}} limit")], {"thresholds_dashed": True}),
+            (f'gpuwatch_gpu_temperature_celsius{{{G},sensor="edge"}}', "{{host}} {{gpu}}"),
+            (f'gpuwatch_gpu_temperature_crit_celsius{{{G},sensor="edge"}}', "{{host}} {{gpu}} crit"),
+            (f'gpuwatch_gpu_temperature_limit_celsius{{{G},sensor="edge"}}', "{{host}} {{gpu}} limit")], {"thresholds_dashed": True}),
         ("Memory (VRAM) with crit and gpuwatch limit", "timeseries", "celsius", [
-            (f'gpuwatch_gpu_temperature_celsius{{{G},sensor="mem"}}', "{{gpu}}"),
-            (f'gpuwatch_gpu_temperature_crit_celsius{{{G},sensor="mem"}}', "{{gpu}} crit"),
-            (f'gpuwatch_gpu_temperature_limit_celsius{{{G},sensor="mem"}}', "{{gpu}} limit")], {"thresholds_dashed": True}),
+            (f'gpuwatch_gpu_temperature_celsius{{{G},sensor="mem"}}', "{{host}} {{gpu}}"),
+            (f'gpuwatch_gpu_temperature_crit_celsius{{{G},sensor="mem"}}', "{{host}} {{gpu}} crit"),
+            (f'gpuwatch_gpu_temperature_limit_celsius{{{G},sensor="mem"}}', "{{host}} {{gpu}} limit")], {"thresholds_dashed": True}),
         ("Thermal state (over gpuwatch limit)", "state-timeline", "none", [
-            (f'gpuwatch_gpu_thermal_over_limit{{{G}}}', "{{gpu}} {{sensor}}")],
+            (f'gpuwatch_gpu_thermal_over_limit{{{G}}}', "{{host}} {{gpu}} {{sensor}}")],
          {"mappings": {"0": ("ok", "green"), "1": ("over limit", "red")}}),
     ]),
     ("Fans", [
         ("Fan duty: target vs applied vs readback", "timeseries", "percentunit", [
-            (f'gpuwatch_fan_target_duty_ratio{{{G}}}', "{{gpu}} target"),
-            (f'gpuwatch_fan_applied_duty_ratio{{{G}}}', "{{gpu}} applied"),
-            (f'gpuwatch_fan_readback_duty_ratio{{{G}}}', "{{gpu}} readback"),
-            (f'gpuwatch_gpu_fan_duty_ratio{{{G}}}', "{{gpu}} pwm1 now")], {"max": 1}),
+            (f'gpuwatch_fan_target_duty_ratio{{{G}}}', "{{host}} {{gpu}} target"),
+            (f'gpuwatch_fan_applied_duty_ratio{{{G}}}', "{{host}} {{gpu}} applied"),
+            (f'gpuwatch_fan_readback_duty_ratio{{{G}}}', "{{host}} {{gpu}} readback"),
+            (f'gpuwatch_gpu_fan_duty_ratio{{{G}}}', "{{host}} {{gpu}} pwm1 now")], {"max": 1}),
         ("Fan speed", "timeseries", "rpm", [
-            (f'gpuwatch_gpu_fan_rpm{{{G}}}', "{{gpu}}"),
-            (f'gpuwatch_gpu_fan_max_rpm{{{G}}}', "{{gpu}} max")], {}),
+            (f'gpuwatch_gpu_fan_rpm{{{G}}}', "{{host}} {{gpu}}"),
+            (f'gpuwatch_gpu_fan_max_rpm{{{G}}}', "{{host}} {{gpu}} max")], {}),
         ("Fan mode", "state-timeline", "none", [
-            (f'gpuwatch_fan_mode{{{G}}} == 1', "{{gpu}} {{mode}}")],
+            (f'gpuwatch_fan_mode{{{G}}} == 1', "{{host}} {{gpu}} {{mode}}")],
          {"mappings": {"1": ("active", "blue")}}),
         ("Fan controller events", "timeseries", "short", [
-            (f'increase(gpuwatch_fan_mode_resets_total{{{G}}}[$__rate_interval])', "{{gpu}} mode resets"),
-            (f'increase(gpuwatch_fan_write_errors_total{{{G}}}[$__rate_interval])', "{{gpu}} write errors"),
-            (f'increase(gpuwatch_fan_stalls_total{{{G}}}[$__rate_interval])', "{{gpu}} stalls"),
-            (f'gpuwatch_fan_stalled{{{G}}}', "{{gpu}} stalled now")], {}),
+            (f'increase(gpuwatch_fan_mode_resets_total{{{G}}}[$__rate_interval])', "{{host}} {{gpu}} mode resets"),
+            (f'increase(gpuwatch_fan_write_errors_total{{{G}}}[$__rate_interval])', "{{host}} {{gpu}} write errors"),
+            (f'increase(gpuwatch_fan_stalls_total{{{G}}}[$__rate_interval])', "{{host}} {{gpu}} stalls"),
+            (f'gpuwatch_fan_stalled{{{G}}}', "{{host}} {{gpu}} stalled now")], {}),
     ]),
     ("Power, load and memory", [
         ("Power vs cap", "timeseries", "watt", [
-            (f'gpuwatch_gpu_power_watts{{{G}}}', "{{gpu}}"),
-            (f'gpuwatch_gpu_power_cap_watts{{{G}}}', "{{gpu}} cap")], {}),
+            (f'gpuwatch_gpu_power_watts{{{G}}}', "{{host}} {{gpu}}"),
+            (f'gpuwatch_gpu_power_cap_watts{{{G}}}', "{{host}} {{gpu}} cap")], {}),
         ("Busy", "timeseries", "percentunit", [
-            (f'gpuwatch_gpu_busy_ratio{{{G}}}', "{{gpu}} GPU"),
-            (f'gpuwatch_gpu_memory_busy_ratio{{{G}}}', "{{gpu}} memory controller")], {"max": 1}),
+            (f'gpuwatch_gpu_busy_ratio{{{G}}}', "{{host}} {{gpu}} GPU"),
+            (f'gpuwatch_gpu_memory_busy_ratio{{{G}}}', "{{host}} {{gpu}} memory controller")], {"max": 1}),
         ("VRAM and GTT", "timeseries", "bytes", [
-            (f'gpuwatch_gpu_vram_used_bytes{{{G}}}', "{{gpu}} VRAM used"),
-            (f'gpuwatch_gpu_vram_total_bytes{{{G}}}', "{{gpu}} VRAM total"),
-            (f'gpuwatch_gpu_gtt_used_bytes{{{G}}}', "{{gpu}} GTT used")], {}),
+            (f'gpuwatch_gpu_vram_used_bytes{{{G}}}', "{{host}} {{gpu}} VRAM used"),
+            (f'gpuwatch_gpu_vram_total_bytes{{{G}}}', "{{host}} {{gpu}} VRAM total"),
+            (f'gpuwatch_gpu_gtt_used_bytes{{{G}}}', "{{host}} {{gpu}} GTT used")], {}),
         ("Clocks", "timeseries", "hertz", [
-            (f'gpuwatch_gpu_clock_hertz{{{G}}}', "{{gpu}} {{clock}}")], {}),
+            (f'gpuwatch_gpu_clock_hertz{{{G}}}', "{{host}} {{gpu}} {{clock}}")], {}),
     ]),
     ("Training", [
         ("Trainer phase", "state-timeline", "none", [
-            (f'gpuwatch_trainer_phase{{{I}}} == 1', "{{trainer}} {{phase}}")],
+            (f'gpuwatch_trainer_phase{{{I}}} == 1', "{{host}} {{trainer}} {{phase}}")],
          {"mappings": {"1": ("active", "blue")}}),
         ("Training speed", "timeseries", "short", [
-            (f'gpuwatch_trainer_steps_per_second{{{I}}}', "{{trainer}} steps/s (heartbeat)"),
-            (f'rate(gpuwatch_trainer_steps_total{{{I}}}[$__rate_interval])', "{{trainer}} steps/s (rate)")], {}),
+            (f'gpuwatch_trainer_steps_per_second{{{I}}}', "{{host}} {{trainer}} steps/s (heartbeat)"),
+            (f'rate(gpuwatch_trainer_steps_total{{{I}}}[$__rate_interval])', "{{host}} {{trainer}} steps/s (rate)")], {}),
         ("Seconds since last step, epoch", "timeseries", "s", [
-            (f'gpuwatch_trainer_last_step_age_seconds{{{I}}}', "{{trainer}} since last step"),
-            (f'gpuwatch_trainer_epoch{{{I}}}', "{{trainer}} epoch")], {}),
+            (f'gpuwatch_trainer_last_step_age_seconds{{{I}}}', "{{host}} {{trainer}} since last step"),
+            (f'gpuwatch_trainer_epoch{{{I}}}', "{{host}} {{trainer}} epoch")], {}),
         ("Restarts, pauses, resumes", "timeseries", "short", [
-            (f'increase(gpuwatch_trainer_restarts_by_reason_total{{{I}}}[$__rate_interval])', "{{trainer}} restart: {{reason}}"),
-            (f'increase(gpuwatch_trainer_restarts_total{{{I}}}[$__rate_interval])', "{{trainer}} restarts"),
-            (f'increase(gpuwatch_trainer_pauses_total{{{I}}}[$__rate_interval])', "{{trainer}} pauses"),
-            (f'increase(gpuwatch_trainer_resumes_total{{{I}}}[$__rate_interval])', "{{trainer}} resumes")], {}),
+            (f'increase(gpuwatch_trainer_restarts_by_reason_total{{{I}}}[$__rate_interval])', "{{host}} {{trainer}} restart: {{reason}}"),
+            (f'increase(gpuwatch_trainer_restarts_total{{{I}}}[$__rate_interval])', "{{host}} {{trainer}} restarts"),
+            (f'increase(gpuwatch_trainer_pauses_total{{{I}}}[$__rate_interval])', "{{host}} {{trainer}} pauses"),
+            (f'increase(gpuwatch_trainer_resumes_total{{{I}}}[$__rate_interval])', "{{host}} {{trainer}} resumes")], {}),
     ]),
     ("Exporter health", [
         ("Scrape up and last sample age", "timeseries", "s", [
@@ -102,11 +130,41 @@ ROWS: list[tuple[str, list[Panel]]] = [
             (f'gpuwatch_sample_duration_seconds{{{I}}}', "{{instance}}"),
             (f'gpuwatch_tick_interval_seconds{{{I}}}', "{{instance}} interval")], {}),
         ("Sensor read errors and failing parts", "timeseries", "short", [
-            (f'increase(gpuwatch_gpu_read_errors_total{{{G}}}[$__rate_interval])', "{{gpu}} {{sensor}} errors"),
-            (f'gpuwatch_gpu_read_failing{{{G}}}', "{{gpu}} {{sensor}} failing now"),
+            (f'increase(gpuwatch_gpu_read_errors_total{{{G}}}[$__rate_interval])', "{{host}} {{gpu}} {{sensor}} errors"),
+            (f'gpuwatch_gpu_read_failing{{{G}}}', "{{host}} {{gpu}} {{sensor}} failing now"),
             (f'gpuwatch_daemon_part_failing{{{I}}}', "{{instance}} {{part}} failing")], {}),
     ]),
 ]
+
+
+def table_transformations(queries: list[tuple[str, str]], extra: dict[str, Any]) -> list[dict[str, Any]]:
+    """A table of instant queries: merged on their labels, the value columns named by the legends."""
+    if not extra.get("columns"):
+        return []
+    values = [f"Value #{chr(ord('A') + i)}" if len(queries) > 1 else "Value" for i in range(len(queries))]
+    rename = {value: legend for value, (_, legend) in zip(values, queries) if legend}
+    exclude = {"Time": True, **{name: True for name in extra.get("exclude", [])},
+               **{value: True for value, (_, legend) in zip(values, queries) if not legend}}
+    merge = [{"id": "merge", "options": {}}] if len(queries) > 1 else []
+    return [*merge, {"id": "organize", "options": {"excludeByName": exclude, "renameByName": rename}}]
+
+
+def cell_overrides(extra: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per-column units, value mappings and coloured thresholds of a table."""
+    overrides: list[dict[str, Any]] = []
+    for column, unit in extra.get("cell_units", {}).items():
+        overrides.append({"matcher": {"id": "byName", "options": column}, "properties": [{"id": "unit", "value": unit}]})
+    for column, mapping in extra.get("cell_mappings", {}).items():
+        overrides.append({"matcher": {"id": "byName", "options": column}, "properties": [
+            {"id": "mappings", "value": [{"type": "value", "options": {
+                value: {"text": text, "color": color, "index": i} for i, (value, (text, color)) in enumerate(mapping.items())}}]},
+            {"id": "custom.cellOptions", "value": {"type": "color-text"}}]})
+    for column, steps in extra.get("cell_thresholds", {}).items():
+        overrides.append({"matcher": {"id": "byName", "options": column}, "properties": [
+            {"id": "thresholds", "value": {"mode": "absolute", "steps": [
+                {"color": color, "value": value} for color, value in steps]}},
+            {"id": "custom.cellOptions", "value": {"type": "color-text"}}]})
+    return overrides
 
 
 def panel(pid: int, spec: Panel, x: int, y: int) -> dict[str, Any]:
@@ -124,7 +182,7 @@ def panel(pid: int, spec: Panel, x: int, y: int) -> dict[str, Any]:
         defaults["mappings"] = [{"type": "value", "options": {
             value: {"text": text, "color": color, "index": i}
             for i, (value, (text, color)) in enumerate(extra["mappings"].items())}}]
-    overrides = []
+    overrides = cell_overrides(extra)
     if extra.get("thresholds_dashed"):
         overrides = [{"matcher": {"id": "byRegexp", "options": f"/ {name}$/"}, "properties": [
             {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
@@ -132,18 +190,21 @@ def panel(pid: int, spec: Panel, x: int, y: int) -> dict[str, Any]:
             for name, color in (("crit", "red"), ("limit", "orange"))]
     return {
         "id": pid, "type": kind, "title": title, "datasource": DS,
-        "gridPos": {"h": 8, "w": 12, "x": x, "y": y},
+        "gridPos": {"h": extra.get("h", 8), "w": extra.get("w", 12), "x": x, "y": y},
         "fieldConfig": {"defaults": defaults, "overrides": overrides},
         "options": {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True}},
         "targets": targets,
+        **({"transformations": transformations} if (transformations := table_transformations(queries, extra)) else {}),
     }
 
 
-def variable(name: str, label: str, query: str) -> dict[str, Any]:
+def variable(name: str, label: str, query: str, all_value: str | None = ".*") -> dict[str, Any]:
+    """A multi-select query variable, "All" by default. ``all_value`` None: "All" means the listed values
+    (what a variable filtered by another one needs), not every value there is."""
     return {
         "name": name, "label": label, "type": "query", "datasource": DS,
         "query": {"query": query, "refId": f"{name}-var"}, "definition": query,
-        "refresh": 2, "multi": True, "includeAll": True, "allValue": ".*", "sort": 1,
+        "refresh": 2, "multi": True, "includeAll": True, **({"allValue": all_value} if all_value else {}), "sort": 1,
         "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
     }
 
@@ -155,10 +216,14 @@ def dashboard() -> dict[str, Any]:
         panels.append({"id": pid, "type": "row", "title": row_title, "collapsed": False,
                        "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}, "panels": []})
         pid, y = pid + 1, y + 1
-        for i, spec in enumerate(specs):
-            panels.append(panel(pid, spec, 12 * (i % 2), y + 8 * (i // 2)))
-            pid += 1
-        y += 8 * ((len(specs) + 1) // 2)
+        x, line_h = 0, 0  # left to right, then the next line, as Grafana's grid flows
+        for spec in specs:
+            w, h = spec[4].get("w", 12), spec[4].get("h", 8)
+            if x + w > 24:
+                x, y, line_h = 0, y + line_h, 0
+            panels.append(panel(pid, spec, x, y))
+            pid, x, line_h = pid + 1, x + w, max(line_h, h)
+        y += line_h
     return {
         "title": "gpuwatch", "uid": "gpuwatch", "tags": ["gpuwatch", "gpu", "amdgpu"],
         "description": "GPU health, fan controller and training supervisor (gpuwatch). docs/metrics.md",
@@ -167,7 +232,10 @@ def dashboard() -> dict[str, Any]:
         "templating": {"list": [
             {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
              "current": {}, "hide": 0, "refresh": 1, "regex": ""},
-            variable("instance", "Machine", "label_values(gpuwatch_build_info, instance)"),
+            # host: the short machine name config/prometheus.yml's relabeling sets; without it the
+            # variable is empty and "All" (.*) matches every machine
+            variable("host", "Host", "label_values(gpuwatch_build_info, host)"),
+            variable("instance", "Machine", 'label_values(gpuwatch_build_info{host=~"$host"}, instance)', None),
             variable("gpu", "GPU", 'label_values(gpuwatch_gpu_info{instance=~"$instance"}, gpu)'),
         ]},
         "annotations": {"list": []},

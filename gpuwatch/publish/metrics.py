@@ -72,7 +72,7 @@ class GpuwatchCollector(Collector):
 
 def render(state: PublishedState, thermal: ThermalConfig) -> list[Metric]:
     """Every family for one published state, in a fixed order (the golden file depends on it)."""
-    families = [*_exporter(state), *_gpus(state, thermal), *_fans(state), *_trainers(state.trainers)]
+    families = [*_exporter(state), *_gpus(state, thermal), *_fans(state), *_trainers(state.trainers, [gpu.gpu_id for gpu in state.snapshot.gpus])]
     return [family for family in families if family.samples]
 
 
@@ -239,9 +239,12 @@ def _fans(state: PublishedState) -> list[Metric]:
             write_errors, stalls]
 
 
-def _trainers(trainers: tuple[TrainerState, ...]) -> list[Metric]:
+def _trainers(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> list[Metric]:
     t = ["trainer"]
     info = _gauge("trainer_info", "Supervised training command and the GPUs it uses (always 1).", ["trainer", "gpus"])
+    # trainer_info's comma list cannot be joined per GPU in PromQL; this one can (the fleet overview).
+    on_gpu = _gauge("trainer_gpu_info", "One series per GPU a trainer uses (always 1); a trainer without "
+                    "configured gpus uses every GPU.", ["trainer", "gpu"])
     phase = _gauge("trainer_phase", "1 for the trainer's current supervisor phase, 0 for the others.",
                    ["trainer", "phase"])
     running = _gauge("trainer_running", "1 while the trainer is running (not paused, backing off or stopped).", t)
@@ -261,6 +264,8 @@ def _trainers(trainers: tuple[TrainerState, ...]) -> list[Metric]:
     for trainer in trainers:
         name = [trainer.name]
         info.add_metric([trainer.name, ",".join(trainer.gpus)], 1)
+        for gpu_id in trainer.gpus or gpu_ids:
+            on_gpu.add_metric([trainer.name, gpu_id], 1)
         for known in TrainerPhase:
             phase.add_metric([trainer.name, known.value], 1 if trainer.phase == known else 0)
         running.add_metric(name, 1 if trainer.phase in _RUNNING_PHASES else 0)
@@ -276,4 +281,4 @@ def _trainers(trainers: tuple[TrainerState, ...]) -> list[Metric]:
         ):
             if value is not None:
                 family.add_metric(name, value)
-    return [info, phase, running, start, paused_since, next_start, exit_code, restarts, by_reason, pauses, resumes, steps, rate, age, epoch]
+    return [info, on_gpu, phase, running, start, paused_since, next_start, exit_code, restarts, by_reason, pauses, resumes, steps, rate, age, epoch]

@@ -1,21 +1,25 @@
-"""A fleet of two simulated machines, for real: `gpuwatch status --remote` over both live daemons and
-endpoints that fail in every way a host can.
+"""A fleet of two simulated machines, for real: the Grafana dashboard's every query and variable against a
+real Prometheus scraping both through config/prometheus.yml (file_sd targets, `host` relabeling), and
+`gpuwatch status --remote` over both live daemons and endpoints that fail in every way a host can.
 
 box1: two GPUs, the second with garbage in its temperature files (read errors, its fan in failsafe),
 a supervised trainer "bert" on the first. box2: one GPU and a trainer that crashes at once and is
-restarted over and over (an alert, but nothing `gpuwatch status` calls an alarm). Every process is
-started and stopped by the test, on 127.0.0.1.
+restarted over and over (an alert, but nothing `gpuwatch status` calls an alarm). Both thus have
+alerts firing. Two ports, so two `instance` labels; file_sd gives them the hosts box1 and box2.
+Every process is started and stopped by the test, on 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import pwd
 import socket
 import subprocess
 import sys
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,9 +28,28 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.cli.status import exit_code
+from tests.support.dashboard import (
+    CONDITIONAL_PANELS,
+    concrete,
+    load,
+    panels,
+    present_components,
+    promql_regex,
+    variable_queries,
+)
 from tests.support.paths import REPO
 from tests.support.processes import Processes, free_port, get_json, wait_up
-from tests.support.stack import GPUWATCH, daemon_config, start_gpuwatch
+from tests.support.stack import (
+    GPUWATCH,
+    PROMETHEUS_CONFIG,
+    daemon_config,
+    missing,
+    query,
+    shorten_for,
+    start_gpuwatch,
+    start_prometheus,
+    targets_up,
+)
 
 BOX1_GPUS = ("0000:28:00.0", "0000:2b:00.0")  # the simulator's first two cards
 
@@ -139,3 +162,80 @@ def test_status_remote_exit_code_per_machine_and_from_the_config(fleet: Fleet, t
     config.write_text(f'[status]\nremote = ["{box2}", "http://{box1}/status"]\n')
     done = status("-c", str(config), "--remote")
     assert done.returncode == 1 and "2 hosts, 3 GPUs" in done.stdout.splitlines()[0]
+
+
+def local_prometheus(text: str) -> str:
+    """config/prometheus.yml for the test: 1 s intervals, no Alertmanager, and in place of the example
+    machines one address where nothing listens, which has no host label (the relabeling must derive
+    it); file_sd, its path and the relabeling stay as shipped. Each rewrite must hit."""
+    subs = [
+        (r"(?m)^(\s+(?:scrape|evaluation)_interval: )\d+s$", r"\g<1>1s"),
+        (r"(?ms)^alerting:\n.*?\n(?=\S)", ""),
+        (r'(?m)^(\s+- targets: )\["gpu-node-01:9840", "gpu-node-02:9840"\]$', r'\g<1>["127.0.0.1:1"]'),
+    ]
+    for pattern, replacement in subs:
+        text, count = re.subn(pattern, replacement, text)
+        assert count, f"config/prometheus.yml no longer has {pattern!r}"
+    return text
+
+
+@pytest.fixture(scope="module")
+def prometheus(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Prometheus on the shipped config, the two daemons in a file_sd file in the shipped format."""
+    if missing("prometheus"):
+        pytest.skip(missing("prometheus"))
+    work = tmp_path_factory.mktemp("prom")
+    example = json.loads((REPO / "config" / "targets.example.json").read_text())
+    assert all(set(group) == {"targets", "labels"} for group in example)
+    (work / "targets").mkdir()
+    (work / "targets" / "gpuwatch-fleet.json").write_text(json.dumps(
+        [{"targets": [instance], "labels": {"host": name, "cluster": "lab"}} for instance, name in fleet.hosts.items()]))
+    # Only the alert this run provokes with a `for:` (box1's failsafe fan) is shortened.
+    (work / "alerts.yml").write_text(shorten_for((REPO / "config" / "alerts.yml").read_text(), "2s", {"GpuFanFailsafe"}))
+    child, base = start_prometheus(fleet.processes, work, local_prometheus(PROMETHEUS_CONFIG.read_text()))
+    wait_up("prometheus to scrape both machines", lambda: targets_up(base) == set(fleet.hosts), child)
+    wait_up("three scrapes of each", lambda: len(query(base, "count_over_time(gpuwatch_ticks_total[1m]) >= 3")) == 2, child)
+    wait_up("alerts firing on both machines", lambda: {
+        r["metric"]["instance"] for r in query(base, 'ALERTS{alertstate="firing"}')} == set(fleet.hosts), child)
+    yield base
+
+
+def test_targets_get_their_host_from_file_sd_or_their_address(fleet: Fleet, prometheus: str) -> None:
+    targets = get_json(f"{prometheus}/api/v1/targets")["data"]["activeTargets"]
+    assert {t["labels"]["instance"]: t["labels"].get("host") for t in targets} == {
+        **fleet.hosts, "127.0.0.1:1": "127.0.0.1"}
+
+
+def test_every_panel_has_data_for_each_machine_alone(fleet: Fleet, prometheus: str) -> None:
+    dashboard = load()
+    overview = next(p for p in panels(dashboard) if p["title"] == "Every GPU of every machine")
+    missing_data = []
+    for instance, name in fleet.hosts.items():
+        present = present_components(get_json(f"http://{instance}/status"))
+        for panel in panels(dashboard):
+            results = [query(prometheus, concrete(t["expr"], instance=promql_regex(instance))) for t in panel["targets"]]
+            for target, series in zip(panel["targets"], results):
+                assert all(s["metric"].get("instance", instance) == instance for s in series), (name, target["expr"])
+                if "{{host}}" in target["legendFormat"]:
+                    assert all(s["metric"].get("host") == name for s in series), (name, target["expr"])
+            # the overview table needs every column on every machine; other panels any of their queries
+            has_data = all(results) if panel is overview else any(results)
+            needs = CONDITIONAL_PANELS.get(panel["title"])
+            if not has_data and (needs is None or needs in present):
+                missing_data.append(f'{name}: {panel["title"]}')
+    assert not missing_data, f"panels without data for a machine: {missing_data}"
+
+
+def test_variables_list_both_machines_and_narrow_down(fleet: Fleet, prometheus: str) -> None:
+    """label_values(selector, label) as Grafana asks Prometheus: /api/v1/label/<label>/values?match[]=."""
+
+    def values(selector: str, label: str, **chosen: str) -> set[str]:
+        url = f"{prometheus}/api/v1/label/{label}/values?match[]=" + urllib.parse.quote(concrete(selector, **chosen))
+        return set(get_json(url)["data"])
+
+    queries = {name: (selector, label) for name, selector, label in variable_queries(load())}
+    assert set(queries) == {"host", "instance", "gpu"}
+    assert values(*queries["host"]) == {"box1", "box2"}
+    assert values(*queries["instance"]) == set(fleet.hosts)
+    assert values(*queries["instance"], host="box1") == {fleet.instance("box1")}
+    assert values(*queries["gpu"], instance=promql_regex(fleet.instance("box1"))) == set(BOX1_GPUS)

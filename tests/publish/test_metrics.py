@@ -59,7 +59,9 @@ def test_gone_gpu_keeps_info_with_up_zero_and_no_values(tmp_path: Path) -> None:
     got = samples(exposition(example_state(tmp_path / "sys")))
     assert got[f'gpuwatch_gpu_up{{gpu="{GPU_GONE}"}}'] == 0
     assert any(k.startswith("gpuwatch_gpu_info{") and GPU_GONE in k for k in got)
-    assert [k for k in got if GPU_GONE in k and not k.startswith(("gpuwatch_gpu_info", "gpuwatch_gpu_up"))] == []
+    # Identity stays: the GPU's info, up 0, and which trainer is configured on it (vit uses every GPU).
+    identity = ("gpuwatch_gpu_info", "gpuwatch_gpu_up", "gpuwatch_trainer_gpu_info")
+    assert [k for k in got if GPU_GONE in k and not k.startswith(identity)] == []
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from tests.support.paths import REPO
 from tests.support.processes import Processes, Started, free_port, get_json, wait_up
 
 PROMETHEUS = shutil.which("prometheus")
@@ -25,6 +26,7 @@ ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertman
 AMTOOL = shutil.which("amtool")
 GPUWATCH = [sys.executable, "-c", "import sys; from gpuwatch.cli import main; sys.exit(main())"]
 _LISTENING = re.compile(r"HTTP listening on 127\.0\.0\.1:(\d+)")
+PROMETHEUS_CONFIG = REPO / "config" / "prometheus.yml"
 
 
 def missing(*tools: str) -> str:
@@ -118,3 +120,12 @@ def shorten_for(rules: str, for_: str, alerts: set[str]) -> str:
         out.append(line)
     assert changed == alerts, f"no `for:` found for {alerts - changed}"
     return "".join(out)
+
+
+def shipped_relabeling() -> str:
+    """The gpuwatch job's ``relabel_configs`` of config/prometheus.yml, verbatim (it sets ``host``)."""
+    lines = PROMETHEUS_CONFIG.read_text().splitlines(keepends=True)
+    start = lines.index("    relabel_configs:\n")
+    end = next((i for i in range(start + 1, len(lines))
+                if lines[i].strip() and len(lines[i]) - len(lines[i].lstrip()) <= 4), len(lines))
+    return "".join(lines[start:end])
