@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
         p.set_defaults(handler=handler)
         if name == "status":
-            p.add_argument("--remote", nargs="*", metavar="URL",
+            p.add_argument("--remote", nargs="*", metavar="HOST",
                            help="one table for these machines' daemons (box3, box3:9840, http://box3:9840); "
                                 "none named: [status] remote of the config")
             p.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS",
@@ -317,8 +317,8 @@ def _positive_seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value <= 600:
-        raise argparse.ArgumentTypeError(f"{text} must be above 0 and at most 600 seconds")
+    if not 0 < value <= 60:
+        raise argparse.ArgumentTypeError(f"{text} must be above 0 and at most 60 seconds")
     return value
 
 

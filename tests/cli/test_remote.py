@@ -5,12 +5,10 @@ and the command itself: one table, exit codes, usage errors as one line."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -18,10 +16,10 @@ import pytest
 from gpuwatch.cli.remote import HostResult, fetch, fetch_all
 from gpuwatch.config import ThermalConfig, remote_base_url
 from gpuwatch.publish.document import to_document
+from tests.support.endpoints import Routes, banner_server, http_server, silent_listener
 from tests.support.processes import free_port
 from tests.support.published import example_state
 
-Routes = dict[str, tuple[int, bytes]]  # path -> (HTTP status, body)
 Serve = Callable[[Routes], str]
 
 
@@ -37,61 +35,9 @@ def document(tmp_path_factory: pytest.TempPathFactory) -> bytes:
 
 @pytest.fixture
 def serve() -> Iterator[Serve]:
-    """serve(routes) -> base URL of an HTTP server on 127.0.0.1 answering GETs from ``routes``."""
-    servers: list[ThreadingHTTPServer] = []
-
-    def start(routes: Routes) -> str:
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                status, body = routes.get(self.path, (404, b"not found\n"))
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}"
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
-
-
-@pytest.fixture
-def silent() -> Iterator[str]:
-    """A port that accepts connections (the kernel's backlog) and never answers."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(8)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-
-
-@pytest.fixture
-def not_http() -> Iterator[str]:
-    """A server that speaks another protocol (an SSH banner), then closes."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(8)
-
-    def answer() -> None:
-        while True:
-            try:
-                conn, _ = sock.accept()
-            except OSError:
-                return
-            with conn:
-                conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
-
-    threading.Thread(target=answer, daemon=True).start()
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    sock.close()
+    """serve(routes) -> the base URL of an HTTP server answering GETs from ``routes``."""
+    with ExitStack() as stack:
+        yield lambda routes: "http://" + stack.enter_context(http_server(routes))
 
 
 def test_a_healthy_host_with_a_skewed_clock_is_fresh(serve: Serve, document: bytes) -> None:
@@ -119,12 +65,14 @@ def test_bad_answers_are_one_line_reasons(serve: Serve, routes: Routes, error: s
     assert fetch(url, 2.0) == HostResult(url, None, error)
 
 
-def test_dead_hosts_are_one_line_reasons(silent: str, not_http: str) -> None:
+def test_dead_hosts_are_one_line_reasons() -> None:
     refused = f"http://127.0.0.1:{free_port()}"
-    results = fetch_all([refused, silent, not_http], 0.5)
+    with silent_listener() as silent, banner_server() as not_http:
+        urls = [refused, f"http://{silent}", f"http://{not_http}"]
+        results = fetch_all(urls, 0.5)
     assert [r.error for r in results] == ["unreachable: connection refused", "timeout after 0.5s",
                                           "bad response: not HTTP (BadStatusLine)"]
-    assert [r.url for r in results] == [refused, silent, not_http]
+    assert [r.url for r in results] == urls
 
 
 def gpuwatch(*args: str) -> subprocess.CompletedProcess[str]:
@@ -157,6 +105,14 @@ def test_usage_errors_are_one_line_and_exit_2(args: list[str], message: str, tmp
     config.write_text("")
     done = gpuwatch("status", "-c", str(config), *args)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_bad_host_in_the_config_is_a_config_error(tmp_path: Path) -> None:
+    config = tmp_path / "gpuwatch.toml"
+    config.write_text('[status]\nremote = ["box1", "ftp://box2"]\n')
+    done = gpuwatch("status", "-c", str(config), "--remote")
+    assert done.returncode == 2 and "status.remote" in done.stderr and "ftp://box2" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize(("given", "base"), [

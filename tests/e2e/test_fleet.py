@@ -15,14 +15,11 @@ import json
 import os
 import re
 import pwd
-import socket
 import subprocess
 import sys
-import threading
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -37,6 +34,7 @@ from tests.support.dashboard import (
     promql_regex,
     variable_queries,
 )
+from tests.support.endpoints import http_server, silent_listener
 from tests.support.paths import REPO
 from tests.support.processes import Processes, free_port, get_json, wait_up
 from tests.support.stack import (
@@ -100,29 +98,13 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 @pytest.fixture
 def failing_hosts() -> Iterator[dict[str, str]]:
-    """Endpoints that fail: nothing listening, a listener that never answers, a server that is not gpuwatch."""
-
-    class NotGpuwatch(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = b"<html>a web server, not gpuwatch</html>"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    web = ThreadingHTTPServer(("127.0.0.1", 0), NotGpuwatch)
-    threading.Thread(target=web.serve_forever, daemon=True).start()
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(8)
+    """Hosts that fail, and their row: nothing listening, a listener that never answers, a web server
+    that is not gpuwatch."""
+    web_page = (200, b"<html>a web server, not gpuwatch</html>")
+    with silent_listener() as silent, http_server({"/status": web_page, "/healthz": web_page}) as web:
         yield {f"127.0.0.1:{free_port()}": "ERROR unreachable: connection refused",
-               f"127.0.0.1:{silent.getsockname()[1]}": "ERROR timeout after 2s",
-               f"127.0.0.1:{web.server_address[1]}": "ERROR bad response: not JSON (is this gpuwatch's HTTP port?)"}
-    web.shutdown()
-    web.server_close()
+               silent: "ERROR timeout after 2s",
+               web: "ERROR bad response: not JSON (is this gpuwatch's HTTP port?)"}
 
 
 def status(*args: str) -> subprocess.CompletedProcess[str]:
