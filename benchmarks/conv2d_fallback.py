@@ -8,11 +8,19 @@ over ``--steps`` rounds after ``--warmup`` rounds, then, each variant alone, the
 of a few steps, and the ratios to the first variant. Before timing it checks on the device that the
 fallback dispatches no native convolution and matches the native gradients in float32.
 
-Variants: ``native``, ``fallback`` (``fallback:WGRAD/DGRAD`` with other Conv2dTuning) and ``naive`` (the
-issue's reference, F.unfold + matmul under plain autograd). Each runs its backward where it would
-run by default: native and naive on the autograd engine's device thread (PyTorch's default), the
-fallback on the calling thread (what ``patch_conv2d`` and ``gpuwatch train`` set). A suffix
-``@caller`` or ``@engine`` overrides that, so ``native@caller`` is native under the fallback's setting.
+Variants: ``native``; ``fallback`` (autotuned per signature, what ``patch_conv2d`` runs),
+``fallback:fixed`` (autotuning off: the fixed strategies), ``fallback:WGRAD/DGRAD`` (autotuning off,
+other strategies), ``fallback:triton`` (the Triton kernels among the candidates) and
+``fallback+nocudnn`` (the fallback in a script that turned cuDNN off, as ``auto`` mode then chooses:
+batch norm runs PyTorch's own kernels too, as in ``nocudnn``); the MIOpen-free alternatives a user has without gpuwatch: ``nocudnn``
+(``torch.backends.cudnn.enabled = False`` for the whole step: PyTorch's slow_conv2d) and ``naive``
+(F.unfold + matmul under plain autograd). Each runs its backward where it would run by default:
+native, nocudnn and naive on the autograd engine's device thread (PyTorch's default), the fallback
+on the calling thread (what ``patch_conv2d`` and ``gpuwatch train`` set). A suffix ``@caller`` or
+``@engine`` overrides that, so ``native@caller`` is native under the fallback's setting.
+
+Peak memory is measured twice for the fallback: with its choices made (as the timed steps ran), and
+over its first steps in a fresh process state, autotuning included (``first_peak_bytes``).
 
     python benchmarks/conv2d_fallback.py --batches 4 16 --precisions fp32 amp \
         --variants native native@caller fallback
@@ -38,7 +46,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpuwatch.train.conv_plan import DEFAULT_TUNING, Conv2dTuning  # noqa: E402
+from gpuwatch.train.conv_plan import DEFAULT_TUNING, Conv2dTuning, plan_for  # noqa: E402
+from gpuwatch.train.conv_tune import TUNER  # noqa: E402
 from gpuwatch.train.patch import patch_conv2d  # noqa: E402
 
 from heartbeat_hook_cost import hook_cost_s  # noqa: E402
@@ -47,13 +56,40 @@ from yolov8n_model import build_model, make_step, train_steps  # noqa: E402
 PRECISIONS = {"fp32": None, "amp": torch.float16, "amp-bf16": torch.bfloat16}
 
 
+_VENDOR_BACKENDS = {"Cudnn", "CudnnTranspose", "Miopen", "MiopenDepthwise", "MiopenTranspose"}
+_GENERIC_CONVS = {"aten.convolution.default", "aten._convolution.default"}
+
+
 class _ConvCounter(TorchDispatchMode):
+    """Counts convolutions that reach cuDNN/MIOpen (``convs``) and PyTorch's own ones (``own_convs``).
+
+    ``aten.convolution`` and ``convolution_backward`` pick their kernel when they run, from the
+    global cuDNN switch: PyTorch's own selection (``_select_conv_backend``) is asked with the flags
+    in force at the call."""
+
     def __init__(self) -> None:
         super().__init__()
         self.convs = 0
+        self.own_convs = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.convs += "conv" in str(func)
+        name = str(func)
+        if "conv" in name:
+            if "cudnn" in name or "miopen" in name:
+                vendor = True
+            elif name in _GENERIC_CONVS or name == "aten.convolution_backward.default":
+                x, w = (args[1], args[2]) if "backward" in name else (args[0], args[1])
+                stride, padding, dilation, transposed, output_padding, groups = (
+                    args[4:10] if "backward" in name else args[3:9]
+                )
+                backend = torch._C._select_conv_backend(
+                    x, w, None, list(stride), list(padding), list(dilation), transposed, list(output_padding), groups
+                )
+                vendor = backend.name in _VENDOR_BACKENDS
+            else:  # _slow_conv2d_*, slow_conv_dilated2d, _conv_depthwise2d: PyTorch's own kernels
+                vendor = False
+            self.convs += vendor
+            self.own_convs += not vendor
         return func(*args, **(kwargs or {}))
 
 
@@ -67,15 +103,27 @@ def backward_on_caller(variant: str) -> bool:
 
 @contextlib.contextmanager
 def variant_settings(variant: str):
-    """The variant's backward thread."""
-    with torch.autograd.set_multithreading_enabled(not backward_on_caller(variant)):
-        yield
+    """The variant's backward thread; cuDNN off for ``nocudnn``."""
+    cudnn = torch.backends.cudnn.enabled
+    kind = variant.partition("@")[0]
+    torch.backends.cudnn.enabled = cudnn and not (kind == "nocudnn" or kind.endswith("+nocudnn"))
+    try:
+        with torch.autograd.set_multithreading_enabled(not backward_on_caller(variant)):
+            yield
+    finally:
+        torch.backends.cudnn.enabled = cudnn
 
 
 def tuning_of(variant: str) -> Conv2dTuning:
-    """``fallback:WGRAD/DGRAD``: the default tuning with those gradient strategies."""
-    wgrad, _, dgrad = variant.partition("@")[0].partition(":")[2].partition("/")
-    return Conv2dTuning(wgrad=wgrad or DEFAULT_TUNING.wgrad, dgrad=dgrad or DEFAULT_TUNING.dgrad)
+    """``fallback``: the default (autotuned); ``fallback:fixed`` or ``fallback:WGRAD/DGRAD``: autotuning
+    off, with those gradient strategies; ``fallback:triton``: autotuned with the Triton kernels too."""
+    spec = variant.partition("@")[0].partition("+")[0].partition(":")[2]
+    if spec == "triton":
+        return Conv2dTuning(triton=True)
+    if not spec:
+        return DEFAULT_TUNING
+    wgrad, _, dgrad = ("" if spec == "fixed" else spec).partition("/")
+    return Conv2dTuning(wgrad=wgrad or DEFAULT_TUNING.wgrad, dgrad=dgrad or DEFAULT_TUNING.dgrad, autotune=False)
 
 
 @contextlib.contextmanager
@@ -113,11 +161,13 @@ def check_on_device(device: torch.device, variant: str) -> dict[str, float]:
             with patch_conv2d(model, "on" if fallback else "off", tuning=tuning_of(variant)), _ConvCounter() as counter:
                 loss = sum(o.square().mean() for o in model(x))
                 loss.backward()
-            results.append((loss.detach(), [p.grad.detach().clone() for p in model.parameters()], counter.convs))
-        (ref_loss, ref_grads, _), (loss, grads, convs) = results
+            results.append((loss.detach(), [p.grad.detach().clone() for p in model.parameters()],
+                            counter.convs, counter.own_convs))
+        (ref_loss, ref_grads, _, _), (loss, grads, convs, own) = results
         grad_err = max(float((g - r).norm() / r.norm().clamp_min(1e-30)) for g, r in zip(grads, ref_grads))
         return {
             "native_convs_in_fallback": convs,
+            "own_convs_in_fallback": own,
             "loss_rel_err": float((loss - ref_loss).abs() / ref_loss.abs()),
             "max_grad_rel_err": grad_err,
         }
@@ -130,7 +180,8 @@ def _patched(variant: str, model: torch.nn.Module) -> contextlib.AbstractContext
     if kind == "naive":
         return naive_unfold(model)
     # The backward thread is the variant's (variant_settings), not the patch's.
-    return patch_conv2d(model, "off" if kind == "native" else "on", backward_on_caller=False, tuning=tuning_of(variant))
+    native = kind in ("native", "nocudnn")
+    return patch_conv2d(model, "off" if native else "on", backward_on_caller=False, tuning=tuning_of(variant))
 
 
 def interleaved_seconds(
@@ -139,6 +190,7 @@ def interleaved_seconds(
     """Per variant, the synchronised time of each timed step, the variants' steps taken in turn."""
     device = torch.device(args.device)
     times: dict[str, list[float]] = {v: [] for v in variants}
+    first: dict[str, float] = {}
     with contextlib.ExitStack() as stack:
         steps = {}
         for variant in variants:
@@ -156,15 +208,21 @@ def interleaved_seconds(
                     _sync(device)
                 if index >= args.warmup:
                     times[variant].append(time.perf_counter() - start)
+                elif index == 0:
+                    first[variant] = time.perf_counter() - start
+    times.update({f"{variant}/first step": [seconds] for variant, seconds in first.items()})
     return times
 
 
-def peak_bytes(variant: str, batch: int, precision: str, args: argparse.Namespace) -> int:
+def peak_bytes(variant: str, batch: int, precision: str, args: argparse.Namespace, fresh: bool = False) -> int:
     """Peak allocated device memory of a few steps of ``variant`` alone (after the timing pass, so
-    cuDNN's autotuning workspaces are behind us)."""
+    cuDNN's autotuning workspaces are behind us). ``fresh``: the fallback's plans and choices are
+    forgotten first, so its autotuning runs within the measured steps."""
     device = torch.device(args.device)
     if device.type != "cuda":
         return 0
+    if fresh:
+        plan_for.cache_clear()
     gc.collect()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(device)
@@ -197,6 +255,28 @@ def _pairs(variants: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
+def _summary_table(variants: list[str], rows: list[tuple[int, str, dict]]) -> None:
+    """Per point: every variant's median step, the fallback against native and against the best
+    MIOpen-free alternative a user has without gpuwatch (nocudnn, naive), and the peak memory ratios."""
+    alternatives = [v for v in variants if v.partition("@")[0] in ("nocudnn", "naive")]
+    if "native" not in variants or "fallback" not in variants:
+        return
+    if "fallback+nocudnn" in variants and "nocudnn" in variants:
+        print("\nwith cuDNN off for the whole step (batch norm too): " + ", ".join(
+            f"batch {batch} {precision} fallback+nocudnn {s['fallback+nocudnn']['ms']:.1f} ms = "
+            f"{s['fallback+nocudnn']['ms'] / s['nocudnn']['ms']:.2f}x nocudnn" for batch, precision, s in rows))
+    print("\n| batch | precision | " + " | ".join(f"{v} ms" for v in variants)
+          + " | fallback vs native | vs best alternative | peak vs native | first-steps peak vs native |")
+    print("|---" * (len(variants) + 6) + "|")
+    for batch, precision, summary in rows:
+        native, fallback = summary["native"], summary["fallback"]
+        best = min((summary[v]["ms"] for v in alternatives), default=float("nan"))
+        print(f"| {batch} | {precision} | " + " | ".join(f"{summary[v]['ms']:.1f}" for v in variants)
+              + f" | {fallback['ms'] / native['ms']:.2f}x | {fallback['ms'] / best:.2f}x"
+              f" | {fallback['peak_bytes'] / max(1, native['peak_bytes']):.3f}x"
+              f" | {fallback.get('first_peak_bytes', 0) / max(1, native['peak_bytes']):.3f}x |")
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -210,7 +290,8 @@ def main() -> None:
         "--variants",
         nargs="+",
         default=["native", "native@caller", "fallback"],
-        help="native, naive, fallback[:WGRAD[/DGRAD]], each with an optional @caller or @engine",
+        help="native, nocudnn, naive, fallback[:fixed|:triton|:WGRAD[/DGRAD]][+nocudnn], each with an optional "
+        "@caller or @engine",
     )
     parser.add_argument("--image-size", type=int, default=640)
     parser.add_argument("--steps", type=int, default=60, help="timed steps per variant")
@@ -249,10 +330,16 @@ def main() -> None:
             for variant in args.variants:
                 summary[variant] = {
                     "ms": statistics.median(seconds[variant]) * 1e3,
+                    "first_step_ms": seconds[f"{variant}/first step"][0] * 1e3,
                     "peak_bytes": peak_bytes(variant, batch, precision, args),
                 }
-                print(f"batch {batch} {precision} {variant}: {summary[variant]['ms']:.2f} ms, "
-                      f"peak {summary[variant]['peak_bytes'] / 2**30:.2f} GiB", flush=True)
+                if variant.startswith("fallback"):
+                    summary[variant]["first_peak_bytes"] = peak_bytes(variant, batch, precision, args, fresh=True)
+                print(f"batch {batch} {precision} {variant}: {summary[variant]['ms']:.2f} ms "
+                      f"(first step {summary[variant]['first_step_ms']:.0f} ms), "
+                      f"peak {summary[variant]['peak_bytes'] / 2**30:.3f} GiB"
+                      + (f", first steps (autotuning) {summary[variant]['first_peak_bytes'] / 2**30:.3f} GiB"
+                         if "first_peak_bytes" in summary[variant] else ""), flush=True)
             raw.append({"batch": batch, "precision": precision, "summary": summary, "seconds": seconds})
             rows.append((batch, precision, summary))
 
@@ -273,6 +360,7 @@ def main() -> None:
             print(f"| {batch} | {precision} | {a['ms']:.1f} | {b['ms']:.1f} | {b['ms'] / a['ms']:.2f}x | "
                   f"{q1:.2f}x-{q3:.2f}x | {statistics.median(blocks):.2f}x ({min(blocks):.2f}x-{max(blocks):.2f}x) | "
                   f"{a['peak_bytes'] / 2**30:.2f} | {b['peak_bytes'] / 2**30:.2f} | {mem_ratio:.2f}x |")
+    _summary_table(args.variants, rows)
     if args.json:
         args.json.write_text(json.dumps({"env": env, "results": raw}, indent=1))
 

@@ -27,14 +27,13 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpuwatch.train import conv2d as conv_mod  # noqa: E402
-from gpuwatch.train.conv_columns import flip_index  # noqa: E402
+from gpuwatch.train import conv_paths as paths  # noqa: E402
 from gpuwatch.train.conv_plan import DEFAULT_TUNING, plan_for  # noqa: E402
 from gpuwatch.train.patch import patch_conv2d  # noqa: E402
 
 from yolov8n_model import build_model  # noqa: E402
 
-FAMILIES = ("im2col", "col2im", "nvjet", "gemm", "cutlass", "bn_", "cudnn", "reduce_kernel", "elementwise", "Cat")
+FAMILIES = ("im2col", "col2im", "nvjet", "gemm", "cutlass", "bn_", "cudnn", "conv", "reduce_kernel", "elementwise", "Cat")
 
 
 def _gpu_ms_by_family(prof: profile, steps: int) -> dict[str, float]:
@@ -110,14 +109,10 @@ def backward_cost(batch: int) -> None:
     weight = torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.half)
     grad_out = torch.randn_like(x)
     plan = plan_for(x.shape, weight.shape, x.dtype, (1, 1), (1, 1), (1, 1), 1, DEFAULT_TUNING)
-    flipped = torch.take(weight, flip_index(weight.shape, 1, weight.device))
+    flipped = paths.flipped_kernel(weight, 1)
 
-    def helpers() -> None:  # what _Im2colConv2d.backward runs for this layer
-        if plan.shared_cols:
-            conv_mod._grads_from_output_columns(x, grad_out, flipped, plan, True)
-        else:
-            conv_mod._weight_grad(x, grad_out, weight, plan)
-            conv_mod._input_grad(grad_out, weight, flipped, plan)
+    def helpers() -> None:  # what the Function's backward runs for this layer with the fixed strategies
+        paths.both_grads_shared(x, grad_out, weight, flipped, plan)
 
     class Work(torch.autograd.Function):
         @staticmethod

@@ -97,6 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
                            usage="gpuwatch train [--conv2d-fallback auto|on|off] [--spawn] -- python train.py ARGS")
     train.add_argument("--conv2d-fallback", choices=FALLBACK_MODES, default="auto",
                        help="im2col Conv2d instead of MIOpen: auto = only where a native probe conv fails")
+    train.add_argument("--conv2d-autotune", choices=("on", "off"), default="on",
+                       help="fallback: measure its MIOpen-free paths per convolution and keep the fastest (default on)")
+    train.add_argument("--conv2d-tune-cache", metavar="DIR",
+                       help="keep the fallback's measured choices here ('none': memory only; "
+                            "default: $XDG_CACHE_HOME/gpuwatch)")
     train.add_argument("--spawn", action="store_true", help="spawn start method, persistent DataLoader workers")
     train.add_argument("command", nargs=argparse.REMAINDER, help="python SCRIPT ARGS or python -m MODULE ARGS")
     train.set_defaults(handler=cmd_train)
@@ -162,7 +167,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     try:
-        argv = build_launch_argv(args.conv2d_fallback, args.spawn, command)
+        argv = build_launch_argv(args.conv2d_fallback, args.spawn, command,
+                                 autotune=args.conv2d_autotune == "on", tune_cache=args.conv2d_tune_cache)
     except LaunchCommandError as exc:
         print(f"gpuwatch train: {exc}", file=sys.stderr)
         return EXIT_USAGE

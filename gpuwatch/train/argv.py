@@ -58,11 +58,14 @@ def parse_python_command(command: Sequence[str]) -> PythonCommand:
     return PythonCommand(interpreter, flags, rest)
 
 
-def build_launch_argv(fallback: str, spawn: bool, command: Sequence[str]) -> list[str]:
+def build_launch_argv(
+    fallback: str, spawn: bool, command: Sequence[str], *, autotune: bool = True, tune_cache: str | None = None
+) -> list[str]:
     """``['python', 'train.py', ...]`` -> ``[python, '-m', 'gpuwatch.launch', ..., 'train.py', ...]``.
 
     A bare ``python``/``python3`` becomes ``sys.executable``; an interpreter given as a path (another
-    virtualenv's python, say) is kept, since that is where the user's torch lives.
+    virtualenv's python, say) is kept, since that is where the user's torch lives. ``autotune`` and
+    ``tune_cache`` are passed on only when they differ from the launcher's defaults.
     """
     if fallback not in FALLBACK_MODES:
         raise LaunchCommandError(f"--conv2d-fallback must be one of {FALLBACK_MODES}, got {fallback!r}")
@@ -71,6 +74,10 @@ def build_launch_argv(fallback: str, spawn: bool, command: Sequence[str]) -> lis
     argv = [interpreter, *parsed.flags, "-m", "gpuwatch.launch", "--conv2d-fallback", fallback]
     if spawn:
         argv.append("--spawn")
+    if not autotune:
+        argv += ["--conv2d-autotune", "off"]
+    if tune_cache is not None:
+        argv += ["--conv2d-tune-cache", tune_cache]
     return argv + parsed.target
 
 

@@ -1,25 +1,25 @@
-"""A pure-PyTorch 2-D convolution (im2col + matmul) that never calls MIOpen or cuDNN.
+"""A pure-PyTorch 2-D convolution that never calls MIOpen or cuDNN: the fastest of several per signature.
 
 Some ROCm stacks fail inside MIOpen (``miopenStatusUnknownError``) on consumer cards; this module
-computes the same thing as ``F.conv2d`` with column gathers and matrix products only.
+computes the same thing as ``F.conv2d`` with column gathers, matrix products and PyTorch's own
+non-vendor convolution kernels only (conv_paths.py). Which of them runs is decided once per call
+signature (conv_tune.py: measured on GPUs unless ``Conv2dTuning.autotune`` is off) and kept on the
+signature's plan (conv_plan.py), so a call is a dictionary lookup and a short line of tensor ops.
 
-1x1 stride-1 convolutions are a plain batched matmul on the input (autograd differentiates it).
-Everything else is a custom autograd Function that saves only the input and the weight (what a
-native convolution saves), never the columns. Backward builds the output gradient's columns once
-for a stride-1 convolution and takes both gradients from them (the input gradient is a correlation
-with the flipped kernel); strided ones gather the input's columns again for the weight gradient and
-sum the input gradient's columns back with col2im.
-Columns are built in batch chunks bounded by ``Conv2dTuning.max_cols_bytes``.
+Routes: a custom autograd Function that saves only the input and the weight (what a native
+convolution saves, never the columns) and runs the chosen path for the forward and for each
+gradient; PyTorch's slow_conv2d under its own autograd (no Python in backward); a 1x1 convolution as
+one bmm under plain autograd; or, when no gradient is needed, the chosen forward path alone.
 
 Speed: small-channel CNNs are host-bound with this fallback (each tensor call costs the CPU 3-30 us
-on the benchmark VMs), so each direction is a few kernels (conv_columns.py), every shape decision is
-made once per call signature and cached (conv_plan.py), and under autocast the weight is cast inside
+on the benchmark VMs), so each path is a few kernels and under autocast the weight is cast inside
 the Function rather than by an autograd-recorded cast in front of it. patch.py also moves backward
-onto the calling thread, where this Python backward is cheaper.
+onto the calling thread, where the Function's Python backward is cheaper.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -27,9 +27,11 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from gpuwatch.train.conv_columns import batched_mm, col2im, col2im_taps, columns_t, flip_index, im2col
-from gpuwatch.train.conv_geometry import IntOrPair, autocast_cast, autocast_dtype, is_channels_last
-from gpuwatch.train.conv_plan import DEFAULT_TUNING, Cols, Conv2dTuning, Plan, plan_for
+from gpuwatch.train import conv_paths as paths
+from gpuwatch.train.conv_columns import batched_mm
+from gpuwatch.train.conv_geometry import IntOrPair, autocast_cast, autocast_dtype
+from gpuwatch.train.conv_plan import DEFAULT_TUNING, Choice, Conv2dTuning, Plan, plan_for
+from gpuwatch.train.conv_tune import TUNER, Candidates, default_choice, signature
 
 
 def conv2d(
@@ -57,13 +59,20 @@ def conv2d(
         input = input.unsqueeze(0)
     if plan.extra != (0, 0):
         input = F.pad(input, (0, plan.extra[1], 0, plan.extra[0]))
-    if plan.pointwise and input.is_contiguous():
-        if dtype is not None:
-            weight = autocast_cast(weight, dtype)
-            bias = None if bias is None else autocast_cast(bias, dtype)
-        out = _pointwise(input, weight, bias, groups)
-    else:
-        out = _Im2colConv2d.apply(input, weight, bias, plan, dtype)
+    grad = torch.is_grad_enabled()
+    contiguous = input.is_contiguous()
+    key = (
+        input.device,
+        weight.dtype,
+        bias is not None,
+        grad and input.requires_grad,
+        grad and weight.requires_grad,
+        grad and bias is not None and bias.requires_grad,
+        contiguous,
+        not contiguous and input.is_contiguous(memory_format=torch.channels_last),
+    )
+    choice = plan.choices.get(key) or _choose(plan, key, input, weight, bias, dtype, tuning)
+    out = _run(choice, input, weight, bias, plan, dtype)
     return out.squeeze(0) if plan.unbatched else out
 
 
@@ -71,11 +80,33 @@ def _key(value: object) -> object:
     return tuple(value) if isinstance(value, list) else value
 
 
+def _run(choice: Choice, x: Tensor, weight: Tensor, bias: Tensor | None, plan: Plan, dtype: torch.dtype | None) -> Tensor:
+    if choice.route == "function":
+        out: Tensor = _TunedConv2d.apply(x, weight, bias, plan, dtype, choice)
+        return out
+    w = weight if dtype is None else autocast_cast(weight, dtype)
+    if choice.route == "pointwise":
+        b = bias if dtype is None else autocast_cast(bias, dtype)
+        return _pointwise(x, w, b, plan.geom.groups)
+    if choice.route == "thnn":
+        out = paths.thnn_conv2d(x, w, bias if dtype is None else autocast_cast(bias, dtype), plan)
+    else:  # "forward": nothing needs a gradient
+        out = paths.FORWARD[choice.forward](x.contiguous(), w, plan)
+        if bias is not None:
+            out += bias.view(1, -1, 1, 1)
+    return out.contiguous(memory_format=torch.channels_last) if _channels_last(x) else out
+
+
+def _channels_last(x: Tensor) -> bool:
+    """NHWC strides that are not also plain NCHW (ambiguous shapes count as NCHW, as in PyTorch)."""
+    return not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
+
+
 def _pointwise(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int) -> Tensor:
     """1x1, stride 1, NCHW: one bmm on views of the input, differentiated by autograd itself.
 
     Autograd saves only views of the input and the weight here, so nothing is stored beyond what a
-    native convolution keeps, and the backward runs without any Python (these layers are tiny).
+    native convolution keeps, and the backward runs without any Python.
     """
     n, c, h, w = x.shape
     out_c = weight.shape[0]
@@ -84,27 +115,27 @@ def _pointwise(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int) -> T
     return out if bias is None else out + bias.view(1, -1, 1, 1)
 
 
-class _Im2colConv2d(torch.autograd.Function):
+class _TunedConv2d(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None, plan: Plan, dtype: torch.dtype | None
+        ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None, plan: Plan, dtype: torch.dtype | None, choice: Choice
     ) -> Tensor:
         # Under autocast the weight is cast here rather than before the call, so its gradient leaves
         # this node in its own dtype: no ToCopyBackward node and cast kernel per layer (the backward
         # is host-bound), and the weight gradient's batch sum accumulates in float32.
         w = weight if dtype is None else autocast_cast(weight, dtype)
-        ctx.plan = plan
+        ctx.plan, ctx.choice = plan, choice
         ctx.bias_dtype = None if bias is None else bias.dtype
         ctx.save_for_backward(x, weight)
         ctx.cast_weight = None if w is weight else w  # what native autocast keeps for backward too
-        ctx.channels_last = channels_last = is_channels_last(x)
-        groups = plan.geom.groups
-        if plan.dgrad_cols is not None and ctx.needs_input_grad[0]:
+        ctx.channels_last = channels_last = _channels_last(x)
+        ctx.flipped = None
+        if choice.input_grad in ("transpose", "shared") and ctx.needs_input_grad[0]:
             # The flipped kernel of the input gradient (weight-sized) is gathered here rather than in
             # backward: calls inside the autograd engine's device thread cost 1.0-1.9x more (H200 VM),
             # should a backward run there (patch.py moves it to the calling thread).
-            ctx.flipped = torch.take(w, flip_index(w.shape, groups, w.device))
-        out = _correlate(x.contiguous(), w, groups, plan.cols, plan.out_size, plan.chunk)
+            ctx.flipped = paths.flipped_kernel(w, plan.geom.groups)
+        out = paths.FORWARD[choice.forward](x.contiguous(), w, plan)
         if bias is not None:
             out += bias.view(1, -1, 1, 1)  # a float32 bias adds in float32 and rounds once
         return out.contiguous(memory_format=torch.channels_last) if channels_last else out
@@ -120,132 +151,107 @@ class _Im2colConv2d(torch.autograd.Function):
 
 
 def _backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
-    """The gradients of ``_Im2colConv2d``, computed with autograd off."""
+    """The gradients of ``_TunedConv2d``, computed with autograd off by the chosen paths."""
     x, weight = ctx.saved_tensors
     w = weight if ctx.cast_weight is None else ctx.cast_weight
     plan: Plan = ctx.plan
+    choice: Choice = ctx.choice
     needs_x, needs_w, needs_b = ctx.needs_input_grad[:3]
     grad_out = grad_out.contiguous()
     grad_b = grad_out.sum((0, 2, 3), dtype=ctx.bias_dtype) if needs_b else None
-    grad_x: Tensor | None
-    grad_w: Tensor | None
-    if needs_x and plan.shared_cols:
-        grad_x, grad_w = _grads_from_output_columns(x.contiguous(), grad_out, ctx.flipped, plan, needs_w)
+    grad_x: Tensor | None = None
+    grad_w: Tensor | None = None
+    if needs_x and needs_w and choice.input_grad == choice.weight_grad and choice.input_grad in paths.BOTH_GRADS:
+        grad_x, grad_w = paths.BOTH_GRADS[choice.input_grad](x.contiguous(), grad_out, w, ctx.flipped, plan)
     else:
-        grad_w = _weight_grad(x.contiguous(), grad_out, w, plan) if needs_w else None
-        grad_x = _input_grad(grad_out, w, ctx.flipped if plan.dgrad_cols else None, plan) if needs_x else None
+        if needs_w:
+            grad_w = paths.WEIGHT_GRAD[choice.weight_grad](x.contiguous(), grad_out, w, plan)
+        if needs_x:
+            grad_x = paths.INPUT_GRAD[choice.input_grad](x, grad_out, w, ctx.flipped, plan)
     if grad_w is not None:
         grad_w = grad_w.to(weight.dtype)
     if grad_x is not None and ctx.channels_last:
         grad_x = grad_x.contiguous(memory_format=torch.channels_last)
-    return grad_x, grad_w, grad_b, None, None
+    return grad_x, grad_w, grad_b, None, None, None
 
 
 _backward_once_differentiable = once_differentiable(_backward)
 
 
-def _correlate(x: Tensor, weight: Tensor, groups: int, cols: Cols, out_size: tuple[int, int], chunk: int) -> Tensor:
-    """Cross-correlation of contiguous NCHW ``x`` with ``weight``: im2col + one bmm per chunk."""
-    n, out_c = x.shape[0], weight.shape[0]
-    w_g = weight.reshape(groups, out_c // groups, -1)
-    length = out_size[0] * out_size[1]
-    if chunk >= n:
-        return batched_mm(w_g, im2col(x, *cols, length)).view(n, out_c, *out_size)
-    out = x.new_empty((n, out_c, *out_size))
-    for start in range(0, n, chunk):
-        part = batched_mm(w_g, im2col(x[start : start + chunk], *cols, length))
-        out[start : start + chunk] = part.view(-1, out_c, *out_size)
-    return out
+def _choose(
+    plan: Plan, key: tuple[Any, ...], x: Tensor, weight: Tensor, bias: Tensor | None, dtype: torch.dtype | None,
+    tuning: Conv2dTuning,
+) -> Choice:
+    device, _, _, needs_x, needs_w, needs_b, contiguous, channels_last = key
+    if not (tuning.autotune and TUNER.times(device)):
+        choice = default_choice(plan, contiguous, needs_x, needs_w)
+        if not tuning.autotune or device.type not in TUNER.devices:  # else: only this call (graph capture)
+            plan.choices[key] = choice
+        return choice
+    layout = "nchw" if contiguous else ("nhwc" if channels_last else "strided")
+    sig = signature(x.shape, weight.shape, x.dtype, weight.dtype, plan, bias is not None, key[3:6], layout, tuning)
+    build = functools.partial(_candidates, plan, x, weight, bias, dtype, key, tuning.triton)
+    with torch.no_grad(), torch.autocast(device.type, enabled=False):
+        choice = TUNER.choose(sig, device, tuning.cache_dir, build)
+    plan.choices[key] = choice
+    return choice
 
 
-def _batch_sum(part: Tensor) -> Tensor:
-    """Sum per-sample weight-gradient products over the batch, in float32 at least."""
-    return part.sum(0, dtype=torch.promote_types(part.dtype, torch.float32))
+def _candidates(
+    plan: Plan, x: Tensor, weight: Tensor, bias: Tensor | None, dtype: torch.dtype | None, key: tuple[Any, ...],
+    triton: bool,
+) -> Candidates:
+    """Every eligible path, as trials on the call's own input and weight (nothing is written to them)."""
+    _, _, _, needs_x, needs_w, needs_b, contiguous, _ = key
+    x, weight = x.detach(), weight.detach()
+    bias = None if bias is None else bias.detach()
+    w = weight if dtype is None else autocast_cast(weight, dtype)
+    xc = x.contiguous()
+    slow = paths.vendor_free(xc, w, plan)
+    tri = ["triton"] if triton and paths.triton_eligible(xc, plan) else []
+    names = ["im2col", *(["matmul"] if plan.pointwise else []), *(["slow"] if slow else []), *tri]
+    forward = {name: functools.partial(paths.FORWARD[name], xc, w, plan) for name in names}
+    if not (needs_x or needs_w or needs_b):
+        return Candidates(forward)
+    # Values do not change the speed of these kernels; a constant leaves the random generators alone.
+    grad_out = x.new_full((x.shape[0], weight.shape[0], *plan.out_size), 0.5)
+    flipped = paths.flipped_kernel(w, plan.geom.groups) if plan.dgrad_cols is not None else None
+    input_grad, weight_grad, both_grads = {}, {}, {}
+    if needs_x:
+        names = [*(["transpose"] if flipped is not None else []), "col2im", "taps"]
+        names += [*(["matmul"] if plan.pointwise else []), *(["slow"] if slow else []), *tri]
+        input_grad = {name: functools.partial(paths.INPUT_GRAD[name], xc, grad_out, w, flipped, plan) for name in names}
+    if needs_w:
+        names = ["bmm", "gemm", *(["slow"] if slow else []), *tri]
+        weight_grad = {name: functools.partial(paths.WEIGHT_GRAD[name], xc, grad_out, w, plan) for name in names}
+    if needs_x and needs_w:
+        names = [*(["shared"] if flipped is not None else []), *(["slow"] if slow else [])]
+        both_grads = {name: functools.partial(paths.BOTH_GRADS[name], xc, grad_out, w, flipped, plan) for name in names}
+
+    def layer(choice: Choice) -> functools.partial[None]:
+        return functools.partial(_layer_trial, choice, x, weight, bias, plan, dtype, grad_out, key)
+
+    layers = {}
+    if paths.thnn_eligible(plan):
+        layers["thnn"] = layer(Choice("thnn"))
+    if plan.pointwise and contiguous:
+        layers["pointwise"] = layer(Choice("pointwise"))
+    return Candidates(forward, True, input_grad, weight_grad, both_grads, layers, layer)
 
 
-def _add_chunk(total: Tensor | None, part: Tensor) -> Tensor:
-    """Add one batch chunk's weight gradient; chunks add up in float32 so batch splits do not cost
-    half-precision accuracy."""
-    return part if total is None else total.to(torch.promote_types(part.dtype, torch.float32)) + part
-
-
-def _grads_from_output_columns(
-    x: Tensor, grad_out: Tensor, flipped: Tensor, plan: Plan, needs_w: bool
-) -> tuple[Tensor, Tensor | None]:
-    """Stride 1: both gradients from one im2col of grad_out (the columns of the input gradient).
-
-    With those columns G (padding d*(k-1)-p), G[n, (o, a, b), q] = grad_out at q + d*((a, b) - (k-1)) + p,
-    so the weight gradient W'[o, c, i, j] = sum_n,q x[n, c, q] * G[n, (o, k-1-i, k-1-j), q]: a per-sample
-    product x[n] @ G[n]^T shaped like the flipped kernel, summed over the batch and flipped back.
-    That saves building the input's columns a second time (one launch and k*k times the
-    activation written, per layer).
-    """
-    assert plan.dgrad_cols is not None  # shared columns are planned for stride 1 only
-    n, c = x.shape[:2]
-    g, (kh, kw) = plan.geom.groups, plan.geom.kernel
-    length = plan.in_size[0] * plan.in_size[1]
-    w_flip = flipped.reshape(g, c // g, -1)
-    chunk = plan.dgrad_chunk
-    grad_x = None if chunk >= n else grad_out.new_empty((n, c, *plan.in_size))
-    total: Tensor | None = None
-    for start in range(0, n, chunk):
-        go, x_part = (grad_out, x) if chunk >= n else (grad_out[start : start + chunk], x[start : start + chunk])
-        rows = go.shape[0]
-        cols = im2col(go, *plan.dgrad_cols, length)
-        part_x = batched_mm(w_flip, cols).view(rows, c, *plan.in_size)
-        if grad_x is None:
-            grad_x = part_x
-        else:
-            grad_x[start : start + rows] = part_x
-        if needs_w:
-            part = torch.bmm(x_part.view(rows * g, c // g, length), cols.view(rows * g, -1, length).transpose(1, 2))
-            total = _add_chunk(total, _batch_sum(part.view(rows, c, -1)))
-    assert grad_x is not None
-    if total is None:
-        return grad_x, None
-    # total is (C, O/g*kh*kw), the flipped kernel's layout; the same gather maps it back.
-    flipped_shape = torch.Size((c, flipped.shape[1], kh, kw))
-    return grad_x, torch.take(total, flip_index(flipped_shape, g, total.device))
-
-
-def _weight_grad(x: Tensor, grad_out: Tensor, weight: Tensor, plan: Plan) -> Tensor:
-    """The weight gradient from the input's columns (built again: they are never saved)."""
-    n, chunk, g = x.shape[0], plan.chunk, plan.geom.groups
-    out_c = weight.shape[0]
-    length = plan.out_size[0] * plan.out_size[1]
-    total: Tensor | None = None
-    for start in range(0, n, chunk):
-        x_part, go = (x, grad_out) if chunk >= n else (x[start : start + chunk], grad_out[start : start + chunk])
-        rows = x_part.shape[0]
-        if plan.wgrad_gemm:
-            go_t = go.view(rows, g, out_c // g, length).permute(1, 2, 0, 3).reshape(g, out_c // g, rows * length)
-            total = _add_chunk(total, torch.bmm(go_t, columns_t(x_part, plan.geom).transpose(1, 2)))
-        else:
-            cols = im2col(x_part, *plan.cols, length).view(rows * g, -1, length)
-            part = torch.bmm(go.view(rows * g, out_c // g, length), cols.transpose(1, 2))
-            total = _add_chunk(total, _batch_sum(part.view(rows, out_c, -1)))
-    assert total is not None
-    return total.view(weight.shape)
-
-
-def _input_grad(grad_out: Tensor, weight: Tensor, flipped: Tensor | None, plan: Plan) -> Tensor:
-    """``flipped``: the (C, O/g, kh, kw) flipped kernel where ``plan.dgrad_cols`` is set."""
-    g, out_c = plan.geom.groups, weight.shape[0]
-    if plan.dgrad_cols is not None:
-        assert flipped is not None
-        return _correlate(grad_out, flipped, g, plan.dgrad_cols, plan.in_size, plan.dgrad_chunk)
-    n, chunk = grad_out.shape[0], plan.chunk
-    w_t = weight.reshape(g, out_c // g, -1).transpose(1, 2)
-    go = grad_out.view(n, out_c, -1)
-    if chunk >= n:
-        return _sum_columns(batched_mm(w_t, go), plan)
-    grad_x = grad_out.new_empty((n, weight.shape[1] * g, *plan.in_size))
-    for start in range(0, n, chunk):
-        grad_x[start : start + chunk] = _sum_columns(batched_mm(w_t, go[start : start + chunk]), plan)
-    return grad_x
-
-
-def _sum_columns(cols: Tensor, plan: Plan) -> Tensor:
-    if plan.dgrad_taps:
-        return col2im_taps(cols, plan.in_size, *plan.cols, plan.out_size)
-    return col2im(cols, plan.in_size, *plan.cols)
+def _layer_trial(
+    choice: Choice, x: Tensor, weight: Tensor, bias: Tensor | None, plan: Plan, dtype: torch.dtype | None,
+    grad_out: Tensor, key: tuple[Any, ...],
+) -> None:
+    """Forward and backward of the whole layer by ``choice``, as a training step runs it."""
+    _, _, _, needs_x, needs_w, needs_b, _, _ = key
+    with torch.enable_grad():
+        out = _run(
+            choice,
+            x.detach().requires_grad_(needs_x),
+            weight.detach().requires_grad_(needs_w),
+            None if bias is None else bias.detach().requires_grad_(needs_b),
+            plan,
+            dtype,
+        )
+        out.backward(grad_out)

@@ -1,5 +1,7 @@
 """Every decision about one conv2d call signature, made once and cached: geometry, chunking, strategies.
 
+The ``Choice`` of paths for a signature is made by conv_tune.py and kept on its ``Plan``.
+
 The fallback (conv2d.py) is host-bound on small-channel CNNs, so what does not depend on the
 tensors' values is planned here once per (shapes, dtype, arguments, tuning) and looked up after.
 ``Conv2dTuning`` holds the knobs benchmarks compare; nothing is read from the environment.
@@ -8,7 +10,7 @@ tensors' values is planned here once per (shapes, dtype, arguments, tuning) and 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -29,6 +31,13 @@ class Conv2dTuning:
     grad_out with the flipped kernel where the stride is 1, "fold" never does; the rest is col2im, or
     one strided add per tap above ``col2im_max_pixels`` input pixels per sample. Transient columns
     are built in batch chunks of at most ``max_cols_bytes``.
+
+    ``autotune`` (on GPUs): instead of those fixed strategies, measure every MIOpen-free path per call
+    signature at its first use and keep the fastest (conv_tune.py); off gives the deterministic
+    choice above. ``cache_dir``: keep the measured choices there too (conv_tune_store.py), so the next
+    run in the same environment measures nothing. ``triton``: also try the Triton kernels
+    (conv_triton.py) where Triton runs; off by default, because compiling them makes the first step of
+    a first run tens of seconds longer (H100: 33-45 s against 1-2 s; Triton caches them on disk).
     """
 
     wgrad: Literal["auto", "gemm", "bmm"] = "auto"
@@ -36,12 +45,39 @@ class Conv2dTuning:
     dgrad: Literal["transpose", "fold"] = "transpose"
     col2im_max_pixels: int = 6400
     max_cols_bytes: int = 256 * 2**20
+    autotune: bool = True
+    cache_dir: str | None = None
+    triton: bool = False
 
 
 DEFAULT_TUNING = Conv2dTuning()
 
 
 Cols = tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int]]  # kernel, dilation, padding, stride
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """How one signature is computed.
+
+    ``route``: "function" (gpuwatch's autograd Function with the named ``forward``, ``input_grad`` and
+    ``weight_grad`` paths; a gradient that is not needed is ""; the same name of conv_paths.BOTH_GRADS
+    in both means one call computes both), "thnn" (PyTorch's slow_conv2d under its own autograd),
+    "pointwise" (1x1 as a bmm under plain autograd) or "forward" (no gradient needed: the ``forward``
+    path called directly).
+    """
+
+    route: str
+    forward: str = ""
+    input_grad: str = ""
+    weight_grad: str = ""
+
+    def describe(self) -> str:
+        if self.route != "function":
+            return self.route if self.route != "forward" else f"forward {self.forward}"
+        grads = [f"{name} {path}" for name, path in (("input grad", self.input_grad), ("weight grad", self.weight_grad))
+                 if path]
+        return ", ".join([f"forward {self.forward}", *grads])
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +97,8 @@ class Plan:
     dgrad_chunk: int
     dgrad_taps: bool  # otherwise col2im sums the input-gradient columns
     shared_cols: bool  # stride 1, wgrad "auto": the output gradient's columns serve both gradients
+    # (device, weight dtype, bias, needs input grad, needs weight grad, channels_last) -> Choice
+    choices: dict[tuple[object, ...], Choice] = field(default_factory=dict, compare=False, hash=False)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -15,11 +15,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpuwatch.train.argv import FALLBACK_MODES, FallbackMode, LaunchCommandError, is_python, parse_python_command
+from gpuwatch.train.conv_plan import Conv2dTuning
 from gpuwatch.train.dataloader import apply_spawn_defaults
 from gpuwatch.train.heartbeat_hook import install_step_hooks
 from gpuwatch.train.patch import patch_conv2d
 
-_VALUE_OPTIONS = ("--heartbeat-file", "--pause-file")
+_VALUE_OPTIONS = ("--heartbeat-file", "--pause-file", "--conv2d-autotune", "--conv2d-tune-cache")
 _log = logging.getLogger("gpuwatch.train")
 
 
@@ -33,6 +34,8 @@ class LaunchOptions:
     module: str | None
     args: list[str]
     python_flags: tuple[str, ...] = ()  # from a "python -u ..." target; only -u can be honoured here
+    conv2d_autotune: bool = True
+    conv2d_tune_cache: str | None = None  # None: choices stay in memory
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -49,6 +52,20 @@ def _parser() -> argparse.ArgumentParser:
         default="auto",
         help="im2col Conv2d instead of MIOpen/cuDNN: auto = only if a native probe conv fails (default); "
         "given without a value: on",
+    )
+    parser.add_argument(
+        "--conv2d-autotune",
+        choices=("on", "off"),
+        default="on",
+        help="measure the fallback's MIOpen-free paths per convolution signature and keep the fastest "
+        "(default on); off: the fixed, deterministic choice",
+    )
+    parser.add_argument(
+        "--conv2d-tune-cache",
+        metavar="DIR",
+        default=default_tune_cache(),
+        help="keep the measured choices in DIR, per device/driver/torch, so a later run measures nothing "
+        "(default: %(default)s); 'none': in memory only",
     )
     parser.add_argument(
         "--spawn", action="store_true", help="spawn start method and persistent DataLoader workers (ROCm-safe)"
@@ -103,7 +120,15 @@ def parse_args(argv: Sequence[str]) -> LaunchOptions:
         module=module,
         args=target[2:] if module else target[1:],
         python_flags=tuple(flags),
+        conv2d_autotune=known.conv2d_autotune == "on",
+        conv2d_tune_cache=None if known.conv2d_tune_cache == "none" else known.conv2d_tune_cache,
     )
+
+
+def default_tune_cache() -> str:
+    """Where the fallback's autotuning choices live by default: the user's cache directory."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "gpuwatch")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -125,7 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if options.spawn:
             undo.append(apply_spawn_defaults())
-        undo.append(patch_conv2d(None, options.conv2d_fallback).undo)
+        tuning = Conv2dTuning(autotune=options.conv2d_autotune, cache_dir=options.conv2d_tune_cache)
+        undo.append(patch_conv2d(None, options.conv2d_fallback, tuning=tuning).undo)
         hooks = install_step_hooks(options.heartbeat_file, options.pause_file)
         if hooks is not None:
             undo.append(hooks.remove)
