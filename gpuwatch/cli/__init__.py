@@ -94,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(handler=cmd_control, verb=name)
 
     train = sub.add_parser("train", help="run a training script with the training patches (gpuwatch[train])",
-                           usage="gpuwatch train [--conv2d-fallback auto|on|off] [--spawn] -- python train.py ARGS")
+                           usage="gpuwatch train [--conv2d-fallback auto|on|off] [--conv2d-autotune on|off] "
+                                 "[--conv2d-tune-cache DIR] [--spawn] -- python train.py ARGS")
     train.add_argument("--conv2d-fallback", choices=FALLBACK_MODES, default="auto",
                        help="im2col Conv2d instead of MIOpen: auto = only where a native probe conv fails")
     train.add_argument("--conv2d-autotune", choices=("on", "off"), default="on",

@@ -28,6 +28,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from gpuwatch.train import conv_paths as paths
+from gpuwatch.train import conv_slow
 from gpuwatch.train.conv_columns import batched_mm
 from gpuwatch.train.conv_geometry import IntOrPair, autocast_cast, autocast_dtype
 from gpuwatch.train.conv_plan import DEFAULT_TUNING, Choice, Conv2dTuning, Plan, plan_for
@@ -89,7 +90,7 @@ def _run(choice: Choice, x: Tensor, weight: Tensor, bias: Tensor | None, plan: P
         b = bias if dtype is None else autocast_cast(bias, dtype)
         return _pointwise(x, w, b, plan.geom.groups)
     if choice.route == "thnn":
-        out = paths.thnn_conv2d(x, w, bias if dtype is None else autocast_cast(bias, dtype), plan)
+        out = conv_slow.thnn_conv2d(x, w, bias if dtype is None else autocast_cast(bias, dtype), plan)
     else:  # "forward": nothing needs a gradient
         out = paths.FORWARD[choice.forward](x.contiguous(), w, plan)
         if bias is not None:
@@ -207,7 +208,7 @@ def _candidates(
     bias = None if bias is None else bias.detach()
     w = weight if dtype is None else autocast_cast(weight, dtype)
     xc = x.contiguous()
-    slow = paths.vendor_free(xc, w, plan)
+    slow = conv_slow.vendor_free(xc, w, plan)
     tri = ["triton"] if triton and paths.triton_eligible(xc, plan) else []
     names = ["im2col", *(["matmul"] if plan.pointwise else []), *(["slow"] if slow else []), *tri]
     forward = {name: functools.partial(paths.FORWARD[name], xc, w, plan) for name in names}
@@ -232,7 +233,7 @@ def _candidates(
         return functools.partial(_layer_trial, choice, x, weight, bias, plan, dtype, grad_out, key)
 
     layers = {}
-    if paths.thnn_eligible(plan):
+    if conv_slow.thnn_eligible(plan):
         layers["thnn"] = layer(Choice("thnn"))
     if plan.pointwise and contiguous:
         layers["pointwise"] = layer(Choice("pointwise"))

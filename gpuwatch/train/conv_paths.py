@@ -16,19 +16,14 @@ conv2d.py handles layouts, autocast, bias and autograd. Directions:
 ``triton`` (each direction one implicit-GEMM kernel, conv_triton.py) is offered where Triton imports
 and runs on the device.
 
-``slow`` is ``aten.convolution`` / ``aten.convolution_backward`` with cuDNN/MIOpen switched off
-around the call only, which makes PyTorch pick slow_conv2d, slow_conv_dilated2d or its CUDA
-depthwise kernel. ``vendor_free`` asks PyTorch's own backend selection which kernel that would be;
-conv_tune.py offers ``slow`` only where the answer is not cuDNN/MIOpen.
+``slow`` (conv_slow.py) is PyTorch's own convolution with cuDNN/MIOpen switched off around the call.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from types import ModuleType
 
 import torch
@@ -36,45 +31,12 @@ from torch import Tensor
 
 from gpuwatch.train.conv_columns import batched_mm, col2im, col2im_taps, columns_t, flip_index, im2col
 from gpuwatch.train.conv_plan import Cols, Plan
+from gpuwatch.train.conv_slow import both_grads_slow, forward_slow, input_grad_slow, weight_grad_slow
 
 Forward = Callable[[Tensor, Tensor, Plan], Tensor]
 InputGrad = Callable[[Tensor, Tensor, Tensor, "Tensor | None", Plan], Tensor]
 WeightGrad = Callable[[Tensor, Tensor, Tensor, Plan], Tensor]
 BothGrads = Callable[[Tensor, Tensor, Tensor, "Tensor | None", Plan], "tuple[Tensor, Tensor]"]
-
-_VENDOR = {"Cudnn", "CudnnTranspose", "Miopen", "MiopenDepthwise", "MiopenTranspose"}
-_vendor_lock = threading.Lock()
-_vendor_off_depth = 0
-_vendor_saved = True
-
-
-@contextmanager
-def vendor_off() -> Iterator[None]:
-    """cuDNN/MIOpen disabled for the calls inside (one global flag, so nested and concurrent users
-    share one switch: it is restored when the last of them leaves)."""
-    global _vendor_off_depth, _vendor_saved
-    with _vendor_lock:
-        if _vendor_off_depth == 0:
-            _vendor_saved = torch._C._get_cudnn_enabled()
-            torch._C._set_cudnn_enabled(False)
-        _vendor_off_depth += 1
-    try:
-        yield
-    finally:
-        with _vendor_lock:
-            _vendor_off_depth -= 1
-            if _vendor_off_depth == 0:
-                torch._C._set_cudnn_enabled(_vendor_saved)
-
-
-def vendor_free(x: Tensor, w: Tensor, plan: Plan) -> bool:
-    """Whether PyTorch, with cuDNN/MIOpen off, runs this convolution on a kernel of its own."""
-    g = plan.geom
-    with vendor_off():
-        backend = torch._C._select_conv_backend(
-            x, w, None, list(g.stride), list(g.padding), list(g.dilation), False, [0, 0], g.groups
-        )
-    return backend.name not in _VENDOR
 
 
 def triton_eligible(x: Tensor, plan: Plan) -> bool:
@@ -95,19 +57,6 @@ def _triton() -> ModuleType | None:
     return conv_triton
 
 
-def thnn_eligible(plan: Plan) -> bool:
-    """``_slow_conv2d_forward`` (whose autograd backward is ``_slow_conv2d_backward``, never a vendor
-    call) takes neither groups nor dilation."""
-    return plan.geom.groups == 1 and plan.geom.dilation == (1, 1)
-
-
-def thnn_conv2d(x: Tensor, w: Tensor, bias: Tensor | None, plan: Plan) -> Tensor:
-    g = plan.geom
-    # torch._C._nn's stub does not list thnn_conv2d (the binding of _slow_conv2d_forward).
-    out: Tensor = torch._C._nn.thnn_conv2d(x, w, list(g.kernel), bias, list(g.stride), list(g.padding))  # type: ignore[attr-defined]
-    return out
-
-
 # -- forward -------------------------------------------------------------------------------------
 
 
@@ -119,13 +68,6 @@ def forward_matmul(x: Tensor, w: Tensor, plan: Plan) -> Tensor:
     n, c, h, width = x.shape
     g, out_c = plan.geom.groups, w.shape[0]
     return batched_mm(w.reshape(g, out_c // g, c // g), x.view(n, c, h * width)).view(n, out_c, h, width)
-
-
-def forward_slow(x: Tensor, w: Tensor, plan: Plan) -> Tensor:
-    g = plan.geom
-    with vendor_off():
-        out: Tensor = torch.ops.aten.convolution(x, w, None, g.stride, g.padding, g.dilation, False, (0, 0), g.groups)
-    return out
 
 
 def forward_triton(x: Tensor, w: Tensor, plan: Plan) -> Tensor:
@@ -175,10 +117,6 @@ def input_grad_matmul(x: Tensor, grad_out: Tensor, w: Tensor, flipped: Tensor | 
     g = plan.geom.groups
     w_t = w.reshape(g, out_c // g, -1).transpose(1, 2)
     return batched_mm(w_t, grad_out.view(n, out_c, h * width)).view(n, -1, h, width)
-
-
-def input_grad_slow(x: Tensor, grad_out: Tensor, w: Tensor, flipped: Tensor | None, plan: Plan) -> Tensor:
-    return _slow_backward(grad_out, x, w, plan, (True, False))[0]
 
 
 def input_grad_triton(x: Tensor, grad_out: Tensor, w: Tensor, flipped: Tensor | None, plan: Plan) -> Tensor:
@@ -252,10 +190,6 @@ def weight_grad_gemm(x: Tensor, grad_out: Tensor, w: Tensor, plan: Plan) -> Tens
     return total.view(out_c, -1, *plan.geom.kernel)
 
 
-def weight_grad_slow(x: Tensor, grad_out: Tensor, w: Tensor, plan: Plan) -> Tensor:
-    return _slow_backward(grad_out, x, w, plan, (False, True))[1]
-
-
 def weight_grad_triton(x: Tensor, grad_out: Tensor, w: Tensor, plan: Plan) -> Tensor:
     kernels = _triton()
     assert kernels is not None
@@ -264,10 +198,6 @@ def weight_grad_triton(x: Tensor, grad_out: Tensor, w: Tensor, plan: Plan) -> Te
 
 
 # -- both gradients ------------------------------------------------------------------------------
-
-
-def both_grads_slow(x: Tensor, grad_out: Tensor, w: Tensor, flipped: Tensor | None, plan: Plan) -> tuple[Tensor, Tensor]:
-    return _slow_backward(grad_out, x, w, plan, (True, True))
 
 
 def both_grads_shared(
@@ -304,17 +234,6 @@ def both_grads_shared(
     # total is (C, O/g*kh*kw), the flipped kernel's layout; the same gather maps it back.
     flipped_shape = torch.Size((c, flipped.shape[1], kh, kw))
     return grad_x, torch.take(total, flip_index(flipped_shape, g, total.device))
-
-
-def _slow_backward(
-    grad_out: Tensor, x: Tensor, w: Tensor, plan: Plan, mask: tuple[bool, bool]
-) -> tuple[Tensor, Tensor]:
-    g = plan.geom
-    with vendor_off():
-        grads = torch.ops.aten.convolution_backward(
-            grad_out, x, w, None, g.stride, g.padding, g.dilation, False, (0, 0), g.groups, [*mask, False]
-        )
-    return grads[0], grads[1]
 
 
 FORWARD: dict[str, Forward] = {

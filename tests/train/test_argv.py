@@ -61,3 +61,20 @@ def test_cli_train_execs_the_launcher(monkeypatch):
     expected = [sys.executable, *LAUNCH, "auto", "--spawn", "train.py", "--epochs", "2"]
     assert execed.value.args == (sys.executable, expected)
     assert cli.main(["train", "--", "torchrun", "train.py"]) == 2
+
+
+def test_autotune_options_are_passed_only_when_given(monkeypatch):
+    argv = build_launch_argv("on", False, ["python", "t.py"], autotune=False, tune_cache="none")
+    assert argv == [sys.executable, *LAUNCH, "on", "--conv2d-autotune", "off", "--conv2d-tune-cache", "none", "t.py"]
+    from gpuwatch import cli
+
+    class Exec(Exception):
+        pass
+
+    def fake_execvp(file, argv):
+        raise Exec(argv)
+
+    monkeypatch.setattr(cli.os, "execvp", fake_execvp)
+    with pytest.raises(Exec) as execed:
+        cli.main(["train", "--conv2d-autotune", "off", "--conv2d-tune-cache", "/tmp/c", "--", "python", "t.py"])
+    assert execed.value.args[0][-5:] == ["--conv2d-autotune", "off", "--conv2d-tune-cache", "/tmp/c", "t.py"]

@@ -15,7 +15,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-from gpuwatch.train import conv_paths as paths  # noqa: E402
+from gpuwatch.train import conv_slow  # noqa: E402
 from gpuwatch.train import conv_tune  # noqa: E402
 from gpuwatch.train.conv2d import conv2d  # noqa: E402
 from gpuwatch.train.conv_plan import DEFAULT_TUNING, Choice, Conv2dTuning, plan_for  # noqa: E402
@@ -268,8 +268,8 @@ def test_pytorch_convolutions_run_with_cudnn_off_or_are_its_own_kernels(tuner, l
 
 
 def test_vendor_off_nests_and_restores():
-    with paths.vendor_off():
-        with paths.vendor_off():
+    with conv_slow.vendor_off():
+        with conv_slow.vendor_off():
             assert not torch.backends.cudnn.enabled
         assert not torch.backends.cudnn.enabled
     assert torch.backends.cudnn.enabled
@@ -278,13 +278,13 @@ def test_vendor_off_nests_and_restores():
 def test_slow_path_is_offered_only_where_pytorch_picks_its_own_kernel(monkeypatch):
     x, w, _ = _tensors(4, 6, 3, 1, False, dtype=torch.float32)
     plan = plan_for(x.shape, w.shape, x.dtype, 1, 1, 1, 1, DEFAULT_TUNING)
-    assert paths.vendor_free(x, w, plan)
+    assert conv_slow.vendor_free(x, w, plan)
 
     class Cudnn:
         name = "Cudnn"
 
     monkeypatch.setattr(torch._C, "_select_conv_backend", lambda *args: Cudnn())
-    assert not paths.vendor_free(x, w, plan)
+    assert not conv_slow.vendor_free(x, w, plan)
 
 
 # -- the off switch, the cache key, the store, the log ---------------------------------------------

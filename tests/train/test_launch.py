@@ -122,6 +122,15 @@ def test_flag_without_value_and_a_whole_python_command(probe, tmp_path):
     assert json.loads(out.read_text())["argv"] == [str(probe), str(out)]
 
 
+def test_autotune_options(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    options = parse_args(["train.py"])
+    assert options.conv2d_autotune and options.conv2d_tune_cache == str(tmp_path / "gpuwatch")
+    options = parse_args(["--conv2d-autotune", "off", "--conv2d-tune-cache", "none", "train.py", "--conv2d-autotune"])
+    assert not options.conv2d_autotune and options.conv2d_tune_cache is None
+    assert options.script == "train.py" and options.args == ["--conv2d-autotune"]
+
+
 def test_parse_args_keeps_script_options_for_the_script():
     options = parse_args(["--spawn", "train.py", "--spawn", "--conv2d-fallback", "x"])
     assert options.spawn and options.conv2d_fallback == "auto"
