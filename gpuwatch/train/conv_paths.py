@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import ModuleType
 
 import torch
@@ -159,14 +159,22 @@ def add_chunk(total: Tensor | None, part: Tensor) -> Tensor:
     return part if total is None else total.to(torch.promote_types(part.dtype, torch.float32)) + part
 
 
+def _batch_chunks(x: Tensor, grad_out: Tensor, chunk: int) -> Iterator[tuple[Tensor, Tensor]]:
+    """(input, grad_out) slices of at most ``chunk`` samples (the tensors themselves when one will do)."""
+    n = x.shape[0]
+    if chunk >= n:
+        yield x, grad_out
+        return
+    for start in range(0, n, chunk):
+        yield x[start : start + chunk], grad_out[start : start + chunk]
+
+
 def weight_grad_bmm(x: Tensor, grad_out: Tensor, w: Tensor, plan: Plan) -> Tensor:
     """Per-sample products of grad_out with the input's columns (the input itself for 1x1), summed."""
-    n, chunk, g = x.shape[0], plan.chunk, plan.geom.groups
-    out_c = grad_out.shape[1]
+    g, out_c = plan.geom.groups, grad_out.shape[1]
     length = plan.out_size[0] * plan.out_size[1]
     total: Tensor | None = None
-    for start in range(0, n, chunk):
-        x_part, go = (x, grad_out) if chunk >= n else (x[start : start + chunk], grad_out[start : start + chunk])
+    for x_part, go in _batch_chunks(x, grad_out, plan.chunk):
         rows = x_part.shape[0]
         cols = x_part if plan.pointwise else im2col(x_part, *plan.cols, length)
         part = torch.bmm(go.reshape(rows * g, out_c // g, length), cols.reshape(rows * g, -1, length).transpose(1, 2))
@@ -177,12 +185,10 @@ def weight_grad_bmm(x: Tensor, grad_out: Tensor, w: Tensor, plan: Plan) -> Tenso
 
 def weight_grad_gemm(x: Tensor, grad_out: Tensor, w: Tensor, plan: Plan) -> Tensor:
     """One product over batch and pixels: the columns gathered as (C*kh*kw, N*L)."""
-    n, chunk, g = x.shape[0], plan.chunk, plan.geom.groups
-    out_c = grad_out.shape[1]
+    g, out_c = plan.geom.groups, grad_out.shape[1]
     length = plan.out_size[0] * plan.out_size[1]
     total: Tensor | None = None
-    for start in range(0, n, chunk):
-        x_part, go = (x, grad_out) if chunk >= n else (x[start : start + chunk], grad_out[start : start + chunk])
+    for x_part, go in _batch_chunks(x, grad_out, plan.chunk):
         rows = x_part.shape[0]
         go_t = go.view(rows, g, out_c // g, length).permute(1, 2, 0, 3).reshape(g, out_c // g, rows * length)
         total = add_chunk(total, torch.bmm(go_t, columns_t(x_part, plan.geom).transpose(1, 2)))
