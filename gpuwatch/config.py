@@ -7,18 +7,22 @@ names the key, the offending value and the rule; the CLI turns it into exit code
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 DEFAULT_CONFIG_PATH = Path("/etc/gpuwatch/gpuwatch.toml")
 DEFAULT_HTTP_PORT = 9840
 CONFIG_ERROR_EXIT = 2
+# A GPU's id everywhere in gpuwatch: its PCI slot as sysfs names it (domain:bus:device.function, lower
+# case), e.g. 0000:28:00.0; lspci's short form 28:00.0 leaves out the domain.
+PCI_SLOT = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
 class ConfigError(Exception):
@@ -76,6 +80,27 @@ def validate_points(points: Sequence[Sequence[float]]) -> list[str]:
     return problems
 
 
+def pci_slot_problem(text: str) -> str | None:
+    """Why ``text`` is not a PCI slot as gpuwatch names GPUs, or None when it is one."""
+    if PCI_SLOT.match(text):
+        return None
+    if PCI_SLOT.match(f"0000:{text}".lower()):
+        return f"{text!r} is a short PCI slot: write it with its domain, as 0000:{text.lower()}"
+    if PCI_SLOT.match(text.lower()):
+        return f"{text!r}: write the PCI slot in lower case, as {text.lower()}"
+    return f"{text!r} is not a PCI slot (domain:bus:device.function, like 0000:28:00.0; see gpuwatch sensors)"
+
+
+def _check_slot(text: str) -> str:
+    problem = pci_slot_problem(text)
+    if problem:
+        raise ValueError(problem)
+    return text
+
+
+PciSlot = Annotated[str, AfterValidator(_check_slot)]
+
+
 def _check_curve(points: list[list[float]] | None) -> list[list[float]] | None:
     if points is not None:
         problems = validate_points(points)
@@ -114,7 +139,7 @@ class FanConfig(Strict):
     frozen_after_ticks: int = Field(default=300, ge=0, le=86400)
     stall_after_ticks: int = Field(default=5, ge=1, le=3600)
     verify_tolerance_percent: float = Field(default=5.0, ge=0, le=100)
-    gpus: dict[str, FanCurveSettings] = Field(default_factory=dict)
+    gpus: dict[PciSlot, FanCurveSettings] = Field(default_factory=dict)
 
     @field_validator("curve")
     @classmethod
@@ -265,14 +290,14 @@ class Config(Strict):
     simulate: SimulateConfig = SimulateConfig()
     trainer: list[TrainerConfig] = []
 
-    @model_validator(mode="after")
-    def _unique_trainer_names(self) -> "Config":
-        seen: set[str] = set()
-        for trainer in self.trainer:
-            if trainer.name in seen:
-                raise ValueError(f"trainer name {trainer.name!r} is used twice; names must be unique")
-            seen.add(trainer.name)
-        return self
+    @field_validator("trainer")
+    @classmethod
+    def _unique_trainer_names(cls, trainers: list[TrainerConfig]) -> list[TrainerConfig]:
+        names = [trainer.name for trainer in trainers]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError("; ".join(f"trainer name {name!r} is used twice; names must be unique" for name in twice))
+        return trainers
 
     @property
     def control_socket(self) -> Path:
@@ -286,6 +311,15 @@ class Config(Strict):
     @property
     def simulated_tree_dir(self) -> Path:
         return self.simulate.tree_dir or self.resolved_runtime_dir / "simulated-sysfs"
+
+    def with_effective_sysfs(self) -> "Config":
+        """This config as everything that reads or writes sysfs must see it: when simulating, the
+        simulator's tree is the sysfs root and amdgpu the only backend (the simulated cards are read
+        like real ones, and only them). The daemon and every daemon-side command (status, sensors,
+        curve, fans-auto) go through this one rule, so they all mean the same GPUs."""
+        if not self.simulating:
+            return self
+        return self.model_copy(update={"sysfs_root": self.simulated_tree_dir, "backend": "amdgpu"})
 
     @property
     def state_file(self) -> Path:
@@ -336,11 +370,20 @@ def parse_config(data: dict[str, Any], source: str = "config") -> Config:
 def format_validation_error(exc: ValidationError, source: str) -> str:
     lines = [f"{source}: invalid configuration ({exc.error_count()} problem(s)):"]
     for err in exc.errors():
-        key = ".".join(str(part) for part in err["loc"]) or "(top level)"
+        loc = [str(part) for part in err["loc"]]
+        if loc[-1:] == ["[key]"]:  # a table's name is wrong, e.g. [fan.gpus."bogus"]: name the table
+            loc = loc[:-2] + [f'"{loc[-2]}"']
+        key = ".".join(loc) or "(top level)"
         rule = err["msg"]
         if err["type"] == "extra_forbidden":
             rule = "unknown key (not a gpuwatch setting; check spelling)"
-        lines.append(f"  {key} = {err.get('input')!r}: {rule}")
+        rule = rule.removeprefix("Value error, ")
+        shown = err.get("input")
+        if isinstance(shown, dict) or isinstance(shown, list) and any(isinstance(item, dict) for item in shown):
+            # A whole section or a list of [[tables]]: the rule names what is wrong, a dump would bury it.
+            lines.append(f"  {key}: {rule}")
+        else:
+            lines.append(f"  {key} = {shown!r}: {rule}")
     return "\n".join(lines)
 
 

@@ -80,6 +80,8 @@ class GpuReading:
     mem_busy_ratio: float | None = None
     vram_used_bytes: int | None = None
     vram_total_bytes: int | None = None
+    # Memory the driver keeps for itself, not in vram_used_bytes (NVML's v2 memory query; nvidia-smi's "reserved").
+    vram_reserved_bytes: int | None = None
     gtt_used_bytes: int | None = None
     gtt_total_bytes: int | None = None
     power_w: float | None = None

@@ -6,16 +6,16 @@ Exit codes: 0 ok, 1 a GPU over a limit or a failure reported (status), 2 usage o
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from gpuwatch import __version__
-from gpuwatch.cli.status import EXIT_USAGE, exit_code, render
+from gpuwatch.cli.show import document_text, repeat, sensors_fetch, show, status_fetch, watch_seconds
+from gpuwatch.cli.status import EXIT_USAGE
 from gpuwatch.config import (
     CONFIG_ERROR_EXIT,
     DEFAULT_CONFIG_PATH,
@@ -25,11 +25,9 @@ from gpuwatch.config import (
     effective_config_toml,
     load_config,
     parse_config,
+    pci_slot_problem,
     remote_base_url,
 )
-from gpuwatch.model import PublishedState
-from gpuwatch.publish.document import StatusDocument, to_document
-from gpuwatch.publish.state import is_stale, read_state_file
 from gpuwatch.train.argv import FALLBACK_MODES
 
 
@@ -40,12 +38,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        return int(args.handler(args))
+        code = int(args.handler(args))
+        sys.stdout.flush()  # here, so that a reader that went away is handled below
+        return code
     except ConfigError as exc:
         print(f"gpuwatch: {exc}", file=sys.stderr)
         return CONFIG_ERROR_EXIT
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`gpuwatch status --watch 1 | head`): stop quietly, as `yes | head` does.
+        # Later writes (the interpreter's final flush) go nowhere instead of raising again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13  # what a shell reports for a process ended by SIGPIPE
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         p = sub.add_parser(name, parents=[common], help=helptext)
         p.add_argument("--json", action="store_true", help="print the stable JSON document (schema 1)")
-        p.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS until Ctrl-C")
+        p.add_argument("--watch", type=watch_seconds, metavar="SECONDS",
+                       help="refresh every SECONDS until Ctrl-C (with --json: one compact document per line)")
         p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
         p.set_defaults(handler=handler)
         if name == "status":
@@ -147,6 +153,7 @@ def setup_logging(level: str) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from gpuwatch.daemon.loop import Daemon
     from gpuwatch.daemon.sdnotify import Notifier
+    from gpuwatch.supervise.preflight import check_trainers
 
     def load() -> Config:
         # Also what SIGHUP re-runs: same file, same command-line overrides.
@@ -158,6 +165,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return config
 
     config = load()
+    check_trainers(config, str(cli_config_path(args) or "the default configuration"), as_daemon=True)
     setup_logging(config.log_level)
     notifier = Notifier.from_env(unset=True)  # trainers we spawn must not inherit NOTIFY_SOCKET
     return Daemon(config, config_path=cli_config_path(args), load=load, notifier=notifier).run()
@@ -187,19 +195,48 @@ def cmd_fans_auto(args: argparse.Namespace) -> int:
         # (a rejected reload): the fans must still go back, so fall back to the defaults.
         print(f"gpuwatch fans-auto: {exc}\ngpuwatch fans-auto: using the default settings", file=sys.stderr)
         config = with_runtime_dir(load_config(None, {"sysfs_root": str(args.sysfs_root)} if args.sysfs_root else None))
-    setup_logging(config.log_level)
-    problems = fans_auto(Sysfs(config.sysfs_root), RestoreFile(config.resolved_runtime_dir / "fan-restore.json"))
-    for problem in problems:
+    setup_logging("debug" if config.log_level == "debug" else "warning")  # what was handed back is printed below
+    config = config.with_effective_sysfs()  # the simulated tree when the config simulates, like the daemon
+    restore_file = RestoreFile(config.resolved_runtime_dir / "fan-restore.json")
+    result = fans_auto(Sysfs(config.sysfs_root), restore_file)
+    for line in result.done:
+        print(line)
+    if not result.done and not result.problems:
+        print(f"nothing to hand back: no restore file ({restore_file.path}) and no fan in manual mode "
+              f"under {config.sysfs_root}")
+    for problem in result.problems:
         print(f"gpuwatch fans-auto: {problem}", file=sys.stderr)
-    return 1 if problems else 0
+    return 1 if result.problems else 0
 
 
 def cmd_curve(args: argparse.Namespace) -> int:
     from gpuwatch.cli.curve import render_curve
 
     config = load_cli_config(args)
-    print(render_curve(config.fan.for_gpu(args.gpu) if args.gpu else config.fan), end="")
+    if not args.gpu:
+        print(render_curve(config.fan), end="")
+        return 0
+    problem = pci_slot_problem(args.gpu)
+    if problem:
+        print(f"gpuwatch curve: --gpu {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    present = _amdgpu_slots(config)
+    if args.gpu not in config.fan.gpus and args.gpu not in present:
+        print(f"gpuwatch curve: no amdgpu GPU {args.gpu} here ({', '.join(present) or 'none found'}) and no "
+              f"[fan.gpus.\"{args.gpu}\"] in the config ({', '.join(config.fan.gpus) or 'none'})", file=sys.stderr)
+        return EXIT_USAGE
+    if args.gpu not in config.fan.gpus:
+        print(f"# GPU {args.gpu}: no [fan.gpus.\"{args.gpu}\"] overrides, it follows the global curve")
+    print(render_curve(config.fan.for_gpu(args.gpu)), end="")
     return 0
+
+
+def _amdgpu_slots(config: Config) -> list[str]:
+    """The amdgpu GPUs of the sysfs tree the config means (the fan curve drives only those)."""
+    from gpuwatch.gpus.amdgpu import discover
+    from gpuwatch.sysfs import Sysfs
+
+    return [card.gpu_id for card in discover(Sysfs(config.with_effective_sysfs().sysfs_root)).cards]
 
 
 def with_simulation(config: Config, gpus: int) -> Config:
@@ -226,8 +263,12 @@ def cmd_control(args: argparse.Namespace) -> int:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
+    from gpuwatch.supervise.preflight import check_trainers
+
     path = args.file or DEFAULT_CONFIG_PATH
     config = load_config(path)
+    # As root, check as the daemon (a root service) will run it; as a user, what holds for anyone.
+    check_trainers(config, str(path), as_daemon=os.geteuid() == 0)
     print(f"# {path}: valid. Effective configuration:")
     print(effective_config_toml(config), end="")
     return 0
@@ -237,7 +278,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     config = load_cli_config(args)
     if args.remote is not None:
         return _show_remote(args, config)
-    return _show(args, config, lambda: daemon_document(config) or (sysfs_document(config), _NOT_RUNNING))
+    return show(args, status_fetch(config))
 
 
 def _show_remote(args: argparse.Namespace, config: Config) -> int:
@@ -258,65 +299,14 @@ def _show_remote(args: argparse.Namespace, config: Config) -> int:
     def once(color: bool) -> tuple[str, int]:
         results = fetch_all(urls, timeout_s)
         now = time.time()
-        text = json.dumps(fleet.to_json(results, now), indent=2, sort_keys=True) + "\n" if args.json else \
-            fleet.render(results, now, color)
+        text = document_text(fleet.to_json(results, now), args) if args.json else fleet.render(results, now, color)
         return text, fleet.fleet_exit_code(results)
 
-    return _repeat(args, once)
+    return repeat(args, once)
 
 
 def cmd_sensors(args: argparse.Namespace) -> int:
-    config = load_cli_config(args)
-    return _show(args, config, lambda: (sysfs_document(config), None))
-
-
-_NOT_RUNNING = "gpuwatch daemon is not running: values read directly from sysfs"
-
-
-def daemon_document(config: Config) -> tuple[StatusDocument, str | None] | None:
-    """The daemon's published state if it is running and fresh, else None."""
-    doc = read_state_file(config.state_file)
-    daemon = doc.get("daemon") if doc else None
-    if not doc or not daemon:
-        return None
-    pid = daemon.get("pid")
-    if not isinstance(pid, int) or not _alive(pid):
-        return None
-    age = time.time() - float(doc.get("taken_unix") or 0)
-    if is_stale(age, float(daemon.get("interval_s") or 1)):
-        daemon.setdefault("failures", []).append(f"state is {age:.0f}s old: the control loop is stuck")
-    return doc, None
-
-
-def sysfs_document(config: Config) -> StatusDocument:
-    from gpuwatch.daemon.compose import build_sources
-    from gpuwatch.gpus.sampler import Sampler
-
-    snapshot = Sampler(build_sources(config)).sample()
-    return to_document(PublishedState(snapshot=snapshot), config.thermal, source="sysfs")
-
-
-def _show(args: argparse.Namespace, config: Config, fetch: Callable[[], tuple[StatusDocument, str | None]]) -> int:
-    def once(color: bool) -> tuple[str, int]:
-        doc, note = fetch()
-        text = json.dumps(doc, indent=2, sort_keys=True) + "\n" if args.json else render(doc, color=color, note=note)
-        return text, exit_code(doc)
-
-    return _repeat(args, once)
-
-
-def _repeat(args: argparse.Namespace, once: Callable[[bool], tuple[str, int]]) -> int:
-    """Print what ``once(color)`` renders, every ``--watch`` seconds (screen cleared) or once; its exit code."""
-    color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and "NO_COLOR" not in os.environ)
-    while True:
-        text, code = once(color)
-        if args.watch and not args.json:
-            print("\033[H\033[2J", end="")
-        print(text, end="")
-        sys.stdout.flush()
-        if not args.watch:
-            return code
-        time.sleep(args.watch)
+    return show(args, sensors_fetch(load_cli_config(args)))
 
 
 def _positive_seconds(text: str) -> float:
@@ -327,16 +317,6 @@ def _positive_seconds(text: str) -> float:
     if not 0 < value <= 60:
         raise argparse.ArgumentTypeError(f"{text} must be above 0 and at most 60 seconds")
     return value
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 if __name__ == "__main__":

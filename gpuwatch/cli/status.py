@@ -59,8 +59,15 @@ def _header(doc: StatusDocument, now: float, paint: Paint) -> str:
         for failure in daemon.get("failures") or []:
             state += "  " + paint(f"FAILURE: {failure}", RED)
     else:
-        state = "daemon not running: read from sysfs"
+        state = f"read from {_sources(doc)}"
     return f"{paint('gpuwatch', BOLD)}  {stamp}  {state}"
+
+
+def _sources(doc: StatusDocument) -> str:
+    """What a direct reading came from: sysfs for amdgpu, NVML for NVIDIA GPUs."""
+    names = {"nvml": "NVML"}
+    found = dict.fromkeys(names.get(gpu.get("backend") or "", "sysfs") for gpu in doc.get("gpus", []))
+    return " and ".join(found) or "sysfs"
 
 
 def _gpu_block(gpu: GpuDoc, paint: Paint) -> list[str]:
@@ -70,13 +77,15 @@ def _gpu_block(gpu: GpuDoc, paint: Paint) -> list[str]:
         return [paint(title, BOLD) + "  " + paint("DOWN (gone from the bus or reset)", RED)]
     if gpu.get("suspended"):
         return [paint(title, BOLD) + "  " + paint("suspended (runtime PM): not read, so it can sleep", DIM)]
-    temps = "  ".join(_temp(label, t, paint) for label, t in gpu.get("temperatures", {}).items()) or NA
+    temperatures = gpu.get("temperatures", {})
+    over = gpu.get("over_limit") or []
+    temps = "  ".join(_temp(label, t, label in over, paint) for label, t in temperatures.items()) or NA
     lines = [
         paint(title, BOLD),
         f"  temp   {temps}",
+        *_limits(temperatures),
         f"  busy   gpu {_pct(gpu.get('gpu_busy_ratio'))}  mem {_pct(gpu.get('mem_busy_ratio'))}",
-        f"  vram   {_bytes(gpu.get('vram_used_bytes'))} / {_bytes(gpu.get('vram_total_bytes'))}"
-        f"   gtt {_bytes(gpu.get('gtt_used_bytes'))} / {_bytes(gpu.get('gtt_total_bytes'))}",
+        _memory_line(gpu),
         f"  power  {_num(gpu.get('power_w'), 'W')} / cap {_num(gpu.get('power_cap_w'), 'W')}"
         f"   sclk {_num(_mhz(gpu.get('sclk_hz')), 'MHz')}  mclk {_num(_mhz(gpu.get('mclk_hz')), 'MHz')}",
         _fan_line(gpu),
@@ -91,6 +100,14 @@ def _gpu_block(gpu: GpuDoc, paint: Paint) -> list[str]:
     return lines
 
 
+def _memory_line(gpu: GpuDoc) -> str:
+    text = f"  vram   {_bytes(gpu.get('vram_used_bytes'))} / {_bytes(gpu.get('vram_total_bytes'))}"
+    reserved = gpu.get("vram_reserved_bytes")
+    if reserved is not None:  # NVML: the driver's own share, which nvidia-smi also shows apart from used
+        return f"{text}   reserved by the driver {_bytes(reserved)}"
+    return f"{text}   gtt {_bytes(gpu.get('gtt_used_bytes'))} / {_bytes(gpu.get('gtt_total_bytes'))}"
+
+
 def _fan_line(gpu: GpuDoc) -> str:
     if gpu.get("backend") == "nvml":
         # NVML gives a duty percent only, and gpuwatch never drives NVIDIA fans.
@@ -101,18 +118,29 @@ def _fan_line(gpu: GpuDoc) -> str:
     return f"  fan    {_num(gpu.get('fan_rpm'), 'RPM')}  pwm {_pct(gpu.get('pwm_ratio'))}  mode {mode}"
 
 
-def _temp(label: str, t: TemperatureDoc, paint: Paint) -> str:
+def _temp(label: str, t: TemperatureDoc, over: bool, paint: Paint) -> str:
+    """``junction 101°C OVER LIMIT`` (red) when the document lists the sensor in over_limit (the one
+    "at or above the pause limit" rule, limits.over_limit), yellow within 10 °C of the limit, green below."""
     value, limit = t.get("temp_c"), t.get("limit_c")
     text = f"{label} {_num(value, '°C', 0)}"
-    if t.get("crit_c") is not None:
-        text += f" (crit {t['crit_c']:.0f})"
+    if over:
+        return paint(f"{text} OVER LIMIT", RED)
     if value is not None and limit is not None:
-        if value >= limit:
-            return paint(text, RED)
         if value >= limit - WARN_BELOW_LIMIT_C:
             return paint(text, YELLOW)
         return paint(text, GREEN)
     return text
+
+
+def _limits(temperatures: dict[str, TemperatureDoc]) -> list[str]:
+    """The line the temperatures are judged against: each sensor's pause limit, then the card's crits."""
+    limits = "  ".join(f"{label} {t['limit_c']:.0f}°C" for label, t in temperatures.items() if t.get("limit_c") is not None)
+    crit = [t.get("crit_c") for t in temperatures.values()]
+    crits = "/".join("-" if c is None else f"{c:.0f}" for c in crit) if any(c is not None for c in crit) else ""
+    if not limits and not crits:
+        return []
+    text = f"  limit  pause at {limits}" if limits else "  limit  no pause limit"
+    return [text + (f"   crit {crits}°C" if crits else "")]
 
 
 def _controller(fan: FanControllerDoc, paint: Paint) -> str:

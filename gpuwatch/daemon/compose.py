@@ -54,7 +54,8 @@ def build(config: Config) -> tuple[Config, Parts]:
     if config.simulating:
         # The tree must exist before any part probes it.
         simulator = start_simulator(config)
-        config = config.model_copy(update={"sysfs_root": simulator.root, "backend": "amdgpu"})
+    config = config.with_effective_sysfs()
+    if simulator is not None:
         log.info("simulating %d RX 5600 XT card(s) in %s (time x%g)", config.simulate.gpus,
                  simulator.root, config.simulate.time_scale)
     amdgpu = amdgpu_source(config)

@@ -103,7 +103,7 @@ def send_command(path: Path, cmd: str, name: str | None, timeout_s: float = 5.0)
                     break
                 data += chunk
     except (FileNotFoundError, ConnectionRefusedError):
-        raise ControlError(f"gpuwatch daemon is not running (no control socket at {path}), "
+        raise ControlError(f"the daemon is not running (no control socket at {path}), "
                            "or no [[trainer]] is configured") from None
     except PermissionError:
         raise ControlError(f"not permitted to use {path}: run as root or as a member of its group") from None

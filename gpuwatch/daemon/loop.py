@@ -231,7 +231,10 @@ class Daemon:
 
     def request_stop(self, signum: int | None = None, frame: FrameType | None = None) -> None:
         if signum is not None:
-            log.info("received %s, stopping", signal.Signals(signum).name)
+            # One line per stop: a Ctrl-C that also reaches a wrapper which then sends SIGTERM is one request.
+            level = logging.DEBUG if self.stop_requested.is_set() else logging.INFO
+            log.log(level, "received %s, %s", signal.Signals(signum).name,
+                    "already stopping" if self.stop_requested.is_set() else "stopping")
         self.stop_requested.set()
         self._wake.set()
 
@@ -270,6 +273,11 @@ def _log_discovery(config: Config, snapshot: Snapshot) -> None:
         log.info("GPU %s (%s, %s): %s", gpu.gpu_id, gpu.card, gpu.backend, gpu.name or gpu.device_id)
     for card in snapshot.unsupported:
         log.info("card %s uses driver %s: not supported, not read", card.card, card.driver)
+    present = {gpu.gpu_id for gpu in snapshot.gpus}
+    for slot in config.fan.gpus:
+        if slot not in present:
+            log.warning("[fan.gpus.\"%s\"]: no such GPU on this machine (%s): its settings apply to nothing",
+                        slot, ", ".join(sorted(present)) or "none found")
     if not snapshot.gpus:
         log.warning(
             "no GPU found (backend %s; amdgpu under %s/class/drm). Point gpuwatch at another sysfs tree with "

@@ -60,6 +60,10 @@ class RestoreRecord(Protocol):
         """Give the fan back to the firmware; the problem when it did not stick. Raises SysfsError."""
         ...
 
+    def handed_back(self) -> str:
+        """What ``restore`` sets, for the user (`gpuwatch fans-auto` prints it)."""
+        ...
+
 
 class FanBackend(Protocol):
     """One GPU's fan driver, as the controller uses it: probe, take control, apply, restore."""

@@ -75,6 +75,10 @@ class GpuOdRestore:
         zero = stored.get("zero_rpm_enable")
         return replace(self, zero_rpm_enable=zero) if isinstance(zero, int) else self
 
+    def handed_back(self) -> str:
+        zero_rpm = "; zero-RPM on again" if self.zero_rpm_enable == 1 and self.zero_rpm_path else ""
+        return f"fan_curve reset to the firmware's{zero_rpm}"
+
     def restore(self, sysfs: Sysfs, dry_run: bool = False) -> str | None:
         for value in ("r\n", "c\n"):
             write(sysfs, self.path, value, dry_run)

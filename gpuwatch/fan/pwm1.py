@@ -41,9 +41,17 @@ class Pwm1Restore:
         mode = stored.get("pwm1_enable")
         return replace(self, pwm1_enable=mode) if isinstance(mode, int) else self
 
+    @property
+    def mode(self) -> int:
+        """The mode restored: the original, automatic unless it was manual (never 0, full speed)."""
+        return self.pwm1_enable if self.pwm1_enable in (MANUAL, AUTO) else AUTO
+
+    def handed_back(self) -> str:
+        return "pwm1_enable 2, automatic" if self.mode == AUTO else "pwm1_enable 1, manual as it was found"
+
     def restore(self, sysfs: Sysfs, dry_run: bool = False) -> str | None:
         """Write the original mode (automatic unless it was manual) and read it back."""
-        mode = self.pwm1_enable if self.pwm1_enable in (MANUAL, AUTO) else AUTO
+        mode = self.mode
         write(sysfs, self.path, str(mode), dry_run)
         if dry_run:
             return None

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,48 +69,57 @@ class RestoreFile:
         self.path.unlink(missing_ok=True)
 
 
-def fans_auto(sysfs: Sysfs, restore_file: RestoreFile) -> list[str]:
-    """Restore every fan; returns the problems (empty = all handed back)."""
+@dataclass
+class Handback:
+    """What `gpuwatch fans-auto` did: one line per fan handed back, one per problem."""
+
+    done: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def fans_auto(sysfs: Sysfs, restore_file: RestoreFile) -> Handback:
+    """Restore every fan from the restore file, else every amdgpu fan left in manual mode."""
     records = restore_file.load()
-    problems: list[str] = []
+    result = Handback()
     if records:
         for gpu_id, record in sorted(records.items()):
-            problems += _restore_record(sysfs, gpu_id, record)
+            _restore_record(sysfs, gpu_id, record, result)
     else:
-        problems += _all_auto(sysfs)
-    if not problems:
+        _all_auto(sysfs, result)
+    if not result.problems:
         restore_file.clear()
-    return problems
+    return result
 
 
-def _restore_record(sysfs: Sysfs, gpu_id: str, stored: Any) -> list[str]:
+def _restore_record(sysfs: Sysfs, gpu_id: str, stored: Any, result: Handback) -> None:
     backend = stored.get("backend") if isinstance(stored, dict) else None
     parse = RECORDS.get(backend) if isinstance(backend, str) else None
     if parse is None:
-        return [f"{gpu_id}: unknown restore record {stored!r}"]
-    record = parse(stored)
+        result.problems.append(f"{gpu_id}: unknown restore record {stored!r}")
+        return
+    _give_back(sysfs, gpu_id, parse(stored), result)
+
+
+def _give_back(sysfs: Sysfs, gpu_id: str, record: RestoreRecord, result: Handback) -> None:
     try:
         problem = record.restore(sysfs)
     except SysfsError as exc:
-        return [f"{gpu_id}: {exc}"]
+        problem = str(exc)
     if problem:
-        return [f"{gpu_id}: {problem}"]
-    log.info("GPU %s: fan handed back to the firmware (%s)", gpu_id, record.backend)
-    return []
+        result.problems.append(f"{gpu_id}: {problem}")
+        return
+    log.info("GPU %s: fan handed back to the firmware (%s)", gpu_id, record.handed_back())
+    result.done.append(f"{gpu_id}: fan handed back to the firmware ({record.handed_back()})")
 
 
-def _all_auto(sysfs: Sysfs) -> list[str]:
+def _all_auto(sysfs: Sysfs, result: Handback) -> None:
     """No restore file: the boot default curve on every writable fan_curve, pwm1_enable 2 where it is 1."""
-    problems = []
     for card in discover(sysfs).cards:
         curve = f"{card.device_dir}/gpu_od/fan_ctrl/fan_curve"
         try:
             if sysfs.exists(curve) and sysfs.writable(curve):
-                GpuOdRestore(curve).restore(sysfs)
+                _give_back(sysfs, card.gpu_id, GpuOdRestore(curve), result)
             if card.hwmon_dir and sysfs.read(f"{card.hwmon_dir}/pwm1_enable") == str(MANUAL):
-                problem = Pwm1Restore(f"{card.hwmon_dir}/pwm1_enable", AUTO).restore(sysfs)
-                if problem:
-                    problems.append(f"{card.gpu_id}: {problem}")
+                _give_back(sysfs, card.gpu_id, Pwm1Restore(f"{card.hwmon_dir}/pwm1_enable", AUTO), result)
         except SysfsError as exc:
-            problems.append(f"{card.gpu_id}: {exc}")
-    return problems
+            result.problems.append(f"{card.gpu_id}: {exc}")

@@ -11,6 +11,8 @@ daemon runs without the extra installed. Choices a reader of the dashboards shou
   HBM boards (A100/H100) also report a memory temperature, published as ``mem`` with crit from
   NVML_TEMPERATURE_THRESHOLD_MEM_MAX when the driver gives one.
 - Identity is the PCI bus id normalised to the amdgpu form: NVML's ``00000000:28:00.0`` -> ``0000:28:00.0``.
+- VRAM: used as nvidia-smi shows it, without the driver's reserved memory (reported apart), from the v2
+  memory query where the driver has it (docs/nvidia.md).
 - Fans: NVML reports a duty percent, not RPM or a pwm register, so it lands in ``fan_duty_ratio`` and
   ``pwm`` stays None; the fan controller drives amdgpu GPUs only (gpuwatch never changes NVIDIA fan
   or power settings: monitor only).
@@ -139,7 +141,7 @@ def read_gpu(nvml: Any, handle: Any, index: int) -> GpuReading:
         vbios_version=_text(f.get("vbios", lambda: nvml.nvmlDeviceGetVbiosVersion(handle))),
     )
     util = f.get("utilization", lambda: nvml.nvmlDeviceGetUtilizationRates(handle))
-    memory = f.get("memory", lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
+    memory = _memory(nvml, handle, f)
     limits = f.get("power_limits", lambda: nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle))
     fan_pct = f.get("fan", lambda: nvml.nvmlDeviceGetFanSpeed(handle))
     gen = f.get("pcie_gen", lambda: nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle))
@@ -151,6 +153,7 @@ def read_gpu(nvml: Any, handle: Any, index: int) -> GpuReading:
         mem_busy_ratio=_ratio(getattr(util, "memory", None)),
         vram_used_bytes=getattr(memory, "used", None),
         vram_total_bytes=getattr(memory, "total", None),
+        vram_reserved_bytes=getattr(memory, "reserved", None),
         power_w=_watts(f.get("power", lambda: nvml.nvmlDeviceGetPowerUsage(handle))),
         power_cap_w=_watts(f.get("power_cap", lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(handle))),
         power_cap_min_w=_watts(limits[0]) if limits else None,
@@ -200,6 +203,19 @@ def _temps(nvml: Any, handle: Any, f: _Fields) -> tuple[TempReading, ...]:
     if mem is not None:
         temps.append(TempReading(label="mem", temp_c=mem, crit_c=threshold("mem_temp_max", "NVML_TEMPERATURE_THRESHOLD_MEM_MAX", _THRESHOLD_MEM_MAX)))
     return tuple(temps)
+
+
+def _memory(nvml: Any, handle: Any, f: _Fields) -> Any:
+    """VRAM as nvidia-smi shows it: the v2 query reports the driver's own reservation apart (an idle
+    H100: used 0, reserved 480 MiB), where v1 counts it as used. v1 where the driver or nvidia-ml-py
+    has no v2 (an older pynvml takes no ``version``; an older driver answers with an NVML error)."""
+    version = getattr(nvml, "nvmlMemory_v2", None)
+    if version is not None:
+        try:
+            return nvml.nvmlDeviceGetMemoryInfo(handle, version=version)
+        except (TypeError, nvml.NVMLError):
+            pass
+    return f.get("memory", lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
 
 
 def _memory_temp(nvml: Any, handle: Any, f: _Fields) -> float | None:

@@ -67,6 +67,7 @@ class GpuDoc(TypedDict):  # model.GpuReading without temps/errors, plus what is 
     mem_busy_ratio: float | None
     vram_used_bytes: int | None
     vram_total_bytes: int | None
+    vram_reserved_bytes: int | None
     gtt_used_bytes: int | None
     gtt_total_bytes: int | None
     power_w: float | None

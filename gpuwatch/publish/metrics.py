@@ -26,6 +26,8 @@ _GPU_GAUGES: tuple[tuple[str, str, str, float], ...] = (
     ("gpu_memory_busy_ratio", "VRAM controller busy, 0-1 (mem_busy_percent).", "mem_busy_ratio", 1.0),
     ("gpu_vram_used_bytes", "VRAM in use.", "vram_used_bytes", 1.0),
     ("gpu_vram_total_bytes", "VRAM size.", "vram_total_bytes", 1.0),
+    ("gpu_vram_reserved_bytes", "VRAM the driver reserves for itself, not counted as used (NVIDIA).",
+     "vram_reserved_bytes", 1.0),
     ("gpu_gtt_used_bytes", "GTT (system memory mapped for the GPU) in use.", "gtt_used_bytes", 1.0),
     ("gpu_gtt_total_bytes", "GTT size.", "gtt_total_bytes", 1.0),
     ("gpu_power_watts", "Package power (average or instantaneous, whichever the card reports).", "power_w", 1.0),
@@ -261,6 +263,8 @@ def _trainers(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> list[Me
     rate = _gauge("trainer_steps_per_second", "Training speed from the heartbeat.", t)
     age = _gauge("trainer_last_step_age_seconds", "Seconds since the trainer last reported a step.", t)
     epoch = _gauge("trainer_epoch", "Current epoch reported by the trainer.", t)
+    failed = _gauge("trainer_failed_info", "1 while the trainer is failed (given up on), with why in the reason "
+                    "label (as `gpuwatch status` shows it); absent otherwise.", ["trainer", "reason"])
     for trainer in trainers:
         name = [trainer.name]
         info.add_metric([trainer.name, ",".join(trainer.gpus)], 1)
@@ -274,6 +278,8 @@ def _trainers(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> list[Me
             by_reason.add_metric([trainer.name, reason], count)
         pauses.add_metric(name, trainer.pauses_total)
         resumes.add_metric(name, trainer.resumes_total)
+        if trainer.phase is TrainerPhase.FAILED:
+            failed.add_metric([trainer.name, trainer.reason or ""], 1)
         for family, value in (
             (start, trainer.started_unix), (paused_since, trainer.paused_since_unix),
             (next_start, trainer.next_start_unix), (exit_code, trainer.last_exit_code), (steps, trainer.steps_total),
@@ -281,4 +287,4 @@ def _trainers(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> list[Me
         ):
             if value is not None:
                 family.add_metric(name, value)
-    return [info, on_gpu, phase, running, start, paused_since, next_start, exit_code, restarts, by_reason, pauses, resumes, steps, rate, age, epoch]
+    return [info, on_gpu, phase, running, start, paused_since, next_start, exit_code, restarts, by_reason, pauses, resumes, steps, rate, age, epoch, failed]

@@ -77,6 +77,7 @@ class Inputs:
     alive: bool = False  # leader still running
     exit_code: int | None = None  # leader's exit status once it is gone (negative: signal)
     exit_reason: str | None = None  # e.g. "spawn failed: ..."
+    spawn_failed: bool = False  # the command could not be started, and will not be until the config changes
     steps_total: int | None = None  # from the heartbeat
     heartbeat_paused: bool = False
     progress_mtime: float | None = None  # the progress file's mtime

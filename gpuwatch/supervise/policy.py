@@ -231,6 +231,10 @@ def _exited(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> tu
                 paused_since=None, pause_mode=None, manual_pause=False, stop_sent=None, killed=False)
     acts.append(CancelPause())
     after = m.after_stop if m.phase is TrainerPhase.STOPPING else None
+    if x.spawn_failed:
+        # A missing program, cwd or user does not come back by retrying: one clear failure, no loop.
+        return _enter(m, TrainerPhase.FAILED, x.now, f"{x.exit_reason}; fix the [[trainer]] "
+                      f"and run `gpuwatch restart {cfg.name}`"), acts
     if after is None and code == 0:
         return _enter(m, TrainerPhase.FINISHED, x.now, "finished (exit 0)"), acts
     if after == "emergency":

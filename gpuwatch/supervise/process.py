@@ -9,6 +9,7 @@ RotatingFileHandler; a `\\r` progress bar keeps only its last segment per line s
 from __future__ import annotations
 
 import collections
+import errno
 import grp
 import logging
 import logging.handlers
@@ -29,7 +30,15 @@ TAIL_LINES = 40
 
 
 class SpawnError(Exception):
-    """The command could not be started (bad user, missing program, bad cwd)."""
+    """The command could not be started (bad user, missing program, bad cwd).
+
+    ``permanent``: starting it again cannot help until the config or the machine changes; False for a
+    shortage that passes (fork's EAGAIN, ENOMEM).
+    """
+
+    def __init__(self, message: str, permanent: bool = True) -> None:
+        super().__init__(message)
+        self.permanent = permanent
 
 
 class Identity(TypedDict, total=False):
@@ -45,26 +54,35 @@ def identity(user: str | None, group: str | None) -> Identity:
 
     A root daemon never starts a trainer as root by default: ``user`` must be set (``"root"`` to ask for it).
     """
+    entry = passwd_entry(user) if user is not None else None
+    gid = group_id(group) if group is not None else None
+    if os.geteuid() != 0:
+        if entry is not None and entry.pw_uid != os.geteuid() or gid is not None and gid != os.getegid():
+            raise SpawnError(f"cannot run as user {user!r} / group {group!r}: the daemon is not root")
+        return Identity()
+    if entry is None:
+        raise SpawnError('the daemon runs as root: set user = "..." for this trainer '
+                         '(user = "root" if it really must run as root)')
+    assert user is not None
+    return {
+        "user": entry.pw_uid,
+        "group": entry.pw_gid if gid is None else gid,
+        "extra_groups": os.getgrouplist(user, entry.pw_gid),
+    }
+
+
+def passwd_entry(user: str) -> pwd.struct_passwd:
     try:
-        if os.geteuid() != 0:
-            wanted = pwd.getpwnam(user).pw_uid if user else os.geteuid()
-            if wanted != os.geteuid() or group is not None and grp.getgrnam(group).gr_gid != os.getegid():
-                raise SpawnError(f"cannot run as user {user!r} / group {group!r}: the daemon is not root")
-            return Identity()
-        if user is None:
-            raise SpawnError('the daemon runs as root: set user = "..." for this trainer '
-                             '(user = "root" if it really must run as root)')
-        entry = pwd.getpwnam(user)
-        kwargs: Identity = {
-            "user": entry.pw_uid,
-            "group": entry.pw_gid,
-            "extra_groups": os.getgrouplist(user, entry.pw_gid),
-        }
-        if group is not None:
-            kwargs["group"] = grp.getgrnam(group).gr_gid
-    except KeyError as exc:
-        raise SpawnError(f"unknown user or group: {exc}") from None
-    return kwargs
+        return pwd.getpwnam(user)
+    except KeyError:
+        raise SpawnError(f"no such user {user!r}") from None
+
+
+def group_id(group: str) -> int:
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise SpawnError(f"no such group {group!r}") from None
 
 
 class TrainerProcess:
@@ -90,7 +108,8 @@ class TrainerProcess:
             )
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             self._close_logger()
-            raise SpawnError(f"cannot start {argv[0]!r}: {exc}") from None
+            passes = isinstance(exc, OSError) and exc.errno in (errno.EAGAIN, errno.ENOMEM)
+            raise SpawnError(f"cannot start {argv[0]!r}: {exc}", permanent=not passes) from None
         self.pid = self.popen.pid
         self.pgid = self.popen.pid
         self._known: dict[int, psutil.Process] = {}

@@ -58,6 +58,7 @@ class Trainer:
         self.machine = Machine()
         self.proc: TrainerProcess | None = None
         self.spawn_error: str | None = None
+        self.spawn_failed = False  # spawn_error is permanent (SpawnError.permanent)
         self.started_unix: float | None = None
         self.commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self.paused_since_unix: float | None = None
@@ -79,6 +80,7 @@ class Trainer:
                 pass
         return Inputs(
             now=now, thermal=verdict, alive=alive, exit_code=code, exit_reason=self.spawn_error,
+            spawn_failed=self.spawn_failed,
             steps_total=None if beat is None else beat.steps_total,
             heartbeat_paused=bool(beat and beat.paused), progress_mtime=mtime,
             log_bytes=0 if self.proc is None else self.proc.log_bytes,
@@ -117,18 +119,19 @@ class Trainer:
 
     def _spawn(self, resume: bool) -> None:
         self._retire()
-        self.spawn_error = None
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.heartbeat_file.unlink(missing_ok=True)
-        self.pause_file.unlink(missing_ok=True)
+        self.spawn_error, self.spawn_failed = None, False
         argv = self._argv(resume)
         try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self.heartbeat_file.unlink(missing_ok=True)
+            self.pause_file.unlink(missing_ok=True)
             self._chown_dir()
             self.proc = TrainerProcess(argv, self.config.cwd, self._env(), self.log_path, self.config.log_max_bytes,
                                        self.config.log_backups, self.config.user, self.config.group)
-        except (SpawnError, OSError) as exc:
+        except (SpawnError, OSError, LookupError) as exc:
+            # Said once, by the transition the next policy step makes of it (Supervisor.tick).
             self.spawn_error = f"spawn failed: {exc}"
-            log.error("trainer %s: %s", self.config.name, self.spawn_error)
+            self.spawn_failed = not isinstance(exc, OSError) and getattr(exc, "permanent", True)
             return
         self.started_unix = time.time()
         log.info("trainer %s: started pid %d: %s", self.config.name, self.proc.pid, " ".join(argv))
@@ -252,6 +255,10 @@ class Supervisor:
             if before.phase in LIVE and trainer.machine.phase not in LIVE:
                 trainer.finish_exit()
             trainer.apply(actions, self.last_snapshot)
+            if trainer.spawn_error is not None and trainer.proc is None and trainer.machine.phase in LIVE:
+                # It never started: say what became of it now, not "started" now and a crash next tick.
+                trainer.machine, actions = step(trainer.machine, trainer.config, trainer.observe(verdict, now, shutdown))
+                trainer.apply(actions, self.last_snapshot)
             for event in trainer.machine.events:
                 log.info("trainer %s: %s -> %s: %s", trainer.config.name, before.phase.value,
                          trainer.machine.phase.value, event)

@@ -7,13 +7,13 @@ import os
 import pty
 import signal
 import subprocess
-import sys
-import time
+import threading
 from pathlib import Path
 
 import pytest
 
 from gpuwatch.sim.tree import FakeSysfsTree
+from tests.support.cli import GPUWATCH, gpuwatch, gpuwatch_process
 from tests.support.trees import capture
 from tests.support.waiting import wait_for
 
@@ -29,10 +29,6 @@ def setup(tmp_path: Path) -> tuple[FakeSysfsTree, Path]:
         "[http]\nenabled = false\n[fan]\nmode = \"monitor-only\"\n"
     )
     return tree, config
-
-
-def gpuwatch(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpuwatch", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def test_status_json_without_daemon_reads_sysfs(setup: tuple[FakeSysfsTree, Path]) -> None:
@@ -63,7 +59,7 @@ def test_status_exit_1_when_over_limit(setup: tuple[FakeSysfsTree, Path]) -> Non
 
 def test_status_reads_running_daemon_state(setup: tuple[FakeSysfsTree, Path], tmp_path: Path) -> None:
     _, config = setup
-    daemon = subprocess.Popen([sys.executable, "-m", "gpuwatch", "run", "-c", str(config)],
+    daemon = subprocess.Popen([GPUWATCH, "run", "-c", str(config)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         state = tmp_path / "run/state.json"
@@ -77,6 +73,9 @@ def test_status_reads_running_daemon_state(setup: tuple[FakeSysfsTree, Path], tm
         assert len(doc["gpus"]) == 2
         text = gpuwatch("status", "-c", str(config)).stdout
         assert f"daemon running (pid {daemon.pid}" in text
+        header, note = gpuwatch("sensors", "-c", str(config)).stdout.splitlines()[:2]
+        assert "read from sysfs" in header and "not running" not in header
+        assert note.startswith(f"gpuwatch daemon running (pid {daemon.pid}); these values are read directly")
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=20)
@@ -90,7 +89,7 @@ def test_colours_only_on_a_tty(setup: tuple[FakeSysfsTree, Path]) -> None:
     assert "\033[32m" in gpuwatch("status", "--color", "always", "-c", str(config)).stdout
     leader, follower = pty.openpty()
     env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
-    proc = subprocess.Popen([sys.executable, "-m", "gpuwatch", "status", "-c", str(config)],
+    proc = subprocess.Popen([GPUWATCH, "status", "-c", str(config)],
                             stdout=follower, stderr=subprocess.DEVNULL, env=env)
     os.close(follower)
     output = b""
@@ -109,17 +108,90 @@ def test_colours_only_on_a_tty(setup: tuple[FakeSysfsTree, Path]) -> None:
 
 def test_watch_refreshes_until_interrupted(setup: tuple[FakeSysfsTree, Path]) -> None:
     _, config = setup
-    proc = subprocess.Popen([sys.executable, "-m", "gpuwatch", "status", "--watch", "0.1", "-c", str(config)],
-                            stdout=subprocess.PIPE, text=True)
-    time.sleep(2.0)
+    proc = gpuwatch_process("status", "--watch", "0.1", "-c", str(config))
+    out = Lines(proc)
+    wait_for(lambda: out.text().count("[0000:28:00.0]") >= 2, "two refreshes", 30, detail=out.text)
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=20)
-    assert out.count("[0000:28:00.0]") >= 2
+    proc.wait(timeout=20)
+    out.join()
+    assert out.text().count("[0000:28:00.0]") >= 2 and proc.returncode == 130
 
 
-def test_sensors_json_lists_unsupported_cards(setup: tuple[FakeSysfsTree, Path]) -> None:
+def test_json_watch_prints_json_lines(setup: tuple[FakeSysfsTree, Path]) -> None:
+    _, config = setup
+    proc = gpuwatch_process("status", "--json", "--watch", "0.1", "-c", str(config))
+    out = Lines(proc)
+    wait_for(lambda: len(out.lines) >= 2, "two documents", 30, detail=out.text)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=20)
+    out.join()
+    docs = [json.loads(line) for line in out.lines]  # one compact document per line
+    assert all(doc["schema"] == 1 and len(doc["gpus"]) == 2 for doc in docs)
+
+
+@pytest.mark.parametrize("args", [
+    ("status", "--json", "--watch", "0.1"),
+    ("status", "--watch", "0.1"),
+    ("sensors", "--json"),
+    ("check-config",),
+])
+def test_a_closed_pipe_ends_quietly(setup: tuple[FakeSysfsTree, Path], args: tuple[str, ...]) -> None:
+    """`gpuwatch ... | head -1`: the reader goes away; no traceback, and the exit a shell shows for SIGPIPE."""
+    _, config = setup
+    target = [str(config)] if args[0] == "check-config" else ["-c", str(config)]
+    proc = subprocess.Popen([GPUWATCH, *args, *target], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    proc.stdout.close()  # nobody reads: the first write fails with EPIPE
+    _, err = proc.communicate(timeout=30)
+    assert (proc.returncode, err) == (141, "")
+
+
+@pytest.mark.parametrize("watch", ["-1", "0", "soon", "nan"])
+def test_watch_needs_a_positive_period(setup: tuple[FakeSysfsTree, Path], watch: str) -> None:
+    _, config = setup
+    result = gpuwatch("status", "--watch", watch, "-c", str(config))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("usage: gpuwatch status") and "--watch" in result.stderr.splitlines()[-1]
+
+
+def test_plain_status_marks_a_sensor_over_its_limit_and_shows_the_limits(setup: tuple[FakeSysfsTree, Path]) -> None:
     tree, config = setup
-    tree.add_capture(capture("radeon-driver-pitcairn-hd7870"), card="card5", pci_slot="0000:44:00.0")
-    doc = json.loads(gpuwatch("sensors", "--json", "-c", str(config)).stdout)
-    assert doc["unsupported"] == [{"card": "card5", "driver": "radeon", "gpu_id": "0000:44:00.0"}]
-    assert "not supported, not read" in gpuwatch("sensors", "-c", str(config)).stdout
+    hwmon = next((tree.root / "class/drm/card1/device/hwmon").iterdir())
+    (hwmon / "temp2_input").write_text("99000\n")  # junction limit = crit 108 - 10
+    result = gpuwatch("status", "-c", str(config))
+    assert result.returncode == 1
+    block = result.stdout.split("[0000:28:00.0] card1")[1].splitlines()
+    assert block[1] == "  temp   edge 58°C  junction 99°C OVER LIMIT  mem 62°C"
+    assert block[2] == "  limit  pause at edge 90°C  junction 98°C  mem 100°C   crit 100/108/105°C"
+
+
+def test_status_and_sensors_read_the_simulated_tree_of_a_simulating_config(tmp_path: Path) -> None:
+    """A config with [simulate] means its simulated cards to every command, as it does to the daemon."""
+    config = tmp_path / "sim.toml"
+    config.write_text(f'runtime_dir = "{tmp_path / "run"}"\n[simulate]\nenabled = true\ngpus = 2\n')
+    absent = gpuwatch("sensors", "-c", str(config))
+    assert "simulated cards: " in absent.stdout and "absent: the simulator lays it out" in absent.stdout
+    from gpuwatch.config import load_config
+    from gpuwatch.sim.cards import start_simulator
+
+    start_simulator(load_config(config))  # the tree a daemon would lay out (it stays after a SIGKILL)
+    for command in ("status", "sensors"):
+        doc = json.loads(gpuwatch(command, "--json", "-c", str(config)).stdout)
+        assert [gpu["gpu_id"] for gpu in doc["gpus"]] == ["0000:28:00.0", "0000:2b:00.0"]
+    assert "simulated cards: " + str(tmp_path / "run/simulated-sysfs") in gpuwatch("status", "-c", str(config)).stdout
+
+
+class Lines:
+    """A child's stdout read on a thread as it comes (a pipe that is never read would block the child)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        assert proc.stdout is not None
+        self._thread = threading.Thread(target=self.lines.extend, args=(proc.stdout,), daemon=True)
+        self._thread.start()
+
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    def join(self) -> None:
+        self._thread.join(timeout=20)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from gpuwatch.sim.tree import FakeSysfsTree
+from tests.support.cli import GPUWATCH, gpuwatch
 from tests.support.trees import capture
 from tests.support.waiting import wait_for
 
@@ -83,3 +84,23 @@ def test_fans_auto_without_restore_file_sets_auto_and_never_zero(tmp_path: Path)
     assert done.returncode == 0, done.stderr.decode()
     assert enable.read_text().strip() == "2"
     assert curve.read_text() == "c\n"  # "r" then "c" (a plain file keeps only the last write)
+
+
+def test_fans_auto_after_a_sigkill_of_a_simulating_daemon_uses_its_tree(tmp_path: Path) -> None:
+    """`fans-auto -c demo.toml` after the demo was killed: the simulated tree, as the daemon had it, not /sys."""
+    config = tmp_path / "sim.toml"
+    config.write_text(f'runtime_dir = "{tmp_path / "run"}"\ninterval_s = 0.05\n[http]\nenabled = false\n'
+                      "[simulate]\nenabled = true\n")
+    tree = tmp_path / "run/simulated-sysfs"
+    proc = subprocess.Popen([GPUWATCH, "run", "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        enables = wait_for(lambda: list(tree.glob("class/drm/card0/device/hwmon/hwmon*/pwm1_enable")), "the tree")
+        wait_for(lambda: enables[0].read_text().strip() == "1", "manual fan mode")
+    finally:
+        _stop(proc, signal.SIGKILL)
+    done = gpuwatch("fans-auto", "-c", str(config))
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == "0000:28:00.0: fan handed back to the firmware (pwm1_enable 2, automatic)\n"
+    assert enables[0].read_text().strip() == "2"
+    again = gpuwatch("fans-auto", "-c", str(config))
+    assert again.returncode == 0 and again.stdout.startswith("nothing to hand back: no restore file (")

@@ -18,8 +18,11 @@ def test_fans_auto_without_restore_file_ordered_writes(tmp_path: Path) -> None:
     tree.add_capture(capture("apu-phoenix-lenovo"), card="card2", pci_slot="0000:c1:00.0")
     tree.write(f"{rdna2.hwmon_dir}/pwm1_enable", "1\n")
     sysfs = RecordingSysfs(tree.root)
-    assert fans_auto(sysfs, RestoreFile(tmp_path / "none.json")) == []
+    result = fans_auto(sysfs, RestoreFile(tmp_path / "none.json"))
+    assert result.problems == []
     assert sysfs.take_log() == [("pwm1_enable", "2"), ("fan_curve", "r\n"), ("fan_curve", "c\n")]
+    assert result.done == ["0000:0c:00.0: fan handed back to the firmware (pwm1_enable 2, automatic)",
+                           "0000:30:00.0: fan handed back to the firmware (fan_curve reset to the firmware's)"]
 
 
 def test_fans_auto_from_restore_file_never_writes_zero(tmp_path: Path) -> None:
@@ -29,6 +32,7 @@ def test_fans_auto_from_restore_file_never_writes_zero(tmp_path: Path) -> None:
     restore = RestoreFile(tmp_path / "fan-restore.json")
     restore.add(card.pci_slot, Pwm1Restore(path=f"{card.hwmon_dir}/pwm1_enable", pwm1_enable=0))
     sysfs = RecordingSysfs(tree.root)
-    assert fans_auto(sysfs, restore) == []
+    result = fans_auto(sysfs, restore)
+    assert result.problems == [] and result.done == [f"{card.pci_slot}: fan handed back to the firmware (pwm1_enable 2, automatic)"]
     assert sysfs.take_log() == [("pwm1_enable", "2")]
     assert not restore.path.exists()

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from gpuwatch.cli import main
 from gpuwatch.cli.status import exit_code, render
 from gpuwatch.config import ConfigError, parse_config
 from gpuwatch.daemon.compose import Parts, build_sources
@@ -38,14 +39,17 @@ H100 = {
     "bus": "00000000:1B:00.0", "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-5c0d-aaaa", "vbios": "96.00.74.00.01",
     "pci_device_id": 0x233010DE, "pci_subsys": 0x16C110DE,
     "temp": 41, "slowdown": 90, "shutdown": 92, "mem_temp": 38, "mem_max": 95,
-    "util": (37, 12), "memory": (1 << 30, 80 << 30), "power_mw": 118_500, "cap_mw": 700_000,
+    "util": (37, 12),
+    # An idle H100 (/work/research facts, driver 580): v1 counts the driver's 480 MiB as used, v2 reports
+    # it apart, as nvidia-smi does (used 0 MiB, reserved 480 MiB).
+    "memory": (480 << 20, 80 << 30), "memory_v2": (0, 480 << 20), "power_mw": 118_500, "cap_mw": 700_000,
     "limits_mw": (200_000, 700_000), "default_mw": 700_000, "sclk": 1980, "mclk": 2619,
     "fan": NVMLError(3), "gen": 5, "width": 16, "max_gen": 5, "max_width": 16,
 }
 RTX = {
     **H100, "bus": "00000000:28:00.0", "name": b"NVIDIA GeForce RTX 4090", "uuid": b"GPU-1111", "vbios": b"95.02",
     "pci_device_id": 0x268410DE, "temp": 63, "slowdown": 88, "shutdown": 93, "mem_temp": NVMLError(3),
-    "fan": 55, "gen": 4, "max_gen": 4, "power_mw": 310_250, "cap_mw": 450_000,
+    "fan": 55, "memory": (1 << 30, 24 << 30), "memory_v2": NVMLError(25), "gen": 4, "max_gen": 4, "power_mw": 310_250, "cap_mw": 450_000,
 }
 
 
@@ -66,6 +70,7 @@ class FakeNvml:
     NVML_CLOCK_GRAPHICS = 0
     NVML_CLOCK_MEM = 2
     NVML_FI_DEV_MEMORY_TEMP = 82
+    nvmlMemory_v2: Any = 0x02000028  # None: an nvidia-ml-py without the v2 memory query
 
     def _v(self, handle: int, key: str) -> Any:
         value = self.gpus[handle][key]
@@ -120,9 +125,13 @@ class FakeNvml:
         gpu, memory = self._v(h, "util")
         return SimpleNamespace(gpu=gpu, memory=memory)
 
-    def nvmlDeviceGetMemoryInfo(self, h: int) -> Any:
+    def nvmlDeviceGetMemoryInfo(self, h: int, version: Any = None) -> Any:
         used, total = self._v(h, "memory")
-        return SimpleNamespace(used=used, total=total, free=total - used)
+        if version is None:
+            return SimpleNamespace(used=used, total=total, free=total - used)
+        assert version == self.nvmlMemory_v2
+        used, reserved = self._v(h, "memory_v2")  # a driver without v2: NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        return SimpleNamespace(version=version, total=total, reserved=reserved, free=total - used - reserved, used=used)
 
     def nvmlDeviceGetPowerUsage(self, h: int) -> int:
         return self._v(h, "power_mw")
@@ -166,7 +175,8 @@ def test_two_gpus_read_with_units_converted() -> None:
     assert (edge.label, edge.temp_c, edge.crit_c, edge.emergency_c) == ("edge", 41.0, 90.0, 92.0)
     assert (mem.label, mem.temp_c, mem.crit_c) == ("mem", 38.0, 95.0)
     assert (h100.gpu_busy_ratio, h100.mem_busy_ratio) == (0.37, 0.12)
-    assert (h100.vram_used_bytes, h100.vram_total_bytes) == (1 << 30, 80 << 30)
+    assert (h100.vram_used_bytes, h100.vram_reserved_bytes, h100.vram_total_bytes) == (0, 480 << 20, 80 << 30)
+    assert (rtx.vram_used_bytes, rtx.vram_reserved_bytes, rtx.vram_total_bytes) == (1 << 30, None, 24 << 30)
     assert (h100.power_w, h100.power_cap_w, h100.power_cap_min_w, h100.power_cap_max_w, h100.power_cap_default_w) == (
         118.5, 700.0, 200.0, 700.0, 700.0)
     assert (h100.sclk_hz, h100.mclk_hz) == (1980e6, 2619e6)
@@ -266,7 +276,9 @@ def test_status_and_document_render_an_nvidia_gpu(tmp_path: Path) -> None:
     assert exit_code(doc) == 1
     text = render(doc, now=doc["taken_unix"])
     assert "[0000:1b:00.0] nvidia0  NVIDIA H100 80GB HBM3" in text
-    assert "edge 41°C (crit 90)" in text and "mem 38°C (crit 95)" in text
+    assert "temp   edge 41°C  mem 38°C\n  limit  pause at edge 60°C  mem 90°C   crit 90/95°C" in text
+    assert "edge 63°C OVER LIMIT" in text  # the RTX, over the configured edge limit of 60 °C
+    assert "vram   0 MiB / 80.0 GiB   reserved by the driver 480 MiB" in text
     assert "power  118 W / cap 700 W" in text and "sclk 1980 MHz" in text
     assert "fan    none (passive board)  control: unsupported (monitor only)" in text
     assert "fan    duty 55%  control: unsupported (monitor only)" in text
@@ -282,3 +294,23 @@ def test_nvidia_drm_card_is_not_also_listed_as_unsupported(fake_sysfs: Any) -> N
     snapshot = Sampler(build_sources(config, nvml=FakeNvml([dict(RTX)]))).sample()
     assert [(g.gpu_id, g.backend) for g in snapshot.gpus] == [("0000:03:00.0", "amdgpu"), ("0000:28:00.0", "nvml")]
     assert [(c.card, c.driver) for c in snapshot.unsupported] == [("card2", "i915")]
+
+
+def test_memory_without_the_v2_query_is_v1() -> None:
+    fake = FakeNvml([dict(H100)])
+    fake.nvmlMemory_v2 = None
+    reading = NvmlSource(fake).read_all()[0][0]
+    assert (reading.vram_used_bytes, reading.vram_reserved_bytes, reading.errors) == (480 << 20, None, ())
+
+
+def test_sensors_on_an_nvidia_gpu_name_nvml_as_the_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`gpuwatch sensors` through the CLI's own path, with the stand-in in pynvml's place."""
+    monkeypatch.setattr("gpuwatch.gpus.nvml._pynvml", lambda: FakeNvml([dict(H100)]))
+    config = tmp_path / "gpuwatch.toml"
+    config.write_text(f'backend = "nvml"\nruntime_dir = "{tmp_path}"\n')
+    assert main(["sensors", "-c", str(config)]) == 0
+    header, note, *rest = capsys.readouterr().out.splitlines()
+    assert "read from NVML" in header and "sysfs" not in header
+    assert note == "gpuwatch daemon is not running"
+    assert "  vram   0 MiB / 80.0 GiB   reserved by the driver 480 MiB" in rest

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pwd
 import signal
@@ -15,12 +16,14 @@ from typing import Any, Callable
 
 import psutil
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from gpuwatch.config import ThermalConfig, TrainerConfig
 from gpuwatch.gpus.amdgpu import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
-from gpuwatch.model import FanMode, FanState, TrainerState
+from gpuwatch.model import FanMode, FanState, PublishedState, TrainerState
 from gpuwatch.model import TrainerPhase as P
+from gpuwatch.publish.metrics import GpuwatchCollector
 from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.supervise.supervisor import Supervisor
 from gpuwatch.sysfs import Sysfs
@@ -335,10 +338,24 @@ def test_environment_is_clean_and_carries_the_protocol(make, tmp_path: Path, mon
     assert env["GPUWATCH_HEARTBEAT_FILE"].endswith("heartbeat.json") and env["GPUWATCH_PAUSE_FILE"].endswith("pause")
 
 
-def test_bad_command_fails_clearly_without_crashing(make, tmp_path: Path) -> None:
-    h = make(command=[str(tmp_path / "does-not-exist")], give_up_after_crashes=2)
-    s = h.until(lambda s: s.phase is P.FAILED)
-    assert "spawn failed" in (s.last_exit_reason or "")
+def test_a_command_that_cannot_start_fails_at_once_logged_once(make, tmp_path: Path,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """Known only at spawn time (the program went away after the daemon started): failed, no restart loop."""
+    h = make(command=[str(tmp_path / "does-not-exist")], give_up_after_crashes=5)
+    s = h.tick()
+    assert s.phase is P.FAILED and s.restarts_total == 0 and "spawn failed" in (s.last_exit_reason or "")
+    assert "No such file or directory" in (s.reason or "") and "gpuwatch restart t" in (s.reason or "")
+    for _ in range(5):
+        assert h.tick() == s
+    caplog.set_level(logging.INFO, "gpuwatch.supervisor")
+    h = make(command=[str(tmp_path / "does-not-exist")], give_up_after_crashes=5, name="u")
+    for _ in range(3):
+        s = h.tick()
+    lines = [r.getMessage() for r in caplog.records if r.name == "gpuwatch.supervisor"]
+    assert len(lines) == 1 and lines[0].startswith("trainer u: starting -> failed: spawn failed: cannot start")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(GpuwatchCollector(lambda: PublishedState(snapshot=h.sampler.sample(), trainers=(s,)), ThermalConfig()))
+    assert f'gpuwatch_trainer_failed_info{{reason="{s.reason}",trainer="u"}} 1.0' in generate_latest(registry).decode()
 
 
 def test_unknown_trainer_name_is_refused(make, tmp_path: Path) -> None:

@@ -1,0 +1,132 @@
+"""`gpuwatch status` and `sensors`: where the document comes from, and printing it once or every S seconds.
+
+``status`` shows the running daemon's published state, or reads the GPUs itself when no daemon runs
+(and says so); ``sensors`` always reads them itself (and says whether a daemon runs). Both read the
+GPUs the config means: the simulated tree when it simulates (``Config.with_effective_sysfs``), the
+same rule the daemon follows. ``--json`` prints the schema-1 document, indented once, or one compact
+document per line with ``--watch`` (JSON Lines, for pipes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+
+from gpuwatch.cli.status import exit_code, render
+from gpuwatch.config import Config
+from gpuwatch.model import PublishedState
+from gpuwatch.publish.document import StatusDocument, to_document
+from gpuwatch.publish.state import is_stale, read_state_file
+
+Fetch = Callable[[], tuple[StatusDocument, str | None]]  # the document and a note for the text view
+
+NOT_RUNNING = "gpuwatch daemon is not running: values read directly"
+
+
+def status_fetch(config: Config) -> Fetch:
+    """The daemon's view when it runs, else a direct reading with a note saying so."""
+    return lambda: daemon_document(config) or (direct_document(config), _direct_note(config, NOT_RUNNING))
+
+
+def sensors_fetch(config: Config) -> Fetch:
+    """Always a direct reading; the note says whether a daemon runs beside it."""
+
+    def fetch() -> tuple[StatusDocument, str | None]:
+        running = daemon_document(config)
+        daemon = running[0].get("daemon") if running else None
+        beside = (f"gpuwatch daemon running (pid {daemon['pid']}); these values are read directly, "
+                  "`gpuwatch status` shows the daemon's view") if daemon else "gpuwatch daemon is not running"
+        return direct_document(config), _direct_note(config, beside)
+
+    return fetch
+
+
+def daemon_document(config: Config) -> tuple[StatusDocument, str | None] | None:
+    """The daemon's published state if it is running, else None; a stuck daemon gets a failure added."""
+    doc = read_state_file(config.state_file)
+    daemon = doc.get("daemon") if doc else None
+    if not doc or not daemon:
+        return None
+    pid = daemon.get("pid")
+    if not isinstance(pid, int) or not _alive(pid):
+        return None
+    age = time.time() - float(doc.get("taken_unix") or 0)
+    if is_stale(age, float(daemon.get("interval_s") or 1)):
+        daemon.setdefault("failures", []).append(f"state is {age:.0f}s old: the control loop is stuck")
+    return doc, None
+
+
+def direct_document(config: Config) -> StatusDocument:
+    """One reading of the GPUs the config means, by this process (never the daemon's state)."""
+    from gpuwatch.daemon.compose import build_sources
+    from gpuwatch.gpus.sampler import Sampler
+
+    snapshot = Sampler(build_sources(config.with_effective_sysfs())).sample()
+    return to_document(PublishedState(snapshot=snapshot), config.thermal, source="sysfs")
+
+
+def _direct_note(config: Config, note: str) -> str:
+    if not config.simulating:
+        return note
+    tree = config.simulated_tree_dir
+    where = "" if tree.is_dir() else " (absent: the simulator lays it out when the daemon starts)"
+    return f"{note}; simulated cards: {tree}{where}"
+
+
+def show(args: argparse.Namespace, fetch: Fetch) -> int:
+    def once(color: bool) -> tuple[str, int]:
+        doc, note = fetch()
+        text = document_text(doc, args) if args.json else render(doc, color=color, note=note)
+        return text, exit_code(doc)
+
+    return repeat(args, once)
+
+
+def document_text(doc: object, args: argparse.Namespace) -> str:
+    """Indented for one look; one compact line per document when watching (JSON Lines)."""
+    if args.watch:
+        return json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n"
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+def repeat(args: argparse.Namespace, once: Callable[[bool], tuple[str, int]]) -> int:
+    """Print what ``once(color)`` renders, every ``--watch`` seconds (text: screen cleared) or once; its exit code.
+
+    Colour: ``--color always`` always (it overrides NO_COLOR, as no-color.org asks of an explicit
+    option), ``never`` never, ``auto`` on a terminal unless NO_COLOR is set.
+    """
+    color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and "NO_COLOR" not in os.environ)
+    while True:
+        text, code = once(color)
+        if args.watch and not args.json:
+            print("\033[H\033[2J", end="")
+        print(text, end="")
+        sys.stdout.flush()
+        if not args.watch:
+            return code
+        time.sleep(args.watch)
+
+
+def watch_seconds(text: str) -> float:
+    """``--watch S``: a refresh period above 0 (argparse turns the error into a usage error, exit 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a number of seconds above 0")
+    return value
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
