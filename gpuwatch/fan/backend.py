@@ -86,7 +86,9 @@ class FanBackend(Protocol):
 
     def apply(self, percent: float) -> Applied: ...
 
-    def restore(self) -> None: ...
+    def restore(self) -> str:
+        """Give the fan back (raises SysfsError); what it was given back as (RestoreRecord.handed_back)."""
+        ...
 
 
 def write(sysfs: Sysfs, path: str, value: str, dry_run: bool) -> None:

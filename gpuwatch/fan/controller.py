@@ -153,7 +153,7 @@ class FanController:
         decision = decide(fan.params, fan.state, temp_c, crit_c, now, fan.backend.minimum_percent, telemetry)
         fan.state = decision.state
         if not fan.controlling:
-            self._take_control(fan, fan.backend)
+            self._take_control(fan, fan.backend, gpu)
         applied = fan.backend.apply(decision.percent)
         fan.mode_resets_total += applied.mode_reset
         if applied.mode_reset:
@@ -170,16 +170,18 @@ class FanController:
         verdict = driven_verdict(fan.mode, decision, fan.sensor, crit_c, applied.verified, stalled.stalled)
         return self._state(fan, gpu, temp_c, decision.percent, applied, verdict, stalled=stalled.stalled)
 
-    def _take_control(self, fan: GpuFan, backend: FanBackend) -> None:
+    def _take_control(self, fan: GpuFan, backend: FanBackend, gpu: GpuReading) -> None:
         record = backend.original()
-        was = record.to_json()
         if fan.mode is not FanMode.DRY_RUN:
             # Persisted before the first write, so a SIGKILL right after still leaves the way back.
-            was = self.restore_file.add(fan.gpu_id, record)
-            backend.adopt(was)
+            stored = self.restore_file.add(fan.gpu_id, record)
+            backend.adopt(stored)
+            record = record.adopt(stored)
         backend.take_control()
         fan.controlling = True
-        log.info("GPU %s: took fan control via %s (was %s)", fan.gpu_id, backend.name, was)
+        duty = "" if gpu.pwm_ratio is None else f" at {gpu.pwm_ratio * 100:.0f} %"
+        log.info("GPU %s: took the fan%s from the firmware via %s (handed back as %s)", fan.gpu_id, duty,
+                 backend.name, record.handed_back())
         if not self._atexit:
             # The daemon restores in its finally (the documented path). This covers a controller used
             # without it, in tests or as a library, whose process exits without calling restore();
@@ -204,10 +206,10 @@ class FanController:
             if not fan.controlling or fan.backend is None:
                 continue
             try:
-                fan.backend.restore()
+                handed_back = fan.backend.restore()
                 fan.controlling = False
                 fan.state = CurveState()
-                log.info("GPU %s: fan handed back to the firmware", fan.gpu_id)
+                log.info("GPU %s: fan handed back to the firmware (%s)", fan.gpu_id, handed_back)
             except SysfsError as exc:
                 if exc.reason == "ENOENT":
                     # The card fell off the bus: there is no fan left to hand back; when it

@@ -173,6 +173,7 @@ class GpuOdBackend(Writer):
         result.verified = result.error is None
         return result
 
-    def restore(self) -> None:
+    def restore(self) -> str:
         self.record.restore(self.sysfs, self.dry_run)
         self.last_percent = None
+        return self.record.handed_back()

@@ -133,6 +133,7 @@ class Pwm1Backend(Writer):
             self.last_pwm = None  # write it again next tick
         return result
 
-    def restore(self) -> None:
+    def restore(self) -> str:
         self.record.restore(self.sysfs, self.dry_run)
         self.last_pwm = None
+        return self.record.handed_back()
