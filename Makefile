@@ -5,22 +5,26 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
-# The training-patch tests run on PyTorch's CPU build; this machine kind ships 2.13.0's wheel locally
-# (an unpinned torch would pull several GB of CUDA packages). Override for another machine.
+# The training-patch tests run on PyTorch's CPU build (README "The two commands"). TORCH_SPEC is what
+# pip installs; this machine kind has 2.13.0's CPU wheel locally (pip's find-links), elsewhere PyPI's
+# torch is a CUDA build of several GB: TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu gets the CPU
+# build instead. Changing either after .venv exists: make clean first.
 TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX_URL ?=
 
 .PHONY: run daemon test venv system-deps clean install uninstall
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,train]' '$(TORCH_SPEC)'
+	$(PY) -m pip install -q -e '.[test,train]' '$(TORCH_SPEC)' $(if $(TORCH_INDEX_URL),--extra-index-url '$(TORCH_INDEX_URL)')
 	touch $(STAMP)
 
 venv: $(STAMP)
 
 # Debian packages the tests run for real (promtool/prometheus, node_exporter, alertmanager/amtool,
-# systemd-analyze); none of their services is started.
+# systemd-analyze); none of their services is started. Installing them needs root (or sudo); without
+# either the script names the packages to install and fails.
 system-deps:
 	@scripts/install-system-deps.sh
 
@@ -36,8 +40,9 @@ daemon: $(STAMP)
 test: $(STAMP) system-deps
 	scripts/run-tests.sh
 
-# System install as a systemd service (docs/systemd.md). Honours PREFIX, SYSCONFDIR, UNITDIR, DESTDIR,
-# SYSTEMCTL given on the command line (make install PREFIX=/opt/gpuwatch). Needs root for the defaults.
+# System install as a systemd service (docs/systemd.md). Honours PREFIX, SYSCONFDIR, UNITDIR, DESTDIR (with
+# WITH_VENV=0: a venv cannot be staged), SYSTEMCTL given on the command line (make install PREFIX=/opt/gpuwatch).
+# Needs root for the defaults.
 install:
 	scripts/install.sh
 

@@ -18,7 +18,15 @@ command -v prometheus-alertmanager >/dev/null 2>&1 || command -v alertmanager >/
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 [ ${#missing[@]} -eq 0 ] && exit 0
 sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
+if [ "$(id -u)" -ne 0 ]; then
+  if ! command -v sudo >/dev/null 2>&1; then
+    echo "make test needs these Debian packages, and installing them needs root: ${missing[*]}" >&2
+    echo "  as root: apt-get install --no-install-recommends ${missing[*]}" >&2
+    echo "  (or run make test as root, or where sudo is available; then run make test again)" >&2
+    exit 1
+  fi
+  sudo="sudo"
+fi
 echo "installing Debian packages: ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 policy=/usr/sbin/policy-rc.d

@@ -5,8 +5,9 @@
 #   PREFIX=/opt/gpuwatch        the venv (bin/gpuwatch); the unit is rewritten to point here
 #   SYSCONFDIR=/etc             config goes to $SYSCONFDIR/gpuwatch/gpuwatch.toml
 #   UNITDIR=/etc/systemd/system where gpuwatch.service goes (admin-installed units live in /etc)
-#   DESTDIR=                    staging root for packaging: files land under $DESTDIR, paths inside
-#                               them name the final location, and systemctl is not run
+#   DESTDIR=                    staging root for packaging: the unit, config and docs land under $DESTDIR,
+#                               paths inside them name the final location, and systemctl is not run.
+#                               Needs WITH_VENV=0: a venv cannot be staged (see below)
 #   SYSTEMCTL=systemctl         `true` in tests, so the real system is never touched
 #   PYTHON=python3              interpreter for the venv (3.11+)
 #   PIP_INSTALL_ARGS=           extra pip arguments (an offline wheelhouse: --no-index --find-links DIR)
@@ -22,6 +23,22 @@ PYTHON="${PYTHON:-python3}"
 WITH_VENV="${WITH_VENV:-1}"
 read -r -a pip_args <<<"${PIP_INSTALL_ARGS:-}"
 
+if [ -n "$DESTDIR" ] && [ "$WITH_VENV" = 1 ]; then
+  # A venv records where it was made and the interpreter it was made with (bin/python links to it,
+  # pyvenv.cfg names it): staged under DESTDIR it would point at this build tree and this host's
+  # Python. Refuse rather than stage something that breaks once installed.
+  cat >&2 <<MSG
+install.sh: DESTDIR stages the unit, config and docs only; add WITH_VENV=0.
+  A venv cannot be staged: it names the place it was made and this host's interpreter.
+  Package the Python side at its final place instead, either
+    - a venv built at $PREFIX in the package's build root or chroot (dh-virtualenv does this):
+        python3 -m venv $PREFIX && $PREFIX/bin/pip install .
+    - or the distribution's Python: pip install --root "\$DESTDIR" --prefix /usr . (then PREFIX=/usr here)
+  then: make install DESTDIR=$DESTDIR PREFIX=$PREFIX WITH_VENV=0
+MSG
+  exit 2
+fi
+
 venv="$DESTDIR$PREFIX"
 confdir="$DESTDIR$SYSCONFDIR/gpuwatch"
 unitdir="$DESTDIR$UNITDIR"
@@ -30,10 +47,6 @@ if [ "$WITH_VENV" = 1 ]; then
   echo "installing gpuwatch into $venv"
   "$PYTHON" -m venv "$venv"
   "$venv/bin/python" -m pip install -q "${pip_args[@]}" "$SRC"
-  if [ -n "$DESTDIR" ]; then
-    # venvs are not relocatable: make the scripts' shebangs name the final location.
-    grep -rlF "$venv" "$venv/bin" | xargs -r sed -i "s#$venv#$PREFIX#g"
-  fi
 fi
 
 install -d -m 0755 "$venv/share/doc/gpuwatch"

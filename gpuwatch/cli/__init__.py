@@ -33,7 +33,9 @@ from gpuwatch.train.argv import FALLBACK_MODES
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said with the command's own usage, not gpuwatch's
+        getattr(args, "parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_USAGE
@@ -100,22 +102,29 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(handler=cmd_control, verb=name)
 
     train = sub.add_parser("train", help="run a training script with the training patches (gpuwatch[train])",
-                           usage="gpuwatch train [--conv2d-fallback auto|on|off] [--conv2d-autotune on|off] "
-                                 "[--conv2d-tune-cache DIR] [--spawn] -- python train.py ARGS")
-    train.add_argument("--conv2d-fallback", choices=FALLBACK_MODES, default="auto",
-                       help="im2col Conv2d instead of MIOpen: auto = only where a native probe conv fails")
+                           usage="gpuwatch train [--conv2d-fallback [auto|on|off]] [--conv2d-autotune on|off] "
+                                 "[--conv2d-tune-cache DIR] [--spawn] [--heartbeat-file FILE] [--pause-file FILE] "
+                                 "-- python train.py ARGS")
+    train.add_argument("--conv2d-fallback", choices=FALLBACK_MODES, nargs="?", const="on", default="auto",
+                       help="im2col Conv2d instead of MIOpen: auto = only where a native probe conv fails "
+                            "(default); without a value: on")
     train.add_argument("--conv2d-autotune", choices=("on", "off"), default="on",
                        help="fallback: measure its MIOpen-free paths per convolution and keep the fastest (default on)")
     train.add_argument("--conv2d-tune-cache", metavar="DIR",
                        help="keep the fallback's measured choices here ('none': memory only; "
                             "default: $XDG_CACHE_HOME/gpuwatch)")
     train.add_argument("--spawn", action="store_true", help="spawn start method, persistent DataLoader workers")
+    train.add_argument("--heartbeat-file", metavar="FILE", help="heartbeat JSON path (default $GPUWATCH_HEARTBEAT_FILE)")
+    train.add_argument("--pause-file", metavar="FILE",
+                       help="hold at the step boundary while it exists (default $GPUWATCH_PAUSE_FILE)")
     train.add_argument("command", nargs=argparse.REMAINDER, help="python SCRIPT ARGS or python -m MODULE ARGS")
     train.set_defaults(handler=cmd_train)
 
     check = sub.add_parser("check-config", help="validate a config file and print the effective config")
     check.add_argument("file", nargs="?", type=Path, help=f"default {DEFAULT_CONFIG_PATH}")
     check.set_defaults(handler=cmd_check_config)
+    for command in sub.choices.values():
+        command.set_defaults(parser=command)  # a usage error found later is said with the command's usage
     return parser
 
 
@@ -177,10 +186,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     try:
         argv = build_launch_argv(args.conv2d_fallback, args.spawn, command,
-                                 autotune=args.conv2d_autotune == "on", tune_cache=args.conv2d_tune_cache)
+                                 autotune=args.conv2d_autotune == "on", tune_cache=args.conv2d_tune_cache,
+                                 heartbeat_file=args.heartbeat_file, pause_file=args.pause_file)
     except LaunchCommandError as exc:
-        print(f"gpuwatch train: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        args.parser.error(str(exc))  # train's usage, exit 2
     os.execvp(argv[0], argv)  # the launcher (python -m gpuwatch.launch) replaces this process
 
 

@@ -59,13 +59,15 @@ def parse_python_command(command: Sequence[str]) -> PythonCommand:
 
 
 def build_launch_argv(
-    fallback: str, spawn: bool, command: Sequence[str], *, autotune: bool = True, tune_cache: str | None = None
+    fallback: str, spawn: bool, command: Sequence[str], *, autotune: bool = True, tune_cache: str | None = None,
+    heartbeat_file: str | None = None, pause_file: str | None = None,
 ) -> list[str]:
     """``['python', 'train.py', ...]`` -> ``[python, '-m', 'gpuwatch.launch', ..., 'train.py', ...]``.
 
     A bare ``python``/``python3`` becomes ``sys.executable``; an interpreter given as a path (another
     virtualenv's python, say) is kept, since that is where the user's torch lives. ``autotune`` and
-    ``tune_cache`` are passed on only when they differ from the launcher's defaults.
+    ``tune_cache`` are passed on only when they differ from the launcher's defaults; the heartbeat and
+    pause files when given (else the launcher reads the supervisor's environment).
     """
     if fallback not in FALLBACK_MODES:
         raise LaunchCommandError(f"--conv2d-fallback must be one of {FALLBACK_MODES}, got {fallback!r}")
@@ -78,6 +80,9 @@ def build_launch_argv(
         argv += ["--conv2d-autotune", "off"]
     if tune_cache is not None:
         argv += ["--conv2d-tune-cache", tune_cache]
+    for option, value in (("--heartbeat-file", heartbeat_file), ("--pause-file", pause_file)):
+        if value is not None:
+            argv += [option, value]
     return argv + parsed.target
 
 

@@ -72,6 +72,13 @@ class StepHeartbeat:
         if self._window is None or now - self._window[0] >= self.interval_s:
             self._publish(now, paused=False)
 
+    def flush(self) -> None:
+        """Write the steps the throttle held back: called when the process ends, so the last heartbeat
+        counts every step (50 steps report 50, not the count of the last throttled write)."""
+        written = self._window[1] if self._window is not None else 0
+        if self.steps > written:
+            self._publish(time.monotonic(), paused=False)
+
     def hold(self) -> None:
         """Block while the pause file exists; the device is drained first so "paused" means idle."""
         if torch.cuda.is_initialized():

@@ -155,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         hooks = install_step_hooks(options.heartbeat_file, options.pause_file)
         if hooks is not None:
             undo.append(hooks.remove)
+            undo.append(hooks.flush)  # undone first: the last steps, however the script ends
         run_target(options)
     finally:
         for step in reversed(undo):

@@ -87,10 +87,18 @@ def test_colours_only_on_a_tty(setup: tuple[FakeSysfsTree, Path]) -> None:
     _, config = setup
     assert "\033[31m" not in gpuwatch("status", "-c", str(config)).stdout
     assert "\033[32m" in gpuwatch("status", "--color", "always", "-c", str(config)).stdout
-    leader, follower = pty.openpty()
+    # README: an explicit --color always wins over NO_COLOR; NO_COLOR turns off the automatic colours.
+    no_color = {**os.environ, "NO_COLOR": "1"}
+    assert "\033[32m" in gpuwatch("status", "--color", "always", "-c", str(config), env=no_color).stdout
     env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
-    proc = subprocess.Popen([GPUWATCH, "status", "-c", str(config)],
-                            stdout=follower, stderr=subprocess.DEVNULL, env=env)
+    assert b"\033[32m" in _on_a_tty([GPUWATCH, "status", "-c", str(config)], env)
+    assert b"\033[" not in _on_a_tty([GPUWATCH, "status", "-c", str(config)], {**env, "NO_COLOR": "1"})
+
+
+def _on_a_tty(argv: list[str], env: dict[str, str]) -> bytes:
+    """What ``argv`` prints when its stdout is a terminal."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(argv, stdout=follower, stderr=subprocess.DEVNULL, env=env)
     os.close(follower)
     output = b""
     while True:
@@ -103,7 +111,7 @@ def test_colours_only_on_a_tty(setup: tuple[FakeSysfsTree, Path]) -> None:
         output += chunk
     proc.wait(timeout=30)
     os.close(leader)
-    assert b"\033[32m" in output
+    return output
 
 
 def test_watch_refreshes_until_interrupted(setup: tuple[FakeSysfsTree, Path]) -> None:

@@ -16,6 +16,7 @@ from torch import nn  # noqa: E402
 
 from gpuwatch.heartbeat import Heartbeat, read_heartbeat  # noqa: E402
 from gpuwatch.train.launch import main, parse_args  # noqa: E402
+from tests.support.cli import GPUWATCH  # noqa: E402
 from tests.support.paths import REPO  # noqa: E402
 from tests.support.waiting import wait_for  # noqa: E402
 
@@ -69,6 +70,19 @@ def main():
 
 if __name__ == "__main__":
     main()
+"""
+
+
+STEPS_SCRIPT = """
+import sys, torch
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(50):
+    opt.zero_grad()
+    model(torch.ones(2, 4)).sum().backward()
+    opt.step()
+if "--fail" in sys.argv:
+    raise RuntimeError("diverged")
 """
 
 
@@ -183,3 +197,20 @@ def test_launch_shim_module(probe, tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as exited:
         runpy.run_module("gpuwatch.launch", run_name="__main__")
     assert exited.value.code == 0 and json.loads(out.read_text())["name"] == "__main__"
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_the_last_heartbeat_counts_every_step_however_the_script_ends(tmp_path, fail):
+    """Through the real `gpuwatch train`; the throttle (one write a minute here) holds back all but the first."""
+    script = tmp_path / "steps.py"
+    script.write_text(STEPS_SCRIPT)
+    beat_file = tmp_path / "hb.json"
+    env = {**os.environ, "GPUWATCH_HEARTBEAT_INTERVAL_S": "60"}
+    env.pop("GPUWATCH_PAUSE_FILE", None)
+    done = subprocess.run([GPUWATCH, "train", "--conv2d-fallback", "off", "--heartbeat-file", str(beat_file), "--",
+                           "python", str(script), *(["--fail"] if fail else [])],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == (1 if fail else 0), done.stderr
+    assert ("RuntimeError: diverged" in done.stderr) == fail
+    beat = read_heartbeat(beat_file)
+    assert beat is not None and beat.steps_total == 50 and not beat.paused
