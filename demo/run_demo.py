@@ -85,8 +85,7 @@ def simulated_cards(config: Config, extra: list[str]) -> int:
 
 def banner(config: Config, config_path: Path, log_path: Path, notes: list[str], cards: int) -> str:
     url = f"http://{config.http.listen}:{config.http.port}"
-    gpuwatch = REPO / ".venv/bin/gpuwatch"
-    cmd = _short(gpuwatch) if gpuwatch.exists() else "gpuwatch"
+    cmd = _gpuwatch()
     what = "one simulated RX 5600 XT" if cards == 1 else f"{cards} simulated RX 5600 XT cards"
     lines = [
         f"gpuwatch demo: {what} (no AMD GPU needed) in a hot case, a supervised trainer",
@@ -105,8 +104,14 @@ def banner(config: Config, config_path: Path, log_path: Path, notes: list[str], 
 
 def screen_header(config: Config, config_path: Path, cards: int) -> list[str]:
     """The two lines that stay on top of the redrawn screen (80 columns at most from the checkout)."""
-    return [f"gpuwatch demo: {cards} simulated RX 5600 XT in a hot case, a supervised trainer",
-            f"  Ctrl-C stops it all.  Elsewhere: gpuwatch status -c {_short(config_path)}"]
+    return [f"gpuwatch demo: {cards} simulated RX 5600 XT in a hot case, with a supervised trainer",
+            f"  Ctrl-C stops it. Also try: {_gpuwatch()} status -c {_short(config_path)}"]
+
+
+def _gpuwatch() -> str:
+    """The command to type: this checkout's venv's gpuwatch (`make run` made it), else the one on PATH."""
+    venv = REPO / ".venv/bin/gpuwatch"
+    return _short(venv) if venv.exists() else "gpuwatch"
 
 
 def _short(path: Path) -> str:

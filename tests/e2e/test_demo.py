@@ -81,7 +81,7 @@ def test_the_banner_counts_the_simulated_cards() -> None:
 def test_the_screen_fits_80x24_and_the_log_gets_what_is_left(tmp_path: Path, cards: int,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     run_demo = _run_demo()
-    monkeypatch.chdir(tmp_path)  # `make run` runs it from the checkout: paths below it are shown relative
+    monkeypatch.chdir(REPO)  # `make run` runs it from the checkout: paths below it are shown relative
     config = parse_config({"runtime_dir": str(tmp_path), "simulate": {"enabled": True, "gpus": cards},
                            "http": {"enabled": False}})
     daemon = Daemon(config)
@@ -90,7 +90,7 @@ def test_the_screen_fits_80x24_and_the_log_gets_what_is_left(tmp_path: Path, car
                            steps_per_s=4.98, last_step_age_s=0.0, reason="resumed")
     status = render(to_document(replace(state, trainers=(trainer,)), config.thermal, source="daemon"))
     daemon.shutdown()
-    top = run_demo.screen_header(config, tmp_path / "demo.toml", cards)
+    top = run_demo.screen_header(config, REPO / ".tmp/demo/demo.toml", cards)
     log = [f"18:04:{n:02d} trainer demo: paused -> running: resumed, a line long enough to wrap in eighty columns"
            for n in range(30)]
     rows = run_demo.screen(top, status, log, 80, 24)
