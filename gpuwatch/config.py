@@ -271,6 +271,8 @@ class SimulateConfig(Strict):
     cooling_scale: float = Field(default=1.0, gt=0, le=5)
     # Load when no [[trainer]] is supervised: 1.0 keeps the GPU busy so the fan curve shows.
     load_without_trainer: float = Field(default=1.0, ge=0, le=1)
+    # false: the cards have no hwmon fan1_input (RDNA4 before Linux 6.15); the RPM is in gpu_metrics only.
+    fan1_input: bool = True
     faults: SimulatedFaultsConfig = SimulatedFaultsConfig()
 
 

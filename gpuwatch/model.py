@@ -14,6 +14,10 @@ from typing import Literal
 SourceName = Literal["amdgpu", "nvml"]
 # How the fan controller drives a GPU's fan; "none": monitor-only.
 FanBackendName = Literal["pwm1", "gpu_od", "none"]
+# Where a GPU's energy counter comes from (gpus/accounting.py).
+EnergySource = Literal["accumulator", "integrated"]
+# Why a card throttles itself: the groups of the kernel's SMU_THROTTLER_* bits (gpus/throttle.py).
+THROTTLE_REASONS = ("power", "current", "thermal", "other")
 
 
 class FanMode(str, Enum):
@@ -105,6 +109,37 @@ class GpuReading:
     pcie_link_width: int | None = None
     pcie_max_link_speed_gts: float | None = None
     pcie_max_link_width: int | None = None
+    # What hwmon lacks, from amdgpu's gpu_metrics table (gpus/gpu_metrics.py, merged by gpus/telemetry.py).
+    gpu_metrics_revision: str | None = None
+    sclk_average_hz: float | None = None
+    mclk_average_hz: float | None = None
+    socclk_hz: float | None = None
+    fclk_average_hz: float | None = None
+    vddsoc_v: float | None = None
+    vddmem_v: float | None = None
+    throttle_status: int | None = None  # the firmware's raw bits
+    indep_throttle_status: int | None = None  # the kernel's SMU_THROTTLER_* bits, raw
+    throttle_flags: tuple[str, ...] | None = None  # named bits set (hotspot quirk applied); None: unknown
+    throttle_reasons: tuple[str, ...] | None = None  # power, current, thermal, other; None: unknown
+    energy_accumulator_j: float | None = None  # the firmware's counter (wraps at 65 536 J on RX 6000)
+    # Kept across ticks by the sampler (gpus/accounting.py): joules since the daemon started, and
+    # seconds throttled per reason.
+    energy_joules: float | None = None
+    energy_source: EnergySource | None = None
+    throttled_s: tuple[tuple[str, float], ...] = ()
+    # PCIe health (gpus/pcie.py): the link at the slot (behind the card's own switch), AER totals.
+    pcie_slot_link_speed_gts: float | None = None
+    pcie_slot_link_width: int | None = None
+    pcie_slot_max_link_speed_gts: float | None = None
+    pcie_slot_max_link_width: int | None = None
+    pcie_aer_correctable_total: int | None = None
+    pcie_aer_nonfatal_total: int | None = None
+    pcie_aer_fatal_total: int | None = None
+    pcie_replays_total: int | None = None
+    # pyamdgpuinfo (gpus/amdgpuinfo.py): the graphics pipe's busy bit sampled from its register.
+    gpu_busy_sampled_ratio: float | None = None
+    # Values not read from their usual file, as (field, source): ("fan_rpm", "gpu_metrics").
+    sources: tuple[tuple[str, str], ...] = ()
     errors: tuple[ReadError, ...] = ()
 
     @property
@@ -210,6 +245,11 @@ class TrainerState:
     paused_since_unix: float | None = None
     next_start_unix: float | None = None
     log_path: str | None = None
+    # Energy of the GPUs the trainer runs on (supervise/energy.py): this run, every run since the
+    # daemon started, and training steps per kilojoule of this run.
+    run_energy_j: float | None = None
+    energy_total_j: float = 0.0
+    steps_per_kj: float | None = None
 
 
 @dataclass(frozen=True)

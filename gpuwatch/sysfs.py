@@ -1,7 +1,8 @@
 """The only file I/O on sysfs: read, write, list and resolve links below one injected root.
 
 ``read`` returns the stripped text, ``None`` when the file is absent, and raises ``SysfsError`` for
-anything else (EIO, EPERM, EINVAL, ENODATA, non-text bytes). Callers decide what an error means;
+anything else (EIO, EPERM, EINVAL, ENODATA, non-text bytes). ``read_bytes`` is the one place a file is
+read (binary ``gpu_metrics`` directly, text through ``read``). Callers decide what an error means;
 nothing here guesses a value.
 """
 
@@ -39,27 +40,32 @@ class Sysfs:
         return self.root / relative.lstrip("/")
 
     def read(self, relative: str) -> str | None:
-        path = self._prefix + relative.lstrip("/")
-        try:
-            # One read() of up to a page is how sysfs serves attributes; buffered reads add nothing.
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
+        raw = self.read_bytes(relative)
+        if raw is None:
             return None
-        except NotADirectoryError:
-            return None
-        except OSError as exc:
-            raise SysfsError(path, _reason(exc)) from exc
-        try:
-            raw = os.read(fd, 65536)
-        except OSError as exc:
-            raise SysfsError(path, _reason(exc)) from exc
-        finally:
-            os.close(fd)
         try:
             # Some dumps and kernels pad with NULs; they are not part of the value.
             return raw.rstrip(b"\x00").decode("ascii").strip()
         except UnicodeDecodeError as exc:
-            raise SysfsError(path, f"not text: {raw[:32]!r}") from exc
+            raise SysfsError(self._prefix + relative.lstrip("/"), f"not text: {raw[:32]!r}") from exc
+
+    def read_bytes(self, relative: str) -> bytes | None:
+        """The file's bytes as one read() returns them (binary attributes such as gpu_metrics; every
+        text read goes through here too); ``None`` when the file is absent."""
+        path = self._prefix + relative.lstrip("/")
+        try:
+            # One read() of up to a page is how sysfs serves attributes; buffered reads add nothing.
+            fd = os.open(path, os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise SysfsError(path, _reason(exc)) from exc
+        try:
+            return os.read(fd, 65536)
+        except OSError as exc:
+            raise SysfsError(path, _reason(exc)) from exc
+        finally:
+            os.close(fd)
 
     def write(self, relative: str, value: str) -> None:
         path = self.path(relative)

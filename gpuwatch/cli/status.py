@@ -87,8 +87,10 @@ def _gpu_block(gpu: GpuDoc, paint: Paint) -> list[str]:
         f"  busy   gpu {_pct(gpu.get('gpu_busy_ratio'))}  mem {_pct(gpu.get('mem_busy_ratio'))}",
         _memory_line(gpu),
         f"  power  {_num(gpu.get('power_w'), 'W')} / cap {_num(gpu.get('power_cap_w'), 'W')}"
-        f"   sclk {_num(_mhz(gpu.get('sclk_hz')), 'MHz')}  mclk {_num(_mhz(gpu.get('mclk_hz')), 'MHz')}",
+        f"   sclk {_num(_mhz(gpu.get('sclk_hz')), 'MHz')}  mclk {_num(_mhz(gpu.get('mclk_hz')), 'MHz')}"
+        + _energy(gpu.get("energy_joules"), f" ({gpu.get('energy_source')})"),
         _fan_line(gpu),
+        *_health_lines(gpu, paint),
     ]
     fan = gpu.get("fan_controller")
     if fan:
@@ -115,7 +117,36 @@ def _fan_line(gpu: GpuDoc) -> str:
         return f"  fan    {'none (passive board)' if duty is None else 'duty ' + _pct(duty)}  control: unsupported (monitor only)"
     enable = gpu.get("pwm_enable")
     mode = NA if enable is None else PWM_MODES.get(enable, NA)
-    return f"  fan    {_num(gpu.get('fan_rpm'), 'RPM')}  pwm {_pct(gpu.get('pwm_ratio'))}  mode {mode}"
+    source = (gpu.get("sources") or {}).get("fan_rpm")
+    rpm = _num(gpu.get("fan_rpm"), "RPM") + (f" ({source})" if source else "")
+    return f"  fan    {rpm}  pwm {_pct(gpu.get('pwm_ratio'))}  mode {mode}"
+
+
+def _health_lines(gpu: GpuDoc, paint: Paint) -> list[str]:
+    """Throttling (when the card reports its reasons) and the PCIe slot link with its error counters."""
+    lines = []
+    flags = gpu.get("throttle_flags")
+    if flags is not None:
+        throttled = {reason: s for reason, s in (gpu.get("throttled_s") or {}).items() if s >= 1}
+        total = "  throttled " + ", ".join(f"{r} {_duration(s)}" for r, s in throttled.items()) if throttled else ""
+        reasons = ", ".join(gpu.get("throttle_reasons") or [])
+        now = paint(f"THROTTLING {reasons} ({' '.join(flags)})", YELLOW) if flags else "none"
+        lines.append(f"  thrtl  {now}{total}")
+    speed, width = gpu.get("pcie_slot_link_speed_gts"), gpu.get("pcie_slot_link_width")
+    if speed is not None or width is not None:
+        top_speed, top_width = gpu.get("pcie_slot_max_link_speed_gts"), gpu.get("pcie_slot_max_link_width")
+        link = f"{_num(speed, 'GT/s', 1)} x{width if width is not None else NA}"
+        if (speed or 0) < (top_speed or 0) or (width or 0) < (top_width or 0):
+            link = paint(link, YELLOW) + f" (below max {_num(top_speed, 'GT/s', 1)} x{top_width})"
+        counts = [gpu.get("pcie_aer_correctable_total"), gpu.get("pcie_aer_nonfatal_total"),
+                  gpu.get("pcie_aer_fatal_total")]
+        aer = "" if all(c is None for c in counts) else "  aer cor/nonfatal/fatal " + "/".join(
+            NA if c is None else str(c) for c in counts)
+        if any(c for c in counts[1:]):
+            aer = paint(aer, RED)
+        replays = gpu.get("pcie_replays_total")
+        lines.append(f"  pcie   {link}{aer}" + ("" if replays is None else f"  replays {replays}"))
+    return lines
 
 
 def _temp(label: str, t: TemperatureDoc, over: bool, paint: Paint) -> str:
@@ -173,6 +204,9 @@ def _trainer_line(t: TrainerDoc, now: float, paint: Paint) -> str:
         text += f"  {t['steps_per_s']:.2f} steps/s"
     if t.get("last_step_age_s") is not None:
         text += f"  last step {t['last_step_age_s']:.0f}s ago"
+    text += _energy(t.get("run_energy_j"), "")
+    if t.get("steps_per_kj") is not None:
+        text += f"  {t['steps_per_kj']:.1f} steps/kJ"
     if t.get("reason"):
         text += f"  ({t['reason']})"
     return text
@@ -191,6 +225,13 @@ def _pct(ratio: float | None) -> str:
 
 def _num(value: float | None, unit: str, digits: int = 0) -> str:
     return NA if value is None else f"{value:.{digits}f} {unit}".replace(" °C", "°C")
+
+
+def _energy(joules: float | None, suffix: str) -> str:
+    if joules is None:
+        return ""
+    kwh = joules / 3.6e6
+    return f"  energy {'<0.001' if 0 < kwh < 0.001 else f'{kwh:.3f}'} kWh{suffix}"
 
 
 def _mhz(hz: float | None) -> float | None:

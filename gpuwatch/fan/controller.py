@@ -155,6 +155,9 @@ class FanController:
         if not fan.controlling:
             self._take_control(fan, fan.backend, gpu)
         applied = fan.backend.apply(decision.percent)
+        if applied.rpm is None:
+            # No hwmon tach (RDNA4 before Linux 6.15): the RPM sampled this tick, from gpu_metrics.
+            applied.rpm = gpu.fan_rpm
         fan.mode_resets_total += applied.mode_reset
         if applied.mode_reset:
             log.warning("GPU %s: fan mode was reset by the firmware or another tool; re-asserted", gpu.gpu_id)

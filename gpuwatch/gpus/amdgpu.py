@@ -5,7 +5,8 @@ number of digits (procfs' ``card[0-9]`` glob misses card10, §1); the driver is 
 ``device/uevent``; hwmon is found by its ``name`` file, its index is not stable (§7.1); temperatures are
 m°C, power µW, clocks Hz, voltage mV (§4); ``*_crit_hyst`` of -273150 means none (§7.3);
 power1_average is preferred with power1_input as fallback (§7.4); reads of hwmon wake a
-runtime-suspended GPU, so a suspended one is not read (§2).
+runtime-suspended GPU, so a suspended one is not read (§2). The gpu_metrics table
+(gpus/telemetry.py) and PCIe health (gpus/pcie.py) complete the reading.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 from gpuwatch.gpus.pciids import gpu_name
+from gpuwatch.gpus.pcie import link_speed, read_pcie
 from gpuwatch.gpus.source import DiscoveryResult
+from gpuwatch.gpus.telemetry import GpuMetricsReader
 from gpuwatch.model import GpuReading, ReadError, SourceName, TempReading, UnsupportedCard
 from gpuwatch.sysfs import Sysfs, SysfsError
 
@@ -34,7 +37,7 @@ T = TypeVar("T")
 # reported) every tick as before. power1_cap, the link's current speed and runtime_status do change.
 STATIC_ATTRIBUTES = frozenset(
     {
-        "product_name", "unique_id", "vbios_version", "max_link_speed", "max_link_width",
+        "product_name", "unique_id", "vbios_version", "max_link_speed", "max_link_width", "vendor", "class",
         "mem_info_vram_total", "mem_info_gtt_total",
         "power1_cap_min", "power1_cap_max", "power1_cap_default",
         "pwm1_min", "pwm1_max", "fan1_min", "fan1_max",
@@ -91,11 +94,13 @@ def discover(sysfs: Sysfs) -> DiscoveryResult[AmdCard]:
     return DiscoveryResult(cards=tuple(cards), unsupported=tuple(unsupported))
 
 
-def read_card(sysfs: Sysfs, card: AmdCard, static: dict[str, str | None] | None = None) -> GpuReading:
+def read_card(sysfs: Sysfs, card: AmdCard, static: dict[str, str | None] | None = None,
+              metrics: GpuMetricsReader | None = None) -> GpuReading:
     """One full reading of ``card``; never raises for a read error, it records it instead.
 
     ``static`` (path -> text) remembers the STATIC_ATTRIBUTES read so far; pass the same dict on
-    every tick to skip re-reading them, None to read everything.
+    every tick to skip re-reading them, None to read everything. ``metrics`` remembers GPUs without
+    a gpu_metrics table (the source passes its own; None: a fresh one).
     """
     reader = _Reader(sysfs, card.device_dir, static=static)
     if not sysfs.exists(card.device_dir):
@@ -115,7 +120,8 @@ def read_card(sysfs: Sysfs, card: AmdCard, static: dict[str, str | None] | None 
     if runtime_status == "suspended":
         return GpuReading(**identity, errors=tuple(reader.errors))
     hw = _Reader(sysfs, card.hwmon_dir, reader.errors, static) if card.hwmon_dir else None
-    return GpuReading(
+    link = reader.number("current_link_speed", link_speed), reader.number("current_link_width", int)
+    reading = GpuReading(
         **identity,
         gpu_busy_ratio=_ratio(reader.number("gpu_busy_percent", int)),
         mem_busy_ratio=_ratio(reader.number("mem_busy_percent", int)),
@@ -123,14 +129,16 @@ def read_card(sysfs: Sysfs, card: AmdCard, static: dict[str, str | None] | None 
         vram_total_bytes=reader.number("mem_info_vram_total", int),
         gtt_used_bytes=reader.number("mem_info_gtt_used", int),
         gtt_total_bytes=reader.number("mem_info_gtt_total", int),
-        pcie_link_speed_gts=reader.number("current_link_speed", _link_speed),
-        pcie_link_width=reader.number("current_link_width", int),
-        pcie_max_link_speed_gts=reader.number("max_link_speed", _link_speed),
+        pcie_link_speed_gts=link[0],
+        pcie_link_width=link[1],
+        pcie_max_link_speed_gts=reader.number("max_link_speed", link_speed),
         pcie_max_link_width=reader.number("max_link_width", int),
+        **read_pcie(lambda base: _Reader(sysfs, base, reader.errors, static), card.device_dir, link),
         **(_hwmon_fields(hw) if hw else {}),
         # Keyword arguments are evaluated in order, so this sees every error recorded above.
         errors=tuple(reader.errors),
     )
+    return (metrics or GpuMetricsReader()).read(sysfs, reading, card.device_dir)
 
 
 def _hwmon_fields(hw: "_Reader") -> dict[str, Any]:
@@ -255,11 +263,6 @@ def _card_number(entry: str) -> tuple[int, str]:
     return (int(digits), entry) if digits.isdigit() else (1 << 30, entry)
 
 
-def _link_speed(text: str) -> float:
-    # "16.0 GT/s PCIe" (§3); anything else is garbage.
-    return float(text.split()[0])
-
-
 def _ratio(percent: int | None) -> float | None:
     return None if percent is None else percent / 100.0
 
@@ -281,6 +284,7 @@ class AmdgpuSource:
         self._found_at = 0.0
         self._static: dict[str, dict[str, str | None]] = {}
         self._read: dict[str, AmdCard] = {}  # the cards of the last read_all, by gpu_id
+        self.metrics = GpuMetricsReader()
 
     def discovered(self) -> DiscoveryResult[AmdCard]:
         now = self._clock()
@@ -292,7 +296,8 @@ class AmdgpuSource:
     def read_all(self) -> tuple[list[GpuReading], list[UnsupportedCard]]:
         found = self.discovered()
         self._read = {card.gpu_id: card for card in found.cards}
-        readings = [read_card(self.sysfs, card, self._static.setdefault(card.gpu_id, {})) for card in found.cards]
+        readings = [read_card(self.sysfs, card, self._static.setdefault(card.gpu_id, {}), self.metrics)
+                    for card in found.cards]
         if any(not r.up for r in readings):
             # A card fell off the bus or was reset: it may come back under a new cardN/hwmonN.
             self._found = None

@@ -16,7 +16,7 @@ from gpuwatch.limits import over_limit, sensor_limit_c
 from gpuwatch.model import GpuReading, PublishedState
 
 SCHEMA_VERSION = 1
-_FLAT_SKIP = {"temps", "errors"}
+_FLAT_SKIP = {"temps", "errors", "throttled_s", "sources"}
 
 Source = Literal["daemon", "sysfs"]  # who read the GPUs: the running daemon, or this CLI from sysfs
 
@@ -90,6 +90,31 @@ class GpuDoc(TypedDict):  # model.GpuReading without temps/errors, plus what is 
     pcie_link_width: int | None
     pcie_max_link_speed_gts: float | None
     pcie_max_link_width: int | None
+    gpu_metrics_revision: str | None
+    sclk_average_hz: float | None
+    mclk_average_hz: float | None
+    socclk_hz: float | None
+    fclk_average_hz: float | None
+    vddsoc_v: float | None
+    vddmem_v: float | None
+    throttle_status: int | None
+    indep_throttle_status: int | None
+    throttle_flags: list[str] | None
+    throttle_reasons: list[str] | None
+    energy_accumulator_j: float | None
+    energy_joules: float | None
+    energy_source: str | None
+    throttled_s: dict[str, float]  # seconds throttled per reason since the daemon started
+    pcie_slot_link_speed_gts: float | None
+    pcie_slot_link_width: int | None
+    pcie_slot_max_link_speed_gts: float | None
+    pcie_slot_max_link_width: int | None
+    pcie_aer_correctable_total: int | None
+    pcie_aer_nonfatal_total: int | None
+    pcie_aer_fatal_total: int | None
+    pcie_replays_total: int | None
+    gpu_busy_sampled_ratio: float | None
+    sources: dict[str, str]  # field -> where it came from when not its usual file
     suspended: bool
     pwm_ratio: float | None
     temperatures: dict[str, TemperatureDoc]
@@ -133,6 +158,9 @@ class TrainerDoc(TypedDict):  # model.TrainerState
     paused_since_unix: float | None
     next_start_unix: float | None
     log_path: str | None
+    run_energy_j: float | None
+    energy_total_j: float
+    steps_per_kj: float | None
 
 
 class StatusDocument(TypedDict):
@@ -176,6 +204,10 @@ def _gpu(gpu: GpuReading, thermal: ThermalConfig, fan: FanControllerDoc | None) 
         }
         for t in gpu.temps
     }
+    for key in ("throttle_flags", "throttle_reasons"):
+        doc[key] = None if doc[key] is None else list(doc[key])
+    doc["throttled_s"] = dict(gpu.throttled_s)
+    doc["sources"] = dict(gpu.sources)
     doc["suspended"] = gpu.suspended
     doc["pwm_ratio"] = gpu.pwm_ratio
     doc["temperatures"] = temperatures

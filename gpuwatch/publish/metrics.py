@@ -15,6 +15,7 @@ from prometheus_client.registry import Collector
 
 from gpuwatch.config import ThermalConfig
 from gpuwatch.limits import over_limit, sensor_limit_c
+from gpuwatch.publish.health_metrics import health
 from gpuwatch.model import FanMode, FanState, GpuReading, PublishedState, TrainerPhase, TrainerState, pwm_ratio
 
 P = "gpuwatch_"
@@ -45,7 +46,21 @@ _GPU_GAUGES: tuple[tuple[str, str, str, float], ...] = (
     ("gpu_pcie_link_max_speed_transfers_per_second", "Maximum PCIe link speed.", "pcie_max_link_speed_gts", 1e9),
     ("gpu_pcie_link_width_lanes", "Current PCIe link width.", "pcie_link_width", 1.0),
     ("gpu_pcie_link_max_width_lanes", "Maximum PCIe link width.", "pcie_max_link_width", 1.0),
+    ("gpu_pcie_slot_link_speed_transfers_per_second",
+     "Current speed of the link in the slot (above the card's own PCIe switch where it has one).",
+     "pcie_slot_link_speed_gts", 1e9),
+    ("gpu_pcie_slot_link_max_speed_transfers_per_second", "Highest speed both ends of the slot link support.",
+     "pcie_slot_max_link_speed_gts", 1e9),
+    ("gpu_pcie_slot_link_width_lanes", "Current width of the link in the slot.", "pcie_slot_link_width", 1.0),
+    ("gpu_pcie_slot_link_max_width_lanes", "Widest both ends of the slot link support.", "pcie_slot_max_link_width",
+     1.0),
+    ("gpu_busy_sampled_ratio", "Graphics pipe busy, 0-1, sampled from its status register (pyamdgpuinfo).",
+     "gpu_busy_sampled_ratio", 1.0),
 )
+# (clock label, GpuReading attribute): hwmon's sclk/mclk, then the gpu_metrics clocks.
+_CLOCK_FIELDS = (("sclk", "sclk_hz"), ("mclk", "mclk_hz"), ("sclk_average", "sclk_average_hz"),
+                 ("mclk_average", "mclk_average_hz"), ("socclk", "socclk_hz"), ("fclk_average", "fclk_average_hz"))
+_RAIL_FIELDS = (("vddgfx", "vddgfx_v"), ("vddsoc", "vddsoc_v"), ("vddmem", "vddmem_v"))
 _TEMP_FIELDS = (
     ("gpu_temperature_celsius", "Temperature by sensor (edge, junction, mem).", "temp_c"),
     ("gpu_temperature_crit_celsius", "Critical temperature: the card throttles hard here.", "crit_c"),
@@ -139,6 +154,7 @@ def _gpus(state: PublishedState, thermal: ThermalConfig) -> list[Metric]:
                 family.add_metric([gpu.gpu_id], value * scale)
         out.append(family)
     out += _clocks(gpus)
+    out += health(gpus)
     failing = _gauge("gpu_read_failing", "1 for each sensor file that exists but failed to read this tick.",
                      ["gpu", "sensor"])
     for gpu in gpus:
@@ -183,14 +199,16 @@ def _temperatures(gpus: tuple[GpuReading, ...], thermal: ThermalConfig) -> list[
 
 
 def _clocks(gpus: tuple[GpuReading, ...]) -> list[Metric]:
+    # Help texts kept as they were (the golden file changes by additions only); the gpu_metrics clocks
+    # and rails are listed in docs/metrics.md.
     clock = _gauge("gpu_clock_hertz", "Current clock: sclk (shader) and mclk (memory).", ["gpu", "clock"])
     volts = _gauge("gpu_voltage_volts", "Voltage by rail.", ["gpu", "rail"])
     for gpu in gpus:
-        for name, value in (("sclk", gpu.sclk_hz), ("mclk", gpu.mclk_hz)):
-            if value is not None:
-                clock.add_metric([gpu.gpu_id, name], value)
-        if gpu.vddgfx_v is not None:
-            volts.add_metric([gpu.gpu_id, "vddgfx"], gpu.vddgfx_v)
+        for family, pairs in ((clock, _CLOCK_FIELDS), (volts, _RAIL_FIELDS)):
+            for name, attr in pairs:
+                value = getattr(gpu, attr)
+                if value is not None:
+                    family.add_metric([gpu.gpu_id, name], value)
     return [clock, volts]
 
 
@@ -265,6 +283,11 @@ def _trainers(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> list[Me
     epoch = _gauge("trainer_epoch", "Current epoch reported by the trainer.", t)
     failed = _gauge("trainer_failed_info", "1 while the trainer is failed (given up on), with why in the reason "
                     "label (as `gpuwatch status` shows it); absent otherwise.", ["trainer", "reason"])
+    run_energy = _gauge("trainer_run_energy_joules", "Energy the trainer's GPUs used during its current "
+                        "(or last) run.", t)
+    energy = _counter("trainer_energy_joules", "Energy the trainer's GPUs used over all its runs since the "
+                      "daemon started.", t)
+    per_kj = _gauge("trainer_steps_per_kilojoule", "Training steps per kilojoule of GPU energy in the current run.", t)
     for trainer in trainers:
         name = [trainer.name]
         info.add_metric([trainer.name, ",".join(trainer.gpus)], 1)
@@ -280,11 +303,14 @@ def _trainers(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> list[Me
         resumes.add_metric(name, trainer.resumes_total)
         if trainer.phase is TrainerPhase.FAILED:
             failed.add_metric([trainer.name, trainer.reason or ""], 1)
+        energy.add_metric(name, trainer.energy_total_j)
         for family, value in (
             (start, trainer.started_unix), (paused_since, trainer.paused_since_unix),
             (next_start, trainer.next_start_unix), (exit_code, trainer.last_exit_code), (steps, trainer.steps_total),
             (rate, trainer.steps_per_s), (age, trainer.last_step_age_s), (epoch, trainer.epoch),
+            (run_energy, trainer.run_energy_j), (per_kj, trainer.steps_per_kj),
         ):
             if value is not None:
                 family.add_metric(name, value)
-    return [info, on_gpu, phase, running, start, paused_since, next_start, exit_code, restarts, by_reason, pauses, resumes, steps, rate, age, epoch, failed]
+    return [info, on_gpu, phase, running, start, paused_since, next_start, exit_code, restarts, by_reason, pauses, resumes,
+            steps, rate, age, epoch, failed, run_energy, energy, per_kj]

@@ -87,6 +87,7 @@ class SimulatedGpus:
     # value keeps a settled card from looking like a frozen sensor (the fan's frozen-temp failsafe).
     sensor_noise_c: float = 0.6
     seed: int = 7
+    fan1_input: bool = True  # False: the RPM is in gpu_metrics only (navi10.card_files)
     cards: list[SimCard] = field(default_factory=list)
     sim_time_s: float = 0.0
 
@@ -96,7 +97,7 @@ class SimulatedGpus:
         tree = FakeSysfsTree(self.root)
         for index in range(self.count):
             slot = f"0000:{0x28 + index * 3:02x}:00.0"
-            placed = tree.add_card(navi10.card_files(), card=f"card{index}", pci_slot=slot,
+            placed = tree.add_card(navi10.card_files(self.fan1_input), card=f"card{index}", pci_slot=slot,
                                    hwmon=f"hwmon{index + 1}", source_hwmon=navi10.HWMON)
             assert placed.hwmon_dir is not None
             self.cards.append(SimCard(
@@ -205,17 +206,21 @@ class SimulatedGpus:
         power_uw = str(round(s.power_w * 1e6))
         _write(hw / "power1_average", power_uw)
         _write(hw / "power1_input", power_uw)
-        rpm = str(round(s.fan_rpm))
-        _write(hw / "fan1_input", rpm)
-        _write(hw / "fan1_target", rpm)
+        if self.fan1_input:
+            _write(hw / "fan1_input", str(round(s.fan_rpm)))
+            _write(hw / "fan1_target", str(round(s.fan_rpm)))
         span = self.params.load_power_w - self.params.idle_power_w
         busy = 0.0 if span <= 0 else min(1.0, max(0.0, (s.power_w - self.params.idle_power_w) / span))
         _write(dev / "gpu_busy_percent", str(round(busy * 100)))
         _write(dev / "mem_busy_percent", str(round(busy * 60)))
         vram_used = 300 * 1024**2 + card.load_ratio * 4 * 1024**3
         _write(dev / "mem_info_vram_used", str(int(vram_used)))
-        _write(hw / "freq1_input", str(round((10 + busy * 1740) * 1e6)))
-        _write(hw / "in0_input", str(round(775 + busy * 300)))
+        sclk_mhz, vddgfx_mv = 10 + busy * 1740, 775 + busy * 300
+        _write(hw / "freq1_input", str(round(sclk_mhz * 1e6)))
+        _write(hw / "in0_input", str(round(vddgfx_mv)))
+        (dev / "gpu_metrics").write_bytes(navi10.gpu_metrics(
+            s.edge_c, s.junction_c, s.mem_c, s.power_w, busy, sclk_mhz, vddgfx_mv, s.fan_rpm,
+            round(self.sim_time_s * 1e9)))
 
 
 def _prepare_dir(root: Path) -> None:
@@ -274,4 +279,5 @@ def start_simulator(config: Config) -> SimulatedGpus:
         ),
         time_scale=sim.time_scale,
         load_without_trainer=sim.load_without_trainer,
+        fan1_input=sim.fan1_input,
     )

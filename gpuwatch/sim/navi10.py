@@ -5,10 +5,14 @@ PCI 1002:731F, SMU11 so the fan is driven through hwmon ``pwm1``/``pwm1_enable``
 embedded here so the package never needs the test fixtures at run time. Adjusted to an RX 5600 XT: 6 GiB VRAM,
 150 W board power, temperature crit 100/110/105 °C (edge/junction/mem, emergency +5), fan up to 3200 RPM,
 and the ``mem_info_*``/``mem_busy_percent``/``power1_input`` files the partial capture lacks. Dynamic
-values (temperatures, power, RPM, pwm, busy) are rewritten by the simulator on every step.
+values (temperatures, power, RPM, pwm, busy) are rewritten by the simulator on every step, and so is
+the binary ``gpu_metrics`` table (v1.3, what navi10_ppt.c publishes since Linux 5.14; built by
+``gpu_metrics``).
 """
 
 from __future__ import annotations
+
+from gpuwatch.gpus.gpu_metrics_layouts import LAYOUTS, encode
 
 HWMON = "hwmon1"
 VRAM_TOTAL_BYTES = 6 * 1024**3
@@ -17,10 +21,32 @@ PWM_MAX = 255
 FAN_MAX_RPM = 3200
 CRIT_C = {"edge": 100, "junction": 110, "mem": 105}
 TEMP_INDEX = {"edge": 1, "junction": 2, "mem": 3}
+# The simulated firmware reports a hotspot throttle (SMU_THROTTLER_TEMP_HOTSPOT) from here on.
+HOTSPOT_THROTTLE_C = CRIT_C["junction"] - 10
+_TEMP_HOTSPOT_BITS = (1 << 2, 1 << 36)  # (navi10 firmware bit THROTTLER_TEMP_HOTSPOT, SMU_THROTTLER_TEMP_HOTSPOT)
 
 
-def card_files() -> dict[str, str]:
-    """A fresh dict of every file of one card (the caller may change it)."""
+def gpu_metrics(edge_c: float, junction_c: float, mem_c: float, power_w: float, busy: float, sclk_mhz: float,
+                vddgfx_mv: float, fan_rpm: float, now_ns: int) -> bytes:
+    """One v1.3 table of the simulated card (whole °C, W, %, MHz, mV, RPM, as SMU11 fills it; the energy
+    accumulator stays all ones: navi10_ppt.c does not fill it on Navi 10)."""
+    hot = junction_c >= HOTSPOT_THROTTLE_C
+    return encode(LAYOUTS[(1, 3)], {
+        "temperature_edge": round(edge_c), "temperature_hotspot": round(junction_c), "temperature_mem": round(mem_c),
+        "temperature_vrgfx": round(edge_c + power_w * 0.05), "temperature_vrsoc": round(edge_c - 2),
+        "temperature_vrmem": round(mem_c - 3), "average_gfx_activity": round(busy * 100),
+        "average_umc_activity": round(busy * 60), "average_mm_activity": 0, "average_socket_power": round(power_w),
+        "system_clock_counter": now_ns, "average_gfxclk_frequency": round(sclk_mhz), "current_gfxclk": round(sclk_mhz),
+        "average_uclk_frequency": 875, "current_uclk": 875, "current_socclk": 1000, "current_fan_speed": round(fan_rpm),
+        "throttle_status": _TEMP_HOTSPOT_BITS[0] if hot else 0, "pcie_link_width": 16, "pcie_link_speed": 160,
+        "voltage_gfx": round(vddgfx_mv), "voltage_soc": 850, "voltage_mem": 1350,
+        "indep_throttle_status": _TEMP_HOTSPOT_BITS[1] if hot else 0,
+    })
+
+
+def card_files(fan1_input: bool = True) -> dict[str, str]:
+    """A fresh dict of every file of one card (the caller may change it); ``fan1_input=False``: no
+    hwmon tach (fan1_input, fan1_target), as RDNA4 on Linux 6.11-6.14, so the RPM is in gpu_metrics only."""
     hw = f"device/hwmon/{HWMON}"
     files = {
         "uevent": "MAJOR=226\nMINOR=1\nDEVNAME=dri/card1\nDEVTYPE=drm_minor\n",
@@ -75,4 +101,6 @@ def card_files() -> dict[str, str]:
         files[f"{hw}/temp{index}_crit"] = f"{CRIT_C[label] * 1000}\n"
         files[f"{hw}/temp{index}_crit_hyst"] = "-273150\n"
         files[f"{hw}/temp{index}_emergency"] = f"{(CRIT_C[label] + 5) * 1000}\n"
+    if not fan1_input:
+        del files[f"{hw}/fan1_input"], files[f"{hw}/fan1_target"]
     return files

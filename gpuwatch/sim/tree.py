@@ -72,6 +72,7 @@ class FakeSysfsTree:
         card: str | None = None,
         pci_slot: str | None = None,
         hwmon: str | None = None,
+        bridge: str = _BRIDGE,
     ) -> FakeCard:
         """Lay out ``capture``; ``card``/``pci_slot``/``hwmon`` rename it so one capture can appear twice."""
         return self.add_card(
@@ -80,6 +81,7 @@ class FakeSysfsTree:
             pci_slot=pci_slot or capture.pci_slot,
             hwmon=hwmon,
             source_hwmon=capture.hwmon,
+            bridge=bridge,
         )
 
     def add_card(
@@ -89,10 +91,12 @@ class FakeSysfsTree:
         pci_slot: str | None = None,
         hwmon: str | None = None,
         source_hwmon: str | None = None,
+        bridge: str = _BRIDGE,
     ) -> FakeCard:
+        """``bridge``: the PCI path above the card below ``devices/`` (root port, switch ports)."""
         self._slots += 1
         slot = pci_slot or f"0000:{0x10 + self._slots:02x}:00.0"
-        device_rel = f"devices/{_BRIDGE}/{slot}"
+        device_rel = f"devices/{bridge}/{slot}"
         device = self.root / device_rel
         device.mkdir(parents=True, exist_ok=True)
         source_hwmon = source_hwmon or _find_hwmon(files)

@@ -36,6 +36,7 @@ from gpuwatch.supervise.actions import (
     Thermal,
     thermal_verdict,
 )
+from gpuwatch.supervise import energy
 from gpuwatch.supervise.checkpoint import newest_complete_checkpoint
 from gpuwatch.supervise.policy import LIVE, Machine, step
 from gpuwatch.supervise.process import STRIPPED_ENV, SpawnError, TrainerProcess
@@ -62,6 +63,7 @@ class Trainer:
         self.started_unix: float | None = None
         self.commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self.paused_since_unix: float | None = None
+        self.energy = energy.RunEnergy()
 
     def observe(self, verdict: Thermal, now: float, shutdown: bool) -> Inputs:
         command = None if self.commands.empty() else self.commands.get_nowait()
@@ -217,6 +219,8 @@ class Trainer:
             last_step_age_s=age, epoch=beat.epoch if beat else None, reason=m.reason,
             paused_since_unix=paused_since, log_path=str(self.log_path),
             next_start_unix=None if m.next_start is None else now_unix + max(0.0, m.next_start - now_mono),
+            run_energy_j=self.energy.used_j, energy_total_j=self.energy.total_j,
+            steps_per_kj=self.energy.steps_per_kj(beat.steps_total if beat else None),
         )
 
 
@@ -259,6 +263,9 @@ class Supervisor:
                 # It never started: say what became of it now, not "started" now and a crash next tick.
                 trainer.machine, actions = step(trainer.machine, trainer.config, trainer.observe(verdict, now, shutdown))
                 trainer.apply(actions, self.last_snapshot)
+            if snapshot is not None and trainer.machine.phase in LIVE and trainer.proc and trainer.started_unix:
+                trainer.energy = energy.update(trainer.energy, trainer.started_unix,
+                                               energy.energies(snapshot, tuple(trainer.config.gpus)), inputs.steps_total)
             for event in trainer.machine.events:
                 log.info("trainer %s: %s -> %s: %s", trainer.config.name, before.phase.value,
                          trainer.machine.phase.value, event)

@@ -98,6 +98,11 @@ def test_default_curve_and_healthy_fan_settle_below_the_pause_limit(tmp_path: Pa
         trainer = states[-1].trainers[0]
         assert trainer.phase == TrainerPhase.RUNNING and trainer.pauses_total == 0
         assert daemon.parts.simulator.cards[0].load_ratio == 1.0
+        # Energy of the run, from the power integrated tick by tick (Navi 10 has no usable accumulator).
+        gpu = states[-1].snapshot.gpus[0]
+        assert gpu.energy_source == "integrated" and gpu.energy_joules is not None and gpu.energy_joules > 0
+        assert trainer.run_energy_j is not None and 0 < trainer.run_energy_j <= gpu.energy_joules
+        assert trainer.steps_per_kj is not None and trainer.steps_per_kj > 0
     finally:
         daemon.shutdown()
     assert hwmon_file(daemon, "pwm1_enable") == "2"  # given back to the firmware on exit
@@ -179,5 +184,27 @@ def test_broken_sensor_fan_to_full_and_trainer_off_the_gpu(tmp_path: Path) -> No
         run_until(daemon, sim_s=daemon.parts.simulator.sim_time_s + 20)
         assert hwmon_file(daemon, "pwm1") == "255"
         assert daemon.parts.simulator.cards[0].load_ratio == 0.0
+    finally:
+        daemon.shutdown()
+
+
+def test_without_fan1_input_the_rpm_comes_from_gpu_metrics_and_a_stall_is_still_detected(tmp_path: Path) -> None:
+    # The simulated card has no hwmon tach, like RDNA4 before Linux 6.15: its RPM is only in gpu_metrics.
+    daemon = make_daemon(tmp_path, {"fan1_input": False, "time_scale": 100.0})
+    sim = daemon.parts.simulator
+    assert sim is not None
+    try:
+        states = run_until(daemon, sim_s=60)
+        assert not (sim.root / sim.cards[0].hwmon_dir / "fan1_input").exists()
+        gpu, fan = states[-1].snapshot.gpus[0], states[-1].fans[0]
+        assert gpu.fan_rpm is not None and gpu.fan_rpm > 0.4 * 3200
+        assert dict(gpu.sources)["fan_rpm"] == "gpu_metrics"
+        assert fan.mode == FanMode.CURVE and fan.rpm == gpu.fan_rpm and not fan.stalled
+        sim.faults = replace(sim.faults, fan_stuck_ratio=0.0)  # the fan stops while driven
+        states = run_until(daemon, sim_s=sim.sim_time_s + 120, stop=lambda s: s.fans[0].stalled)
+        fan = states[-1].fans[0]
+        assert fan.stalled and fan.stalls_total == 1 and fan.rpm == 0
+        assert (fan.applied_pwm or 0) > 0 and fan.message is not None and "stalled" in fan.message
+        assert states[-1].snapshot.gpus[0].fan_rpm == 0
     finally:
         daemon.shutdown()

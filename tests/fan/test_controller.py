@@ -9,6 +9,7 @@ import pytest
 
 from gpuwatch.model import FanMode
 from tests.support.fan_rig import Rig
+from tests.support.gpu_metrics import dgpu_v1_3
 from tests.support.trees import capture
 
 PWM1 = "navi21-rx6900xt-sapphire-nitro"
@@ -176,6 +177,18 @@ def test_gpu_od_rdna4_zero_rpm_off_recheck_and_restore(tmp_path: Path) -> None:
     rig.fans.restore()
     assert rig.sysfs.take_log() == [("fan_curve", "r\n"), ("fan_curve", "c\n"),
                                    ("fan_zero_rpm_enable", "1\n"), ("fan_zero_rpm_enable", "c\n")]
+
+
+def test_gpu_od_rdna4_without_fan1_input_detects_a_stall_from_gpu_metrics(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, capture("navi48-rx9070xt-early-kernel"), stall_after_ticks=3)  # no fan1_input at all
+    table = tmp_path / "sys" / rig.card.device_dir / "gpu_metrics"
+    table.write_bytes(dgpu_v1_3(39, 42, 62, 19, 9, 59, 96, 1450, 696))
+    rig.set_temp(50)
+    state = rig.tick(0)
+    assert (state.rpm, state.stalled, state.backend) == (1450, False, "gpu_od")
+    table.write_bytes(dgpu_v1_3(39, 42, 62, 19, 9, 59, 96, 0, 696))  # the fan stops while driven at 50 %
+    assert [rig.tick(t).stalled for t in range(1, 5)] == [False, False, True, True]
+    assert rig.tick(5).stalls_total == 1
 
 
 def test_gpu_od_firmware_minimum_and_crit(tmp_path: Path) -> None:

@@ -45,7 +45,9 @@ def test_tree_is_a_navi10_rx5600xt_with_kernel_topology(tmp_path: Path) -> None:
     assert gpu.errors == ()
     assert gpu.device_id == "1002:731F"
     assert gpu.vram_total_bytes == 6442450944
-    assert {t.label: t.crit_c for t in gpu.temps} == {"edge": 100.0, "junction": 110.0, "mem": 105.0}
+    assert {t.label: t.crit_c for t in gpu.temps} == {"edge": 100.0, "junction": 110.0, "mem": 105.0,
+                                                      "vrgfx": None, "vrsoc": None, "vrmem": None}
+    assert gpu.gpu_metrics_revision == "1.3" and gpu.throttle_reasons == ()  # the table the simulator writes
     assert all(t.crit_hyst_c is None for t in gpu.temps)  # -273150 = none, as on the real card
     assert (gpu.fan_max_rpm, gpu.pwm_max, gpu.pwm_enable) == (3200, 255, 2)
     assert (hwmon := found.cards[0].hwmon_dir) and hwmon.startswith("devices/pci0000:00/")
@@ -137,7 +139,7 @@ def test_fault_sensor_garbage_is_a_read_error(tmp_path: Path) -> None:
     sim = make(tmp_path, faults=SimFaults(sensor_garbage=True))
     sim.advance_by(1)
     gpu = reading(sim)
-    assert [t.temp_c for t in gpu.temps] == [None, None, None]
+    assert [t.temp_c for t in gpu.temps if t.label in ("edge", "junction", "mem")] == [None, None, None]
     assert {e.sensor for e in gpu.errors} == {"temp1_input", "temp2_input", "temp3_input"}
 
 

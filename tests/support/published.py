@@ -22,6 +22,8 @@ from gpuwatch.model import (
 )
 from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.sysfs import Sysfs
+from tests.support.gpu_metrics import CARD_TABLES
+from tests.support.pcie import radeon_switch, write_aer
 from tests.support.trees import capture
 
 NOW_UNIX = 1_800_000_000.0
@@ -31,16 +33,32 @@ GPU_GONE = "0000:43:00.0"
 
 
 def two_gpu_tree(root: Path) -> FakeSysfsTree:
+    """The two captures, each behind its on-package PCIe switch, with a gpu_metrics table built from
+    its own values (tests/support/gpu_metrics.py) and AER counters. GPU_B sits in a degraded slot
+    (8 GT/s x8 where both ends could do 16 GT/s x16, as on a riser) whose root port saw 3 correctable
+    errors, and its table says it holds its power limit."""
     tree = FakeSysfsTree(root)
-    tree.add_capture(capture("navi21-rx6900xt-sapphire-nitro"), card="card0", pci_slot=GPU_A)
-    tree.add_capture(capture("navi31-rx7900xtx-sapphire-nitro"), card="card1", pci_slot=GPU_B)
+    cards = [
+        tree.add_capture(capture(name), card=card, pci_slot=slot, bridge=radeon_switch(tree, port, bus, link))
+        for name, card, slot, port, bus, link in (
+            ("navi21-rx6900xt-sapphire-nitro", "card0", GPU_A, "0000:00:01.1", 0x01, ("16.0 GT/s", 16)),
+            ("navi31-rx7900xtx-sapphire-nitro", "card1", GPU_B, "0000:00:03.1", 0x0a, ("8.0 GT/s", 8)),
+        )
+    ]
+    for placed, name, replays in zip(cards, ("navi21-rx6900xt-sapphire-nitro", "navi31-rx7900xtx-sapphire-nitro"), (0, 5)):
+        device = tree.root / placed.device_dir
+        (device / "gpu_metrics").write_bytes(CARD_TABLES[name])
+        (device / "pcie_replay_count").write_text(f"{replays}\n")
+        write_aer(device)
+    write_aer(tree.root / "devices/pci0000:00/0000:00:03.1", correctable={"RxErr": 2, "BadTLP": 1})
     return tree
 
 
 def example_state(root: Path) -> PublishedState:
     tree = two_gpu_tree(root)
-    clock = iter([100.0, 100.5])
+    clock = iter([99.0, 99.5, 100.0, 100.5])
     sampler = Sampler([AmdgpuSource(Sysfs(tree.root))], wall_clock=lambda: NOW_UNIX, monotonic=lambda: next(clock))
+    sampler.sample()  # a tick before, 1 s earlier: energy and time throttled count from there
     snapshot = sampler.sample()
     # A GPU that fell off the bus: identity kept, up=0, no values.
     gone = GpuReading(gpu_id=GPU_GONE, card="card2", backend="amdgpu", name="Navi 31", device_id="1002:744C", up=False,
@@ -61,7 +79,8 @@ def example_state(root: Path) -> PublishedState:
                      started_unix=NOW_UNIX - 3600, restarts_total=2,
                      restarts_by_reason=(("crash", 1), ("hung", 1)), pauses_total=3, resumes_total=3,
                      last_exit_code=-9, last_exit_reason="hung", steps_total=12345, steps_per_s=4.5,
-                     last_step_age_s=0.25, epoch=7),
+                     last_step_age_s=0.25, epoch=7, run_energy_j=1_800_000.0, energy_total_j=2_500_000.0,
+                     steps_per_kj=4.5),
         TrainerState(name="bert", phase=TrainerPhase.PAUSED, gpus=(GPU_B,), reason="junction over limit",
                      paused_since_unix=NOW_UNIX - 120),
         TrainerState(name="vit", phase=TrainerPhase.BACKOFF, restarts_total=1, restarts_by_reason=(("crash", 1),),

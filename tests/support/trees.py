@@ -21,12 +21,14 @@ class FaultySysfs(Sysfs):
     Only the driver's failure is simulated: the tree and every other read are real files.
     """
 
-    def __init__(self, root: Path, faults: dict[str, int]) -> None:
+    def __init__(self, root: Path, faults: dict[str, int] | None = None) -> None:
         super().__init__(root)
-        self.faults = faults
+        self.faults = faults or {}
+        self.reads: list[str] = []  # every path read, in order
 
-    def read(self, relative: str) -> str | None:
+    def read_bytes(self, relative: str) -> bytes | None:  # every read, text or binary, comes here
+        self.reads.append(relative)
         for suffix, code in self.faults.items():
             if relative.endswith(suffix):
                 raise SysfsError(relative, errno.errorcode[code])
-        return super().read(relative)
+        return super().read_bytes(relative)

@@ -1,0 +1,46 @@
+"""The metric families of a GPU's own health reports: throttling, energy and PCIe (no I/O).
+
+They come from what gpus/telemetry.py, gpus/pcie.py and gpus/accounting.py put into each reading;
+metrics.py renders them after the gauges. Absent stays absent: a card whose table has no throttle
+bits has no throttle series, a device path without AER files no AER series.
+"""
+
+from __future__ import annotations
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from gpuwatch.model import THROTTLE_REASONS, GpuReading
+
+P = "gpuwatch_"
+
+
+def health(gpus: tuple[GpuReading, ...]) -> list[Metric]:
+    active = GaugeMetricFamily(P + "gpu_throttle_active", "1 for each reason the card throttles itself for now "
+                               "(power, current, thermal, other: gpu_metrics throttle bits), 0 for the others.",
+                               labels=["gpu", "reason"])
+    throttled = CounterMetricFamily(P + "gpu_throttled_seconds", "Seconds the card throttled itself, by reason "
+                                    "(sampled every tick).", labels=["gpu", "reason"])
+    energy = CounterMetricFamily(P + "gpu_energy_joules", "Energy the GPU used since the daemon started; source: "
+                                 "the firmware's accumulator or power integrated between ticks.",
+                                 labels=["gpu", "source"])
+    aer = CounterMetricFamily(P + "gpu_pcie_aer_errors", "PCIe errors (AER) detected on the path from the GPU to "
+                              "its slot, by severity (correctable, nonfatal, fatal).", labels=["gpu", "severity"])
+    replays = CounterMetricFamily(P + "gpu_pcie_replays", "PCIe replays (NAKs sent and received), amdgpu's "
+                                  "pcie_replay_count.", labels=["gpu"])
+    for gpu in gpus:
+        if not gpu.up:
+            continue
+        if gpu.throttle_reasons is not None:
+            for reason in THROTTLE_REASONS:
+                active.add_metric([gpu.gpu_id, reason], 1 if reason in gpu.throttle_reasons else 0)
+        for reason, seconds in gpu.throttled_s:
+            throttled.add_metric([gpu.gpu_id, reason], seconds)
+        if gpu.energy_joules is not None and gpu.energy_source is not None:
+            energy.add_metric([gpu.gpu_id, gpu.energy_source], gpu.energy_joules)
+        for severity, count in (("correctable", gpu.pcie_aer_correctable_total),
+                                ("nonfatal", gpu.pcie_aer_nonfatal_total), ("fatal", gpu.pcie_aer_fatal_total)):
+            if count is not None:
+                aer.add_metric([gpu.gpu_id, severity], count)
+        if gpu.pcie_replays_total is not None:
+            replays.add_metric([gpu.gpu_id], gpu.pcie_replays_total)
+    return [active, throttled, energy, aer, replays]
