@@ -23,6 +23,7 @@ from typing import Sequence
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from gpuwatch.gpus.gpu_metrics_layouts import LAYOUTS, encode  # noqa: E402
 from gpuwatch.sim.tree import FakeSysfsTree, load_capture  # noqa: E402
 
 # A current discrete card with every hwmon file a training box reads (3 temps, fan, pwm, power caps).
@@ -35,15 +36,49 @@ def fixtures_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--capture", default=DEFAULT_CAPTURE, help="capture name used for every GPU")
 
 
-def build_tree(root: Path, fixtures: Path, capture: str, gpus: int) -> list[str]:
-    """A real-layout fake /sys with ``gpus`` copies of one capture; returns their hwmon dirs."""
+def build_tree(root: Path, fixtures: Path, capture: str, gpus: int, telemetry: bool = False) -> list[str]:
+    """A real-layout fake /sys with ``gpus`` copies of one capture; returns their hwmon dirs.
+
+    ``telemetry``: each card also sits behind a Radeon's on-package PCIe switch below its own root
+    port, every device on that path has AER files, and the card has a v1.3 gpu_metrics table: all an
+    RDNA card on a recent kernel gives gpuwatch to read (docs/telemetry.md)."""
     cap = load_capture(fixtures / "cards" / f"{capture}.json")
     tree = FakeSysfsTree(root)
     hwmons = []
     for index in range(gpus):
-        card = tree.add_capture(cap, card=f"card{index}", pci_slot=f"0000:{0x10 + index:02x}:00.0", hwmon=f"hwmon{index}")
+        bus = 0x10 + 3 * index
+        bridge = _radeon_switch(root, index, bus) if telemetry else "pci0000:00/0000:00:01.1"
+        card = tree.add_capture(cap, card=f"card{index}", pci_slot=f"0000:{bus + 2:02x}:00.0", hwmon=f"hwmon{index}",
+                                bridge=bridge)
+        if telemetry:
+            device = root / card.device_dir
+            (device / "gpu_metrics").write_bytes(encode(LAYOUTS[(1, 3)], {
+                "temperature_edge": 53, "temperature_hotspot": 61, "temperature_mem": 68, "average_socket_power": 68,
+                "current_fan_speed": 1200, "indep_throttle_status": 1 << 36}))
+            _aer(device)
         hwmons.append(card.hwmon_dir or "")
     return hwmons
+
+
+def _radeon_switch(root: Path, index: int, bus: int) -> str:
+    """Root port -> AMD upstream switch port -> AMD downstream switch port, with link and AER files."""
+    path = f"pci0000:00/0000:00:{1 + index:02x}.1"
+    ports = [path, f"{path}/0000:{bus:02x}:00.0", f"{path}/0000:{bus:02x}:00.0/0000:{bus + 1:02x}:00.0"]
+    for depth, port in enumerate(ports):
+        directory = root / "devices" / port
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, value in (("vendor", "0x1022" if depth == 0 else "0x1002"), ("class", "0x060400"),
+                            ("current_link_speed", "16.0 GT/s PCIe"), ("current_link_width", "16"),
+                            ("max_link_speed", "16.0 GT/s PCIe"), ("max_link_width", "16")):
+            (directory / name).write_text(value + "\n")
+        _aer(directory)
+    return ports[-1]
+
+
+def _aer(directory: Path) -> None:
+    for name, total in (("correctable", "TOTAL_ERR_COR"), ("nonfatal", "TOTAL_ERR_NONFATAL"),
+                        ("fatal", "TOTAL_ERR_FATAL")):
+        (directory / f"aer_dev_{name}").write_text("RxErr 0\nBadTLP 0\n" + f"{total} 0\n")
 
 
 def temp_dir(prefix: str) -> Path:

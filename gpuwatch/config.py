@@ -276,6 +276,15 @@ class SimulateConfig(Strict):
     faults: SimulatedFaultsConfig = SimulatedFaultsConfig()
 
 
+class AmdgpuInfoConfig(Strict):
+    """pyamdgpuinfo, the optional extra ``gpuwatch[amdgpuinfo]`` (GPL-3.0-only): ioctl readings merged into
+    sysfs' (gpus/amdgpuinfo.py). Used only when installed and reading the real /sys."""
+
+    mode: Literal["auto", "off"] = "auto"
+    # Graphics-pipe busy sampling; each poll is an ioctl that keeps the GPU awake: 0 lets GPUs sleep.
+    polls_per_second: int = Field(default=10, ge=0, le=100)
+
+
 class Config(Strict):
     """The whole daemon configuration (`/etc/gpuwatch/gpuwatch.toml`)."""
 
@@ -290,6 +299,7 @@ class Config(Strict):
     http: HttpConfig = HttpConfig()
     status: StatusConfig = StatusConfig()
     simulate: SimulateConfig = SimulateConfig()
+    amdgpuinfo: AmdgpuInfoConfig = AmdgpuInfoConfig()
     trainer: list[TrainerConfig] = []
 
     @field_validator("trainer")

@@ -106,6 +106,31 @@ ROWS: list[tuple[str, list[Panel]]] = [
         ("Clocks", "timeseries", "hertz", [
             (f'gpuwatch_gpu_clock_hertz{{{G}}}', "{{host}} {{gpu}} {{clock}}")], {}),
     ]),
+    ("Throttling, energy and PCIe", [
+        ("Throttling reported by the card", "state-timeline", "none", [
+            (f'gpuwatch_gpu_throttle_active{{{G}}}', "{{host}} {{gpu}} {{reason}}")],
+         {"mappings": {"0": ("no", "green"), "1": ("throttling", "orange")}}),
+        ("Share of time throttled, by reason", "timeseries", "percentunit", [
+            (f'rate(gpuwatch_gpu_throttled_seconds_total{{{G}}}[$__rate_interval])', "{{host}} {{gpu}} {{reason}}")],
+         {"max": 1}),
+        ("GPU energy in the time range", "stat", "kwatth", [
+            (f'increase(gpuwatch_gpu_energy_joules_total{{{G}}}[$__range]) / 3.6e6', "{{host}} {{gpu}} ({{source}})")], {}),
+        ("Training energy: this run", "timeseries", "kwatth", [
+            (f'gpuwatch_trainer_run_energy_joules{{{I}}} / 3.6e6', "{{host}} {{trainer}} this run"),
+            (f'increase(gpuwatch_trainer_energy_joules_total{{{I}}}[$__range]) / 3.6e6', "{{host}} {{trainer}} all runs in range")],
+         {}),
+        ("Training steps per kilojoule", "timeseries", "short", [
+            (f'gpuwatch_trainer_steps_per_kilojoule{{{I}}}', "{{host}} {{trainer}} steps/kJ")], {}),
+        ("PCIe slot link: speed (GT/s) and width (lanes) vs max", "timeseries", "none", [
+            (f'gpuwatch_gpu_pcie_slot_link_speed_transfers_per_second{{{G}}} / 1e9', "{{host}} {{gpu}} GT/s"),
+            (f'gpuwatch_gpu_pcie_slot_link_max_speed_transfers_per_second{{{G}}} / 1e9', "{{host}} {{gpu}} max GT/s"),
+            (f'gpuwatch_gpu_pcie_slot_link_width_lanes{{{G}}}', "{{host}} {{gpu}} lanes"),
+            (f'gpuwatch_gpu_pcie_slot_link_max_width_lanes{{{G}}}', "{{host}} {{gpu}} max lanes")], {}),
+        ("PCIe errors (AER) and replays", "timeseries", "short", [
+            (f'increase(gpuwatch_gpu_pcie_aer_errors_total{{{G}}}[$__rate_interval])', "{{host}} {{gpu}} {{kind}}"),
+            (f'gpuwatch_gpu_pcie_aer_errors_total{{{G}}}', "{{host}} {{gpu}} {{kind}} total"),
+            (f'increase(gpuwatch_gpu_pcie_replays_total{{{G}}}[$__rate_interval])', "{{host}} {{gpu}} replays")], {}),
+    ]),
     ("Training", [
         ("Trainer phase", "state-timeline", "none", [
             (f'gpuwatch_trainer_phase{{{I}}} == 1', "{{host}} {{trainer}} {{phase}}")],

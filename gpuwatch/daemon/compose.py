@@ -13,10 +13,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from gpuwatch.config import Config, ConfigError
 from gpuwatch.gpus.amdgpu import AmdgpuSource
+from gpuwatch.gpus.amdgpuinfo import AmdgpuInfo, WithAmdgpuInfo
 from gpuwatch.gpus.nvml import NvmlSource, NvmlUnavailable
 from gpuwatch.gpus.source import GpuSource
 from gpuwatch.model import FanState, PublishedState, Snapshot, TrainerState
@@ -24,6 +26,7 @@ from gpuwatch.sim.cards import SimulatedGpus, SimulatedSource, start_simulator
 from gpuwatch.sysfs import Sysfs
 
 log = logging.getLogger("gpuwatch")
+REAL_SYSFS = Path("/sys")  # /dev/dri, what pyamdgpuinfo reads, belongs to this tree only
 
 
 class FanConsumer(Protocol):
@@ -73,6 +76,14 @@ def amdgpu_source(config: Config) -> AmdgpuSource | None:
     return AmdgpuSource(Sysfs(config.sysfs_root)) if config.backend in ("auto", "amdgpu") else None
 
 
+def with_amdgpuinfo(config: Config, amdgpu: GpuSource, module: object | None = None) -> GpuSource:
+    """``amdgpu`` with pyamdgpuinfo's readings merged in when they describe the same GPUs: the real /sys
+    (not a simulated or test tree); ``module`` injects a stand-in for pyamdgpuinfo (tests)."""
+    if config.amdgpuinfo.mode == "off" or (module is None and config.sysfs_root != REAL_SYSFS):
+        return amdgpu
+    return WithAmdgpuInfo(amdgpu, AmdgpuInfo(module, polls_per_second=config.amdgpuinfo.polls_per_second))
+
+
 def build_sources(config: Config, nvml: object | None = None, amdgpu: AmdgpuSource | None = None) -> list[GpuSource]:
     """The GPU sources ``config.backend`` names; ``nvml`` injects a pynvml-like module (tests), ``amdgpu``
     a reader built with ``amdgpu_source`` (shared with the fan controller).
@@ -83,7 +94,7 @@ def build_sources(config: Config, nvml: object | None = None, amdgpu: AmdgpuSour
     sources: list[GpuSource] = []
     amdgpu = amdgpu or amdgpu_source(config)
     if amdgpu is not None:
-        sources.append(amdgpu)
+        sources.append(with_amdgpuinfo(config, amdgpu))
     if config.backend in ("auto", "nvml"):
         try:
             sources.append(NvmlSource(nvml))

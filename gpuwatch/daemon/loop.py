@@ -61,7 +61,8 @@ class Daemon:
         self._load = load or ((lambda: load_config(config_path)) if config_path is not None else None)
         self.notifier = notifier or Notifier(None)
         self.parts = parts
-        self.sampler = Sampler(self.parts.sources)
+        # A longer gap between two readings (a stuck tick) adds no energy or time throttled.
+        self.sampler = Sampler(self.parts.sources, max_gap_s=max(10.0, 5 * config.interval_s))
         self.holder = StateHolder()
         self.started_unix = time.time()
         self.ticks_total = 0

@@ -5,8 +5,7 @@ number of digits (procfs' ``card[0-9]`` glob misses card10, §1); the driver is 
 ``device/uevent``; hwmon is found by its ``name`` file, its index is not stable (§7.1); temperatures are
 m°C, power µW, clocks Hz, voltage mV (§4); ``*_crit_hyst`` of -273150 means none (§7.3);
 power1_average is preferred with power1_input as fallback (§7.4); reads of hwmon wake a
-runtime-suspended GPU, so a suspended one is not read (§2). The gpu_metrics table
-(gpus/telemetry.py) and PCIe health (gpus/pcie.py) complete the reading.
+runtime-suspended GPU, so a suspended one is not read (§2). gpus/telemetry.py and gpus/pcie.py add the rest.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 from gpuwatch.gpus.pciids import gpu_name
-from gpuwatch.gpus.pcie import link_speed, read_pcie
+from gpuwatch.gpus.pcie import AER_KINDS, link_speed, read_pcie
 from gpuwatch.gpus.source import DiscoveryResult
 from gpuwatch.gpus.telemetry import GpuMetricsReader
 from gpuwatch.model import GpuReading, ReadError, SourceName, TempReading, UnsupportedCard
@@ -42,6 +41,7 @@ STATIC_ATTRIBUTES = frozenset(
         "power1_cap_min", "power1_cap_max", "power1_cap_default",
         "pwm1_min", "pwm1_max", "fan1_min", "fan1_max",
         *(f"temp{i}_{kind}" for i in (1, 2, 3) for kind in ("label", "crit", "crit_hyst", "emergency")),
+        *AER_KINDS.values(),  # not fixed, but read once per discovery too: see gpus/pcie.py
     }
 )
 
@@ -99,8 +99,7 @@ def read_card(sysfs: Sysfs, card: AmdCard, static: dict[str, str | None] | None 
     """One full reading of ``card``; never raises for a read error, it records it instead.
 
     ``static`` (path -> text) remembers the STATIC_ATTRIBUTES read so far; pass the same dict on
-    every tick to skip re-reading them, None to read everything. ``metrics`` remembers GPUs without
-    a gpu_metrics table (the source passes its own; None: a fresh one).
+    every tick to skip re-reading them, None to read everything; ``metrics`` likewise for gpu_metrics.
     """
     reader = _Reader(sysfs, card.device_dir, static=static)
     if not sysfs.exists(card.device_dir):

@@ -3,7 +3,7 @@
 The 4-byte header names the layout (gpu_metrics_layouts.py); the fields gpuwatch uses are read at
 their offsets and converted to the units in their names once. Units differ by family
 (docs.kernel.org/gpu/amdgpu/thermal.html#gpu-metrics and the struct comments; checked against hwmon in
-real captures, docs/metrics.md): dGPU tables (format 1) carry whole °C, whole W and %; APU tables
+real captures, docs/telemetry.md): dGPU tables (format 1) carry whole °C, whole W and %; APU tables
 (format 2) centi-°C, mW and centi-%; format 3 (Strix) centi-°C, mW and % (older PMFW: centi-%, told
 apart by range). A field of all ones is "not supported" (the kernel fills the table with 0xFF first);
 a VR temperature of 0 means the board has no such sensor (laptops); an energy accumulator of 0 is
@@ -21,7 +21,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from gpuwatch.gpus.gpu_metrics_layouts import HEADER_SIZE, LAYOUTS, Layout, read_field
+from gpuwatch.gpus.gpu_metrics_layouts import HEADER_SIZE, LAYOUTS, Layout
 
 # Plausibility: what a real table never holds (decision-driving fields only).
 MAX_TEMP_C = 150.0
@@ -30,37 +30,40 @@ _LINK_SPEEDS = {25, 50, 80, 160, 320, 640}  # 0.1 GT/s, smu_cmn.c link_speed[]
 _LINK_WIDTHS = {1, 2, 4, 8, 12, 16, 32}
 # (temperature, power, activity) divisors to °C, W and 0-1 by format revision.
 _DIVISORS = {1: (1, 1, 100), 2: (100, 1000, 10000), 3: (100, 1000, 100)}
-# GpuMetrics attribute -> the struct fields that carry it, first present wins (dGPU, MI and APU names).
-_TEMPS = {
-    "edge_c": ("temperature_edge", "temperature_gfx"),
-    "junction_c": ("temperature_hotspot",),
-    "mem_c": ("temperature_mem",),
-    "vrgfx_c": ("temperature_vrgfx",),
-    "vrsoc_c": ("temperature_vrsoc",),
-    "vrmem_c": ("temperature_vrmem",),
-    "soc_c": ("temperature_soc",),
-}
-_MHZ = {
-    "sclk_mhz": ("current_gfxclk",),
-    "sclk_average_mhz": ("average_gfxclk_frequency",),
-    "mclk_mhz": ("current_uclk",),
-    "mclk_average_mhz": ("average_uclk_frequency",),
-    "socclk_mhz": ("current_socclk",),
-    "fclk_average_mhz": ("average_fclk_frequency",),
-}
-_MILLIVOLTS = {
-    "vddgfx_v": ("voltage_gfx", "average_gfx_voltage"),
-    "vddsoc_v": ("voltage_soc", "average_soc_voltage"),
-    "vddmem_v": ("voltage_mem",),
-}
-_RAW = {
-    "fan_rpm": ("current_fan_speed",),
-    "pcie_link_width": ("pcie_link_width",),
-    "throttle_status": ("throttle_status",),
-    "indep_throttle_status": ("indep_throttle_status",),
-    "energy_accumulator": ("energy_accumulator",),
-    "system_clock_ns": ("system_clock_counter",),
-}
+# GpuMetrics attribute, the struct fields that carry it (first present wins: dGPU, MI and APU names),
+# and its kind: how the raw integer becomes the attribute's unit.
+_ATTRIBUTES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("edge_c", ("temperature_edge", "temperature_gfx"), "temp"),
+    ("junction_c", ("temperature_hotspot",), "temp"),
+    ("mem_c", ("temperature_mem",), "temp"),
+    ("vrgfx_c", ("temperature_vrgfx",), "vr_temp"),
+    ("vrsoc_c", ("temperature_vrsoc",), "vr_temp"),
+    ("vrmem_c", ("temperature_vrmem",), "vr_temp"),
+    ("soc_c", ("temperature_soc",), "temp"),
+    ("gfx_busy_ratio", ("average_gfx_activity",), "gfx_activity"),
+    ("mem_busy_ratio", ("average_umc_activity",), "activity"),
+    ("power_w", ("average_socket_power", "curr_socket_power"), "power"),
+    ("sclk_mhz", ("current_gfxclk",), "raw"),
+    ("sclk_average_mhz", ("average_gfxclk_frequency",), "raw"),
+    ("mclk_mhz", ("current_uclk",), "raw"),
+    ("mclk_average_mhz", ("average_uclk_frequency",), "raw"),
+    ("socclk_mhz", ("current_socclk",), "raw"),
+    ("fclk_average_mhz", ("average_fclk_frequency",), "raw"),
+    ("vddgfx_v", ("voltage_gfx", "average_gfx_voltage"), "millivolts"),
+    ("vddsoc_v", ("voltage_soc", "average_soc_voltage"), "millivolts"),
+    ("vddmem_v", ("voltage_mem",), "millivolts"),
+    ("fan_rpm", ("current_fan_speed",), "raw"),
+    ("pcie_link_width", ("pcie_link_width",), "raw"),
+    ("pcie_link_speed_gts", ("pcie_link_speed",), "link_speed"),
+    ("throttle_status", ("throttle_status",), "raw"),
+    ("indep_throttle_status", ("indep_throttle_status",), "raw"),
+    ("energy_accumulator", ("energy_accumulator",), "energy"),
+    ("system_clock_ns", ("system_clock_counter",), "raw"),
+)
+_TEMPS = tuple(attr for attr, _, kind in _ATTRIBUTES if kind in ("temp", "vr_temp"))
+# Per layout: (attribute, unpacker, offset, all-ones value, kind) of each attribute it has, built once.
+_Plan = list[tuple[str, struct.Struct, int, int, str]]
+_PLANS: dict[tuple[int, int], _Plan] = {}
 
 
 class GpuMetricsError(Exception):
@@ -126,38 +129,43 @@ def decode(data: bytes) -> GpuMetrics:
     return _check(_fields(data[:size], layout))
 
 
+def _plan(layout: Layout) -> _Plan:
+    key = (layout.format_revision, layout.content_revision)
+    if key not in _PLANS:
+        fields = [(attr, next((layout.fields[n] for n in names if n in layout.fields), None), kind)
+                  for attr, names, kind in _ATTRIBUTES]
+        # Arrays (MI per-XCC clocks): the first instance.
+        _PLANS[key] = [(attr, struct.Struct("<" + f.code), f.offset, (1 << (8 * f.size)) - 1, kind)
+                       for attr, f, kind in fields if f is not None]
+    return _PLANS[key]
+
+
 def _fields(data: bytes, layout: Layout) -> GpuMetrics:
     temp, power, activity = _DIVISORS[layout.format_revision]
-
-    def value(names: tuple[str, ...]) -> int | None:
-        for name in names:
-            field = layout.fields.get(name)
-            if field is not None:
-                raw = read_field(data, field)  # arrays (MI per-XCC clocks): the first instance
-                return None if raw == (1 << (8 * field.size)) - 1 else raw
-        return None
-
-    def scaled(names: tuple[str, ...], divisor: int) -> float | None:
-        raw = value(names)
-        return None if raw is None else raw / divisor
-
-    out: dict[str, Any] = {key: scaled(names, temp) for key, names in _TEMPS.items()}
-    for key in ("vrgfx_c", "vrsoc_c", "vrmem_c"):
-        if out[key] == 0:
-            out[key] = None  # no VR sensor on this board
-    out.update({key: value(names) for key, names in _MHZ.items()})
-    out.update({key: scaled(names, 1000) for key, names in _MILLIVOLTS.items()})
-    out.update({key: value(names) for key, names in _RAW.items()})
-    if out["energy_accumulator"] == 0:
-        out["energy_accumulator"] = None  # RDNA3/RDNA4 firmware leaves it 0
-    out["power_w"] = scaled(("average_socket_power", "curr_socket_power"), power)
-    gfx = value(("average_gfx_activity",))
-    if gfx is not None and layout.format_revision == 3 and gfx > 100:
-        gfx //= 100  # PMFW <= 0x5d4600 reports centi-% in the same field (smu_v14_0_0_ppt.c)
-    out["gfx_busy_ratio"] = None if gfx is None else gfx / activity
-    out["mem_busy_ratio"] = scaled(("average_umc_activity",), activity)
-    speed = value(("pcie_link_speed",))
-    out["pcie_link_speed_gts"] = None if speed is None else speed / 10
+    out: dict[str, Any] = {}
+    for attr, unpack, offset, all_ones, kind in _plan(layout):
+        raw: int = unpack.unpack_from(data, offset)[0]
+        if raw == all_ones:
+            continue
+        if kind == "raw":
+            out[attr] = raw
+        elif kind in ("temp", "vr_temp"):
+            # A VR temperature of 0: the board has no such sensor (laptops).
+            out[attr] = None if kind == "vr_temp" and raw == 0 else raw / temp
+        elif kind == "power":
+            out[attr] = raw / power
+        elif kind == "gfx_activity":
+            if layout.format_revision == 3 and raw > 100:
+                raw //= 100  # PMFW <= 0x5d4600 reports centi-% in the same field (smu_v14_0_0_ppt.c)
+            out[attr] = raw / activity
+        elif kind == "activity":
+            out[attr] = raw / activity
+        elif kind == "millivolts":
+            out[attr] = raw / 1000
+        elif kind == "link_speed":
+            out[attr] = raw / 10  # 0.1 GT/s
+        elif kind == "energy":
+            out[attr] = raw or None  # RDNA3/RDNA4 firmware leaves it 0
     return GpuMetrics(layout.format_revision, layout.content_revision, **out)
 
 

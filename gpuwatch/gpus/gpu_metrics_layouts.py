@@ -154,11 +154,6 @@ LAYOUTS: dict[tuple[int, int], Layout] = {
 }
 
 
-def read_field(data: bytes, field: Field, index: int = 0) -> int:
-    """One element of ``field`` as an unsigned little-endian integer."""
-    return int(struct.unpack_from("<" + field.code, data, field.offset + index * field.size)[0])
-
-
 def encode(layout: Layout, values: Mapping[str, int | tuple[int, ...]]) -> bytes:
     """A table as the kernel makes it: all 0xFF, the header, then ``values`` (field name -> raw value or
     a tuple for an array). The simulator writes its cards' tables with it."""

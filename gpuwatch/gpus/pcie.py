@@ -13,7 +13,10 @@ link is the slot link. The most the slot link can do is the lower of the two end
 detected: one ``<name> <count>`` line per error bit and a ``TOTAL_ERR_COR``/``TOTAL_ERR_NONFATAL``/
 ``TOTAL_ERR_FATAL`` line. A bad link often shows on the link partner (the platform port) and not on
 the GPU, so the totals of every device from the GPU up to that partner are summed. The files exist
-only on devices with the AER capability: none anywhere is an absent value, never 0.
+only on devices with the AER capability: none anywhere is an absent value, never 0. They are read
+once per discovery (every 30 s) like the fixed attributes, not every tick: up to 12 files per GPU
+made a poll cycle 1.5x as long (benchmarks/poll_cycle.py --telemetry), and their alerts look at 10
+minutes to an hour.
 ``pcie_replay_count`` is amdgpu's own count of PCIe replays (NAKs sent and received).
 """
 
@@ -21,12 +24,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
 AMD_VENDOR, BRIDGE_CLASS = "0x1002", "0x060400"
 MAX_SWITCH_PORTS = 2
-SEVERITIES = {"correctable": "aer_dev_correctable", "nonfatal": "aer_dev_nonfatal", "fatal": "aer_dev_fatal"}
+AER_KINDS = {"correctable": "aer_dev_correctable", "nonfatal": "aer_dev_nonfatal", "fatal": "aer_dev_fatal"}
 _PCI_FUNCTION = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
@@ -75,9 +79,9 @@ def read_pcie(reader_for: ReaderFor, device_dir: str, own_link: tuple[float | No
         "pcie_replays_total": reader_for(device_dir).number("pcie_replay_count", int),
     }
     on_path = [reader_for(d) for d in devices + ((partner,) if partner else ())]
-    for severity, name in SEVERITIES.items():
+    for kind, name in AER_KINDS.items():
         counts = [n for device in on_path if (n := device.number(name, aer_total)) is not None]
-        fields[f"pcie_aer_{severity}_total"] = sum(counts) if counts else None
+        fields[f"pcie_aer_{kind}_total"] = sum(counts) if counts else None
     return fields
 
 
@@ -87,6 +91,7 @@ def link_speed(text: str) -> float | None:
     return None if text == "Unknown" else float(text.split()[0])
 
 
+@lru_cache(maxsize=256)  # the same text every tick until a counter moves: parse it once
 def aer_total(text: str) -> int:
     """The TOTAL_ERR_* line of an aer_dev_* file (older kernels without one: the sum of the bit lines)."""
     total, bits = None, 0

@@ -12,9 +12,27 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from gpuwatch.model import THROTTLE_REASONS, GpuReading
 
 P = "gpuwatch_"
+# (metric suffix, help, GpuReading attribute, scale to base unit): the PCIe link in the slot.
+_SLOT_LINK = (
+    ("gpu_pcie_slot_link_speed_transfers_per_second",
+     "Current speed of the link in the slot (above the card's own PCIe switch where it has one).",
+     "pcie_slot_link_speed_gts", 1e9),
+    ("gpu_pcie_slot_link_max_speed_transfers_per_second", "Highest speed both ends of the slot link support.",
+     "pcie_slot_max_link_speed_gts", 1e9),
+    ("gpu_pcie_slot_link_width_lanes", "Current width of the link in the slot.", "pcie_slot_link_width", 1.0),
+    ("gpu_pcie_slot_link_max_width_lanes", "Widest both ends of the slot link support.", "pcie_slot_max_link_width",
+     1.0),
+)
 
 
 def health(gpus: tuple[GpuReading, ...]) -> list[Metric]:
+    slot = []
+    for suffix, doc, attr, scale in _SLOT_LINK:
+        family = GaugeMetricFamily(P + suffix, doc, labels=["gpu"])
+        for gpu in gpus:
+            if (value := getattr(gpu, attr)) is not None:
+                family.add_metric([gpu.gpu_id], value * scale)
+        slot.append(family)
     active = GaugeMetricFamily(P + "gpu_throttle_active", "1 for each reason the card throttles itself for now "
                                "(power, current, thermal, other: gpu_metrics throttle bits), 0 for the others.",
                                labels=["gpu", "reason"])
@@ -24,7 +42,7 @@ def health(gpus: tuple[GpuReading, ...]) -> list[Metric]:
                                  "the firmware's accumulator or power integrated between ticks.",
                                  labels=["gpu", "source"])
     aer = CounterMetricFamily(P + "gpu_pcie_aer_errors", "PCIe errors (AER) detected on the path from the GPU to "
-                              "its slot, by severity (correctable, nonfatal, fatal).", labels=["gpu", "severity"])
+                              "its slot, by kind (correctable, nonfatal, fatal).", labels=["gpu", "kind"])
     replays = CounterMetricFamily(P + "gpu_pcie_replays", "PCIe replays (NAKs sent and received), amdgpu's "
                                   "pcie_replay_count.", labels=["gpu"])
     for gpu in gpus:
@@ -37,10 +55,10 @@ def health(gpus: tuple[GpuReading, ...]) -> list[Metric]:
             throttled.add_metric([gpu.gpu_id, reason], seconds)
         if gpu.energy_joules is not None and gpu.energy_source is not None:
             energy.add_metric([gpu.gpu_id, gpu.energy_source], gpu.energy_joules)
-        for severity, count in (("correctable", gpu.pcie_aer_correctable_total),
+        for kind, count in (("correctable", gpu.pcie_aer_correctable_total),
                                 ("nonfatal", gpu.pcie_aer_nonfatal_total), ("fatal", gpu.pcie_aer_fatal_total)):
             if count is not None:
-                aer.add_metric([gpu.gpu_id, severity], count)
+                aer.add_metric([gpu.gpu_id, kind], count)
         if gpu.pcie_replays_total is not None:
             replays.add_metric([gpu.gpu_id], gpu.pcie_replays_total)
-    return [active, throttled, energy, aer, replays]
+    return [*slot, active, throttled, energy, aer, replays]

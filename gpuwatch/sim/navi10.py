@@ -21,6 +21,14 @@ PWM_MAX = 255
 FAN_MAX_RPM = 3200
 CRIT_C = {"edge": 100, "junction": 110, "mem": 105}
 TEMP_INDEX = {"edge": 1, "junction": 2, "mem": 3}
+# The PCI core's AER counters of a healthy card (Documentation/ABI/testing/sysfs-bus-pci-devices-aer_stats:
+# every named bit, then the total); amdgpu's pcie_replay_count beside them.
+_AER_BITS = {
+    "correctable": ("RxErr BadTLP BadDLLP Rollover Timeout NonFatalErr CorrIntErr HeaderOF", "TOTAL_ERR_COR"),
+    **{kind: ("Undefined DLP SDES TLP FCP CmpltTO CmpltAbrt UnxCmplt RxOF MalfTLP ECRC UnsupReq ACSViol "
+              "UncorrIntErr BlockedTLP AtomicOpBlocked TLPBlockedErr PoisonTLPBlocked", total)
+       for kind, total in (("nonfatal", "TOTAL_ERR_NONFATAL"), ("fatal", "TOTAL_ERR_FATAL"))},
+}
 # The simulated firmware reports a hotspot throttle (SMU_THROTTLER_TEMP_HOTSPOT) from here on.
 HOTSPOT_THROTTLE_C = CRIT_C["junction"] - 10
 _TEMP_HOTSPOT_BITS = (1 << 2, 1 << 36)  # (navi10 firmware bit THROTTLER_TEMP_HOTSPOT, SMU_THROTTLER_TEMP_HOTSPOT)
@@ -70,6 +78,9 @@ def card_files(fan1_input: bool = True) -> dict[str, str]:
         "device/mem_info_gtt_used": f"{20 * 1024**2}\n",
         "device/pp_dpm_mclk": "0: 100Mhz \n1: 500Mhz \n2: 625Mhz \n3: 875Mhz *\n",
         "device/pp_dpm_sclk": "0: 300Mhz \n1: 1750Mhz \n",
+        "device/pcie_replay_count": "0\n",
+        **{f"device/aer_dev_{kind}": "".join(f"{name} 0\n" for name in (*names.split(), total))
+           for kind, (names, total) in _AER_BITS.items()},
         f"{hw}/name": "amdgpu\n",
         f"{hw}/fan1_enable": "0\n",
         f"{hw}/fan1_input": "0\n",

@@ -6,7 +6,9 @@ and a stand-in trainer reporting steps, so every panel is required; should a com
 from the run (read from the daemon's /status), the panels about it are excused:
 "Fan mode" and "Fan controller events" need a fan controller publishing state; "Trainer phase" and
 "Restarts, pauses, resumes" need a supervised trainer; "Training speed" and "Seconds since last
-step, epoch" need a trainer that reports steps (tests/support/dashboard.py). The scrape job has
+step, epoch" need a trainer that reports steps; the energy panels of training likewise
+(tests/support/dashboard.py). The fake tree's cards have gpu_metrics tables, AER files and their PCIe
+switch (tests/support/published.py), so the throttling, energy and PCIe panels are required. The scrape job has
 config/prometheus.yml's relabeling, so the `host` variable has values. Loopback only, bounded waits,
 both processes stopped.
 """

@@ -2,7 +2,7 @@
 
 Tables are built from the struct definitions (tests/support/gpu_metrics.py, offsets written down by
 hand, independent of the package's layout code); the decoder was also checked against real dumps
-outside the repository (docs/metrics.md, "gpu_metrics").
+outside the repository (docs/telemetry.md, "Fixtures and real dumps").
 """
 
 from __future__ import annotations

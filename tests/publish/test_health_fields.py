@@ -65,7 +65,7 @@ def test_metrics_of_the_example(tmp_path: Path) -> None:
     assert got[f'gpuwatch_gpu_throttle_active{{gpu="{GPU_B}",reason="power"}}'] == 1
     assert got[f'gpuwatch_gpu_throttle_active{{gpu="{GPU_B}",reason="thermal"}}'] == 0  # idle hotspot bit dropped
     assert got[f'gpuwatch_gpu_energy_joules_total{{gpu="{GPU_A}",source="integrated"}}'] == 36.0
-    assert got[f'gpuwatch_gpu_pcie_aer_errors_total{{gpu="{GPU_B}",severity="correctable"}}'] == 3
+    assert got[f'gpuwatch_gpu_pcie_aer_errors_total{{gpu="{GPU_B}",kind="correctable"}}'] == 3
     assert got[f'gpuwatch_gpu_pcie_slot_link_width_lanes{{gpu="{GPU_B}"}}'] == 8
     assert got[f'gpuwatch_gpu_temperature_celsius{{gpu="{GPU_A}",sensor="vrgfx"}}'] == 49
     assert got[f'gpuwatch_gpu_clock_hertz{{clock="sclk_average",gpu="{GPU_A}"}}'] == 500e6

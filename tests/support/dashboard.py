@@ -23,6 +23,13 @@ CONDITIONAL_PANELS = {
     "Restarts, pauses, resumes": "trainer",
     "Training speed": "trainer steps",
     "Seconds since last step, epoch": "trainer steps",
+    "Training energy: this run": "trainer",
+    "Training steps per kilojoule": "trainer steps",
+    # gpu_metrics throttle bits, energy and PCIe counters: absent on cards without them (NVML, Polaris)
+    "Throttling reported by the card": "throttle reasons",
+    "Share of time throttled, by reason": "throttle reasons",
+    "GPU energy in the time range": "energy",
+    "PCIe errors (AER) and replays": "pcie counters",
     # read errors and failing parts: series exist only once something failed (absent, not 0)
     "Sensor read errors and failing parts": "failures",
 }
@@ -76,4 +83,11 @@ def present_components(status: dict[str, Any]) -> set[str]:
         present.add("trainer steps")
     if any(gpu.get("errors") for gpu in status["gpus"]) or (status.get("daemon") or {}).get("failures"):
         present.add("failures")
+    if any(gpu.get("throttle_reasons") is not None for gpu in status["gpus"]):
+        present.add("throttle reasons")
+    if any(gpu.get("energy_joules") is not None for gpu in status["gpus"]):
+        present.add("energy")
+    counters = ("pcie_aer_correctable_total", "pcie_aer_nonfatal_total", "pcie_aer_fatal_total", "pcie_replays_total")
+    if any(gpu.get(key) is not None for gpu in status["gpus"] for key in counters):
+        present.add("pcie counters")
     return present
