@@ -10,7 +10,7 @@ import os
 import re
 import tomllib
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -23,6 +23,11 @@ CONFIG_ERROR_EXIT = 2
 # A GPU's id everywhere in gpuwatch: its PCI slot as sysfs names it (domain:bus:device.function, lower
 # case), e.g. 0000:28:00.0; lspci's short form 28:00.0 leaves out the domain.
 PCI_SLOT = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+# The systemd unit's RuntimeDirectory=gpuwatch, and root's default runtime_dir.
+SYSTEM_RUNTIME_DIR = Path("/run/gpuwatch")
+# In the runtime directory: the published state (`gpuwatch status`) and the supervisor's control socket.
+STATE_FILE_NAME = "state.json"
+CONTROL_SOCKET_NAME = "control.sock"
 
 
 class ConfigError(Exception):
@@ -313,7 +318,7 @@ class Config(Strict):
 
     @property
     def control_socket(self) -> Path:
-        return self.resolved_runtime_dir / "control.sock"
+        return self.resolved_runtime_dir / CONTROL_SOCKET_NAME
 
     @property
     def simulating(self) -> bool:
@@ -335,7 +340,7 @@ class Config(Strict):
 
     @property
     def state_file(self) -> Path:
-        return self.resolved_runtime_dir / "state.json"
+        return self.resolved_runtime_dir / STATE_FILE_NAME
 
     @property
     def resolved_runtime_dir(self) -> Path:
@@ -344,13 +349,33 @@ class Config(Strict):
 
 
 def default_runtime_dir(environ: Mapping[str, str], euid: int) -> Path:
-    """systemd's RuntimeDirectory, /run/gpuwatch for root, else a per-user directory."""
+    """Where a daemon started this way publishes when the config sets no ``runtime_dir``: systemd's
+    RuntimeDirectory, /run/gpuwatch for root, else a per-user directory."""
     if environ.get("RUNTIME_DIRECTORY"):
         return Path(environ["RUNTIME_DIRECTORY"].split(":")[0])
     if euid == 0:
-        return Path("/run/gpuwatch")
+        return SYSTEM_RUNTIME_DIR
     base = environ.get("XDG_RUNTIME_DIR") or f"/tmp/gpuwatch-{euid}"
     return Path(base) / "gpuwatch" if environ.get("XDG_RUNTIME_DIR") else Path(base)
+
+
+def client_runtime_dir(environ: Mapping[str, str], euid: int, holds_daemon: Callable[[Path], bool]) -> Path:
+    """Where `status`, `pause`, `resume` and `restart` look for the daemon when the config sets no
+    ``runtime_dir``: where this user's own daemon would publish (``default_runtime_dir``) if one is
+    there, else the system service's /run/gpuwatch if one is there (a non-root user on a machine with
+    the installed unit), else the user's own directory (and "daemon not running" is the truth).
+
+    ``holds_daemon(dir)`` says whether a daemon publishes in ``dir`` (``daemon_files_in``).
+    """
+    own = default_runtime_dir(environ, euid)
+    if own != SYSTEM_RUNTIME_DIR and not holds_daemon(own) and holds_daemon(SYSTEM_RUNTIME_DIR):
+        return SYSTEM_RUNTIME_DIR
+    return own
+
+
+def daemon_files_in(runtime_dir: Path) -> bool:
+    """A daemon's state file or control socket is in ``runtime_dir`` (a clean stop removes both)."""
+    return (runtime_dir / STATE_FILE_NAME).exists() or (runtime_dir / CONTROL_SOCKET_NAME).exists()
 
 
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Config:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.config import ConfigError, load_config, parse_config
+from gpuwatch.config import ConfigError, client_runtime_dir, daemon_files_in, load_config, parse_config
 from tests.support.paths import REPO
 
 
@@ -99,3 +99,41 @@ def test_per_gpu_override_merges_only_given_keys() -> None:
     merged = fan.for_gpu("0000:28:00.0")
     assert merged.floor_percent == 30 and merged.dead_band_c == 2
     assert fan.for_gpu("0000:99:00.0") is fan
+
+
+USER = 1000
+OWN = Path(f"/tmp/gpuwatch-{USER}")
+SYSTEM = Path("/run/gpuwatch")
+
+
+@pytest.mark.parametrize(
+    "environ, euid, daemons, expected",
+    [
+        # The installed service publishes in /run/gpuwatch: a user's `gpuwatch status` finds it there.
+        ({}, USER, {SYSTEM}, SYSTEM),
+        ({"XDG_RUNTIME_DIR": "/run/user/1000"}, USER, {SYSTEM}, SYSTEM),
+        # The user's own daemon (same defaults) comes first.
+        ({}, USER, {SYSTEM, OWN}, OWN),
+        ({"XDG_RUNTIME_DIR": "/run/user/1000"}, USER, {SYSTEM, Path("/run/user/1000/gpuwatch")},
+         Path("/run/user/1000/gpuwatch")),
+        # No daemon anywhere: the user's own directory ("daemon not running" names it).
+        ({}, USER, set(), OWN),
+        # Root and the unit's own processes resolve as the daemon does.
+        ({}, 0, set(), SYSTEM),
+        ({"RUNTIME_DIRECTORY": "/run/other"}, USER, {SYSTEM, Path("/run/other")}, Path("/run/other")),
+    ],
+)
+def test_client_runtime_dir_finds_the_system_service(
+    environ: dict[str, str], euid: int, daemons: set[Path], expected: Path
+) -> None:
+    assert client_runtime_dir(environ, euid, lambda d: d in daemons) == expected
+
+
+def test_daemon_files_in_names_the_state_file_and_the_socket(tmp_path: Path) -> None:
+    config = parse_config({"runtime_dir": str(tmp_path)})
+    assert not daemon_files_in(tmp_path)
+    config.state_file.write_text("{}")
+    assert daemon_files_in(tmp_path)
+    config.state_file.unlink()
+    config.control_socket.write_text("")  # only its existence counts
+    assert daemon_files_in(tmp_path)

@@ -21,6 +21,8 @@ from gpuwatch.config import (
     DEFAULT_CONFIG_PATH,
     Config,
     ConfigError,
+    client_runtime_dir,
+    daemon_files_in,
     default_runtime_dir,
     effective_config_toml,
     load_config,
@@ -136,19 +138,28 @@ def cli_config_path(args: argparse.Namespace) -> Path | None:
     return path
 
 
-def load_cli_config(args: argparse.Namespace, **overrides: Any) -> Config:
-    """The config named on the command line, else the default file if it exists, else defaults."""
+def load_cli_config(args: argparse.Namespace, *, client: bool = False, **overrides: Any) -> Config:
+    """The config named on the command line, else the default file if it exists, else defaults.
+
+    ``client``: a command that talks to a running daemon (status, pause...), which finds the system
+    service's runtime directory too (``config.client_runtime_dir``); the daemon and ``fans-auto`` use
+    their own (``config.default_runtime_dir``).
+    """
     path = cli_config_path(args)
     if getattr(args, "sysfs_root", None) is not None:
         overrides["sysfs_root"] = str(args.sysfs_root)
-    return with_runtime_dir(load_config(path, overrides))
+    return with_runtime_dir(load_config(path, overrides), client=client)
 
 
-def with_runtime_dir(config: Config) -> Config:
+def with_runtime_dir(config: Config, *, client: bool = False) -> Config:
     """The runtime directory resolved once, here (environment and euid), instead of on every use."""
     if config.runtime_dir is not None:
         return config
-    return config.model_copy(update={"runtime_dir": default_runtime_dir(os.environ, os.geteuid())})
+    if client:
+        runtime_dir = client_runtime_dir(os.environ, os.geteuid(), daemon_files_in)
+    else:
+        runtime_dir = default_runtime_dir(os.environ, os.geteuid())
+    return config.model_copy(update={"runtime_dir": runtime_dir})
 
 
 def setup_logging(level: str) -> None:
@@ -261,7 +272,7 @@ def with_simulation(config: Config, gpus: int) -> Config:
 def cmd_control(args: argparse.Namespace) -> int:
     from gpuwatch.daemon.control import ControlError, send_command
 
-    config = load_cli_config(args)
+    config = load_cli_config(args, client=True)
     try:
         ok, message = send_command(config.control_socket, args.verb, args.name)
     except ControlError as exc:
@@ -284,7 +295,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    config = load_cli_config(args)
+    config = load_cli_config(args, client=True)
     if args.remote is not None:
         return _show_remote(args, config)
     return show(args, status_fetch(config))
@@ -315,7 +326,7 @@ def _show_remote(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_sensors(args: argparse.Namespace) -> int:
-    return show(args, sensors_fetch(load_cli_config(args)))
+    return show(args, sensors_fetch(load_cli_config(args, client=True)))
 
 
 def _positive_seconds(text: str) -> float:
