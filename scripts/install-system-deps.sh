@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests use for real, when they are missing (needs root or sudo):
-# prometheus (promtool), prometheus-node-exporter, prometheus-alertmanager (amtool), systemd-analyze.
+# prometheus (promtool), prometheus-node-exporter, prometheus-alertmanager (amtool), systemd-analyze,
+# and for the container tests (tests/e2e/systemd) mmdebstrap and systemd-container (systemd-nspawn).
 #
 # None of their services may start: prometheus, prometheus-node-exporter and prometheus-alertmanager
 # each ship an init script and a systemd unit, and their postinst starts them (`invoke-rc.d NAME
@@ -16,6 +17,11 @@ command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 || command -v alertmanager >/dev/null 2>&1 \
   || missing+=(prometheus-alertmanager)
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+# The container tests run as root only (nspawn, cgroups, mounts): elsewhere they skip, needing neither.
+if [ "$(id -u)" -eq 0 ]; then
+  command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
+  command -v systemd-nspawn >/dev/null 2>&1 || missing+=(systemd-container)
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then
@@ -27,8 +33,27 @@ if [ "$(id -u)" -ne 0 ]; then
   fi
   sudo="sudo"
 fi
-echo "installing Debian packages: ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+# Other engineers' or CI jobs' apt-get may hold the lock: wait for it instead of failing.
+apt=($sudo apt-get -o DPkg::Lock::Timeout=600)
+"${apt[@]}" update -qq
+
+# systemd-container depends on systemd (= its own version): a plain install takes the newest one and
+# upgrades the host's systemd, libsystemd0 and udev with it. Pin it to the installed systemd; if the
+# archive no longer has that version, leave it out (the container tests then skip and say why).
+installed_systemd="$(dpkg-query -W -f='${Version}' systemd 2>/dev/null || true)"
+for i in "${!missing[@]}"; do
+  if [ "${missing[$i]}" = systemd-container ] && [ -n "$installed_systemd" ]; then
+    if apt-cache madison systemd-container | awk -F'|' '{gsub(/ /, "", $2); print $2}' | grep -xF "$installed_systemd" >/dev/null; then
+      missing[$i]="systemd-container=$installed_systemd"
+    else
+      echo "systemd-container $installed_systemd is not in the archive: not installing it (it would upgrade systemd)" >&2
+      unset 'missing[i]'
+    fi
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "installing Debian packages: ${missing[*]}"
 policy=/usr/sbin/policy-rc.d
 if [ ! -e "$policy" ]; then
   printf '#!/bin/sh\n# gpuwatch scripts/install-system-deps.sh: start no service while installing\nexit 101\n' \
@@ -36,5 +61,4 @@ if [ ! -e "$policy" ]; then
   $sudo chmod 755 "$policy"
   trap '$sudo rm -f "$policy"' EXIT
 fi
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+"${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
