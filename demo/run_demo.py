@@ -49,11 +49,13 @@ def prepare(source: Path, notes: list[str]) -> tuple[dict[str, Any], Config]:
         del data["trainer"]
     launcher = _has_launcher()
     for trainer in data.get("trainer", []):
-        if trainer.get("command", [""])[0] in ("python", "python3"):
-            trainer["command"][0] = sys.executable
-            if launcher and trainer["command"][1:2] == ["demo/train_demo.py"]:
-                # With torch, the real path: the launcher's optimizer-step hook beats and pauses.
-                trainer["command"][1:2] = ["-m", "gpuwatch.launch", "demo/train_demo.py", "--launched"]
+        for key in ("command", "restart_command"):
+            argv = trainer.get(key) or [""]
+            if argv[0] in ("python", "python3"):
+                argv[0] = sys.executable
+                if launcher and argv[1:2] == ["demo/train_demo.py"]:
+                    # With torch, the real path: the launcher's optimizer-step hook beats and pauses.
+                    argv[1:2] = ["-m", "gpuwatch.launch", "demo/train_demo.py", "--launched"]
         trainer.setdefault("cwd", str(REPO))
         if os.geteuid() == 0 and "user" not in trainer:
             # The supervisor runs a trainer as root only when told so (docs/supervisor.md).
@@ -95,6 +97,8 @@ def banner(config: Config, config_path: Path, log_path: Path, notes: list[str], 
         f"  sensors      {cmd} sensors -c {_short(config_path)}   (reads the simulated tree directly)",
         f"  state file   {_short(config.state_file)}",
         f"  daemon log   {_short(log_path)}",
+        f"  processes    {cmd} status --processes -c {_short(config_path)}",
+        f"  GPU reset    {cmd} simulate-reset -c {_short(config_path)}   (the trainer resumes from a checkpoint)",
         "  The fan curve takes the fan from the firmware and lifts it as the card heats; at the junction",
         "  limit (100 °C) the trainer is paused, and resumed once the card has cooled. Ctrl-C stops it all.",
     ]

@@ -8,12 +8,17 @@ gpuwatch's heartbeat/pause protocol (gpuwatch/heartbeat.py): $GPUWATCH_HEARTBEAT
 after every step and the job holds at the next step boundary while $GPUWATCH_PAUSE_FILE exists. It is deliberately light (a few steps per second)
 because the heat comes from the simulated GPU, not from this machine's CPU.
 
-    python demo/train_demo.py [--steps N] [--step-s SECONDS]
+    python demo/train_demo.py [--steps N] [--step-s SECONDS] [--checkpoint-dir DIR] [--resume CHECKPOINT]
+
+With --checkpoint-dir it saves its step count every --checkpoint-every steps (step-<N>.json, written
+atomically, the newest three kept), and --resume continues from one: what gpuwatch's restart_command
+with {last_checkpoint} does after a crash, a hang or a GPU reset.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import random
@@ -75,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=("auto", "torch", "python"), default="auto")
     parser.add_argument("--launched", action="store_true",
                         help="run by `python -m gpuwatch.launch`: its optimizer-step hook beats and pauses, not us")
+    parser.add_argument("--checkpoint-dir", type=Path, help="save DIR/step-<N>.json every --checkpoint-every steps")
+    parser.add_argument("--checkpoint-every", type=int, default=50)
+    parser.add_argument("--resume", type=Path, help="continue from this checkpoint (gpuwatch's {last_checkpoint})")
     args = parser.parse_args(argv)
 
     step = torch_step() if args.backend in ("auto", "torch") else None
@@ -91,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"train_demo: {kind}, pid {os.getpid()}, heartbeat {heartbeat_file or '-'}", flush=True)
 
     steps, rate, last_unix, epoch = 0, None, None, 0
+    if args.resume:
+        steps = int(json.loads(args.resume.read_text())["step"])
+        print(f"train_demo: resumed from {args.resume} at step {steps}", flush=True)
     while not stop and (args.steps == 0 or steps < args.steps):
         if pause_requested(pause_file):
             # Hold at the step boundary, saying so, until the daemon removes the pause file.
@@ -111,10 +122,21 @@ def main(argv: list[str] | None = None) -> int:
         steps, last_unix = steps + 1, now
         epoch = steps // 500
         _beat(heartbeat_file, steps, last_unix, rate, epoch, paused=False)
+        if args.checkpoint_dir and steps % args.checkpoint_every == 0:
+            _checkpoint(args.checkpoint_dir, steps)
         if steps % 25 == 0:
             print(f"train_demo: step {steps} loss {loss:.4f} {rate or 0:.1f} steps/s", flush=True)
     print(f"train_demo: stopping after {steps} steps", flush=True)
     return 0
+
+
+def _checkpoint(directory: Path, steps: int, keep: int = 3) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    partial = directory / f".step-{steps:08d}.json.partial"
+    partial.write_text(json.dumps({"step": steps}))
+    os.replace(partial, directory / f"step-{steps:08d}.json")  # a checkpoint is whole or absent
+    for old in sorted(directory.glob("step-*.json"))[:-keep]:
+        old.unlink(missing_ok=True)
 
 
 def _beat(path: str | None, steps: int, last_unix: float | None, rate: float | None, epoch: int, paused: bool) -> None:

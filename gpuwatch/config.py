@@ -194,6 +194,10 @@ class TrainerConfig(Strict):
     grace_s: float = Field(default=120.0, ge=0)
     backoff: BackoffConfig = BackoffConfig()
     give_up_after_crashes: int = Field(default=5, ge=1)
+    # A GPU reset of one of its GPUs ends the run (its GPU context is lost): TERM, then KILL after this.
+    gpu_reset_grace_s: float = Field(default=5.0, ge=0)
+    # Still there this long after SIGKILL (uninterruptible sleep in the driver): reported and left behind.
+    stuck_after_s: float = Field(default=30.0, gt=0)
     stable_after_s: float = Field(default=1800.0, gt=0)
     hang_timeout_s: float | None = Field(default=1800.0, gt=0)
     progress_file: Path | None = None
@@ -260,6 +264,11 @@ class SimulatedFaultsConfig(Strict):
     sensor_garbage: bool = False
     firmware_reset_every_s: float | None = Field(default=None, gt=0)
     disappear_after_s: float | None = Field(default=None, ge=0)
+    # A GPU reset: a devcoredump appears, the card stops answering for gpu_reset_outage_s, the processes
+    # on it hang; a leftover process stays in D state holding the card for gpu_reset_stuck_s.
+    gpu_reset_at_s: list[float] = Field(default_factory=list)
+    gpu_reset_outage_s: float = Field(default=5.0, ge=0, le=600)
+    gpu_reset_stuck_s: float | None = Field(default=None, gt=0)
     cards: list[int] = Field(default_factory=list)
 
 
@@ -278,6 +287,8 @@ class SimulateConfig(Strict):
     load_without_trainer: float = Field(default=1.0, ge=0, le=1)
     # false: the cards have no hwmon fan1_input (RDNA4 before Linux 6.15); the RPM is in gpu_metrics only.
     fan1_input: bool = True
+    # An unsupervised desktop client (a compositor) on the first card, for `gpuwatch status --processes`.
+    desktop_client: bool = False
     faults: SimulatedFaultsConfig = SimulatedFaultsConfig()
 
 
@@ -290,10 +301,36 @@ class AmdgpuInfoConfig(Strict):
     polls_per_second: int = Field(default=10, ge=0, le=100)
 
 
+class ProcessesConfig(Strict):
+    """Who uses which GPU (DRM fdinfo per process): the supervised trees every tick, the rest less often."""
+
+    enabled: bool = True
+    # Every process's fds are listed once per this many seconds, spread over the ticks (one that had no GPU
+    # file open every fourth time; a ROCm process at once, through KFD's process list); 0: the supervised
+    # trees only. benchmarks/process_scan.py
+    scan_all_every_s: float = Field(default=30.0, ge=0, le=3600)
+
+
+class ResetsConfig(Strict):
+    """GPU reset detection (devcoredump, WEDGED uevents) and the kept kernel dumps."""
+
+    enabled: bool = True
+    # None: $STATE_DIRECTORY/gpu-resets under systemd (survives a reboot), else <runtime_dir>/gpu-resets.
+    dump_dir: Path | None = None
+    dumps_kept: int = Field(default=10, ge=0, le=1000)
+    dump_max_bytes: int = Field(default=16 * 1024 * 1024, ge=4096)
+    # Dismiss the kernel's dump once copied: it keeps one per device, so the next reset gets its own.
+    dismiss_dumps: bool = True
+    uevents: bool = True
+    # Consecutive ticks the GPU must answer (temperatures read) before it is used again.
+    answer_ticks: int = Field(default=3, ge=1, le=3600)
+
+
 class Config(Strict):
     """The whole daemon configuration (`/etc/gpuwatch/gpuwatch.toml`)."""
 
     sysfs_root: Path = Path("/sys")
+    proc_root: Path = Path("/proc")
     # auto: amdgpu always (it finds nothing, harmlessly, on NVIDIA boxes) plus NVML when it initialises.
     backend: Literal["auto", "amdgpu", "nvml", "simulated"] = "auto"
     runtime_dir: Path | None = None
@@ -305,6 +342,8 @@ class Config(Strict):
     status: StatusConfig = StatusConfig()
     simulate: SimulateConfig = SimulateConfig()
     amdgpuinfo: AmdgpuInfoConfig = AmdgpuInfoConfig()
+    processes: ProcessesConfig = ProcessesConfig()
+    resets: ResetsConfig = ResetsConfig()
     trainer: list[TrainerConfig] = []
 
     @field_validator("trainer")
@@ -331,12 +370,27 @@ class Config(Strict):
 
     def with_effective_sysfs(self) -> "Config":
         """This config as everything that reads or writes sysfs must see it: when simulating, the
-        simulator's tree is the sysfs root and amdgpu the only backend (the simulated cards are read
-        like real ones, and only them). The daemon and every daemon-side command (status, sensors,
+        simulator's trees are the sysfs and proc roots and amdgpu the only backend (the simulated cards
+        and their processes are read like real ones, and only them). The daemon and every daemon-side command (status, sensors,
         curve, fans-auto) go through this one rule, so they all mean the same GPUs."""
         if not self.simulating:
             return self
-        return self.model_copy(update={"sysfs_root": self.simulated_tree_dir, "backend": "amdgpu"})
+        return self.model_copy(update={"sysfs_root": self.simulated_tree_dir, "proc_root": self.simulated_proc_dir,
+                                       "backend": "amdgpu"})
+
+    @property
+    def simulated_proc_dir(self) -> Path:
+        return self.simulated_tree_dir.with_name(self.simulated_tree_dir.name + "-proc")
+
+    @property
+    def reset_dump_dir(self) -> Path:
+        """Where copies of the kernel's GPU dumps go: kept across reboots when systemd gives a state dir."""
+        if self.resets.dump_dir is not None:
+            return self.resets.dump_dir
+        state = os.environ.get("STATE_DIRECTORY")
+        if state:
+            return Path(state.split(":")[0]) / "gpu-resets"
+        return self.resolved_runtime_dir / "gpu-resets"
 
     @property
     def state_file(self) -> Path:

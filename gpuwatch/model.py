@@ -185,14 +185,59 @@ class UnsupportedCard:
 
 
 @dataclass(frozen=True)
+class GpuProcess:
+    """One process's use of one GPU, from its DRM fdinfo (and KFD's per-process files for ROCm).
+
+    A DRM client shared by several fds or processes (dup, fork: DataLoader workers) is counted once, in
+    the process listed first (a supervised tree's, then the lowest pid). ``engine_busy_ratio`` is the
+    client's drm-engine-* time over wall time between two reads: ROCm compute submitted through
+    /dev/kfd never shows there (it bypasses the kernel scheduler), ``kfd_*`` do.
+    """
+
+    pid: int
+    gpu_id: str
+    command: str
+    user: str | None = None
+    trainer: str | None = None  # the supervised trainer whose process tree it belongs to
+    state: str | None = None  # /proc stat letter; "D" if any thread is in uninterruptible sleep (checked after a reset)
+    vram_bytes: int | None = None  # resident VRAM of its DRM clients
+    gtt_bytes: int | None = None
+    engine_busy_ratio: float | None = None  # None until the second read; may exceed 1 (several engines)
+    kfd: bool = False  # it has /dev/kfd open (ROCm)
+    kfd_vram_bytes: int | None = None  # /sys/class/kfd/kfd/proc/<pid>/vram_<gpu_id>
+    kfd_cu_occupancy_ratio: float | None = None  # stats_<gpu_id>/cu_occupancy over the GPU's compute units
+    sampled_unix: float | None = None  # when read; unsupervised processes are re-read every scan_all_every_s
+
+
+@dataclass(frozen=True)
+class GpuResetState:
+    """Resets of one GPU seen since the daemon started, and whether it is usable again."""
+
+    gpu_id: str
+    resets_total: int = 0
+    last_reset_unix: float | None = None
+    last_source: str | None = None  # "devcoredump" or "wedged uevent"
+    last_summary: str | None = None  # what the dump (or the uevent) says, one line
+    dump_path: str | None = None  # the kept copy of the kernel's devcoredump
+    recovering: bool = False  # since the last reset: not answering yet, or held by a stuck process
+    stuck_pids: tuple[int, ...] = ()  # processes in D state holding it after the reset
+
+
+@dataclass(frozen=True)
 class Snapshot:
-    """One tick's readings of every GPU. ``taken_unix`` is wall time, ``taken_monotonic`` for ages."""
+    """One tick's readings of every GPU. ``taken_unix`` is wall time, ``taken_monotonic`` for ages.
+
+    ``processes`` and ``resets`` are filled after sampling, by the process monitor and the reset
+    watch (daemon/gpu_use.py), from the same tick."""
 
     taken_unix: float
     taken_monotonic: float
     gpus: tuple[GpuReading, ...]
     unsupported: tuple[UnsupportedCard, ...] = ()
     sample_duration_s: float = 0.0
+    processes: tuple[GpuProcess, ...] = ()
+    processes_unreadable: int = 0  # processes whose fds may not be read (another user's, without CAP_SYS_PTRACE)
+    resets: tuple[GpuResetState, ...] = ()
 
     def gpu(self, gpu_id: str) -> GpuReading | None:
         for reading in self.gpus:
@@ -223,6 +268,19 @@ class FanState:
 
 
 @dataclass(frozen=True)
+class TrainerGpuUse:
+    """What one trainer's process tree holds on one GPU this tick (its GpuProcess rows summed)."""
+
+    gpu_id: str
+    processes: int = 0
+    vram_bytes: int | None = None
+    gtt_bytes: int | None = None
+    engine_busy_ratio: float | None = None
+    kfd_vram_bytes: int | None = None
+    kfd_cu_occupancy_ratio: float | None = None
+
+
+@dataclass(frozen=True)
 class TrainerState:
     """Published state of one supervised training command."""
 
@@ -250,6 +308,9 @@ class TrainerState:
     run_energy_j: float | None = None
     energy_total_j: float = 0.0
     steps_per_kj: float | None = None
+    gpus_used: tuple[str, ...] = ()  # the GPUs its tree was seen using (what a trainer without `gpus` is judged on)
+    gpu_use: tuple[TrainerGpuUse, ...] = ()
+    stuck_pids: tuple[int, ...] = ()  # left behind after SIGKILL (D state): the host may need a reboot
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,31 @@ class Sysfs:
         finally:
             os.close(fd)
 
+    def read_all(self, relative: str, max_bytes: int) -> bytes | None:
+        """A binary attribute read until EOF (or ``max_bytes``): a devcoredump's ``data`` reports size 0
+        and is produced by the driver chunk by chunk (drivers/base/devcoredump.c)."""
+        path = self._prefix + relative.lstrip("/")
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise SysfsError(path, _reason(exc)) from exc
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            while size < max_bytes:
+                chunk = os.read(fd, min(65536, max_bytes - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        except OSError as exc:
+            raise SysfsError(path, _reason(exc)) from exc
+        finally:
+            os.close(fd)
+        return b"".join(chunks)
+
     def write(self, relative: str, value: str) -> None:
         path = self.path(relative)
         try:

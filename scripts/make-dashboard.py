@@ -147,6 +147,20 @@ ROWS: list[tuple[str, list[Panel]]] = [
             (f'increase(gpuwatch_trainer_pauses_total{{{I}}}[$__rate_interval])', "{{host}} {{trainer}} pauses"),
             (f'increase(gpuwatch_trainer_resumes_total{{{I}}}[$__rate_interval])', "{{host}} {{trainer}} resumes")], {}),
     ]),
+    ("GPU users and resets", [
+        ("GPU memory held: trainers and other processes", "timeseries", "bytes", [
+            (f'gpuwatch_trainer_gpu_vram_bytes{{{G}}}', "{{host}} {{trainer}} on {{gpu}} VRAM"),
+            (f'gpuwatch_trainer_gpu_kfd_vram_bytes{{{G}}}', "{{host}} {{trainer}} on {{gpu}} VRAM (ROCm, KFD)"),
+            (f'gpuwatch_gpu_processes_vram_bytes{{{G},scope="unsupervised"}}', "{{host}} {{gpu}} other processes")], {}),
+        ("Trainer GPU activity", "timeseries", "percentunit", [
+            (f'gpuwatch_trainer_gpu_engine_busy_ratio{{{G}}}', "{{host}} {{trainer}} on {{gpu}} engine time"),
+            (f'gpuwatch_trainer_gpu_kfd_cu_occupancy_ratio{{{G}}}', "{{host}} {{trainer}} on {{gpu}} CU occupancy (ROCm)")],
+         {}),
+        ("GPU resets and stuck processes", "timeseries", "short", [
+            (f'increase(gpuwatch_gpu_resets_total{{{G}}}[$__rate_interval])', "{{host}} {{gpu}} resets"),
+            (f'gpuwatch_gpu_reset_recovering{{{G}}}', "{{host}} {{gpu}} recovering"),
+            (f'gpuwatch_gpu_stuck_processes{{{G}}}', "{{host}} {{gpu}} stuck processes (D)")], {}),
+    ]),
     ("Exporter health", [
         ("Scrape up and last sample age", "timeseries", "s", [
             (f'up{{job="gpuwatch",{I}}}', "{{instance}} up"),

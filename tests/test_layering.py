@@ -23,22 +23,26 @@ from tests.support.paths import REPO
 
 PACKAGE = REPO / "gpuwatch"
 
-LEAVES = {"model", "sysfs", "heartbeat", "config", "limits"}
+LEAVES = {"model", "sysfs", "procfs", "heartbeat", "config", "limits"}
 # unit -> the units it may import besides itself; "unit.module" allows that one module only.
 ALLOWED: dict[str, set[str]] = {
     "__init__": set(),
     "model": set(),
     "sysfs": set(),
+    "procfs": set(),
     "heartbeat": set(),
     "config": set(),
     "limits": {"model", "config"},
     "gpus": {"model", "sysfs", "config"},  # sense
+    "procs": {"model", "procfs", "sysfs"},  # sense: who uses which GPU (/proc; KFD's files in sysfs)
+    "resets": {"model", "sysfs"},  # sense: GPU resets (devcoredump, uevents) and recovery
     "fan": {"model", "sysfs", "config", "gpus"},  # act on fans (gpus: the amdgpu source locates cards)
     "supervise": {"model", "config", "limits", "heartbeat"},  # act on trainers; FanState only via model
     "publish": {"model", "config", "limits"},  # report: never hardware (no sysfs, gpus, fan, supervise)
     "sim": {"model", "config", "gpus", "fan.curve"},  # plays the kernel; borrows the pure interpolation
-    "daemon": {"__init__", *LEAVES, "gpus", "fan", "supervise", "publish", "sim"},  # wire
-    "cli": {"__init__", *LEAVES, "gpus", "fan", "supervise", "publish", "sim", "daemon", "train.argv"},  # face
+    "daemon": {"__init__", *LEAVES, "gpus", "procs", "resets", "fan", "supervise", "publish", "sim"},  # wire
+    "cli": {"__init__", *LEAVES, "gpus", "procs", "resets", "fan", "supervise", "publish", "sim", "daemon",
+            "train.argv"},  # face
     "train": {"heartbeat"},  # the optional torch extra
     "launch": {"train"},  # `python -m gpuwatch.launch`: a shim into train.launch
     "__main__": {"cli"},

@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-c", "--config", type=Path, help=f"config file (default {DEFAULT_CONFIG_PATH} if present)")
     common.add_argument("--sysfs-root", type=Path, help="sysfs tree to read instead of /sys (tests, captures)")
+    common.add_argument("--proc-root", type=Path, help="proc tree to read instead of /proc (tests)")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
 
     run = sub.add_parser("run", parents=[common], help="run the daemon in the foreground")
@@ -80,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--watch", type=watch_seconds, metavar="SECONDS",
                        help="refresh every SECONDS until Ctrl-C (with --json: one compact document per line)")
         p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+        p.add_argument("--processes", action="store_true",
+                       help="also list the processes using each GPU (pid, user, VRAM, engine busy, command)")
         p.set_defaults(handler=handler)
         if name == "status":
             p.add_argument("--remote", nargs="*", metavar="HOST",
@@ -98,9 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
         ("pause", "pause a supervised trainer (all when NAME is omitted) until `resume`"),
         ("resume", "resume a paused trainer"),
         ("restart", "stop a trainer gracefully and start it again (from its last checkpoint)"),
+        ("simulate-reset", "reset a simulated GPU (gpuwatch run --simulate): dump, outage, hung processes"),
     ):
         p = sub.add_parser(name, parents=[common], help=helptext)
-        p.add_argument("name", nargs="?", help="trainer name from [[trainer]] (default: all)")
+        what = "PCI slot of the simulated GPU (default: the first)" if name == "simulate-reset" else \
+            "trainer name from [[trainer]] (default: all)"
+        p.add_argument("name", nargs="?", help=what)
         p.set_defaults(handler=cmd_control, verb=name)
 
     train = sub.add_parser("train", help="run a training script with the training patches (gpuwatch[train])",
@@ -146,8 +152,9 @@ def load_cli_config(args: argparse.Namespace, *, client: bool = False, **overrid
     their own (``config.default_runtime_dir``).
     """
     path = cli_config_path(args)
-    if getattr(args, "sysfs_root", None) is not None:
-        overrides["sysfs_root"] = str(args.sysfs_root)
+    for key in ("sysfs_root", "proc_root"):
+        if getattr(args, key, None) is not None:
+            overrides[key] = str(getattr(args, key))
     return with_runtime_dir(load_config(path, overrides), client=client)
 
 
@@ -298,7 +305,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     config = load_cli_config(args, client=True)
     if args.remote is not None:
         return _show_remote(args, config)
-    return show(args, status_fetch(config))
+    return show(args, status_fetch(config, args.processes))
 
 
 def _show_remote(args: argparse.Namespace, config: Config) -> int:
@@ -326,7 +333,7 @@ def _show_remote(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_sensors(args: argparse.Namespace) -> int:
-    return show(args, sensors_fetch(load_cli_config(args, client=True)))
+    return show(args, sensors_fetch(load_cli_config(args, client=True), args.processes))
 
 
 def _positive_seconds(text: str) -> float:

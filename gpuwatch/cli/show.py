@@ -15,9 +15,10 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
-from gpuwatch.cli.status import exit_code, render
-from gpuwatch.config import Config
+from gpuwatch.cli.status import exit_code, render, render_processes
+from gpuwatch.config import Config, ConfigError
 from gpuwatch.model import PublishedState
 from gpuwatch.publish.document import StatusDocument, to_document
 from gpuwatch.publish.state import is_stale, read_state_file
@@ -27,12 +28,13 @@ Fetch = Callable[[], tuple[StatusDocument, str | None]]  # the document and a no
 NOT_RUNNING = "gpuwatch daemon is not running: values read directly"
 
 
-def status_fetch(config: Config) -> Fetch:
+def status_fetch(config: Config, processes: bool = False) -> Fetch:
     """The daemon's view when it runs, else a direct reading with a note saying so."""
-    return lambda: daemon_document(config) or (direct_document(config), _direct_note(config, NOT_RUNNING))
+    return lambda: daemon_document(config) or (direct_document(config, processes),
+                                               _direct_note(config, NOT_RUNNING))
 
 
-def sensors_fetch(config: Config) -> Fetch:
+def sensors_fetch(config: Config, processes: bool = False) -> Fetch:
     """Always a direct reading; the note says whether a daemon runs beside it."""
 
     def fetch() -> tuple[StatusDocument, str | None]:
@@ -40,7 +42,7 @@ def sensors_fetch(config: Config) -> Fetch:
         daemon = running[0].get("daemon") if running else None
         beside = (f"gpuwatch daemon running (pid {daemon['pid']}); these values are read directly, "
                   "`gpuwatch status` shows the daemon's view") if daemon else "gpuwatch daemon is not running"
-        return direct_document(config), _direct_note(config, beside)
+        return direct_document(config, processes), _direct_note(config, beside)
 
     return fetch
 
@@ -60,12 +62,23 @@ def daemon_document(config: Config) -> tuple[StatusDocument, str | None] | None:
     return doc, None
 
 
-def direct_document(config: Config) -> StatusDocument:
-    """One reading of the GPUs the config means, by this process (never the daemon's state)."""
+def direct_document(config: Config, processes: bool = False) -> StatusDocument:
+    """One reading of the GPUs the config means, by this process (never the daemon's state); with
+    ``processes``, every process holding one too (read twice, 0.25 s apart, for engine busy)."""
     from gpuwatch.daemon.compose import build_sources
     from gpuwatch.gpus.sampler import Sampler
+    from gpuwatch.procfs import Procfs, ProcError
+    from gpuwatch.procs.monitor import scan_once
+    from gpuwatch.sysfs import Sysfs
 
-    snapshot = Sampler(build_sources(config.with_effective_sysfs())).sample()
+    config = config.with_effective_sysfs()
+    snapshot = Sampler(build_sources(config)).sample()
+    if processes:
+        try:
+            rows, unreadable = scan_once(Procfs(config.proc_root), Sysfs(config.sysfs_root))
+        except ProcError as exc:
+            raise ConfigError(f"cannot list processes: {exc}") from None
+        snapshot = replace(snapshot, processes=rows, processes_unreadable=unreadable)
     return to_document(PublishedState(snapshot=snapshot), config.thermal, source="sysfs")
 
 
@@ -81,6 +94,8 @@ def show(args: argparse.Namespace, fetch: Fetch) -> int:
     def once(color: bool) -> tuple[str, int]:
         doc, note = fetch()
         text = document_text(doc, args) if args.json else render(doc, color=color, note=note)
+        if getattr(args, "processes", False) and not args.json:
+            text += "\n" + render_processes(doc)
         return text, exit_code(doc)
 
     return repeat(args, once)

@@ -1,6 +1,12 @@
 """Renders a status document (publish/document.py) as gpustat/nvidia-smi style text, and its exit code.
 
 Pure: takes the document, ``now`` and whether to colour; the CLI decides the colour (TTY only).
+
+The process table (``--processes``) has one row per process and GPU. VRAM is the larger of what its
+DRM clients hold and what KFD (ROCm) says it holds (the two may count the same buffers); ``-``: its
+client is one another process (its parent, usually) already counts. BUSY is its drm-engine-* time
+over wall time; ROCm compute goes through /dev/kfd and never shows there, so for a ROCm process whose
+engines read 0 it is the compute units its waves occupy (``cu``), where the kernel reports that.
 """
 
 from __future__ import annotations
@@ -8,7 +14,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from gpuwatch.publish.document import FanControllerDoc, GpuDoc, StatusDocument, TemperatureDoc, TrainerDoc
+from gpuwatch.publish.document import (
+    FanControllerDoc,
+    GpuDoc,
+    ProcessDoc,
+    StatusDocument,
+    TemperatureDoc,
+    TrainerDoc,
+    TrainerGpuUseDoc,
+)
 
 RED, YELLOW, GREEN, BOLD, DIM, RESET = "\033[31m", "\033[33m", "\033[32m", "\033[1m", "\033[2m", "\033[0m"
 NA = "N/A"
@@ -20,16 +34,18 @@ Paint = Callable[[str, "str | None"], str]  # text, colour (None: plain) -> text
 
 
 def exit_code(doc: StatusDocument) -> int:
-    """1 when a GPU is over a limit, down, in fan failsafe, a trainer failed, or the daemon reports a failure."""
+    """1 when a GPU is over a limit, down, in fan failsafe, recovering from a reset, a trainer failed or left a
+    process stuck, or the daemon reports a failure."""
     daemon = doc.get("daemon")
     if daemon and daemon.get("failures"):
         return EXIT_ALARM
     for gpu in doc.get("gpus", []):
         fan = gpu.get("fan_controller")
         fan_bad = bool(fan and (fan.get("mode") == "failsafe" or fan.get("stalled")))
-        if gpu.get("over_limit") or not gpu.get("up", True) or fan_bad:
+        reset = gpu.get("reset")
+        if gpu.get("over_limit") or not gpu.get("up", True) or fan_bad or (reset and reset.get("recovering")):
             return EXIT_ALARM
-    if any(t.get("phase") == "failed" for t in doc.get("trainers", [])):
+    if any(t.get("phase") == "failed" or t.get("stuck_pids") for t in doc.get("trainers", [])):
         return EXIT_ALARM
     return EXIT_OK
 
@@ -48,6 +64,7 @@ def render(doc: StatusDocument, now: float | None = None, color: bool = False, n
         lines.append(paint(f"[{card.get('gpu_id') or '?'}] {card['card']}  driver {card.get('driver') or '?'}: not supported, not read", DIM))
     for trainer in doc.get("trainers", []):
         lines.append(_trainer_line(trainer, now, paint))
+        lines.extend(_trainer_gpu_lines(trainer, paint))
     return "\n".join(lines) + "\n"
 
 
@@ -74,7 +91,7 @@ def _gpu_block(gpu: GpuDoc, paint: Paint) -> list[str]:
     vendor = "NVIDIA GPU " if gpu.get("backend") == "nvml" else "AMD GPU "
     title = f"[{gpu['gpu_id']}] {gpu['card']}  {gpu.get('name') or vendor + (gpu.get('device_id') or '?')}"
     if not gpu.get("up", True):
-        return [paint(title, BOLD) + "  " + paint("DOWN (gone from the bus or reset)", RED)]
+        return [paint(title, BOLD) + "  " + paint("DOWN (gone from the bus or reset)", RED), *_reset_lines(gpu, paint)]
     if gpu.get("suspended"):
         return [paint(title, BOLD) + "  " + paint("suspended (runtime PM): not read, so it can sleep", DIM)]
     temperatures = gpu.get("temperatures", {})
@@ -99,6 +116,24 @@ def _gpu_block(gpu: GpuDoc, paint: Paint) -> list[str]:
         errs = ", ".join(f"{e['sensor']}: {e['error']}" for e in gpu["errors"][:4])
         more = f" (+{len(gpu['errors']) - 4} more)" if len(gpu["errors"]) > 4 else ""
         lines.append("  " + paint(f"errors {errs}{more}", YELLOW))
+    return lines + _reset_lines(gpu, paint)
+
+
+def _reset_lines(gpu: GpuDoc, paint: Paint) -> list[str]:
+    reset = gpu.get("reset")
+    if not reset or not reset.get("resets_total"):
+        return []
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(reset.get("last_reset_unix") or 0))
+    text = f"  reset  {reset['resets_total']} since start, last {when} ({reset.get('last_source') or '?'}): " \
+           f"{reset.get('last_summary') or NA}"
+    if reset.get("dump_path"):
+        text += f"; dump {reset['dump_path']}"
+    lines = [paint(text, YELLOW)]
+    if reset.get("stuck_pids"):
+        pids = ", ".join(str(p) for p in reset["stuck_pids"])
+        lines.append("  " + paint(f"RECOVERING: held by pid {pids} in D state; the host may need a reboot", RED))
+    elif reset.get("recovering"):
+        lines.append("  " + paint("RECOVERING: not answering since its reset", RED))
     return lines
 
 
@@ -210,6 +245,67 @@ def _trainer_line(t: TrainerDoc, now: float, paint: Paint) -> str:
     if t.get("reason"):
         text += f"  ({t['reason']})"
     return text
+
+
+def _trainer_gpu_lines(t: TrainerDoc, paint: Paint) -> list[str]:
+    lines = [f"  on {use['gpu_id']}: {_use(use)}" for use in t.get("gpu_use", [])]
+    if t.get("stuck_pids"):
+        pids = ", ".join(str(p) for p in t["stuck_pids"])
+        lines.append("  " + paint(f"pid {pids} left behind after SIGKILL (D state): the host may need a reboot", RED))
+    return lines
+
+
+def _use(use: TrainerGpuUseDoc) -> str:
+    text = f"vram {_bytes(use.get('vram_bytes'))}  gtt {_bytes(use.get('gtt_bytes'))}" \
+           f"  engine {_pct(use.get('engine_busy_ratio'))}"
+    if use.get("kfd_vram_bytes") is not None:
+        text += f"  rocm vram {_bytes(use.get('kfd_vram_bytes'))}  cu {_pct(use.get('kfd_cu_occupancy_ratio'))}"
+    return text + f"  ({use.get('processes', 0)} process{'es' if use.get('processes', 0) != 1 else ''})"
+
+
+HEADER = ("PID", "USER", "GPU", "VRAM", "GTT", "BUSY", "STATE", "TRAINER", "COMMAND")
+
+
+def render_processes(doc: StatusDocument, width: int = 160) -> str:
+    """`status --processes`: one row per process and GPU, like nvidia-smi's table (see _PROCESSES_DOC)."""
+    rows = sorted(doc.get("processes", []), key=lambda r: (r["gpu_id"], -_vram(r), r["pid"]))
+    table = [HEADER] + [
+        (str(r["pid"]), r.get("user") or NA, r["gpu_id"], _memory(_vram(r) if _held(r) else None),
+         _memory(r.get("gtt_bytes")), _busy(r), r.get("state") or NA, r.get("trainer") or "-", r["command"])
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(HEADER) - 1)]
+    lines = []
+    for row in table:
+        line = "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])) + "  " + row[-1]
+        lines.append(line[:width].rstrip())
+    if not rows:
+        lines.append("no process has a GPU open (that gpuwatch may see)")
+    unreadable = doc.get("processes_unreadable", 0)
+    if unreadable:
+        lines.append(f"{unreadable} process(es) not readable (other users'): run as root to see them all")
+    if any(r.get("kfd") for r in rows):
+        lines.append("ROCm (KFD) compute is not in the kernel's engine time: BUSY shows 'cu' occupancy for it")
+    return "\n".join(lines) + "\n"
+
+
+def _held(row: ProcessDoc) -> bool:
+    return row.get("vram_bytes") is not None or row.get("kfd_vram_bytes") is not None
+
+
+def _vram(row: ProcessDoc) -> int:
+    return max(row.get("vram_bytes") or 0, row.get("kfd_vram_bytes") or 0)
+
+
+def _memory(value: int | None) -> str:
+    return "-" if value is None else _bytes(value)
+
+
+def _busy(row: ProcessDoc) -> str:
+    engine, cu = row.get("engine_busy_ratio"), row.get("kfd_cu_occupancy_ratio")
+    if row.get("kfd") and cu is not None and not engine:
+        return f"cu {cu * 100:.0f}%"
+    return NA if engine is None else f"{engine * 100:.0f}%"
 
 
 def _painter(color: bool) -> Paint:

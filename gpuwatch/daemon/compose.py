@@ -1,11 +1,12 @@
 """Composition root: config -> the parts the daemon runs. The one module that names the concrete classes.
 
 ``build`` makes the GPU sources (amdgpu, NVML), the fan controller (it drives the cards the amdgpu
-source reads, through ``locate``), the training supervisor and, for ``--simulate``, the simulated
-cards: their tree is laid out first and becomes the sysfs root, read by amdgpu alone exactly like a
-real card, and the simulator steps right before each sample and follows the published trainer
-phases. The loop (loop.py) sees only the Parts and their Protocols. The CLI reads sysfs once for
-`gpuwatch status`/`sensors` with ``build_sources``.
+source reads, through ``locate``), the process monitor and reset watch (gpu_use.py), the training
+supervisor and, for ``--simulate``, the simulated cards: their trees are laid out first and become the
+sysfs and proc roots, read exactly like a real card's; the simulator's uevents stand in for the
+kernel's, and it steps right before each sample and follows the published trainer phases. The loop
+(loop.py) sees only the Parts and their Protocols. The CLI reads sysfs once for `gpuwatch
+status`/`sensors` with ``build_sources``.
 """
 
 from __future__ import annotations
@@ -17,12 +18,20 @@ from pathlib import Path
 from typing import Protocol
 
 from gpuwatch.config import Config, ConfigError
+from gpuwatch.daemon.control import Handler
+from gpuwatch.daemon.gpu_use import GpuUseWatch
 from gpuwatch.gpus.amdgpu import AmdgpuSource
 from gpuwatch.gpus.amdgpuinfo import AmdgpuInfo, WithAmdgpuInfo
 from gpuwatch.gpus.nvml import NvmlSource, NvmlUnavailable
 from gpuwatch.gpus.source import GpuSource
 from gpuwatch.model import FanState, PublishedState, Snapshot, TrainerState
-from gpuwatch.sim.cards import SimulatedGpus, SimulatedSource, start_simulator
+from gpuwatch.procfs import Procfs
+from gpuwatch.procs.monitor import ProcessMonitor
+from gpuwatch.resets.devcoredump import DevCoredumps
+from gpuwatch.resets.uevent import UeventFeed, open_uevents
+from gpuwatch.resets.watch import ResetWatch
+from gpuwatch.sim.cards import SimulatedGpus
+from gpuwatch.sim.start import SimulatedSource, start_simulator
 from gpuwatch.sysfs import Sysfs
 
 log = logging.getLogger("gpuwatch")
@@ -48,6 +57,8 @@ class Parts:
     trainers: TrainerConsumer | None = None
     on_tick: list[Callable[[PublishedState], None]] = field(default_factory=list)
     simulator: SimulatedGpus | None = None  # the simulated cards, when simulating (tests step its clock)
+    gpu_use: GpuUseWatch | None = None  # processes per GPU and resets, added to each tick's snapshot
+    control: Handler | None = None  # the control socket's commands (default: the supervisor's)
 
 
 def build(config: Config) -> tuple[Config, Parts]:
@@ -63,12 +74,25 @@ def build(config: Config) -> tuple[Config, Parts]:
                  simulator.root, config.simulate.time_scale)
     amdgpu = amdgpu_source(config)
     parts = Parts(sources=build_sources(config, amdgpu=amdgpu), fans=build_fans(config, amdgpu),
-                  trainers=build_supervisor(config))
+                  trainers=build_supervisor(config),
+                  gpu_use=build_gpu_use(config, simulator.take_uevents if simulator is not None else None))
     if simulator is not None:
         parts.sources = [SimulatedSource(simulator, source) for source in parts.sources]
         parts.on_tick.append(simulator.observe)
         parts.simulator = simulator
+        parts.control = simulator_control(simulator, parts.trainers)
     return config, parts
+
+
+def simulator_control(simulator: SimulatedGpus, trainers: TrainerConsumer | None) -> Handler:
+    """`gpuwatch simulate-reset [GPU]` for the simulator; every other command for the supervisor."""
+    def handle(verb: str, name: str | None) -> tuple[bool, str]:
+        if verb == "simulate-reset":
+            return simulator.request_reset(name)
+        command = getattr(trainers, "command", None)
+        return command(verb, name) if command is not None else (False, "no [[trainer]] is configured")
+
+    return handle
 
 
 def amdgpu_source(config: Config) -> AmdgpuSource | None:
@@ -117,6 +141,27 @@ def build_fans(config: Config, amdgpu: AmdgpuSource | None) -> FanConsumer | Non
 
 def _nowhere(gpu_id: str) -> None:
     return None
+
+
+def build_gpu_use(config: Config, uevents: UeventFeed | None = None) -> GpuUseWatch | None:
+    """The process monitor and the reset watch ``[processes]``/``[resets]`` ask for; ``uevents`` stands in
+    for the kernel's uevent socket (the simulator's)."""
+    if not (config.processes.enabled or config.resets.enabled):
+        return None
+    sysfs = Sysfs(config.sysfs_root)
+    monitor = None
+    if config.processes.enabled:
+        monitor = ProcessMonitor(Procfs(config.proc_root), sysfs, config.processes.scan_all_every_s)
+    resets, close = None, None
+    if config.resets.enabled:
+        if uevents is None and config.resets.uevents:
+            sock = open_uevents()
+            if sock is not None:
+                uevents, close = sock.drain, sock.close
+        dumps = DevCoredumps(sysfs, config.reset_dump_dir, config.resets.dumps_kept, config.resets.dump_max_bytes,
+                             config.resets.dismiss_dumps)
+        resets = ResetWatch(dumps, uevents, config.resets.answer_ticks)
+    return GpuUseWatch(monitor, resets, close)
 
 
 def build_supervisor(config: Config) -> TrainerConsumer | None:

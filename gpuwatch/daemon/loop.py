@@ -75,8 +75,9 @@ class Daemon:
         self.http: HttpServer | None = None
 
     def _start_control(self) -> None:
-        """`gpuwatch pause|resume|restart` reach the supervisor through a local unix socket."""
-        handler = getattr(self.parts.trainers, "command", None)
+        """`gpuwatch pause|resume|restart` reach the supervisor (and `simulate-reset` the simulator) through a
+        local unix socket."""
+        handler = self.parts.control or getattr(self.parts.trainers, "command", None)
         if handler is None:
             return
         server = ControlServer(self.config.control_socket, handler)
@@ -85,6 +86,10 @@ class Daemon:
 
     def tick(self) -> PublishedState:
         snapshot = self.sampler.sample()
+        usage = self.parts.gpu_use
+        if usage is not None:
+            trees = getattr(self.parts.trainers, "trees", dict)
+            snapshot = self._guard("processes and resets", lambda: usage.observe(snapshot, trees()), snapshot)
         fans: tuple[FanState, ...] = ()
         trainers: tuple[TrainerState, ...] = ()
         fan_part, trainer_part = self.parts.fans, self.parts.trainers
@@ -205,6 +210,8 @@ class Daemon:
             self._guard("supervisor stop", self.parts.trainers.stop, None)
         if self.parts.fans is not None:
             self._guard("fan restore", self.parts.fans.restore, None)
+        if self.parts.gpu_use is not None:
+            self._guard("uevent socket close", self.parts.gpu_use.close, None)
         Path(self.config.state_file).unlink(missing_ok=True)
         log.info("gpuwatch stopped")
         self.notifier.close()

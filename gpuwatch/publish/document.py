@@ -13,7 +13,7 @@ from typing import Any, Literal, TypedDict, cast
 
 from gpuwatch.config import ThermalConfig
 from gpuwatch.limits import over_limit, sensor_limit_c
-from gpuwatch.model import GpuReading, PublishedState
+from gpuwatch.model import GpuReading, GpuResetState, PublishedState
 
 SCHEMA_VERSION = 1
 _FLAT_SKIP = {"temps", "errors", "throttled_s", "sources"}
@@ -50,6 +50,42 @@ class FanControllerDoc(TypedDict):  # model.FanState
 class ErrorDoc(TypedDict):
     sensor: str
     error: str
+
+
+class GpuResetDoc(TypedDict):  # model.GpuResetState without gpu_id
+    resets_total: int
+    last_reset_unix: float | None
+    last_source: str | None
+    last_summary: str | None
+    dump_path: str | None
+    recovering: bool
+    stuck_pids: list[int]
+
+
+class ProcessDoc(TypedDict):  # model.GpuProcess
+    pid: int
+    gpu_id: str
+    command: str
+    user: str | None
+    trainer: str | None
+    state: str | None
+    vram_bytes: int | None
+    gtt_bytes: int | None
+    engine_busy_ratio: float | None
+    kfd: bool
+    kfd_vram_bytes: int | None
+    kfd_cu_occupancy_ratio: float | None
+    sampled_unix: float | None
+
+
+class TrainerGpuUseDoc(TypedDict):  # model.TrainerGpuUse
+    gpu_id: str
+    processes: int
+    vram_bytes: int | None
+    gtt_bytes: int | None
+    engine_busy_ratio: float | None
+    kfd_vram_bytes: int | None
+    kfd_cu_occupancy_ratio: float | None
 
 
 class GpuDoc(TypedDict):  # model.GpuReading without temps/errors, plus what is derived from it
@@ -121,6 +157,7 @@ class GpuDoc(TypedDict):  # model.GpuReading without temps/errors, plus what is 
     over_limit: list[str]
     fan_controller: FanControllerDoc | None
     errors: list[ErrorDoc]
+    reset: GpuResetDoc | None  # None: reset detection is off (or not an amdgpu GPU)
 
 
 class DaemonDoc(TypedDict):  # model.DaemonInfo
@@ -161,6 +198,9 @@ class TrainerDoc(TypedDict):  # model.TrainerState
     run_energy_j: float | None
     energy_total_j: float
     steps_per_kj: float | None
+    gpus_used: list[str]
+    gpu_use: list[TrainerGpuUseDoc]
+    stuck_pids: list[int]
 
 
 class StatusDocument(TypedDict):
@@ -172,11 +212,14 @@ class StatusDocument(TypedDict):
     gpus: list[GpuDoc]
     unsupported: list[UnsupportedDoc]
     trainers: list[TrainerDoc]
+    processes: list[ProcessDoc]
+    processes_unreadable: int
 
 
 def to_document(state: PublishedState, thermal: ThermalConfig, source: Source) -> StatusDocument:
     fans = {fan.gpu_id: fan for fan in state.fans}
     snapshot = state.snapshot
+    resets = {r.gpu_id: r for r in snapshot.resets}
     return {
         "schema": SCHEMA_VERSION,
         "source": source,
@@ -184,15 +227,24 @@ def to_document(state: PublishedState, thermal: ThermalConfig, source: Source) -
         "sample_duration_s": snapshot.sample_duration_s,
         "daemon": None if state.daemon is None else _plain(asdict(state.daemon)),
         "gpus": [
-            _gpu(gpu, thermal, None if gpu.gpu_id not in fans else _plain(asdict(fans[gpu.gpu_id])))
+            _gpu(gpu, thermal, None if gpu.gpu_id not in fans else _plain(asdict(fans[gpu.gpu_id])),
+                 None if gpu.gpu_id not in resets else _reset(resets[gpu.gpu_id]))
             for gpu in snapshot.gpus
         ],
         "unsupported": [cast(UnsupportedDoc, asdict(card)) for card in snapshot.unsupported],
         "trainers": [_plain(asdict(trainer)) for trainer in state.trainers],
+        "processes": [_plain(asdict(process)) for process in snapshot.processes],
+        "processes_unreadable": snapshot.processes_unreadable,
     }
 
 
-def _gpu(gpu: GpuReading, thermal: ThermalConfig, fan: FanControllerDoc | None) -> GpuDoc:
+def _reset(state: GpuResetState) -> GpuResetDoc:
+    doc = _plain(asdict(state))
+    del doc["gpu_id"]
+    return cast(GpuResetDoc, doc)
+
+
+def _gpu(gpu: GpuReading, thermal: ThermalConfig, fan: FanControllerDoc | None, reset: GpuResetDoc | None) -> GpuDoc:
     doc: dict[str, Any] = {f.name: getattr(gpu, f.name) for f in fields(gpu) if f.name not in _FLAT_SKIP}
     temperatures: dict[str, TemperatureDoc] = {
         t.label: {
@@ -214,6 +266,7 @@ def _gpu(gpu: GpuReading, thermal: ThermalConfig, fan: FanControllerDoc | None) 
     doc["over_limit"] = [label for label, t in temperatures.items() if over_limit(t["temp_c"], t["limit_c"])]
     doc["fan_controller"] = fan
     doc["errors"] = [asdict(e) for e in gpu.errors]
+    doc["reset"] = reset
     return cast(GpuDoc, doc)
 
 

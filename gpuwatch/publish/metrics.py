@@ -17,6 +17,7 @@ from gpuwatch.config import ThermalConfig
 from gpuwatch.limits import over_limit, sensor_limit_c
 from gpuwatch.publish.health_metrics import health
 from gpuwatch.model import FanMode, FanState, GpuReading, PublishedState, TrainerPhase, TrainerState, pwm_ratio
+from gpuwatch.publish.use_metrics import process_families, reset_families
 
 P = "gpuwatch_"
 GPU_INFO_LABELS = ("gpu", "card", "backend", "name", "device_id", "subsystem_id", "unique_id", "vbios_version")
@@ -81,7 +82,9 @@ class GpuwatchCollector(Collector):
 
 def render(state: PublishedState, thermal: ThermalConfig) -> list[Metric]:
     """Every family for one published state, in a fixed order (the golden file depends on it)."""
-    families = [*_exporter(state), *_gpus(state, thermal), *_fans(state), *_trainers(state.trainers, [gpu.gpu_id for gpu in state.snapshot.gpus])]
+    families = [*_exporter(state), *_gpus(state, thermal), *_fans(state),
+                *_trainers(state.trainers, [gpu.gpu_id for gpu in state.snapshot.gpus]),
+                *reset_families(state), *process_families(state)]
     return [family for family in families if family.samples]
 
 

@@ -6,17 +6,20 @@ written to ``pwm1``/``pwm1_enable`` (SYSFS_FACTS.md §4.4: 1 manual, 2 auto = th
 curve, 0 = no control = full speed on SMU11), applies the configured faults, steps the thermal model
 (gpuwatch/sim/physics.py) and rewrites temp*_input, power1_*, fan1_input, gpu_busy_percent...
 The daemon reads and writes the tree through the same AmdgpuSource and fan code as a real card;
-``SimulatedSource`` only advances the model right before each sample.
+``SimulatedSource`` (start.py) only advances the model right before each sample.
 
 The workload's heat comes from whether the supervised trainer is really running: ``observe`` takes
 each published state (a daemon ``on_tick`` hook): a trainer RUNNING (or still PAUSING) on a GPU means
 full load there, anything else idle. With no trainer at all, ``load_without_trainer`` applies (full
-load by default, so the fan curve still has something to do in a demo without training).
+load by default, so the fan curve still has something to do in a demo without training). The trainers'
+processes also show in a fake /proc beside the tree (clients.py), and ``inject_reset`` resets a card
+(resets.py): a devcoredump, a few seconds without answers, its processes hung.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import random
 import shutil
 import time
@@ -24,18 +27,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from gpuwatch.config import Config
 from gpuwatch.fan.curve import interpolate
-from gpuwatch.gpus.source import GpuSource
-from gpuwatch.model import GpuReading, PublishedState, SourceName, TrainerPhase, UnsupportedCard
+from gpuwatch.model import PublishedState, TrainerPhase
 from gpuwatch.sim import navi10
+from gpuwatch.sim.clients import SimulatedClients
 from gpuwatch.sim.physics import ThermalInputs, ThermalParams, ThermalState, idle_state, step
+from gpuwatch.sim.resets import SimulatedResets
 from gpuwatch.sim.tree import FakeSysfsTree
 
 log = logging.getLogger("gpuwatch.simulator")
 
 MARKER = ".gpuwatch-simulator"
 MAX_STEP_S = 0.5
+GPU_OPEN_AFTER_S = 0.5
 _LOADED_PHASES = {TrainerPhase.RUNNING, TrainerPhase.PAUSING}
 # Firmware auto curve (junction °C, duty): the stock Navi 10 behaviour people complain about,
 # ~33 % until it is already hot.
@@ -50,6 +54,9 @@ class SimFaults:
     sensor_garbage: bool = False
     firmware_reset_every_s: float | None = None
     disappear_after_s: float | None = None
+    gpu_reset_at_s: tuple[float, ...] = ()
+    gpu_reset_outage_s: float = 5.0
+    gpu_reset_stuck_s: float | None = None
     cards: tuple[int, ...] = ()  # card indexes the faults hit; empty: every card
 
     def hits(self, index: int) -> bool:
@@ -70,6 +77,7 @@ class SimCard:
     duty_ratio: float = 0.33
     gone: bool = False
     next_reset_s: float | None = None
+    gpu_resets_at_s: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -88,12 +96,16 @@ class SimulatedGpus:
     sensor_noise_c: float = 0.6
     seed: int = 7
     fan1_input: bool = True  # False: the RPM is in gpu_metrics only (navi10.card_files)
+    desktop_client: bool = False
+    proc_root: Path | None = None  # the fake /proc; default: beside the tree, "<root>-proc"
     cards: list[SimCard] = field(default_factory=list)
     sim_time_s: float = 0.0
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
+        self.proc_root = Path(self.proc_root or self.root.with_name(self.root.name + "-proc"))
         _prepare_dir(self.root)
+        _prepare_dir(self.proc_root)
         tree = FakeSysfsTree(self.root)
         for index in range(self.count):
             slot = f"0000:{0x28 + index * 3:02x}:00.0"
@@ -104,9 +116,16 @@ class SimulatedGpus:
                 index=index, gpu_id=slot, card=placed.card, device_dir=placed.device_dir,
                 hwmon_dir=placed.hwmon_dir, state=idle_state(self.params), load_ratio=self.load_without_trainer,
                 next_reset_s=self.faults.firmware_reset_every_s if self.faults.hits(index) else None,
+                gpu_resets_at_s=sorted(self.faults.gpu_reset_at_s) if self.faults.hits(index) else [],
             ))
         self._random = random.Random(self.seed)
+        self._requested: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         self._last_clock = self.clock()
+        slots = [card.gpu_id for card in self.cards]
+        self.clients = SimulatedClients(self.proc_root, self.root, slots, self.clock)
+        self.resets = SimulatedResets(self.root, [c.device_dir for c in self.cards], [c.card for c in self.cards])
+        if self.desktop_client:
+            self.clients.desktop(0)
         for card in self.cards:
             self._write_outputs(card)
 
@@ -120,8 +139,13 @@ class SimulatedGpus:
 
     def advance_by(self, dt_s: float) -> None:
         """Step every card ``dt_s`` simulated seconds, reading the fan inputs once (as a tick would)."""
+        self.sim_time_s += dt_s
+        while not self._requested.empty():
+            self.inject_reset(self._requested.get_nowait())
+        self.resets.advance(self.sim_time_s)
+        self.clients.advance(self.sim_time_s, lambda index: self.resets.answering(index, self.sim_time_s))
         for card in self.cards:
-            if card.gone or not self._apply_faults(card, self.sim_time_s + dt_s):
+            if card.gone or not self._apply_faults(card, self.sim_time_s):
                 continue
             card.duty_ratio = self._fan_duty(card)
             inputs = ThermalInputs(fan_duty_ratio=card.duty_ratio, load_ratio=card.load_ratio)
@@ -131,25 +155,47 @@ class SimulatedGpus:
                 card.state = step(self.params, card.state, inputs, chunk)
                 remaining -= chunk
             self._write_outputs(card)
-        self.sim_time_s += dt_s
 
     def set_load(self, load_ratio: float, gpu_id: str | None = None) -> None:
         for card in self.cards:
             if gpu_id is None or card.gpu_id == gpu_id:
                 card.load_ratio = load_ratio
 
+    def inject_reset(self, gpu_id: str | None = None) -> list[str]:
+        """Reset a card (the first by default) as amdgpu's recovery would; the devcoredumps' names."""
+        made = []
+        for card in [c for c in self.cards if c.gpu_id == gpu_id or (gpu_id is None and c.index == 0)]:
+            pid, task = self.clients.guilty(card.index)
+            made.append(self.resets.inject(card.index, self.sim_time_s, self.faults.gpu_reset_outage_s, pid, task))
+            stuck = self.faults.gpu_reset_stuck_s
+            self.clients.hang(card.index, None if stuck is None else self.sim_time_s + stuck)
+            log.warning("simulated GPU reset of %s (%s)", card.gpu_id, made[-1])
+        return made
+
+    def request_reset(self, gpu_id: str | None) -> tuple[bool, str]:
+        """From another thread (`gpuwatch simulate-reset`): reset at the next step."""
+        if gpu_id is not None and gpu_id not in [c.gpu_id for c in self.cards]:
+            return False, f"no simulated GPU {gpu_id} (they are {', '.join(c.gpu_id for c in self.cards)})"
+        self._requested.put(gpu_id)
+        return True, f"reset of simulated GPU {gpu_id or self.cards[0].gpu_id} requested"
+
+    def take_uevents(self) -> list[bytes]:
+        """The kernel uevents of the simulated cards since the last call (the daemon's uevent feed)."""
+        return self.resets.take_uevents()
+
     def observe(self, state: PublishedState) -> None:
         """Daemon on_tick hook: the next step's load follows what the supervisor says is running."""
-        if not state.trainers:
-            self.set_load(self.load_without_trainer)
-            return
+        running: list[tuple[int, int, float]] = []
         for card in self.cards:
-            running = any(
-                t.phase in _LOADED_PHASES and (not t.gpus or card.gpu_id in t.gpus or card.card in t.gpus
-                                               or str(card.index) in t.gpus)
-                for t in state.trainers
-            )
-            card.load_ratio = 1.0 if running else 0.0
+            on_card = [t for t in state.trainers if not t.gpus or card.gpu_id in t.gpus or card.card in t.gpus
+                       or str(card.index) in t.gpus]
+            loaded = any(t.phase in _LOADED_PHASES for t in on_card)
+            # A trainer opens the GPU a moment after it starts (imports, init): one that dies at once never does.
+            now_unix = time.time()
+            running += [(t.pid, card.index, 1.0 if loaded else 0.0) for t in on_card if t.pid is not None
+                        and t.started_unix is not None and now_unix - t.started_unix >= GPU_OPEN_AFTER_S]
+            card.load_ratio = 1.0 if loaded else 0.0 if state.trainers else self.load_without_trainer
+        self.clients.follow(running)
 
     # -- the "kernel" side ---------------------------------------------------------------------
 
@@ -181,6 +227,9 @@ class SimulatedGpus:
             _write(self.root / card.hwmon_dir / "pwm1_enable", "2")
             card.next_reset_s += faults.firmware_reset_every_s
             log.info("simulated firmware reset of %s: pwm1_enable back to 2", card.gpu_id)
+        while card.gpu_resets_at_s and sim_now_s >= card.gpu_resets_at_s[0]:
+            card.gpu_resets_at_s.pop(0)
+            self.inject_reset(card.gpu_id)
         if faults.disappear_after_s is not None and sim_now_s >= faults.disappear_after_s:
             self._remove(card)
             return False
@@ -198,7 +247,9 @@ class SimulatedGpus:
         hw = self.root / card.hwmon_dir
         dev = self.root / card.device_dir
         s = card.state
-        garbage = self.faults.sensor_garbage and self.faults.hits(card.index)
+        # During a reset the driver refuses the reads (amdgpu_pm: -EPERM while in reset): unreadable here.
+        resetting = not self.resets.answering(card.index, self.sim_time_s)
+        garbage = (self.faults.sensor_garbage and self.faults.hits(card.index)) or resetting
         for label, temp_c in (("edge", s.edge_c), ("junction", s.junction_c), ("mem", s.mem_c)):
             index = navi10.TEMP_INDEX[label]
             noisy_c = temp_c + self._random.uniform(-self.sensor_noise_c, self.sensor_noise_c)
@@ -211,14 +262,14 @@ class SimulatedGpus:
             _write(hw / "fan1_target", str(round(s.fan_rpm)))
         span = self.params.load_power_w - self.params.idle_power_w
         busy = 0.0 if span <= 0 else min(1.0, max(0.0, (s.power_w - self.params.idle_power_w) / span))
-        _write(dev / "gpu_busy_percent", str(round(busy * 100)))
+        _write(dev / "gpu_busy_percent", "\x7f\x7f\xff" if resetting else str(round(busy * 100)))
         _write(dev / "mem_busy_percent", str(round(busy * 60)))
         vram_used = 300 * 1024**2 + card.load_ratio * 4 * 1024**3
         _write(dev / "mem_info_vram_used", str(int(vram_used)))
         sclk_mhz, vddgfx_mv = 10 + busy * 1740, 775 + busy * 300
         _write(hw / "freq1_input", str(round(sclk_mhz * 1e6)))
         _write(hw / "in0_input", str(round(vddgfx_mv)))
-        (dev / "gpu_metrics").write_bytes(navi10.gpu_metrics(
+        (dev / "gpu_metrics").write_bytes(b"\xff\xff" if resetting else navi10.gpu_metrics(
             s.edge_c, s.junction_c, s.mem_c, s.power_w, busy, sclk_mhz, vddgfx_mv, s.fan_rpm,
             round(self.sim_time_s * 1e9)))
 
@@ -243,41 +294,3 @@ def _read_int(path: Path) -> int | None:
 def _write(path: Path, value: str) -> None:
     # Values end with a newline, as sysfs attributes do.
     path.write_text(value + "\n")
-
-
-class SimulatedSource:
-    """A GpuSource that advances the simulator, then reads the tree through the real amdgpu code."""
-
-    name: SourceName = "amdgpu"
-
-    def __init__(self, simulator: SimulatedGpus, inner: GpuSource) -> None:
-        self.simulator = simulator
-        self.inner = inner
-
-    def read_all(self) -> tuple[list[GpuReading], list[UnsupportedCard]]:
-        try:
-            self.simulator.advance()
-        except Exception:  # a broken simulator must look like a broken GPU, not stop the daemon
-            log.exception("simulator step failed")
-        return self.inner.read_all()
-
-
-def start_simulator(config: Config) -> SimulatedGpus:
-    """The simulator a config asks for, its tree freshly laid out at ``config.simulated_tree_dir``."""
-    sim = config.simulate
-    stuck = sim.faults.fan_stuck_percent
-    return SimulatedGpus(
-        root=config.simulated_tree_dir,
-        count=sim.gpus,
-        params=ThermalParams(ambient_c=sim.ambient_c, cooling_scale=sim.cooling_scale),
-        faults=SimFaults(
-            fan_stuck_ratio=None if stuck is None else stuck / 100.0,
-            sensor_garbage=sim.faults.sensor_garbage,
-            firmware_reset_every_s=sim.faults.firmware_reset_every_s,
-            disappear_after_s=sim.faults.disappear_after_s,
-            cards=tuple(sim.faults.cards),
-        ),
-        time_scale=sim.time_scale,
-        load_without_trainer=sim.load_without_trainer,
-        fan1_input=sim.fan1_input,
-    )

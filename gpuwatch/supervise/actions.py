@@ -14,7 +14,7 @@ from gpuwatch.model import FanMode, FanState, Snapshot
 
 Command = Literal["pause", "resume", "restart"]  # manual, from `gpuwatch pause|resume|restart`
 PauseMode = Literal["cooperative", "sigstop"]  # pause file (the launcher holds at a step) or SIGSTOP
-AfterStop = Literal["restart", "max-pause", "hang", "crash", "emergency", "shutdown"]
+AfterStop = Literal["restart", "max-pause", "hang", "crash", "emergency", "shutdown", "gpu_reset"]
 
 
 # ---- actions -------------------------------------------------------------------------------------
@@ -58,7 +58,12 @@ class CollectEvidence:
     reason: str
 
 
-Action = Spawn | RequestPause | CancelPause | Freeze | Thaw | Terminate | Kill | CollectEvidence
+@dataclass(frozen=True)
+class Abandon:
+    reason: str  # still alive long after SIGKILL (D state): report it, stop waiting for it
+
+
+Action = Spawn | RequestPause | CancelPause | Freeze | Thaw | Terminate | Kill | CollectEvidence | Abandon
 
 
 # ---- inputs --------------------------------------------------------------------------------------
@@ -85,6 +90,9 @@ class Inputs:
     command: Command | None = None
     shutdown: bool = False
     jitter: float = 0.0  # uniform in [-1, 1], drawn by the caller
+    gpu_reset: str | None = None  # a GPU it uses was reset since the last tick (why, for the log)
+    gpus_ready: bool = True  # every GPU it uses answers and is held by no stuck process
+    gpus_wait: str | None = None  # why not
 
 
 def thermal_verdict(

@@ -8,7 +8,10 @@ Rules worth knowing:
 * Restart delays grow only with crashes *without progress*; a run that advanced its step counter,
   touched its progress file or stayed up ``stable_after_s`` resets the count.
 * Nothing is ever (re)started while a GPU it uses is over a pause limit: it would just pause again.
-* A stop always goes CONT -> TERM -> (grace) -> KILL; the effects layer does the CONT.
+* A stop always goes CONT -> TERM -> (grace) -> KILL; the effects layer does the CONT. A process still
+  there ``stuck_after_s`` after KILL (D state) is abandoned: reported, no longer waited for.
+* A reset of a GPU it uses ends the run (its GPU context is lost); it restarts from its checkpoint once
+  its GPUs answer again, as a restart with reason ``gpu_reset``. Nothing (re)starts before that.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 from gpuwatch.config import TrainerConfig
 from gpuwatch.model import TrainerPhase
 from gpuwatch.supervise.actions import (
+    Abandon,
     Action,
     AfterStop,
     CancelPause,
@@ -83,6 +87,8 @@ def step(m: Machine, cfg: TrainerConfig, x: Inputs) -> tuple[Machine, list[Actio
         return _shutdown(m, x, acts)
     if m.phase in LIVE and not x.alive:
         return _exited(m, cfg, x, acts)
+    if m.phase in (TrainerPhase.RUNNING, TrainerPhase.PAUSING, TrainerPhase.PAUSED) and x.gpu_reset:
+        return _stop(m, x, acts, x.gpu_reset, "gpu_reset")
     if m.phase in (TrainerPhase.RUNNING, TrainerPhase.PAUSING, TrainerPhase.PAUSED) and x.thermal.critical:
         return _stop(m, x, acts, x.thermal.reason or "emergency", "emergency")
     if x.command == "restart":
@@ -99,6 +105,8 @@ def step(m: Machine, cfg: TrainerConfig, x: Inputs) -> tuple[Machine, list[Actio
 def _starting(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:
     if x.thermal.hot:
         return _note(replace(m, reason=f"waiting to start: {x.thermal.reason}")), acts
+    if not x.gpus_ready:
+        return replace(m, reason=f"waiting to start: {x.gpus_wait}"), acts
     acts.append(Spawn(resume=False))
     return _enter(m, TrainerPhase.RUNNING, x.now, "started", **_new_run(x.now)), acts
 
@@ -142,9 +150,14 @@ def _paused(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> tu
 
 
 def _stopping(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:
-    if not m.killed and m.stop_sent is not None and x.now - m.stop_sent >= cfg.grace_s:
-        acts.append(Kill(f"still running {cfg.grace_s:g}s after SIGTERM"))
-        return _note(replace(m, killed=True), f"SIGKILL after {cfg.grace_s:g}s grace"), acts
+    grace = cfg.gpu_reset_grace_s if m.after_stop == "gpu_reset" else cfg.grace_s  # no checkpoint without a GPU
+    if not m.killed and m.stop_sent is not None and x.now - m.stop_sent >= grace:
+        acts.append(Kill(f"still running {grace:g}s after SIGTERM"))
+        return _note(replace(m, killed=True), f"SIGKILL after {grace:g}s grace"), acts
+    if m.killed and m.stop_sent is not None and x.now - m.stop_sent >= grace + cfg.stuck_after_s:
+        why = f"still there {cfg.stuck_after_s:g}s after SIGKILL (stuck in the kernel): left behind"
+        acts.append(Abandon(why))
+        return _exited(m, cfg, replace(x, alive=False, exit_code=None, exit_reason=why), acts)
     return m, acts
 
 
@@ -152,6 +165,8 @@ def _waiting(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> t
     """BACKOFF, or STOPPED after an emergency: start again when due and cool."""
     if m.phase is TrainerPhase.STOPPED and (m.after_stop != "emergency" or not cfg.restart_after_emergency):
         return m, acts
+    if not x.gpus_ready:
+        return replace(m, reason=f"waiting to restart: {x.gpus_wait}"), acts
     if x.thermal.hot or x.thermal.critical:
         return replace(m, reason=f"waiting to restart: {x.thermal.reason}"), acts
     if m.next_start is not None and x.now < m.next_start:
@@ -244,10 +259,13 @@ def _exited(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> tu
         return _enter(m, TrainerPhase.BACKOFF, x.now, "restarting", next_start=x.now, crashes=0
                       if m.run_progressed else m.crashes), acts
     crashes = 1 if m.run_progressed else m.crashes + 1
-    what = "hang" if after == "hang" else f"crash ({m.last_exit_reason})"
+    what = {"hang": "hang", "gpu_reset": "GPU reset"}.get(after or "", f"crash ({m.last_exit_reason})")
     if crashes >= cfg.give_up_after_crashes:
         return _enter(m, TrainerPhase.FAILED, x.now,
                       f"failed: {crashes} crash(es) without progress, last {what}", crashes=crashes), acts
+    if after == "gpu_reset":  # no backoff: it waits for its GPUs to answer again
+        return _enter(m, TrainerPhase.BACKOFF, x.now, "GPU reset; restart once its GPUs answer", next_start=x.now,
+                      crashes=crashes), acts
     delay = backoff_delay_s(cfg, crashes, x.jitter)
     m = replace(m, after_stop="hang" if after == "hang" else "crash")
     return _enter(m, TrainerPhase.BACKOFF, x.now, f"{what}; restart in {delay:.1f}s", next_start=x.now + delay,

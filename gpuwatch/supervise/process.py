@@ -125,6 +125,10 @@ class TrainerProcess:
             self._refresh()
         return code
 
+    def pids(self) -> list[int]:
+        """The leader and the descendants seen at the last poll (no new /proc scan)."""
+        return [self.pid, *(pid for pid in self._known if pid != self.pid)]
+
     def tree(self) -> list[psutil.Process]:
         self._refresh()
         return [p for p in self._known.values() if _running(p)]

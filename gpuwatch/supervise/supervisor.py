@@ -12,7 +12,6 @@ import os
 import queue
 import random
 import shutil
-import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -22,6 +21,7 @@ from gpuwatch.config import ThermalConfig, TrainerConfig
 from gpuwatch.heartbeat import HEARTBEAT_ENV, PAUSE_ENV, read_heartbeat
 from gpuwatch.model import FanState, Snapshot, TrainerPhase, TrainerState
 from gpuwatch.supervise.actions import (
+    Abandon,
     Action,
     CancelPause,
     CollectEvidence,
@@ -38,6 +38,8 @@ from gpuwatch.supervise.actions import (
 )
 from gpuwatch.supervise import energy
 from gpuwatch.supervise.checkpoint import newest_complete_checkpoint
+from gpuwatch.supervise.evidence import hang_evidence
+from gpuwatch.supervise.gpu_use import GpuVerdict, gpu_verdict, judged_gpus, trainer_use
 from gpuwatch.supervise.policy import LIVE, Machine, step
 from gpuwatch.supervise.process import STRIPPED_ENV, SpawnError, TrainerProcess
 
@@ -64,8 +66,34 @@ class Trainer:
         self.commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self.paused_since_unix: float | None = None
         self.energy = energy.RunEnergy()
+        self.used_gpus: set[str] = set()  # every GPU its trees were seen using
+        self.seen_resets: dict[str, int] = {}
+        self.stuck: list[TrainerProcess] = []  # abandoned after SIGKILL: still holding their GPU
 
-    def observe(self, verdict: Thermal, now: float, shutdown: bool) -> Inputs:
+    def gpus(self) -> tuple[str, ...]:
+        """What its limits and resets are judged on: configured, else seen in use, else all (empty)."""
+        return judged_gpus(self.config.gpus, self.used_gpus)
+
+    def pids(self) -> list[int]:
+        """Its process tree(s): the current run's and any stuck one's, for the process monitor."""
+        procs = ([self.proc] if self.proc is not None else []) + self.stuck
+        return [pid for proc in procs for pid in proc.pids()]
+
+    def gpu_verdict(self, snapshot: Snapshot | None) -> GpuVerdict:
+        """What this tick's GPU use and resets mean for it; remembers what it saw."""
+        for proc in [p for p in self.stuck if p.poll() is not None]:
+            log.info("trainer %s: stuck pid %d finally exited", self.config.name, proc.pid)
+            proc.reap_leftovers()
+            proc.close(timeout_s=1.0)
+            self.stuck.remove(proc)
+        if snapshot is None:
+            return GpuVerdict()
+        self.used_gpus |= {p.gpu_id for p in snapshot.processes if p.trainer == self.config.name}
+        verdict = gpu_verdict(snapshot, self.gpus(), self.seen_resets)
+        self.seen_resets = {r.gpu_id: r.resets_total for r in snapshot.resets}
+        return verdict
+
+    def observe(self, verdict: Thermal, now: float, shutdown: bool, gpus: GpuVerdict = GpuVerdict()) -> Inputs:
         command = None if self.commands.empty() else self.commands.get_nowait()
         alive, code = False, None
         if self.proc is not None:
@@ -87,6 +115,7 @@ class Trainer:
             heartbeat_paused=bool(beat and beat.paused), progress_mtime=mtime,
             log_bytes=0 if self.proc is None else self.proc.log_bytes,
             command=command, shutdown=shutdown, jitter=random.uniform(-1.0, 1.0),
+            gpu_reset=gpus.reset, gpus_ready=gpus.ready, gpus_wait=gpus.wait,
         )
 
     def apply(self, actions: list[Action], snapshot: Snapshot | None) -> None:
@@ -117,7 +146,12 @@ class Trainer:
             log.warning("trainer %s: SIGKILL to pid %d and its tree (%s)", name, self.proc.pid, action.reason)
             self.proc.kill()
         elif isinstance(action, CollectEvidence):
-            self._evidence(action.reason, snapshot)
+            log.warning("%s", hang_evidence(name, action.reason, self.proc, snapshot, self.gpus()))
+        elif isinstance(action, Abandon):
+            log.error("trainer %s: pid %d %s; it keeps its GPU until it exits, and the host may need a reboot",
+                      name, self.proc.pid, action.reason)
+            self.stuck.append(self.proc)
+            self.proc = None
 
     def _spawn(self, resume: bool) -> None:
         self._retire()
@@ -176,31 +210,12 @@ class Trainer:
             self.proc = None
 
     def finish_exit(self) -> None:
-        """The leader is gone: kill what it left behind and close its log."""
-        if self.proc is not None:
+        """The leader is gone: kill what it left behind and close its log (an abandoned one is not gone)."""
+        if self.proc is not None and self.proc.popen.poll() is not None:
             self.proc.reap_leftovers()
             self.proc.close(timeout_s=1.0)  # the log holds the last words before the state says "exited"
 
-    def _evidence(self, reason: str, snapshot: Snapshot | None) -> None:
-        assert self.proc is not None
-        lines = [f"trainer {self.config.name}: {reason}; evidence:"]
-        for proc in self.proc.tree():
-            try:
-                with proc.oneshot():
-                    cpu = proc.cpu_times()
-                    lines.append(f"  pid {proc.pid} {proc.status()} cpu {cpu.user + cpu.system:.1f}s {' '.join(proc.cmdline())[:200]}")
-            except Exception as exc:
-                lines.append(f"  pid {proc.pid}: {exc}")
-        for gpu in snapshot.gpus if snapshot else ():
-            if not self.config.gpus or gpu.gpu_id in self.config.gpus:
-                busy = "N/A" if gpu.gpu_busy_ratio is None else f"{gpu.gpu_busy_ratio:.0%}"
-                lines.append(f"  GPU {gpu.gpu_id} busy {busy} (busy is not progress)")
-        lines.extend(_py_spy(self.proc.pid))
-        lines.append("  last output:")
-        lines.extend(f"    {line}" for line in list(self.proc.tail)[-20:])
-        log.warning("\n".join(lines))
-
-    def published(self, now_mono: float, now_unix: float) -> TrainerState:
+    def published(self, now_mono: float, now_unix: float, snapshot: Snapshot | None = None) -> TrainerState:
         m = self.machine
         beat = read_heartbeat(self.heartbeat_file) if m.phase in LIVE else None
         live = m.phase in LIVE and self.proc is not None
@@ -221,19 +236,10 @@ class Trainer:
             next_start_unix=None if m.next_start is None else now_unix + max(0.0, m.next_start - now_mono),
             run_energy_j=self.energy.used_j, energy_total_j=self.energy.total_j,
             steps_per_kj=self.energy.steps_per_kj(beat.steps_total if beat else None),
+            gpus_used=tuple(sorted(self.used_gpus)),
+            gpu_use=trainer_use(snapshot.processes, self.config.name) if snapshot is not None else (),
+            stuck_pids=tuple(pid for proc in self.stuck for pid in proc.pids()),
         )
-
-
-def _py_spy(pid: int, timeout_s: float = 10.0) -> list[str]:
-    """Python stacks of the hung trainer when py-spy is installed (optional; never required)."""
-    tool = shutil.which("py-spy")
-    if tool is None:
-        return []
-    try:
-        done = subprocess.run([tool, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=timeout_s)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return [f"  py-spy failed: {exc}"]
-    return ["  py-spy dump:"] + [f"    {line}" for line in (done.stdout or done.stderr).splitlines()[:200]]
 
 
 class Supervisor:
@@ -250,10 +256,11 @@ class Supervisor:
         if snapshot is not None:
             self.last_snapshot, self.last_fans = snapshot, fans
         for trainer in self.trainers:
+            gpus = trainer.gpu_verdict(snapshot)
             verdict = Thermal()
             if self.last_snapshot is not None:
-                verdict = thermal_verdict(self.last_snapshot, tuple(trainer.config.gpus), trainer.thermal, self.last_fans)
-            inputs = trainer.observe(verdict, now, shutdown)
+                verdict = thermal_verdict(self.last_snapshot, trainer.gpus(), trainer.thermal, self.last_fans)
+            inputs = trainer.observe(verdict, now, shutdown, gpus)
             before = trainer.machine
             trainer.machine, actions = step(before, trainer.config, inputs)
             if before.phase in LIVE and trainer.machine.phase not in LIVE:
@@ -273,7 +280,11 @@ class Supervisor:
 
     def states(self, now: float | None = None) -> tuple[TrainerState, ...]:
         now = time.monotonic() if now is None else now
-        return tuple(t.published(now, time.time()) for t in self.trainers)
+        return tuple(t.published(now, time.time(), self.last_snapshot) for t in self.trainers)
+
+    def trees(self) -> dict[str, list[int]]:
+        """Each trainer's process tree: the process monitor reads these every tick."""
+        return {t.config.name: t.pids() for t in self.trainers}
 
     def command(self, verb: str, name: str | None) -> tuple[bool, str]:
         """Queue a manual command for the next tick (called from the control thread)."""

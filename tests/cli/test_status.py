@@ -180,7 +180,7 @@ def test_status_and_sensors_read_the_simulated_tree_of_a_simulating_config(tmp_p
     absent = gpuwatch("sensors", "-c", str(config))
     assert "simulated cards: " in absent.stdout and "absent: the simulator lays it out" in absent.stdout
     from gpuwatch.config import load_config
-    from gpuwatch.sim.cards import start_simulator
+    from gpuwatch.sim.start import start_simulator
 
     start_simulator(load_config(config))  # the tree a daemon would lay out (it stays after a SIGKILL)
     for command in ("status", "sensors"):

@@ -16,12 +16,22 @@ from typing import Any, Callable
 
 import pytest
 
-from gpuwatch.config import parse_config
+from prometheus_client import CollectorRegistry, generate_latest
+
+from gpuwatch.config import ThermalConfig, parse_config
 from gpuwatch.daemon.loop import Daemon
 from gpuwatch.model import FanMode, PublishedState, TrainerPhase
+from gpuwatch.publish.metrics import GpuwatchCollector
+from gpuwatch.resets.recovery import answers
 from tests.support.paths import REPO
 
 TICK_SLEEP_S = 0.02
+
+
+def registry_of(state: PublishedState) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(GpuwatchCollector(lambda: state, ThermalConfig()))
+    return registry
 
 
 def demo_trainer(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
@@ -206,5 +216,63 @@ def test_without_fan1_input_the_rpm_comes_from_gpu_metrics_and_a_stall_is_still_
         assert fan.stalled and fan.stalls_total == 1 and fan.rpm == 0
         assert (fan.applied_pwm or 0) > 0 and fan.message is not None and "stalled" in fan.message
         assert states[-1].snapshot.gpus[0].fan_rpm == 0
+    finally:
+        daemon.shutdown()
+
+
+def checkpointing_trainer(tmp_path: Path) -> dict[str, Any]:
+    """The demo trainer saving its step every 5 steps; a restart resumes from the newest checkpoint."""
+    demo = [sys.executable, str(REPO / "demo/train_demo.py"), "--step-s", "0.05", "--backend", "python",
+            "--checkpoint-dir", str(tmp_path / "ckpt"), "--checkpoint-every", "5"]
+    return demo_trainer(tmp_path, command=demo, restart_command=demo + ["--resume", "{last_checkpoint}"],
+                        checkpoint_glob=str(tmp_path / "ckpt" / "step-*.json"))
+
+
+@pytest.mark.parametrize("stuck_s", [None, 40.0])
+def test_gpu_reset_restarts_the_trainer_from_its_checkpoint_within_a_few_ticks(
+        tmp_path: Path, stuck_s: float | None) -> None:
+    """A simulated reset under the supervised trainer (no `gpus`: judged on what its tree uses): the run ends,
+    the GPU comes back, the trainer resumes from its checkpoint, counted as gpu_reset -- within a few ticks,
+    not after hang_timeout_s. With a leftover stuck in D state, the restart waits until it is gone."""
+    faults = {"gpu_reset_outage_s": 5.0} | ({"gpu_reset_stuck_s": stuck_s} if stuck_s else {})
+    daemon = make_daemon(tmp_path, {"time_scale": 20.0, "faults": faults}, trainer=[checkpointing_trainer(tmp_path)])
+    sim = daemon.parts.simulator
+    assert sim is not None
+    try:
+        states = run_until(daemon, sim_s=10_000, wall_limit_s=20, stop=lambda s: bool(
+            s.trainers and s.trainers[0].gpu_use and s.trainers[0].gpu_use[0].engine_busy_ratio is not None
+            and list((tmp_path / "ckpt").glob("step-*.json"))))
+        before = states[-1].trainers[0]
+        assert before.phase == TrainerPhase.RUNNING and before.gpus_used == ("0000:28:00.0",)
+        (use,) = before.gpu_use
+        assert use.kfd_vram_bytes == 4 * 2**30 and use.engine_busy_ratio is not None
+        sim.inject_reset()
+        after = run_until(daemon, sim_s=10_000, wall_limit_s=30, stop=lambda s: dict(
+            s.trainers[0].restarts_by_reason).get("gpu_reset") == 1)
+        trainer, reset = after[-1].trainers[0], after[-1].snapshot.resets[0]
+        assert dict(trainer.restarts_by_reason) == {"gpu_reset": 1} and trainer.phase == TrainerPhase.RUNNING
+        assert reset.resets_total == 1 and reset.last_source == "devcoredump" and reset.dump_path
+        assert Path(reset.dump_path).read_text().startswith("**** AMDGPU Device Coredump ****")
+        assert "VRAM lost" in (reset.last_summary or "")
+        exposition = generate_latest(registry_of(after[-1])).decode()  # what Prometheus scrapes (GpuReset fires on it)
+        assert 'gpuwatch_gpu_resets_total{gpu="0000:28:00.0"} 1.0' in exposition
+        assert 'gpuwatch_trainer_restarts_by_reason_total{reason="gpu_reset",trainer="demo"} 1.0' in exposition
+        first_stop = next(i for i, s in enumerate(after) if phase(s) != TrainerPhase.RUNNING)
+        assert first_stop <= 1, "the run ended on the tick the reset was seen"
+        # After the old run is gone and the card answers again (both take their own time on a loaded
+        # machine), the restart waits only for answer_ticks (3) more ticks.
+        gone = next(i for i, s in enumerate(after) if phase(s) == TrainerPhase.BACKOFF)
+        back = next(i for i, s in enumerate(after) if i >= gone and answers(s.snapshot.gpus[0])
+                    and not s.snapshot.resets[0].stuck_pids)
+        assert len(after) - 1 - back <= 3, [(phase(s), s.trainers[0].reason) for s in after]
+        if stuck_s is not None:
+            waited = [s.trainers[0].reason or "" for s in after if phase(s) == TrainerPhase.BACKOFF]
+            assert any("in D state since its reset" in reason for reason in waited), waited
+            assert any(s.snapshot.resets[0].stuck_pids for s in after)
+        resumed = run_until(daemon, sim_s=10_000, wall_limit_s=10,
+                            stop=lambda s: s.trainers[0].steps_total is not None)
+        assert (resumed[-1].trainers[0].steps_total or 0) >= 5, "resumed from the checkpoint, not from step 0"
+        log_text = Path(trainer.log_path or "").read_text()
+        assert "train_demo: resumed from" in log_text
     finally:
         daemon.shutdown()

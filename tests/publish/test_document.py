@@ -11,9 +11,12 @@ from gpuwatch.publish.document import (
     ErrorDoc,
     FanControllerDoc,
     GpuDoc,
+    GpuResetDoc,
+    ProcessDoc,
     StatusDocument,
     TemperatureDoc,
     TrainerDoc,
+    TrainerGpuUseDoc,
     UnsupportedDoc,
     to_document,
 )
@@ -32,6 +35,11 @@ def test_typed_dicts_name_every_key_of_the_document(tmp_path: Path) -> None:
     gone = next(gpu for gpu in doc["gpus"] if gpu["gpu_id"] == GPU_GONE)
     assert [set(e) for e in gone["errors"]] == [ErrorDoc.__required_keys__]
     assert doc["trainers"] and all(set(t) == TrainerDoc.__required_keys__ for t in doc["trainers"])
+    uses = [use for t in doc["trainers"] for use in t["gpu_use"]]
+    assert uses and all(set(use) == TrainerGpuUseDoc.__required_keys__ for use in uses)
+    resets = [gpu["reset"] for gpu in doc["gpus"] if gpu["reset"] is not None]
+    assert resets and all(set(reset) == GpuResetDoc.__required_keys__ for reset in resets)
+    assert doc["processes"] and all(set(row) == ProcessDoc.__required_keys__ for row in doc["processes"])
 
 
 def test_unsupported_cards_are_typed_too() -> None:

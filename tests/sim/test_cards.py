@@ -11,7 +11,8 @@ from gpuwatch.config import Config, ConfigError, parse_config
 from gpuwatch.daemon.loop import Daemon
 from gpuwatch.gpus.amdgpu import AmdgpuSource, discover, read_card
 from gpuwatch.model import PublishedState, Snapshot, TrainerPhase, TrainerState
-from gpuwatch.sim.cards import SimFaults, SimulatedGpus, SimulatedSource
+from gpuwatch.sim.cards import SimFaults, SimulatedGpus
+from gpuwatch.sim.start import SimulatedSource
 from gpuwatch.sysfs import Sysfs
 
 

@@ -32,6 +32,9 @@ CONDITIONAL_PANELS = {
     "PCIe errors (AER) and replays": "pcie counters",
     # read errors and failing parts: series exist only once something failed (absent, not 0)
     "Sensor read errors and failing parts": "failures",
+    # a trainer seen holding a GPU (in /proc): none where no GPU is really used
+    "GPU memory held: trainers and other processes": "processes",
+    "Trainer GPU activity": "processes",
 }
 
 
@@ -90,4 +93,6 @@ def present_components(status: dict[str, Any]) -> set[str]:
     counters = ("pcie_aer_correctable_total", "pcie_aer_nonfatal_total", "pcie_aer_fatal_total", "pcie_replays_total")
     if any(gpu.get(key) is not None for gpu in status["gpus"] for key in counters):
         present.add("pcie counters")
+    if any(t.get("gpu_use") for t in status["trainers"]):
+        present.add("processes")
     return present

@@ -14,9 +14,12 @@ from gpuwatch.model import (
     DaemonInfo,
     FanMode,
     FanState,
+    GpuProcess,
     GpuReading,
+    GpuResetState,
     PublishedState,
     ReadError,
+    TrainerGpuUse,
     TrainerPhase,
     TrainerState,
 )
@@ -63,9 +66,30 @@ def example_state(root: Path) -> PublishedState:
     # A GPU that fell off the bus: identity kept, up=0, no values.
     gone = GpuReading(gpu_id=GPU_GONE, card="card2", backend="amdgpu", name="Navi 31", device_id="1002:744C", up=False,
                       errors=(ReadError("device", "no longer present"),))
+    # resnet's tree on GPU A (a DataLoader worker shares the leader's client), a desktop client beside it,
+    # and GPU B reset twice, still held by an unsupervised process stuck in D state.
+    processes = (
+        GpuProcess(pid=4242, gpu_id=GPU_A, command="python3 train.py", user="alice", trainer="resnet", state="S",
+                   vram_bytes=12 * 2**20, gtt_bytes=20 * 2**20, engine_busy_ratio=0.0, kfd=True,
+                   kfd_vram_bytes=6 * 2**30, kfd_cu_occupancy_ratio=0.75, sampled_unix=NOW_UNIX - 0.5),
+        GpuProcess(pid=4300, gpu_id=GPU_A, command="python3 train.py", user="alice", trainer="resnet", state="S",
+                   kfd=True, sampled_unix=NOW_UNIX - 0.5),
+        GpuProcess(pid=1800, gpu_id=GPU_A, command="/usr/bin/gnome-shell", user="bob", state="S",
+                   vram_bytes=180 * 2**20, gtt_bytes=30 * 2**20, engine_busy_ratio=0.04, sampled_unix=NOW_UNIX - 6),
+        GpuProcess(pid=31337, gpu_id=GPU_B, command="python3 old_job.py", user="alice", state="D",
+                   vram_bytes=2**30,
+                   sampled_unix=NOW_UNIX - 0.5),
+    )
+    resets = (
+        GpuResetState(gpu_id=GPU_A),
+        GpuResetState(gpu_id=GPU_B, resets_total=2, last_reset_unix=NOW_UNIX - 60, last_source="devcoredump",
+                      last_summary="ring gfx_0.0.0 timed out; VRAM lost; process python3 (pid 31337)",
+                      dump_path="/var/lib/gpuwatch/gpu-resets/x-devcd3.txt", recovering=True, stuck_pids=(31337,)),
+    )
     snapshot = type(snapshot)(
         taken_unix=snapshot.taken_unix, taken_monotonic=snapshot.taken_monotonic,
         gpus=snapshot.gpus + (gone,), unsupported=snapshot.unsupported, sample_duration_s=snapshot.sample_duration_s,
+        processes=processes, processes_unreadable=1, resets=resets,
     )
     fans = (
         FanState(gpu_id=GPU_A, backend="pwm1", mode=FanMode.CURVE, sensor="junction", sensor_temp_c=61.0,
@@ -80,7 +104,10 @@ def example_state(root: Path) -> PublishedState:
                      restarts_by_reason=(("crash", 1), ("hung", 1)), pauses_total=3, resumes_total=3,
                      last_exit_code=-9, last_exit_reason="hung", steps_total=12345, steps_per_s=4.5,
                      last_step_age_s=0.25, epoch=7, run_energy_j=1_800_000.0, energy_total_j=2_500_000.0,
-                     steps_per_kj=4.5),
+                     steps_per_kj=4.5, gpus_used=(GPU_A,),
+                     gpu_use=(TrainerGpuUse(gpu_id=GPU_A, processes=2, vram_bytes=12 * 2**20, gtt_bytes=20 * 2**20,
+                                            engine_busy_ratio=0.0, kfd_vram_bytes=6 * 2**30,
+                                            kfd_cu_occupancy_ratio=0.75),)),
         TrainerState(name="bert", phase=TrainerPhase.PAUSED, gpus=(GPU_B,), reason="junction over limit",
                      paused_since_unix=NOW_UNIX - 120),
         TrainerState(name="vit", phase=TrainerPhase.BACKOFF, restarts_total=1, restarts_by_reason=(("crash", 1),),

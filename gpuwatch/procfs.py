@@ -1,0 +1,100 @@
+"""The only file I/O on /proc: pids, a process's fds and their link targets, and its text files, below one
+injected root (``/proc`` on a real machine; a fake tree in tests, benchmarks and the simulator).
+
+/proc races with the processes it describes (proc(5); psutil's ``wrap_exceptions`` says the same): a pid
+or fd that vanished between listing and reading raises ENOENT on open or ESRCH on read, and reads here
+as ``None``. A file we may not read (another user's ``fd/`` and ``fdinfo/`` need ptrace-read access,
+EACCES/EPERM) raises ``ProcError``. Nothing here parses; ``procs/fdinfo.py`` does.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+# ENOENT: gone before open; ESRCH: gone between open and read; ENOTDIR/EINVAL: a dying task's files.
+_GONE = (errno.ENOENT, errno.ESRCH, errno.ENOTDIR, errno.EINVAL)
+
+
+class ProcError(Exception):
+    """A /proc file exists but may not be read (EACCES, EPERM) or failed otherwise."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+def _fail(path: str, exc: OSError) -> ProcError:
+    return ProcError(path, errno.errorcode.get(exc.errno or 0) or exc.strerror or type(exc).__name__)
+
+
+class Procfs:
+    """A /proc tree rooted at ``root``."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = os.fspath(root)
+        self._prefix = os.path.join(self.root, "")
+
+    def pids(self) -> list[int]:
+        """Every numeric entry of the root, unsorted (a process can be gone by the time it is read)."""
+        try:
+            return [int(name) for name in os.listdir(self.root) if name.isdigit()]
+        except OSError as exc:
+            raise _fail(self.root, exc) from exc
+
+    def fds(self, pid: int) -> list[tuple[int, str]] | None:
+        """``(fd, link target)`` of every open file of ``pid``; None when the process is gone.
+
+        An fd closed between the listing and its readlink is skipped. Raises ProcError when the
+        directory may not be listed (another user's process without CAP_SYS_PTRACE).
+        """
+        base = f"{self._prefix}{pid}/fd"
+        try:
+            # One open of the directory, then each link relative to it: no path walk per fd.
+            dir_fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:
+            if exc.errno in _GONE:
+                return None
+            raise _fail(base, exc) from exc
+        found = []
+        try:
+            for name in os.listdir(dir_fd):
+                try:
+                    found.append((int(name), os.readlink(name, dir_fd=dir_fd)))
+                except (OSError, ValueError):
+                    continue
+        except OSError as exc:
+            if exc.errno in _GONE:
+                return None
+            raise _fail(base, exc) from exc
+        finally:
+            os.close(dir_fd)
+        return found
+
+    def read(self, pid: int, name: str) -> str | None:
+        """The text of ``/proc/<pid>/<name>`` (e.g. ``stat``, ``fdinfo/7``, ``task/4251/stat``); None when gone."""
+        path = f"{self._prefix}{pid}/{name}"
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as exc:
+            if exc.errno in _GONE:
+                return None
+            raise _fail(path, exc) from exc
+        try:
+            # /proc files are generated on read; one read of 64 KiB holds every file read here whole.
+            raw = os.read(fd, 65536)
+        except OSError as exc:
+            if exc.errno in _GONE:
+                return None
+            raise _fail(path, exc) from exc
+        finally:
+            os.close(fd)
+        return raw.decode("utf-8", "replace")
+
+    def tasks(self, pid: int) -> list[int]:
+        """The thread ids of ``pid`` (empty when it is gone or not readable)."""
+        try:
+            return [int(name) for name in os.listdir(f"{self._prefix}{pid}/task") if name.isdigit()]
+        except OSError:
+            return []

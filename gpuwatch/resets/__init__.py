@@ -1,0 +1,1 @@
+"""Sense: GPU resets (devcoredump, WEDGED uevents) and each GPU's way back to usable."""

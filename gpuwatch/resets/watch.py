@@ -1,0 +1,67 @@
+"""GPU reset detection within one tick: new devcoredumps and WEDGED uevents -> per-GPU reset state.
+
+amdgpu has no reset counter in sysfs (only the kernel log's ``GPU reset(N) succeeded!`` and a per-context
+ioctl), so gpuwatch counts what the kernel announces: a device coredump naming the GPU (devcoredump.py)
+and, on 6.15+ kernels, the WEDGED uevent (uevent.py). ``detect`` finds this tick's events, ``update``
+steps each GPU's recovery (recovery.py, pure) with the tick's readings and processes and logs what it
+says.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from gpuwatch.model import GpuProcess, GpuResetState, Snapshot
+from gpuwatch.resets.devcoredump import DevCoredumps
+from gpuwatch.resets.recovery import Recovery, ResetEvent, step
+from gpuwatch.resets.uevent import UeventFeed, wedged
+
+log = logging.getLogger("gpuwatch.resets")
+
+
+class ResetWatch:
+    def __init__(self, dumps: DevCoredumps | None, uevents: UeventFeed | None, answer_ticks: int = 3) -> None:
+        self.dumps = dumps
+        self.uevents = uevents
+        self.answer_ticks = answer_ticks
+        self._gpus: dict[str, Recovery] = {}
+
+    def recovering(self) -> frozenset[str]:
+        return frozenset(gpu_id for gpu_id, r in self._gpus.items() if r.recovering)
+
+    def detect(self, snapshot: Snapshot) -> list[ResetEvent]:
+        gpu_ids = {gpu.gpu_id for gpu in snapshot.gpus}
+        events = []
+        for dump in self.dumps.poll(gpu_ids) if self.dumps is not None else ():
+            summary = dump.summary.line() + (f" ({dump.problem})" if dump.problem else "")
+            events.append(ResetEvent(dump.gpu_id, "devcoredump", summary, str(dump.path) if dump.path else None))
+        for datagram in self.uevents() if self.uevents is not None else ():
+            event = wedged(datagram)
+            if event is None or event.gpu_id not in gpu_ids:
+                continue
+            summary = f"WEDGED={event.methods}"
+            if event.methods != "none":
+                summary += " (the driver could not recover it: it needs a driver rebind or a bus reset)"
+            if event.pid is not None:
+                summary += f", process {event.task or '?'} (pid {event.pid})"
+            events.append(ResetEvent(event.gpu_id, "wedged uevent", summary))
+        return events
+
+    def update(self, snapshot: Snapshot, events: Iterable[ResetEvent], processes: Iterable[GpuProcess],
+               now: float, now_unix: float) -> tuple[GpuResetState, ...]:
+        by_gpu: dict[str, list[ResetEvent]] = {}
+        for event in events:
+            by_gpu.setdefault(event.gpu_id, []).append(event)
+        stuck: dict[str, set[int]] = {}
+        for row in processes:
+            if row.state == "D":
+                stuck.setdefault(row.gpu_id, set()).add(row.pid)
+        for gpu in snapshot.gpus:
+            r = self._gpus.get(gpu.gpu_id) or Recovery(gpu.gpu_id)
+            r, logs = step(r, by_gpu.get(gpu.gpu_id, []), gpu, tuple(sorted(stuck.get(gpu.gpu_id, ()))), now,
+                           now_unix, self.answer_ticks)
+            for level, message in logs:
+                log.log(logging.getLevelName(level.upper()), "%s", message)
+            self._gpus[gpu.gpu_id] = r
+        return tuple(self._gpus[gpu.gpu_id].published() for gpu in snapshot.gpus)
