@@ -27,6 +27,7 @@ from gpuwatch.publish.document import (
 RED, YELLOW, GREEN, BOLD, DIM, RESET = "\033[31m", "\033[33m", "\033[32m", "\033[1m", "\033[2m", "\033[0m"
 NA = "N/A"
 PWM_MODES = {0: "full (none)", 1: "manual", 2: "auto"}
+TABLE_ONLY_TEMPS = frozenset({"vrgfx", "vrsoc", "vrmem", "soc"})
 EXIT_OK, EXIT_ALARM, EXIT_USAGE = 0, 1, 2
 WARN_BELOW_LIMIT_C = 10.0
 
@@ -96,7 +97,9 @@ def _gpu_block(gpu: GpuDoc, paint: Paint) -> list[str]:
         return [paint(title, BOLD) + "  " + paint("suspended (runtime PM): not read, so it can sleep", DIM)]
     temperatures = gpu.get("temperatures", {})
     over = gpu.get("over_limit") or []
-    temps = "  ".join(_temp(label, t, label in over, paint) for label, t in temperatures.items()) or NA
+    # The gpu_metrics-only sensors (VR, SoC) stay in --json and /metrics: the line must fit 80 columns.
+    temps = "  ".join(_temp(label, t, label in over, paint) for label, t in temperatures.items()
+                      if label not in TABLE_ONLY_TEMPS) or NA
     lines = [
         paint(title, BOLD),
         f"  temp   {temps}",
@@ -105,7 +108,7 @@ def _gpu_block(gpu: GpuDoc, paint: Paint) -> list[str]:
         _memory_line(gpu),
         f"  power  {_num(gpu.get('power_w'), 'W')} / cap {_num(gpu.get('power_cap_w'), 'W')}"
         f"   sclk {_num(_mhz(gpu.get('sclk_hz')), 'MHz')}  mclk {_num(_mhz(gpu.get('mclk_hz')), 'MHz')}"
-        + _energy(gpu.get("energy_joules"), f" ({gpu.get('energy_source')})"),
+        + _energy(gpu.get("energy_joules")),
         _fan_line(gpu),
         *_health_lines(gpu, paint),
     ]
@@ -158,29 +161,27 @@ def _fan_line(gpu: GpuDoc) -> str:
 
 
 def _health_lines(gpu: GpuDoc, paint: Paint) -> list[str]:
-    """Throttling (when the card reports its reasons) and the PCIe slot link with its error counters."""
+    """Only what needs a look: the card throttling itself now, a slot link below its maximum, PCIe errors."""
     lines = []
     flags = gpu.get("throttle_flags")
-    if flags is not None:
+    if flags:
         throttled = {reason: s for reason, s in (gpu.get("throttled_s") or {}).items() if s >= 1}
         total = "  throttled " + ", ".join(f"{r} {_duration(s)}" for r, s in throttled.items()) if throttled else ""
         reasons = ", ".join(gpu.get("throttle_reasons") or [])
-        now = paint(f"THROTTLING {reasons} ({' '.join(flags)})", YELLOW) if flags else "none"
-        lines.append(f"  thrtl  {now}{total}")
+        lines.append("  thrtl  " + paint(f"THROTTLING {reasons} ({' '.join(flags)})", YELLOW) + total)
     speed, width = gpu.get("pcie_slot_link_speed_gts"), gpu.get("pcie_slot_link_width")
-    if speed is not None or width is not None:
-        top_speed, top_width = gpu.get("pcie_slot_max_link_speed_gts"), gpu.get("pcie_slot_max_link_width")
+    top_speed, top_width = gpu.get("pcie_slot_max_link_speed_gts"), gpu.get("pcie_slot_max_link_width")
+    counts = [gpu.get("pcie_aer_correctable_total"), gpu.get("pcie_aer_nonfatal_total"), gpu.get("pcie_aer_fatal_total")]
+    replays = gpu.get("pcie_replays_total")
+    below = (speed or 0) < (top_speed or 0) or (width or 0) < (top_width or 0)
+    if below or any(counts) or replays:
         link = f"{_num(speed, 'GT/s', 1)} x{width if width is not None else NA}"
-        if (speed or 0) < (top_speed or 0) or (width or 0) < (top_width or 0):
+        if below:
             link = paint(link, YELLOW) + f" (below max {_num(top_speed, 'GT/s', 1)} x{top_width})"
-        counts = [gpu.get("pcie_aer_correctable_total"), gpu.get("pcie_aer_nonfatal_total"),
-                  gpu.get("pcie_aer_fatal_total")]
         aer = "" if all(c is None for c in counts) else "  aer cor/nonfatal/fatal " + "/".join(
             NA if c is None else str(c) for c in counts)
-        if any(c for c in counts[1:]):
-            aer = paint(aer, RED)
-        replays = gpu.get("pcie_replays_total")
-        lines.append(f"  pcie   {link}{aer}" + ("" if replays is None else f"  replays {replays}"))
+        lines.append(f"  pcie   {link}" + (paint(aer, RED) if any(counts[1:]) else aer)
+                     + ("" if replays is None else f"  replays {replays}"))
     return lines
 
 
@@ -239,7 +240,7 @@ def _trainer_line(t: TrainerDoc, now: float, paint: Paint) -> str:
         text += f"  {t['steps_per_s']:.2f} steps/s"
     if t.get("last_step_age_s") is not None:
         text += f"  last step {t['last_step_age_s']:.0f}s ago"
-    text += _energy(t.get("run_energy_j"), "")
+    text += _energy(t.get("run_energy_j"))
     if t.get("steps_per_kj") is not None:
         text += f"  {t['steps_per_kj']:.1f} steps/kJ"
     if t.get("reason"):
@@ -323,11 +324,11 @@ def _num(value: float | None, unit: str, digits: int = 0) -> str:
     return NA if value is None else f"{value:.{digits}f} {unit}".replace(" °C", "°C")
 
 
-def _energy(joules: float | None, suffix: str) -> str:
+def _energy(joules: float | None) -> str:
     if joules is None:
         return ""
     kwh = joules / 3.6e6
-    return f"  energy {'<0.001' if 0 < kwh < 0.001 else f'{kwh:.3f}'} kWh{suffix}"
+    return f"  energy {'<0.001' if 0 < kwh < 0.001 else f'{kwh:.3f}'} kWh"
 
 
 def _mhz(hz: float | None) -> float | None:

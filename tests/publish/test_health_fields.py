@@ -43,10 +43,10 @@ def test_status_shows_throttling_energy_and_a_slot_below_its_max(tmp_path: Path)
     doc = to_document(example_state(tmp_path / "sys"), ThermalConfig(), "daemon")
     text = render(doc, now=NOW_UNIX)
     block_a, block_b = text.split(f"[{GPU_B}]")[0].split(f"[{GPU_A}]")[1], text.split(f"[{GPU_B}]")[1]
-    assert "thrtl  none" in block_a and "pcie   16.0 GT/s x16  aer cor/nonfatal/fatal 0/0/0  replays 0" in block_a
+    assert "thrtl" not in block_a and "pcie" not in block_a and "vrgfx" not in block_a  # nothing to look at
     assert "thrtl  THROTTLING power (PPT0)  throttled power 0m01s" in block_b
     assert "pcie   8.0 GT/s x8 (below max 16.0 GT/s x16)  aer cor/nonfatal/fatal 3/0/0  replays 5" in block_b
-    assert "energy <0.001 kWh (integrated)" in block_b
+    assert "energy <0.001 kWh" in block_b
     assert "energy 0.500 kWh  4.5 steps/kJ" in text
     assert exit_code(doc) == 1  # unchanged rules: the example has a failsafe fan and a daemon failure
 
