@@ -25,8 +25,12 @@ class ProcError(Exception):
         self.reason = reason
 
 
-def _fail(path: str, exc: OSError) -> ProcError:
-    return ProcError(path, errno.errorcode.get(exc.errno or 0) or exc.strerror or type(exc).__name__)
+def _raise_unless_gone(path: str, exc: OSError) -> None:
+    """A process or fd that vanished is no error (the caller returns None); anything else (EACCES,
+    EPERM...) raises ProcError."""
+    if exc.errno in _GONE:
+        return
+    raise ProcError(path, errno.errorcode.get(exc.errno or 0) or exc.strerror or type(exc).__name__) from exc
 
 
 class Procfs:
@@ -40,8 +44,8 @@ class Procfs:
         """Every numeric entry of the root, unsorted (a process can be gone by the time it is read)."""
         try:
             return [int(name) for name in os.listdir(self.root) if name.isdigit()]
-        except OSError as exc:
-            raise _fail(self.root, exc) from exc
+        except OSError as exc:  # the root itself missing is no race: a wrong proc_root
+            raise ProcError(self.root, exc.strerror or type(exc).__name__) from exc
 
     def fds(self, pid: int) -> list[tuple[int, str]] | None:
         """``(fd, link target)`` of every open file of ``pid``; None when the process is gone.
@@ -54,9 +58,8 @@ class Procfs:
             # One open of the directory, then each link relative to it: no path walk per fd.
             dir_fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as exc:
-            if exc.errno in _GONE:
-                return None
-            raise _fail(base, exc) from exc
+            _raise_unless_gone(base, exc)
+            return None
         found = []
         try:
             for name in os.listdir(dir_fd):
@@ -65,9 +68,8 @@ class Procfs:
                 except (OSError, ValueError):
                     continue
         except OSError as exc:
-            if exc.errno in _GONE:
-                return None
-            raise _fail(base, exc) from exc
+            _raise_unless_gone(base, exc)
+            return None
         finally:
             os.close(dir_fd)
         return found
@@ -78,16 +80,14 @@ class Procfs:
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError as exc:
-            if exc.errno in _GONE:
-                return None
-            raise _fail(path, exc) from exc
+            _raise_unless_gone(path, exc)
+            return None
         try:
             # /proc files are generated on read; one read of 64 KiB holds every file read here whole.
             raw = os.read(fd, 65536)
         except OSError as exc:
-            if exc.errno in _GONE:
-                return None
-            raise _fail(path, exc) from exc
+            _raise_unless_gone(path, exc)
+            return None
         finally:
             os.close(fd)
         return raw.decode("utf-8", "replace")

@@ -28,6 +28,7 @@ from gpuwatch.procs.index import TREE_EVERY_S, FdIndex, Holder
 from gpuwatch.sysfs import Sysfs
 
 ClientKey = tuple[str | None, int | None]
+KFD_TOPOLOGY_EVERY_S = 60.0
 
 
 @dataclass
@@ -50,7 +51,8 @@ class ProcessMonitor:
         self.index = FdIndex(procfs, all_every_s)
         self._readings: dict[int, _Reading] = {}
         self._engine: dict[ClientKey, tuple[int, float]] = {}  # client -> (largest ns seen, when)
-        self._kfd_nodes: dict[str, kfd.KfdNode] | None = None
+        self._kfd_nodes: dict[str, kfd.KfdNode] = {}
+        self._kfd_read_at: float | None = None
 
     def sample(self, trees: Mapping[str, Iterable[int]], now: float, careful: frozenset[str] = frozenset(),
                now_unix: float | None = None) -> tuple[tuple[GpuProcess, ...], int]:
@@ -105,8 +107,9 @@ class ProcessMonitor:
         if careful & _gpus(reading) or careful & _gpus(last):
             reading.state = self._deepest_state(pid, stat.state)
         if holder.kfd and self.sysfs is not None:
-            if self._kfd_nodes is None:
-                self._kfd_nodes = kfd.topology(self.sysfs)
+            if self._kfd_read_at is None or now - self._kfd_read_at >= KFD_TOPOLOGY_EVERY_S:
+                # GPUs come and go (a reset that rebinds the driver, hotplug): the topology is read again.
+                self._kfd_nodes, self._kfd_read_at = kfd.topology(self.sysfs), now
             reading.kfd = kfd.usage(self.sysfs, pid, self._kfd_nodes, careful)
         self._readings[pid] = reading
 
@@ -174,6 +177,7 @@ def _total(values: Iterable[int | None]) -> int | None:
 
 def scan_once(procfs: Procfs, sysfs: Sysfs | None, settle_s: float = 0.25) -> tuple[tuple[GpuProcess, ...], int]:
     """Every process, read twice ``settle_s`` apart so engine busy has a value (`status` without a daemon)."""
+    procfs.pids()  # a proc root that cannot be listed is the caller's error (ProcError), not "no process"
     monitor = ProcessMonitor(procfs, sysfs, all_every_s=1e-9)  # every round is whole
     monitor.sample({}, time.monotonic())
     time.sleep(settle_s)

@@ -56,6 +56,9 @@ def test_status_processes_without_a_daemon_reads_the_proc_tree(tmp_path: Path) -
     doc = json.loads(gpuwatch("status", "--json", "--processes", *common).stdout)
     assert sorted(row["pid"] for row in doc["processes"]) == [1800, 4242, 4300]
     assert json.loads(gpuwatch("status", "--json", *common).stdout)["processes"] == []  # not asked for
+    wrong = gpuwatch("status", "--processes", "--sysfs-root", str(tree.root), "--proc-root", str(tmp_path / "nope"),
+                     "-c", "/dev/null")
+    assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1 and "cannot list processes" in wrong.stderr
 
 
 def test_the_example_state_renders_trainer_gpu_lines_resets_and_the_table(tmp_path: Path) -> None:
