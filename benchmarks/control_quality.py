@@ -1,16 +1,26 @@
 #!/usr/bin/env python3
-"""Control quality of the default config on the simulated RX 5600 XT, in simulated time (no sleeping).
+"""Control quality on the simulated RX 5600 XT, in simulated time (no sleeping): pause-only vs the ladder.
 
-Runs the thermal model (gpuwatch/sim/physics.py) in a closed loop with gpuwatch's real fan-curve rules
-(gpuwatch/fan/curve.py, the default [fan] config) and the real pause limits (gpuwatch/limits.py, the default
-[thermal] config and a default [[trainer]]: junction limit = crit 110 - 10 = 100 °C held for debounce_s,
-resume below limit - hysteresis), with sensor readings in whole degrees plus noise, and prints
-per scenario: the highest junction temperature, the overshoot over the pause limit, how often the fan
-changes direction per hour (hunting), and the time the trainer spent paused.
+Runs the thermal model (gpuwatch/sim/physics.py) in a closed loop with gpuwatch's real pure decisions:
+the fan curve (gpuwatch/fan/curve.py, default [fan]), the power-cap governor (gpuwatch/power/governor.py,
+default [power]) and the supervisor's state machine (gpuwatch/supervise/actions.thermal_verdict and
+policy.step, a default [[trainer]] with the default [thermal]: junction limit = crit 110 - 10 = 100 °C
+held for debounce_s, resume below limit - hysteresis after min_pause_s). Sensor readings are whole
+degrees with +/-0.6 °C noise, as the simulator writes them. Tick order as in the daemon: fan -> governor
+(with this tick's fan state) -> supervisor (with this tick's governor state) -> physics.
 
-The workload trains for 9 minutes then evaluates (idle) for 1, as real runs do.
+The workload trains for 9 minutes then evaluates (idle) for 1, as real runs do. While training its step
+rate is the card's clock under the cap, (P / P_demand) ** (1/3) (physics.speed_ratio; docs/simulator.md
+gives the model and its sources), and 0 while paused. Per scenario and policy ("pause-only" = [power]
+off, "ladder" = fan -> power cap -> pause):
 
-    .venv/bin/python benchmarks/control_quality.py [--hours 2] [--tick-s 1]
+* kept: training steps done, % of an uncapped, never paused run of the same workload;
+* pauses/h, paused: the supervisor's thermal pauses and the time spent paused;
+* max Tj, over: the model's true junction at its highest, and how far above the pause limit;
+* fan rev/h, cap rev/h: direction changes of the commanded fan speed and of the cap in force (hunting);
+* writes/h, min cap: power1_cap writes, and the lowest cap in force.
+
+    .venv/bin/python benchmarks/control_quality.py [--hours 2] [--tick-s 1] [--seed 1] [--robust]
 """
 
 from __future__ import annotations
@@ -24,11 +34,23 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpuwatch.config import Config, TrainerConfig  # noqa: E402
-from gpuwatch.fan.curve import CurveState, curve_params, decide  # noqa: E402
-from gpuwatch.limits import breaches, sensor_limit_c  # noqa: E402
-from gpuwatch.model import GpuReading, TempReading  # noqa: E402
-from gpuwatch.sim.navi10 import CRIT_C  # noqa: E402
-from gpuwatch.sim.physics import ThermalInputs, ThermalParams, ThermalState, idle_state, step  # noqa: E402
+from gpuwatch.fan.curve import CurveState, curve_params, decide, top_percent  # noqa: E402
+from gpuwatch.fan.rules import can_rise  # noqa: E402
+from gpuwatch.limits import sensor_limit_c  # noqa: E402
+from gpuwatch.model import FanMode, FanState, GpuReading, PowerMode, PowerState, Snapshot, TempReading  # noqa: E402
+from gpuwatch.model import TrainerPhase  # noqa: E402
+from gpuwatch.power import governor  # noqa: E402
+from gpuwatch.power.rules import fan_can_rise, headroom_c  # noqa: E402
+from gpuwatch.sim import navi10  # noqa: E402
+from gpuwatch.sim.physics import ThermalInputs, ThermalParams, ThermalState, idle_state, speed_ratio, step  # noqa: E402
+from gpuwatch.supervise.actions import Inputs, thermal_verdict  # noqa: E402
+from gpuwatch.supervise.policy import Machine  # noqa: E402
+from gpuwatch.supervise.policy import step as supervise  # noqa: E402
+
+GPU = "0000:28:00.0"
+CAP_W = navi10.POWER_CAP_UW / 1e6
+CAP_MIN_W = navi10.POWER_CAP_MIN_UW / 1e6
+NOISE_C = 0.6
 
 
 @dataclass(frozen=True)
@@ -37,91 +59,162 @@ class Scenario:
     params: ThermalParams
     fan_stuck_ratio: float | None = None
     hysteresis_c: float | None = None  # the trainer's resume hysteresis; None: [thermal]'s 5 °C
+    train_s: float = 540.0  # per period: train, then evaluate (idle) for the rest
+    period_s: float = 600.0
+    load: float = 1.0  # training load (1.0 = 150 W demand)
 
 
 @dataclass
 class Result:
+    train_ticks: int = 0
+    work: float = 0.0  # step rates summed over training ticks
     max_junction_c: float = 0.0
     overshoot_c: float = 0.0
-    direction_changes: int = 0
+    fan_reversals: int = 0
+    cap_reversals: int = 0
+    cap_writes: int = 0
     paused_s: float = 0.0
     pauses: int = 0
+    min_cap_w: float = CAP_W
+
+    @property
+    def kept_percent(self) -> float:
+        return 100.0 * self.work / self.train_ticks if self.train_ticks else 100.0
+
+
+class Reversals:
+    """Counts direction changes of a value that moves in steps."""
+
+    def __init__(self) -> None:
+        self.last: float | None = None
+        self.direction = 0
+        self.count = 0
+
+    def see(self, value: float) -> None:
+        if self.last is not None and value != self.last:
+            direction = 1 if value > self.last else -1
+            if self.direction and direction != self.direction:
+                self.count += 1
+            self.direction = direction
+        self.last = value
 
 
 def reading(state: ThermalState, rng: random.Random) -> GpuReading:
     """What the daemon would read: whole degrees with a little noise, as the simulator writes them."""
-    temps = tuple(TempReading(label=label, temp_c=float(round(temp + rng.uniform(-0.6, 0.6))),
-                              crit_c=float(CRIT_C[label]))
+    temps = tuple(TempReading(label=label, temp_c=float(round(temp + rng.uniform(-NOISE_C, NOISE_C))),
+                              crit_c=float(navi10.CRIT_C[label]))
                   for label, temp in (("edge", state.edge_c), ("junction", state.junction_c), ("mem", state.mem_c)))
-    return GpuReading(gpu_id="sim", card="card0", backend="amdgpu", temps=temps)
+    return GpuReading(gpu_id=GPU, card="card0", backend="amdgpu", temps=temps, power_w=state.power_w)
 
 
-def run(scenario: Scenario, config: Config, hours: float, tick_s: float) -> Result:
+def run(scenario: Scenario, config: Config, ladder: bool, hours: float, tick_s: float, seed: int = 1) -> Result:
     params = scenario.params
-    trainer = TrainerConfig(name="bench", command=["true"], hysteresis_c=scenario.hysteresis_c)
+    trainer = TrainerConfig(name="bench", command=["true"], hysteresis_c=scenario.hysteresis_c,
+                            cooperative_pause="never", hang_timeout_s=None)
     thermal = trainer.thermal(config.thermal)
-    state, curve_state, rng = idle_state(params), CurveState(), random.Random(1)
-    hot_since: float | None = None
-    paused_at = 0.0
-    limit_c = sensor_limit_c(TempReading("junction", None, crit_c=float(CRIT_C["junction"])), thermal) or 100.0
-    result, paused, last_percent, last_direction = Result(), False, None, 0
-    cp = curve_params(config.fan)
+    limit_c = sensor_limit_c(TempReading("junction", None, crit_c=float(navi10.CRIT_C["junction"])), thermal) or 100.0
+    curve, gparams = curve_params(config.fan), governor.governor_params(config.power)
+    top = top_percent(curve)
+    floor_w = governor.floor_cap_w(gparams.floor_ratio, CAP_W, CAP_MIN_W, CAP_W)
+    state, curve_state, gstate, rng = idle_state(params), CurveState(), governor.GovernorState(), random.Random(seed)
+    machine = Machine(phase=TrainerPhase.RUNNING)
+    result, fan_turns, cap_turns, cap_w = Result(), Reversals(), Reversals(), CAP_W
     for i in range(int(hours * 3600 / tick_s)):
         now = i * tick_s
         gpu = reading(state, rng)
         junction = gpu.temp("junction")
         assert junction is not None
-        decision = decide(cp, curve_state, junction.temp_c, junction.crit_c, now)
-        curve_state = decision.state
-        if last_percent is not None and decision.percent != last_percent:
-            direction = 1 if decision.percent > last_percent else -1
-            if last_direction and direction != last_direction:
-                result.direction_changes += 1
-            last_direction = direction
-        last_percent = decision.percent
-        # The supervisor's rule: pause once a limit is held for debounce_s, resume once every sensor
-        # is a hysteresis below its limit and the pause has lasted min_pause_s.
-        hot = bool(breaches(gpu, thermal))
-        hot_since = (hot_since if hot_since is not None else now) if hot else None
-        if not paused and hot_since is not None and now - hot_since >= trainer.debounce_s:
-            paused, paused_at, result.pauses = True, now, result.pauses + 1
-        elif (paused and now - paused_at >= trainer.min_pause_s
-              and not breaches(gpu, thermal, margin_c=thermal.hysteresis_c)):
-            paused = False
-        training = (now % 600) < 540
-        load = 1.0 if training and not paused else 0.0
-        duty = scenario.fan_stuck_ratio if scenario.fan_stuck_ratio is not None else decision.percent / 100.0
-        state = step(params, state, ThermalInputs(fan_duty_ratio=duty, load_ratio=load), tick_s)
+        fan = decide(curve, curve_state, junction.temp_c, junction.crit_c, now)
+        curve_state = fan.state
+        fan_turns.see(fan.percent)
+        fan_state = FanState(gpu_id=GPU, backend="pwm1", mode=FanMode.CURVE, target_ratio=fan.percent / 100,
+                             can_rise=can_rise(FanMode.CURVE, fan.percent, top, stalled=False))
+        powers: tuple[PowerState, ...] = ()
+        if ladder:
+            gd = governor.decide(gparams, gstate, governor.GovernorInputs(
+                now=now, headroom_c=headroom_c(gpu, [thermal]), fan_can_rise=fan_can_rise(fan_state),
+                power_w=state.power_w, cap_w=cap_w, original_cap_w=CAP_W, default_cap_w=CAP_W, floor_cap_w=floor_w))
+            gstate, cap_w = gd.state, gd.cap_w
+            result.cap_writes += gd.write
+            powers = (PowerState(gpu_id=GPU, mode=PowerMode.GOVERNING, pause_allowed=gd.pause_allowed),)
+        cap_turns.see(cap_w)
+        verdict = thermal_verdict(Snapshot(now, now, (gpu,)), (), thermal, (fan_state,), powers,
+                                  config.power.pause_backstop_s)
+        alive = machine.phase in (TrainerPhase.RUNNING, TrainerPhase.PAUSED)
+        machine, _ = supervise(machine, trainer, Inputs(now=now, thermal=verdict, alive=alive))
+        running = machine.phase is TrainerPhase.RUNNING
+        training = (now % scenario.period_s) < scenario.train_s
+        load = scenario.load if training and running else 0.0
+        if training:
+            result.train_ticks += 1
+            result.work += speed_ratio(params, load, cap_w) if running else 0.0
+        duty = scenario.fan_stuck_ratio if scenario.fan_stuck_ratio is not None else fan.percent / 100.0
+        state = step(params, state, ThermalInputs(fan_duty_ratio=duty, load_ratio=load, power_cap_w=cap_w), tick_s)
         result.max_junction_c = max(result.max_junction_c, state.junction_c)
-        result.paused_s += tick_s if paused else 0.0
+        result.paused_s += tick_s if not running else 0.0
+        result.min_cap_w = min(result.min_cap_w, cap_w)
+    result.pauses = machine.pauses_total
     result.overshoot_c = max(0.0, result.max_junction_c - limit_c)
+    result.fan_reversals, result.cap_reversals = fan_turns.count, cap_turns.count
     return result
+
+
+def scenarios(base: ThermalParams) -> list[Scenario]:
+    hot = replace(base, cooling_scale=0.4)
+    return [
+        Scenario("default config, healthy fan", base),
+        Scenario("hot case (cooling x0.4)", hot),
+        Scenario("hot case, resume hysteresis 20 (demo)", hot, hysteresis_c=20.0),
+        Scenario("fan stuck at 30 %", base, fan_stuck_ratio=0.3),
+        Scenario("ambient 40 °C", replace(base, ambient_c=40.0)),
+    ]
+
+
+def robustness(base: ThermalParams) -> list[Scenario]:
+    hot = replace(base, cooling_scale=0.4)
+    return [
+        Scenario("hot case cooling x0.3", replace(base, cooling_scale=0.3)),
+        Scenario("hot case cooling x0.5", replace(base, cooling_scale=0.5)),
+        Scenario("hot case x0.4, ambient 40 °C", replace(hot, ambient_c=40.0)),
+        Scenario("fan stuck at 20 %", base, fan_stuck_ratio=0.2),
+        Scenario("fan stuck at 10 % (floor cannot hold)", base, fan_stuck_ratio=0.1),
+        Scenario("fan stalled (floor cannot hold)", base, fan_stuck_ratio=0.0),
+        Scenario("healthy, ambient 45 °C", replace(base, ambient_c=45.0)),
+        Scenario("hot case x0.4, no eval (train 100 %)", hot, train_s=600.0),
+        Scenario("hot case x0.4, 2 min train / 1 min eval", hot, train_s=120.0, period_s=180.0),
+    ]
+
+
+HEADER = (f"| {'scenario':40} | {'policy':10} | {'kept':>6} | {'pauses/h':>8} | {'paused':>11} | {'max Tj':>8} | "
+          f"{'over':>5} | {'fan rev/h':>9} | {'cap rev/h':>9} | {'writes/h':>8} | {'min cap':>7} |")
+
+
+def row(name: str, policy: str, r: Result, hours: float) -> str:
+    return (f"| {name:40} | {policy:10} | {r.kept_percent:5.1f}% | {r.pauses / hours:8.1f} | "
+            f"{r.paused_s:5.0f} s {100 * r.paused_s / (hours * 3600):2.0f}% | {r.max_junction_c:5.1f} °C | "
+            f"{r.overshoot_c:5.1f} | {r.fan_reversals / hours:9.1f} | {r.cap_reversals / hours:9.1f} | "
+            f"{r.cap_writes / hours:8.1f} | {r.min_cap_w:5.0f} W |")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="closed-loop control quality on the simulated GPU")
     parser.add_argument("--hours", type=float, default=2.0)
     parser.add_argument("--tick-s", type=float, default=1.0, help="daemon interval (simulated seconds)")
+    parser.add_argument("--seed", type=int, default=1, help="sensor noise seed")
+    parser.add_argument("--robust", action="store_true", help="also the robustness scenarios")
     args = parser.parse_args(argv)
     config = Config()
     base = ThermalParams()
-    scenarios = [
-        Scenario("default config, healthy fan", base),
-        Scenario("hot case (cooling x0.4)", replace(base, cooling_scale=0.4)),
-        Scenario("hot case, resume hysteresis 20 (demo)", replace(base, cooling_scale=0.4), hysteresis_c=20.0),
-        Scenario("fan stuck at 30 %", base, fan_stuck_ratio=0.3),
-        Scenario("ambient 40 °C", replace(base, ambient_c=40.0)),
-    ]
-    print(f"{args.hours:g} simulated hours, tick {args.tick_s:g} s, default [fan] and [thermal] config, "
-          f"pause limit junction {CRIT_C['junction'] - config.thermal.junction_crit_margin_c:g} °C\n")
-    header = f"{'scenario':38} {'max junction':>12} {'overshoot':>9} {'fan reversals/h':>15} {'paused':>14} {'pauses':>6}"
-    print(header)
-    print("-" * len(header))
-    for scenario in scenarios:
-        r = run(scenario, config, args.hours, args.tick_s)
-        paused_pct = 100.0 * r.paused_s / (args.hours * 3600)
-        print(f"{scenario.name:38} {r.max_junction_c:10.1f} °C {r.overshoot_c:6.1f} °C "
-              f"{r.direction_changes / args.hours:15.1f} {r.paused_s:7.0f} s {paused_pct:4.1f}% {r.pauses:6d}")
+    floor_w = governor.floor_cap_w(config.power.floor_percent / 100, CAP_W, CAP_MIN_W, CAP_W)
+    print(f"{args.hours:g} simulated hours, tick {args.tick_s:g} s, seed {args.seed}, default [fan], [power], "
+          f"[thermal] and [[trainer]]; pause limit junction {navi10.CRIT_C['junction'] - config.thermal.junction_crit_margin_c:g} °C; "
+          f"cap {CAP_W:g} W, floor {floor_w:g} W; step rate (P/P_demand)^(1/3) while capped\n")
+    print(HEADER)
+    print("|" + "|".join("-" * len(cell) for cell in HEADER.split("|")[1:-1]) + "|")
+    for scenario in scenarios(base) + (robustness(base) if args.robust else []):
+        for ladder in (False, True):
+            r = run(scenario, config, ladder, args.hours, args.tick_s, args.seed)
+            print(row(scenario.name, "ladder" if ladder else "pause-only", r, args.hours), flush=True)
     return 0
 
 

@@ -57,6 +57,10 @@ def prepare(source: Path, notes: list[str]) -> tuple[dict[str, Any], Config]:
                     # With torch, the real path: the launcher's optimizer-step hook beats and pauses.
                     argv[1:2] = ["-m", "gpuwatch.launch", "demo/train_demo.py", "--launched"]
         trainer.setdefault("cwd", str(REPO))
+        if "demo/train_demo.py" in trainer.get("command", []):
+            # Its steps slow down with the simulated card's clock: a power cap shows in steps/s.
+            tree = Path(data.get("simulate", {}).get("tree_dir") or Path(data["runtime_dir"]) / "simulated-sysfs")
+            trainer.setdefault("env", {})["GPUWATCH_DEMO_CLOCK_FILE"] = str(tree / "class/hwmon/hwmon1/freq1_input")
         if os.geteuid() == 0 and "user" not in trainer:
             # The supervisor runs a trainer as root only when told so (docs/supervisor.md).
             trainer["user"] = "root"

@@ -6,7 +6,9 @@ launcher, `python -m gpuwatch.launch ... --launched`, whose optimizer-step hook 
 without it, a pure-Python stand-in does a little arithmetic per "step". Either way the steps reach
 gpuwatch's heartbeat/pause protocol (gpuwatch/heartbeat.py): $GPUWATCH_HEARTBEAT_FILE is rewritten
 after every step and the job holds at the next step boundary while $GPUWATCH_PAUSE_FILE exists. It is deliberately light (a few steps per second)
-because the heat comes from the simulated GPU, not from this machine's CPU.
+because the heat comes from the simulated GPU, not from this machine's CPU. With $GPUWATCH_DEMO_CLOCK_FILE
+(the simulated card's hwmon freq1_input, set by `make run`) a step takes as much longer as the card's clock
+is below its top, so a power cap shows as fewer steps/s (docs/simulator.md).
 
     python demo/train_demo.py [--steps N] [--step-s SECONDS] [--checkpoint-dir DIR] [--resume CHECKPOINT]
 
@@ -31,6 +33,20 @@ from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
 from gpuwatch.heartbeat import HEARTBEAT_ENV, PAUSE_ENV, Heartbeat, pause_requested, write_heartbeat  # noqa: E402
+
+CLOCK_ENV = "GPUWATCH_DEMO_CLOCK_FILE"
+FULL_CLOCK_HZ = 1750e6  # the simulated RX 5600 XT's top sclk (gpuwatch/sim/navi10.py)
+
+
+def slowdown(clock_file: str | None) -> float:
+    """How much longer a step takes at the GPU's clock now than at its top (1-4; 1 without a clock)."""
+    if not clock_file:
+        return 1.0
+    try:
+        hz = int(Path(clock_file).read_text().strip())
+    except (OSError, ValueError):
+        return 1.0
+    return min(4.0, max(1.0, FULL_CLOCK_HZ / max(hz, 1)))
 
 
 def torch_step() -> Callable[[], float] | None:
@@ -92,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     kind = "torch CNN" if step is not None else "pure-Python stand-in"
     step = step or python_step()
     heartbeat_file, pause_file = os.environ.get(HEARTBEAT_ENV), os.environ.get(PAUSE_ENV)
+    clock_file = os.environ.get(CLOCK_ENV)
     if args.launched and kind == "torch CNN":
         heartbeat_file = pause_file = None  # one writer per heartbeat file: the launcher's hook
     stop = []
@@ -114,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         started = time.time()
         loss = step()
-        time.sleep(max(0.0, args.step_s - (time.time() - started)))
+        time.sleep(max(0.0, args.step_s * slowdown(clock_file) - (time.time() - started)))
         now = time.time()
         if last_unix is not None:
             instant = 1.0 / max(1e-6, now - last_unix)

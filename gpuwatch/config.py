@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import tomli_w
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 DEFAULT_CONFIG_PATH = Path("/etc/gpuwatch/gpuwatch.toml")
 DEFAULT_HTTP_PORT = 9840
@@ -159,6 +159,76 @@ class FanConfig(Strict):
         return self.model_copy(update=override.model_dump(exclude_none=True))
 
 
+PowerConfigMode = Literal["govern", "dry-run", "off"]  # what the power-cap governor may do
+
+
+class PowerCapSettings(Strict):
+    """The per-GPU tunables; every key may be overridden under ``[power.gpus."<pci slot>"]``."""
+
+    mode: PowerConfigMode | None = None
+    engage_margin_c: float | None = Field(default=None, gt=0, le=30)
+    hold_margin_c: float | None = Field(default=None, ge=0.5, le=20)
+    floor_percent: float | None = Field(default=None, ge=20, le=100)
+    min_step_percent: float | None = Field(default=None, gt=0, le=20)
+    reverse_step_percent: float | None = Field(default=None, gt=0, le=40)
+    raise_percent_per_s: float | None = Field(default=None, gt=0, le=100)
+    release_after_s: float | None = Field(default=None, ge=0, le=86400)
+    idle_restore_after_s: float | None = Field(default=None, ge=0, le=86400)
+
+
+class PowerConfig(Strict):
+    """The power-cap governor between the fan curve and the pause (docs/power.md).
+
+    Margins are below the pause limit of the hottest sensor (the same limits as [thermal] and the
+    trainers'); power settings are percent of the board's default cap (``power1_cap_default``), so one
+    set fits a 95 W laptop part and a 330 W board.
+    """
+
+    # govern: lower the cap when the fan cannot rise and the card nears its pause limit (default: it acts
+    # only where the alternative is a pause, stays inside the vendor's range and is restored on every
+    # exit path); dry-run: log what would be written; off: never touch the cap, pause as before.
+    mode: PowerConfigMode = "govern"
+    # Take over when the filtered headroom to the pause limit is at most this (and the fan is at its top).
+    engage_margin_c: float = Field(default=8.0, gt=0, le=30)
+    # Hold the hottest sensor this far below its pause limit (readings flicker by 1 °C).
+    hold_margin_c: float = Field(default=2.0, ge=0.5, le=20)
+    # Never below this share of the default cap (nor under power1_cap_min): below ~60 % the clock
+    # falls linearly with power and a pause becomes the better trade.
+    floor_percent: float = Field(default=60.0, ge=20, le=100)
+    # Write only when the cap moves this much (percent of the default cap)...
+    min_step_percent: float = Field(default=2.0, gt=0, le=20)
+    # ...and this much against the direction of the previous write (no hunting on sensor noise).
+    reverse_step_percent: float = Field(default=4.0, gt=0, le=40)
+    # Raising is never urgent: at most this many percent of the default cap per second.
+    raise_percent_per_s: float = Field(default=0.7, gt=0, le=100)
+    # Back to idle once the cap has been at its original value this long with the card cool.
+    release_after_s: float = Field(default=300.0, ge=0, le=86400)
+    # The cap has not limited the card this long (the job ended): write the original back, idle.
+    idle_restore_after_s: float = Field(default=600.0, ge=0, le=86400)
+    # The supervisor's safety net: while the governor holds a hot GPU above its floor cap, a trainer is
+    # paused only after the limit has been exceeded this long (a firmware that ignores the cap).
+    pause_backstop_s: float = Field(default=60.0, ge=0, le=3600)
+    gpus: dict[PciSlot, PowerCapSettings] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _margins_and_steps_agree(self) -> "PowerConfig":
+        for where, settings in [("power", self)] + [(f"power.gpus.{gpu}", self.for_gpu(gpu)) for gpu in self.gpus]:
+            if settings.hold_margin_c >= settings.engage_margin_c:
+                raise ValueError(f"{where}: hold_margin_c {settings.hold_margin_c:g} must be below "
+                                 f"engage_margin_c {settings.engage_margin_c:g}")
+            if settings.reverse_step_percent < settings.min_step_percent:
+                raise ValueError(f"{where}: reverse_step_percent {settings.reverse_step_percent:g} must not be "
+                                 f"below min_step_percent {settings.min_step_percent:g}")
+        return self
+
+    def for_gpu(self, gpu_id: str) -> "PowerConfig":
+        """This config with the GPU's overrides applied."""
+        override = self.gpus.get(gpu_id)
+        if override is None:
+            return self
+        return self.model_copy(update=override.model_dump(exclude_none=True))
+
+
 class BackoffConfig(Strict):
     """Crash restart delay: initial_s * 2**(crashes-1), capped at max_s, +/- jitter_ratio."""
 
@@ -269,6 +339,8 @@ class SimulatedFaultsConfig(Strict):
     gpu_reset_at_s: list[float] = Field(default_factory=list)
     gpu_reset_outage_s: float = Field(default=5.0, ge=0, le=600)
     gpu_reset_stuck_s: float | None = Field(default=None, gt=0)
+    # power1_cap is mode 0444 and a write is reverted, as a firmware that ignores the cap behaves.
+    power_cap_readonly: bool = False
     cards: list[int] = Field(default_factory=list)
 
 
@@ -338,6 +410,7 @@ class Config(Strict):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     thermal: ThermalConfig = ThermalConfig()
     fan: FanConfig = FanConfig()
+    power: PowerConfig = PowerConfig()
     http: HttpConfig = HttpConfig()
     status: StatusConfig = StatusConfig()
     simulate: SimulateConfig = SimulateConfig()

@@ -18,6 +18,8 @@ FanBackendName = Literal["pwm1", "gpu_od", "none"]
 EnergySource = Literal["accumulator", "integrated"]
 # Why a card throttles itself: the groups of the kernel's SMU_THROTTLER_* bits (gpus/throttle.py).
 THROTTLE_REASONS = ("power", "current", "thermal", "other")
+# Where the power governor sets a GPU's cap: amdgpu's hwmon power1_cap, or NVML's power management limit.
+PowerCapBackendName = Literal["hwmon", "nvml"]
 
 
 class FanMode(str, Enum):
@@ -30,6 +32,17 @@ class FanMode(str, Enum):
     # Never produced by the controller, but a value of the published state set
     # gpuwatch_fan_mode{mode=...} (every known value is exported, 0 or 1): removing it removes a series.
     DISABLED = "disabled"
+
+
+class PowerMode(str, Enum):
+    """What the power-cap governor is doing for one GPU (docs/power.md)."""
+
+    IDLE = "idle"  # the cap found at start is in force; a hot card pauses as without the governor
+    GOVERNING = "governing"  # the cap is lowered to hold the hottest sensor under its pause limit
+    FLOOR = "floor"  # governing at the floor cap: a card still over its limit is paused
+    UNAVAILABLE = "unavailable"  # no writable cap on this GPU (``PowerState.reason`` says why): pause only
+    DRY_RUN = "dry-run"  # decisions are logged, nothing is written: pause only
+    OFF = "off"  # power.mode = "off" for this GPU
 
 
 class TrainerPhase(str, Enum):
@@ -265,6 +278,28 @@ class FanState:
     stalls_total: int = 0
     message: str | None = None
     failsafe_reason: str | None = None
+    # False when a hotter card would get no more air from this fan: at the curve's top, failsafe, stalled,
+    # or not driven by gpuwatch. The power governor acts only then.
+    can_rise: bool = True
+
+
+@dataclass(frozen=True)
+class PowerState:
+    """What the power-cap governor decided and observed for one GPU this tick (watts throughout)."""
+
+    gpu_id: str
+    mode: PowerMode
+    backend: PowerCapBackendName | None = None
+    cap_w: float | None = None  # the cap in force, as read back
+    target_cap_w: float | None = None  # the cap the governor wants (what dry-run would write)
+    original_cap_w: float | None = None  # found at start (or in the restore file); restored on exit
+    floor_cap_w: float | None = None
+    pause_allowed: bool = True  # False while it holds a hot card above the floor: the supervisor waits
+    capped_seconds_total: float = 0.0  # time with a cap below the original in force
+    throughput_kept_ratio: float | None = None  # estimate: (cap / original) ** (1/3) while the cap binds
+    writes_total: int = 0
+    write_errors_total: int = 0
+    reason: str | None = None  # why unavailable, or what the last write did wrong
 
 
 @dataclass(frozen=True)
@@ -333,4 +368,5 @@ class PublishedState:
     daemon: DaemonInfo | None = None
     fans: tuple[FanState, ...] = ()
     trainers: tuple[TrainerState, ...] = ()
+    powers: tuple[PowerState, ...] = ()
     read_errors_total: tuple[tuple[str, str, int], ...] = field(default=())

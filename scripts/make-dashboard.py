@@ -92,6 +92,25 @@ ROWS: list[tuple[str, list[Panel]]] = [
             (f'increase(gpuwatch_fan_stalls_total{{{G}}}[$__rate_interval])', "{{host}} {{gpu}} stalls"),
             (f'gpuwatch_fan_stalled{{{G}}}', "{{host}} {{gpu}} stalled now")], {}),
     ]),
+    ("Power governor (fan, then power cap, then pause)", [
+        ("Power cap: governed, original, floor, drawn", "timeseries", "watt", [
+            (f'gpuwatch_gpu_power_cap_watts{{{G}}}', "{{host}} {{gpu}} cap in force"),
+            (f'gpuwatch_power_governor_target_cap_watts{{{G}}}', "{{host}} {{gpu}} governor target"),
+            (f'gpuwatch_power_governor_original_cap_watts{{{G}}}', "{{host}} {{gpu}} original"),
+            (f'gpuwatch_power_governor_floor_cap_watts{{{G}}}', "{{host}} {{gpu}} floor"),
+            (f'gpuwatch_gpu_power_watts{{{G}}}', "{{host}} {{gpu}} drawn")], {}),
+        ("Power governor state", "state-timeline", "none", [
+            (f'gpuwatch_power_governor_state{{{G}}} == 1', "{{host}} {{gpu}} {{state}}")],
+         {"mappings": {"1": ("active", "blue")}}),
+        ("Training speed kept by the cap (estimate), share of time capped", "timeseries", "percentunit", [
+            (f'gpuwatch_power_throughput_kept_ratio{{{G}}}', "{{host}} {{gpu}} speed kept"),
+            (f'rate(gpuwatch_power_capped_seconds_total{{{G}}}[$__rate_interval])', "{{host}} {{gpu}} time capped")],
+         {"max": 1}),
+        ("Power cap writes and errors", "timeseries", "short", [
+            (f'increase(gpuwatch_power_cap_writes_total{{{G}}}[$__rate_interval])', "{{host}} {{gpu}} writes"),
+            (f'increase(gpuwatch_power_cap_write_errors_total{{{G}}}[$__rate_interval])', "{{host}} {{gpu}} write errors")],
+         {}),
+    ]),
     ("Power, load and memory", [
         ("Power vs cap", "timeseries", "watt", [
             (f'gpuwatch_gpu_power_watts{{{G}}}', "{{host}} {{gpu}}"),
@@ -265,7 +284,7 @@ def dashboard() -> dict[str, Any]:
         y += line_h
     return {
         "title": "gpuwatch", "uid": "gpuwatch", "tags": ["gpuwatch", "gpu", "amdgpu"],
-        "description": "GPU health, fan controller and training supervisor (gpuwatch). docs/metrics.md",
+        "description": "GPU health, fan controller, power governor and training supervisor (gpuwatch). docs/metrics.md",
         "schemaVersion": 39, "version": 1, "editable": True, "graphTooltip": 1,
         "time": {"from": "now-6h", "to": "now"}, "refresh": "30s", "timezone": "",
         "templating": {"list": [

@@ -34,6 +34,13 @@ def test_example_config_is_valid_and_equals_defaults() -> None:
         ("[http]\nport = 70000\n", "http.port = 70000"),
         ("log_level = 'loud'\n", "log_level = 'loud': Input should be 'debug', 'info', 'warning' or 'error'"),
         ("interval_s = \n", "not valid TOML"),
+        ("[power]\nmode = 'cap'\n", "power.mode = 'cap': Input should be 'govern', 'dry-run' or 'off'"),
+        ("[power]\nfloor_percent = 10\n", "power.floor_percent = 10: Input should be greater than or equal to 20"),
+        ("[power]\nhold_margin_c = 9\n", "power: hold_margin_c 9 must be below engage_margin_c 8"),
+        ("[power]\nreverse_step_percent = 1\n", "reverse_step_percent 1 must not be below min_step_percent 2"),
+        ("[power.gpus.'0000:03:00.0']\nengage_margin_c = 1.5\n",
+         "power.gpus.0000:03:00.0: hold_margin_c 2 must be below engage_margin_c 1.5"),
+        ("[power.gpus.'0000:03:00.0']\nfloor = 50\n", "power.gpus.0000:03:00.0.floor = 50: unknown key"),
     ],
 )
 def test_bad_config_names_key_value_and_rule(tmp_path: Path, text: str, expected: str) -> None:

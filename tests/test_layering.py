@@ -2,7 +2,7 @@
 
 Every import counts: module level, inside functions, under TYPE_CHECKING. The rules:
 * each unit (a top-level module or a subpackage) imports only the units ALLOWED names for it;
-* the packages of one floor (act: fan, supervise; report: publish) never import each other, and
+* the packages of one floor (act: fan, power, supervise; report: publish) never import each other, and
   only the wiring (daemon, cli) knows the simulator;
 * a subpackage's ``__init__.py`` imports nothing (importing ``gpuwatch.fan.curve`` must not pull in
   the controller); ``cli/__init__.py`` is the exception: it is the CLI's main (``gpuwatch.cli:main``);
@@ -23,7 +23,7 @@ from tests.support.paths import REPO
 
 PACKAGE = REPO / "gpuwatch"
 
-LEAVES = {"model", "sysfs", "procfs", "heartbeat", "config", "limits"}
+LEAVES = {"model", "sysfs", "procfs", "heartbeat", "config", "limits", "restore_file"}
 # unit -> the units it may import besides itself; "unit.module" allows that one module only.
 ALLOWED: dict[str, set[str]] = {
     "__init__": set(),
@@ -32,23 +32,26 @@ ALLOWED: dict[str, set[str]] = {
     "procfs": set(),
     "heartbeat": set(),
     "config": set(),
+    "restore_file": set(),
     "limits": {"model", "config"},
     "gpus": {"model", "sysfs", "config"},  # sense
     "procs": {"model", "procfs", "sysfs"},  # sense: who uses which GPU (/proc; KFD's files in sysfs)
     "resets": {"model", "sysfs"},  # sense: GPU resets (devcoredump, uevents) and recovery
-    "fan": {"model", "sysfs", "config", "gpus"},  # act on fans (gpus: the amdgpu source locates cards)
+    "fan": {"model", "sysfs", "config", "restore_file", "gpus"},  # act on fans (gpus: the amdgpu source locates cards)
+    # act on power caps (gpus: locate cards, NVML bus ids; limits: the headroom it holds)
+    "power": {"model", "sysfs", "config", "limits", "restore_file", "gpus"},
     "supervise": {"model", "config", "limits", "heartbeat"},  # act on trainers; FanState only via model
     "publish": {"model", "config", "limits"},  # report: never hardware (no sysfs, gpus, fan, supervise)
     "sim": {"model", "config", "gpus", "fan.curve"},  # plays the kernel; borrows the pure interpolation
-    "daemon": {"__init__", *LEAVES, "gpus", "procs", "resets", "fan", "supervise", "publish", "sim"},  # wire
-    "cli": {"__init__", *LEAVES, "gpus", "procs", "resets", "fan", "supervise", "publish", "sim", "daemon",
+    "daemon": {"__init__", *LEAVES, "gpus", "procs", "resets", "fan", "power", "supervise", "publish", "sim"},  # wire
+    "cli": {"__init__", *LEAVES, "gpus", "procs", "resets", "fan", "power", "supervise", "publish", "sim", "daemon",
             "train.argv"},  # face
     "train": {"heartbeat"},  # the optional torch extra
     "launch": {"train"},  # `python -m gpuwatch.launch`: a shim into train.launch
     "__main__": {"cli"},
 }
 # Packages on one floor: none may import another.
-FLOORS = [{"fan", "supervise", "publish"}]
+FLOORS = [{"fan", "power", "supervise", "publish"}]
 TORCH_FREE_TRAIN = {"gpuwatch.train", "gpuwatch.train.argv"}
 
 

@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
 
     run = sub.add_parser("run", parents=[common], help="run the daemon in the foreground")
-    run.add_argument("--dry-run", action="store_true", help="compute fan writes and log them, write nothing")
+    run.add_argument("--dry-run", action="store_true",
+                     help="compute fan and power cap writes and log them, write nothing")
     run.add_argument("--simulate", nargs="?", type=int, const=0, metavar="N",
                      help="run on N simulated RX 5600 XT cards instead of /sys (default: the config's, else 1)")
     run.set_defaults(handler=cmd_run)
@@ -91,9 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS",
                            help="per-host timeout of --remote (default [status] timeout_s, 3)")
 
-    fans_auto = sub.add_parser("fans-auto", parents=[common],
-                               help="hand every fan back to the firmware (systemd ExecStopPost)")
-    fans_auto.set_defaults(handler=cmd_fans_auto)
+    for name, helptext in (
+        ("restore", "give back what the daemon changed: fans to the firmware, power caps to their original "
+                    "(systemd ExecStopPost; works after a SIGKILL)"),
+        ("fans-auto", "the same as restore (its first name, kept for existing units)"),
+    ):
+        sub.add_parser(name, parents=[common], help=helptext).set_defaults(handler=cmd_restore, verb=name)
     curve = sub.add_parser("curve", parents=[common], help="print the configured fan curve as a table and plot")
     curve.add_argument("--gpu", metavar="PCI_SLOT", help="the curve of one GPU (with its overrides)")
     curve.set_defaults(handler=cmd_curve)
@@ -186,7 +190,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         # Also what SIGHUP re-runs: same file, same command-line overrides.
         config = load_cli_config(args)
         if args.dry_run:
-            config = config.model_copy(update={"fan": config.fan.model_copy(update={"mode": "dry-run"})})
+            config = config.model_copy(update={"fan": config.fan.model_copy(update={"mode": "dry-run"}),
+                                               "power": config.power.model_copy(update={"mode": "dry-run"})})
         if args.simulate is not None:
             config = with_simulation(config, args.simulate)
         return config
@@ -211,29 +216,34 @@ def cmd_train(args: argparse.Namespace) -> int:
     os.execvp(argv[0], argv)  # the launcher (python -m gpuwatch.launch) replaces this process
 
 
-def cmd_fans_auto(args: argparse.Namespace) -> int:
-    from gpuwatch.fan.restore import RestoreFile, fans_auto
+def cmd_restore(args: argparse.Namespace) -> int:
+    from gpuwatch.fan.restore import fans_auto
+    from gpuwatch.gpus.nvml import NvmlSource
+    from gpuwatch.power.restore import restore_caps, restore_file
+    from gpuwatch.restore_file import RestoreFile
     from gpuwatch.sysfs import Sysfs
 
     try:
         config = load_cli_config(args)
     except ConfigError as exc:
         # ExecStopPost runs this after every exit, also when the file was broken while the daemon ran
-        # (a rejected reload): the fans must still go back, so fall back to the defaults.
-        print(f"gpuwatch fans-auto: {exc}\ngpuwatch fans-auto: using the default settings", file=sys.stderr)
+        # (a rejected reload): fans and caps must still go back, so fall back to the defaults.
+        print(f"gpuwatch {args.verb}: {exc}\ngpuwatch {args.verb}: using the default settings", file=sys.stderr)
         config = with_runtime_dir(load_config(None, {"sysfs_root": str(args.sysfs_root)} if args.sysfs_root else None))
     setup_logging("debug" if config.log_level == "debug" else "warning")  # what was handed back is printed below
     config = config.with_effective_sysfs()  # the simulated tree when the config simulates, like the daemon
-    restore_file = RestoreFile(config.resolved_runtime_dir / "fan-restore.json")
-    result = fans_auto(Sysfs(config.sysfs_root), restore_file)
-    for line in result.done:
+    sysfs, runtime_dir = Sysfs(config.sysfs_root), config.resolved_runtime_dir
+    fans = RestoreFile(runtime_dir / "fan-restore.json")
+    result = fans_auto(sysfs, fans)
+    caps = restore_caps(sysfs, restore_file(runtime_dir), lambda: NvmlSource().nvml)
+    for line in result.done + caps.done:
         print(line)
-    if not result.done and not result.problems:
-        print(f"nothing to hand back: no restore file ({restore_file.path}) and no fan in manual mode "
-              f"under {config.sysfs_root}")
-    for problem in result.problems:
-        print(f"gpuwatch fans-auto: {problem}", file=sys.stderr)
-    return 1 if result.problems else 0
+    if not result.done + caps.done + result.problems + caps.problems:
+        print(f"nothing to hand back: no restore file ({fans.path}) and no fan in manual mode "
+              f"under {config.sysfs_root}; no power cap lowered")
+    for problem in result.problems + caps.problems:
+        print(f"gpuwatch {args.verb}: {problem}", file=sys.stderr)
+    return 1 if result.problems or caps.problems else 0
 
 
 def cmd_curve(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from gpuwatch.publish.document import (
     FanControllerDoc,
     GpuDoc,
+    PowerGovernorDoc,
     ProcessDoc,
     StatusDocument,
     TemperatureDoc,
@@ -115,6 +116,9 @@ def _gpu_block(gpu: GpuDoc, paint: Paint) -> list[str]:
     fan = gpu.get("fan_controller")
     if fan:
         lines.append("  ctrl   " + _controller(fan, paint))
+    power = gpu.get("power_governor")
+    if power:
+        lines.append("  govern " + _governor(power, paint))
     if gpu.get("errors"):
         errs = ", ".join(f"{e['sensor']}: {e['error']}" for e in gpu["errors"][:4])
         more = f" (+{len(gpu['errors']) - 4} more)" if len(gpu["errors"]) > 4 else ""
@@ -222,6 +226,32 @@ def _controller(fan: FanControllerDoc, paint: Paint) -> str:
     if fan.get("message"):
         parts.append(f"({fan['message']})")
     return "  ".join(parts)
+
+
+def _governor(power: PowerGovernorDoc, paint: Paint) -> str:
+    """e.g. ``power 112/150 W, governed (floor 90 W)``; why not, where the cap is not governed."""
+    mode = power.get("mode")
+    if mode == "off":
+        return paint("power cap not governed (power.mode = off)", DIM)
+    if mode == "unavailable":
+        return paint(f"power cap not governed: {power.get('reason') or NA}", YELLOW)
+    cap, original, floor = power.get("cap_w"), power.get("original_cap_w"), power.get("floor_cap_w")
+    text = f"power {NA if cap is None else f'{cap:.0f}'}/{_num(original, 'W')}"
+    if mode == "governing":
+        text += ", " + paint("governed", YELLOW)
+    elif mode == "floor":
+        text += ", " + paint("governed at the floor", RED) + " (still hot: trainers pause)"
+    elif mode == "dry-run":
+        text += f", dry-run (would set {_num(power.get('target_cap_w'), 'W')})"
+    else:
+        text += f", {mode or NA}"
+    if floor is not None and original:
+        room = 1.0 - floor / original
+        text += f"  floor {floor:.0f} W" + (f" (cap range only {room:.0%})" if room < 0.2 else "")
+    kept = power.get("throughput_kept_ratio")
+    if kept is not None and kept < 1.0:
+        text += f"  ~{kept:.0%} speed kept"
+    return text
 
 
 def _trainer_line(t: TrainerDoc, now: float, paint: Paint) -> str:

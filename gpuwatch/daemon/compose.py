@@ -1,17 +1,18 @@
 """Composition root: config -> the parts the daemon runs. The one module that names the concrete classes.
 
 ``build`` makes the GPU sources (amdgpu, NVML), the fan controller (it drives the cards the amdgpu
-source reads, through ``locate``), the process monitor and reset watch (gpu_use.py), the training
-supervisor and, for ``--simulate``, the simulated cards: their trees are laid out first and become the
-sysfs and proc roots, read exactly like a real card's; the simulator's uevents stand in for the
-kernel's, and it steps right before each sample and follows the published trainer phases. The loop
-(loop.py) sees only the Parts and their Protocols. The CLI reads sysfs once for `gpuwatch
-status`/`sensors` with ``build_sources``.
+source reads, through ``locate``), the power-cap governor (the same way, plus NVML's limit), the process
+monitor and reset watch (gpu_use.py), the training supervisor and, for ``--simulate``, the simulated
+cards: their trees are laid out first and become the sysfs and proc roots, read exactly like a real
+card's; the simulator's uevents stand in for the kernel's, and it steps right before each sample and
+follows the published trainer phases. The loop (loop.py) sees only the Parts and their Protocols. The
+CLI reads sysfs once for `gpuwatch status`/`sensors` with ``build_sources``.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from gpuwatch.gpus.amdgpu import AmdgpuSource
 from gpuwatch.gpus.amdgpuinfo import AmdgpuInfo, WithAmdgpuInfo
 from gpuwatch.gpus.nvml import NvmlSource, NvmlUnavailable
 from gpuwatch.gpus.source import GpuSource
-from gpuwatch.model import FanState, PublishedState, Snapshot, TrainerState
+from gpuwatch.model import FanState, PowerState, PublishedState, Snapshot, TrainerState
 from gpuwatch.procfs import Procfs
 from gpuwatch.procs.monitor import ProcessMonitor
 from gpuwatch.resets.devcoredump import DevCoredumps
@@ -43,8 +44,14 @@ class FanConsumer(Protocol):
     def restore(self) -> None: ...
 
 
+class PowerConsumer(Protocol):
+    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...]) -> tuple[PowerState, ...]: ...
+    def restore(self) -> None: ...
+
+
 class TrainerConsumer(Protocol):
-    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...]) -> tuple[TrainerState, ...]: ...
+    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...],
+             powers: tuple[PowerState, ...]) -> tuple[TrainerState, ...]: ...
     def stop(self) -> None: ...
 
 
@@ -54,6 +61,7 @@ class Parts:
 
     sources: list[GpuSource]
     fans: FanConsumer | None = None
+    power: PowerConsumer | None = None
     trainers: TrainerConsumer | None = None
     on_tick: list[Callable[[PublishedState], None]] = field(default_factory=list)
     simulator: SimulatedGpus | None = None  # the simulated cards, when simulating (tests step its clock)
@@ -73,9 +81,10 @@ def build(config: Config) -> tuple[Config, Parts]:
         log.info("simulating %d RX 5600 XT card(s) in %s (time x%g)", config.simulate.gpus,
                  simulator.root, config.simulate.time_scale)
     amdgpu = amdgpu_source(config)
-    parts = Parts(sources=build_sources(config, amdgpu=amdgpu), fans=build_fans(config, amdgpu),
-                  trainers=build_supervisor(config),
-                  gpu_use=build_gpu_use(config, simulator.take_uevents if simulator is not None else None))
+    sources = build_sources(config, amdgpu=amdgpu)
+    parts = Parts(sources=sources, fans=build_fans(config, amdgpu), trainers=build_supervisor(config),
+                  gpu_use=build_gpu_use(config, simulator.take_uevents if simulator is not None else None),
+                  power=build_power(config, amdgpu, sources, simulator))
     if simulator is not None:
         parts.sources = [SimulatedSource(simulator, source) for source in parts.sources]
         parts.on_tick.append(simulator.observe)
@@ -164,10 +173,25 @@ def build_gpu_use(config: Config, uevents: UeventFeed | None = None) -> GpuUseWa
     return GpuUseWatch(monitor, resets, close)
 
 
+def build_power(config: Config, amdgpu: AmdgpuSource | None, sources: list[GpuSource],
+                simulator: SimulatedGpus | None = None) -> PowerConsumer:
+    """The power-cap governor for every GPU the sources read (amdgpu through ``locate``, NVIDIA through the
+    NVML source's module). Built with ``power.mode = "off"`` too: it publishes that, and gives back a cap
+    a killed daemon left lowered. Simulating, its clock is the simulated one: the law's time constants
+    belong to the card's thermal physics, which the simulator may run faster than the wall clock."""
+    from gpuwatch.power.controller import PowerController
+
+    nvml = next((source.nvml for source in sources if isinstance(source, NvmlSource)), None)
+    clock = (lambda: simulator.sim_time_s) if simulator is not None else time.monotonic
+    return PowerController(config, Sysfs(config.sysfs_root), config.resolved_runtime_dir,
+                           locate=amdgpu.locate if amdgpu is not None else _nowhere, nvml=nvml, clock=clock)
+
+
 def build_supervisor(config: Config) -> TrainerConsumer | None:
     """The training supervisor for the configured `[[trainer]]`s, or None when there are none."""
     if not config.trainer:
         return None
     from gpuwatch.supervise.supervisor import Supervisor
 
-    return Supervisor(list(config.trainer), config.thermal, config.resolved_runtime_dir / "trainers")
+    return Supervisor(list(config.trainer), config.thermal, config.resolved_runtime_dir / "trainers",
+                      governed_backstop_s=config.power.pause_backstop_s)

@@ -32,7 +32,7 @@ from gpuwatch.daemon.control import ControlServer
 from gpuwatch.daemon.reload import plan_reload
 from gpuwatch.daemon.sdnotify import Notifier
 from gpuwatch.gpus.sampler import Sampler
-from gpuwatch.model import DaemonInfo, FanState, PublishedState, Snapshot, TrainerState
+from gpuwatch.model import DaemonInfo, FanState, PowerState, PublishedState, Snapshot, TrainerState
 from gpuwatch.publish.document import to_document
 from gpuwatch.publish.http import HttpServer
 from gpuwatch.publish.state import StateHolder, write_state_file
@@ -91,12 +91,17 @@ class Daemon:
             trees = getattr(self.parts.trainers, "trees", dict)
             snapshot = self._guard("processes and resets", lambda: usage.observe(snapshot, trees()), snapshot)
         fans: tuple[FanState, ...] = ()
+        powers: tuple[PowerState, ...] = ()
         trainers: tuple[TrainerState, ...] = ()
-        fan_part, trainer_part = self.parts.fans, self.parts.trainers
+        fan_part, power_part, trainer_part = self.parts.fans, self.parts.power, self.parts.trainers
         if fan_part is not None:
             fans = self._guard("fan controller", lambda: fan_part.tick(snapshot), ())
+        if power_part is not None:
+            # After the fans (it needs to know whether they can still rise), before the trainers (they
+            # pause only where the governor cannot hold the limit).
+            powers = self._guard("power governor", lambda: power_part.tick(snapshot, fans), ())
         if trainer_part is not None:
-            trainers = self._guard("supervisor", lambda: trainer_part.tick(snapshot, fans), ())
+            trainers = self._guard("supervisor", lambda: trainer_part.tick(snapshot, fans, powers), ())
         self.ticks_total += 1
         _count_read_errors(self.read_errors, snapshot)
         state = PublishedState(
@@ -111,6 +116,7 @@ class Daemon:
             ),
             fans=fans,
             trainers=trainers,
+            powers=powers,
             read_errors_total=tuple((gpu, sensor, n) for (gpu, sensor), n in sorted(self.read_errors.items())),
         )
         document = to_document(state, self.config.thermal, source="daemon")
@@ -121,7 +127,7 @@ class Daemon:
         return state
 
     def run(self) -> int:
-        """Tick until SIGTERM/SIGINT; always stop trainers, restore fans and remove the state file."""
+        """Tick until SIGTERM/SIGINT; always stop trainers, restore fans and caps, remove the state file."""
         self._install_signals()
         self._start_control()
         try:
@@ -198,7 +204,7 @@ class Daemon:
         return True
 
     def shutdown(self) -> None:
-        """Trainers first (they get their checkpoint time), then fans back to the firmware."""
+        """Trainers first (they get their checkpoint time), then fans back to the firmware, then the caps."""
         self.notifier.stopping()
         if self.http is not None:
             self._guard("http stop", self.http.stop, None)
@@ -210,6 +216,8 @@ class Daemon:
             self._guard("supervisor stop", self.parts.trainers.stop, None)
         if self.parts.fans is not None:
             self._guard("fan restore", self.parts.fans.restore, None)
+        if self.parts.power is not None:
+            self._guard("power cap restore", self.parts.power.restore, None)
         if self.parts.gpu_use is not None:
             self._guard("uevent socket close", self.parts.gpu_use.close, None)
         Path(self.config.state_file).unlink(missing_ok=True)

@@ -7,7 +7,7 @@ Backends, one module per hardware interface (tests/fixtures/amdgpu/SYSFS_FACTS.m
 A GPU with neither is monitor-only: the controller's ``choose_backend`` raises NoFanControl saying why
 and how to enable control. Each backend has a frozen RestoreRecord type: what it found before its
 first write, persisted in the restore file, and the one code that gives the fan back, run by the
-controller at shutdown and by `gpuwatch fans-auto` after a crash alike.
+controller at shutdown and by `gpuwatch restore` after a crash alike.
 """
 
 from __future__ import annotations

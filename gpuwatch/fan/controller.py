@@ -4,7 +4,7 @@ Implements the daemon's FanConsumer (``tick(snapshot)`` and ``restore()``). The 
 GPU from what exists and is writable (SYSFS_FACTS §5-6): gpu_od fan_curve (RDNA3+), else pwm1 +
 pwm1_enable (RDNA2 and older), else none (monitor-only). Where a GPU's files are comes from the amdgpu
 source (``locate``); the shared readings carry no paths. The original fan mode of every GPU taken over
-is persisted first (restore.py) so `gpuwatch fans-auto` can hand it back even after a SIGKILL. The
+is persisted first (restore.py) so `gpuwatch restore` can hand it back even after a SIGKILL. The
 decisions are pure: the curve in curve.py, sensor choice, stall rule, mode and message in rules.py.
 """
 
@@ -19,13 +19,13 @@ from pathlib import Path
 
 from gpuwatch.config import FanConfig
 from gpuwatch.fan.backend import ENABLE_HINT, Applied, FanBackend, NoFanControl
-from gpuwatch.fan.curve import CurveParams, CurveState, curve_params, decide
+from gpuwatch.fan.curve import CurveParams, CurveState, curve_params, decide, top_percent
 from gpuwatch.fan.gpu_od import GpuOdBackend, parse_fan_curve
 from gpuwatch.fan.pwm1 import Pwm1Backend
-from gpuwatch.fan.restore import RestoreFile
-from gpuwatch.fan.rules import Verdict, driven_verdict, idle_verdict, pick_sensor, stall
+from gpuwatch.fan.rules import Verdict, can_rise, driven_verdict, idle_verdict, pick_sensor, stall
 from gpuwatch.gpus.amdgpu import AmdCard
 from gpuwatch.model import FanBackendName, FanMode, FanState, GpuReading, Snapshot
+from gpuwatch.restore_file import RestoreFile
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 log = logging.getLogger("gpuwatch.fan")
@@ -177,7 +177,7 @@ class FanController:
         record = backend.original()
         if fan.mode is not FanMode.DRY_RUN:
             # Persisted before the first write, so a SIGKILL right after still leaves the way back.
-            stored = self.restore_file.add(fan.gpu_id, record)
+            stored = self.restore_file.add(fan.gpu_id, record.to_json())
             backend.adopt(stored)
             record = record.adopt(stored)
         backend.take_control()
@@ -200,6 +200,7 @@ class FanController:
             applied_pwm=applied.applied_pwm, readback_pwm=applied.readback_pwm, rpm=applied.rpm,
             stalled=stalled, mode_resets_total=fan.mode_resets_total, write_errors_total=fan.write_errors_total,
             stalls_total=fan.stalls_total, message=verdict.message, failsafe_reason=verdict.failsafe_reason,
+            can_rise=can_rise(verdict.mode, percent, top_percent(fan.params), stalled),
         )
 
     def restore(self) -> None:
@@ -221,7 +222,7 @@ class FanController:
                     log.warning("GPU %s: gone, no fan to restore", fan.gpu_id)
                     continue
                 failed.append(f"{fan.gpu_id}: {exc.reason}")
-                log.error("GPU %s: could not restore the fan: %s (run gpuwatch fans-auto)", fan.gpu_id, exc)
+                log.error("GPU %s: could not restore the fan: %s (run gpuwatch restore)", fan.gpu_id, exc)
         if not failed and not any(f.controlling for f in self.fans.values()):
             self.restore_file.clear()
         if failed:

@@ -73,6 +73,11 @@ def interpolate(points: Sequence[Point], temp_c: float) -> float:
     return points[-1][1]
 
 
+def top_percent(params: CurveParams) -> float:
+    """The highest speed the curve ever commands below crit (its last point, or the floor above it)."""
+    return min(100.0, max(params.floor_percent, max(speed for _, speed in params.points)))
+
+
 def apply_floor(percent: float, floor_percent: float, minimum_percent: float = 0.0) -> float:
     """Firmware minimum first, then the floor last, so no transform can take the fan under it."""
     return min(100.0, max(floor_percent, minimum_percent, percent))

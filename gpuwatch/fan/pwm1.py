@@ -77,7 +77,7 @@ class Pwm1Backend(Writer):
         self.last_pwm: int | None = None
 
     def original(self) -> Pwm1Restore:
-        """The mode to give back, read before the first write (persisted for fans-auto)."""
+        """The mode to give back, read before the first write (persisted for `gpuwatch restore`)."""
         self.record = Pwm1Restore(self.enable_path, self.number(self.enable_path))
         return self.record
 

@@ -1,7 +1,8 @@
-"""Hand fans back to the firmware when the daemon cannot: the restore file and `gpuwatch fans-auto`.
+"""Hand fans back to the firmware when the daemon cannot: the fans' part of `gpuwatch restore` (and of
+`gpuwatch fans-auto`, its first name).
 
 The controller records each GPU's original fan mode in ``<runtime_dir>/fan-restore.json`` before its
-first write. `gpuwatch fans-auto` (systemd ExecStopPost, so it runs after a SIGKILL or crash too)
+first write. `gpuwatch restore` (systemd ExecStopPost, so it runs after a SIGKILL or crash too)
 restores from that file with the same typed records the controller restores with; without a file it
 sets every amdgpu fan to automatic. It never writes ``pwm1_enable=0``, which means full speed, not
 automatic (SYSFS_FACTS §4.4, K-FANNONE).
@@ -9,18 +10,15 @@ automatic (SYSFS_FACTS §4.4, K-FANNONE).
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from gpuwatch.fan.backend import RestoreRecord
 from gpuwatch.fan.gpu_od import GpuOdRestore
 from gpuwatch.fan.pwm1 import AUTO, MANUAL, Pwm1Restore
 from gpuwatch.gpus.amdgpu import discover
+from gpuwatch.restore_file import Handback, RestoreFile
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 log = logging.getLogger("gpuwatch.fan")
@@ -30,51 +28,6 @@ RECORDS: dict[str, Callable[[Mapping[str, Any]], RestoreRecord]] = {
     Pwm1Restore.backend: Pwm1Restore.from_json,
     GpuOdRestore.backend: GpuOdRestore.from_json,
 }
-
-
-class RestoreFile:
-    """``{gpu_id: {"backend": "pwm1"|"gpu_od", "path": ..., ...}}`` written atomically."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def load(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            log.error("%s unreadable (%s): falling back to automatic for every fan", self.path, exc)
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    def add(self, gpu_id: str, record: RestoreRecord) -> dict[str, Any]:
-        """Record ``record`` unless one is there already; returns the record in force (as stored).
-
-        A record left by a killed daemon holds the true original (e.g. ``pwm1_enable`` 2), where
-        this start would read the "manual" that the killed daemon left behind.
-        """
-        data = self.load()
-        existing = data.get(gpu_id)
-        if isinstance(existing, dict) and existing.get("backend") == record.backend:
-            return existing
-        stored = data[gpu_id] = record.to_json()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-        os.replace(tmp, self.path)
-        return stored
-
-    def clear(self) -> None:
-        self.path.unlink(missing_ok=True)
-
-
-@dataclass
-class Handback:
-    """What `gpuwatch fans-auto` did: one line per fan handed back, one per problem."""
-
-    done: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
 
 
 def fans_auto(sysfs: Sysfs, restore_file: RestoreFile) -> Handback:

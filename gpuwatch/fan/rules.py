@@ -60,6 +60,13 @@ def idle_verdict(up: bool, suspended: bool) -> Verdict | None:
     return None
 
 
+def can_rise(mode: FanMode, percent: float | None, top_percent: float, stalled: bool) -> bool:
+    """Whether a hotter card would still get more air: the curve drives the fan below its top. At the
+    top, in failsafe (100 %), stalled, or not driven (monitor-only, dry-run), it would not; the power
+    governor acts only then (docs/power.md)."""
+    return mode is FanMode.CURVE and not stalled and percent is not None and percent < top_percent
+
+
 def driven_verdict(
     base: FanMode, decision: Decision, sensor: str | None, crit_c: float | None, verified: bool, stalled: bool
 ) -> Verdict:

@@ -14,8 +14,9 @@ daemon runs without the extra installed. Choices a reader of the dashboards shou
 - VRAM: used as nvidia-smi shows it, without the driver's reserved memory (reported apart), from the v2
   memory query where the driver has it (docs/nvidia.md).
 - Fans: NVML reports a duty percent, not RPM or a pwm register, so it lands in ``fan_duty_ratio`` and
-  ``pwm`` stays None; the fan controller drives amdgpu GPUs only (gpuwatch never changes NVIDIA fan
-  or power settings: monitor only).
+  ``pwm`` stays None; the fan controller drives amdgpu GPUs only (gpuwatch never changes NVIDIA fans).
+  ``power_cap_w`` is the *enforced* limit; the power governor (gpuwatch/power/nvml_cap.py) reads and
+  sets the limit that is *set*.
 - An NVML call that is "not supported" on this board gives None silently; any other NVML error is
   recorded in ``GpuReading.errors`` under the field's name. A lost GPU reads as ``up=False``.
 """

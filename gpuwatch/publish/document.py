@@ -45,6 +45,23 @@ class FanControllerDoc(TypedDict):  # model.FanState
     stalls_total: int
     message: str | None
     failsafe_reason: str | None
+    can_rise: bool
+
+
+class PowerGovernorDoc(TypedDict):  # model.PowerState
+    gpu_id: str
+    mode: str
+    backend: str | None
+    cap_w: float | None
+    target_cap_w: float | None
+    original_cap_w: float | None
+    floor_cap_w: float | None
+    pause_allowed: bool
+    capped_seconds_total: float
+    throughput_kept_ratio: float | None
+    writes_total: int
+    write_errors_total: int
+    reason: str | None
 
 
 class ErrorDoc(TypedDict):
@@ -156,6 +173,7 @@ class GpuDoc(TypedDict):  # model.GpuReading without temps/errors, plus what is 
     temperatures: dict[str, TemperatureDoc]
     over_limit: list[str]
     fan_controller: FanControllerDoc | None
+    power_governor: PowerGovernorDoc | None
     errors: list[ErrorDoc]
     reset: GpuResetDoc | None  # None: reset detection is off (or not an amdgpu GPU)
 
@@ -218,6 +236,7 @@ class StatusDocument(TypedDict):
 
 def to_document(state: PublishedState, thermal: ThermalConfig, source: Source) -> StatusDocument:
     fans = {fan.gpu_id: fan for fan in state.fans}
+    powers = {power.gpu_id: power for power in state.powers}
     snapshot = state.snapshot
     resets = {r.gpu_id: r for r in snapshot.resets}
     return {
@@ -228,6 +247,7 @@ def to_document(state: PublishedState, thermal: ThermalConfig, source: Source) -
         "daemon": None if state.daemon is None else _plain(asdict(state.daemon)),
         "gpus": [
             _gpu(gpu, thermal, None if gpu.gpu_id not in fans else _plain(asdict(fans[gpu.gpu_id])),
+                 None if gpu.gpu_id not in powers else _plain(asdict(powers[gpu.gpu_id])),
                  None if gpu.gpu_id not in resets else _reset(resets[gpu.gpu_id]))
             for gpu in snapshot.gpus
         ],
@@ -244,7 +264,8 @@ def _reset(state: GpuResetState) -> GpuResetDoc:
     return cast(GpuResetDoc, doc)
 
 
-def _gpu(gpu: GpuReading, thermal: ThermalConfig, fan: FanControllerDoc | None, reset: GpuResetDoc | None) -> GpuDoc:
+def _gpu(gpu: GpuReading, thermal: ThermalConfig, fan: FanControllerDoc | None, power: PowerGovernorDoc | None,
+         reset: GpuResetDoc | None) -> GpuDoc:
     doc: dict[str, Any] = {f.name: getattr(gpu, f.name) for f in fields(gpu) if f.name not in _FLAT_SKIP}
     temperatures: dict[str, TemperatureDoc] = {
         t.label: {
@@ -265,6 +286,7 @@ def _gpu(gpu: GpuReading, thermal: ThermalConfig, fan: FanControllerDoc | None, 
     doc["temperatures"] = temperatures
     doc["over_limit"] = [label for label, t in temperatures.items() if over_limit(t["temp_c"], t["limit_c"])]
     doc["fan_controller"] = fan
+    doc["power_governor"] = power
     doc["errors"] = [asdict(e) for e in gpu.errors]
     doc["reset"] = reset
     return cast(GpuDoc, doc)

@@ -16,7 +16,16 @@ from prometheus_client.registry import Collector
 from gpuwatch.config import ThermalConfig
 from gpuwatch.limits import over_limit, sensor_limit_c
 from gpuwatch.publish.health_metrics import health
-from gpuwatch.model import FanMode, FanState, GpuReading, PublishedState, TrainerPhase, TrainerState, pwm_ratio
+from gpuwatch.model import (
+    FanMode,
+    FanState,
+    GpuReading,
+    PowerMode,
+    PublishedState,
+    TrainerPhase,
+    TrainerState,
+    pwm_ratio,
+)
 from gpuwatch.publish.use_metrics import process_families, reset_families
 
 P = "gpuwatch_"
@@ -83,7 +92,7 @@ class GpuwatchCollector(Collector):
 def render(state: PublishedState, thermal: ThermalConfig) -> list[Metric]:
     """Every family for one published state, in a fixed order (the golden file depends on it)."""
     families = [*_exporter(state), *_gpus(state, thermal), *_fans(state),
-                *_trainers(state.trainers, [gpu.gpu_id for gpu in state.snapshot.gpus]),
+                *_trainers(state.trainers, [gpu.gpu_id for gpu in state.snapshot.gpus]), *_power(state),
                 *reset_families(state), *process_families(state)]
     return [family for family in families if family.samples]
 
@@ -309,3 +318,29 @@ def _trainers(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> list[Me
                 family.add_metric(name, value)
     return [info, on_gpu, phase, running, start, paused_since, next_start, exit_code, restarts, by_reason, pauses, resumes,
             steps, rate, age, epoch, failed, run_energy, energy, per_kj]
+
+
+def _power(state: PublishedState) -> list[Metric]:
+    mode = _gauge("power_governor_state", "1 for the power-cap governor's current state of the GPU, 0 for the "
+                  "others (idle, governing, floor, unavailable, dry-run, off).", ["gpu", "state"])
+    target = _gauge("power_governor_target_cap_watts", "Power cap the governor wants in force (dry-run: would write).")
+    original = _gauge("power_governor_original_cap_watts", "Power cap found at start; restored on every exit.")
+    floor = _gauge("power_governor_floor_cap_watts", "Lowest cap the governor writes; still hot there: pause.")
+    capped = _counter("power_capped_seconds", "Time with a cap below the original in force.")
+    kept = _gauge("power_throughput_kept_ratio", "Estimated training speed kept under the cap, 0-1: "
+                  "(cap / original) ** (1/3) while the cap binds (clock ~ power^(1/3) near the top of the V/F "
+                  "curve), else 1.")
+    writes = _counter("power_cap_writes", "Power cap writes (each read back).")
+    errors = _counter("power_cap_write_errors", "Failed power cap writes.")
+    for power in state.powers:
+        labels = [power.gpu_id]
+        for known in PowerMode:
+            mode.add_metric([power.gpu_id, known.value], 1 if power.mode == known else 0)
+        for family, value in ((target, power.target_cap_w), (original, power.original_cap_w),
+                              (floor, power.floor_cap_w), (kept, power.throughput_kept_ratio)):
+            if value is not None:
+                family.add_metric(labels, value)
+        capped.add_metric(labels, power.capped_seconds_total)
+        writes.add_metric(labels, power.writes_total)
+        errors.add_metric(labels, power.write_errors_total)
+    return [mode, target, original, floor, capped, kept, writes, errors]

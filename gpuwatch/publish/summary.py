@@ -6,14 +6,14 @@ percent to keep the line from changing on every tick's noise.
 
 from __future__ import annotations
 
-from gpuwatch.model import FanMode, PublishedState
+from gpuwatch.model import FanMode, PowerMode, PublishedState
 
 MAX_TRAINERS_LISTED = 3
 
 
 def status_line(state: PublishedState) -> str:
     """e.g. ``2 GPUs, hottest 0000:03:00.0 junction 78°C | fan target 60% duty 58% | trainer resnet: running``."""
-    return " | ".join(part for part in (_gpus(state), _fans(state), _trainers(state)) if part)
+    return " | ".join(part for part in (_gpus(state), _fans(state), _power(state), _trainers(state)) if part)
 
 
 def _gpus(state: PublishedState) -> str:
@@ -51,6 +51,19 @@ def _fans(state: PublishedState) -> str:
     if modes:
         text += " (" + ",".join(sorted(mode.value for mode in modes)) + ")"
     return text
+
+
+def _power(state: PublishedState) -> str:
+    """Only while a cap is lowered: e.g. ``power capped 112/150 W`` (the lowest of them)."""
+    capped = [p for p in state.powers if p.mode in (PowerMode.GOVERNING, PowerMode.FLOOR) and p.cap_w is not None
+              and p.original_cap_w is not None]
+    if not capped:
+        return ""
+    low = min(capped, key=lambda p: (p.cap_w or 0) / (p.original_cap_w or 1))
+    text = f"power capped {low.cap_w:.0f}/{low.original_cap_w:.0f} W"
+    if len(capped) > 1:
+        text += f" (on {len(capped)} GPUs)"
+    return text + (" at the floor" if low.mode is PowerMode.FLOOR else "")
 
 
 def _trainers(state: PublishedState) -> str:

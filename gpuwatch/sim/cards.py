@@ -3,8 +3,10 @@
 ``SimulatedGpus`` lays out N RX 5600 XT cards (gpuwatch/sim/navi10.py) with the kernel's topology
 (gpuwatch/sim/tree.py) and, on every ``advance``, plays the kernel and the card: it reads what was
 written to ``pwm1``/``pwm1_enable`` (SYSFS_FACTS.md §4.4: 1 manual, 2 auto = the firmware's own modest
-curve, 0 = no control = full speed on SMU11), applies the configured faults, steps the thermal model
-(gpuwatch/sim/physics.py) and rewrites temp*_input, power1_*, fan1_input, gpu_busy_percent...
+curve, 0 = no control = full speed on SMU11) and to ``power1_cap`` (microwatts, truncated to whole
+watts, out of range or garbage reverted: what a read after a refused write shows), applies the
+configured faults, steps the thermal model (gpuwatch/sim/physics.py) with that cap and rewrites
+temp*_input, power1_*, fan1_input, gpu_busy_percent, the clock the cap leaves...
 The daemon reads and writes the tree through the same AmdgpuSource and fan code as a real card;
 ``SimulatedSource`` (start.py) only advances the model right before each sample.
 
@@ -31,7 +33,7 @@ from gpuwatch.fan.curve import interpolate
 from gpuwatch.model import PublishedState, TrainerPhase
 from gpuwatch.sim import navi10
 from gpuwatch.sim.clients import SimulatedClients
-from gpuwatch.sim.physics import ThermalInputs, ThermalParams, ThermalState, idle_state, step
+from gpuwatch.sim.physics import ThermalInputs, ThermalParams, ThermalState, idle_state, speed_ratio, step
 from gpuwatch.sim.resets import SimulatedResets
 from gpuwatch.sim.tree import FakeSysfsTree
 
@@ -57,6 +59,7 @@ class SimFaults:
     gpu_reset_at_s: tuple[float, ...] = ()
     gpu_reset_outage_s: float = 5.0
     gpu_reset_stuck_s: float | None = None
+    power_cap_readonly: bool = False  # power1_cap 0444 and every write reverted (a firmware ignoring it)
     cards: tuple[int, ...] = ()  # card indexes the faults hit; empty: every card
 
     def hits(self, index: int) -> bool:
@@ -75,6 +78,7 @@ class SimCard:
     state: ThermalState
     load_ratio: float
     duty_ratio: float = 0.33
+    power_cap_uw: int = navi10.POWER_CAP_UW
     gone: bool = False
     next_reset_s: float | None = None
     gpu_resets_at_s: list[float] = field(default_factory=list)
@@ -127,6 +131,8 @@ class SimulatedGpus:
         if self.desktop_client:
             self.clients.desktop(0)
         for card in self.cards:
+            if self.faults.power_cap_readonly and self.faults.hits(card.index):
+                (self.root / card.hwmon_dir / "power1_cap").chmod(0o444)
             self._write_outputs(card)
 
     # -- driving the model -------------------------------------------------------------------
@@ -148,7 +154,8 @@ class SimulatedGpus:
             if card.gone or not self._apply_faults(card, self.sim_time_s):
                 continue
             card.duty_ratio = self._fan_duty(card)
-            inputs = ThermalInputs(fan_duty_ratio=card.duty_ratio, load_ratio=card.load_ratio)
+            inputs = ThermalInputs(fan_duty_ratio=card.duty_ratio, load_ratio=card.load_ratio,
+                                   power_cap_w=self._power_cap_w(card))
             remaining = dt_s
             while remaining > 1e-9:
                 chunk = min(MAX_STEP_S, remaining)
@@ -217,6 +224,18 @@ class SimulatedGpus:
             return self.faults.fan_stuck_ratio
         return duty
 
+    def _power_cap_w(self, card: SimCard) -> float:
+        """power1_cap as the kernel keeps it: a valid write (within cap_min..cap_max) truncated to whole
+        watts, anything else (or any write, with ``power_cap_readonly``) reverted to the last valid one."""
+        path = self.root / card.hwmon_dir / "power1_cap"
+        written = _read_int(path)
+        readonly = self.faults.power_cap_readonly and self.faults.hits(card.index)
+        if written is not None and navi10.POWER_CAP_MIN_UW <= written <= navi10.POWER_CAP_MAX_UW and not readonly:
+            card.power_cap_uw = written // 1_000_000 * 1_000_000
+        if written != card.power_cap_uw:
+            _write(path, str(card.power_cap_uw))
+        return card.power_cap_uw / 1e6
+
     def _apply_faults(self, card: SimCard, sim_now_s: float) -> bool:
         """Inject the configured faults; False when the card fell off the bus."""
         faults = self.faults
@@ -260,13 +279,15 @@ class SimulatedGpus:
         if self.fan1_input:
             _write(hw / "fan1_input", str(round(s.fan_rpm)))
             _write(hw / "fan1_target", str(round(s.fan_rpm)))
-        span = self.params.load_power_w - self.params.idle_power_w
-        busy = 0.0 if span <= 0 else min(1.0, max(0.0, (s.power_w - self.params.idle_power_w) / span))
+        # A capped card is still 100 % busy, only slower: busy follows the load, the clock the power.
+        busy = min(1.0, max(0.0, card.load_ratio))
+        speed = speed_ratio(self.params, card.load_ratio, card.power_cap_uw / 1e6)
         _write(dev / "gpu_busy_percent", "\x7f\x7f\xff" if resetting else str(round(busy * 100)))
         _write(dev / "mem_busy_percent", str(round(busy * 60)))
         vram_used = 300 * 1024**2 + card.load_ratio * 4 * 1024**3
         _write(dev / "mem_info_vram_used", str(int(vram_used)))
-        sclk_mhz, vddgfx_mv = 10 + busy * 1740, 775 + busy * 300
+        sclk_mhz = navi10.SCLK_IDLE_MHZ + busy * speed * (navi10.SCLK_MAX_MHZ - navi10.SCLK_IDLE_MHZ)
+        vddgfx_mv = 775 + busy * speed * 300
         _write(hw / "freq1_input", str(round(sclk_mhz * 1e6)))
         _write(hw / "in0_input", str(round(vddgfx_mv)))
         (dev / "gpu_metrics").write_bytes(b"\xff\xff" if resetting else navi10.gpu_metrics(

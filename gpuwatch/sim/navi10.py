@@ -32,6 +32,9 @@ _AER_BITS = {
 # The simulated firmware reports a hotspot throttle (SMU_THROTTLER_TEMP_HOTSPOT) from here on.
 HOTSPOT_THROTTLE_C = CRIT_C["junction"] - 10
 _TEMP_HOTSPOT_BITS = (1 << 2, 1 << 36)  # (navi10 firmware bit THROTTLER_TEMP_HOTSPOT, SMU_THROTTLER_TEMP_HOTSPOT)
+POWER_CAP_UW, POWER_CAP_MIN_UW, POWER_CAP_MAX_UW = 150_000_000, 75_000_000, 180_000_000
+# The top of pp_dpm_sclk, and the clock the simulator reports when the card idles.
+SCLK_MAX_MHZ, SCLK_IDLE_MHZ = 1750, 10
 
 
 def gpu_metrics(edge_c: float, junction_c: float, mem_c: float, power_w: float, busy: float, sclk_mhz: float,
@@ -77,7 +80,7 @@ def card_files(fan1_input: bool = True) -> dict[str, str]:
         "device/mem_info_gtt_total": f"{GTT_TOTAL_BYTES}\n",
         "device/mem_info_gtt_used": f"{20 * 1024**2}\n",
         "device/pp_dpm_mclk": "0: 100Mhz \n1: 500Mhz \n2: 625Mhz \n3: 875Mhz *\n",
-        "device/pp_dpm_sclk": "0: 300Mhz \n1: 1750Mhz \n",
+        "device/pp_dpm_sclk": f"0: 300Mhz \n1: {SCLK_MAX_MHZ}Mhz \n",
         "device/pcie_replay_count": "0\n",
         **{f"device/aer_dev_{kind}": "".join(f"{name} 0\n" for name in (*names.split(), total))
            for kind, (names, total) in _AER_BITS.items()},
@@ -95,10 +98,10 @@ def card_files(fan1_input: bool = True) -> dict[str, str]:
         f"{hw}/in0_label": "vddgfx\n",
         f"{hw}/power1_average": "25000000\n",
         f"{hw}/power1_input": "25000000\n",
-        f"{hw}/power1_cap": "150000000\n",
-        f"{hw}/power1_cap_default": "150000000\n",
-        f"{hw}/power1_cap_max": "180000000\n",
-        f"{hw}/power1_cap_min": "75000000\n",
+        f"{hw}/power1_cap": f"{POWER_CAP_UW}\n",
+        f"{hw}/power1_cap_default": f"{POWER_CAP_UW}\n",
+        f"{hw}/power1_cap_max": f"{POWER_CAP_MAX_UW}\n",
+        f"{hw}/power1_cap_min": f"{POWER_CAP_MIN_UW}\n",
         f"{hw}/power1_label": "PPT\n",
         # Navi 10 under automatic control: pwm1 65 (25 %), as in the capture.
         f"{hw}/pwm1": "65\n",

@@ -9,7 +9,11 @@ stable):
   ``heat_capacity_j_per_k / G`` (about a minute: a real card takes minutes to heat through);
 * junction (hotspot) sits above edge by ``junction_k_per_w * power`` and follows within seconds;
 * memory follows edge plus its own share of the power, more slowly;
-* the fan's RPM follows the commanded duty with its own spin-up lag; airflow is RPM / max RPM.
+* the fan's RPM follows the commanded duty with its own spin-up lag; airflow is RPM / max RPM;
+* a power cap below the load's demand holds the power at the cap, and the clock (and with it the
+  training step rate) falls to ``(cap / demand) ** (1/3)`` of full speed (``speed_ratio``): near the
+  top of the voltage/frequency curve the voltage rises with the clock, so P = a*C*V^2*f ~ f^3
+  (docs/simulator.md gives the sources).
 
 Default constants are picked so that an RX 5600 XT-like card (150 W under load, ~25 W idle) with
 ~30 °C case air idles around 42-45 °C, settles at a junction of ~84 °C under full load with gpuwatch's
@@ -58,15 +62,30 @@ class ThermalState:
 
 @dataclass(frozen=True)
 class ThermalInputs:
-    """What drives the card: the fan duty actually reaching the fan, and the workload."""
+    """What drives the card: the fan duty actually reaching the fan, the workload, and the power cap."""
 
     fan_duty_ratio: float
     load_ratio: float
+    power_cap_w: float | None = None
 
 
-def steady_power_w(params: ThermalParams, load_ratio: float) -> float:
+def demand_w(params: ThermalParams, load_ratio: float) -> float:
+    """What the workload would draw without a cap."""
     load = min(1.0, max(0.0, load_ratio))
     return params.idle_power_w + (params.load_power_w - params.idle_power_w) * load
+
+
+def steady_power_w(params: ThermalParams, load_ratio: float, power_cap_w: float | None = None) -> float:
+    demand = demand_w(params, load_ratio)
+    return demand if power_cap_w is None else min(demand, power_cap_w)
+
+
+def speed_ratio(params: ThermalParams, load_ratio: float, power_cap_w: float | None) -> float:
+    """The clock (and the step rate) under the cap, as a share of full speed: (P / P_demand) ** (1/3)."""
+    demand = demand_w(params, load_ratio)
+    if demand <= 0:
+        return 1.0
+    return float((steady_power_w(params, load_ratio, power_cap_w) / demand) ** (1.0 / 3.0))
 
 
 def steady_rpm(params: ThermalParams, fan_duty_ratio: float) -> float:
@@ -81,7 +100,7 @@ def conductance_w_per_k(params: ThermalParams, fan_rpm: float) -> float:
 
 def equilibrium(params: ThermalParams, inputs: ThermalInputs) -> ThermalState:
     """Where the card settles if the inputs stay as they are."""
-    power = steady_power_w(params, inputs.load_ratio)
+    power = steady_power_w(params, inputs.load_ratio, inputs.power_cap_w)
     rpm = steady_rpm(params, inputs.fan_duty_ratio)
     edge = params.ambient_c + power / conductance_w_per_k(params, rpm)
     return ThermalState(
@@ -102,7 +121,7 @@ def step(params: ThermalParams, state: ThermalState, inputs: ThermalInputs, dt_s
     """The card ``dt_s`` seconds later; inputs are held constant over the step."""
     if dt_s <= 0:
         return state
-    power = _lag(state.power_w, steady_power_w(params, inputs.load_ratio), params.power_tau_s, dt_s)
+    power = _lag(state.power_w, steady_power_w(params, inputs.load_ratio, inputs.power_cap_w), params.power_tau_s, dt_s)
     rpm = _lag(state.fan_rpm, steady_rpm(params, inputs.fan_duty_ratio), params.fan_tau_s, dt_s)
     conductance = conductance_w_per_k(params, rpm)
     edge = _lag(

@@ -50,6 +50,7 @@ def start_simulator(config: Config) -> SimulatedGpus:
             gpu_reset_at_s=tuple(sim.faults.gpu_reset_at_s),
             gpu_reset_outage_s=sim.faults.gpu_reset_outage_s,
             gpu_reset_stuck_s=sim.faults.gpu_reset_stuck_s,
+            power_cap_readonly=sim.faults.power_cap_readonly,
             cards=tuple(sim.faults.cards),
         ),
         time_scale=sim.time_scale,

@@ -10,7 +10,7 @@ from typing import Literal
 
 from gpuwatch.config import ThermalConfig
 from gpuwatch.limits import breaches
-from gpuwatch.model import FanMode, FanState, Snapshot
+from gpuwatch.model import FanMode, FanState, PowerState, Snapshot
 
 Command = Literal["pause", "resume", "restart"]  # manual, from `gpuwatch pause|resume|restart`
 PauseMode = Literal["cooperative", "sigstop"]  # pause file (the launcher holds at a step) or SIGSTOP
@@ -73,6 +73,9 @@ class Thermal:
     cool: bool = True  # every sensor below limit - hysteresis
     critical: bool = False  # at crit, or fan failsafe
     reason: str | None = None
+    # Every hot GPU is held by its power governor above the floor cap: a pause waits until the limit has
+    # been exceeded this long (the governor's safety net, power.pause_backstop_s); None: debounce_s only.
+    governed_backstop_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -96,9 +99,11 @@ class Inputs:
 
 
 def thermal_verdict(
-    snapshot: Snapshot, gpus: tuple[str, ...], thermal: ThermalConfig, fans: tuple[FanState, ...]
+    snapshot: Snapshot, gpus: tuple[str, ...], thermal: ThermalConfig, fans: tuple[FanState, ...],
+    powers: tuple[PowerState, ...] = (), backstop_s: float = 60.0,
 ) -> Thermal:
-    """Hot/cool/critical for the GPUs a trainer uses (all GPUs when ``gpus`` is empty)."""
+    """Hot/cool/critical for the GPUs a trainer uses (all GPUs when ``gpus`` is empty), and whether the
+    power governor still holds every hot one (then the pause waits up to ``backstop_s``)."""
     readings = [g for g in snapshot.gpus if not gpus or g.gpu_id in gpus]
     hot = [b for g in readings for b in breaches(g, thermal)]
     warm = [b for g in readings for b in breaches(g, thermal, margin_c=thermal.hysteresis_c)]
@@ -110,9 +115,14 @@ def thermal_verdict(
     ]
     used = {g.gpu_id for g in readings}
     crit += [f"{f.gpu_id} fan failsafe" for f in fans if f.mode == FanMode.FAILSAFE and f.gpu_id in used]
+    holding = {p.gpu_id for p in powers if not p.pause_allowed}
+    governed = bool(hot) and {b.gpu_id for b in hot} <= holding
     reason = None
     if crit:
         reason = "emergency: " + ", ".join(crit)
     elif hot:
         reason = "hot: " + ", ".join(f"{b.gpu_id} {b.sensor} {b.temp_c:.0f}°C >= {b.limit_c:.0f}°C" for b in hot)
-    return Thermal(hot=bool(hot), cool=not warm, critical=bool(crit), reason=reason)
+        if governed:
+            reason += " (power cap governed above its floor)"
+    return Thermal(hot=bool(hot), cool=not warm, critical=bool(crit), reason=reason,
+                   governed_backstop_s=backstop_s if governed else None)

@@ -8,6 +8,8 @@ Rules worth knowing:
 * Restart delays grow only with crashes *without progress*; a run that advanced its step counter,
   touched its progress file or stayed up ``stable_after_s`` resets the count.
 * Nothing is ever (re)started while a GPU it uses is over a pause limit: it would just pause again.
+* A hot GPU pauses after ``debounce_s``; while its power governor still holds it above the floor cap,
+  only after the governor's backstop (``Thermal.governed_backstop_s``). Crit and failsafe stop at once.
 * A stop always goes CONT -> TERM -> (grace) -> KILL; the effects layer does the CONT. A process still
   there ``stuck_after_s`` after KILL (D state) is abandoned: reported, no longer waited for.
 * A reset of a GPU it uses ends the run (its GPU context is lost); it restarts from its checkpoint once
@@ -116,7 +118,9 @@ def _running(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> t
         return _pause(m, cfg, x, acts, manual=True)
     if x.thermal.hot:
         hot_since = m.hot_since if m.hot_since is not None else x.now
-        if x.now - hot_since >= cfg.debounce_s:
+        # While the power governor still lowers the cap, the pause waits for its backstop (docs/power.md).
+        wait_s = max(cfg.debounce_s, x.thermal.governed_backstop_s or 0.0)
+        if x.now - hot_since >= wait_s:
             return _pause(replace(m, reason=x.thermal.reason), cfg, x, acts, manual=False)
         m = replace(m, hot_since=hot_since)
     else:

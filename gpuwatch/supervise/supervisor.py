@@ -19,7 +19,7 @@ from typing import get_args
 
 from gpuwatch.config import ThermalConfig, TrainerConfig
 from gpuwatch.heartbeat import HEARTBEAT_ENV, PAUSE_ENV, read_heartbeat
-from gpuwatch.model import FanState, Snapshot, TrainerPhase, TrainerState
+from gpuwatch.model import FanState, PowerState, Snapshot, TrainerPhase, TrainerState
 from gpuwatch.supervise.actions import (
     Abandon,
     Action,
@@ -243,23 +243,27 @@ class Trainer:
 
 
 class Supervisor:
-    """The daemon's TrainerConsumer: tick(snapshot, fans) and stop()."""
+    """The daemon's TrainerConsumer: tick(snapshot, fans, powers) and stop()."""
 
-    def __init__(self, trainers: list[TrainerConfig], thermal: ThermalConfig, state_dir: Path) -> None:
+    def __init__(self, trainers: list[TrainerConfig], thermal: ThermalConfig, state_dir: Path,
+                 governed_backstop_s: float = 60.0) -> None:
         self.trainers = [Trainer(cfg, thermal, state_dir) for cfg in trainers]
+        self.governed_backstop_s = governed_backstop_s
         self.last_snapshot: Snapshot | None = None
         self.last_fans: tuple[FanState, ...] = ()
+        self.last_powers: tuple[PowerState, ...] = ()
 
-    def tick(self, snapshot: Snapshot | None, fans: tuple[FanState, ...] = (), shutdown: bool = False,
-             now: float | None = None) -> tuple[TrainerState, ...]:
+    def tick(self, snapshot: Snapshot | None, fans: tuple[FanState, ...] = (), powers: tuple[PowerState, ...] = (),
+             shutdown: bool = False, now: float | None = None) -> tuple[TrainerState, ...]:
         now = time.monotonic() if now is None else now
         if snapshot is not None:
-            self.last_snapshot, self.last_fans = snapshot, fans
+            self.last_snapshot, self.last_fans, self.last_powers = snapshot, fans, powers
         for trainer in self.trainers:
             gpus = trainer.gpu_verdict(snapshot)
             verdict = Thermal()
             if self.last_snapshot is not None:
-                verdict = thermal_verdict(self.last_snapshot, trainer.gpus(), trainer.thermal, self.last_fans)
+                verdict = thermal_verdict(self.last_snapshot, trainer.gpus(), trainer.thermal,
+                                          self.last_fans, self.last_powers, self.governed_backstop_s)
             inputs = trainer.observe(verdict, now, shutdown, gpus)
             before = trainer.machine
             trainer.machine, actions = step(before, trainer.config, inputs)

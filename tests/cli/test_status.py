@@ -203,3 +203,15 @@ class Lines:
 
     def join(self) -> None:
         self._thread.join(timeout=20)
+
+
+def test_status_shows_the_governed_cap_and_why_not(tmp_path: Path) -> None:
+    from gpuwatch.cli.status import render
+    from gpuwatch.config import ThermalConfig
+    from gpuwatch.publish.document import to_document
+    from tests.support.published import example_state
+
+    doc = to_document(example_state(tmp_path / "sys"), ThermalConfig(), "daemon")
+    text = render(doc, now=doc["taken_unix"])
+    assert "  govern power 245/289 W, governed  floor 174 W  ~95% speed kept" in text
+    assert "  govern power cap not governed: power1_cap refuses writes (EACCES)" in text

@@ -158,8 +158,10 @@ def test_card_falling_off_the_bus_is_reported_and_the_loop_goes_on(tmp_path: Pat
 
 
 def test_fan_stuck_at_30_percent_pauses_the_trainer_before_crit_and_resumes_it(tmp_path: Path) -> None:
+    # The pause alone: with the power governor (the default) this card holds its limit without one
+    # (tests/e2e/test_power_loop.py).
     daemon = make_daemon(tmp_path, {"time_scale": 100.0, "faults": {"fan_stuck_percent": 30}},
-                         trainer=[demo_trainer(tmp_path)])
+                         trainer=[demo_trainer(tmp_path)], power={"mode": "off"})
     try:
         states = run_until(daemon, sim_s=3000, wall_limit_s=20,
                            stop=lambda s: bool(s.trainers) and s.trainers[0].resumes_total >= 1

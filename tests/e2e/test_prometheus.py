@@ -4,7 +4,8 @@ Every expression of config/grafana-dashboard.json and config/alerts.yml goes thr
 API: each must be valid, and each dashboard panel must return data. The run has the fan controller
 and a stand-in trainer reporting steps, so every panel is required; should a component be missing
 from the run (read from the daemon's /status), the panels about it are excused:
-"Fan mode" and "Fan controller events" need a fan controller publishing state; "Trainer phase" and
+"Fan mode" and "Fan controller events" need a fan controller publishing state, the power governor's
+panels a governor; "Trainer phase" and
 "Restarts, pauses, resumes" need a supervised trainer; "Training speed" and "Seconds since last
 step, epoch" need a trainer that reports steps; the energy panels of training likewise
 (tests/support/dashboard.py). The fake tree's cards have gpu_metrics tables, AER files and their PCIe

@@ -61,7 +61,7 @@ def test_unit_has_the_service_contract() -> None:
     assert one(s, "Service.Restart") == "on-failure"
     assert str(CONFIG_ERROR_EXIT) in one(s, "Service.RestartPreventExitStatus").split()
     assert one(s, "Unit.StartLimitIntervalSec") and one(s, "Unit.StartLimitBurst")
-    assert one(s, "Service.ExecStopPost") == "+/opt/gpuwatch/bin/gpuwatch fans-auto --config /etc/gpuwatch/gpuwatch.toml"
+    assert one(s, "Service.ExecStopPost") == "+/opt/gpuwatch/bin/gpuwatch restore --config /etc/gpuwatch/gpuwatch.toml"
     # sh's kill builtin: minimal Debian has no /bin/kill (procps); tests/e2e/systemd reloads it for real.
     assert one(s, "Service.ExecReload") == "/bin/sh -c 'kill -HUP $$MAINPID'"
     assert one(s, "Service.KillMode") == "mixed"
@@ -135,7 +135,7 @@ def test_install_lays_out_venv_unit_and_config(installed: dict) -> None:
     assert entry.returncode == 0 and str(root / "opt/gpuwatch") in entry.stdout, entry.stderr
     unit = (root / "lib/systemd/system/gpuwatch.service").read_text()
     assert f"ExecStart={root}/opt/gpuwatch/bin/gpuwatch run --config {root}/etc/gpuwatch/gpuwatch.toml" in unit
-    assert f"ExecStopPost=+{root}/opt/gpuwatch/bin/gpuwatch fans-auto --config {root}/etc/gpuwatch/gpuwatch.toml" in unit
+    assert f"ExecStopPost=+{root}/opt/gpuwatch/bin/gpuwatch restore --config {root}/etc/gpuwatch/gpuwatch.toml" in unit
     assert (root / "etc/gpuwatch/gpuwatch.toml").read_text() == (REPO / "config/gpuwatch.toml").read_text()
     assert installed["calls"].read_text().splitlines() == ["daemon-reload"]
     assert "systemctl enable --now gpuwatch" in installed["stdout"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuwatch.fan.pwm1 import Pwm1Restore
-from gpuwatch.fan.restore import RestoreFile, fans_auto
+from gpuwatch.fan.restore import fans_auto
+from gpuwatch.restore_file import RestoreFile
 from gpuwatch.sim.tree import FakeSysfsTree
 from tests.support.fan_rig import RecordingSysfs
 from tests.support.trees import capture
@@ -30,7 +31,7 @@ def test_fans_auto_from_restore_file_never_writes_zero(tmp_path: Path) -> None:
     card = tree.add_capture(capture("navi21-rx6900xt-sapphire-nitro"))
     tree.write(f"{card.hwmon_dir}/pwm1_enable", "1\n")
     restore = RestoreFile(tmp_path / "fan-restore.json")
-    restore.add(card.pci_slot, Pwm1Restore(path=f"{card.hwmon_dir}/pwm1_enable", pwm1_enable=0))
+    restore.add(card.pci_slot, Pwm1Restore(path=f"{card.hwmon_dir}/pwm1_enable", pwm1_enable=0).to_json())
     sysfs = RecordingSysfs(tree.root)
     result = fans_auto(sysfs, restore)
     assert result.problems == [] and result.done == [f"{card.pci_slot}: fan handed back to the firmware (pwm1_enable 2, automatic)"]

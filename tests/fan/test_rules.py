@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch.fan.curve import CurveState, Decision
-from gpuwatch.fan.rules import Stall, Verdict, driven_verdict, idle_verdict, pick_sensor, stall
+from gpuwatch.config import FanConfig
+from gpuwatch.fan.curve import CurveState, Decision, curve_params, top_percent
+from gpuwatch.fan.rules import Stall, Verdict, can_rise, driven_verdict, idle_verdict, pick_sensor, stall
 from gpuwatch.model import FanMode, GpuReading, TempReading
 
 
@@ -86,3 +87,27 @@ def _decision(percent: float = 60.0, failsafe_reason: str | None = None, crit: b
 def test_driven_verdict(base: FanMode, decision: Decision, sensor: str | None, verified: bool, stalled: bool,
                         expected: Verdict) -> None:
     assert driven_verdict(base, decision, sensor, 110.0, verified, stalled) == expected
+
+
+@pytest.mark.parametrize(
+    "mode, percent, stalled, expected",
+    [
+        (FanMode.CURVE, 85.0, False, True),
+        (FanMode.CURVE, 100.0, False, False),  # at the curve's top (a stuck fan on a hot card is commanded here too)
+        (FanMode.CURVE, 85.0, True, False),  # stalled: more duty gives no air
+        (FanMode.FAILSAFE, 100.0, False, False),
+        (FanMode.MONITOR_ONLY, None, False, False),  # gpuwatch does not drive it
+        (FanMode.DRY_RUN, 60.0, False, False),
+        (FanMode.CURVE, None, False, False),  # suspended: nothing commanded
+    ],
+)
+def test_can_rise(mode: FanMode, percent: float | None, stalled: bool, expected: bool) -> None:
+    assert can_rise(mode, percent, 100.0, stalled) is expected
+
+
+@pytest.mark.parametrize(
+    "curve, floor, top",
+    [([[64, 50], [95, 100]], 50, 100), ([[40, 30], [80, 70]], 50, 70), ([[40, 30], [80, 40]], 50, 50)],
+)
+def test_top_of_the_curve(curve: list[list[float]], floor: float, top: float) -> None:
+    assert top_percent(curve_params(FanConfig(curve=curve, floor_percent=floor))) == top

@@ -12,6 +12,7 @@ from gpuwatch.publish.document import (
     FanControllerDoc,
     GpuDoc,
     GpuResetDoc,
+    PowerGovernorDoc,
     ProcessDoc,
     StatusDocument,
     TemperatureDoc,
@@ -30,6 +31,8 @@ def test_typed_dicts_name_every_key_of_the_document(tmp_path: Path) -> None:
     assert doc["gpus"] and all(set(gpu) == GpuDoc.__required_keys__ for gpu in doc["gpus"])
     fans = [gpu["fan_controller"] for gpu in doc["gpus"] if gpu["fan_controller"] is not None]
     assert fans and all(set(fan) == FanControllerDoc.__required_keys__ for fan in fans)
+    powers = [gpu["power_governor"] for gpu in doc["gpus"] if gpu["power_governor"] is not None]
+    assert powers and all(set(power) == PowerGovernorDoc.__required_keys__ for power in powers)
     temps = [t for gpu in doc["gpus"] for t in gpu["temperatures"].values()]
     assert temps and all(set(t) == TemperatureDoc.__required_keys__ for t in temps)
     gone = next(gpu for gpu in doc["gpus"] if gpu["gpu_id"] == GPU_GONE)

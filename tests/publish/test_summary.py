@@ -8,6 +8,8 @@ from gpuwatch.model import (
     FanMode,
     FanState,
     GpuReading,
+    PowerMode,
+    PowerState,
     PublishedState,
     Snapshot,
     TempReading,
@@ -29,8 +31,9 @@ def gpu(slot: str, up: bool = True, pwm: int | None = 128, **temps: float | None
     )
 
 
-def state(gpus: tuple[GpuReading, ...], fans: tuple[FanState, ...] = (), trainers: tuple[TrainerState, ...] = ()) -> PublishedState:
-    return PublishedState(snapshot=Snapshot(0.0, 0.0, gpus), fans=fans, trainers=trainers)
+def state(gpus: tuple[GpuReading, ...], fans: tuple[FanState, ...] = (), trainers: tuple[TrainerState, ...] = (),
+          powers: tuple[PowerState, ...] = ()) -> PublishedState:
+    return PublishedState(snapshot=Snapshot(0.0, 0.0, gpus), fans=fans, trainers=trainers, powers=powers)
 
 
 A, B = "0000:03:00.0", "0000:0c:00.0"
@@ -72,3 +75,21 @@ A, B = "0000:03:00.0", "0000:0c:00.0"
 )
 def test_status_line(published: PublishedState, expected: str) -> None:
     assert status_line(published) == expected
+
+
+def _capped(slot: str, mode: PowerMode, cap_w: float) -> PowerState:
+    return PowerState(slot, mode, cap_w=cap_w, original_cap_w=150.0)
+
+
+@pytest.mark.parametrize(
+    "powers, expected",
+    [
+        ((_capped(A, PowerMode.IDLE, 150.0),), ""),  # nothing to say while the cap is the original
+        ((_capped(A, PowerMode.GOVERNING, 112.0),), " | power capped 112/150 W"),
+        ((_capped(A, PowerMode.GOVERNING, 130.0), _capped(B, PowerMode.FLOOR, 90.0)),
+         " | power capped 90/150 W (on 2 GPUs) at the floor"),
+        ((PowerState(A, PowerMode.UNAVAILABLE, reason="no power1_cap"),), ""),
+    ],
+)
+def test_status_line_says_when_a_cap_is_lowered(powers: tuple[PowerState, ...], expected: str) -> None:
+    assert status_line(state((gpu(A, edge=60.0),), powers=powers)) == f"1 GPU, hottest {A} edge 60°C | fan duty 50%" + expected

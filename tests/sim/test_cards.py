@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,48 @@ def test_more_fan_means_cooler_and_load_means_power(tmp_path: Path) -> None:
         sim.advance_by(10)
         assert reading(sim).power_w == pytest.approx(25, abs=1)
     assert junctions["255"] < junctions["100"] - 15
+
+
+@pytest.mark.parametrize(
+    "written, kept_w",
+    [
+        ("120000000", 120),
+        ("120700000", 120),  # truncated to whole watts, as amdgpu_hwmon_set_power_cap does
+        ("60000000", 150),  # under power1_cap_min (75 W): refused, the last valid value reads back
+        ("190000000", 150),  # over power1_cap_max (180 W)
+        ("lots", 150),  # garbage: EINVAL
+    ],
+)
+def test_power_cap_is_kept_like_the_kernel_keeps_it(tmp_path: Path, written: str, kept_w: float) -> None:
+    sim = make(tmp_path)
+    hw(sim, "power1_cap").write_text(written)
+    sim.advance_by(60)
+    gpu = reading(sim)
+    assert gpu.power_cap_w == kept_w and gpu.power_w == pytest.approx(min(150, kept_w), abs=0.5)
+
+
+def test_a_capped_card_is_busy_but_slower_and_cooler(tmp_path: Path) -> None:
+    temps, clocks = {}, {}
+    for cap in ("150000000", "100000000"):
+        sim = make(tmp_path / cap)
+        hw(sim, "pwm1_enable").write_text("1")
+        hw(sim, "pwm1").write_text("255")
+        hw(sim, "power1_cap").write_text(cap)
+        sim.advance_by(1200)
+        gpu = reading(sim)
+        temps[cap], clocks[cap] = gpu.temp("junction").temp_c, gpu.sclk_hz  # type: ignore[union-attr]
+        assert gpu.gpu_busy_ratio == 1.0
+    assert temps["100000000"] < temps["150000000"] - 10
+    assert clocks["100000000"] == pytest.approx(clocks["150000000"] * (100 / 150) ** (1 / 3), rel=0.01)
+
+
+def test_fault_power_cap_readonly_reverts_every_write(tmp_path: Path) -> None:
+    sim = make(tmp_path, faults=SimFaults(power_cap_readonly=True))
+    assert hw(sim, "power1_cap").stat().st_mode & 0o777 == 0o444
+    if os.geteuid() == 0:
+        hw(sim, "power1_cap").write_text("100000000")  # root may write a 0444 file: the firmware ignores it
+    sim.advance_by(60)
+    assert reading(sim).power_cap_w == 150 and reading(sim).power_w == pytest.approx(150, abs=0.5)
 
 
 def test_time_scale_multiplies_the_clock(tmp_path: Path) -> None:

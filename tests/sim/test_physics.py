@@ -10,6 +10,7 @@ from gpuwatch.sim.physics import (
     ThermalState,
     equilibrium,
     idle_state,
+    speed_ratio,
     step,
 )
 
@@ -86,3 +87,30 @@ def test_fan_below_start_duty_stands_still_and_zero_dt_is_identity() -> None:
     state = run(P, idle_state(P), ThermalInputs(0.05, 0.0), 60)
     assert state.fan_rpm == pytest.approx(0.0, abs=1.0)
     assert step(P, state, ThermalInputs(1.0, 1.0), 0.0) == state
+
+
+@pytest.mark.parametrize(
+    "cap_w, power_w, speed",
+    [
+        (None, 150.0, 1.0),
+        (200.0, 150.0, 1.0),  # above the demand: no effect
+        (129.0, 129.0, 0.951),  # what holds 98 °C in the hot case (cooling x0.4): ~95 % of the clock
+        (112.5, 112.5, 0.909),  # 75 % of the power keeps ~91 % of the speed
+        (90.0, 90.0, 0.843),  # the governor's floor (60 %)
+    ],
+)
+def test_a_power_cap_holds_the_power_and_costs_the_cube_root_of_it(cap_w: float | None, power_w: float,
+                                                                    speed: float) -> None:
+    inputs = ThermalInputs(fan_duty_ratio=1.0, load_ratio=1.0, power_cap_w=cap_w)
+    assert equilibrium(P, inputs).power_w == pytest.approx(power_w)
+    assert speed_ratio(P, 1.0, cap_w) == pytest.approx(speed, abs=1e-3)
+
+
+def test_the_cap_that_holds_the_hot_case_under_its_limit() -> None:
+    """The issue's figures: the hot case holds 99 °C junction at ~87 % of its power, the stuck fan at ~75 %."""
+    from dataclasses import replace
+
+    hot = replace(P, cooling_scale=0.4)
+    assert equilibrium(hot, ThermalInputs(1.0, 1.0)).junction_c > 105
+    assert equilibrium(hot, ThermalInputs(1.0, 1.0, power_cap_w=0.87 * 150)).junction_c == pytest.approx(99, abs=1)
+    assert equilibrium(P, ThermalInputs(0.3, 1.0, power_cap_w=0.75 * 150)).junction_c == pytest.approx(99, abs=1)

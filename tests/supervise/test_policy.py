@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from gpuwatch.config import ThermalConfig, TrainerConfig
-from gpuwatch.model import FanMode, FanState, GpuReading, Snapshot, TempReading
+from gpuwatch.model import FanMode, FanState, GpuReading, PowerMode, PowerState, Snapshot, TempReading
 from gpuwatch.model import TrainerPhase as P
 from gpuwatch.supervise.actions import (
     CancelPause,
@@ -241,6 +241,50 @@ def test_fan_failsafe_is_critical_only_for_own_gpus() -> None:
     fans = (FanState(gpu_id="b", backend="pwm1", mode=FanMode.FAILSAFE),)
     assert thermal_verdict(snap, ("b",), ThermalConfig(), fans).critical
     assert not thermal_verdict(snap, ("a",), ThermalConfig(), fans).critical
+
+
+def test_governed_hot_gpu_waits_for_the_backstop_then_pauses() -> None:
+    """While the power governor still lowers the cap, the pause waits: the cap, not a stop, holds the limit."""
+    governed = replace(HOT, governed_backstop_s=60.0)
+    m, _ = step(running(), CFG, Inputs(now=1, alive=True, thermal=governed))
+    m, acts = step(m, CFG, Inputs(now=30, alive=True, thermal=governed))  # well past debounce_s (2 s)
+    assert m.phase is P.RUNNING and acts == []
+    m, acts = step(m, CFG, Inputs(now=61, alive=True, thermal=governed))  # the safety net
+    assert m.phase is P.PAUSED and acts == [Freeze()]
+
+
+def test_governor_at_its_floor_lets_the_debounced_pause_through() -> None:
+    m, _ = step(running(), CFG, Inputs(now=1, alive=True, thermal=replace(HOT, governed_backstop_s=60.0)))
+    m, acts = step(m, CFG, Inputs(now=20, alive=True, thermal=HOT))  # at the floor: hot for 19 s already
+    assert m.phase is P.PAUSED and acts == [Freeze()]
+
+
+def test_crit_stops_at_once_even_when_governed() -> None:
+    m, acts = step(running(), CFG, Inputs(now=1, alive=True, thermal=replace(CRIT, governed_backstop_s=60.0)))
+    assert m.phase is P.STOPPING and any(isinstance(a, Terminate) for a in acts)
+
+
+def _power(gpu_id: str, pause_allowed: bool) -> PowerState:
+    return PowerState(gpu_id=gpu_id, mode=PowerMode.GOVERNING if not pause_allowed else PowerMode.FLOOR,
+                      pause_allowed=pause_allowed)
+
+
+@pytest.mark.parametrize(
+    "powers, governed",
+    [
+        ((), False),  # no governor: pause as always
+        ((_power("a", False),), True),  # held above its floor
+        ((_power("a", True),), False),  # at the floor (or idle, unavailable, dry-run)
+        ((_power("a", False), _power("b", True)), False),  # b is hot too and not held
+        ((_power("b", False),), False),  # the governor holds another GPU
+    ],
+)
+def test_thermal_verdict_is_governed_only_when_every_hot_gpu_is_held(powers: tuple[PowerState, ...],
+                                                                     governed: bool) -> None:
+    snap = Snapshot(0, 0, (_gpu("a", 101), _gpu("b", 101 if len(powers) == 2 else 50)))
+    v = thermal_verdict(snap, (), ThermalConfig(), (), powers, backstop_s=45.0)
+    assert v.hot and v.governed_backstop_s == (45.0 if governed else None)
+    assert ("governed" in (v.reason or "")) is governed
 
 
 def test_paused_stays_paused_for_min_pause_s_even_when_cool() -> None:

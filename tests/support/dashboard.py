@@ -19,6 +19,10 @@ GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "15s", "$__range":
 CONDITIONAL_PANELS = {
     "Fan mode": "fan controller",
     "Fan controller events": "fan controller",
+    "Power governor state": "power governor",
+    "Power cap: governed, original, floor, drawn": "power governor",
+    "Training speed kept by the cap (estimate), share of time capped": "power governor",
+    "Power cap writes and errors": "power governor",
     "Trainer phase": "trainer",
     "Restarts, pauses, resumes": "trainer",
     "Training speed": "trainer steps",
@@ -80,6 +84,8 @@ def present_components(status: dict[str, Any]) -> set[str]:
     present = set()
     if any(gpu.get("fan_controller") for gpu in status["gpus"]):
         present.add("fan controller")
+    if any(gpu.get("power_governor") for gpu in status["gpus"]):
+        present.add("power governor")
     if status["trainers"]:
         present.add("trainer")
     if any(t.get("steps_total") is not None for t in status["trainers"]):

@@ -17,6 +17,8 @@ from gpuwatch.model import (
     GpuProcess,
     GpuReading,
     GpuResetState,
+    PowerMode,
+    PowerState,
     PublishedState,
     ReadError,
     TrainerGpuUse,
@@ -113,7 +115,14 @@ def example_state(root: Path) -> PublishedState:
         TrainerState(name="vit", phase=TrainerPhase.BACKOFF, restarts_total=1, restarts_by_reason=(("crash", 1),),
                      last_exit_code=1, next_start_unix=NOW_UNIX + 30),
     )
+    powers = (
+        PowerState(gpu_id=GPU_A, mode=PowerMode.GOVERNING, backend="hwmon", cap_w=245.0, target_cap_w=245.0,
+                   original_cap_w=289.0, floor_cap_w=174.0, pause_allowed=False, capped_seconds_total=1800.5,
+                   throughput_kept_ratio=0.9465, writes_total=42),
+        PowerState(gpu_id=GPU_B, mode=PowerMode.UNAVAILABLE, backend="hwmon", original_cap_w=290.0,
+                   write_errors_total=1, reason="power1_cap refuses writes (EACCES)"),
+    )
     daemon = DaemonInfo(pid=1234, version="0.1.0", started_unix=NOW_UNIX - 7200, ticks_total=7200,
                         interval_s=1.0, failures=("fan controller: OSError: [Errno 5] EIO",))
-    return PublishedState(snapshot=snapshot, daemon=daemon, fans=fans, trainers=trainers,
+    return PublishedState(snapshot=snapshot, daemon=daemon, fans=fans, trainers=trainers, powers=powers,
                           read_errors_total=((GPU_B, "power1_average", 3),))

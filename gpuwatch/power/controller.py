@@ -1,0 +1,287 @@
+"""The power controller the daemon runs: per GPU and tick, probe -> decide -> write (verified) -> publish.
+
+Implements the daemon's PowerConsumer (``tick(snapshot, fans)`` and ``restore()``). Per GPU it finds a
+cap backend (amdgpu hwmon ``power1_cap`` through the amdgpu source's ``locate``, so a card that comes
+back under another hwmon index is written where it now is; NVML's limit for NVIDIA GPUs), the cap in
+force at start (or, after a crash, the original in the restore file), the floor and the thermal limits
+that apply to it, then runs the pure law (governor.py) with this tick's readings and the fan's state.
+
+A GPU whose cap cannot be governed (no file, not writable, no range, refused writes, a cap that does
+not keep what is written) is published as unavailable with the reason, logged once, and paused as
+without a governor. ``restore()`` puts every original cap back, verified (daemon stop, SIGTERM,
+SIGINT, an exception; atexit as a last resort); `gpuwatch restore` does it after a crash (restore.py).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuwatch.config import Config, ThermalConfig
+from gpuwatch.model import FanState, GpuReading, PowerMode, PowerState, Snapshot
+from gpuwatch.power.backend import (
+    FAILURES_BEFORE_GIVING_UP,
+    VERIFY_TOLERANCE_W,
+    CapBackend,
+    CapUnavailable,
+    CapWriteError,
+)
+from gpuwatch.power.governor import GovernorInputs, GovernorParams, GovernorState, decide, floor_cap_w, governor_params
+from gpuwatch.power.hwmon_cap import HwmonCap, Locate
+from gpuwatch.power.nvml_cap import NvmlCap
+from gpuwatch.power.restore import give_back, restore_file
+from gpuwatch.power.rules import cap_range_problem, fan_can_rise, headroom_c, throughput_kept_ratio
+from gpuwatch.sysfs import Sysfs
+
+log = logging.getLogger("gpuwatch.power")
+
+
+@dataclass
+class GpuCap:
+    """Controller state of one GPU across ticks."""
+
+    gpu_id: str
+    params: GovernorParams
+    mode: PowerMode  # OFF, DRY_RUN or IDLE as configured; UNAVAILABLE once given up
+    backend: CapBackend | None = None
+    probed: bool = False
+    reason: str | None = None
+    original_w: float | None = None
+    default_w: float | None = None
+    min_w: float | None = None
+    floor_w: float | None = None
+    state: GovernorState = field(default_factory=GovernorState)
+    holding: bool = False  # a record is in the restore file: the original must go back
+    written_w: float | None = None  # what we last wrote and expect in force
+    dry_run_cap_w: float | None = None  # what dry-run would have in force
+    target_w: float | None = None
+    pause_allowed: bool = True
+    failures: int = 0  # consecutive write or verify failures
+    writes_total: int = 0
+    write_errors_total: int = 0
+    capped_s: float = 0.0
+    last_now: float | None = None
+
+    @property
+    def governable(self) -> bool:
+        return self.mode is not PowerMode.UNAVAILABLE and self.backend is not None and self.original_w is not None
+
+
+class PowerController:
+    def __init__(self, config: Config, sysfs: Sysfs, runtime_dir: Path, *, locate: Locate, nvml: Any = None,
+                 clock: Callable[[], float] = time.monotonic, check_access: bool = True) -> None:
+        self.config = config
+        self.sysfs = sysfs
+        self.locate = locate
+        self.nvml = nvml
+        self.clock = clock
+        self.check_access = check_access
+        self.restore_file = restore_file(runtime_dir)
+        self.gpus: dict[str, GpuCap] = {}
+        self._atexit = False
+
+    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...] = ()) -> tuple[PowerState, ...]:
+        now = self.clock()
+        by_gpu = {fan.gpu_id: fan for fan in fans}
+        return tuple(self._tick_one(self.gpus.get(gpu.gpu_id) or self._new(gpu), gpu, by_gpu.get(gpu.gpu_id), now)
+                     for gpu in snapshot.gpus)
+
+    def _new(self, gpu: GpuReading) -> GpuCap:
+        settings = self.config.power.for_gpu(gpu.gpu_id)
+        mode = {"govern": PowerMode.IDLE, "dry-run": PowerMode.DRY_RUN, "off": PowerMode.OFF}[settings.mode]
+        if mode is PowerMode.IDLE and self.config.fan.mode in ("dry-run", "monitor-only"):
+            # Those modes promise a daemon that writes nothing to the hardware.
+            log.info("GPU %s: power cap in dry-run because fan.mode = %r", gpu.gpu_id, self.config.fan.mode)
+            mode = PowerMode.DRY_RUN
+        g = self.gpus[gpu.gpu_id] = GpuCap(gpu.gpu_id, governor_params(settings), mode)
+        # Off leaves the cap alone, except one a killed daemon left lowered (its record): that goes back.
+        if mode is not PowerMode.OFF or gpu.gpu_id in self.restore_file.load():
+            if gpu.backend == "nvml":
+                g.backend = NvmlCap(self.nvml, gpu.gpu_id) if self.nvml is not None else None
+            else:
+                g.backend = HwmonCap(self.sysfs, gpu.gpu_id, self.locate, self.check_access)
+        return g
+
+    def _probe(self, g: GpuCap) -> None:
+        g.probed = True
+        try:
+            if g.backend is None:
+                raise CapUnavailable("NVML is not loaded")
+            found = g.backend.probe()
+        except CapUnavailable as exc:
+            self._give_up(g, str(exc))
+            return
+        record = self.restore_file.load().get(g.gpu_id)
+        kept = _original_in(g.backend, record)
+        g.original_w, g.holding = (kept, True) if kept is not None else (found.cap_w, False)
+        if kept is not None:
+            log.warning("GPU %s: original power cap %g W from %s (the %g W in force was left by a daemon that "
+                        "did not exit cleanly)", g.gpu_id, kept, self.restore_file.path, found.cap_w)
+        g.default_w, g.min_w = found.default_w or g.original_w, found.min_w
+        self._set_floor(g)
+        problem = cap_range_problem(g.original_w, g.floor_w or g.original_w, found.max_w)
+        if problem:
+            self._give_up(g, problem)
+            return
+        if g.mode is not PowerMode.OFF:
+            log.info("GPU %s: power cap %g W (default %g W), governed down to %g W when the fan cannot cool it%s",
+                     g.gpu_id, g.original_w, g.default_w, g.floor_w, " (dry-run)" if g.mode is PowerMode.DRY_RUN else "")
+
+    def _set_floor(self, g: GpuCap) -> None:
+        assert g.original_w is not None and g.default_w is not None
+        g.floor_w = floor_cap_w(g.params.floor_ratio, g.default_w, g.min_w, g.original_w)
+
+    def _tick_one(self, g: GpuCap, gpu: GpuReading, fan: FanState | None, now: float) -> PowerState:
+        dt, g.last_now = (0.0 if g.last_now is None else max(0.0, now - g.last_now)), now
+        if g.mode is PowerMode.UNAVAILABLE or not gpu.up or gpu.suspended:
+            return self._published(g, gpu, None)
+        if not g.probed and g.backend is not None:
+            self._probe(g)
+        if g.mode is PowerMode.OFF:
+            if g.holding:
+                self._give_back(g)
+            return self._published(g, gpu, None)
+        observed = g.backend.current_w(gpu) if g.governable and g.backend is not None else None
+        if observed is None:
+            return self._published(g, gpu, None)  # not governable, or unreadable this tick: decide nothing
+        self._check_in_force(g, observed)
+        if not g.governable:
+            return self._published(g, gpu, observed)
+        assert g.original_w is not None and g.default_w is not None and g.floor_w is not None
+        in_force = g.dry_run_cap_w if g.mode is PowerMode.DRY_RUN and g.dry_run_cap_w is not None else observed
+        decision = decide(g.params, g.state, GovernorInputs(
+            now=now, headroom_c=headroom_c(gpu, self._thermals(g.gpu_id)), fan_can_rise=fan_can_rise(fan),
+            power_w=gpu.power_w, cap_w=in_force, original_cap_w=g.original_w, default_cap_w=g.default_w,
+            floor_cap_w=g.floor_w))
+        g.state, g.target_w = decision.state, decision.cap_w
+        g.pause_allowed = decision.pause_allowed or g.mode is PowerMode.DRY_RUN
+        if decision.write:
+            observed = self._write(g, decision.cap_w, observed)
+        if observed < g.original_w - VERIFY_TOLERANCE_W:
+            g.capped_s += dt
+        return self._published(g, gpu, observed, at_floor=decision.at_floor)
+
+    def _check_in_force(self, g: GpuCap, observed: float) -> None:
+        """What we wrote must still be in force; while we hold nothing, a new cap is the user's."""
+        assert g.original_w is not None
+        if g.written_w is not None and abs(observed - g.written_w) >= VERIFY_TOLERANCE_W:
+            g.failures += 1
+            log.warning("GPU %s: power cap reads %g W, %g W was written (a GPU reset, the firmware or another "
+                        "tool; %d/%d)", g.gpu_id, observed, g.written_w, g.failures, FAILURES_BEFORE_GIVING_UP)
+            if g.failures >= FAILURES_BEFORE_GIVING_UP:
+                self._give_up(g, f"power cap does not keep what is written ({observed:g} W after {g.written_w:g} W): "
+                                 "the firmware or another tool manages it")
+            return
+        g.failures = 0
+        if not g.holding and g.written_w is None and abs(observed - g.original_w) >= VERIFY_TOLERANCE_W:
+            log.info("GPU %s: power cap changed to %g W outside gpuwatch: that is the cap to give back now",
+                     g.gpu_id, observed)
+            g.original_w = observed
+            self._set_floor(g)
+
+    def _write(self, g: GpuCap, cap_w: float, observed: float) -> float:
+        """Write ``cap_w`` (persisting the original first); returns the cap in force afterwards."""
+        assert g.backend is not None and g.original_w is not None
+        if g.mode is PowerMode.DRY_RUN:
+            log.info("GPU %s: dry-run: would set the power cap to %g W (in force %g W, original %g W)",
+                     g.gpu_id, cap_w, observed, g.original_w)
+            g.dry_run_cap_w = cap_w
+            return observed
+        first = not g.holding
+        if first:
+            # Persisted before the first write, so a SIGKILL right after still leaves the way back.
+            self.restore_file.add(g.gpu_id, g.backend.record(g.original_w))
+            g.holding = True
+            self._register_atexit()
+        try:
+            back = g.backend.write(cap_w)
+        except CapUnavailable as exc:
+            if first:  # refused outright: nothing of ours is in force
+                g.holding = False
+                self.restore_file.remove(g.gpu_id)
+            self._give_up(g, str(exc))
+            return observed
+        except CapWriteError as exc:
+            g.write_errors_total += 1
+            g.failures += 1
+            log.error("GPU %s: %s", g.gpu_id, exc)
+            if g.failures >= FAILURES_BEFORE_GIVING_UP:
+                self._give_up(g, f"{FAILURES_BEFORE_GIVING_UP} power cap writes failed in a row, last: {exc}")
+            return observed
+        g.writes_total += 1
+        g.written_w = cap_w
+        if abs(back - cap_w) >= VERIFY_TOLERANCE_W:
+            g.failures += 1
+            log.warning("GPU %s: power cap reads %g W after writing %g W", g.gpu_id, back, cap_w)
+        elif abs(back - g.original_w) < VERIFY_TOLERANCE_W:
+            self._released(g)
+        else:
+            log.info("GPU %s: power cap %g W -> %g W", g.gpu_id, observed, back)
+        return back
+
+    def _released(self, g: GpuCap) -> None:
+        """The original is in force again: nothing of ours to give back."""
+        log.info("GPU %s: power cap back to its original %g W", g.gpu_id, g.original_w)
+        g.holding, g.written_w = False, None
+        self.restore_file.remove(g.gpu_id)
+
+    def _give_up(self, g: GpuCap, reason: str) -> None:
+        """Unavailable from now on: logged once, published, the supervisor pauses as without a governor."""
+        log.warning("GPU %s: power cap not governed: %s; a hot card is paused instead", g.gpu_id, reason)
+        g.mode, g.reason, g.pause_allowed, g.target_w = PowerMode.UNAVAILABLE, reason, True, None
+        self._give_back(g)
+
+    def _thermals(self, gpu_id: str) -> list[ThermalConfig]:
+        """[thermal] and the limits of every trainer on this GPU: the governor holds the strictest."""
+        base = self.config.thermal
+        return [base] + [t.thermal(base) for t in self.config.trainer if not t.gpus or gpu_id in t.gpus]
+
+    def _published(self, g: GpuCap, gpu: GpuReading, cap_w: float | None, at_floor: bool = False) -> PowerState:
+        mode = g.mode
+        if mode is PowerMode.IDLE and g.state.phase == "governing":
+            mode = PowerMode.FLOOR if at_floor else PowerMode.GOVERNING
+        default = g.default_w or g.original_w or 0.0
+        return PowerState(
+            gpu_id=g.gpu_id, mode=mode, backend=None if g.backend is None else g.backend.name, cap_w=cap_w,
+            target_cap_w=g.target_w, original_cap_w=g.original_w, floor_cap_w=g.floor_w,
+            pause_allowed=g.pause_allowed or mode is not PowerMode.GOVERNING, capped_seconds_total=g.capped_s,
+            throughput_kept_ratio=throughput_kept_ratio(cap_w, g.original_w, gpu.power_w, default),
+            writes_total=g.writes_total, write_errors_total=g.write_errors_total, reason=g.reason,
+        )
+
+    def _register_atexit(self) -> None:
+        if not self._atexit:
+            # The daemon restores in its finally (the documented path); this covers a controller used
+            # without it, whose process exits without calling restore(). restore() is idempotent.
+            atexit.register(self.restore)
+            self._atexit = True
+
+    def restore(self) -> None:
+        """Every cap we lowered back to what it was at start, verified; safe to call more than once."""
+        failed = [f"{g.gpu_id}: {problem}" for g in self.gpus.values() if (problem := self._give_back(g))]
+        if failed:
+            raise RuntimeError("power cap restore failed for " + ", ".join(failed))
+
+    def _give_back(self, g: GpuCap) -> str | None:
+        """The original back if we hold a lowered cap; the problem when it did not stick (record kept)."""
+        if not g.holding or g.backend is None or g.original_w is None:
+            return None
+        problem = give_back(g.backend, g.original_w)
+        if problem:
+            log.error("GPU %s: %s (run gpuwatch restore)", g.gpu_id, problem)
+            return problem
+        self._released(g)
+        g.state = GovernorState()
+        return None
+
+
+def _original_in(backend: CapBackend, record: Any) -> float | None:
+    """The original cap a restore record of this backend holds (left by a daemon that was killed)."""
+    if not isinstance(record, dict) or record.get("backend") != backend.name:
+        return None
+    return HwmonCap.original_in(record) if backend.name == "hwmon" else NvmlCap.original_in(record)

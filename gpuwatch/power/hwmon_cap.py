@@ -1,0 +1,112 @@
+"""amdgpu's hwmon ``power1_cap`` as a cap backend (the one write path on AMD GPUs).
+
+Kernel facts (Documentation/gpu/amdgpu/thermal.rst; ``amdgpu_hwmon_set_power_cap`` in
+drivers/gpu/drm/amd/pm/amdgpu_pm.c), checked on the 22 captures in tests/fixtures/amdgpu:
+
+* microwatts in and out; the attribute is 0644 (root writes); ``kstrtou32`` parses it, garbage is EINVAL;
+* the value is truncated to whole watts (``value / 1000000``), so whole watts are written and a
+  readback of exactly that is expected;
+* swsmu (Navi and newer) answers EINVAL out of [power1_cap_min, power1_cap_max]; EPERM during a GPU
+  reset or suspend; EINVAL on an SR-IOV VF; very old swsmu code ignored the SMU's answer, so a write
+  could "succeed" and change nothing: hence the readback;
+* power1_cap_min reads 0 on many boards (Navi 21, RDNA4, Polaris, Vega): the floor comes from the default;
+* on VanGogh (Steam Deck) power1 is slowPPT, an APU package limit shared with the CPU: not governed.
+
+The card's directories come from the amdgpu source by PCI slot on every call (``locate``), so a GPU that
+comes back under another hwmon index after a reset is written where it now is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gpuwatch.gpus.amdgpu import AmdCard
+from gpuwatch.model import GpuReading, PowerCapBackendName
+from gpuwatch.power.backend import CapRange, CapUnavailable, CapWriteError
+from gpuwatch.sysfs import Sysfs, SysfsError
+
+Locate = Callable[[str], AmdCard | None]
+UW_PER_W = 1_000_000
+# Errors that say the driver will never take the value (EACCES: not root; EINVAL: refused or a VF).
+PERMANENT = {"EACCES", "EINVAL", "EROFS"}
+APU_LABELS = {"slowPPT", "fastPPT"}
+
+
+class HwmonCap:
+    name: PowerCapBackendName = "hwmon"
+
+    def __init__(self, sysfs: Sysfs, gpu_id: str, locate: Locate, check_access: bool = True) -> None:
+        self.sysfs = sysfs
+        self.gpu_id = gpu_id
+        self.locate = locate
+        self.check_access = check_access
+
+    def path(self, name: str = "power1_cap") -> str:
+        """``name`` in the card's hwmon directory as the amdgpu source sees it now."""
+        card = self.locate(self.gpu_id)
+        if card is None or card.hwmon_dir is None:
+            raise CapWriteError(f"GPU {self.gpu_id} has no hwmon directory now")
+        return f"{card.hwmon_dir}/{name}"
+
+    def probe(self) -> CapRange:
+        try:
+            cap_path = self.path()
+        except CapWriteError:
+            raise CapUnavailable("no hwmon node: nothing to cap") from None
+        cap_uw = self._number(cap_path)
+        if cap_uw is None:
+            raise CapUnavailable("the board exposes no power1_cap (no power limit to lower)")
+        label = self._text(self.path("power1_label"))
+        if label in APU_LABELS:
+            raise CapUnavailable(f"power1 is {label}, an APU package limit shared with the CPU: not governed")
+        if self.check_access and not self.sysfs.writable(cap_path):
+            raise CapUnavailable("power1_cap is not writable (run gpuwatch as root)")
+        return CapRange(
+            cap_w=cap_uw / UW_PER_W,
+            min_w=_watts(self._number(self.path("power1_cap_min"))),
+            max_w=_watts(self._number(self.path("power1_cap_max"))),
+            default_w=_watts(self._number(self.path("power1_cap_default"))),
+        )
+
+    def current_w(self, gpu: GpuReading) -> float | None:
+        return gpu.power_cap_w  # the sampler read power1_cap this tick
+
+    def write(self, cap_w: float) -> float:
+        path = self.path()
+        try:
+            self.sysfs.write(path, str(round(cap_w * UW_PER_W)))
+        except SysfsError as exc:
+            if exc.reason in PERMANENT:
+                raise CapUnavailable(f"power1_cap refuses writes ({exc.reason})") from None
+            raise CapWriteError(f"power1_cap write failed: {exc.reason}") from None
+        back = self._number(path)
+        if back is None:
+            raise CapWriteError("power1_cap unreadable after the write")
+        return back / UW_PER_W
+
+    def record(self, original_w: float) -> dict[str, Any]:
+        # The path is a hint for a restore that cannot find the slot any more; the slot is the key.
+        return {"backend": self.name, "cap_uw": round(original_w * UW_PER_W), "path": self.path()}
+
+    @staticmethod
+    def original_in(record: Mapping[str, Any]) -> float | None:
+        value = record.get("cap_uw")
+        return value / UW_PER_W if isinstance(value, int) and value > 0 else None
+
+    def _text(self, path: str) -> str | None:
+        try:
+            return self.sysfs.read(path)
+        except SysfsError:
+            return None
+
+    def _number(self, path: str) -> int | None:
+        text = self._text(path)
+        try:
+            return int(text) if text else None
+        except ValueError:
+            return None
+
+
+def _watts(uw: int | None) -> float | None:
+    return None if uw is None else uw / UW_PER_W

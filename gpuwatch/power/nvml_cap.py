@@ -1,0 +1,94 @@
+"""NVML's power management limit as a cap backend (NVIDIA GPUs; tested against a stand-in of pynvml only).
+
+NVML facts (nvml.h; read on an H100, docs/nvidia.md), all in milliwatts:
+
+* ``nvmlDeviceGetPowerManagementLimit``: the limit that is *set*. That is the one found at start and
+  restored. ``nvmlDeviceGetEnforcedPowerLimit`` (what the sampler publishes as ``power_cap_w``) is the
+  effective limit after every limiter, out-of-band ones included: restoring it could make a temporary
+  BMC limit permanent.
+* ``nvmlDeviceGetPowerManagementLimitConstraints`` -> (min, max); ``...DefaultLimit``.
+* ``nvmlDeviceSetPowerManagementLimit(handle, mW)`` needs root: others get NO_PERMISSION; INVALID_ARGUMENT
+  out of range; NOT_SUPPORTED on boards without it. All three mean the governor is unavailable there.
+* The limit does not survive a reboot or a driver unload, but it does survive the daemon: after a crash
+  ``gpuwatch restore`` puts the original back from the restore file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpuwatch.gpus.nvml import normalise_bus_id
+from gpuwatch.model import GpuReading, PowerCapBackendName
+from gpuwatch.power.backend import CapRange, CapUnavailable, CapWriteError
+
+MW_PER_W = 1000
+# nvml.h return codes (used when a module lacks the named constants).
+_INVALID_ARGUMENT, _NOT_SUPPORTED, _NO_PERMISSION = 2, 3, 4
+
+
+class NvmlCap:
+    name: PowerCapBackendName = "nvml"
+
+    def __init__(self, nvml: Any, gpu_id: str) -> None:
+        self.nvml = nvml
+        self.gpu_id = gpu_id
+        self._handle: Any = None
+
+    def handle(self) -> Any:
+        """The NVML handle of this PCI slot (looked up by bus id, then kept)."""
+        if self._handle is None:
+            for index in range(int(self.nvml.nvmlDeviceGetCount())):
+                handle = self.nvml.nvmlDeviceGetHandleByIndex(index)
+                bus = self.nvml.nvmlDeviceGetPciInfo(handle).busId
+                if normalise_bus_id(bus.decode() if isinstance(bus, bytes) else str(bus)) == self.gpu_id:
+                    self._handle = handle
+                    break
+            else:
+                raise CapWriteError(f"NVML has no GPU at {self.gpu_id}")
+        return self._handle
+
+    def probe(self) -> CapRange:
+        try:
+            handle = self.handle()
+            limit_mw = self.nvml.nvmlDeviceGetPowerManagementLimit(handle)
+            low_mw, high_mw = self.nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle)
+            default_mw = self.nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle)
+        except (self.nvml.NVMLError, CapWriteError) as exc:
+            raise CapUnavailable(f"NVML power limit unreadable: {exc}") from None
+        return CapRange(cap_w=limit_mw / MW_PER_W, min_w=low_mw / MW_PER_W, max_w=high_mw / MW_PER_W,
+                        default_w=default_mw / MW_PER_W)
+
+    def current_w(self, gpu: GpuReading) -> float | None:
+        try:
+            return float(self.nvml.nvmlDeviceGetPowerManagementLimit(self.handle())) / MW_PER_W
+        except (self.nvml.NVMLError, CapWriteError):
+            return None
+
+    def write(self, cap_w: float) -> float:
+        handle = self.handle()
+        try:
+            self.nvml.nvmlDeviceSetPowerManagementLimit(handle, round(cap_w * MW_PER_W))
+        except self.nvml.NVMLError as exc:
+            code = getattr(exc, "value", None)
+            no_permission = self._code("NVML_ERROR_NO_PERMISSION", _NO_PERMISSION)
+            if code in (no_permission, self._code("NVML_ERROR_NOT_SUPPORTED", _NOT_SUPPORTED),
+                        self._code("NVML_ERROR_INVALID_ARGUMENT", _INVALID_ARGUMENT)):
+                hint = " (setting it needs root)" if code == no_permission else ""
+                raise CapUnavailable(f"NVML refuses the power limit: {exc}{hint}") from None
+            raise CapWriteError(f"NVML power limit write failed: {exc}") from None
+        try:
+            return float(self.nvml.nvmlDeviceGetPowerManagementLimit(handle)) / MW_PER_W
+        except self.nvml.NVMLError as exc:
+            raise CapWriteError(f"NVML power limit unreadable after the write: {exc}") from None
+
+    def record(self, original_w: float) -> dict[str, Any]:
+        return {"backend": self.name, "limit_mw": round(original_w * MW_PER_W)}
+
+    @staticmethod
+    def original_in(record: Mapping[str, Any]) -> float | None:
+        value = record.get("limit_mw")
+        return value / MW_PER_W if isinstance(value, int) and value > 0 else None
+
+    def _code(self, name: str, fallback: int) -> int:
+        return int(getattr(self.nvml, name, fallback))
