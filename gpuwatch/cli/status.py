@@ -107,7 +107,7 @@ def _gpu_block(gpu: GpuDoc, paint: Paint) -> list[str]:
         *_limits(temperatures),
         f"  busy   gpu {_pct(gpu.get('gpu_busy_ratio'))}  mem {_pct(gpu.get('mem_busy_ratio'))}",
         _memory_line(gpu),
-        f"  power  {_num(gpu.get('power_w'), 'W')} / cap {_num(gpu.get('power_cap_w'), 'W')}"
+        f"  power  {_num(gpu.get('power_w'), 'W')} / cap {_cap(gpu, paint)}"
         f"   sclk {_num(_mhz(gpu.get('sclk_hz')), 'MHz')}  mclk {_num(_mhz(gpu.get('mclk_hz')), 'MHz')}"
         + _energy(gpu.get("energy_joules")),
         _fan_line(gpu),
@@ -117,8 +117,8 @@ def _gpu_block(gpu: GpuDoc, paint: Paint) -> list[str]:
     if fan:
         lines.append("  ctrl   " + _controller(fan, paint))
     power = gpu.get("power_governor")
-    if power:
-        lines.append("  govern " + _governor(power, paint))
+    if power and power.get("mode") == "unavailable":
+        lines.append("  govern " + paint(f"power cap not governed: {power.get('reason') or NA}", YELLOW))
     if gpu.get("errors"):
         errs = ", ".join(f"{e['sensor']}: {e['error']}" for e in gpu["errors"][:4])
         more = f" (+{len(gpu['errors']) - 4} more)" if len(gpu["errors"]) > 4 else ""
@@ -228,30 +228,17 @@ def _controller(fan: FanControllerDoc, paint: Paint) -> str:
     return "  ".join(parts)
 
 
-def _governor(power: PowerGovernorDoc, paint: Paint) -> str:
-    """e.g. ``power 112/150 W, governed (floor 90 W)``; why not, where the cap is not governed."""
-    mode = power.get("mode")
-    if mode == "off":
-        return paint("power cap not governed (power.mode = off)", DIM)
-    if mode == "unavailable":
-        return paint(f"power cap not governed: {power.get('reason') or NA}", YELLOW)
-    cap, original, floor = power.get("cap_w"), power.get("original_cap_w"), power.get("floor_cap_w")
-    text = f"power {NA if cap is None else f'{cap:.0f}'}/{_num(original, 'W')}"
-    if mode == "governing":
-        text += ", " + paint("governed", YELLOW)
-    elif mode == "floor":
-        text += ", " + paint("governed at the floor", RED) + " (still hot: trainers pause)"
-    elif mode == "dry-run":
-        text += f", dry-run (would set {_num(power.get('target_cap_w'), 'W')})"
-    else:
-        text += f", {mode or NA}"
-    if floor is not None and original:
-        room = 1.0 - floor / original
-        text += f"  floor {floor:.0f} W" + (f" (cap range only {room:.0%})" if room < 0.2 else "")
-    kept = power.get("throughput_kept_ratio")
-    if kept is not None and kept < 1.0:
-        text += f"  ~{kept:.0%} speed kept"
-    return text
+def _cap(gpu: GpuDoc, paint: Paint) -> str:
+    """The cap in force, and the power governor's part in it: ``112/150 W, governed`` (of the original)."""
+    power: PowerGovernorDoc | None = gpu.get("power_governor")
+    mode = power.get("mode") if power else None
+    if power is None or mode not in ("governing", "floor", "dry-run"):
+        return _num(gpu.get("power_cap_w"), "W")
+    cap, original = power.get("cap_w"), power.get("original_cap_w")
+    if mode == "dry-run":
+        return f"{_num(cap, 'W')}, dry-run: would set {_num(power.get('target_cap_w'), 'W')}"
+    text = f"{NA if cap is None else f'{cap:.0f}'}/{_num(original, 'W')}, "
+    return text + (paint("governed at the floor", RED) if mode == "floor" else paint("governed", YELLOW))
 
 
 def _trainer_line(t: TrainerDoc, now: float, paint: Paint) -> str:
