@@ -30,15 +30,18 @@ FAKE_SYSFS = "/srv/fake-sysfs"
 # Two GPUs, so "every fan" means more than one: a pwm1 fan each (RX 5700 XT, RX 6900 XT).
 CARDS = ("navi10-rx5700xt-sapphire", "navi21-rx6900xt-sapphire-nitro")
 HANDED_BACK_LOG = "/srv/stoppost.log"
+CAPS_LOG = "/srv/stoppost-caps.log"
 # Test-only settings, always present:
 # - the fake tree stands in for /sys (ProtectSystem=strict leaves only the real /sys writable), and
 #   /srv/ckpt is the documented "trainers write elsewhere" drop-in;
-# - a probe after the unit's own ExecStopPost records every fan's mode ("2 2") once fans-auto has run
-#   and before any restart (ExecStopPost= lines run in order, and the next only when one succeeded;
-#   "$$" is systemd's literal "$"; grep, not cat: what gpuwatch writes has no newline).
+# - probes after the unit's own ExecStopPost record every fan's mode ("2 2") and every power cap once
+#   `gpuwatch restore` has run and before any restart (ExecStopPost= lines run in order, and the next
+#   only when one succeeded; "$$" is systemd's literal "$"; grep, not cat: what gpuwatch writes has no
+#   newline).
 TEST_DROPIN = f"""[Service]
 ReadWritePaths=-{FAKE_SYSFS} -/srv/ckpt
 ExecStopPost=+/bin/sh -c 'echo $$(grep -h . {FAKE_SYSFS}/class/hwmon/*/pwm1_enable) >> {HANDED_BACK_LOG}'
+ExecStopPost=+/bin/sh -c 'echo $$(grep -h . {FAKE_SYSFS}/class/hwmon/*/power1_cap) >> {CAPS_LOG}'
 """
 
 BASE_CONFIG = f"""\
@@ -167,7 +170,7 @@ class Unit:
         shutil.rmtree(box.path(FAKE_SYSFS), ignore_errors=True)
         tree = FakeSysfsTree(box.path(FAKE_SYSFS))  # relative links: built from the host as is
         self.hwmon = [str(tree.add_capture(capture(name)).hwmon_dir) for name in CARDS]
-        for leftover in (HANDED_BACK_LOG, "/var/lib/gpuwatch/t1/events", "/var/lib/gpuwatch/t1/probe.json"):
+        for leftover in (HANDED_BACK_LOG, CAPS_LOG, "/var/lib/gpuwatch/t1/events", "/var/lib/gpuwatch/t1/probe.json"):
             box.path(leftover).unlink(missing_ok=True)
 
     # -- systemd ---------------------------------------------------------------------------------
@@ -218,14 +221,30 @@ class Unit:
         """``name`` of every GPU's hwmon, read from the host."""
         return [self.box.path(f"{FAKE_SYSFS}/{hwmon}/{name}").read_text().strip() for hwmon in self.hwmon]
 
-    def handed_back(self) -> list[str]:
-        """What the probe after ExecStopPost saw, one line per stop: "2 2" = both fans on firmware auto.
-
-        Issue 26 (power-cap governor): once ExecStopPost restores power1_cap too, the probe in
-        TEST_DROPIN records the caps as well and the crash cases assert the originals came back.
-        """
-        path = self.box.path(HANDED_BACK_LOG)
+    def handed_back(self, log: str = HANDED_BACK_LOG) -> list[str]:
+        """What the probe after ExecStopPost saw, one line per stop: "2 2" = both fans on firmware auto
+        (``log=CAPS_LOG``: both power caps, in microwatts)."""
+        path = self.box.path(log)
         return path.read_text().splitlines() if path.exists() else []
+
+    def caps(self) -> list[int]:
+        """Every GPU's power1_cap (µW), read from the host."""
+        return [int(cap) for cap in self.fans("power1_cap")]
+
+    def heat(self) -> str:
+        """Every GPU's junction 1 °C under its pause limit (crit - 10): the fan curve is at its top, so the
+        power governor lowers the caps. Returns the caps as found, as the probe line records them."""
+        found = " ".join(str(cap) for cap in self.caps())
+        for hwmon in self.hwmon:
+            crit_mc = int(self.box.path(f"{FAKE_SYSFS}/{hwmon}/temp2_crit").read_text())
+            self.box.path(f"{FAKE_SYSFS}/{hwmon}/temp2_input").write_text(f"{crit_mc - 11000}\n")
+        return found
+
+    def governed(self, found: str) -> None:
+        """Wait until the governor has lowered every cap below what was ``found``."""
+        originals = [int(cap) for cap in found.split()]
+        wait_for(lambda: all(cap < original for cap, original in zip(self.caps(), originals)),
+                 "the power governor to lower both caps", 30, interval_s=0.2, detail=self.journal)
 
     def recorded_modes(self) -> list[int]:
         """Every fan's original ``pwm1_enable`` as /run/gpuwatch/fan-restore.json records it, sorted."""

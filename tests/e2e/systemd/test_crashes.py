@@ -1,11 +1,14 @@
 """Crashes under a real systemd: SIGKILL, a watchdog timeout, a crash loop, a ReadWritePaths= directory
 gone missing. Every one must end with every fan handed back to the firmware by ExecStopPost before
-anything restarts (the test drop-in's probe records the fans right after it)."""
+anything restarts (the test drop-in's probe records the fans right after it); on hot cards, with every
+power cap the governor lowered back at the value found (the second probe)."""
 
 from __future__ import annotations
 
+import json
+
 from tests.support.paths import REPO
-from tests.support.unit_rig import CONTAINER_MARKS, Unit
+from tests.support.unit_rig import CAPS_LOG, CONTAINER_MARKS, Unit
 from tests.support.waiting import wait_for
 
 pytestmark = CONTAINER_MARKS
@@ -23,12 +26,15 @@ def kill(unit: Unit) -> int:
 
 def test_sigkill_hands_every_fan_back_then_restarts_with_the_restore_record(unit: Unit) -> None:
     unit.reset()  # the shipped RestartSec=5s
+    found = unit.heat()
     unit.start()
+    unit.governed(found)
     unit.box.write("/run/gpuwatch/sentinel", "left by the killed instance")
     cursor = unit.cursor()
     killed = kill(unit)
     unit.wait_restart(killed)
     assert unit.handed_back() == ["2 2"]  # after ExecStopPost (exit 0), before the restart
+    assert unit.handed_back(CAPS_LOG) == [found]  # the caps as found, not the lowered ones
     journal = unit.logged(cursor, "handed back", "Main process exited, code=killed, status=9/KILL")
     assert "Traceback" not in journal
     assert unit.prop("NRestarts") == "1"
@@ -39,21 +45,29 @@ def test_sigkill_hands_every_fan_back_then_restarts_with_the_restore_record(unit
 
 
 def test_restore_record_keeps_the_original_mode_when_nothing_handed_back(unit: Unit) -> None:
-    # No ExecStopPost: the fans stay manual (1) through the restart; the record must still say 2.
+    # No ExecStopPost: the fans stay manual (1) and the caps lowered through the restart; the records must
+    # still hold the originals, and a stop gives those back.
     unit.reset(dropins={"20-no-stop-post.conf": "[Service]\nExecStopPost=\nRestartSec=200ms\n"})
+    found = unit.heat()
     unit.start()
+    unit.governed(found)
     unit.wait_restart(kill(unit))
     assert unit.fans() == ["1", "1"]
     assert unit.recorded_modes() == [2, 2]
+    records = json.loads(unit.box.path("/run/gpuwatch/power-restore.json").read_text())
+    assert sorted(str(r["cap_uw"]) for r in records.values()) == sorted(found.split())
     assert unit.systemctl("stop", "gpuwatch").returncode == 0
     assert unit.fans() == ["2", "2"]  # the true original, not the 1 the killed instance left
+    assert " ".join(str(cap) for cap in unit.caps()) == found  # the caps found, not the lowered ones
     assert not unit.box.path("/run/gpuwatch").exists()  # a stop (not a restart) removes it
 
 
 def test_watchdog_aborts_a_stuck_daemon_hands_the_fans_back_and_restarts(unit: Unit) -> None:
     # 5 s, not less: the daemon pings every 2.5 s, and a busy machine must not trip it before the SIGSTOP.
     unit.reset(dropins={"20-watchdog.conf": "[Service]\nWatchdogSec=5s\nRestartSec=200ms\n"})
+    found = unit.heat()
     unit.start()
+    unit.governed(found)
     assert unit.prop("WatchdogUSec") == "5s"
     pid = unit.main_pid()
     cursor = unit.cursor()
@@ -62,6 +76,7 @@ def test_watchdog_aborts_a_stuck_daemon_hands_the_fans_back_and_restarts(unit: U
     unit.logged(cursor, "Watchdog timeout", f"Killing process {pid} (gpuwatch) with signal SIGABRT",
                 "Failed with result 'watchdog'")
     assert unit.handed_back() == ["2 2"]
+    assert unit.handed_back(CAPS_LOG) == [found]
     assert unit.prop("NRestarts") == "1"
     assert unit.fans() == ["1", "1"]
 
