@@ -20,6 +20,10 @@ off, "ladder" = fan -> power cap -> pause):
 * fan rev/h, cap rev/h: direction changes of the commanded fan speed and of the cap in force (hunting);
 * writes/h, min cap: power1_cap writes, and the lowest cap in force.
 
+Then it checks issue 26's targets for the ladder (TARGETS; exit status 1 when one is missed): the hot case
+keeps >= 90 % and the fan stuck at 30 % >= 85 %, both with no pause and the true junction at most 1 °C
+over the limit; the healthy default runs exactly as pause-only does.
+
     .venv/bin/python benchmarks/control_quality.py [--hours 2] [--tick-s 1] [--seed 1] [--robust]
 """
 
@@ -196,6 +200,38 @@ def row(name: str, policy: str, r: Result, hours: float) -> str:
             f"{r.cap_writes / hours:8.1f} | {r.min_cap_w:5.0f} W |")
 
 
+@dataclass(frozen=True)
+class Target:
+    """Issue 26's targets for the ladder in one scenario of the main table."""
+
+    scenario: str
+    min_kept_percent: float
+    max_pauses: int = 0
+    max_overshoot_c: float = 1.0
+
+
+TARGETS = (Target("hot case (cooling x0.4)", 90.0), Target("fan stuck at 30 %", 85.0))
+UNTOUCHED = "default config, healthy fan"  # the governor never engages: the ladder's row is pause-only's
+
+
+def check_targets(results: dict[tuple[str, bool], Result]) -> list[str]:
+    """One line per target, "met" or "MISSED"; scenarios that were not run are skipped."""
+    lines = []
+    for t in TARGETS:
+        r = results.get((t.scenario, True))
+        if r is None:
+            continue
+        met = r.kept_percent >= t.min_kept_percent and r.pauses <= t.max_pauses and r.overshoot_c <= t.max_overshoot_c
+        lines.append(f"{'met   ' if met else 'MISSED'} {t.scenario}: kept {r.kept_percent:.1f} % (>= "
+                     f"{t.min_kept_percent:g} %), {r.pauses} pauses (<= {t.max_pauses}), {r.overshoot_c:.1f} °C over "
+                     f"the limit (<= {t.max_overshoot_c:g})")
+    if (UNTOUCHED, True) in results and (UNTOUCHED, False) in results:
+        same = results[(UNTOUCHED, True)] == results[(UNTOUCHED, False)]
+        lines.append(f"{'met   ' if same else 'MISSED'} {UNTOUCHED}: the ladder's run is "
+                     f"{'identical to' if same else 'DIFFERENT from'} pause-only's (the governor never engages)")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="closed-loop control quality on the simulated GPU")
     parser.add_argument("--hours", type=float, default=2.0)
@@ -211,11 +247,14 @@ def main(argv: list[str] | None = None) -> int:
           f"cap {CAP_W:g} W, floor {floor_w:g} W; step rate (P/P_demand)^(1/3) while capped\n")
     print(HEADER)
     print("|" + "|".join("-" * len(cell) for cell in HEADER.split("|")[1:-1]) + "|")
+    results: dict[tuple[str, bool], Result] = {}
     for scenario in scenarios(base) + (robustness(base) if args.robust else []):
         for ladder in (False, True):
-            r = run(scenario, config, ladder, args.hours, args.tick_s, args.seed)
+            r = results[(scenario.name, ladder)] = run(scenario, config, ladder, args.hours, args.tick_s, args.seed)
             print(row(scenario.name, "ladder" if ladder else "pause-only", r, args.hours), flush=True)
-    return 0
+    lines = check_targets(results)
+    print("\ntargets (the ladder):\n" + "\n".join(lines))
+    return 1 if any(line.startswith("MISSED") for line in lines) else 0
 
 
 if __name__ == "__main__":

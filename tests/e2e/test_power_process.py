@@ -1,6 +1,7 @@
 """Real processes: `gpuwatch run` on a simulated card in a hot case lowers the power cap; SIGTERM and SIGINT
 give it back; after SIGKILL (or SIGABRT, systemd's watchdog kill) `gpuwatch restore` does, from the
-restore file, exactly as ExecStopPost runs it."""
+restore file, exactly as ExecStopPost runs it, and so does `gpuwatch fans-auto` (its first name, which units
+installed before the governor still run)."""
 
 from __future__ import annotations
 
@@ -53,16 +54,18 @@ def test_a_stop_signal_gives_the_cap_back(tmp_path: Path, sig: int) -> None:
     assert not (tmp_path / "run/power-restore.json").exists()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGABRT], ids=["SIGKILL", "SIGABRT-watchdog"])
-def test_after_a_kill_the_restore_command_gives_the_cap_back(tmp_path: Path, sig: int) -> None:
+@pytest.mark.parametrize(("sig", "verb"), [(signal.SIGKILL, "restore"), (signal.SIGABRT, "fans-auto")],
+                         ids=["SIGKILL-restore", "SIGABRT-watchdog-fans-auto"])
+def test_after_a_kill_the_restore_command_gives_the_cap_back(tmp_path: Path, sig: int, verb: str) -> None:
     status, _, config, cap = _capped_then(tmp_path, sig)
     run_dir = tmp_path / "run"
     assert status == -sig
     assert _cap_uw(cap) < ORIGINAL_UW  # nobody gave it back
     record = json.loads((run_dir / "power-restore.json").read_text())
     assert [r["cap_uw"] for r in record.values()] == [ORIGINAL_UW]
-    done = subprocess.run([*CLI, "restore", "-c", str(config), "--sysfs-root", str(tmp_path / "tree")],
+    done = subprocess.run([*CLI, verb, "-c", str(config), "--sysfs-root", str(tmp_path / "tree")],
                           capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()
+    assert "power cap" in done.stdout.decode()  # it says what it gave back
     assert _cap_uw(cap) == ORIGINAL_UW
     assert not (run_dir / "power-restore.json").exists() and not (run_dir / "fan-restore.json").exists()
