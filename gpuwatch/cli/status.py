@@ -107,9 +107,7 @@ def _gpu_block(gpu: GpuDoc, paint: Paint) -> list[str]:
         *_limits(temperatures),
         f"  busy   gpu {_pct(gpu.get('gpu_busy_ratio'))}  mem {_pct(gpu.get('mem_busy_ratio'))}",
         _memory_line(gpu),
-        f"  power  {_num(gpu.get('power_w'), 'W')} / cap {_cap(gpu, paint)}"
-        f"   sclk {_num(_mhz(gpu.get('sclk_hz')), 'MHz')}  mclk {_num(_mhz(gpu.get('mclk_hz')), 'MHz')}"
-        + _energy(gpu.get("energy_joules")),
+        _power_line(gpu, paint),
         _fan_line(gpu),
         *_health_lines(gpu, paint),
     ]
@@ -228,17 +226,22 @@ def _controller(fan: FanControllerDoc, paint: Paint) -> str:
     return "  ".join(parts)
 
 
-def _cap(gpu: GpuDoc, paint: Paint) -> str:
-    """The cap in force, and the power governor's part in it: ``112/150 W, governed`` (of the original)."""
+def _power_line(gpu: GpuDoc, paint: Paint) -> str:
+    """Power, the cap, the clocks and the energy. While the governor acts on the cap, the memory clock (which
+    the cap leaves alone: it is still in --json and /metrics) makes room for its part, so the line keeps
+    within 80 columns: ``power  131 W / cap 131/150 W, governed   sclk 1690 MHz  energy 0.012 kWh``."""
     power: PowerGovernorDoc | None = gpu.get("power_governor")
     mode = power.get("mode") if power else None
+    sclk = f"   sclk {_num(_mhz(gpu.get('sclk_hz')), 'MHz')}"
     if power is None or mode not in ("governing", "floor", "dry-run"):
-        return _num(gpu.get("power_cap_w"), "W")
-    cap, original = power.get("cap_w"), power.get("original_cap_w")
-    if mode == "dry-run":
-        return f"{_num(cap, 'W')}, dry-run: would set {_num(power.get('target_cap_w'), 'W')}"
-    text = f"{NA if cap is None else f'{cap:.0f}'}/{_num(original, 'W')}, "
-    return text + (paint("governed at the floor", RED) if mode == "floor" else paint("governed", YELLOW))
+        cap = _num(gpu.get("power_cap_w"), "W") + sclk + f"  mclk {_num(_mhz(gpu.get('mclk_hz')), 'MHz')}"
+    elif mode == "dry-run":
+        cap = f"{_num(power.get('cap_w'), 'W')}, would set {_num(power.get('target_cap_w'), 'W')}" + sclk
+    else:
+        held = power.get("cap_w")
+        cap = (f"{NA if held is None else f'{held:.0f}'}/{_num(power.get('original_cap_w'), 'W')}, "
+               + (paint("at floor", RED) if mode == "floor" else paint("governed", YELLOW)) + sclk)
+    return f"  power  {_num(gpu.get('power_w'), 'W')} / cap {cap}" + _energy(gpu.get("energy_joules"))
 
 
 def _trainer_line(t: TrainerDoc, now: float, paint: Paint) -> str:

@@ -216,3 +216,27 @@ def test_status_shows_the_governed_cap_and_why_not(tmp_path: Path) -> None:
     assert " / cap 245/289 W, governed   sclk " in text  # the power line
     assert "  govern power cap not governed: power1_cap refuses writes (EACCES)" in text
     assert text.count("  govern ") == 1  # only where it cannot govern: the screen stays short
+
+
+@pytest.mark.parametrize(("mode", "cap"), [
+    ("idle", "cap 289 W   sclk 2500 MHz  mclk 1000 MHz  energy 12.345 kWh"),
+    ("governing", "cap 245/289 W, governed   sclk 2500 MHz  energy 12.345 kWh"),
+    ("floor", "cap 174/289 W, at floor   sclk 2500 MHz  energy 12.345 kWh"),
+    ("dry-run", "cap 289 W, would set 245 W   sclk 2500 MHz  energy 12.345 kWh"),
+])
+def test_the_power_line_keeps_within_80_columns_on_a_big_card(tmp_path: Path, mode: str, cap: str) -> None:
+    """A 289 W card at its top clock after a long run: the widest power line make run's 80x24 screen may get."""
+    from gpuwatch.cli.status import render
+    from gpuwatch.config import ThermalConfig
+    from gpuwatch.publish.document import to_document
+    from tests.support.published import example_state
+
+    doc = to_document(example_state(tmp_path / "sys"), ThermalConfig(), "daemon")
+    gpu = doc["gpus"][0]
+    held = {"idle": 289.0, "governing": 245.0, "floor": 174.0, "dry-run": 289.0}[mode]
+    gpu.update(power_w=245.0, power_cap_w=held, sclk_hz=2500e6, mclk_hz=1000e6, energy_joules=12.345 * 3.6e6)
+    assert gpu["power_governor"] is not None
+    gpu["power_governor"].update(mode=mode, cap_w=held, target_cap_w=245.0, original_cap_w=289.0)
+    line = next(line for line in render(doc, now=doc["taken_unix"]).splitlines() if line.startswith("  power  "))
+    assert line == f"  power  245 W / {cap}"
+    assert len(line) <= 80
