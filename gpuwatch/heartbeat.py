@@ -4,9 +4,13 @@ The supervisor gives each trainer two paths through its environment:
 
 * ``GPUWATCH_HEARTBEAT_FILE``: the trainer (the launcher's optimizer-step hook, or any program that
   wants to) rewrites this JSON file atomically (tmp + rename) with its progress. The daemon only reads it.
+  The ranks of a distributed job write one file each beside it (``rank_heartbeat_path``), with the
+  job's view of the pause; the daemon aggregates them.
 * ``GPUWATCH_PAUSE_FILE``: while this file exists the daemon asks for a cooperative pause: the trainer
   blocks at its next optimizer-step boundary and reports ``paused: true`` in its heartbeat until the
-  file is gone.
+  file is gone. Its text is the reason (``pause_reason``), which a distributed job shows on every node.
+
+``GPUWATCH_NODE`` names this machine in a job that spans several (default: the host name).
 
 This module has no dependencies beyond the standard library so that both the daemon (which never
 imports torch) and the torch launcher can use it.
@@ -23,11 +27,24 @@ from typing import Any
 
 HEARTBEAT_ENV = "GPUWATCH_HEARTBEAT_FILE"
 PAUSE_ENV = "GPUWATCH_PAUSE_FILE"
+NODE_ENV = "GPUWATCH_NODE"
+# Set for every trainer unless the user set it (the supervisor, `gpuwatch train`): torch 2.13's torchrun
+# shares its rendezvous TCPStore with the workers by default, and workers it restarts (--max-restarts)
+# then read stale addresses and fail or hang in init_process_group (0 clean restarts in 6 trials, with
+# or without gpuwatch; pytorch/pytorch#135712, #167288). A store of their own restarts cleanly.
+TRAINER_ENV_DEFAULTS = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+_RANK_INFIX = ".rank-"
 
 
 @dataclass(frozen=True)
 class Heartbeat:
-    """One progress report from a trainer; times are Unix seconds (the writer's clock)."""
+    """One progress report from a trainer; times are Unix seconds (the writer's clock).
+
+    A rank of a distributed job also reports the job: every rank counts the same steps (lockstep
+    optimizer steps only), ``pause_seq`` counts the pauses the whole job agreed on, and while held
+    ``job_ranks_held`` / ``job_wanting`` are the job-wide counts of ranks holding and of ranks whose
+    node asks for the pause (``wants``: this rank's node does); ``paused_by`` is "node: reason".
+    """
 
     pid: int
     steps_total: int
@@ -36,6 +53,23 @@ class Heartbeat:
     updated_unix: float
     paused: bool = False
     epoch: int | None = None
+    rank: int | None = None
+    world_size: int | None = None
+    local_world_size: int | None = None
+    node: str | None = None
+    job: str | None = None  # the job incarnation's id, drawn when the ranks joined
+    pause_seq: int = 0
+    wants: bool = False
+    job_ranks_held: int | None = None
+    job_wanting: int | None = None
+    paused_by: str | None = None
+    pg_timeout_s: float | None = None
+    backend: str | None = None
+    restart_count: int | None = None
+
+
+_OPTIONAL_INT = ("epoch", "rank", "world_size", "local_world_size", "job_ranks_held", "job_wanting", "restart_count")
+_OPTIONAL_STR = ("node", "job", "paused_by", "backend")
 
 
 def write_heartbeat(path: str | os.PathLike[str], heartbeat: Heartbeat) -> None:
@@ -58,6 +92,11 @@ def read_heartbeat(path: str | os.PathLike[str]) -> Heartbeat | None:
     """The last heartbeat, or None when there is none yet or it cannot be parsed."""
     try:
         raw = json.loads(Path(path).read_text())
+        known: dict[str, Any] = {}
+        for name in _OPTIONAL_INT:
+            known[name] = None if raw.get(name) is None else int(raw[name])
+        for name in _OPTIONAL_STR:
+            known[name] = None if raw.get(name) is None else str(raw[name])
         return Heartbeat(
             pid=int(raw["pid"]),
             steps_total=int(raw["steps_total"]),
@@ -65,15 +104,62 @@ def read_heartbeat(path: str | os.PathLike[str]) -> Heartbeat | None:
             steps_per_s=_opt_float(raw.get("steps_per_s")),
             updated_unix=float(raw["updated_unix"]),
             paused=bool(raw.get("paused", False)),
-            epoch=None if raw.get("epoch") is None else int(raw["epoch"]),
+            pause_seq=int(raw.get("pause_seq", 0)),
+            wants=bool(raw.get("wants", False)),
+            pg_timeout_s=_opt_float(raw.get("pg_timeout_s")),
+            **known,
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def rank_heartbeat_path(heartbeat_file: str | os.PathLike[str], rank: int) -> Path:
+    """Where rank ``rank`` of a distributed job writes: ``heartbeat.json`` -> ``heartbeat.rank-3.json``."""
+    path = Path(heartbeat_file)
+    return path.with_name(f"{path.stem}{_RANK_INFIX}{rank}{path.suffix}")
+
+
+def read_rank_heartbeats(heartbeat_file: str | os.PathLike[str]) -> list[Heartbeat]:
+    """Every rank's last heartbeat beside ``heartbeat_file`` (files of ranks long gone included)."""
+    path = Path(heartbeat_file)
+    beats = []
+    for candidate in path.parent.glob(f"{path.stem}{_RANK_INFIX}*{path.suffix}"):
+        beat = read_heartbeat(candidate)
+        if beat is not None and beat.rank is not None:
+            beats.append(beat)
+    return beats
+
+
+def remove_heartbeats(heartbeat_file: str | os.PathLike[str]) -> None:
+    """A new run starts without the previous run's heartbeats (its own and its ranks')."""
+    path = Path(heartbeat_file)
+    for old in [path, *path.parent.glob(f"{path.stem}{_RANK_INFIX}*{path.suffix}")]:
+        old.unlink(missing_ok=True)
 
 
 def pause_requested(pause_file: str | os.PathLike[str] | None) -> bool:
     """True while the daemon asks the trainer to hold at its next step boundary."""
     return pause_file is not None and os.path.exists(pause_file)
+
+
+def request_pause(pause_file: str | os.PathLike[str], reason: str) -> None:
+    """Create the pause file atomically, with the reason as its text."""
+    target = Path(pause_file)
+    fd, tmp = tempfile.mkstemp(prefix=".pause-", dir=target.parent)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(reason.strip()[:200] + "\n")
+    os.replace(tmp, target)
+
+
+def pause_reason(pause_file: str | os.PathLike[str] | None) -> str:
+    """The reason written into the pause file ("pause requested" when it has none or is gone)."""
+    if pause_file is None:
+        return "pause requested"
+    try:
+        with open(pause_file, encoding="utf-8", errors="replace") as handle:
+            return handle.read(200).strip() or "pause requested"
+    except OSError:
+        return "pause requested"
 
 
 def _opt_float(value: Any) -> float | None:

@@ -116,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="run a training script with the training patches (gpuwatch[train])",
                            usage="gpuwatch train [--conv2d-fallback [auto|on|off]] [--conv2d-autotune on|off] "
                                  "[--conv2d-tune-cache DIR] [--spawn] [--heartbeat-file FILE] [--pause-file FILE] "
-                                 "-- python train.py ARGS")
+                                 "-- python train.py ARGS\n"
+                                 "       gpuwatch train [options] -- torchrun [TORCHRUN ARGS] train.py ARGS")
     train.add_argument("--conv2d-fallback", choices=FALLBACK_MODES, nargs="?", const="on", default="auto",
                        help="im2col Conv2d instead of MIOpen: auto = only where a native probe conv fails "
                             "(default); without a value: on")
@@ -129,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--heartbeat-file", metavar="FILE", help="heartbeat JSON path (default $GPUWATCH_HEARTBEAT_FILE)")
     train.add_argument("--pause-file", metavar="FILE",
                        help="hold at the step boundary while it exists (default $GPUWATCH_PAUSE_FILE)")
-    train.add_argument("command", nargs=argparse.REMAINDER, help="python SCRIPT ARGS or python -m MODULE ARGS")
+    train.add_argument("command", nargs=argparse.REMAINDER, help="python SCRIPT ARGS, python -m MODULE ARGS, or any command that starts Python (torchrun ...)")
     train.set_defaults(handler=cmd_train)
 
     check = sub.add_parser("check-config", help="validate a config file and print the effective config")
@@ -204,16 +205,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from gpuwatch.train.argv import LaunchCommandError, build_launch_argv
+    from gpuwatch.train.argv import LaunchCommandError, build_train_command
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     try:
-        argv = build_launch_argv(args.conv2d_fallback, args.spawn, command,
-                                 autotune=args.conv2d_autotune == "on", tune_cache=args.conv2d_tune_cache,
-                                 heartbeat_file=args.heartbeat_file, pause_file=args.pause_file)
+        argv, env = build_train_command(args.conv2d_fallback, args.spawn, command, os.environ,
+                                        autotune=args.conv2d_autotune == "on", tune_cache=args.conv2d_tune_cache,
+                                        heartbeat_file=args.heartbeat_file, pause_file=args.pause_file)
     except LaunchCommandError as exc:
         args.parser.error(str(exc))  # train's usage, exit 2
-    os.execvp(argv[0], argv)  # the launcher (python -m gpuwatch.launch) replaces this process
+    try:
+        os.execvpe(argv[0], argv, env)  # the launcher, or the command itself, replaces this process
+    except OSError as exc:
+        print(f"gpuwatch train: cannot run {argv[0]!r}: {exc.strerror}", file=sys.stderr)
+        return 127
 
 
 def cmd_restore(args: argparse.Namespace) -> int:

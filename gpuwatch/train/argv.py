@@ -1,17 +1,23 @@
-"""Turn ``gpuwatch train -- python train.py ARGS`` into the launcher's argv, without importing torch.
+"""Turn ``gpuwatch train -- COMMAND`` into what to exec, without importing torch.
 
-The CLI (which must never import torch) calls ``build_launch_argv`` and execs the result; the torch
-side lives in ``gpuwatch.train.launch``, reached through ``python -m gpuwatch.launch``.
+The CLI (which must never import torch) calls ``build_train_command`` and execs the result: a
+``python SCRIPT`` command becomes ``python -m gpuwatch.launch ... SCRIPT`` (the torch side lives in
+``gpuwatch.train.launch``); any other command (torchrun, a shell script) runs as given with
+``injection_env``, which makes every Python process it starts install the same patches and hooks
+(``inject/sitecustomize.py``). The launcher exports the same environment to the script's children.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from gpuwatch.heartbeat import TRAINER_ENV_DEFAULTS
 
 # The conv2d fallback's modes, for `gpuwatch train`, the launcher and patch_conv2d alike.
 FallbackMode = Literal["auto", "on", "off"]
@@ -20,6 +26,10 @@ FALLBACK_MODES: tuple[FallbackMode, ...] = ("auto", "on", "off")
 _PY_FLAGS = {"-u", "-O", "-OO", "-B", "-E", "-s", "-S", "-I", "-b", "-bb", "-q", "-v", "-d", "-P"}
 _PY_FLAGS_WITH_VALUE = {"-X", "-W"}
 _PYTHON_NAME = re.compile(r"python(\d+(\.\d+)?)?")
+# The folder holding only the injected sitecustomize.py, and what switches it on.
+INJECT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "inject")
+INJECT_ENV = "GPUWATCH_INJECT"
+OPTIONS_ENV = "GPUWATCH_LAUNCH_OPTIONS"  # the launcher's options, shell-quoted, for every process
 
 
 class LaunchCommandError(ValueError):
@@ -69,21 +79,57 @@ def build_launch_argv(
     ``tune_cache`` are passed on only when they differ from the launcher's defaults; the heartbeat and
     pause files when given (else the launcher reads the supervisor's environment).
     """
-    if fallback not in FALLBACK_MODES:
-        raise LaunchCommandError(f"--conv2d-fallback must be one of {FALLBACK_MODES}, got {fallback!r}")
+    options = launcher_options(fallback, spawn, autotune=autotune, tune_cache=tune_cache,
+                               heartbeat_file=heartbeat_file, pause_file=pause_file)
     parsed = parse_python_command(command)
     interpreter = parsed.interpreter if parsed.interpreter and os.sep in parsed.interpreter else sys.executable
-    argv = [interpreter, *parsed.flags, "-m", "gpuwatch.launch", "--conv2d-fallback", fallback]
+    return [interpreter, *parsed.flags, "-m", "gpuwatch.launch", *options, *parsed.target]
+
+
+def launcher_options(
+    fallback: str, spawn: bool, *, autotune: bool = True, tune_cache: str | None = None,
+    heartbeat_file: str | None = None, pause_file: str | None = None,
+) -> list[str]:
+    """The launcher's options for these settings (defaults left out, except the fallback mode)."""
+    if fallback not in FALLBACK_MODES:
+        raise LaunchCommandError(f"--conv2d-fallback must be one of {FALLBACK_MODES}, got {fallback!r}")
+    options = ["--conv2d-fallback", fallback]
     if spawn:
-        argv.append("--spawn")
+        options.append("--spawn")
     if not autotune:
-        argv += ["--conv2d-autotune", "off"]
+        options += ["--conv2d-autotune", "off"]
     if tune_cache is not None:
-        argv += ["--conv2d-tune-cache", tune_cache]
+        options += ["--conv2d-tune-cache", tune_cache]
     for option, value in (("--heartbeat-file", heartbeat_file), ("--pause-file", pause_file)):
         if value is not None:
-            argv += [option, value]
-    return argv + parsed.target
+            options += [option, value]
+    return options
+
+
+def build_train_command(
+    fallback: str, spawn: bool, command: Sequence[str], environ: Mapping[str, str], *, autotune: bool = True,
+    tune_cache: str | None = None, heartbeat_file: str | None = None, pause_file: str | None = None,
+) -> tuple[list[str], dict[str, str]]:
+    """What ``gpuwatch train`` execs, and with which environment (see the module's docstring)."""
+    settings = dict(autotune=autotune, tune_cache=tune_cache, heartbeat_file=heartbeat_file, pause_file=pause_file)
+    options = launcher_options(fallback, spawn, **settings)  # type: ignore[arg-type]
+    if not command:
+        raise LaunchCommandError("no training command given (expected: -- python train.py ARGS, or -- torchrun ...)")
+    if is_python(command[0]) or command[0].endswith(".py"):
+        return build_launch_argv(fallback, spawn, command, **settings), dict(environ)  # type: ignore[arg-type]
+    return list(command), injection_env(environ, options)
+
+
+def injection_env(environ: Mapping[str, str], options: Sequence[str]) -> dict[str, str]:
+    """``environ`` plus what makes every Python process started with it install the launcher's patches
+    and hooks: the sitecustomize folder first on PYTHONPATH, the switch and the options; torchrun's
+    store sharing off unless the user chose otherwise (``heartbeat.TRAINER_ENV_DEFAULTS``)."""
+    env = dict(environ)
+    rest = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry and entry != INJECT_DIR]
+    env["PYTHONPATH"] = os.pathsep.join([INJECT_DIR, *rest])
+    env[INJECT_ENV] = "1"
+    env[OPTIONS_ENV] = shlex.join(options)
+    return TRAINER_ENV_DEFAULTS | env
 
 
 def is_python(word: str) -> bool:

@@ -1,25 +1,50 @@
-"""Global optimizer-step hooks: publish a throttled heartbeat, and hold at the step boundary on pause.
+"""Global optimizer-step hooks: count steps, publish a throttled heartbeat, hold at the step boundary on pause.
 
-The post-hook counts steps and rewrites the heartbeat file (``gpuwatch.heartbeat``) at most every
-``interval_s`` (always on the first step); the pre-hook does one ``stat`` of the pause file per step
-and, while it exists, blocks there, reporting ``paused: true`` every ``paused_every_s``. Both are
-installed with ``register_optimizer_step_*_hook`` so they see every optimizer of an unmodified script.
+The hooks are installed with ``register_optimizer_step_*_hook``, so they see every optimizer of an
+unmodified script. What they do depends on the process, read at its first optimizer step
+(``lockstep.current_role``):
+
+* a single process: the post-hook counts steps and rewrites the heartbeat file at most every
+  ``interval_s`` (always on the first step); the pre-hook does one ``stat`` of the pause file and,
+  while it exists, blocks there, reporting ``paused: true`` every ``paused_every_s``;
+* a rank of a torch.distributed job: only lockstep optimizers count, the pause is the job's
+  (``job_pause.py``: every rank holds at the same step), and the heartbeat goes to the rank's own file
+  beside the heartbeat file (``heartbeat.rank_heartbeat_path``) with the job's view;
+* a DataLoader worker: nothing.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
+import weakref
+from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from gpuwatch.heartbeat import HEARTBEAT_ENV, PAUSE_ENV, Heartbeat, pause_requested, write_heartbeat
+from gpuwatch.heartbeat import (
+    HEARTBEAT_ENV,
+    NODE_ENV,
+    PAUSE_ENV,
+    Heartbeat,
+    pause_requested,
+    rank_heartbeat_path,
+    write_heartbeat,
+)
+from gpuwatch.train import lockstep
+from gpuwatch.train.cadence import Cadence, ewma
+from gpuwatch.train.job_pause import HoldView, JobPause
 
 INTERVAL_ENV = "GPUWATCH_HEARTBEAT_INTERVAL_S"
-DEFAULT_INTERVAL_S = 0.25
+# The daemon reads heartbeats once a tick (1 s by default). A write is an atomic rename, which costs
+# 0.15-0.5 ms on a loaded VM disk (the 2-core dev box): every 0.25 s that was up to 0.4 % of a 100 ms
+# step, in every rank. Pause and release are written at once, whatever the interval.
+DEFAULT_INTERVAL_S = 1.0
 _log = logging.getLogger("gpuwatch.train")
 
 
@@ -34,41 +59,72 @@ class StepHeartbeat:
         *,
         paused_every_s: float = 0.5,
         poll_s: float = 0.05,
+        cadence: Cadence | None = None,
+        node: str | None = None,
     ) -> None:
         self.heartbeat_file = heartbeat_file
         self.pause_file = pause_file
         self.interval_s = interval_s
         self.paused_every_s = paused_every_s
         self.poll_s = poll_s
+        self.cadence = cadence or Cadence.from_env()
+        self.node = node or os.environ.get(NODE_ENV) or socket.gethostname()
         self.steps = 0
         self.last_step_unix: float | None = None
         self.steps_per_s: float | None = None
+        self.role: lockstep.Role | None = None
+        self.job: JobPause | None = None
+        self._step_s: float | None = None  # EWMA of the time between steps (the cadence's input)
+        self._last_step: float | None = None
         self._window: tuple[float, int] | None = None  # (monotonic time, steps) of the last write
         self._write_failed = False
+        self._lockstep: weakref.WeakKeyDictionary[torch.optim.Optimizer, bool] = weakref.WeakKeyDictionary()
         self._handles: list[Any] = []
+        self._undo_tracking = lambda: None
 
     def install(self) -> StepHeartbeat:
         self._handles = [
             register_optimizer_step_pre_hook(self.before_step),
             register_optimizer_step_post_hook(self.after_step),
         ]
+        self._undo_tracking = lockstep.track_ddp()
         return self
 
     def remove(self) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        self._undo_tracking()
 
     def before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if pause_requested(self.pause_file):
-            self.hold()
+        if self.role is None:
+            self.role = lockstep.current_role()
+        if self.role == "single":
+            if pause_requested(self.pause_file):
+                self.hold()
+            return
+        if not self._counts(optimizer):
+            return
+        if self.job is not None and not self.job.current():
+            self.job = None  # the script destroyed (or re-created) its process group: join it anew
+        if self.job is None and (not dist.is_initialized() or not self._join()):
+            return
+        assert self.job is not None
+        if self.job.before_step(self.steps, self._step_s):
+            self._after_hold()
 
     def after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        # Every optimizer's step counts: scripts may rebuild optimizers between phases, and
-        # matching steps of several optimizers (GANs) into "iterations" cannot be done reliably.
+        # A single process counts every optimizer's step: scripts may rebuild optimizers between
+        # phases, and matching steps of several optimizers (GANs) into "iterations" cannot be done
+        # reliably. A rank counts its lockstep optimizers' steps, so every rank counts alike.
+        if not self._counts(optimizer):
+            return
         self.steps += 1
         self.last_step_unix = time.time()
         now = time.monotonic()
+        if self._last_step is not None:
+            self._step_s = ewma(self._step_s, now - self._last_step)
+        self._last_step = now
         if self._window is None or now - self._window[0] >= self.interval_s:
             self._publish(now, paused=False)
 
@@ -80,7 +136,7 @@ class StepHeartbeat:
             self._publish(time.monotonic(), paused=False)
 
     def hold(self) -> None:
-        """Block while the pause file exists; the device is drained first so "paused" means idle."""
+        """A single process: block while the pause file exists, the device drained first ("paused" = idle)."""
         if torch.cuda.is_initialized():
             torch.cuda.synchronize()
         last_report = float("-inf")
@@ -90,32 +146,76 @@ class StepHeartbeat:
                 self._publish(now, paused=True)
                 last_report = now
             time.sleep(self.poll_s)
-        self._window = None  # the pause must not count against the step rate
+        self._after_hold()
+
+    def _join(self) -> bool:
+        try:
+            self.job = JobPause(self.pause_file, self.node, self.cadence, self._publish_held, self.paused_every_s)
+        except Exception as exc:  # the same on every rank (no gloo, no store): train on, unpaused
+            _log.warning("rank cannot take part in pauses (the supervisor will use SIGSTOP): %r", exc)
+            self.role = "inert"
+            return False
+        return True
+
+    def _after_hold(self) -> None:
+        self._window = self._last_step = None  # the pause counts against neither rate nor step time
         self._publish(time.monotonic(), paused=False)
 
-    def _publish(self, now: float, paused: bool) -> None:
+    def _counts(self, optimizer: torch.optim.Optimizer) -> bool:
+        if self.role == "inert" or self.role is None:
+            return False
+        if self.role == "single":
+            return True
+        known = self._lockstep.get(optimizer)
+        if known is None:
+            known = self._lockstep[optimizer] = lockstep.is_lockstep(optimizer)
+        return known
+
+    def _publish_held(self, view: HoldView | None) -> None:
+        if view is not None:
+            self._publish(time.monotonic(), paused=True, view=view)
+
+    def _publish(self, now: float, paused: bool, view: HoldView | None = None) -> None:
         if not paused and self._window is not None:
             elapsed = now - self._window[0]
             if elapsed > 0 and self.steps > self._window[1]:
                 self.steps_per_s = (self.steps - self._window[1]) / elapsed
         if not paused:
             self._window = (now, self.steps)
-        if self.heartbeat_file is None:
+        path = self._beat_path()
+        if path is None:
             return
         beat = Heartbeat(
-            pid=os.getpid(),
-            steps_total=self.steps,
-            last_step_unix=self.last_step_unix,
-            steps_per_s=self.steps_per_s,
-            updated_unix=time.time(),
-            paused=paused,
+            pid=os.getpid(), steps_total=self.steps, last_step_unix=self.last_step_unix,
+            steps_per_s=self.steps_per_s, updated_unix=time.time(), paused=paused, **self._job_fields(view),
         )
         try:
-            write_heartbeat(self.heartbeat_file, beat)
+            write_heartbeat(path, beat)
         except OSError as exc:  # a missing heartbeat must never stop the training
             if not self._write_failed:
-                _log.warning("cannot write heartbeat %s: %s", self.heartbeat_file, exc)
+                _log.warning("cannot write heartbeat %s: %s", path, exc)
             self._write_failed = True
+
+    def _beat_path(self) -> Path | None:
+        if self.heartbeat_file is None:
+            return None
+        if self.job is None:
+            return Path(self.heartbeat_file)
+        return rank_heartbeat_path(self.heartbeat_file, self.job.info.rank)
+
+    def _job_fields(self, view: HoldView | None) -> dict[str, Any]:
+        if self.job is None:
+            return {}
+        info = self.job.info
+        fields: dict[str, Any] = dict(
+            rank=info.rank, world_size=info.world_size, local_world_size=info.local_world_size, node=self.node,
+            job=info.job, pause_seq=self.job.pause_seq, pg_timeout_s=info.pg_timeout_s, backend=info.backend,
+            restart_count=lockstep.restart_count(),
+        )
+        if view is not None:
+            fields.update(wants=view.wants, job_ranks_held=view.ranks_held, job_wanting=view.wanting,
+                          paused_by=view.paused_by)
+        return fields
 
 
 def install_step_hooks(
@@ -126,16 +226,14 @@ def install_step_hooks(
 ) -> StepHeartbeat | None:
     """Install the hooks for the given paths, falling back to the supervisor's environment variables.
 
-    Returns None when there is neither a heartbeat nor a pause file. Under torch.distributed only
-    rank 0 writes the heartbeat (one file, one writer); every rank honours the pause.
+    Returns None when there is neither a heartbeat nor a pause file.
     """
     env = os.environ if environ is None else environ
     heartbeat_file = heartbeat_file or env.get(HEARTBEAT_ENV) or None
     pause_file = pause_file or env.get(PAUSE_ENV) or None
-    if env.get("RANK", "0") != "0":
-        heartbeat_file = None
     if heartbeat_file is None and pause_file is None:
         return None
     if interval_s is None:
         interval_s = float(env.get(INTERVAL_ENV, DEFAULT_INTERVAL_S))
-    return StepHeartbeat(heartbeat_file, pause_file, interval_s).install()
+    return StepHeartbeat(heartbeat_file, pause_file, interval_s, cadence=Cadence.from_env(env),
+                         node=env.get(NODE_ENV)).install()

@@ -2,19 +2,33 @@
 
 Order matters: the start method is set and the hooks are installed before the script runs, and
 nothing here touches the GPU (the conv2d auto probe waits for the script's first convolution).
+The script's own Python children (torchrun's ranks, ``torch.multiprocessing.spawn``, a
+``python -m torch.distributed.run`` it starts) get the same patches and hooks: the launcher exports
+``argv.injection_env`` to them, and each one's injected sitecustomize calls ``install_from_env``.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
 import os
 import runpy
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from gpuwatch.train.argv import FALLBACK_MODES, FallbackMode, LaunchCommandError, is_python, parse_python_command
+from gpuwatch.train.argv import (
+    FALLBACK_MODES,
+    OPTIONS_ENV,
+    FallbackMode,
+    LaunchCommandError,
+    injection_env,
+    is_python,
+    parse_python_command,
+)
 from gpuwatch.train.conv_plan import Conv2dTuning
 from gpuwatch.train.dataloader import apply_spawn_defaults
 from gpuwatch.train.heartbeat_hook import install_step_hooks
@@ -36,6 +50,7 @@ class LaunchOptions:
     python_flags: tuple[str, ...] = ()  # from a "python -u ..." target; only -u can be honoured here
     conv2d_autotune: bool = True
     conv2d_tune_cache: str | None = None  # None: choices stay in memory
+    options_argv: tuple[str, ...] = ()  # the launcher's own options as given, for the script's children
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -111,17 +126,25 @@ def parse_args(argv: Sequence[str]) -> LaunchOptions:
             parser.error(str(exc))
         flags, target = command.flags, command.target
     module = target[1] if target[0] == "-m" else None
+    return _options(
+        known,
+        script=None if module else target[0],
+        module=module,
+        args=target[2:] if module else target[1:],
+        python_flags=tuple(flags),
+        options_argv=tuple(argv[: min(index, len(argv))]),
+    )
+
+
+def _options(known: argparse.Namespace, **target: Any) -> LaunchOptions:
     return LaunchOptions(
         conv2d_fallback=known.conv2d_fallback,
         spawn=known.spawn,
         heartbeat_file=known.heartbeat_file,
         pause_file=known.pause_file,
-        script=None if module else target[0],
-        module=module,
-        args=target[2:] if module else target[1:],
-        python_flags=tuple(flags),
         conv2d_autotune=known.conv2d_autotune == "on",
         conv2d_tune_cache=None if known.conv2d_tune_cache == "none" else known.conv2d_tune_cache,
+        **target,
     )
 
 
@@ -146,7 +169,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.script is not None and not os.path.exists(options.script):
         print(f"python -m gpuwatch.launch: can't open file {options.script!r}", file=sys.stderr)
         return 2
+    saved_env = dict(os.environ)
+    uninstall = install(options)
+    try:
+        os.environ.update(injection_env(os.environ, options.options_argv))
+        run_target(options)
+    finally:
+        uninstall()
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return 0
+
+
+_installed = False
+
+
+def install(options: LaunchOptions) -> Callable[[], None]:
+    """Spawn defaults, the conv2d patch and the step hooks in this process; returns the undo.
+
+    Once per process: a second call (the injected hook and the launcher in one process) does nothing.
+    """
+    global _installed
+    if _installed:
+        return lambda: None
     undo: list[Callable[[], None]] = []
+
+    def uninstall() -> None:
+        global _installed
+        for step in reversed(undo):
+            step()
+        _installed = False
+
     try:
         if options.spawn:
             undo.append(apply_spawn_defaults())
@@ -156,11 +209,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if hooks is not None:
             undo.append(hooks.remove)
             undo.append(hooks.flush)  # undone first: the last steps, however the script ends
-        run_target(options)
-    finally:
-        for step in reversed(undo):
-            step()
-    return 0
+    except BaseException:
+        uninstall()
+        raise
+    _installed = True
+    return uninstall
+
+
+def install_from_env() -> None:
+    """What the injected sitecustomize calls right after ``import torch``: the launcher's options from
+    ``GPUWATCH_LAUNCH_OPTIONS`` (defaults when absent), installed for the rest of the process's life."""
+    words = shlex.split(os.environ.get(OPTIONS_ENV, ""))
+    try:
+        known = _parser().parse_args(words)
+    except SystemExit:  # argparse printed the problem; the training runs on without the patches
+        return
+    atexit.register(install(_options(known, script=None, module=None, args=[])))  # the last steps, at exit
 
 
 def run_target(options: LaunchOptions) -> None:

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 
 import pytest
 
-from gpuwatch.train.argv import LaunchCommandError, build_launch_argv
+from gpuwatch.train.argv import (
+    INJECT_DIR,
+    LaunchCommandError,
+    build_launch_argv,
+    build_train_command,
+    injection_env,
+)
 from tests.support.cli import GPUWATCH
 from tests.support.paths import REPO
 
@@ -49,17 +56,44 @@ def test_argv_builder_does_not_import_torch():
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
-def test_cli_train_execs_the_launcher(monkeypatch):
+def test_injection_env_puts_the_hook_first_and_keeps_the_users_choices():
+    env = injection_env({"PYTHONPATH": f"/mine{os.pathsep}{INJECT_DIR}", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"},
+                        ["--conv2d-fallback", "on", "--heartbeat-file", "/a b/hb.json"])
+    assert env["PYTHONPATH"] == f"{INJECT_DIR}{os.pathsep}/mine" and env["GPUWATCH_INJECT"] == "1"
+    assert env["GPUWATCH_LAUNCH_OPTIONS"] == "--conv2d-fallback on --heartbeat-file '/a b/hb.json'"
+    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "0"  # the user's, kept
+    assert injection_env({}, [])["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert injection_env({}, [])["PYTHONPATH"] == INJECT_DIR
+
+
+def test_train_command_python_goes_through_the_launcher_anything_else_runs_injected():
+    argv, env = build_train_command("auto", True, ["python", "train.py"], {"X": "1"})
+    assert argv == [sys.executable, *LAUNCH, "auto", "--spawn", "train.py"] and env == {"X": "1"}
+    argv, env = build_train_command("on", False, ["torchrun", "--nproc-per-node", "2", "train.py"], {"X": "1"},
+                                    autotune=False)
+    assert argv == ["torchrun", "--nproc-per-node", "2", "train.py"] and env["X"] == "1"
+    assert env["GPUWATCH_INJECT"] == "1" and env["GPUWATCH_LAUNCH_OPTIONS"] == "--conv2d-fallback on --conv2d-autotune off"
+    with pytest.raises(LaunchCommandError):
+        build_train_command("auto", False, [], {})
+
+
+def test_cli_train_execs_the_launcher_or_the_command(monkeypatch):
     from gpuwatch import cli
 
-    def fake_execvp(file, argv):
-        raise Exec(file, argv)
+    def fake_execvpe(file, argv, env):
+        raise Exec(file, argv, env)
 
-    monkeypatch.setattr(cli.os, "execvp", fake_execvp)
+    monkeypatch.setattr(cli.os, "execvpe", fake_execvpe)
     with pytest.raises(Exec) as execed:
         cli.main(["train", "--spawn", "--", "python", "train.py", "--epochs", "2"])
     expected = [sys.executable, *LAUNCH, "auto", "--spawn", "train.py", "--epochs", "2"]
-    assert execed.value.args == (sys.executable, expected)
+    assert execed.value.args[:2] == (sys.executable, expected)
+    with pytest.raises(Exec) as execed:
+        cli.main(["train", "--", "torchrun", "--nproc-per-node", "2", "train.py"])
+    assert execed.value.args[:2] == ("torchrun", ["torchrun", "--nproc-per-node", "2", "train.py"])
+    assert execed.value.args[2]["GPUWATCH_INJECT"] == "1"
+    monkeypatch.undo()
+    assert cli.main(["train", "--", "no-such-program-gpuwatch"]) == 127
 
 
 def test_autotune_options_are_passed_only_when_given(monkeypatch):
@@ -67,10 +101,10 @@ def test_autotune_options_are_passed_only_when_given(monkeypatch):
     assert argv == [sys.executable, *LAUNCH, "on", "--conv2d-autotune", "off", "--conv2d-tune-cache", "none", "t.py"]
     from gpuwatch import cli
 
-    def fake_execvp(file, argv):
+    def fake_execvpe(file, argv, env):
         raise Exec(argv)
 
-    monkeypatch.setattr(cli.os, "execvp", fake_execvp)
+    monkeypatch.setattr(cli.os, "execvpe", fake_execvpe)
     with pytest.raises(Exec) as execed:
         cli.main(["train", "--conv2d-autotune", "off", "--conv2d-tune-cache", "/tmp/c", "--", "python", "t.py"])
     assert execed.value.args[0][-5:] == ["--conv2d-autotune", "off", "--conv2d-tune-cache", "/tmp/c", "t.py"]
@@ -83,7 +117,7 @@ def test_cli_train_takes_every_option_the_docs_list(monkeypatch):
     documented = re.findall(r"^\| `(--[\w-]+)` \|", (REPO / "docs/training-patches.md").read_text(), re.M)
     assert documented == ["--conv2d-fallback", "--conv2d-autotune", "--conv2d-tune-cache", "--spawn",
                           "--heartbeat-file", "--pause-file"]
-    monkeypatch.setattr(cli.os, "execvp", lambda file, argv: (_ for _ in ()).throw(Exec(argv)))
+    monkeypatch.setattr(cli.os, "execvpe", lambda file, argv, env: (_ for _ in ()).throw(Exec(argv)))
     with pytest.raises(Exec) as execed:
         cli.main(["train", "--conv2d-autotune", "off", "--conv2d-tune-cache", "none", "--spawn",
                   "--heartbeat-file", "hb.json", "--pause-file", "p", "--conv2d-fallback", "--", "python", "train.py"])
@@ -93,14 +127,16 @@ def test_cli_train_takes_every_option_the_docs_list(monkeypatch):
 
 
 @pytest.mark.parametrize("args, error", [
-    (["--", "torchrun", "train.py"], "gpuwatch train: error: 'torchrun' is not a Python script"),
+    (["--", "python", "-c", "print(1)"], "gpuwatch train: error: unsupported python option '-c'"),
+    (["--"], "gpuwatch train: error: no training command given"),
     (["--beat-file", "x", "--", "python", "train.py"], "gpuwatch train: error: unrecognized arguments: --beat-file"),
     (["--conv2d-fallback", "sometimes", "--", "python", "train.py"], "gpuwatch train: error: argument --conv2d-fallback"),
 ])
 def test_cli_train_usage_errors_show_trains_usage(args, error):
     done = subprocess.run([GPUWATCH, "train", *args], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stdout == ""
-    usage, said = done.stderr.splitlines()
+    lines = done.stderr.splitlines()
+    usage, said = lines[0], lines[-1]
     assert usage.startswith("usage: gpuwatch train [--conv2d-fallback [auto|on|off]] [--conv2d-autotune on|off]")
     assert said.startswith(error)
 

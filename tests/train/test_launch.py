@@ -30,6 +30,7 @@ result = {
     "conv_hook": nn.Conv2d._conv_forward.__name__,
     "functional": F.conv2d.__name__,
     "multithreaded_backward": torch.autograd.is_multithreading_enabled(),
+    "children_get": __import__("os").environ.get("GPUWATCH_LAUNCH_OPTIONS"),
 }
 with open(sys.argv[1], "w") as handle:
     json.dump(result, handle)
@@ -103,7 +104,9 @@ def test_runs_script_as_main_with_argv_and_path(probe, tmp_path):
     assert result["argv"] == [str(probe), str(out), "--lr", "0.1"]
     assert result["conv_hook"] == "_patched_conv_forward" and result["functional"] == "_patched_functional"
     assert result["multithreaded_backward"] is False  # the fallback's backward runs on the script's thread
+    assert result["children_get"] == "--conv2d-fallback on"  # the script's own Python children: the same
     assert sys.argv == saved_argv and sys.path == saved_path
+    assert "GPUWATCH_LAUNCH_OPTIONS" not in os.environ and "GPUWATCH_INJECT" not in os.environ
     assert nn.Conv2d._conv_forward.__name__ == "_conv_forward" and F.conv2d is torch.conv2d
     assert torch.autograd.is_multithreading_enabled()  # restored after the script
 

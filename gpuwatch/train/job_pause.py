@@ -1,0 +1,160 @@
+"""One rank's side of the job-wide pause: agree on the step, hold and release through the job's store.
+
+**Agreement.** At its first lockstep optimizer step every rank joins: a gloo side group with the
+job's own timeout (``new_group`` would otherwise wait 30 min, whatever the job chose) and a random
+incarnation id drawn by rank 0 and spread by that group, which prefixes every store key (torchrun's
+store outlives restarted workers, and its restart count differs between nodes). Then, every k
+lockstep steps (``cadence.py``), in the optimizer pre-step hook, one blocking ``all_reduce(MAX)`` of
+``[want, requester rank + 1, next k]`` on that group: ``want`` is "my node's pause file exists". Every
+rank gets the same answer at the same step, after backward's gradient all-reduce and before any
+later collective. The side group is host-only, so an NCCL job pays no device sync and its model
+collectives can never pair with ours. A requesting rank puts its reason in the store first.
+
+**Hold and release** use the store only (``add``/``check``/``set``; ``get`` only on keys that
+exist), so no collective is in flight while held and the process-group timeout does not apply.
+Each rank drains its device, then adds 1 to ``e<n>/held`` (its acknowledgement) and, while its node
+asks, 1 to ``e<n>/wanting``. Rank 0 alone writes ``e<n>/release``, once every rank holds and no
+rank's node asks; the others poll it. The node that asked last is ``e<n>/asker``. A store error
+(its host died) propagates: the job is dead, and the rank's exit lets torchrun act.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from gpuwatch.heartbeat import pause_reason, pause_requested
+from gpuwatch.train.cadence import Cadence, ewma, steps_between
+from gpuwatch.train.lockstep import job_store, local_world_size, pg_timeout
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    rank: int
+    world_size: int
+    local_world_size: int
+    job: str  # incarnation id, hex
+    pg_timeout_s: float
+    backend: str
+
+
+@dataclass(frozen=True)
+class HoldView:
+    """What a held rank reports: job-wide counts from the store, and who asks."""
+
+    ranks_held: int
+    wanting: int
+    wants: bool
+    paused_by: str
+
+
+Publish = Callable[[HoldView | None], None]  # a heartbeat: held (with the view) or running (None)
+
+
+class JobPause:
+    def __init__(self, pause_file: str | os.PathLike[str] | None, node: str, cadence: Cadence,
+                 publish: Publish, paused_every_s: float = 0.5) -> None:
+        self.pause_file = pause_file
+        self.node = node
+        self.cadence = cadence
+        self.publish = publish
+        self.paused_every_s = paused_every_s
+        self.world_group = dist.group.WORLD
+        rank, world = dist.get_rank(), dist.get_world_size()
+        timeout = pg_timeout()
+        self.group = dist.new_group(backend="gloo", timeout=timeout)
+        token = torch.tensor([int.from_bytes(os.urandom(7), "big") + 1 if rank == 0 else 0], dtype=torch.int64)
+        dist.all_reduce(token, op=dist.ReduceOp.MAX, group=self.group)
+        job = f"{int(token[0]):x}"
+        self.store = dist.PrefixStore(f"gpuwatch/{job}/", job_store())  # type: ignore[attr-defined]
+        self.info = JobInfo(rank, world, local_world_size(world), job, timeout.total_seconds(),
+                            str(dist.get_backend()))
+        self.pause_seq = 0  # agreed holds so far: the same on every rank
+        self.next_agreement = 0  # step count of the next agreement: the same on every rank
+        self.every = 1  # the agreed number of steps between two agreements
+        self.agree_s: float | None = None
+        self._announced = False
+
+    def current(self) -> bool:
+        """Is the process group this rank joined still the script's?"""
+        return dist.is_initialized() and dist.group.WORLD is self.world_group
+
+    def before_step(self, steps: int, step_s: float | None) -> bool:
+        """At a lockstep pre-step hook: agree when due, hold when agreed; True when it held."""
+        if steps < self.next_agreement:
+            return False
+        want = pause_requested(self.pause_file)
+        if want and not self._announced:
+            self._set_reason(f"reason/{self.info.rank}")
+        self._announced = want
+        flag = torch.tensor([int(want), self.info.rank + 1 if want else 0,
+                             steps_between(self.cadence, step_s, self.agree_s)], dtype=torch.int64)
+        started = time.perf_counter()
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
+        self.agree_s = ewma(self.agree_s, time.perf_counter() - started)
+        self.every = int(flag[2])
+        self.next_agreement = steps + self.every
+        if not flag[0]:
+            return False
+        self.hold(int(flag[1]) - 1)
+        return True
+
+    def hold(self, requester: int) -> None:
+        """Every rank is here, at the same step; only the store is used until rank 0 releases."""
+        self.pause_seq += 1
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()  # drained: "held" means the device is idle
+        store, rank, key = self.store, self.info.rank, f"e{self.pause_seq}/"
+        first_reason = store.get(f"reason/{requester}").decode()  # set before the agreement
+        wants = pause_requested(self.pause_file)
+        if wants:
+            store.add(key + "wanting", 1)
+            self._set_reason(key + "asker")
+        store.add(key + "held", 1)
+        last_view: HoldView | None = None
+        last_publish = float("-inf")
+        last_wanting = None
+        while True:
+            now_wants = pause_requested(self.pause_file)
+            if now_wants != wants:
+                store.add(key + "wanting", 1 if now_wants else -1)
+                wants = now_wants
+                if wants:
+                    self._set_reason(key + "asker")
+            held, wanting = store.add(key + "held", 0), store.add(key + "wanting", 0)
+            if wants and last_wanting is not None and wanting < last_wanting:
+                self._set_reason(key + "asker")  # the node that asked last withdrew: we still ask
+            last_wanting = wanting
+            asker = store.get(key + "asker").decode() if store.check([key + "asker"]) else first_reason
+            view = HoldView(held, wanting, wants, _describe(asker))
+            now = time.monotonic()
+            if view != last_view or now - last_publish >= self.paused_every_s:
+                self.publish(view)
+                last_view, last_publish = view, now
+            if rank == 0:
+                if held == self.info.world_size and wanting == 0:
+                    store.set(key + "release", "1")
+                    break
+            elif store.check([key + "release"]):
+                break
+            time.sleep(self.cadence.hold_poll_s)
+        self._announced = False  # a request still standing is announced again at the next agreement
+        self.publish(None)
+
+    def _set_reason(self, key: str) -> None:
+        self.store.set(key, json.dumps({"node": self.node, "reason": pause_reason(self.pause_file)}))
+
+
+def _describe(raw: str) -> str:
+    """``{"node": "node-b", "reason": "junction 101 °C"}`` -> ``node-b: junction 101 °C``."""
+    try:
+        data = json.loads(raw)
+        return f"{data['node']}: {data['reason']}"
+    except (ValueError, KeyError, TypeError):
+        return raw
