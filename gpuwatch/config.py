@@ -244,6 +244,8 @@ class TrainerConfig(Strict):
     command: list[str] = Field(min_length=1)
     cwd: Path | None = None
     env: dict[str, str] = {}
+    # This machine's name in a job that spans several (GPUWATCH_NODE; "paused by node-b: ..."); None: hostname.
+    node: str | None = Field(default=None, min_length=1, max_length=64)
     user: str | None = None
     group: str | None = None
     gpus: list[str] = []
@@ -255,7 +257,9 @@ class TrainerConfig(Strict):
     mem_limit_c: float | None = Field(default=None, gt=0, le=150)
     hysteresis_c: float | None = Field(default=None, ge=0, le=30)
     debounce_s: float = Field(default=5.0, ge=0)
-    max_pause_s: float = Field(default=1200.0, gt=0)
+    # None: a cooperative hold is unbounded (nothing is in flight); a SIGSTOP pause is bounded by the
+    # job's own process-group timeout where that matters (supervise/actions.pause_limit_s).
+    max_pause_s: float | None = Field(default=None, gt=0)
     # A hot card cools ~15 °C within seconds of a pause (simulator, H200 run in docs/nvidia.md), so
     # without a minimum a card that cannot hold its limit flaps between pause and resume.
     min_pause_s: float = Field(default=30.0, ge=0)

@@ -263,6 +263,12 @@ def _trainer_line(t: TrainerDoc, now: float, paint: Paint) -> str:
     text += _energy(t.get("run_energy_j"))
     if t.get("steps_per_kj") is not None:
         text += f"  {t['steps_per_kj']:.1f} steps/kJ"
+    ranks = t.get("ranks")
+    if ranks:  # a distributed job: its ranks on this machine (of the whole job's)
+        held = t.get("ranks_held") or 0
+        text += f"  {held}/{ranks} ranks held" if phase in ("pausing", "paused") or held else f"  {ranks} ranks"
+        job = t.get("world_size")
+        text += f" (job: {job})" if job and job != ranks else ""
     if t.get("reason"):
         text += f"  ({t['reason']})"
     return text

@@ -219,6 +219,10 @@ class TrainerDoc(TypedDict):  # model.TrainerState
     gpus_used: list[str]
     gpu_use: list[TrainerGpuUseDoc]
     stuck_pids: list[int]
+    ranks: int | None
+    ranks_held: int | None
+    world_size: int | None
+    paused_by: str | None
 
 
 class StatusDocument(TypedDict):

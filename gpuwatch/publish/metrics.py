@@ -292,6 +292,9 @@ def _trainers(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> list[Me
     energy = _counter("trainer_energy_joules", "Energy the trainer's GPUs used over all its runs since the "
                       "daemon started.", t)
     per_kj = _gauge("trainer_steps_per_kilojoule", "Training steps per kilojoule of GPU energy in the current run.", t)
+    ranks = _gauge("trainer_ranks", "Ranks of a distributed training job on this machine.", t)
+    ranks_held = _gauge("trainer_ranks_held", "Of the job's ranks on this machine, those holding at its pause.", t)
+    job_ranks = _gauge("trainer_job_ranks", "Ranks of a distributed training job on every machine (world size).", t)
     for trainer in trainers:
         name = [trainer.name]
         info.add_metric([trainer.name, ",".join(trainer.gpus)], 1)
@@ -313,11 +316,12 @@ def _trainers(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> list[Me
             (next_start, trainer.next_start_unix), (exit_code, trainer.last_exit_code), (steps, trainer.steps_total),
             (rate, trainer.steps_per_s), (age, trainer.last_step_age_s), (epoch, trainer.epoch),
             (run_energy, trainer.run_energy_j), (per_kj, trainer.steps_per_kj),
+            (ranks, trainer.ranks), (ranks_held, trainer.ranks_held), (job_ranks, trainer.world_size),
         ):
             if value is not None:
                 family.add_metric(name, value)
     return [info, on_gpu, phase, running, start, paused_since, next_start, exit_code, restarts, by_reason, pauses, resumes,
-            steps, rate, age, epoch, failed, run_energy, energy, per_kj]
+            steps, rate, age, epoch, failed, run_energy, energy, per_kj, ranks, ranks_held, job_ranks]
 
 
 def _power(state: PublishedState) -> list[Metric]:

@@ -11,9 +11,16 @@ from typing import Literal
 from gpuwatch.config import ThermalConfig
 from gpuwatch.limits import breaches
 from gpuwatch.model import FanMode, FanState, PowerState, Snapshot
+from gpuwatch.supervise.ranks import RankView
+
+# A SIGSTOP pause of a job stays this share below its process-group timeout; of a program that never
+# said which job it is, below NCCL's default timeout (600 s), which a frozen NCCL watchdog may enforce.
+TIMEOUT_SHARE = 0.9
+UNKNOWN_JOB_TIMEOUT_S = 600.0
 
 Command = Literal["pause", "resume", "restart"]  # manual, from `gpuwatch pause|resume|restart`
-PauseMode = Literal["cooperative", "sigstop"]  # pause file (the launcher holds at a step) or SIGSTOP
+# pause file (the launcher holds at a step), SIGSTOP, or held at another node's request (a job's ranks)
+PauseMode = Literal["cooperative", "sigstop", "remote"]
 AfterStop = Literal["restart", "max-pause", "hang", "crash", "emergency", "shutdown", "gpu_reset"]
 
 
@@ -25,7 +32,9 @@ class Spawn:
 
 @dataclass(frozen=True)
 class RequestPause:
-    """Create the pause file: the launcher holds at its next optimizer step."""
+    """Create the pause file: the launcher holds at its next optimizer step (every rank of a job)."""
+
+    reason: str  # written into the file: a distributed job shows it on every node
 
 
 @dataclass(frozen=True)
@@ -86,8 +95,9 @@ class Inputs:
     exit_code: int | None = None  # leader's exit status once it is gone (negative: signal)
     exit_reason: str | None = None  # e.g. "spawn failed: ..."
     spawn_failed: bool = False  # the command could not be started, and will not be until the config changes
-    steps_total: int | None = None  # from the heartbeat
-    heartbeat_paused: bool = False
+    steps_total: int | None = None  # from the heartbeat (a job's: the minimum over its ranks)
+    heartbeat_paused: bool = False  # the trainer holds (a job: every local rank)
+    ranks: RankView | None = None  # a distributed job's ranks on this node
     progress_mtime: float | None = None  # the progress file's mtime
     log_bytes: int = 0  # output captured so far in this run
     command: Command | None = None
@@ -126,3 +136,25 @@ def thermal_verdict(
             reason += " (power cap governed above its floor)"
     return Thermal(hot=bool(hot), cool=not warm, critical=bool(crit), reason=reason,
                    governed_backstop_s=backstop_s if governed else None)
+
+
+def pause_limit_s(max_pause_s: float | None, mode: PauseMode | None, heartbeat_seen: bool,
+                  ranks: RankView | None) -> float | None:
+    """How long a pause may last (None: unbounded), ``max_pause_s`` being the user's own bound.
+
+    Nothing is in flight in a cooperative hold, and a hold another node asked for is that node's to
+    bound. A SIGSTOP pause freezes collectives in flight: a job that spans nodes (the other nodes' ranks
+    wait in one for ours) or runs NCCL (its watchdog compares wall-clock time) must be stopped cleanly
+    before its process-group timeout, and a trainer that never sent a heartbeat may be such a job.
+    """
+    if mode == "remote":
+        return None
+    bound = None
+    if mode == "sigstop":
+        if ranks is None and not heartbeat_seen:
+            bound = TIMEOUT_SHARE * UNKNOWN_JOB_TIMEOUT_S
+        elif ranks is not None and ranks.pg_timeout_s is not None and (
+                ranks.spans_nodes or "nccl" in (ranks.backend or "")):
+            bound = TIMEOUT_SHARE * ranks.pg_timeout_s
+    limits = [limit for limit in (max_pause_s, bound) if limit is not None]
+    return min(limits) if limits else None

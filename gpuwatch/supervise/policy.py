@@ -14,6 +14,9 @@ Rules worth knowing:
   there ``stuck_after_s`` after KILL (D state) is abandoned: reported, no longer waited for.
 * A reset of a GPU it uses ends the run (its GPU context is lost); it restarts from its checkpoint once
   its GPUs answer again, as a restart with reason ``gpu_reset``. Nothing (re)starts before that.
+* A distributed job is paused only when every local rank holds; a job held at another node's request
+  is PAUSED here too (mode ``remote``: never counted, bounded or resumed from here, never a hang).
+* Only a SIGSTOP pause needs a bound (``pause_limit_s``): nothing is in flight in a cooperative hold.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from gpuwatch.supervise.actions import (
     Terminate,
     Thaw,
     Thermal,
+    pause_limit_s,
 )
 
 
@@ -59,6 +63,7 @@ class Machine:
     seen_steps: int | None = None
     seen_mtime: float | None = None
     seen_log_bytes: int = 0
+    seen_job: str | None = None  # the job incarnation its ranks report (torchrun restarts change it)
     crashes: int = 0  # consecutive crashes without progress
     next_start: float | None = None
     restarts_total: int = 0
@@ -116,15 +121,13 @@ def _starting(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> 
 def _running(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:
     if x.command == "pause":
         return _pause(m, cfg, x, acts, manual=True)
-    if x.thermal.hot:
-        hot_since = m.hot_since if m.hot_since is not None else x.now
-        # While the power governor still lowers the cap, the pause waits for its backstop (docs/power.md).
-        wait_s = max(cfg.debounce_s, x.thermal.governed_backstop_s or 0.0)
-        if x.now - hot_since >= wait_s:
-            return _pause(replace(m, reason=x.thermal.reason), cfg, x, acts, manual=False)
-        m = replace(m, hot_since=hot_since)
-    else:
-        m = replace(m, hot_since=None)
+    m, hot = _debounced_hot(m, cfg, x)
+    if hot:
+        return _pause(replace(m, reason=x.thermal.reason), cfg, x, acts, manual=False)
+    held_by = x.ranks.held_by if x.ranks else None
+    if held_by is not None:
+        return _enter(m, TrainerPhase.PAUSED, x.now, f"paused by {held_by}", pause_mode="remote",
+                      paused_since=x.now), acts
     if cfg.hang_timeout_s is not None and x.now - m.last_progress >= cfg.hang_timeout_s:
         why = f"hang: no progress for {x.now - m.last_progress:.0f}s"
         acts.append(CollectEvidence(why))
@@ -135,21 +138,27 @@ def _running(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> t
 def _pausing(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:
     if _should_resume(m, cfg, x):
         return _resume(m, x, acts)
-    if x.heartbeat_paused:
+    if x.heartbeat_paused:  # a distributed job: every local rank holds ("k/N ranks held" is in the status)
         return _enter(m, TrainerPhase.PAUSED, x.now, "paused at a step boundary"), acts
-    if _pause_too_long(m, cfg, x):
-        return _stop(m, x, acts, f"paused longer than {cfg.max_pause_s:g}s", "max-pause")
+    limit = pause_limit_s(cfg.max_pause_s, m.pause_mode, m.heartbeat_seen, x.ranks)
+    if limit is not None and _paused_for(m, x) >= limit:
+        return _stop(m, x, acts, f"paused longer than {limit:g}s", "max-pause")
     if cfg.cooperative_pause == "auto" and x.now - m.since >= cfg.pause_ack_timeout_s:
         acts.append(Freeze())
-        return _enter(m, TrainerPhase.PAUSED, x.now, "no pause acknowledgement: SIGSTOP", pause_mode="sigstop"), acts
+        missing = f" from {x.ranks.ranks - x.ranks.ranks_held} of {x.ranks.ranks} ranks" if x.ranks else ""
+        return _enter(m, TrainerPhase.PAUSED, x.now, f"no pause acknowledgement{missing}: SIGSTOP",
+                      pause_mode="sigstop"), acts
     return m, acts
 
 
 def _paused(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:
+    if m.pause_mode == "remote":
+        return _held_remotely(m, cfg, x, acts)
     if _should_resume(m, cfg, x):
         return _resume(m, x, acts)
-    if _pause_too_long(m, cfg, x):
-        return _stop(m, x, acts, f"paused longer than {cfg.max_pause_s:g}s", "max-pause")
+    limit = pause_limit_s(cfg.max_pause_s, m.pause_mode, m.heartbeat_seen, x.ranks)
+    if limit is not None and _paused_for(m, x) >= limit:
+        return _stop(m, x, acts, f"paused longer than {limit:g}s", "max-pause")
     return m, acts
 
 
@@ -193,7 +202,32 @@ def _spawn(m: Machine, x: Inputs, acts: list[Action], why: str, resume: bool) ->
 def _new_run(now: float) -> dict[str, Any]:
     """A new run starts its progress tracking afresh."""
     return dict(run_started=now, last_progress=now, run_progressed=False, seen_log_bytes=0, seen_steps=None,
-                seen_mtime=None, hot_since=None)
+                seen_mtime=None, hot_since=None, seen_job=None)
+
+
+def _held_remotely(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:
+    """Held at another node's request: this node may ask too, but only that node releases its own request."""
+    if x.command == "pause":
+        return _pause(m, cfg, x, acts, manual=True)
+    m, hot = _debounced_hot(m, cfg, x)
+    if hot:
+        return _pause(replace(m, reason=x.thermal.reason), cfg, x, acts, manual=False)
+    held_by = x.ranks.held_by if x.ranks else None
+    if held_by is None:
+        return _enter(m, TrainerPhase.RUNNING, x.now, "running again: no node asks for the pause", paused_since=None,
+                      pause_mode=None, last_progress=x.now), acts
+    if x.command == "resume":
+        return _note(m, f"not resumed: paused by {held_by} (resume it there)"), acts
+    return replace(m, reason=f"paused by {held_by}", last_progress=x.now), acts
+
+
+def _debounced_hot(m: Machine, cfg: TrainerConfig, x: Inputs) -> tuple[Machine, bool]:
+    if not x.thermal.hot:
+        return replace(m, hot_since=None), False
+    hot_since = m.hot_since if m.hot_since is not None else x.now
+    # While the power governor still lowers the cap, the pause waits for its backstop (docs/power.md).
+    wait_s = max(cfg.debounce_s, x.thermal.governed_backstop_s or 0.0)
+    return replace(m, hot_since=hot_since), x.now - hot_since >= wait_s
 
 
 def _pause(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action], manual: bool) -> tuple[Machine, list[Action]]:
@@ -201,7 +235,7 @@ def _pause(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action], manual
     common = dict(paused_since=x.now, manual_pause=manual, pauses_total=m.pauses_total + 1, hot_since=None)
     cooperative = cfg.cooperative_pause == "always" or (cfg.cooperative_pause == "auto" and m.heartbeat_seen)
     if cooperative:
-        acts.append(RequestPause())
+        acts.append(RequestPause(why))
         return _enter(m, TrainerPhase.PAUSING, x.now, f"pausing: {why}", pause_mode="cooperative", **common), acts
     acts.append(Freeze())
     return _enter(m, TrainerPhase.PAUSED, x.now, f"paused (SIGSTOP): {why}", pause_mode="sigstop", **common), acts
@@ -210,8 +244,11 @@ def _pause(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action], manual
 def _should_resume(m: Machine, cfg: TrainerConfig, x: Inputs) -> bool:
     if x.command == "resume":
         return True
-    paused_for_s = x.now - (m.paused_since if m.paused_since is not None else m.since)
-    return not m.manual_pause and x.thermal.cool and not x.thermal.hot and paused_for_s >= cfg.min_pause_s
+    return not m.manual_pause and x.thermal.cool and not x.thermal.hot and _paused_for(m, x) >= cfg.min_pause_s
+
+
+def _paused_for(m: Machine, x: Inputs) -> float:
+    return x.now - (m.paused_since if m.paused_since is not None else m.since)
 
 
 def _resume(m: Machine, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:
@@ -219,10 +256,6 @@ def _resume(m: Machine, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Ac
     acts.append(Thaw())
     return _enter(m, TrainerPhase.RUNNING, x.now, "resumed", paused_since=None, pause_mode=None, manual_pause=False,
                   last_progress=x.now, resumes_total=m.resumes_total + 1, hot_since=None), acts
-
-
-def _pause_too_long(m: Machine, cfg: TrainerConfig, x: Inputs) -> bool:
-    return m.paused_since is not None and x.now - m.paused_since >= cfg.max_pause_s
 
 
 def _stop(m: Machine, x: Inputs, acts: list[Action], why: str, after: str) -> tuple[Machine, list[Action]]:
@@ -290,6 +323,14 @@ def _observe_progress(m: Machine, cfg: TrainerConfig, x: Inputs) -> Machine:
     m = replace(m, heartbeat_seen=seen, seen_steps=x.steps_total if x.steps_total is not None else m.seen_steps,
                 seen_mtime=x.progress_mtime if x.progress_mtime is not None else m.seen_mtime,
                 seen_log_bytes=x.log_bytes)
+    job = x.ranks.job if x.ranks else None
+    if job is not None and job != m.seen_job:
+        if m.seen_job is not None:  # the agent restarted its workers (--max-restarts): the run goes on
+            counts = dict(m.restarts_by_reason)
+            counts["torchrun"] = counts.get("torchrun", 0) + 1
+            m = _note(replace(m, restarts_total=m.restarts_total + 1, restarts_by_reason=tuple(sorted(counts.items()))),
+                      "workers restarted by torchrun")
+        m = replace(m, seen_job=job)
     if progressed:
         m = replace(m, last_progress=x.now)
     if real and not m.run_progressed:

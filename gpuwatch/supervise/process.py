@@ -1,7 +1,7 @@
 """One running training command: spawn in its own session, signal the whole tree, capture its output.
 
 The tree is the process group (start_new_session) plus every descendant psutil has seen, so a worker
-that called setsid() is still reached. psutil.Process objects check the create time before
+that called setsid() is still reached (torchrun starts every rank in a session of its own). psutil.Process objects check the create time before
 signalling, which protects against a recycled pid. Output goes through one pipe into a size-capped
 RotatingFileHandler; a `\\r` progress bar keeps only its last segment per line so it cannot fill the disk.
 """
@@ -127,15 +127,24 @@ class TrainerProcess:
 
     def pids(self) -> list[int]:
         """The leader and the descendants seen at the last poll (no new /proc scan)."""
-        return [self.pid, *(pid for pid in self._known if pid != self.pid)]
+        known = list(self._known)  # one C-level copy: safe against a concurrent poll()
+        return [self.pid, *(pid for pid in known if pid != self.pid)]
 
     def tree(self) -> list[psutil.Process]:
         self._refresh()
         return [p for p in self._known.values() if _running(p)]
 
     # ---- signals ----
-    def freeze(self) -> None:
-        self._signal(signal.SIGSTOP)
+    def freeze(self, rounds: int = 3) -> None:
+        """SIGSTOP the tree, then walk it again: a rank its agent started between the walk and the
+        signal (torchrun restarting workers) would otherwise run on unseen."""
+        seen: set[int] = set()
+        for _ in range(rounds):
+            self._signal(signal.SIGSTOP)
+            now = set(self._known)
+            if now <= seen:
+                return
+            seen |= now
 
     def thaw(self) -> None:
         self._signal(signal.SIGCONT)

@@ -12,13 +12,23 @@ import os
 import queue
 import random
 import shutil
+import socket
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import get_args
 
 from gpuwatch.config import ThermalConfig, TrainerConfig
-from gpuwatch.heartbeat import HEARTBEAT_ENV, PAUSE_ENV, read_heartbeat
+from gpuwatch.heartbeat import (
+    HEARTBEAT_ENV,
+    NODE_ENV,
+    PAUSE_ENV,
+    TRAINER_ENV_DEFAULTS,
+    read_heartbeat,
+    read_rank_heartbeats,
+    remove_heartbeats,
+    request_pause,
+)
 from gpuwatch.model import FanState, PowerState, Snapshot, TrainerPhase, TrainerState
 from gpuwatch.supervise.actions import (
     Abandon,
@@ -42,6 +52,7 @@ from gpuwatch.supervise.evidence import hang_evidence
 from gpuwatch.supervise.gpu_use import GpuVerdict, gpu_verdict, judged_gpus, trainer_use
 from gpuwatch.supervise.policy import LIVE, Machine, step
 from gpuwatch.supervise.process import STRIPPED_ENV, SpawnError, TrainerProcess
+from gpuwatch.supervise.ranks import RankView, aggregate
 
 log = logging.getLogger("gpuwatch.supervisor")
 
@@ -69,6 +80,7 @@ class Trainer:
         self.used_gpus: set[str] = set()  # every GPU its trees were seen using
         self.seen_resets: dict[str, int] = {}
         self.stuck: list[TrainerProcess] = []  # abandoned after SIGKILL: still holding their GPU
+        self.ranks: RankView | None = None  # the job's ranks on this node, as of the last observe
 
     def gpus(self) -> tuple[str, ...]:
         """What its limits and resets are judged on: configured, else seen in use, else all (empty)."""
@@ -100,6 +112,9 @@ class Trainer:
             code = self.proc.poll()
             alive = code is None
         beat = read_heartbeat(self.heartbeat_file)
+        self.ranks = None
+        if alive and self.proc is not None:
+            self.ranks = aggregate(read_rank_heartbeats(self.heartbeat_file), set(self.proc.pids()))
         mtime = None
         if self.config.progress_file is not None:
             path = self.config.progress_file
@@ -111,8 +126,9 @@ class Trainer:
         return Inputs(
             now=now, thermal=verdict, alive=alive, exit_code=code, exit_reason=self.spawn_error,
             spawn_failed=self.spawn_failed,
-            steps_total=None if beat is None else beat.steps_total,
-            heartbeat_paused=bool(beat and beat.paused), progress_mtime=mtime,
+            steps_total=self.ranks.steps_total if self.ranks else None if beat is None else beat.steps_total,
+            heartbeat_paused=self.ranks.acknowledged if self.ranks else bool(beat and beat.paused), ranks=self.ranks,
+            progress_mtime=mtime,
             log_bytes=0 if self.proc is None else self.proc.log_bytes,
             command=command, shutdown=shutdown, jitter=random.uniform(-1.0, 1.0),
             gpu_reset=gpus.reset, gpus_ready=gpus.ready, gpus_wait=gpus.wait,
@@ -130,7 +146,7 @@ class Trainer:
         if isinstance(action, Spawn):
             self._spawn(action.resume)
         elif isinstance(action, RequestPause):
-            self.pause_file.touch()
+            request_pause(self.pause_file, action.reason)
         elif isinstance(action, CancelPause):
             self.pause_file.unlink(missing_ok=True)
         elif self.proc is None:
@@ -159,7 +175,7 @@ class Trainer:
         argv = self._argv(resume)
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            self.heartbeat_file.unlink(missing_ok=True)
+            remove_heartbeats(self.heartbeat_file)
             self.pause_file.unlink(missing_ok=True)
             self._chown_dir()
             self.proc = TrainerProcess(argv, self.config.cwd, self._env(), self.log_path, self.config.log_max_bytes,
@@ -188,6 +204,9 @@ class Trainer:
 
     def _env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in STRIPPED_ENV}
+        env = TRAINER_ENV_DEFAULTS | {NODE_ENV: self.config.node or socket.gethostname()} | env
+        if self.config.node:
+            env[NODE_ENV] = self.config.node
         if self.config.user and os.geteuid() == 0:
             import pwd
 
@@ -219,9 +238,11 @@ class Trainer:
         m = self.machine
         beat = read_heartbeat(self.heartbeat_file) if m.phase in LIVE else None
         live = m.phase in LIVE and self.proc is not None
-        age = None
-        if beat and beat.last_step_unix is not None:
-            age = max(0.0, now_unix - beat.last_step_unix)
+        ranks = self.ranks if live else None
+        steps = ranks.steps_total if ranks else beat.steps_total if beat else None
+        rate = ranks.steps_per_s if ranks else beat.steps_per_s if beat else None
+        last_step = ranks.last_step_unix if ranks else beat.last_step_unix if beat else None
+        age = None if last_step is None else max(0.0, now_unix - last_step)
         paused_since = None if m.paused_since is None else now_unix - (now_mono - m.paused_since)
         return TrainerState(
             name=self.config.name, phase=m.phase, gpus=tuple(self.config.gpus),
@@ -230,12 +251,13 @@ class Trainer:
             restarts_total=m.restarts_total, restarts_by_reason=m.restarts_by_reason,
             pauses_total=m.pauses_total, resumes_total=m.resumes_total,
             last_exit_code=m.last_exit_code, last_exit_reason=m.last_exit_reason,
-            steps_total=beat.steps_total if beat else None, steps_per_s=beat.steps_per_s if beat else None,
-            last_step_age_s=age, epoch=beat.epoch if beat else None, reason=m.reason,
+            steps_total=steps, steps_per_s=rate, last_step_age_s=age, epoch=beat.epoch if beat else None,
+            reason=m.reason, ranks=ranks.ranks if ranks else None, ranks_held=ranks.ranks_held if ranks else None,
+            world_size=ranks.world_size if ranks else None, paused_by=ranks.paused_by if ranks else None,
             paused_since_unix=paused_since, log_path=str(self.log_path),
             next_start_unix=None if m.next_start is None else now_unix + max(0.0, m.next_start - now_mono),
             run_energy_j=self.energy.used_j, energy_total_j=self.energy.total_j,
-            steps_per_kj=self.energy.steps_per_kj(beat.steps_total if beat else None),
+            steps_per_kj=self.energy.steps_per_kj(steps),
             gpus_used=tuple(sorted(self.used_gpus)),
             gpu_use=trainer_use(snapshot.processes, self.config.name) if snapshot is not None else (),
             stuck_pids=tuple(pid for proc in self.stuck for pid in proc.pids()),

@@ -240,3 +240,16 @@ def test_the_power_line_keeps_within_80_columns_on_a_big_card(tmp_path: Path, mo
     line = next(line for line in render(doc, now=doc["taken_unix"]).splitlines() if line.startswith("  power  "))
     assert line == f"  power  245 W / {cap}"
     assert len(line) <= 80
+
+
+def test_trainer_lines_show_a_jobs_ranks(tmp_path: Path) -> None:
+    from gpuwatch.cli.status import render
+    from gpuwatch.config import ThermalConfig
+    from gpuwatch.publish.document import to_document
+    from tests.support.published import NOW_UNIX, example_state
+
+    lines = render(to_document(example_state(tmp_path / "sys"), ThermalConfig(), "daemon"), NOW_UNIX).splitlines()
+    resnet = next(line for line in lines if line.startswith("trainer resnet"))
+    bert = next(line for line in lines if line.startswith("trainer bert"))
+    assert "  2 ranks (job: 4)" in resnet  # two of the job's four ranks run here
+    assert bert.endswith("2/2 ranks held  (junction over limit)"), bert

@@ -20,9 +20,11 @@ from gpuwatch.supervise.actions import (
     Terminate,
     Thaw,
     Thermal,
+    pause_limit_s,
     thermal_verdict,
 )
 from gpuwatch.supervise.policy import Machine, backoff_delay_s, step
+from gpuwatch.supervise.ranks import RankView
 
 CFG = TrainerConfig(name="t", command=["x"], debounce_s=2, max_pause_s=100, min_pause_s=0, grace_s=10, pause_ack_timeout_s=5,
                     hang_timeout_s=50, give_up_after_crashes=3, stable_after_s=1000,
@@ -64,7 +66,7 @@ def test_short_spike_does_not_pause() -> None:
 def test_hot_with_heartbeat_pauses_cooperatively_then_ack() -> None:
     m = running(heartbeat_seen=True, hot_since=0)
     m, acts = step(m, CFG, Inputs(now=3, alive=True, thermal=HOT, steps_total=5))
-    assert m.phase is P.PAUSING and acts == [RequestPause()]
+    assert m.phase is P.PAUSING and acts == [RequestPause("hot: junction")]
     m, acts = step(m, CFG, Inputs(now=4, alive=True, thermal=HOT, steps_total=6, heartbeat_paused=True))
     assert m.phase is P.PAUSED and acts == [] and m.pause_mode == "cooperative"
 
@@ -79,7 +81,7 @@ def test_always_cooperative_never_sigstops() -> None:
     cfg = CFG.model_copy(update={"cooperative_pause": "always"})
     m = running(hot_since=0)
     m, acts = step(m, cfg, Inputs(now=3, alive=True, thermal=HOT))
-    assert acts == [RequestPause()]
+    assert acts == [RequestPause("hot: junction")]
     m, acts = step(m, cfg, Inputs(now=30, alive=True, thermal=HOT))
     assert m.phase is P.PAUSING and acts == []
 
@@ -296,3 +298,72 @@ def test_paused_stays_paused_for_min_pause_s_even_when_cool() -> None:
     assert resumed.phase is P.RUNNING and Thaw() in acts
     manual, _ = step(m, cfg, Inputs(now=101, thermal=Thermal(), alive=True, command="resume"))
     assert manual.phase is P.RUNNING
+
+
+# ---- a distributed job's ranks ---------------------------------------------------------------------
+def ranks(held: int = 0, of: int = 2, held_by: str | None = None, job: str = "j1", **kw: object) -> RankView:
+    base = RankView(ranks=of, ranks_seen=of, ranks_held=held, steps_total=10, steps_per_s=None, last_step_unix=None,
+                    paused=held == of, acknowledged=held == of and held_by is None, held_by=held_by, paused_by=held_by, job=job, world_size=of, pg_timeout_s=60.0,
+                    backend="gloo")
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def test_job_is_paused_only_when_every_rank_holds_then_sigstop_names_the_missing() -> None:
+    m = running(heartbeat_seen=True, hot_since=0, seen_job="j1")
+    m, _ = step(m, CFG, Inputs(now=3, alive=True, thermal=HOT, ranks=ranks(0)))
+    m, acts = step(m, CFG, Inputs(now=4, alive=True, thermal=HOT, ranks=ranks(1)))
+    assert m.phase is P.PAUSING and acts == []
+    done, _ = step(m, CFG, Inputs(now=5, alive=True, thermal=HOT, heartbeat_paused=True, ranks=ranks(2)))
+    assert done.phase is P.PAUSED and done.reason == "paused at a step boundary"
+    m, acts = step(m, CFG, Inputs(now=8, alive=True, thermal=HOT, ranks=ranks(1)))
+    assert m.phase is P.PAUSED and acts == [Freeze()]
+    assert m.reason == "no pause acknowledgement from 1 of 2 ranks: SIGSTOP"
+
+
+def test_held_by_another_node_is_paused_here_not_counted_not_a_hang_and_ends_with_it() -> None:
+    m = running(heartbeat_seen=True, seen_job="j1")
+    remote = ranks(2, held_by="node-b: hot: junction 101°C")
+    m, acts = step(m, CFG, Inputs(now=10, alive=True, heartbeat_paused=True, ranks=remote))
+    assert m.phase is P.PAUSED and m.pause_mode == "remote" and acts == [] and m.pauses_total == 0
+    assert m.reason == "paused by node-b: hot: junction 101°C"
+    m, acts = step(m, CFG, Inputs(now=500, alive=True, heartbeat_paused=True, ranks=remote, command="resume"))
+    assert m.phase is P.PAUSED and acts == [] and m.events == ("not resumed: paused by node-b: hot: junction 101°C "
+                                                               "(resume it there)",)
+    m, acts = step(m, CFG, Inputs(now=501, alive=True, ranks=ranks(0)))  # long past hang_timeout_s and max_pause_s
+    assert m.phase is P.RUNNING and acts == [] and m.resumes_total == 0 and m.last_progress == 501
+
+
+def test_this_node_heats_up_while_held_by_another() -> None:
+    remote = ranks(2, held_by="node-b: hot")
+    m, _ = step(running(heartbeat_seen=True, seen_job="j1"), CFG,
+                Inputs(now=1, alive=True, heartbeat_paused=True, ranks=remote))
+    m, acts = step(m, CFG, Inputs(now=2, alive=True, thermal=HOT, heartbeat_paused=True, ranks=remote))
+    assert m.phase is P.PAUSED and acts == []  # debounced
+    m, acts = step(m, CFG, Inputs(now=4, alive=True, thermal=HOT, heartbeat_paused=True, ranks=remote))
+    assert m.phase is P.PAUSING and acts == [RequestPause("hot: junction")] and m.pauses_total == 1
+    m, _ = step(m, CFG, Inputs(now=5, alive=True, thermal=HOT, heartbeat_paused=True, ranks=ranks(2)))
+    assert m.phase is P.PAUSED and m.pause_mode == "cooperative"
+
+
+def test_workers_restarted_by_torchrun_count_as_a_restart_of_the_run() -> None:
+    m, _ = step(running(heartbeat_seen=True), CFG, Inputs(now=1, alive=True, ranks=ranks(job="j1")))
+    assert m.seen_job == "j1" and m.restarts_total == 0
+    m, acts = step(m, CFG, Inputs(now=2, alive=True, ranks=ranks(job="j2")))
+    assert m.phase is P.RUNNING and acts == [] and m.restarts_by_reason == (("torchrun", 1),)
+    assert m.restarts_total == 1 and "workers restarted by torchrun" in m.events
+
+
+@pytest.mark.parametrize("max_pause_s, mode, seen, view, expect", [
+    (None, "cooperative", True, ranks(2), None),  # nothing in flight: no bound
+    (3600.0, "cooperative", True, ranks(2), 3600.0),  # the user's own bound
+    (None, "remote", True, ranks(2), None),  # the other node's to bound
+    (None, "sigstop", True, ranks(1), None),  # one node, gloo: everything stops and resumes together
+    (None, "sigstop", True, ranks(1, backend="nccl"), 54.0),  # NCCL: below its timeout (60 s)
+    (None, "sigstop", True, ranks(1, of=1, world_size=2), 54.0),  # spans nodes: the other node waits
+    (30.0, "sigstop", True, ranks(1, backend="nccl"), 30.0),
+    (None, "sigstop", False, None, 540.0),  # never heartbeat: maybe NCCL with its 600 s default
+    (None, "sigstop", True, None, None),  # a single process
+])
+def test_pause_limit(max_pause_s: float | None, mode: str, seen: bool, view: RankView | None,
+                     expect: float | None) -> None:
+    assert pause_limit_s(max_pause_s, mode, seen, view) == expect  # type: ignore[arg-type]

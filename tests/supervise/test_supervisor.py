@@ -7,6 +7,7 @@ import logging
 import os
 import pwd
 import signal
+import socket
 import sys
 import textwrap
 import time
@@ -263,6 +264,7 @@ def test_cooperative_pause_through_heartbeat(make, tmp_path: Path) -> None:
     h.set_junction_c(105)
     h.until(lambda s: s.phase is P.PAUSED)
     assert h.trainer.machine.pause_mode == "cooperative"
+    assert h.trainer.pause_file.read_text().startswith("hot: 0000:03:00.0 junction")  # the ranks show it on every node
     assert psutil.Process(h.trainer.proc.pid).status() != psutil.STATUS_STOPPED
     h.set_junction_c(60)
     h.until(lambda s: s.phase is P.RUNNING)
@@ -336,6 +338,17 @@ def test_environment_is_clean_and_carries_the_protocol(make, tmp_path: Path, mon
     env = json.loads(out.read_text())
     assert "NOTIFY_SOCKET" not in env and "WATCHDOG_USEC" not in env and env["EXTRA"] == "1"
     assert env["GPUWATCH_HEARTBEAT_FILE"].endswith("heartbeat.json") and env["GPUWATCH_PAUSE_FILE"].endswith("pause")
+    assert env["GPUWATCH_NODE"] == socket.gethostname() and env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+
+
+def test_node_name_and_torchrun_store_sharing_are_the_users_to_set(make, tmp_path: Path) -> None:
+    out = tmp_path / "env.json"
+    body = "import json, os, sys; json.dump(dict(os.environ), open(sys.argv[1], 'w'))"
+    h = make(command=script(tmp_path, "env.py", body) + [str(out)], node="node-b",
+             env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"})
+    h.until(lambda s: s.phase is P.FINISHED)
+    env = json.loads(out.read_text())
+    assert env["GPUWATCH_NODE"] == "node-b" and env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "0"
 
 
 def test_a_command_that_cannot_start_fails_at_once_logged_once(make, tmp_path: Path,

@@ -109,9 +109,11 @@ def example_state(root: Path) -> PublishedState:
                      steps_per_kj=4.5, gpus_used=(GPU_A,),
                      gpu_use=(TrainerGpuUse(gpu_id=GPU_A, processes=2, vram_bytes=12 * 2**20, gtt_bytes=20 * 2**20,
                                             engine_busy_ratio=0.0, kfd_vram_bytes=6 * 2**30,
-                                            kfd_cu_occupancy_ratio=0.75),)),
+                                            kfd_cu_occupancy_ratio=0.75),),
+                     ranks=2, ranks_held=0, world_size=4),
         TrainerState(name="bert", phase=TrainerPhase.PAUSED, gpus=(GPU_B,), reason="junction over limit",
-                     paused_since_unix=NOW_UNIX - 120),
+                     paused_since_unix=NOW_UNIX - 120, ranks=2, ranks_held=2, world_size=2,
+                     paused_by="box3: hot: junction 101°C >= 100°C"),
         TrainerState(name="vit", phase=TrainerPhase.BACKOFF, restarts_total=1, restarts_by_reason=(("crash", 1),),
                      last_exit_code=1, next_start_unix=NOW_UNIX + 30),
     )
