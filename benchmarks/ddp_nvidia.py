@@ -89,8 +89,14 @@ def median_power(samples: list[tuple[float, int, float]]) -> float | None:
     return statistics.median(s[2] for s in samples) if samples else None
 
 
+def torchrun() -> list[str]:
+    """This interpreter's torchrun (its console script, else the module)."""
+    script = Path(sys.executable).parent / "torchrun"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "torch.distributed.run"]
+
+
 def run_cost(args: argparse.Namespace, out: Path) -> None:
-    cmd = [str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node", str(args.nproc),
+    cmd = [*torchrun(), "--nproc-per-node", str(args.nproc),
            "--master-port", str(free_port()), str(REPO / "benchmarks/ddp_pause_agreement.py"), "--device", "cuda",
            "--batch", str(args.batch), "--size", "640", "--rounds", str(args.rounds), "--block", str(args.block),
            "--warmup", "5", "--micro", "500", "--json", str(out / "agree.json")]
@@ -123,8 +129,7 @@ def wait_for(check: Any, timeout_s: float, what: str) -> Any:
 
 def run_pauses(args: argparse.Namespace, out: Path, nvml: Nvml | FakeNvml, idle_w: float) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="gpuwatch-ddp-"))
-    torchrun = str(Path(sys.executable).parent / "torchrun")
-    command = [sys.executable, "-m", "gpuwatch.cli", "train", "--conv2d-fallback", "off", "--", torchrun,
+    command = [sys.executable, "-m", "gpuwatch.cli", "train", "--conv2d-fallback", "off", "--", *torchrun(),
                "--nproc-per-node", str(args.nproc), "--master-port", str(free_port()),
                str(REPO / "benchmarks/ddp_yolov8n_train.py"), "--pg-timeout-s", str(args.pg_timeout_s)]
     if args.dry_run:
