@@ -119,11 +119,9 @@ def _starting(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> 
 
 
 def _running(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:
-    if x.command == "pause":
-        return _pause(m, cfg, x, acts, manual=True)
-    m, hot = _debounced_hot(m, cfg, x)
-    if hot:
-        return _pause(replace(m, reason=x.thermal.reason), cfg, x, acts, manual=False)
+    m, paused = _own_pause(m, cfg, x, acts)
+    if paused:
+        return paused
     held_by = x.ranks.held_by if x.ranks else None
     if held_by is not None:
         return _enter(m, TrainerPhase.PAUSED, x.now, f"paused by {held_by}", pause_mode="remote",
@@ -207,11 +205,9 @@ def _new_run(now: float) -> dict[str, Any]:
 
 def _held_remotely(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:
     """Held at another node's request: this node may ask too, but only that node releases its own request."""
-    if x.command == "pause":
-        return _pause(m, cfg, x, acts, manual=True)
-    m, hot = _debounced_hot(m, cfg, x)
-    if hot:
-        return _pause(replace(m, reason=x.thermal.reason), cfg, x, acts, manual=False)
+    m, paused = _own_pause(m, cfg, x, acts)
+    if paused:
+        return paused
     held_by = x.ranks.held_by if x.ranks else None
     if held_by is None:
         return _enter(m, TrainerPhase.RUNNING, x.now, "running again: no node asks for the pause", paused_since=None,
@@ -221,13 +217,20 @@ def _held_remotely(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]
     return replace(m, reason=f"paused by {held_by}", last_progress=x.now), acts
 
 
-def _debounced_hot(m: Machine, cfg: TrainerConfig, x: Inputs) -> tuple[Machine, bool]:
+def _own_pause(m: Machine, cfg: TrainerConfig, x: Inputs,
+               acts: list[Action]) -> tuple[Machine, tuple[Machine, list[Action]] | None]:
+    """This node's own pause, when it asks for one: a manual pause, or a sensor hot for ``debounce_s`` (or the
+    power governor's backstop)."""
+    if x.command == "pause":
+        return m, _pause(m, cfg, x, acts, manual=True)
     if not x.thermal.hot:
-        return replace(m, hot_since=None), False
+        return replace(m, hot_since=None), None
     hot_since = m.hot_since if m.hot_since is not None else x.now
+    m = replace(m, hot_since=hot_since)
     # While the power governor still lowers the cap, the pause waits for its backstop (docs/power.md).
-    wait_s = max(cfg.debounce_s, x.thermal.governed_backstop_s or 0.0)
-    return replace(m, hot_since=hot_since), x.now - hot_since >= wait_s
+    if x.now - hot_since >= max(cfg.debounce_s, x.thermal.governed_backstop_s or 0.0):
+        return m, _pause(replace(m, reason=x.thermal.reason), cfg, x, acts, manual=False)
+    return m, None
 
 
 def _pause(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action], manual: bool) -> tuple[Machine, list[Action]]:
