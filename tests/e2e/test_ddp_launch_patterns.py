@@ -43,11 +43,9 @@ def test_script_running_torch_distributed_run_itself(tmp_path: Path) -> None:
         job.wait(lambda: job.state.ranks == 2 and (job.state.steps_total or 0) > 0, "both ranks stepping")
         assert [s["conv_forward"] for s in starts(out)] == ["_patched_conv_forward"] * 2  # the fallback, in each rank
         for n in (1, 2, 3):  # rank 0's own optimizer neither counts nor takes part
-            job.command("pause")
-            job.wait(lambda: job.state.phase is P.PAUSED, f"pause {n} acknowledged")
+            job.pause(f"pause {n} acknowledged")
             assert held_alike(job.beats(), 2, n) and "SIGSTOP" not in (job.state.reason or ""), job.detail()
-            job.command("resume")
-            job.wait(lambda: all(not b.paused for b in job.beats()), f"pause {n} released")
+            job.resume(f"pause {n} released", pause_seq=n)
 
         # Rank 1 is busy elsewhere, rank 0 waits for it inside the gradient all-reduce: neither can
         # acknowledge, so the supervisor stops the whole tree, ranks and their DataLoader workers included.
@@ -73,11 +71,9 @@ def test_torch_multiprocessing_spawn(tmp_path: Path) -> None:
     with Supervised(tmp_path, trainer(tmp_path, command)) as job:
         job.wait(lambda: job.state.ranks == 2 and (job.state.steps_total or 0) > 0, "both ranks stepping")
         for n in (1, 2, 3):
-            job.command("pause")
-            job.wait(lambda: job.state.phase is P.PAUSED, f"pause {n} acknowledged")
+            job.pause(f"pause {n} acknowledged")
             assert held_alike(job.beats(), 2, n), job.detail()
-            job.command("resume")
-            job.wait(lambda: all(not b.paused for b in job.beats()), f"pause {n} released")
+            job.resume(f"pause {n} released", pause_seq=n)
         # The spawned DataLoader workers (one per rank) ran the same start-up hook and stayed out.
         assert len(list(job.trainer.heartbeat_file.parent.glob("heartbeat.rank-*.json"))) == 2
         assert not job.trainer.heartbeat_file.exists()  # no process took itself for a single trainer

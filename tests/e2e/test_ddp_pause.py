@@ -27,13 +27,11 @@ def pause_and_resume(job: Supervised, ranks: int, pauses: int, seed: int) -> Non
     first = job.beats()[0].pause_seq
     for n in range(first + 1, first + pauses + 1):
         time.sleep(rng.uniform(0.0, 0.05))  # a random moment in the training (the stimulus, not a wait)
-        job.command("pause")
-        state = job.wait(lambda: (s := job.state).phase is P.PAUSED and s, f"pause {n} acknowledged")
+        state = job.pause(f"pause {n} acknowledged")
         assert state.ranks_held == ranks == state.ranks and "SIGSTOP" not in (state.reason or ""), state
         beats = job.beats()
         assert held_alike(beats, ranks, n), f"pause {n} split: {beats}"
-        job.command("resume")
-        job.wait(lambda: all(not b.paused and b.pause_seq == n for b in job.beats()), f"pause {n} released")
+        job.resume(f"pause {n} released", pause_seq=n)
 
 
 @pytest.mark.timeout(300)
@@ -47,8 +45,7 @@ def test_two_ranks_200_pauses_a_hold_of_twice_the_timeout_and_restarts(tmp_path:
         pause_and_resume(job, ranks=2, pauses=200, seed=2)
 
         # Held twice the process-group timeout (5 s): nothing is in flight, so nothing times out.
-        job.command("pause")
-        job.wait(lambda: job.state.phase is P.PAUSED, "the long pause acknowledged")
+        job.pause("the long pause acknowledged")
         pids, held_at = [b.pid for b in job.beats()], job.state.steps_total or 0
         deadline = time.monotonic() + 10.0
         while time.monotonic() < deadline:

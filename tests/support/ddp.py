@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from gpuwatch.config import ThermalConfig, TrainerConfig
 from gpuwatch.heartbeat import Heartbeat, read_rank_heartbeats
-from gpuwatch.model import TrainerState
+from gpuwatch.model import TrainerPhase, TrainerState
 from gpuwatch.supervise.supervisor import Supervisor, Trainer
 from tests.support.paths import REPO
 from tests.support.processes import free_port
@@ -97,6 +97,21 @@ class Supervised:
     def command(self, verb: str) -> None:
         ok, message = self.supervisor.command(verb, None)
         assert ok, message
+
+    def pause(self, what: str) -> TrainerState:
+        """Ask for a pause; the first state that reports it paused. The published state lags the
+        supervisor's actions by up to a tick (a rank may release before the resume's state is out), so
+        a PAUSED state counts only once ``pauses_total`` moved past the one before the command."""
+        before = self.state.pauses_total
+        self.command("pause")
+        return self.wait(lambda: (s := self.state).phase is TrainerPhase.PAUSED and s.pauses_total > before and s,
+                         what)
+
+    def resume(self, what: str, pause_seq: int | None = None) -> None:
+        """Resume; wait until the supervisor reports it running and every rank released (that pause)."""
+        self.command("resume")
+        self.wait(lambda: self.state.phase is TrainerPhase.RUNNING
+                  and all(not b.paused and pause_seq in (None, b.pause_seq) for b in self.beats()), what)
 
     def beats(self) -> list[Heartbeat]:
         """The ranks' heartbeats of live processes only (as the supervisor counts them)."""
