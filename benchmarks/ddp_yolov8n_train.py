@@ -27,6 +27,8 @@ def main() -> None:
     p.add_argument("--pg-timeout-s", type=float, default=600.0, help="the process group's (NCCL's) timeout")
     p.add_argument("--report-every", type=int, default=50)
     p.add_argument("--cpu", action="store_true", help="gloo on the CPU (a dry run of the scripts around it)")
+    p.add_argument("--step-log", help="PREFIX: every rank writes PREFIX.rank<R>.tsv, one line per step: step, "
+                   "CLOCK_MONOTONIC at its start and end (s), loss (a sync per step, as a progress bar's)")
     args = p.parse_args()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cpu") if args.cpu else torch.device("cuda", local_rank)
@@ -37,12 +39,17 @@ def main() -> None:
     model = torch.nn.parallel.DistributedDataParallel(build_model().to(device), device_ids=ids)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937, nesterov=True)
     images = torch.randn(args.batch, 3, args.image_size, args.image_size, device=device)
+    log = open(f"{args.step_log}.rank{dist.get_rank()}.tsv", "w", buffering=1) if args.step_log else None
     started = time.perf_counter()
     for step in range(1, args.steps + 1):
+        step_start = time.monotonic()
         optimizer.zero_grad(set_to_none=True)
         loss = sum(out.float().square().mean() for out in model(images))
         loss.backward()  # type: ignore[union-attr]
-        optimizer.step()
+        optimizer.step()  # gpuwatch's hooks, and a pause's hold, are around this call
+        if log is not None:
+            value = float(loss.detach())  # type: ignore[union-attr]
+            log.write(f"{step}\t{step_start:.4f}\t{time.monotonic():.4f}\t{value:.6f}\n")
         if step % args.report_every == 0 and dist.get_rank() == 0:
             print(f"step {step} loss {float(loss.detach()):.4f} ({step / (time.perf_counter() - started):.1f} steps/s overall)",
                   flush=True)

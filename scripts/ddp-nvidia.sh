@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The job-wide pause on a machine with an NVIDIA GPU and NCCL (docs/nvidia.md, "A DDP job on NCCL"):
 # benchmarks/ddp_nvidia.py measures the agreement's cost per step next to a YOLOv8n-shaped DDP step, then
-# lets `gpuwatch run` (NVML backend) supervise `gpuwatch train -- torchrun ...` and pauses it, one hold
-# twice the job's NCCL timeout, while sampling NVML. Writes OUT_DIR/{summary.json,agree.json,agree.log,
-# timeline.csv,daemon.log,status-paused.txt}.
+# lets `gpuwatch run` (NVML backend, every GPU) supervise `gpuwatch train -- torchrun ...` (one rank per
+# GPU) and pauses it: one hold twice the job's NCCL timeout, then 50 at random moments, while sampling NVML
+# on every GPU; coherence is judged from the ranks' own step logs. Writes OUT_DIR/{summary.json,
+# pauses.jsonl,agree.json,agree.log,timeline.csv,steps.rank*.tsv,daemon.log,status-training.txt}.
 #
-# Usage: scripts/ddp-nvidia.sh [OUT_DIR] [options of benchmarks/ddp_nvidia.py, e.g. --nproc 2]
+# Usage: scripts/ddp-nvidia.sh [OUT_DIR] [options of benchmarks/ddp_nvidia.py, e.g. --nproc 1]
 # Needs python3 with torch (CUDA), nvidia-ml-py and gpuwatch's dependencies. Wheels in .whl/ beside
 # gpuwatch/ are installed into /tmp/site first (a machine without a package index).
 set -euo pipefail
