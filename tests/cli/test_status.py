@@ -248,8 +248,13 @@ def test_trainer_lines_show_a_jobs_ranks(tmp_path: Path) -> None:
     from gpuwatch.publish.document import to_document
     from tests.support.published import NOW_UNIX, example_state
 
-    lines = render(to_document(example_state(tmp_path / "sys"), ThermalConfig(), "daemon"), NOW_UNIX).splitlines()
+    doc = to_document(example_state(tmp_path / "sys"), ThermalConfig(), "daemon")
+    lines = render(doc, NOW_UNIX).splitlines()
     resnet = next(line for line in lines if line.startswith("trainer resnet"))
     bert = next(line for line in lines if line.startswith("trainer bert"))
     assert "  2 ranks (job: 4)" in resnet  # two of the job's four ranks run here
     assert bert.endswith("2/2 ranks held  (junction over limit)"), bert
+    trainer = doc["trainers"][0]
+    trainer["phase"], trainer["ranks_held"], trainer["reason"] = "pausing", 1, "pausing: hot"  # one still to hold
+    pausing = next(line for line in render(doc, NOW_UNIX).splitlines() if line.startswith("trainer resnet"))
+    assert pausing.endswith("  1/2 ranks held (job: 4)  (pausing: hot)"), pausing
