@@ -45,6 +45,10 @@ STATIC_ATTRIBUTES = frozenset(
     }
 )
 
+# Number files the kernel may leave empty to say "no value" (SYSFS_FACTS.md §2, K-PM-6.4
+# amdgpu_hwmon_show_power_cap_generic); an empty file anywhere else is a read error.
+EMPTY_MEANS_NO_VALUE = frozenset({"power1_cap", "power1_cap_min", "power1_cap_max", "power1_cap_default"})
+
 
 @dataclass(frozen=True)
 class AmdCard:
@@ -216,8 +220,13 @@ class _Reader:
 
     def number(self, name: str, parse: Callable[[str], T]) -> T | None:
         text = self.text(name)
+        if text is None:
+            return None  # absent: the card does not have this sensor
         if not text:
-            # An empty file is a legitimate "no value" (e.g. power1_cap when the query fails, §2).
+            # Empty is "no value" only where the kernel documents it (§2: power1_cap* print "\n" when
+            # the limit query fails); anywhere else an empty number is a failed read, counted and shown.
+            if name not in EMPTY_MEANS_NO_VALUE:
+                self._record(name, "empty")
             return None
         try:
             return parse(text)
