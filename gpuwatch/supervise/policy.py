@@ -10,8 +10,9 @@ Rules worth knowing:
 * Nothing is ever (re)started while a GPU it uses is over a pause limit: it would just pause again.
 * A hot GPU pauses after ``debounce_s``; while its power governor still holds it above the floor cap,
   only after the governor's backstop (``Thermal.governed_backstop_s``). Crit and failsafe stop at once.
-* A stop always goes CONT -> TERM -> (grace) -> KILL; the effects layer does the CONT. A process still
-  there ``stuck_after_s`` after KILL (D state) is abandoned: reported, no longer waited for.
+* A stop always goes CONT -> TERM -> (grace) -> KILL, at shutdown too, each trainer with its own grace;
+  the effects layer does the CONT. A process still there ``stuck_after_s`` after KILL (D state) is
+  abandoned: reported, no longer waited for.
 * A reset of a GPU it uses ends the run (its GPU context is lost); it restarts from its checkpoint once
   its GPUs answer again, as a restart with reason ``gpu_reset``. Nothing (re)starts before that.
 * A distributed job is paused only when every local rank holds; a job held at another node's request
@@ -91,7 +92,7 @@ def step(m: Machine, cfg: TrainerConfig, x: Inputs) -> tuple[Machine, list[Actio
     if m.phase in LIVE:
         m = _observe_progress(m, cfg, x)
     if x.shutdown:
-        return _shutdown(m, x, acts)
+        return _shutdown(m, cfg, x, acts)
     if m.phase in LIVE and not x.alive:
         return _exited(m, cfg, x, acts)
     if m.phase in (TrainerPhase.RUNNING, TrainerPhase.PAUSING, TrainerPhase.PAUSED) and x.gpu_reset:
@@ -268,10 +269,13 @@ def _stop(m: Machine, x: Inputs, acts: list[Action], why: str, after: str) -> tu
                   after_stop=after), acts
 
 
-def _shutdown(m: Machine, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:
+def _shutdown(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:
     if m.phase in LIVE and x.alive:
         if m.phase is TrainerPhase.STOPPING:
-            return replace(m, after_stop="shutdown"), acts
+            # Each trainer's own grace (a GPU reset's for a reset) holds at shutdown too, counted from the
+            # TERM it already got; the supervisor's deadline (largest grace + 10 s) is only the backstop.
+            m, acts = _stopping(m, cfg, x, acts)
+            return (replace(m, after_stop="shutdown") if m.phase is TrainerPhase.STOPPING else m), acts
         return _stop(m, x, acts, "daemon stopping", "shutdown")
     if m.phase in LIVE:
         m = replace(m, last_exit_code=x.exit_code, last_exit_reason=x.exit_reason)

@@ -214,6 +214,28 @@ def test_shutdown_while_paused_terminates_and_stops() -> None:
     assert m.phase is P.STOPPED and acts == []
 
 
+@pytest.mark.parametrize(
+    "stop_sent, now, killed",
+    [
+        (None, 5, False),  # TERM just sent by the shutdown itself: nothing more yet
+        (0, 9.9, False),  # within its grace_s = 10
+        (0, 10, True),  # its own grace is over: KILL now, not at the supervisor's backstop
+    ],
+)
+def test_shutdown_holds_each_trainer_to_its_own_grace(stop_sent: float | None, now: float, killed: bool) -> None:
+    m = running()
+    if stop_sent is None:
+        m, acts = step(m, CFG, Inputs(now=now, alive=True, shutdown=True))
+        assert acts == [CancelPause(), Terminate("daemon stopping")]
+    else:
+        m = replace(m, phase=P.STOPPING, stop_sent=stop_sent, after_stop="hang")  # stopping before the shutdown
+        m, acts = step(m, CFG, Inputs(now=now, alive=True, shutdown=True))
+        assert acts == ([Kill("still running 10s after SIGTERM")] if killed else [])
+    assert m.phase is P.STOPPING and m.after_stop == "shutdown" and m.killed is killed
+    m, acts = step(m, CFG, Inputs(now=now + 1, alive=True, shutdown=True))
+    assert acts == ([] if killed or now + 1 < 10 else [Kill("still running 10s after SIGTERM")])
+
+
 def test_shutdown_in_backoff_stops_without_spawning() -> None:
     m, acts = step(Machine(phase=P.BACKOFF, next_start=0), CFG, Inputs(now=5, shutdown=True))
     assert m.phase is P.STOPPED and acts == []
