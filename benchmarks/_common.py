@@ -134,15 +134,17 @@ def write_config(path: Path, sysfs_root: Path, runtime_dir: Path, extra: str = "
     return path
 
 
-def start_daemon(config: Path, log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """``gpuwatch run`` as its own process, exactly as systemd would start it."""
+def start_daemon(config: Path, log_path: Path, env: dict[str, str] | None = None,
+                 src: Path = REPO) -> subprocess.Popen[bytes]:
+    """``gpuwatch run`` as its own process, exactly as systemd would start it; ``src`` runs another
+    checkout's package (a baseline measured side by side in the same run)."""
     handle = open(log_path, "wb")
     return subprocess.Popen(
         [sys.executable, "-m", "gpuwatch.cli", "run", "-c", str(config)],
-        cwd=REPO,
+        cwd=src,
         stdout=handle,
         stderr=subprocess.STDOUT,
-        env={**os.environ, **(env or {}), "PYTHONPATH": str(REPO)},
+        env={**os.environ, **(env or {}), "PYTHONPATH": str(src)},
     )
 
 

@@ -1,28 +1,26 @@
-"""The read-only HTTP endpoint: /metrics, /healthz and /status, served from a daemon thread.
+"""The read-only HTTP endpoint: /metrics, /healthz and /status, served from its own thread.
 
 Every response is rendered from the StateHolder (what the last tick published); nothing here reads
 sysfs or changes anything, so a hung GPU read cannot hang a scrape and HTTP cannot control the
-machine. Only GET and HEAD are allowed.
+machine. Only GET and HEAD are allowed. The connections, their deadlines and limits are serve.py's.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Callable
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
 from gpuwatch.config import ThermalConfig
 from gpuwatch.publish.metrics import GpuwatchCollector
+from gpuwatch.publish.serve import REQUEST_DEADLINE_S, Response, Server, bind
 from gpuwatch.publish.state import StateHolder, is_stale
 
-_Request = socket.socket | tuple[bytes, socket.socket]  # socketserver's request
 log = logging.getLogger("gpuwatch.http")  # the name log lines had before the move
 
 # generate_latest writes the classic text format; newer clients' CONTENT_TYPE_LATEST may name 1.0.0.
@@ -42,15 +40,6 @@ def health(holder: StateHolder, now_monotonic: float) -> tuple[bool, str]:
     return True, "ok" + "".join(f"\nfailing: {f}" for f in failures)
 
 
-# Handler threads at once. Every Python thread competes with the control loop for the GIL, and the
-# loop needs it back after each of its ~400 sysfs syscalls per tick (8 GPUs): unbounded threads
-# under 50 concurrent scrapers pushed tick jitter p99 to ~200 ms (benchmarks/tick_jitter.py,
-# docs/performance.md). Further clients wait in the listen backlog, not in the interpreter.
-MAX_HANDLER_THREADS = 4
-# A client that stalls mid-request holds a handler slot at most this long.
-CLIENT_TIMEOUT_S = 5.0
-
-
 class MetricsCache:
     """The /metrics body rendered once per published state, however many clients scrape it.
 
@@ -65,6 +54,11 @@ class MetricsCache:
         self._rendered_for: object | None = None
         self._body = b""
 
+    def invalidate(self) -> None:
+        """Render again at the next scrape (what is exported changed without a new tick)."""
+        with self._lock:
+            self._rendered_for = None
+
     def body(self) -> bytes:
         with self._lock:
             state = self._holder.latest()
@@ -74,111 +68,62 @@ class MetricsCache:
             return self._body
 
 
-class _BoundedThreadingServer(ThreadingHTTPServer):
-    """ThreadingHTTPServer with at most MAX_HANDLER_THREADS requests in flight."""
-
-    daemon_threads = True
-    # socketserver's default backlog of 5 drops SYNs under 50 concurrent clients (they then retry
-    # after 1 s, 3 s...); queued connections cost nothing until a slot takes them.
-    request_queue_size = 128
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
-        super().__init__(address, handler)
-        self._slots = threading.BoundedSemaphore(MAX_HANDLER_THREADS)
-
-    def process_request(self, request: _Request, client_address: Any) -> None:
-        self._slots.acquire()
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request: _Request, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
-
-
 class HttpServer:
-    """Owns the listening socket and its thread; ``port`` is the bound port (useful with port 0)."""
+    """Owns the listening socket and its thread; ``port`` is the bound port (useful with port 0).
+
+    The constructor binds (OSError when the port is taken); ``start()`` serves, ``stop()`` closes.
+    """
 
     def __init__(self, holder: StateHolder, thermal: ThermalConfig, listen: str, port: int,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 request_deadline_s: float = REQUEST_DEADLINE_S) -> None:
+        self._collector = GpuwatchCollector(holder.latest, thermal)
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(GpuwatchCollector(holder.latest, thermal))
-        handler = _handler_class(holder, MetricsCache(holder, registry), monotonic)
-        self._server = _BoundedThreadingServer((listen, port), handler)
-        self._thread: threading.Thread | None = None
+        registry.register(self._collector)
+        self._metrics = MetricsCache(holder, registry)
+        self._sock = bind(listen, port)
+        self._server = Server(self._sock, _routes(holder, self._metrics, monotonic), request_deadline_s)
 
     @property
     def port(self) -> int:
-        return int(self._server.server_address[1])
+        return int(self._sock.getsockname()[1])
 
     @property
     def address(self) -> str:
-        return str(self._server.server_address[0])
+        return str(self._sock.getsockname()[0])
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="gpuwatch-http", daemon=True)
-        self._thread.start()
+        self._server.start()
         log.info("HTTP listening on %s:%d (/metrics, /healthz, /status)", self.address, self.port)
 
     def stop(self) -> None:
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join(timeout=5)
-        self._server.server_close()
+        self._server.stop()
+
+    def set_thermal(self, thermal: ThermalConfig) -> None:
+        """A reload's new [thermal]: the limits and over-limit series follow it from the next scrape."""
+        self._collector.set_thermal(thermal)
+        self._metrics.invalidate()
 
 
-def _handler_class(holder: StateHolder, metrics: MetricsCache,
-                   monotonic: Callable[[], float]) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "gpuwatch"
-        timeout = CLIENT_TIMEOUT_S
+_TEXT = "text/plain; charset=utf-8"
 
-        def do_GET(self) -> None:
-            self._respond(body=True)
 
-        def do_HEAD(self) -> None:
-            self._respond(body=False)
+def _routes(holder: StateHolder, metrics: MetricsCache,
+            monotonic: Callable[[], float]) -> Callable[[str, str], Response]:
+    def respond(method: str, target: str) -> Response:
+        if method not in ("GET", "HEAD"):
+            return Response(405, _TEXT, b"read-only endpoint: GET or HEAD only\n", (("Allow", "GET, HEAD"),))
+        path = target.split("?", 1)[0]
+        if path == "/metrics":
+            return Response(200, METRICS_CONTENT_TYPE, metrics.body())
+        if path == "/healthz":
+            fresh, reason = health(holder, monotonic())
+            return Response(200 if fresh else 503, _TEXT, (reason + "\n").encode())
+        if path == "/status":
+            document = holder.document()
+            if document is None:
+                return Response(503, _TEXT, b"no sample published yet\n")
+            return Response(200, "application/json", json.dumps(document, indent=2, sort_keys=True).encode())
+        return Response(404, _TEXT, b"not found: try /metrics, /healthz, /status\n")
 
-        def _respond(self, body: bool) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._send(200, METRICS_CONTENT_TYPE, metrics.body(), body)
-            elif path == "/healthz":
-                fresh, reason = health(holder, monotonic())
-                self._send(200 if fresh else 503, "text/plain; charset=utf-8", (reason + "\n").encode(), body)
-            elif path == "/status":
-                document = holder.document()
-                if document is None:
-                    self._send(503, "text/plain; charset=utf-8", b"no sample published yet\n", body)
-                else:
-                    payload = json.dumps(document, indent=2, sort_keys=True).encode()
-                    self._send(200, "application/json", payload, body)
-            else:
-                self._send(404, "text/plain; charset=utf-8", b"not found: try /metrics, /healthz, /status\n", body)
-
-        def _not_allowed(self) -> None:
-            self._send(405, "text/plain; charset=utf-8", b"read-only endpoint: GET or HEAD only\n", True,
-                       extra={"Allow": "GET, HEAD"})
-
-        do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
-
-        def _send(self, code: int, content_type: str, payload: bytes, body: bool,
-                  extra: dict[str, str] | None = None) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(payload)))
-            for key, value in (extra or {}).items():
-                self.send_header(key, value)
-            self.end_headers()
-            if body:
-                self.wfile.write(payload)
-
-        def log_message(self, format: str, *args: object) -> None:
-            log.debug("%s %s", self.address_string(), format % args)
-
-    return Handler
+    return respond

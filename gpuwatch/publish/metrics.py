@@ -79,6 +79,10 @@ class GpuwatchCollector(Collector):
         self._latest = latest
         self._thermal = thermal
 
+    def set_thermal(self, thermal: ThermalConfig) -> None:
+        """The limits a reload applied (gpuwatch_gpu_temperature_limit_celsius, ..._over_limit)."""
+        self._thermal = thermal
+
     def describe(self) -> Iterable[Metric]:
         return []  # unchecked collector: the series depend on the GPUs found
 

@@ -1,0 +1,111 @@
+"""Slow clients never starve a scrape: 100 real connections on 127.0.0.1 that send nothing or trickle
+one byte at a time are open while /metrics is scraped; the server cuts them off at its request deadline
+and says so. Latency figures come from benchmarks/scrape_latency.py --slow-clients, not from here."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.config import Config, FanConfig, HttpConfig
+from gpuwatch.daemon.loop import Daemon
+from gpuwatch.publish.http import HttpServer
+from tests.support.published import GPU_A, two_gpu_tree
+from tests.support.waiting import wait_for
+
+
+def test_scrape_is_answered_while_100_slow_clients_hold_connections(tmp_path: Path,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    config = Config(sysfs_root=two_gpu_tree(tmp_path / "sys").root, runtime_dir=tmp_path / "run",
+                    fan=FanConfig(mode="off"), http=HttpConfig(enabled=False))
+    daemon = Daemon(config)
+    daemon.tick()
+    server = HttpServer(daemon.holder, config.thermal, "127.0.0.1", 0, request_deadline_s=2.0)
+    server.start()
+    idle: list[socket.socket] = []
+    trickling: list[socket.socket] = []
+    stop = threading.Event()
+
+    def trickle() -> None:
+        request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + b"X-Slow: " + b"y" * 1000
+        sent = 0
+        while not stop.wait(0.1) and sent < len(request):
+            for sock in trickling:
+                try:
+                    sock.send(request[sent:sent + 1])
+                except OSError:
+                    pass
+            sent += 1
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    try:
+        with caplog.at_level(logging.WARNING, logger="gpuwatch.http"):
+            for i in range(100):
+                sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+                (idle if i % 2 else trickling).append(sock)
+            thread.start()
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10) as response:
+                assert response.status == 200
+                assert f'gpuwatch_gpu_up{{gpu="{GPU_A}"}} 1.0' in response.read().decode()
+            # Past the deadline the slow ones are cut off, and the log says so (once, with a count).
+            for sock in idle + trickling:
+                sock.settimeout(10)
+            assert all(sock.recv(1) == b"" for sock in idle)
+            wait_for(lambda: any("cut off" in r.getMessage() for r in caplog.records), "a warning about cut-off clients")
+    finally:
+        stop.set()
+        for sock in idle + trickling:
+            sock.close()
+        server.stop()
+        daemon.shutdown()
+
+
+def test_a_full_client_makes_room_by_cutting_its_oldest_waiting_connection(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuwatch.publish import serve
+
+    monkeypatch.setattr(serve, "MAX_PER_CLIENT", 10)
+    daemon = Daemon(Config(sysfs_root=two_gpu_tree(tmp_path / "sys").root, runtime_dir=tmp_path / "run",
+                           fan=FanConfig(mode="off"), http=HttpConfig(enabled=False)))
+    daemon.tick()
+    server = HttpServer(daemon.holder, daemon.config.thermal, "127.0.0.1", 0)
+    server.start()
+    idle = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(10)]
+    try:
+        with caplog.at_level(logging.WARNING, logger="gpuwatch.http"):
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=10) as response:
+                assert response.status == 200
+            assert idle[0].recv(1) == b""  # the oldest made room
+            wait_for(lambda: any("per-client connection limit" in r.getMessage() for r in caplog.records),
+                     "the warning")
+    finally:
+        for sock in idle:
+            sock.close()
+        server.stop()
+        daemon.shutdown()
+
+
+def test_bad_requests_are_answered_not_fatal() -> None:
+    from gpuwatch.publish.state import StateHolder
+
+    server = HttpServer(StateHolder(), Config().thermal, "127.0.0.1", 0)
+    server.start()
+    try:
+        for request, status in (
+            (b"garbage\r\n\r\n", b"400"),
+            (b"POST /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello", b"405"),
+            (b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", b"503"),  # nothing published yet, and still serving
+        ):
+            with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+                sock.sendall(request)
+                answer = b""
+                while chunk := sock.recv(4096):
+                    answer += chunk
+            assert answer.split(b" ", 2)[1] == status, answer
+    finally:
+        server.stop()
