@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from gpuwatch.config import Config, ConfigError
+from gpuwatch.config import Config, ConfigError, ThermalConfig
 from gpuwatch.daemon.control import Handler
 from gpuwatch.daemon.gpu_use import GpuUseWatch
 from gpuwatch.gpus.amdgpu import AmdgpuSource
@@ -52,6 +52,7 @@ class PowerConsumer(Protocol):
 class TrainerConsumer(Protocol):
     def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...],
              powers: tuple[PowerState, ...]) -> tuple[TrainerState, ...]: ...
+    def set_thermal(self, thermal: ThermalConfig) -> None: ...  # a reload's new [thermal]
     def stop(self) -> None: ...
 
 

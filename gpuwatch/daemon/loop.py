@@ -187,13 +187,12 @@ class Daemon:
             self.notifier.ready()
             return False
         plan = plan_reload(self.config, new)
-        if "log_level" in plan.applied:
-            logging.getLogger().setLevel(getattr(logging, plan.config.log_level.upper()))
         self.config = plan.config
+        self._apply_live(plan.applied)
         log.info(
             "config reloaded from %s: %s",
             self.config_path or "its source",
-            "applied " + ", ".join(plan.applied) if plan.applied else "no live setting changed",
+            "applied " + plan.describe_applied() if plan.applied else "no live setting changed",
         )
         if plan.needs_restart:
             log.warning(
@@ -202,6 +201,17 @@ class Daemon:
             )
         self.notifier.ready()
         return True
+
+    def _apply_live(self, applied: tuple[str, ...]) -> None:
+        """Hand each applied key to every part that keeps a copy (reload.LIVE_KEYS lists them); the tick
+        reads ``self.config`` afresh for the rest (interval_s, the state file's limits)."""
+        if "log_level" in applied:
+            logging.getLogger().setLevel(getattr(logging, self.config.log_level.upper()))
+        if "thermal" in applied:
+            if self.http is not None:
+                self.http.set_thermal(self.config.thermal)
+            if self.parts.trainers is not None:
+                self.parts.trainers.set_thermal(self.config.thermal)
 
     def shutdown(self) -> None:
         """Trainers first (they get their checkpoint time), then fans back to the firmware, then the caps."""

@@ -1,8 +1,8 @@
 """What a config reload (SIGHUP, `systemctl reload gpuwatch`) may change while the daemon runs.
 
 Pure: given the running config and a freshly validated one, decide which top-level keys take effect
-now and which wait for a restart. Live: the tick interval, the log level and the thermal limits
-(the daemon reads them on every tick). Everything else (sysfs_root, runtime_dir, fan, http, trainers, ...) owns
+now and which wait for a restart. Live (``LIVE_KEYS``, with every consumer each one reaches): the
+tick interval, the log level and the thermal limits. Everything else (sysfs_root, runtime_dir, fan, http, trainers, ...) owns
 open files, sockets, hardware control or child processes; swapping those mid-run is riskier than a
 restart, so the running value is kept and the log says `systemctl restart gpuwatch` is needed.
 """
@@ -14,8 +14,15 @@ from typing import Iterable
 
 from gpuwatch.config import Config
 
-# status: read by `gpuwatch status --remote` only; the daemon has nothing to restart for it.
-DAEMON_LIVE_KEYS = frozenset({"interval_s", "log_level", "thermal", "status"})
+# Each live key and every consumer the daemon hands its new value to (Daemon.reload); the reload's
+# log line names them, so nobody has to guess whether /metrics or the supervisor saw a change.
+LIVE_KEYS: dict[str, str] = {
+    "interval_s": "the tick schedule",
+    "log_level": "every logger",
+    "thermal": "the state file, /metrics and the supervisor",
+    "status": "nothing in the daemon (`gpuwatch status --remote` reads it)",
+}
+DAEMON_LIVE_KEYS = frozenset(LIVE_KEYS)
 
 
 @dataclass(frozen=True)
@@ -23,6 +30,10 @@ class ReloadPlan:
     config: Config  # the config to run with: live keys from the new file, the rest as running
     applied: tuple[str, ...]  # changed keys that take effect now
     needs_restart: tuple[str, ...]  # changed keys kept at their running value until a restart
+
+    def describe_applied(self) -> str:
+        """``thermal (the state file, /metrics and the supervisor), ...`` for the reload's log line."""
+        return ", ".join(f"{key} ({LIVE_KEYS[key]})" if key in LIVE_KEYS else key for key in self.applied)
 
 
 def plan_reload(running: Config, new: Config, live_keys: Iterable[str] = DAEMON_LIVE_KEYS) -> ReloadPlan:

@@ -304,6 +304,11 @@ class Supervisor:
                          trainer.machine.phase.value, event)
         return self.states(now)
 
+    def set_thermal(self, thermal: ThermalConfig) -> None:
+        """A reload's new [thermal]: each trainer's limits are it with the trainer's own overrides."""
+        for trainer in self.trainers:
+            trainer.thermal = trainer.config.thermal(thermal)
+
     def states(self, now: float | None = None) -> tuple[TrainerState, ...]:
         now = time.monotonic() if now is None else now
         return tuple(t.published(now, time.time(), self.last_snapshot) for t in self.trainers)

@@ -34,3 +34,44 @@ def test_plan_reload(new: dict, live: set[str] | None, applied: tuple, restart: 
         source = new_config if key in applied else RUNNING
         assert getattr(plan.config, key) == getattr(source, key)
     assert plan.config.runtime_dir == Path("/run/a")
+
+
+def test_applied_keys_name_their_consumers() -> None:
+    plan = plan_reload(RUNNING, parse_config({"interval_s": 2.0, "thermal": {"edge_limit_c": 80}, "runtime_dir": "/run/a"}))
+    assert plan.describe_applied() == "interval_s (the tick schedule), thermal (the state file, /metrics and the supervisor)"
+
+
+def test_reload_hands_thermal_to_metrics_and_the_supervisor(tmp_path: Path) -> None:
+    import os
+    import pwd
+    import sys
+    import urllib.request
+
+    from gpuwatch.daemon.loop import Daemon
+    from gpuwatch.sim.tree import FakeSysfsTree
+    from tests.support.trees import capture
+
+    tree = FakeSysfsTree(tmp_path / "sys")
+    card = tree.add_capture(capture("navi10-rx5700xt-sapphire"))
+    tree.write(f"{card.hwmon_dir}/temp1_input", "60000\n")
+    trainer = {"name": "t", "command": [sys.executable, "-c", "import time; time.sleep(60)"],
+               "user": pwd.getpwuid(os.geteuid()).pw_name, "grace_s": 5}
+    data = {"sysfs_root": str(tree.root), "runtime_dir": str(tmp_path / "run"), "fan": {"mode": "monitor-only"},
+            "http": {"listen": "127.0.0.1", "port": 0}, "trainer": [trainer]}
+    daemon = Daemon(parse_config(data), load=lambda: parse_config(data | {"thermal": {"edge_limit_c": 50}}))
+    daemon.start_http()
+    try:
+        daemon.tick()
+        assert daemon.reload()
+        supervisor = daemon.parts.trainers
+        assert supervisor is not None and supervisor.trainers[0].thermal.edge_limit_c == 50  # type: ignore[attr-defined]
+        # /metrics renders the last published state with the new limits at once, before any tick.
+        with urllib.request.urlopen(f"http://127.0.0.1:{daemon.http_port}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        assert f'gpuwatch_gpu_temperature_limit_celsius{{gpu="{card.pci_slot}",sensor="edge"}} 50.0' in text
+        assert f'gpuwatch_gpu_thermal_over_limit{{gpu="{card.pci_slot}",sensor="edge"}} 1.0' in text
+        daemon.tick()
+        document = daemon.holder.document()
+        assert document is not None and document["gpus"][0]["temperatures"]["edge"]["limit_c"] == 50
+    finally:
+        daemon.shutdown()
