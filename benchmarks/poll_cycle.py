@@ -15,7 +15,8 @@ import argparse
 import time
 from pathlib import Path
 
-from gpuwatch.gpus.amdgpu import AmdgpuSource, discover, read_card
+from gpuwatch.gpus.amdgpu import discover, read_card
+from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.sysfs import Sysfs
 

@@ -28,6 +28,10 @@ SYSTEM_RUNTIME_DIR = Path("/run/gpuwatch")
 # In the runtime directory: the published state (`gpuwatch status`) and the supervisor's control socket.
 STATE_FILE_NAME = "state.json"
 CONTROL_SOCKET_NAME = "control.sock"
+# The longest one GPU's sysfs reads (or its fan's writes) may hold a tick before the GPU counts as
+# unresponsive (docs/robustness.md). A whole GPU reads in well under 10 ms (benchmarks/poll_cycle.py);
+# only a driver that is really stuck (an SMU message that never completes, a reset) waits this out.
+DEFAULT_SYSFS_DEADLINE_S = 1.0
 
 
 class ConfigError(Exception):
@@ -411,6 +415,7 @@ class Config(Strict):
     backend: Literal["auto", "amdgpu", "nvml", "simulated"] = "auto"
     runtime_dir: Path | None = None
     interval_s: float = Field(default=1.0, gt=0, le=60)
+    sysfs_deadline_s: float = Field(default=DEFAULT_SYSFS_DEADLINE_S, gt=0, le=30)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     thermal: ThermalConfig = ThermalConfig()
     fan: FanConfig = FanConfig()

@@ -32,6 +32,9 @@ class FanMode(str, Enum):
     # Never produced by the controller, but a value of the published state set
     # gpuwatch_fan_mode{mode=...} (every known value is exported, 0 or 1): removing it removes a series.
     DISABLED = "disabled"
+    # The fan should be driven but cannot be written (files gone, writes failing or blocked): it runs
+    # on whatever the firmware or the last write left, not on the curve. Not "failsafe" (no 100 %).
+    UNCONTROLLED = "uncontrolled"
 
 
 class PowerMode(str, Enum):
@@ -91,6 +94,9 @@ class GpuReading:
     unique_id: str | None = None
     vbios_version: str | None = None
     up: bool = True
+    # Down because its sysfs reads hang (they missed the read deadline), not because it is gone: the
+    # fan controller then runs its fan at full speed instead of leaving it alone.
+    unresponsive: bool = False
     runtime_status: str | None = None
     temps: tuple[TempReading, ...] = ()
     gpu_busy_ratio: float | None = None
@@ -171,12 +177,12 @@ class GpuReading:
             return None
         return pwm_ratio(self.pwm, self.pwm_min, self.pwm_max)
 
-    def gone(self, why: str) -> GpuReading:
-        """This GPU's identity alone, ``up=False``: how a GPU that vanished stays visible to alerts."""
+    def gone(self, why: str, unresponsive: bool = False) -> GpuReading:
+        """This GPU's identity alone, ``up=False``: how a GPU that vanished (or hangs) stays visible to alerts."""
         return GpuReading(
             gpu_id=self.gpu_id, card=self.card, backend=self.backend, name=self.name, device_id=self.device_id,
             subsystem_id=self.subsystem_id, unique_id=self.unique_id, vbios_version=self.vbios_version,
-            up=False, errors=(ReadError(sensor="device", error=why),),
+            up=False, unresponsive=unresponsive, errors=(ReadError(sensor="device", error=why),),
         )
 
 

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +35,21 @@ class RestoreFile:
             return {}
         return data if isinstance(data, dict) else {}
 
-    def add(self, gpu_id: str, record: dict[str, Any]) -> dict[str, Any]:
-        """Store ``record`` unless one of the same backend is there already; returns the one in force."""
+    def add(self, gpu_id: str, record: dict[str, Any],
+            adopt: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Store ``record`` unless one of the same backend is there already; returns the one in force.
+
+        ``adopt(existing)`` merges such a record with the new one instead (the fans: the original mode
+        stays, the paths are the new ones); it is stored when it differs.
+        """
         data = self.load()
         existing = data.get(gpu_id)
         if isinstance(existing, dict) and existing.get("backend") == record.get("backend"):
-            return existing
+            if adopt is None:
+                return existing
+            record = adopt(existing)
+            if record == existing:
+                return existing
         data[gpu_id] = record
         self._save(data)
         return record

@@ -23,7 +23,7 @@ from tests.support.paths import REPO
 
 PACKAGE = REPO / "gpuwatch"
 
-LEAVES = {"model", "sysfs", "procfs", "heartbeat", "config", "limits", "restore_file"}
+LEAVES = {"model", "sysfs", "procfs", "heartbeat", "config", "limits", "restore_file", "deadline"}
 # unit -> the units it may import besides itself; "unit.module" allows that one module only.
 ALLOWED: dict[str, set[str]] = {
     "__init__": set(),
@@ -33,11 +33,12 @@ ALLOWED: dict[str, set[str]] = {
     "heartbeat": set(),
     "config": set(),
     "restore_file": set(),
+    "deadline": set(),
     "limits": {"model", "config"},
-    "gpus": {"model", "sysfs", "config"},  # sense
+    "gpus": {"model", "sysfs", "config", "deadline"},  # sense (deadline: bounded reads)
     "procs": {"model", "procfs", "sysfs"},  # sense: who uses which GPU (/proc; KFD's files in sysfs)
     "resets": {"model", "sysfs"},  # sense: GPU resets (devcoredump, uevents) and recovery
-    "fan": {"model", "sysfs", "config", "restore_file", "gpus"},  # act on fans (gpus: the amdgpu source locates cards)
+    "fan": {"model", "sysfs", "config", "restore_file", "deadline", "gpus"},  # act on fans (gpus: the amdgpu source locates cards)
     # act on power caps (gpus: locate cards, NVML bus ids; limits: the headroom it holds)
     "power": {"model", "sysfs", "config", "limits", "restore_file", "gpus"},
     "supervise": {"model", "config", "limits", "heartbeat"},  # act on trainers; FanState only via model

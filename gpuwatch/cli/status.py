@@ -36,14 +36,14 @@ Paint = Callable[[str, "str | None"], str]  # text, colour (None: plain) -> text
 
 
 def exit_code(doc: StatusDocument) -> int:
-    """1 when a GPU is over a limit, down, in fan failsafe, recovering from a reset, a trainer failed or left a
-    process stuck, or the daemon reports a failure."""
+    """1 when a GPU is over a limit, down, its fan in failsafe or uncontrolled, recovering from a reset, a trainer
+    failed or left a process stuck, or the daemon reports a failure."""
     daemon = doc.get("daemon")
     if daemon and daemon.get("failures"):
         return EXIT_ALARM
     for gpu in doc.get("gpus", []):
         fan = gpu.get("fan_controller")
-        fan_bad = bool(fan and (fan.get("mode") == "failsafe" or fan.get("stalled")))
+        fan_bad = bool(fan and (fan.get("mode") in ("failsafe", "uncontrolled") or fan.get("stalled")))
         reset = gpu.get("reset")
         if gpu.get("over_limit") or not gpu.get("up", True) or fan_bad or (reset and reset.get("recovering")):
             return EXIT_ALARM
@@ -92,6 +92,8 @@ def _sources(doc: StatusDocument) -> str:
 def _gpu_block(gpu: GpuDoc, paint: Paint) -> list[str]:
     vendor = "NVIDIA GPU " if gpu.get("backend") == "nvml" else "AMD GPU "
     title = f"[{gpu['gpu_id']}] {gpu['card']}  {gpu.get('name') or vendor + (gpu.get('device_id') or '?')}"
+    if gpu.get("unresponsive"):
+        return [paint(title, BOLD) + "  " + paint("DOWN (unresponsive: its sysfs reads hang)", RED)]
     if not gpu.get("up", True):
         return [paint(title, BOLD) + "  " + paint("DOWN (gone from the bus or reset)", RED), *_reset_lines(gpu, paint)]
     if gpu.get("suspended"):
@@ -214,7 +216,7 @@ def _limits(temperatures: dict[str, TemperatureDoc]) -> list[str]:
 
 def _controller(fan: FanControllerDoc, paint: Paint) -> str:
     mode = fan.get("mode") or NA
-    mode_text = paint(mode, RED if mode == "failsafe" else YELLOW if mode in ("monitor-only", "dry-run") else GREEN)
+    mode_text = paint(mode, RED if mode in ("failsafe", "uncontrolled") else YELLOW if mode in ("monitor-only", "dry-run") else GREEN)
     parts = [f"{mode_text} via {fan.get('backend') or NA}"]
     if fan.get("sensor"):
         parts.append(f"on {fan['sensor']} {_num(fan.get('sensor_temp_c'), '°C', 0)}")

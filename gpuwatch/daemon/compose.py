@@ -21,7 +21,7 @@ from typing import Protocol
 from gpuwatch.config import Config, ConfigError, ThermalConfig
 from gpuwatch.daemon.control import Handler
 from gpuwatch.daemon.gpu_use import GpuUseWatch
-from gpuwatch.gpus.amdgpu import AmdgpuSource
+from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.amdgpuinfo import AmdgpuInfo, WithAmdgpuInfo
 from gpuwatch.gpus.nvml import NvmlSource, NvmlUnavailable
 from gpuwatch.gpus.source import GpuSource
@@ -107,7 +107,9 @@ def simulator_control(simulator: SimulatedGpus, trainers: TrainerConsumer | None
 
 def amdgpu_source(config: Config) -> AmdgpuSource | None:
     """The amdgpu reader when ``config.backend`` asks for one (it also locates cards for the fans)."""
-    return AmdgpuSource(Sysfs(config.sysfs_root)) if config.backend in ("auto", "amdgpu") else None
+    if config.backend not in ("auto", "amdgpu"):
+        return None
+    return AmdgpuSource(Sysfs(config.sysfs_root), deadline_s=config.sysfs_deadline_s)
 
 
 def with_amdgpuinfo(config: Config, amdgpu: GpuSource, module: object | None = None) -> GpuSource:
@@ -140,13 +142,18 @@ def build_sources(config: Config, nvml: object | None = None, amdgpu: AmdgpuSour
 
 
 def build_fans(config: Config, amdgpu: AmdgpuSource | None) -> FanConsumer | None:
-    """The fan controller; it drives the amdgpu cards ``amdgpu`` reads (none without it)."""
+    """The fan controller; it drives the amdgpu cards ``amdgpu`` reads (none without it), and is
+    rebound with them when one comes back at a new place."""
     if config.fan.mode == "off":
         return None
     from gpuwatch.fan.controller import FanController
 
-    return FanController(config.fan, Sysfs(config.sysfs_root), config.resolved_runtime_dir,
-                         locate=amdgpu.locate if amdgpu is not None else _nowhere)
+    fans = FanController(config.fan, Sysfs(config.sysfs_root), config.resolved_runtime_dir,
+                         locate=amdgpu.locate if amdgpu is not None else _nowhere, deadline_s=config.sysfs_deadline_s)
+    if amdgpu is not None:
+        # The one rebind point: every part that keeps a GPU's paths subscribes here (gpus/binding.py).
+        amdgpu.bindings.subscribe(fans.rebind)
+    return fans
 
 
 def _nowhere(gpu_id: str) -> None:

@@ -6,6 +6,12 @@ pwm1_enable (RDNA2 and older), else none (monitor-only). Where a GPU's files are
 source (``locate``); the shared readings carry no paths. The original fan mode of every GPU taken over
 is persisted first (restore.py) so `gpuwatch restore` can hand it back even after a SIGKILL. The
 decisions are pure: the curve in curve.py, sensor choice, stall rule, mode and message in rules.py.
+
+Each GPU's fan I/O runs on its own worker with the sysfs deadline (gpuwatch.deadline), apart from
+the readers' workers: a write that blocks costs the tick one deadline and the fan reads
+"uncontrolled" while it stays blocked; a GPU whose reads hang gets its fan at 100 % through this
+path all the same, and the shutdown's restore never waits behind a stuck read. A GPU found at a new
+place (``rebind``, from gpus/binding.py) gets a new backend on its next tick.
 """
 
 from __future__ import annotations
@@ -15,14 +21,16 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
-from gpuwatch.config import FanConfig
+from gpuwatch.config import DEFAULT_SYSFS_DEADLINE_S, FanConfig
+from gpuwatch.deadline import Late, Workers
 from gpuwatch.fan.backend import ENABLE_HINT, Applied, FanBackend, NoFanControl
-from gpuwatch.fan.curve import CurveParams, CurveState, curve_params, decide, top_percent
+from gpuwatch.fan.curve import CurveParams, CurveState, curve_params, decide, failsafe, top_percent
 from gpuwatch.fan.gpu_od import GpuOdBackend, parse_fan_curve
 from gpuwatch.fan.pwm1 import Pwm1Backend
-from gpuwatch.fan.rules import Verdict, can_rise, driven_verdict, idle_verdict, pick_sensor, stall
+from gpuwatch.fan.rules import Verdict, can_rise, driven_verdict, idle_verdict, pick_sensor, stall, unwritable_verdict
 from gpuwatch.gpus.amdgpu import AmdCard
 from gpuwatch.model import FanBackendName, FanMode, FanState, GpuReading, Snapshot
 from gpuwatch.restore_file import RestoreFile
@@ -69,12 +77,14 @@ class GpuFan:
 
     gpu_id: str
     settings: FanConfig
-    backend: FanBackend | None  # None: monitor-only, ``why_not`` says why
     mode: FanMode  # what a good tick publishes: CURVE, DRY_RUN or MONITOR_ONLY
+    backend: FanBackend | None = None  # None: monitor-only, ``why_not`` says why
+    probed: bool = False  # the backend is chosen on the GPU's first tick, on its worker
     why_not: str | None = None
     sensor: str | None = None
     state: CurveState = field(default_factory=CurveState)
     controlling: bool = False
+    uncontrolled: str | None = None  # why the fan cannot be written, while it cannot (logged once)
     mode_resets_total: int = 0
     write_errors_total: int = 0
     stalls_total: int = 0
@@ -91,50 +101,89 @@ class GpuFan:
 
 class FanController:
     def __init__(self, config: FanConfig, sysfs: Sysfs, runtime_dir: Path, *, locate: Locate,
-                 clock: Callable[[], float] = time.monotonic, check_access: bool = True) -> None:
+                 clock: Callable[[], float] = time.monotonic, check_access: bool = True,
+                 deadline_s: float = DEFAULT_SYSFS_DEADLINE_S) -> None:
         self.config = config
         self.sysfs = sysfs
         self.locate = locate
         self.clock = clock
         self.check_access = check_access
+        self.deadline_s = deadline_s
         self.restore_file = RestoreFile(runtime_dir / "fan-restore.json")
         self.fans: dict[str, GpuFan] = {}
+        self._workers = Workers("gpuwatch-fan")
+        self._moved: set[str] = set()  # GPUs found at a new place, rebound on their next idle tick
         self._atexit = False
+
+    def rebind(self, card: AmdCard) -> None:
+        """The GPU came back at a new place (gpus/binding.py): a new backend on its next tick."""
+        self._moved.add(card.gpu_id)
 
     def tick(self, snapshot: Snapshot) -> tuple[FanState, ...]:
         now = self.clock()
-        states = []
-        for gpu in snapshot.gpus:
-            if gpu.backend != "amdgpu":
-                continue  # NVIDIA GPUs are monitored only (docs/nvidia.md)
-            fan = self.fans.get(gpu.gpu_id) or self._new(gpu)
-            try:
-                states.append(self._tick_one(fan, gpu, now))
-            except SysfsError as exc:  # never let one GPU stop the others
-                fan.write_errors_total += 1
-                states.append(self._state(fan, gpu, None, None, Applied(error=exc.reason),
-                                          Verdict(FanMode.FAILSAFE, f"fan error: {exc.reason}")))
-        return tuple(states)
+        gpus = [gpu for gpu in snapshot.gpus if gpu.backend == "amdgpu"]  # NVIDIA: monitored only (docs/nvidia.md)
+        for gpu in gpus:
+            if gpu.gpu_id in self._moved and gpu.gpu_id in self.fans and not self._workers.busy(gpu.gpu_id):
+                self._rebound(self.fans[gpu.gpu_id])
+        fans = {gpu.gpu_id: self.fans.get(gpu.gpu_id) or self._new(gpu) for gpu in gpus}
+        results = self._workers.run_all({gpu.gpu_id: partial(self._tick_guarded, fans[gpu.gpu_id], gpu, now)
+                                         for gpu in gpus}, self.deadline_s)
+        return tuple(self._blocked(fans[gpu.gpu_id], gpu, result) if isinstance(result, Late) else result
+                     for gpu, result in zip(gpus, results.values()))
 
     def _new(self, gpu: GpuReading) -> GpuFan:
         settings = self.config.for_gpu(gpu.gpu_id)
         mode = FanMode.DRY_RUN if settings.mode == "dry-run" else FanMode.CURVE
-        backend: FanBackend | None = None
-        why = "monitor-only by configuration (fan.mode)"
-        if settings.mode != "monitor-only":
-            try:
-                backend = choose_backend(self.sysfs, self.locate(gpu.gpu_id), mode is FanMode.DRY_RUN,
-                                         settings.verify_tolerance_percent, self.check_access)
-            except NoFanControl as exc:
-                why = f"monitor-only: {exc}"
-        if backend is None:
-            log.warning("GPU %s: %s", gpu.gpu_id, why)
-            mode = FanMode.MONITOR_ONLY
-        fan = GpuFan(gpu.gpu_id, settings, backend, mode, why_not=None if backend else why)
-        self.fans[gpu.gpu_id] = fan
+        fan = self.fans[gpu.gpu_id] = GpuFan(gpu.gpu_id, settings, mode)
         return fan
 
+    def _rebound(self, old: GpuFan) -> None:
+        """A fresh GpuFan for a GPU that moved: its old paths are gone; counters and sensor carry on."""
+        self._moved.discard(old.gpu_id)
+        fan = GpuFan(old.gpu_id, old.settings, FanMode.DRY_RUN if old.settings.mode == "dry-run" else FanMode.CURVE,
+                     sensor=old.sensor, mode_resets_total=old.mode_resets_total,
+                     write_errors_total=old.write_errors_total, stalls_total=old.stalls_total)
+        self.fans[old.gpu_id] = fan
+        log.info("GPU %s: fan rebound to its new location (%s)", fan.gpu_id, self.locate(fan.gpu_id))
+
+    def _probe(self, fan: GpuFan) -> None:
+        """Choose the backend (reads sysfs: runs on the GPU's worker)."""
+        fan.probed = True
+        why = "monitor-only by configuration (fan.mode)"
+        if fan.settings.mode != "monitor-only":
+            try:
+                fan.backend = choose_backend(self.sysfs, self.locate(fan.gpu_id), fan.mode is FanMode.DRY_RUN,
+                                             fan.settings.verify_tolerance_percent, self.check_access)
+            except NoFanControl as exc:
+                why = f"monitor-only: {exc}"
+        if fan.backend is None:
+            log.warning("GPU %s: %s", fan.gpu_id, why)
+            fan.mode, fan.why_not = FanMode.MONITOR_ONLY, why
+
+    def _tick_guarded(self, fan: GpuFan, gpu: GpuReading, now: float) -> FanState:
+        """One GPU's tick, on its worker."""
+        try:
+            return self._tick_one(fan, gpu, now)
+        except SysfsError as exc:  # never let one GPU stop the others
+            fan.write_errors_total += 1
+            problem = f"cannot write {exc.path.rsplit('/', 1)[-1]}: {exc.reason}"
+            return self._unwritable(fan, gpu, problem, Applied(error=exc.reason))
+
+    def _blocked(self, fan: GpuFan, gpu: GpuReading, late: Late) -> FanState:
+        """The GPU's fan I/O has not returned within the deadline (a write stuck in the driver)."""
+        return self._unwritable(fan, gpu, f"fan writes blocked for {late.running_s:.1f} s", Applied(error="blocked"))
+
+    def _unwritable(self, fan: GpuFan, gpu: GpuReading, problem: str, applied: Applied,
+                    temp_c: float | None = None, percent: float | None = None) -> FanState:
+        """A tick whose write did not happen: "uncontrolled" (rules.unwritable_verdict), logged once."""
+        if fan.uncontrolled is None:
+            log.error("GPU %s: fan not controlled: %s (retried every tick)", fan.gpu_id, problem)
+        fan.uncontrolled = problem
+        return self._state(fan, gpu, temp_c, percent, applied, unwritable_verdict(gpu.unresponsive, problem))
+
     def _tick_one(self, fan: GpuFan, gpu: GpuReading, now: float) -> FanState:
+        if not fan.probed and (gpu.up or gpu.unresponsive):
+            self._probe(fan)
         if fan.sensor is None and gpu.temps:
             # Chosen once; a sensor that disappears later means failsafe, never a silent switch.
             fan.sensor = pick_sensor(gpu, fan.settings.sensor)
@@ -143,14 +192,17 @@ class FanController:
         reading = gpu.temp(fan.sensor) if fan.sensor else None
         temp_c = reading.temp_c if reading else None
         crit_c = reading.crit_c if reading else None
-        idle = idle_verdict(gpu.up, gpu.suspended)
+        idle = None if gpu.unresponsive else idle_verdict(gpu.up, gpu.suspended)
         if idle is not None:
             return self._state(fan, gpu, None, None, Applied(), idle)
         if fan.backend is None:
             return self._state(fan, gpu, temp_c, None, Applied(rpm=gpu.fan_rpm, readback_pwm=gpu.pwm),
                                Verdict(FanMode.MONITOR_ONLY, fan.why_not))
-        telemetry = tuple(t.temp_c for t in gpu.temps) + (gpu.power_w,)
-        decision = decide(fan.params, fan.state, temp_c, crit_c, now, fan.backend.minimum_percent, telemetry)
+        if gpu.unresponsive:  # its reads hang: the temperature is unknown, fail hot at once
+            decision = failsafe(fan.state, gpu.errors[0].error if gpu.errors else "GPU unresponsive", now)
+        else:
+            telemetry = tuple(t.temp_c for t in gpu.temps) + (gpu.power_w,)
+            decision = decide(fan.params, fan.state, temp_c, crit_c, now, fan.backend.minimum_percent, telemetry)
         fan.state = decision.state
         if not fan.controlling:
             self._take_control(fan, fan.backend, gpu)
@@ -163,7 +215,10 @@ class FanController:
             log.warning("GPU %s: fan mode was reset by the firmware or another tool; re-asserted", gpu.gpu_id)
         if applied.error:
             fan.write_errors_total += 1
-            log.error("GPU %s: fan write failed: %s", gpu.gpu_id, applied.error)
+            return self._unwritable(fan, gpu, f"fan write failed: {applied.error}", applied, temp_c, decision.percent)
+        if fan.uncontrolled is not None:
+            log.warning("GPU %s: fan control regained", fan.gpu_id)
+            fan.uncontrolled = None
         stalled = stall(fan.stall_ticks, applied.rpm, applied.applied_pwm, fan.settings.stall_after_ticks,
                         written=fan.mode is not FanMode.DRY_RUN)
         fan.stall_ticks = stalled.ticks
@@ -177,7 +232,9 @@ class FanController:
         record = backend.original()
         if fan.mode is not FanMode.DRY_RUN:
             # Persisted before the first write, so a SIGKILL right after still leaves the way back.
-            stored = self.restore_file.add(fan.gpu_id, record.to_json())
+            # The original mode of a record already there (a killed daemon's) stays; the paths are the
+            # new ones, so a GPU that came back under a new hwmon index is restored where it is now.
+            stored = self.restore_file.add(fan.gpu_id, record.to_json(), adopt=lambda old: record.adopt(old).to_json())
             backend.adopt(stored)
             record = record.adopt(stored)
         backend.take_control()
@@ -204,26 +261,36 @@ class FanController:
         )
 
     def restore(self) -> None:
-        """Every fan taken back to what it was at start; safe to call more than once."""
+        """Every fan taken back to what it was at start, all GPUs at once, each within the deadline on its
+        fan worker (never behind a stuck read); safe to call more than once."""
+        calls = {fan.gpu_id: partial(self._restore_one, fan) for fan in self.fans.values()
+                 if fan.controlling and fan.backend is not None}
         failed = []
-        for fan in self.fans.values():
-            if not fan.controlling or fan.backend is None:
-                continue
-            try:
-                handed_back = fan.backend.restore()
-                fan.controlling = False
-                fan.state = CurveState()
-                log.info("GPU %s: fan handed back to the firmware (%s)", fan.gpu_id, handed_back)
-            except SysfsError as exc:
-                if exc.reason == "ENOENT":
-                    # The card fell off the bus: there is no fan left to hand back; when it
-                    # returns, the driver re-initialises it in automatic mode.
-                    fan.controlling = False
-                    log.warning("GPU %s: gone, no fan to restore", fan.gpu_id)
-                    continue
-                failed.append(f"{fan.gpu_id}: {exc.reason}")
-                log.error("GPU %s: could not restore the fan: %s (run gpuwatch restore)", fan.gpu_id, exc)
+        for gpu_id, result in self._workers.run_all(calls, self.deadline_s).items():
+            if isinstance(result, Late):
+                result = f"fan writes blocked for {result.running_s:.1f} s"
+                log.error("GPU %s: could not restore the fan: %s (gpuwatch restore retries)", gpu_id, result)
+            if result is not None:
+                failed.append(f"{gpu_id}: {result}")
         if not failed and not any(f.controlling for f in self.fans.values()):
             self.restore_file.clear()
         if failed:
             raise RuntimeError("fan restore failed for " + ", ".join(failed))
+
+    def _restore_one(self, fan: GpuFan) -> str | None:
+        """Hand one fan back (on its worker); the problem, or None."""
+        assert fan.backend is not None
+        try:
+            handed_back = fan.backend.restore()
+        except SysfsError as exc:
+            if exc.reason != "ENOENT":
+                log.error("GPU %s: could not restore the fan: %s (run gpuwatch restore)", fan.gpu_id, exc)
+                return exc.reason
+            # The card fell off the bus: there is no fan left to hand back; when it returns, the
+            # driver re-initialises it in automatic mode.
+            log.warning("GPU %s: gone, no fan to restore", fan.gpu_id)
+        else:
+            log.info("GPU %s: fan handed back to the firmware (%s)", fan.gpu_id, handed_back)
+        fan.controlling = False
+        fan.state = CurveState()
+        return None

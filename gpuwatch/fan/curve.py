@@ -136,6 +136,11 @@ def decide(
     return replace(result, state=replace(result.state, slewing=new > target))
 
 
+def failsafe(state: CurveState, reason: str, now: float) -> Decision:
+    """Full speed at once for a reason outside the curve's inputs (a GPU whose reads hang)."""
+    return _full(replace(state, last_now=now), reason, ref_temp_c=None)
+
+
 def _set(base: CurveState, percent: float, target: float, temp_c: float, now: float) -> Decision:
     return Decision(
         percent=percent,

@@ -65,6 +65,16 @@ def can_rise(mode: FanMode, percent: float | None, top_percent: float, stalled: 
     top, in failsafe (100 %), stalled, or not driven (monitor-only, dry-run), it would not; the power
     governor acts only then (docs/power.md)."""
     return mode is FanMode.CURVE and not stalled and percent is not None and percent < top_percent
+def unwritable_verdict(unresponsive: bool, problem: str) -> Verdict:
+    """A tick whose fan write did not happen (it failed, or is blocked past the deadline).
+
+    Reported as what it is: "uncontrolled", never "failsafe", since nothing ran the fan at 100 %; for
+    a GPU whose reads hang too, failsafe stays (its temperature is unknown: fail hot).
+    """
+    if unresponsive:
+        return Verdict(FanMode.FAILSAFE, f"failsafe: GPU unresponsive, and its fan cannot be written ({problem})",
+                       failsafe_reason="GPU unresponsive")
+    return Verdict(FanMode.UNCONTROLLED, f"fan not controlled: {problem}; retried every tick")
 
 
 def driven_verdict(

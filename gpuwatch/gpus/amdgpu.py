@@ -1,4 +1,5 @@
-"""amdgpu discovery and parsing: sysfs/hwmon files -> GpuReading, kernel units converted once.
+"""amdgpu discovery and parsing: sysfs/hwmon files -> GpuReading, kernel units converted once (the
+source that reads every card each tick is amdgpu_source.py).
 
 Facts relied on (tests/fixtures/amdgpu/SYSFS_FACTS.md): cards are ``class/drm/card<N>`` with any
 number of digits (procfs' ``card[0-9]`` glob misses card10, §1); the driver is ``DRIVER=`` in
@@ -11,7 +12,6 @@ runtime-suspended GPU, so a suspended one is not read (§2). gpus/telemetry.py a
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
@@ -19,7 +19,7 @@ from gpuwatch.gpus.pciids import gpu_name
 from gpuwatch.gpus.pcie import AER_KINDS, link_speed, read_pcie
 from gpuwatch.gpus.source import DiscoveryResult
 from gpuwatch.gpus.telemetry import GpuMetricsReader
-from gpuwatch.model import GpuReading, ReadError, SourceName, TempReading, UnsupportedCard
+from gpuwatch.model import GpuReading, ReadError, TempReading, UnsupportedCard
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 _CARD = re.compile(r"^card\d+$")
@@ -60,6 +60,9 @@ class AmdCard:
     hwmon_dir: str | None
     device_id: str | None
     subsystem_id: str | None
+
+    def __str__(self) -> str:
+        return f"{self.card}, {self.hwmon_dir.rsplit('/', 1)[-1] if self.hwmon_dir else 'no hwmon'}"
 
 
 def discover(sysfs: Sysfs) -> DiscoveryResult[AmdCard]:
@@ -108,6 +111,10 @@ def read_card(sysfs: Sysfs, card: AmdCard, static: dict[str, str | None] | None 
     reader = _Reader(sysfs, card.device_dir, static=static)
     if not sysfs.exists(card.device_dir):
         return GpuReading(gpu_id=card.gpu_id, card=card.card, backend="amdgpu", device_id=card.device_id, up=False)
+    if card.hwmon_dir and not sysfs.exists(card.hwmon_dir):
+        # The driver is re-probing the card (its hwmon comes back under a new index, §7.1).
+        return GpuReading(gpu_id=card.gpu_id, card=card.card, backend="amdgpu", device_id=card.device_id, up=False,
+                          errors=(ReadError("device", "hwmon directory vanished (driver re-probe?)"),))
     runtime_status = reader.text("power/runtime_status")
     identity: dict[str, Any] = dict(
         gpu_id=card.gpu_id,
@@ -277,41 +284,3 @@ def _ratio(percent: int | None) -> float | None:
 
 def _scaled(value: int | None, factor: float) -> float | None:
     return None if value is None else value * factor
-
-
-class AmdgpuSource:
-    """Reads every amdgpu card below one sysfs root; re-discovers periodically and when a card vanishes."""
-
-    name: SourceName = "amdgpu"
-
-    def __init__(self, sysfs: Sysfs, rediscover_s: float = 30.0, clock: Callable[[], float] | None = None) -> None:
-        self.sysfs = sysfs
-        self.rediscover_s = rediscover_s
-        self._clock = clock or time.monotonic
-        self._found: DiscoveryResult[AmdCard] | None = None
-        self._found_at = 0.0
-        self._static: dict[str, dict[str, str | None]] = {}
-        self._read: dict[str, AmdCard] = {}  # the cards of the last read_all, by gpu_id
-        self.metrics = GpuMetricsReader()
-
-    def discovered(self) -> DiscoveryResult[AmdCard]:
-        now = self._clock()
-        if self._found is None or now - self._found_at >= self.rediscover_s:
-            self._found, self._found_at = discover(self.sysfs), now
-            self._static = {}
-        return self._found
-
-    def read_all(self) -> tuple[list[GpuReading], list[UnsupportedCard]]:
-        found = self.discovered()
-        self._read = {card.gpu_id: card for card in found.cards}
-        readings = [read_card(self.sysfs, card, self._static.setdefault(card.gpu_id, {}), self.metrics)
-                    for card in found.cards]
-        if any(not r.up for r in readings):
-            # A card fell off the bus or was reset: it may come back under a new cardN/hwmonN.
-            self._found = None
-        return readings, list(found.unsupported)
-
-    def locate(self, gpu_id: str) -> AmdCard | None:
-        """Where the card behind a reading of the last ``read_all`` lives (device and hwmon directories):
-        the fan controller writes next to what was read. No I/O."""
-        return self._read.get(gpu_id)

@@ -75,5 +75,6 @@ class Sampler:
         if reading.up or last is None:
             self._known[reading.gpu_id] = reading
             return reading
-        return last.gone("device directory vanished")
+        why = reading.errors[0].error if reading.errors else "device directory vanished"
+        return last.gone(why, reading.unresponsive)  # the identity of its last good reading
 

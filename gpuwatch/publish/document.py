@@ -115,6 +115,7 @@ class GpuDoc(TypedDict):  # model.GpuReading without temps/errors, plus what is 
     unique_id: str | None
     vbios_version: str | None
     up: bool
+    unresponsive: bool
     runtime_status: str | None
     gpu_busy_ratio: float | None
     mem_busy_ratio: float | None

@@ -42,12 +42,15 @@ def _fans(state: PublishedState) -> str:
     targets = [fan.target_ratio for fan in state.fans if fan.target_ratio is not None]
     text = f"fan target {max(targets) * 100:.0f}% {duty}" if targets else f"fan {duty}"
     failsafe = sum(1 for fan in state.fans if fan.mode is FanMode.FAILSAFE)
+    uncontrolled = sum(1 for fan in state.fans if fan.mode is FanMode.UNCONTROLLED)
     stalled = sum(1 for fan in state.fans if fan.stalled)
     if failsafe:
         text += f", FAILSAFE on {failsafe}"
+    if uncontrolled:
+        text += f", UNCONTROLLED on {uncontrolled}"
     if stalled:
         text += f", STALLED on {stalled}"
-    modes = {fan.mode for fan in state.fans} - {FanMode.CURVE, FanMode.FAILSAFE}
+    modes = {fan.mode for fan in state.fans} - {FanMode.CURVE, FanMode.FAILSAFE, FanMode.UNCONTROLLED}
     if modes:
         text += " (" + ",".join(sorted(mode.value for mode in modes)) + ")"
     return text

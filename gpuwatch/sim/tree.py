@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -142,8 +143,18 @@ class FakeSysfsTree:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(value)
 
+    def read(self, relative: str) -> str:
+        return (self.root / relative).read_text().strip()
+
     def remove(self, relative: str) -> None:
         (self.root / relative).unlink()
+
+    def remove_card(self, card: FakeCard) -> None:
+        """The card falls off the bus (or is unbound for a re-probe): its device directory and class links go."""
+        shutil.rmtree(self.root / card.device_dir)
+        (self.root / "class/drm" / card.card).unlink(missing_ok=True)
+        if card.hwmon_dir:
+            (self.root / "class/hwmon" / Path(card.hwmon_dir).name).unlink(missing_ok=True)
 
 
 def _find_hwmon(files: Mapping[str, str]) -> str | None:

@@ -258,3 +258,11 @@ def test_trainer_lines_show_a_jobs_ranks(tmp_path: Path) -> None:
     trainer["phase"], trainer["ranks_held"], trainer["reason"] = "pausing", 1, "pausing: hot"  # one still to hold
     pausing = next(line for line in render(doc, NOW_UNIX).splitlines() if line.startswith("trainer resnet"))
     assert pausing.endswith("  1/2 ranks held (job: 4)  (pausing: hot)"), pausing
+
+
+@pytest.mark.parametrize("mode, code", [("curve", 0), ("failsafe", 1), ("uncontrolled", 1)])
+def test_exit_code_of_a_fan_mode(mode: str, code: int) -> None:
+    from gpuwatch.cli.status import exit_code
+
+    document = {"gpus": [{"up": True, "over_limit": [], "fan_controller": {"mode": mode, "stalled": False}}]}
+    assert exit_code(document) == code  # type: ignore[arg-type]

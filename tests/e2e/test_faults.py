@@ -63,6 +63,33 @@ def _fan_mode(document: dict[str, Any]) -> str | None:
     return None if fan is None else fan["mode"]
 
 
+def test_hung_read_leaves_the_loop_running_and_shutdown_hands_the_fan_back(tmp_path, navi10, daemons) -> None:
+    tree, card = navi10
+    hwmon = tree.root / str(card.hwmon_dir)
+    daemon = DaemonProcess(tmp_path, tree.root, "interval_s = 0.1\n[http]\nenabled = false\n")
+    daemons.append(daemon)
+    daemon.wait_state(lambda d: _fan_mode(d) == "curve", "the fan under curve control")
+    assert (hwmon / "pwm1_enable").read_text().strip() == "1"
+
+    # The junction file stops answering, as when the driver waits on a stuck SMU message: open()
+    # of a FIFO without a writer blocks like that read.
+    (hwmon / "temp2_input").unlink()
+    os.mkfifo(hwmon / "temp2_input")
+    before = daemon.state()["daemon"]["ticks_total"]  # type: ignore[index]
+    stuck = daemon.wait_state(
+        lambda d: d["daemon"]["ticks_total"] > before + 3 and _fan_mode(d) == "failsafe"
+        and any("unresponsive" in e["error"] for e in _gpu(d)["errors"]),
+        "ticks going on with the GPU unresponsive and its fan in failsafe")
+    assert not _gpu(stuck)["up"]
+    assert "unresponsive" in (_gpu(stuck)["fan_controller"]["message"] or "")
+    # Fail hot: the write path does not wait on the stuck reader.
+    wait_for(lambda: (hwmon / "pwm1").read_text().strip() == "255", "the fan at 100 %")
+
+    assert daemon.stop(timeout_s=20) == 0
+    assert (hwmon / "pwm1_enable").read_text().strip() == "2"  # handed back to the firmware
+    assert not (daemon.runtime / "fan-restore.json").exists()
+
+
 def test_reload_reaches_metrics_and_the_supervisor(tmp_path, navi10, daemons) -> None:
     tree, card = navi10
     tree.write(f"{card.hwmon_dir}/temp1_input", "60000\n")  # edge 60 °C

@@ -11,6 +11,7 @@ from gpuwatch.model import FanMode
 from tests.support.fan_rig import Rig
 from tests.support.gpu_metrics import dgpu_v1_3
 from tests.support.trees import capture
+from tests.support.waiting import wait_for
 
 PWM1 = "navi21-rx6900xt-sapphire-nitro"
 
@@ -294,3 +295,40 @@ def test_restore_skips_a_gpu_that_fell_off_the_bus(tmp_path: Path) -> None:
     shutil.rmtree(rig.tree.root / rig.card.device_dir)
     rig.fans.restore()  # nothing to hand back, and no error: the driver re-inits it in auto mode
     rig.fans.restore()
+
+
+def test_blocked_fan_write_is_uncontrolled_and_restore_does_not_wait_for_it(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import threading
+
+    from gpuwatch.fan.controller import FanController
+
+    rig = Rig(tmp_path, capture(PWM1))
+    rig.fans = FanController(rig.config, rig.sysfs, rig.runtime_dir, locate=rig.source.locate,
+                             clock=lambda: rig.now, deadline_s=0.2)
+    rig.set_temp(50)
+    assert rig.tick(0).mode == FanMode.CURVE
+    release = threading.Event()
+    original_write = rig.sysfs.write
+
+    def stuck_write(relative: str, value: str) -> None:  # the driver never returns from the write
+        release.wait(30)
+        original_write(relative, value)
+
+    rig.sysfs.write = stuck_write  # type: ignore[method-assign]
+    rig.set_temp(80)
+    try:
+        with caplog.at_level("INFO", logger="gpuwatch.fan"):
+            states = [rig.tick(1), rig.tick(2)]
+            assert [s.mode for s in states] == [FanMode.UNCONTROLLED] * 2
+            assert "blocked" in (states[1].message or "")
+            with pytest.raises(RuntimeError, match="blocked"):
+                rig.fans.restore()  # gives up after the deadline instead of waiting on the stuck write
+        assert sum("fan not controlled" in r.getMessage() for r in caplog.records) == 1
+    finally:
+        release.set()
+    rig.sysfs.write = original_write  # type: ignore[method-assign]
+    back = wait_for(lambda: (s := rig.tick(3)).mode == FanMode.CURVE and s, "control regained")
+    assert back.applied_pwm == 198
+    rig.fans.restore()
+    assert rig.read(rig.hwmon("pwm1_enable")) == "2"

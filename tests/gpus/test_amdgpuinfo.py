@@ -12,7 +12,7 @@ import pytest
 
 from gpuwatch.config import Config
 from gpuwatch.daemon.compose import with_amdgpuinfo
-from gpuwatch.gpus.amdgpu import AmdgpuSource
+from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.amdgpuinfo import AmdgpuInfo, WithAmdgpuInfo
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.model import GpuReading

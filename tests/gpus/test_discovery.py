@@ -5,7 +5,8 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
-from gpuwatch.gpus.amdgpu import AmdgpuSource, discover, read_card
+from gpuwatch.gpus.amdgpu import discover, read_card
+from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.sysfs import Sysfs

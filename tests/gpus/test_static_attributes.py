@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import errno
 
-from gpuwatch.gpus.amdgpu import STATIC_ATTRIBUTES, AmdgpuSource
+from gpuwatch.gpus.amdgpu import STATIC_ATTRIBUTES
+from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.sysfs import Sysfs
 from tests.support.trees import FaultySysfs, capture

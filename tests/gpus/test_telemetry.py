@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.gpus.amdgpu import AmdgpuSource, discover, read_card
+from gpuwatch.gpus.amdgpu import discover, read_card
+from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.gpu_metrics import decode
 from gpuwatch.gpus.telemetry import GpuMetricsReader, merge
 from gpuwatch.gpus.throttle import flags, reasons

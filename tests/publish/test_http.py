@@ -100,7 +100,7 @@ def test_read_errors_accumulate_per_sensor(tmp_path: Path) -> None:
     import errno
 
     from gpuwatch.daemon.compose import Parts
-    from gpuwatch.gpus.amdgpu import AmdgpuSource
+    from gpuwatch.gpus.amdgpu_source import AmdgpuSource
     from tests.support.trees import FaultySysfs
 
     tree = two_gpu_tree(tmp_path / "sys")

@@ -51,6 +51,10 @@ A, B = "0000:03:00.0", "0000:0c:00.0"
         (state((gpu(A, pwm=None, edge=None),)), "1 GPU, no temperature readable"),
         (state((gpu(A, up=False, edge=99.0), gpu(B, edge=40.0))), f"2 GPUs (1 down), hottest {B} edge 40°C | fan duty 50%"),
         (
+            state((gpu(A, edge=60.0),), fans=(FanState(A, "pwm1", FanMode.UNCONTROLLED),)),
+            f"1 GPU, hottest {A} edge 60°C | fan duty 50%, UNCONTROLLED on 1",
+        ),
+        (
             state(
                 (gpu(A, edge=60.0),),
                 fans=(FanState(A, "pwm1", FanMode.CURVE, target_ratio=0.6),),

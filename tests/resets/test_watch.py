@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.gpus.amdgpu import AmdgpuSource
+from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.model import GpuProcess
 from gpuwatch.resets.devcoredump import DevCoredumps

@@ -10,7 +10,8 @@ import pytest
 from gpuwatch.cli import build_parser, with_simulation
 from gpuwatch.config import Config, ConfigError, parse_config
 from gpuwatch.daemon.loop import Daemon
-from gpuwatch.gpus.amdgpu import AmdgpuSource, discover, read_card
+from gpuwatch.gpus.amdgpu import discover, read_card
+from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.model import PublishedState, Snapshot, TrainerPhase, TrainerState
 from gpuwatch.sim.cards import SimFaults, SimulatedGpus
 from gpuwatch.sim.start import SimulatedSource

@@ -20,7 +20,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpuwatch.config import ThermalConfig, TrainerConfig
-from gpuwatch.gpus.amdgpu import AmdgpuSource
+from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.model import FanMode, FanState, PublishedState, TrainerState
 from gpuwatch.model import TrainerPhase as P

@@ -9,7 +9,7 @@ from typing import Callable
 
 from gpuwatch.config import FanConfig
 from gpuwatch.fan.controller import FanController
-from gpuwatch.gpus.amdgpu import AmdgpuSource
+from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.model import FanState
 from gpuwatch.sim.tree import CardCapture, FakeCard, FakeSysfsTree

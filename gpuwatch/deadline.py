@@ -1,0 +1,118 @@
+"""Calls that may not hold their caller past a deadline: one worker thread per key (a GPU), waited on
+with a deadline; a call that misses it goes on in its worker, and the caller gets ``Late`` instead.
+
+Why: a sysfs read is a call into the kernel driver, and amdgpu can block one for as long as the SMU
+or a reset takes (seconds, or for good). A blocked read in the daemon's loop stopped the ticks, and
+with them the shutdown that hands the fans back (issue 24). Here the loop waits at most the
+deadline; a key whose worker is still inside an earlier call gets ``Late`` at once, without a new
+call queued behind the stuck one, so a stuck GPU costs the loop one deadline per episode, not one
+per tick. Keys are independent: one stuck GPU never delays another's calls.
+
+Workers are daemon threads (a worker blocked in the kernel must not hold the process at exit; a
+ThreadPoolExecutor's threads are joined at exit) and end after ``IDLE_EXIT_S`` without work.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, wait
+from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
+
+IDLE_EXIT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Late:
+    """A call that did not return within its deadline, or that could not start because its key's
+    worker is still inside an earlier call (the one ``running_s`` counts)."""
+
+    running_s: float
+
+
+class _Worker:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.future: Future[object] | None = None
+        self.since = 0.0
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], object], Future[object]]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.future is not None and not self.future.done()
+
+    def submit(self, call: Callable[[], object], now: float) -> Future[object]:
+        future: Future[object] = Future()
+        self.future, self.since = future, now
+        with self._lock:
+            self._jobs.put((call, future))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+        return future
+
+    def _run(self) -> None:
+        while True:
+            try:
+                call, future = self._jobs.get(timeout=IDLE_EXIT_S)
+            except queue.Empty:
+                with self._lock:  # submit() puts under the same lock: no job is left without a thread
+                    if self._jobs.empty():
+                        self._thread = None
+                        return
+                continue
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = call()
+            except BaseException as exc:
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+
+class Workers:
+    """Per-key workers named ``<prefix>-<key>``; ``run_all`` is the only way in."""
+
+    def __init__(self, prefix: str, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.prefix = prefix
+        self._mono = monotonic
+        self._workers: dict[str, _Worker] = {}
+
+    def busy(self, key: str) -> bool:
+        """Whether ``key``'s worker is still inside a call (one that missed its deadline)."""
+        worker = self._workers.get(key)
+        return worker is not None and worker.busy
+
+    def run_all(self, calls: Mapping[str, Callable[[], T]], deadline_s: float) -> dict[str, T | Late]:
+        """Each call on its key's worker, all at once; what returned within ``deadline_s``, else ``Late``.
+
+        A call's exception is raised here (after all calls were waited on). Calls must not share
+        state with each other or with the caller while they run.
+        """
+        now = self._mono()
+        started: dict[str, Future[object]] = {}
+        for key, call in calls.items():
+            worker = self._workers.get(key)
+            if worker is None:
+                worker = self._workers[key] = _Worker(f"{self.prefix}-{key}")
+            if not worker.busy:
+                started[key] = worker.submit(call, now)
+        if started:
+            wait(started.values(), timeout=deadline_s)
+        results: dict[str, T | Late] = {}
+        now = self._mono()
+        for key in calls:
+            future = started.get(key)
+            if future is not None and future.done():
+                results[key] = future.result()  # type: ignore[assignment]  # the call's own T
+            else:
+                results[key] = Late(now - self._workers[key].since)
+        return results

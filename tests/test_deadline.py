@@ -1,0 +1,53 @@
+"""gpuwatch.deadline: per-key workers waited on with a deadline; a stuck key never blocks the caller twice."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from gpuwatch import deadline
+from gpuwatch.deadline import Late, Workers
+from tests.support.waiting import wait_for
+
+
+def test_calls_return_their_values_per_key() -> None:
+    assert Workers("t").run_all({"a": lambda: 1, "b": lambda: "two"}, 5.0) == {"a": 1, "b": "two"}
+
+
+def test_a_stuck_key_is_late_and_not_called_again_until_it_returns() -> None:
+    release = threading.Event()
+    calls: list[str] = []
+
+    def stuck() -> str:
+        calls.append("stuck")
+        release.wait(30)
+        return "late answer"
+
+    workers = Workers("t")
+    try:
+        first = workers.run_all({"a": stuck, "b": lambda: "b"}, 0.2)
+        assert isinstance(first["a"], Late) and first["b"] == "b"  # the other key is not held up
+        second = workers.run_all({"a": stuck, "b": lambda: "b"}, 30.0)  # returns at once: no new call queued
+        assert isinstance(second["a"], Late) and second["a"].running_s >= first["a"].running_s
+        assert calls == ["stuck"] and workers.busy("a")
+    finally:
+        release.set()
+    wait_for(lambda: not workers.busy("a"), "the stuck call to return")
+    assert workers.run_all({"a": lambda: "again"}, 5.0) == {"a": "again"}
+
+
+def test_a_call_that_raises_raises_in_the_caller() -> None:
+    def broken() -> None:
+        raise ValueError("bug")
+
+    with pytest.raises(ValueError, match="bug"):
+        Workers("t").run_all({"a": broken}, 5.0)
+
+
+def test_idle_workers_end_and_come_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(deadline, "IDLE_EXIT_S", 0.05)
+    workers = Workers("gpuwatch-idle-test")
+    assert workers.run_all({"a": lambda: 1}, 5.0) == {"a": 1}
+    wait_for(lambda: not any(t.name == "gpuwatch-idle-test-a" for t in threading.enumerate()), "the idle worker to end")
+    assert workers.run_all({"a": lambda: 2}, 5.0) == {"a": 2}
