@@ -1,10 +1,11 @@
 """What a config reload (SIGHUP, `systemctl reload gpuwatch`) may change while the daemon runs.
 
 Pure: given the running config and a freshly validated one, decide which top-level keys take effect
-now and which wait for a restart. Live (``LIVE_KEYS``, with every consumer each one reaches): the
-tick interval, the log level and the thermal limits. Everything else (sysfs_root, runtime_dir, fan, http, trainers, ...) owns
-open files, sockets, hardware control or child processes; swapping those mid-run is riskier than a
-restart, so the running value is kept and the log says `systemctl restart gpuwatch` is needed.
+now and which wait for a restart. Live (``LIVE_KEYS``, each with every consumer it reaches): the tick
+interval, the log level, the thermal limits and [status]. Everything else (sysfs_root, runtime_dir,
+sysfs_deadline_s, fan, http, trainers, ...) owns open files, sockets, hardware control or child
+processes; swapping those mid-run is riskier than a restart, so the running value is kept and the log
+says `systemctl restart gpuwatch` is needed.
 """
 
 from __future__ import annotations
