@@ -123,28 +123,30 @@ class FanController:
         now = self.clock()
         gpus = [gpu for gpu in snapshot.gpus if gpu.backend == "amdgpu"]  # NVIDIA: monitored only (docs/nvidia.md)
         for gpu in gpus:
-            if gpu.gpu_id in self._moved and gpu.gpu_id in self.fans and not self._workers.busy(gpu.gpu_id):
-                self._rebound(self.fans[gpu.gpu_id])
-        fans = {gpu.gpu_id: self.fans.get(gpu.gpu_id) or self._new(gpu) for gpu in gpus}
+            if gpu.gpu_id in self._moved and not self._workers.busy(gpu.gpu_id):
+                self._rebound(gpu.gpu_id)
+        fans = {gpu.gpu_id: self.fans.get(gpu.gpu_id) or self._new(gpu.gpu_id) for gpu in gpus}
         results = self._workers.run_all({gpu.gpu_id: partial(self._tick_guarded, fans[gpu.gpu_id], gpu, now)
                                          for gpu in gpus}, self.deadline_s)
         return tuple(self._blocked(fans[gpu.gpu_id], gpu, result) if isinstance(result, Late) else result
                      for gpu, result in zip(gpus, results.values()))
 
-    def _new(self, gpu: GpuReading) -> GpuFan:
-        settings = self.config.for_gpu(gpu.gpu_id)
+    def _new(self, gpu_id: str) -> GpuFan:
+        settings = self.config.for_gpu(gpu_id)
         mode = FanMode.DRY_RUN if settings.mode == "dry-run" else FanMode.CURVE
-        fan = self.fans[gpu.gpu_id] = GpuFan(gpu.gpu_id, settings, mode)
+        fan = self.fans[gpu_id] = GpuFan(gpu_id, settings, mode)
         return fan
 
-    def _rebound(self, old: GpuFan) -> None:
+    def _rebound(self, gpu_id: str) -> None:
         """A fresh GpuFan for a GPU that moved: its old paths are gone; counters and sensor carry on."""
-        self._moved.discard(old.gpu_id)
-        fan = GpuFan(old.gpu_id, old.settings, FanMode.DRY_RUN if old.settings.mode == "dry-run" else FanMode.CURVE,
-                     sensor=old.sensor, mode_resets_total=old.mode_resets_total,
-                     write_errors_total=old.write_errors_total, stalls_total=old.stalls_total)
-        self.fans[old.gpu_id] = fan
-        log.info("GPU %s: fan rebound to its new location (%s)", fan.gpu_id, self.locate(fan.gpu_id))
+        self._moved.discard(gpu_id)
+        old = self.fans.get(gpu_id)
+        if old is None:
+            return
+        fan = self._new(gpu_id)
+        fan.sensor, fan.mode_resets_total = old.sensor, old.mode_resets_total
+        fan.write_errors_total, fan.stalls_total = old.write_errors_total, old.stalls_total
+        log.info("GPU %s: fan rebound to its new location (%s)", gpu_id, self.locate(gpu_id))
 
     def _probe(self, fan: GpuFan) -> None:
         """Choose the backend (reads sysfs: runs on the GPU's worker)."""

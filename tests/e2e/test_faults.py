@@ -20,6 +20,7 @@ import pytest
 
 from gpuwatch.sim.tree import FakeCard, FakeSysfsTree
 from tests.support.daemon_process import DaemonProcess
+from tests.support.processes import Processes
 from tests.support.trees import capture
 from tests.support.waiting import wait_for
 
@@ -33,11 +34,9 @@ def navi10(tmp_path: Path) -> tuple[FakeSysfsTree, FakeCard]:
 
 
 @pytest.fixture
-def daemons() -> Iterator[list[DaemonProcess]]:
-    started: list[DaemonProcess] = []
-    yield started
-    for daemon in started:
-        daemon.close()
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    with Processes(tmp_path / "logs") as started:
+        yield started
 
 
 def _user() -> str:
@@ -63,11 +62,10 @@ def _fan_mode(document: dict[str, Any]) -> str | None:
     return None if fan is None else fan["mode"]
 
 
-def test_hung_read_leaves_the_loop_running_and_shutdown_hands_the_fan_back(tmp_path, navi10, daemons) -> None:
+def test_hung_read_leaves_the_loop_running_and_shutdown_hands_the_fan_back(tmp_path, navi10, processes) -> None:
     tree, card = navi10
     hwmon = tree.root / str(card.hwmon_dir)
-    daemon = DaemonProcess(tmp_path, tree.root, "interval_s = 0.1\n[http]\nenabled = false\n")
-    daemons.append(daemon)
+    daemon = DaemonProcess(processes, tmp_path, tree.root, "interval_s = 0.1\n[http]\nenabled = false\n")
     daemon.wait_state(lambda d: _fan_mode(d) == "curve", "the fan under curve control")
     assert (hwmon / "pwm1_enable").read_text().strip() == "1"
 
@@ -90,14 +88,13 @@ def test_hung_read_leaves_the_loop_running_and_shutdown_hands_the_fan_back(tmp_p
     assert not (daemon.runtime / "fan-restore.json").exists()
 
 
-def test_reload_reaches_metrics_and_the_supervisor(tmp_path, navi10, daemons) -> None:
+def test_reload_reaches_metrics_and_the_supervisor(tmp_path, navi10, processes) -> None:
     tree, card = navi10
     tree.write(f"{card.hwmon_dir}/temp1_input", "60000\n")  # edge 60 °C
     sleeper = _trainer(tmp_path, "sleeper", "import time\nwhile True:\n    time.sleep(0.05)\n",
                        cooperative_pause='"never"', debounce_s=0, min_pause_s=0)
     head = 'interval_s = 0.1\n[fan]\nmode = "monitor-only"\n[http]\nlisten = "127.0.0.1"\nport = 0\n'
-    daemon = DaemonProcess(tmp_path, tree.root, head + "[thermal]\nedge_limit_c = 90\n" + sleeper)
-    daemons.append(daemon)
+    daemon = DaemonProcess(processes, tmp_path, tree.root, head + "[thermal]\nedge_limit_c = 90\n" + sleeper)
     port = daemon.http_port()
     daemon.wait_state(lambda d: d["trainers"][0]["phase"] == "running", "the trainer running")
 
@@ -124,11 +121,10 @@ def _ticks(daemon: DaemonProcess) -> int:
     return int(document["daemon"]["ticks_total"])
 
 
-def test_sighup_burst_is_coalesced_and_the_schedule_holds(tmp_path, navi10, daemons) -> None:
+def test_sighup_burst_is_coalesced_and_the_schedule_holds(tmp_path, navi10, processes) -> None:
     tree, _ = navi10
-    daemon = DaemonProcess(tmp_path, tree.root, 'interval_s = 1.0\n[fan]\nmode = "monitor-only"\n'
+    daemon = DaemonProcess(processes, tmp_path, tree.root, 'interval_s = 1.0\n[fan]\nmode = "monitor-only"\n'
                                                 '[http]\nenabled = false\n')
-    daemons.append(daemon)
     daemon.wait_state(lambda d: d["daemon"]["ticks_total"] >= 2, "two ticks")
     before = _ticks(daemon)
     for _ in range(20):
@@ -152,12 +148,11 @@ while True:
 """
 
 
-def test_stubborn_trainer_is_killed_after_its_own_grace_at_shutdown(tmp_path, navi10, daemons) -> None:
+def test_stubborn_trainer_is_killed_after_its_own_grace_at_shutdown(tmp_path, navi10, processes) -> None:
     tree, _ = navi10
     stubborn = _trainer(tmp_path, "stubborn", STUBBORN, grace_s=1)
-    daemon = DaemonProcess(tmp_path, tree.root, 'interval_s = 0.1\n[fan]\nmode = "monitor-only"\n'
+    daemon = DaemonProcess(processes, tmp_path, tree.root, 'interval_s = 0.1\n[fan]\nmode = "monitor-only"\n'
                                                 '[http]\nenabled = false\n' + stubborn)
-    daemons.append(daemon)
     document = daemon.wait_state(lambda d: d["trainers"][0]["pid"], "the trainer running")
     pid = document["trainers"][0]["pid"]
     wait_for(lambda: psutil.Process(pid).cmdline()[-1].endswith("stubborn.py"), "the trainer's own program",
