@@ -38,6 +38,7 @@ from gpuwatch.publish.document import to_document
 from gpuwatch.publish.http import HttpServer
 from gpuwatch.publish.state import StateHolder, write_state_file
 from gpuwatch.publish.summary import status_line
+from gpuwatch.supervise import orphans
 
 log = logging.getLogger("gpuwatch")
 T = TypeVar("T")
@@ -133,6 +134,9 @@ class Daemon:
     def run(self) -> int:
         """Tick until SIGTERM/SIGINT; always stop trainers, restore fans and caps, remove the state file."""
         self._install_signals()
+        if self.parts.trainers is not None:
+            # A trainer's double-forked setsid worker comes back to us, not to init (supervise/orphans.py).
+            orphans.become_subreaper()
         self._start_control()
         try:
             first = self.sampler.sample()

@@ -1,7 +1,10 @@
 """One running training command: spawn in its own session, signal the whole tree, capture its output.
 
 The tree is the process group (start_new_session) plus every descendant psutil has seen, so a worker
-that called setsid() is still reached (torchrun starts every rank in a session of its own). psutil.Process objects check the create time before
+that called setsid() is still reached (torchrun starts every rank in a session of its own), plus every
+process that carries the run's ``GPUWATCH_RUN_ID`` where orphans go (the unit's cgroup, or the daemon's
+own descendants: supervise/orphans.py), so a double-forked setsid grandchild is reached too.
+psutil.Process objects check the create time before
 signalling, which protects against a recycled pid. Output goes through one pipe into a size-capped
 RotatingFileHandler; a `\\r` progress bar keeps only its last segment per line so it cannot fill the disk.
 """
@@ -24,6 +27,9 @@ from typing import TypedDict
 
 import psutil
 
+from gpuwatch.supervise.orphans import RUN_ENV, candidates, of_run
+
+log = logging.getLogger("gpuwatch.supervisor")
 STRIPPED_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
 MAX_LINE_BYTES = 16 * 1024
 TAIL_LINES = 40
@@ -89,8 +95,12 @@ class TrainerProcess:
     """A started command; poll() for its exit, terminate()/kill() for the whole tree."""
 
     def __init__(self, argv: list[str], cwd: Path | None, env: dict[str, str], log_path: Path,
-                 log_max_bytes: int, log_backups: int, user: str | None = None, group: str | None = None) -> None:
+                 log_max_bytes: int, log_backups: int, user: str | None = None, group: str | None = None,
+                 cgroup: Path | None = None) -> None:
+        """``env`` carries the run's ``GPUWATCH_RUN_ID``; ``cgroup`` is the unit's (orphans.unit_cgroup)."""
         self.log_path = log_path
+        self.run_id = env.get(RUN_ENV)
+        self._cgroup = cgroup
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.log_bytes = 0
         self._logger = _file_logger(log_path, log_max_bytes, log_backups)
@@ -176,6 +186,7 @@ class TrainerProcess:
 
     def _signal(self, sig: int) -> None:
         self._refresh()
+        self._adopt_left_behind()
         grouped = False
         if not self._reaped:  # once reaped, the group id may belong to someone else
             try:
@@ -192,6 +203,20 @@ class TrainerProcess:
                 proc.send_signal(sig)
             except psutil.Error:
                 pass
+
+    def _adopt_left_behind(self) -> None:
+        """Processes of this run that left its tree (a double-forked setsid worker) join the known tree:
+        signalled with it, and waited for once the leader is gone."""
+        if self.run_id is None:
+            return
+        run_id = self.run_id
+        outside = [p for p in of_run(candidates(self._cgroup), lambda mark: mark == run_id)
+                   if p.pid not in self._known and p.pid != self.pid]
+        if outside:
+            log.warning("run %s: %d process(es) left its tree (setsid and double fork?), signalled with it: %s",
+                        run_id, len(outside), " ".join(str(p.pid) for p in outside))
+        for proc in outside:
+            self._known.setdefault(proc.pid, proc)
 
     def _refresh(self) -> None:
         try:

@@ -11,6 +11,7 @@ import logging
 import os
 import queue
 import random
+import secrets
 import shutil
 import socket
 import time
@@ -50,6 +51,7 @@ from gpuwatch.supervise import energy
 from gpuwatch.supervise.checkpoint import newest_complete_checkpoint
 from gpuwatch.supervise.evidence import hang_evidence
 from gpuwatch.supervise.gpu_use import GpuVerdict, gpu_verdict, judged_gpus, trainer_use
+from gpuwatch.supervise.orphans import RUN_ENV, reap_adopted, sweep, unit_cgroup
 from gpuwatch.supervise.policy import LIVE, Machine, step
 from gpuwatch.supervise.process import STRIPPED_ENV, SpawnError, TrainerProcess
 from gpuwatch.supervise.ranks import RankView, aggregate
@@ -62,8 +64,11 @@ COMMANDS: dict[str, Command] = {command: command for command in get_args(Command
 class Trainer:
     """One configured trainer: its machine state, its current process and its files."""
 
-    def __init__(self, config: TrainerConfig, thermal: ThermalConfig, state_dir: Path) -> None:
+    def __init__(self, config: TrainerConfig, thermal: ThermalConfig, state_dir: Path, runs_prefix: str,
+                 cgroup: Path | None) -> None:
+        """``runs_prefix`` marks this daemon's runs (``GPUWATCH_RUN_ID``), ``cgroup`` is the unit's."""
         self.config = config
+        self.runs_prefix, self.runs, self.cgroup = runs_prefix, 0, cgroup
         self.thermal = config.thermal(thermal)
         self.dir = state_dir / config.name
         self.log_path = (config.log_dir or self.dir) / f"{config.name}.log"
@@ -179,7 +184,7 @@ class Trainer:
             self.pause_file.unlink(missing_ok=True)
             self._chown_dir()
             self.proc = TrainerProcess(argv, self.config.cwd, self._env(), self.log_path, self.config.log_max_bytes,
-                                       self.config.log_backups, self.config.user, self.config.group)
+                                       self.config.log_backups, self.config.user, self.config.group, self.cgroup)
         except (SpawnError, OSError, LookupError) as exc:
             # Said once, by the transition the next policy step makes of it (Supervisor.tick).
             self.spawn_error = f"spawn failed: {exc}"
@@ -213,8 +218,9 @@ class Trainer:
             entry = pwd.getpwnam(self.config.user)
             env.update(HOME=entry.pw_dir, USER=entry.pw_name, LOGNAME=entry.pw_name)
         env.update(self.config.env)
+        self.runs += 1
         env.update({HEARTBEAT_ENV: str(self.heartbeat_file), PAUSE_ENV: str(self.pause_file),
-                    "GPUWATCH_TRAINER": self.config.name})
+                    "GPUWATCH_TRAINER": self.config.name, RUN_ENV: f"{self.runs_prefix}/{self.config.name}/{self.runs}"})
         return env
 
     def _chown_dir(self) -> None:
@@ -269,7 +275,10 @@ class Supervisor:
 
     def __init__(self, trainers: list[TrainerConfig], thermal: ThermalConfig, state_dir: Path,
                  governed_backstop_s: float = 60.0) -> None:
-        self.trainers = [Trainer(cfg, thermal, state_dir) for cfg in trainers]
+        # Every run's GPUWATCH_RUN_ID starts with this daemon's mark: its leftovers are found by it.
+        self.runs_prefix = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self.cgroup = unit_cgroup()
+        self.trainers = [Trainer(cfg, thermal, state_dir, self.runs_prefix, self.cgroup) for cfg in trainers]
         self.governed_backstop_s = governed_backstop_s
         self.last_snapshot: Snapshot | None = None
         self.last_fans: tuple[FanState, ...] = ()
@@ -302,6 +311,7 @@ class Supervisor:
             for event in trainer.machine.events:
                 log.info("trainer %s: %s -> %s: %s", trainer.config.name, before.phase.value,
                          trainer.machine.phase.value, event)
+        reap_adopted({t.proc.pid for t in self.trainers if t.proc is not None})
         return self.states(now)
 
     def set_thermal(self, thermal: ThermalConfig) -> None:
@@ -348,3 +358,4 @@ class Supervisor:
                 trainer.proc.reap_leftovers()
                 trainer.proc.close()
             trainer.pause_file.unlink(missing_ok=True)
+        sweep(self.cgroup, self.runs_prefix)

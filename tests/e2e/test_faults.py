@@ -161,3 +161,61 @@ def test_stubborn_trainer_is_killed_after_its_own_grace_at_shutdown(tmp_path, na
     log = daemon.log()
     assert "SIGKILL after 1s grace" in log
     assert "still running at the end of shutdown" not in log  # the global backstop (grace + 10 s) did not act
+
+
+ORPHANER = """
+import os, sys, time
+pid_file = sys.argv[1]
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:  # the grandchild: its own session, its parent gone, init (or a subreaper) adopts it
+        with open(pid_file + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(pid_file + ".tmp", pid_file)
+        while True:
+            time.sleep(0.05)
+    os._exit(0)
+os.wait()
+while not os.path.exists(pid_file):
+    time.sleep(0.01)
+if len(sys.argv) > 2:
+    sys.exit(int(sys.argv[2]))
+while True:
+    time.sleep(0.05)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _orphaner(tmp: Path, name: str, *args: str, **settings: Any) -> str:
+    body = _trainer(tmp, name, ORPHANER, **settings)
+    extra = "".join(f', "{arg}"' for arg in (str(tmp / f"{name}.pid"), *args))
+    return body.replace(f'{name}.py"]', f'{name}.py"{extra}]')
+
+
+def test_setsid_grandchild_does_not_outlive_its_trainer(tmp_path, navi10, processes) -> None:
+    tree, _ = navi10
+    trainers = (_orphaner(tmp_path, "crasher", "3", give_up_after_crashes=1)
+                + _orphaner(tmp_path, "runner", grace_s=5))
+    daemon = DaemonProcess(processes, tmp_path, tree.root, 'interval_s = 0.1\n[fan]\nmode = "monitor-only"\n'
+                                                '[http]\nenabled = false\n' + trainers)
+    pids = {}
+    for name in ("crasher", "runner"):
+        pid_file = tmp_path / f"{name}.pid"
+        pids[name] = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), f"{name}'s grandchild"))
+    try:
+        # The crasher's run ended: what its tree left behind goes with it, the daemon running on.
+        daemon.wait_state(lambda d: d["trainers"][0]["phase"] == "failed", "the crasher failed")
+        wait_for(lambda: not _alive(pids["crasher"]), "the crasher's setsid grandchild to be gone", 5)
+        assert _alive(pids["runner"])
+        assert daemon.stop() == 0
+        wait_for(lambda: not _alive(pids["runner"]), "the runner's setsid grandchild to be gone", 5)
+    finally:
+        for pid in pids.values():
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
