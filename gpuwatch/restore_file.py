@@ -21,8 +21,12 @@ log = logging.getLogger("gpuwatch")
 
 
 class RestoreFile:
+    """Thread-safe: the fan controller takes every GPU on its own worker, all at the same moment, and one
+    GPU's read-modify-write must neither lose another's record nor share its temporary file."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._lock = threading.RLock()  # re-entered: remove() may clear()
 
     def load(self) -> dict[str, Any]:
         """Every record; empty when there is no file, and (logged) when it cannot be read."""
@@ -42,30 +46,33 @@ class RestoreFile:
         ``adopt(existing)`` merges such a record with the new one instead (the fans: the original mode
         stays, the paths are the new ones); it is stored when it differs.
         """
-        data = self.load()
-        existing = data.get(gpu_id)
-        if isinstance(existing, dict) and existing.get("backend") == record.get("backend"):
-            if adopt is None:
-                return existing
-            record = adopt(existing)
-            if record == existing:
-                return existing
-        data[gpu_id] = record
-        self._save(data)
-        return record
+        with self._lock:
+            data = self.load()
+            existing = data.get(gpu_id)
+            if isinstance(existing, dict) and existing.get("backend") == record.get("backend"):
+                if adopt is None:
+                    return existing
+                record = adopt(existing)
+                if record == existing:
+                    return existing
+            data[gpu_id] = record
+            self._save(data)
+            return record
 
     def remove(self, gpu_id: str) -> None:
         """Forget one GPU's record (given back); the file goes when the last one does."""
-        data = self.load()
-        if data.pop(gpu_id, None) is None:
-            return
-        if data:
-            self._save(data)
-        else:
-            self.clear()
+        with self._lock:
+            data = self.load()
+            if data.pop(gpu_id, None) is None:
+                return
+            if data:
+                self._save(data)
+            else:
+                self.clear()
 
     def clear(self) -> None:
-        self.path.unlink(missing_ok=True)
+        with self._lock:
+            self.path.unlink(missing_ok=True)
 
     def _save(self, data: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -113,7 +114,7 @@ class FanController:
         self.fans: dict[str, GpuFan] = {}
         self._workers = Workers("gpuwatch-fan")
         self._moved: set[str] = set()  # GPUs found at a new place, rebound on their next idle tick
-        self._atexit = False
+        self._atexit = threading.Event()  # set once restore() is registered (fans are taken on their workers)
 
     def rebind(self, card: AmdCard) -> None:
         """The GPU came back at a new place (gpus/binding.py): a new backend on its next tick."""
@@ -244,12 +245,12 @@ class FanController:
         duty = "" if gpu.pwm_ratio is None else f" at {gpu.pwm_ratio * 100:.0f} %"
         log.info("GPU %s: took the fan%s from the firmware via %s (handed back as %s)", fan.gpu_id, duty,
                  backend.name, record.handed_back())
-        if not self._atexit:
+        if not self._atexit.is_set():
             # The daemon restores in its finally (the documented path). This covers a controller used
             # without it, in tests or as a library, whose process exits without calling restore();
-            # restore() is idempotent, so running both is harmless.
+            # restore() is idempotent, so running both (or twice, from two workers at once) is harmless.
+            self._atexit.set()
             atexit.register(self.restore)
-            self._atexit = True
 
     def _state(self, fan: GpuFan, gpu: GpuReading, temp_c: float | None, percent: float | None, applied: Applied,
                verdict: Verdict, stalled: bool = False) -> FanState:

@@ -37,3 +37,30 @@ def test_fans_auto_from_restore_file_never_writes_zero(tmp_path: Path) -> None:
     assert result.problems == [] and result.done == [f"{card.pci_slot}: fan handed back to the firmware (pwm1_enable 2, automatic)"]
     assert sysfs.take_log() == [("pwm1_enable", "2")]
     assert not restore.path.exists()
+
+
+def test_records_added_at_once_by_every_gpu_worker_all_stay(tmp_path: Path) -> None:
+    """The fan controller takes every GPU on its own worker at the same moment (issue 24): concurrent adds
+    must neither lose a record nor trip over each other's temporary file."""
+    import threading
+
+    restore = RestoreFile(tmp_path / "fan-restore.json")
+    for round_ in range(5):
+        slots = [f"0000:{round_:02x}:{i:02x}.0" for i in range(8)]
+        start = threading.Barrier(len(slots))
+        errors: list[BaseException] = []
+
+        def add(slot: str) -> None:
+            start.wait()
+            try:
+                restore.add(slot, Pwm1Restore(path=f"{slot}/pwm1_enable", pwm1_enable=2).to_json())
+            except BaseException as exc:  # noqa: BLE001  (collected for the assertion)
+                errors.append(exc)
+
+        threads = [threading.Thread(target=add, args=(slot,)) for slot in slots]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        assert set(slots) <= set(restore.load())
