@@ -272,10 +272,10 @@ def _stop(m: Machine, x: Inputs, acts: list[Action], why: str, after: str) -> tu
 def _shutdown(m: Machine, cfg: TrainerConfig, x: Inputs, acts: list[Action]) -> tuple[Machine, list[Action]]:
     if m.phase in LIVE and x.alive:
         if m.phase is TrainerPhase.STOPPING:
-            # Each trainer's own grace (a GPU reset's for a reset) holds at shutdown too, counted from the
-            # TERM it already got; the supervisor's deadline (largest grace + 10 s) is only the backstop.
-            m, acts = _stopping(m, cfg, x, acts)
-            return (replace(m, after_stop="shutdown") if m.phase is TrainerPhase.STOPPING else m), acts
+            # Each trainer's own grace holds at shutdown too, counted from the TERM it already got, for the
+            # stop it is in (gpu_reset_grace_s for a reset's); the supervisor's deadline (largest grace +
+            # 10 s) is only the backstop. It ends STOPPED "daemon stopping" below once it is gone.
+            return _stopping(m, cfg, x, acts)
         return _stop(m, x, acts, "daemon stopping", "shutdown")
     if m.phase in LIVE:
         m = replace(m, last_exit_code=x.exit_code, last_exit_reason=x.exit_reason)

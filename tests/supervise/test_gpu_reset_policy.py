@@ -56,6 +56,18 @@ def test_a_process_that_survives_sigkill_is_left_behind_not_waited_for() -> None
     assert m.phase is P.BACKOFF and m.last_exit_reason == why and m.last_exit_code is None
 
 
+def test_shutdown_during_a_reset_stop_keeps_the_reset_grace_and_gives_up_on_a_stuck_process() -> None:
+    m, _ = step(running(), CFG, Inputs(now=0, alive=True, gpu_reset=RESET))
+    m, acts = step(m, CFG, Inputs(now=4, alive=True, shutdown=True))
+    assert acts == [] and m.phase is P.STOPPING and m.after_stop == "gpu_reset"
+    m, acts = step(m, CFG, Inputs(now=5, alive=True, shutdown=True))
+    assert acts == [Kill("still running 5s after SIGTERM")]  # gpu_reset_grace_s, not grace_s = 120
+    m, acts = step(m, CFG, Inputs(now=35, alive=True, shutdown=True))
+    assert isinstance(acts[0], Abandon) and m.phase is not P.STOPPING
+    m, acts = step(m, CFG, Inputs(now=36, shutdown=True))
+    assert m.phase is P.STOPPED and m.after_stop == "shutdown" and acts == []
+
+
 def test_any_stop_gives_up_on_a_process_that_survives_sigkill() -> None:
     m, _ = step(running(), CFG, Inputs(now=0, alive=True, command="restart"))
     m, acts = step(m, CFG, Inputs(now=120, alive=True))
