@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass, field
+import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 

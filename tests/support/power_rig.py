@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.config import parse_config
-from gpuwatch.gpus.amdgpu import AmdgpuSource
+from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.model import FanMode, FanState, PowerState
 from gpuwatch.power.controller import PowerController
