@@ -37,7 +37,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpuwatch.config import Config, TrainerConfig  # noqa: E402
+from gpuwatch.config.file import Config  # noqa: E402
+from gpuwatch.config.trainer import TrainerConfig  # noqa: E402
 from gpuwatch.fan.curve import CurveState, curve_params, decide, top_percent  # noqa: E402
 from gpuwatch.fan.rules import can_rise  # noqa: E402
 from gpuwatch.limits import sensor_limit_c  # noqa: E402

@@ -74,7 +74,9 @@ def render_cost_s(sysfs_root: Path, runtime_dir: Path, renders: int = 200) -> li
     from prometheus_client import CollectorRegistry
     from prometheus_client.exposition import generate_latest
 
-    from gpuwatch.config import Config, FanConfig, HttpConfig
+    from gpuwatch.config.cooling import FanConfig
+    from gpuwatch.config.file import Config
+    from gpuwatch.config.sections import HttpConfig
     from gpuwatch.daemon.loop import Daemon
     from gpuwatch.publish.metrics import GpuwatchCollector
 

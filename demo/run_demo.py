@@ -36,7 +36,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from gpuwatch.cli.status import render  # noqa: E402
-from gpuwatch.config import Config, ConfigError, parse_config  # noqa: E402
+from gpuwatch.config.base import ConfigError  # noqa: E402
+from gpuwatch.config.file import Config, parse_config  # noqa: E402
 from gpuwatch.publish.state import read_state_file  # noqa: E402
 
 

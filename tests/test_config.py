@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.config import ConfigError, client_runtime_dir, daemon_files_in, load_config, parse_config
+from gpuwatch.config.base import ConfigError, client_runtime_dir, daemon_files_in
+from gpuwatch.config.file import load_config, parse_config
 from tests.support.paths import REPO
 
 

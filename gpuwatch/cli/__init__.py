@@ -16,20 +16,10 @@ from typing import Any, Sequence
 from gpuwatch import __version__
 from gpuwatch.cli.show import document_text, repeat, sensors_fetch, show, status_fetch, watch_seconds
 from gpuwatch.cli.status import EXIT_USAGE
-from gpuwatch.config import (
-    CONFIG_ERROR_EXIT,
-    DEFAULT_CONFIG_PATH,
-    Config,
-    ConfigError,
-    client_runtime_dir,
-    daemon_files_in,
-    default_runtime_dir,
-    effective_config_toml,
-    load_config,
-    parse_config,
-    pci_slot_problem,
-    remote_base_url,
-)
+from gpuwatch.config.base import ConfigError, client_runtime_dir, daemon_files_in, default_runtime_dir, pci_slot_problem
+from gpuwatch.config.file import (CONFIG_ERROR_EXIT, DEFAULT_CONFIG_PATH, Config, effective_config_toml, load_config,
+                                  parse_config)
+from gpuwatch.config.sections import remote_base_url
 from gpuwatch.train.argv import FALLBACK_MODES
 
 

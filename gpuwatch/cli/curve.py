@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuwatch.config import FanConfig
+from gpuwatch.config.cooling import FanConfig
 from gpuwatch.fan.curve import apply_floor, interpolate
 
 _ROWS = 10

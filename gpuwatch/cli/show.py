@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from gpuwatch.cli.status import exit_code, render, render_processes
-from gpuwatch.config import Config, ConfigError
+from gpuwatch.config.base import ConfigError
+from gpuwatch.config.file import Config
 from gpuwatch.model import PublishedState
 from gpuwatch.publish.document import StatusDocument, to_document
 from gpuwatch.publish.state import is_stale, read_state_file

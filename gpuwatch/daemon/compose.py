@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from gpuwatch.config import Config, ConfigError, ThermalConfig
+from gpuwatch.config.base import ConfigError
+from gpuwatch.config.cooling import ThermalConfig
+from gpuwatch.config.file import Config
 from gpuwatch.daemon.control import Handler
 from gpuwatch.daemon.gpu_use import GpuUseWatch
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource

@@ -26,7 +26,8 @@ from types import FrameType
 from typing import TypeVar
 
 from gpuwatch import __version__
-from gpuwatch.config import Config, ConfigError, load_config
+from gpuwatch.config.base import ConfigError
+from gpuwatch.config.file import Config, load_config
 from gpuwatch.daemon import compose
 from gpuwatch.daemon.compose import Parts
 from gpuwatch.daemon.control import ControlServer

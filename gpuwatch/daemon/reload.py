@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from gpuwatch.config import Config
+from gpuwatch.config.file import Config
 
 # Each live key and every consumer the daemon hands its new value to (Daemon.reload); the reload's
 # log line names them, so nobody has to guess whether /metrics or the supervisor saw a change.

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from gpuwatch.config import DEFAULT_SYSFS_DEADLINE_S, FanConfig
+from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
+from gpuwatch.config.cooling import FanConfig
 from gpuwatch.deadline import Late, Workers
 from gpuwatch.fan.backend import ENABLE_HINT, Applied, FanBackend, NoFanControl
 from gpuwatch.fan.curve import CurveParams, CurveState, curve_params, decide, failsafe, top_percent

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from gpuwatch.config import FanConfig, Point
+from gpuwatch.config.cooling import FanConfig, Point
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuwatch.config import SensorChoice
+from gpuwatch.config.cooling import SensorChoice
 from gpuwatch.fan.curve import Decision
 from gpuwatch.model import FanMode, GpuReading
 

@@ -14,7 +14,7 @@ import time
 from functools import partial
 from typing import Callable, TypeVar
 
-from gpuwatch.config import DEFAULT_SYSFS_DEADLINE_S
+from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.deadline import Late, Workers
 from gpuwatch.gpus.amdgpu import AmdCard, discover, read_card
 from gpuwatch.gpus.binding import Bindings

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.config import Config, ThermalConfig
+from gpuwatch.config.cooling import ThermalConfig
+from gpuwatch.config.file import Config
 from gpuwatch.model import FanState, GpuReading, PowerMode, PowerState, Snapshot
 from gpuwatch.power.backend import (
     FAILURES_BEFORE_GIVING_UP,

@@ -35,7 +35,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from gpuwatch.config import PowerConfig
+from gpuwatch.config.cooling import PowerConfig
 
 Phase = Literal["idle", "governing"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpuwatch.config import ThermalConfig
+from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.limits import sensor_limit_c
 from gpuwatch.model import FanState, GpuReading
 from gpuwatch.power.governor import BOUND_TOLERANCE_RATIO

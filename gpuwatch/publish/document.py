@@ -11,7 +11,7 @@ from dataclasses import asdict, fields
 from enum import Enum
 from typing import Any, Literal, TypedDict, cast
 
-from gpuwatch.config import ThermalConfig
+from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.limits import over_limit, sensor_limit_c
 from gpuwatch.model import GpuReading, GpuResetState, PublishedState
 

@@ -16,7 +16,7 @@ from typing import Callable
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
-from gpuwatch.config import ThermalConfig
+from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.publish.metrics import GpuwatchCollector
 from gpuwatch.publish.serve import REQUEST_DEADLINE_S, Response, Server, bind
 from gpuwatch.publish.state import StateHolder, is_stale

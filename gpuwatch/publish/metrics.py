@@ -13,7 +13,7 @@ from typing import Callable, Iterable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpuwatch.config import ThermalConfig
+from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.limits import over_limit, sensor_limit_c
 from gpuwatch.publish.health_metrics import health
 from gpuwatch.model import (

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from gpuwatch.config import Config
+from gpuwatch.config.file import Config
 from gpuwatch.gpus.source import GpuSource
 from gpuwatch.model import GpuReading, SourceName, UnsupportedCard
 from gpuwatch.sim.cards import SimFaults, SimulatedGpus

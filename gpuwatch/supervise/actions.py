@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from gpuwatch.config import ThermalConfig
+from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.limits import breaches
 from gpuwatch.model import FanMode, FanState, PowerState, Snapshot
 from gpuwatch.supervise.ranks import RankView

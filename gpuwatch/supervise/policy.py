@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuwatch.config import TrainerConfig
+from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.model import TrainerPhase
 from gpuwatch.supervise.actions import (
     Abandon,

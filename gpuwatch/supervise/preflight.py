@@ -14,7 +14,9 @@ import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from gpuwatch.config import Config, ConfigError, TrainerConfig
+from gpuwatch.config.base import ConfigError
+from gpuwatch.config.file import Config
+from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.supervise.process import SpawnError, group_id, identity, passwd_entry
 
 

@@ -19,7 +19,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import get_args
 
-from gpuwatch.config import ThermalConfig, TrainerConfig
+from gpuwatch.config.cooling import ThermalConfig
+from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.heartbeat import (
     HEARTBEAT_ENV,
     NODE_ENV,

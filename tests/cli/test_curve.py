@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuwatch.cli.curve import render_curve
-from gpuwatch.config import parse_config
+from gpuwatch.config.file import parse_config
 
 
 def test_curve_command_renders_table_and_plot() -> None:

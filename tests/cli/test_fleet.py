@@ -8,7 +8,7 @@ import pytest
 
 from gpuwatch.cli import fleet
 from gpuwatch.cli.remote import HostResult
-from gpuwatch.config import ThermalConfig
+from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.publish.document import StatusDocument, to_document
 from tests.support.published import GPU_A, GPU_B, GPU_GONE, NOW_UNIX, example_state
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.cli.status import exit_code, render, render_processes
-from gpuwatch.config import ThermalConfig, parse_config
+from gpuwatch.config.cooling import ThermalConfig
+from gpuwatch.config.file import parse_config
 from gpuwatch.daemon.loop import Daemon
 from gpuwatch.model import TrainerPhase
 from gpuwatch.publish.document import to_document

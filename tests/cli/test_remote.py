@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.cli.remote import HostResult, fetch, fetch_all
-from gpuwatch.config import ThermalConfig, remote_base_url
+from gpuwatch.config.cooling import ThermalConfig
+from gpuwatch.config.sections import remote_base_url
 from gpuwatch.publish.document import to_document
 from tests.support.endpoints import Routes, banner_server, http_server, silent_listener
 from tests.support.processes import free_port

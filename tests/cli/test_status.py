@@ -179,7 +179,7 @@ def test_status_and_sensors_read_the_simulated_tree_of_a_simulating_config(tmp_p
     config.write_text(f'runtime_dir = "{tmp_path / "run"}"\n[simulate]\nenabled = true\ngpus = 2\n')
     absent = gpuwatch("sensors", "-c", str(config))
     assert "simulated cards: " in absent.stdout and "absent: the simulator lays it out" in absent.stdout
-    from gpuwatch.config import load_config
+    from gpuwatch.config.file import load_config
     from gpuwatch.sim.start import start_simulator
 
     start_simulator(load_config(config))  # the tree a daemon would lay out (it stays after a SIGKILL)
@@ -207,7 +207,7 @@ class Lines:
 
 def test_status_shows_the_governed_cap_and_why_not(tmp_path: Path) -> None:
     from gpuwatch.cli.status import render
-    from gpuwatch.config import ThermalConfig
+    from gpuwatch.config.cooling import ThermalConfig
     from gpuwatch.publish.document import to_document
     from tests.support.published import example_state
 
@@ -227,7 +227,7 @@ def test_status_shows_the_governed_cap_and_why_not(tmp_path: Path) -> None:
 def test_the_power_line_keeps_within_80_columns_on_a_big_card(tmp_path: Path, mode: str, cap: str) -> None:
     """A 289 W card at its top clock after a long run: the widest power line make run's 80x24 screen may get."""
     from gpuwatch.cli.status import render
-    from gpuwatch.config import ThermalConfig
+    from gpuwatch.config.cooling import ThermalConfig
     from gpuwatch.publish.document import to_document
     from tests.support.published import example_state
 
@@ -244,7 +244,7 @@ def test_the_power_line_keeps_within_80_columns_on_a_big_card(tmp_path: Path, mo
 
 def test_trainer_lines_show_a_jobs_ranks(tmp_path: Path) -> None:
     from gpuwatch.cli.status import render
-    from gpuwatch.config import ThermalConfig
+    from gpuwatch.config.cooling import ThermalConfig
     from gpuwatch.publish.document import to_document
     from tests.support.published import NOW_UNIX, example_state
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.config import Config, HttpConfig
+from gpuwatch.config.file import Config
+from gpuwatch.config.sections import HttpConfig
 from gpuwatch.daemon.loop import Daemon
 from gpuwatch.model import FanMode, PublishedState
 from gpuwatch.sim.tree import FakeCard, FakeSysfsTree

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.config import Config, parse_config
+from gpuwatch.config.file import Config, parse_config
 from gpuwatch.daemon.reload import plan_reload
 
 RUNNING = parse_config({"interval_s": 1.0, "thermal": {"edge_limit_c": 90}, "runtime_dir": "/run/a"})

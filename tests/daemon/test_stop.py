@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.config import parse_config
+from gpuwatch.config.file import parse_config
 from gpuwatch.daemon.compose import Parts
 from gpuwatch.daemon.loop import Daemon
 

@@ -18,7 +18,8 @@ import pytest
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gpuwatch.config import ThermalConfig, parse_config
+from gpuwatch.config.cooling import ThermalConfig
+from gpuwatch.config.file import parse_config
 from gpuwatch.daemon.loop import Daemon
 from gpuwatch.model import FanMode, PublishedState, TrainerPhase
 from gpuwatch.publish.metrics import GpuwatchCollector

@@ -18,7 +18,7 @@ from typing import Callable
 
 import pytest
 
-from gpuwatch.config import parse_config
+from gpuwatch.config.file import parse_config
 from gpuwatch.daemon.loop import Daemon
 from gpuwatch.heartbeat import Heartbeat, read_rank_heartbeats
 from gpuwatch.model import PublishedState, TrainerPhase, TrainerState

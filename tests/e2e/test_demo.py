@@ -17,7 +17,7 @@ import pytest
 import tomli_w
 
 from gpuwatch.cli.status import render
-from gpuwatch.config import parse_config
+from gpuwatch.config.file import parse_config
 from gpuwatch.daemon.loop import Daemon
 from gpuwatch.heartbeat import HEARTBEAT_ENV, PAUSE_ENV, read_heartbeat
 from gpuwatch.model import TrainerPhase, TrainerState

@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from gpuwatch.config import CONFIG_ERROR_EXIT, parse_config
+from gpuwatch.config.file import CONFIG_ERROR_EXIT, parse_config
 from gpuwatch.daemon.compose import Parts, build_sources
 from gpuwatch.daemon.loop import Daemon
 from gpuwatch.daemon.sdnotify import Notifier

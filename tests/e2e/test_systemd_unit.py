@@ -13,7 +13,8 @@ from typing import Iterator
 
 import pytest
 
-from gpuwatch.config import CONFIG_ERROR_EXIT, TrainerConfig
+from gpuwatch.config.file import CONFIG_ERROR_EXIT
+from gpuwatch.config.trainer import TrainerConfig
 from tests.support.paths import REPO
 
 UNIT = REPO / "systemd" / "gpuwatch.service"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch.config import DEFAULT_CURVE, FanConfig, validate_points
+from gpuwatch.config.cooling import DEFAULT_CURVE, FanConfig, validate_points
 from gpuwatch.fan.curve import CurveState, apply_floor, curve_params, decide, interpolate
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch.config import FanConfig
+from gpuwatch.config.cooling import FanConfig
 from gpuwatch.fan.curve import CurveState, Decision, curve_params, top_percent
 from gpuwatch.fan.rules import Stall, Verdict, can_rise, driven_verdict, idle_verdict, pick_sensor, stall
 from gpuwatch.model import FanMode, GpuReading, TempReading

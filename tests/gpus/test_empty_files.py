@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.config import Config, FanConfig, HttpConfig
+from gpuwatch.config.cooling import FanConfig
+from gpuwatch.config.file import Config
+from gpuwatch.config.sections import HttpConfig
 from gpuwatch.daemon.loop import Daemon
 from gpuwatch.model import FanMode
 from gpuwatch.sim.tree import FakeSysfsTree

@@ -16,7 +16,8 @@ import pytest
 
 from gpuwatch.cli import main
 from gpuwatch.cli.status import exit_code, render
-from gpuwatch.config import ConfigError, parse_config
+from gpuwatch.config.base import ConfigError
+from gpuwatch.config.file import parse_config
 from gpuwatch.daemon.compose import Parts, build_sources
 from gpuwatch.daemon.loop import Daemon
 from gpuwatch.gpus.nvml import NvmlSource, NvmlUnavailable, normalise_bus_id

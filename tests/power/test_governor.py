@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gpuwatch.config import PowerConfig
+from gpuwatch.config.cooling import PowerConfig
 from gpuwatch.power.governor import (
     Decision,
     GovernorInputs,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.config import parse_config
+from gpuwatch.config.file import parse_config
 from gpuwatch.model import GpuReading, PowerMode, Snapshot, TempReading
 from gpuwatch.power.backend import CapUnavailable
 from gpuwatch.power.controller import PowerController

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch.config import ThermalConfig
+from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.model import FanMode, FanState, GpuReading, TempReading
 from gpuwatch.power.rules import cap_range_problem, fan_can_rise, headroom_c, throughput_kept_ratio
 

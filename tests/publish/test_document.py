@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuwatch.config import ThermalConfig
+from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.model import PublishedState, Snapshot, UnsupportedCard
 from gpuwatch.publish.document import (
     DaemonDoc,

@@ -8,7 +8,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpuwatch.cli.status import exit_code, render
-from gpuwatch.config import ThermalConfig
+from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.model import GpuReading, PublishedState, Snapshot
 from gpuwatch.publish.document import to_document
 from gpuwatch.publish.metrics import GpuwatchCollector

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.config import Config, FanConfig, HttpConfig, ThermalConfig
+from gpuwatch.config.cooling import FanConfig, ThermalConfig
+from gpuwatch.config.file import Config
+from gpuwatch.config.sections import HttpConfig
 from gpuwatch.daemon.loop import Daemon
 from gpuwatch.model import DaemonInfo, PublishedState, Snapshot
 from gpuwatch.publish.http import HttpServer, health

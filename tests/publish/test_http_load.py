@@ -13,7 +13,9 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 
-from gpuwatch.config import Config, FanConfig, HttpConfig
+from gpuwatch.config.cooling import FanConfig
+from gpuwatch.config.file import Config
+from gpuwatch.config.sections import HttpConfig
 from gpuwatch.daemon.loop import Daemon
 from gpuwatch.publish.http import MetricsCache
 from gpuwatch.publish.state import StateHolder

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.config import Config, FanConfig, HttpConfig
+from gpuwatch.config.cooling import FanConfig
+from gpuwatch.config.file import Config
+from gpuwatch.config.sections import HttpConfig
 from gpuwatch.daemon.loop import Daemon
 from gpuwatch.publish.http import HttpServer
 from tests.support.published import GPU_A, two_gpu_tree

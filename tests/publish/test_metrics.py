@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gpuwatch.config import ThermalConfig
+from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.model import GpuReading, PublishedState, ReadError, Snapshot, TempReading
 from gpuwatch.publish.metrics import GpuwatchCollector
 from tests.support.paths import TESTS

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.cli import build_parser, with_simulation
-from gpuwatch.config import Config, ConfigError, parse_config
+from gpuwatch.config.base import ConfigError
+from gpuwatch.config.file import Config, parse_config
 from gpuwatch.daemon.loop import Daemon
 from gpuwatch.gpus.amdgpu import discover, read_card
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource

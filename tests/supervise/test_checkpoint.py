@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.config import ConfigError, parse_config
+from gpuwatch.config.base import ConfigError
+from gpuwatch.config.file import parse_config
 from gpuwatch.supervise.checkpoint import incomplete_reason, newest_complete_checkpoint
 from tests.support.paths import REPO
 

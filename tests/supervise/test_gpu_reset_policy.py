@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from gpuwatch.config import TrainerConfig
+from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.model import GpuProcess, GpuResetState, Snapshot
 from gpuwatch.model import TrainerPhase as P
 from gpuwatch.supervise.actions import Abandon, CancelPause, Inputs, Kill, Spawn, Terminate

@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from gpuwatch.config import ThermalConfig, TrainerConfig
+from gpuwatch.config.cooling import ThermalConfig
+from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.model import FanMode, FanState, GpuReading, PowerMode, PowerState, Snapshot, TempReading
 from gpuwatch.model import TrainerPhase as P
 from gpuwatch.supervise.actions import (

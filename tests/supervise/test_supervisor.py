@@ -19,7 +19,8 @@ import psutil
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gpuwatch.config import ThermalConfig, TrainerConfig
+from gpuwatch.config.cooling import ThermalConfig
+from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.model import FanMode, FanState, PublishedState, TrainerState

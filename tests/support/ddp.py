@@ -17,7 +17,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from gpuwatch.config import ThermalConfig, TrainerConfig
+from gpuwatch.config.cooling import ThermalConfig
+from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.heartbeat import Heartbeat, read_rank_heartbeats
 from gpuwatch.model import TrainerPhase, TrainerState
 from gpuwatch.supervise.supervisor import Supervisor, Trainer

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Callable
 
-from gpuwatch.config import FanConfig
+from gpuwatch.config.cooling import FanConfig
 from gpuwatch.fan.controller import FanController
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler

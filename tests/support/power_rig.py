@@ -7,7 +7,7 @@ import errno
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.config import parse_config
+from gpuwatch.config.file import parse_config
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.model import FanMode, FanState, PowerState

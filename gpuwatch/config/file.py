@@ -1,0 +1,152 @@
+"""The whole configuration file: ``Config`` (every section), loading and validating TOML, and the one-line-
+per-problem error a bad file gets (the CLI turns ``ConfigError`` into exit code 2)."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import tomli_w
+from pydantic import Field, ValidationError, field_validator
+
+from gpuwatch.config.base import (CONTROL_SOCKET_NAME, DEFAULT_SYSFS_DEADLINE_S, STATE_FILE_NAME, ConfigError, Strict,
+                                  default_runtime_dir)
+from gpuwatch.config.cooling import FanConfig, PowerConfig, ThermalConfig
+from gpuwatch.config.sections import (AmdgpuInfoConfig, HttpConfig, ProcessesConfig, ResetsConfig, SimulateConfig,
+                                      StatusConfig)
+from gpuwatch.config.trainer import TrainerConfig
+
+DEFAULT_CONFIG_PATH = Path("/etc/gpuwatch/gpuwatch.toml")
+
+CONFIG_ERROR_EXIT = 2
+
+
+class Config(Strict):
+    """The whole daemon configuration (`/etc/gpuwatch/gpuwatch.toml`)."""
+
+    sysfs_root: Path = Path("/sys")
+    proc_root: Path = Path("/proc")
+    # auto: amdgpu always (it finds nothing, harmlessly, on NVIDIA boxes) plus NVML when it initialises.
+    backend: Literal["auto", "amdgpu", "nvml", "simulated"] = "auto"
+    runtime_dir: Path | None = None
+    interval_s: float = Field(default=1.0, gt=0, le=60)
+    sysfs_deadline_s: float = Field(default=DEFAULT_SYSFS_DEADLINE_S, gt=0, le=30)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    thermal: ThermalConfig = ThermalConfig()
+    fan: FanConfig = FanConfig()
+    power: PowerConfig = PowerConfig()
+    http: HttpConfig = HttpConfig()
+    status: StatusConfig = StatusConfig()
+    simulate: SimulateConfig = SimulateConfig()
+    amdgpuinfo: AmdgpuInfoConfig = AmdgpuInfoConfig()
+    processes: ProcessesConfig = ProcessesConfig()
+    resets: ResetsConfig = ResetsConfig()
+    trainer: list[TrainerConfig] = []
+
+    @field_validator("trainer")
+    @classmethod
+    def _unique_trainer_names(cls, trainers: list[TrainerConfig]) -> list[TrainerConfig]:
+        names = [trainer.name for trainer in trainers]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError("; ".join(f"trainer name {name!r} is used twice; names must be unique" for name in twice))
+        return trainers
+
+    @property
+    def control_socket(self) -> Path:
+        return self.resolved_runtime_dir / CONTROL_SOCKET_NAME
+
+    @property
+    def simulating(self) -> bool:
+        """``backend = "simulated"`` and ``[simulate] enabled = true`` mean the same."""
+        return self.simulate.enabled or self.backend == "simulated"
+
+    @property
+    def simulated_tree_dir(self) -> Path:
+        return self.simulate.tree_dir or self.resolved_runtime_dir / "simulated-sysfs"
+
+    def with_effective_sysfs(self) -> "Config":
+        """This config as everything that reads or writes sysfs must see it: when simulating, the
+        simulator's trees are the sysfs and proc roots and amdgpu the only backend (the simulated cards
+        and their processes are read like real ones, and only them). The daemon and every daemon-side command (status, sensors,
+        curve, fans-auto) go through this one rule, so they all mean the same GPUs."""
+        if not self.simulating:
+            return self
+        return self.model_copy(update={"sysfs_root": self.simulated_tree_dir, "proc_root": self.simulated_proc_dir,
+                                       "backend": "amdgpu"})
+
+    @property
+    def simulated_proc_dir(self) -> Path:
+        return self.simulated_tree_dir.with_name(self.simulated_tree_dir.name + "-proc")
+
+    @property
+    def reset_dump_dir(self) -> Path:
+        """Where copies of the kernel's GPU dumps go: kept across reboots when systemd gives a state dir."""
+        if self.resets.dump_dir is not None:
+            return self.resets.dump_dir
+        state = os.environ.get("STATE_DIRECTORY")
+        if state:
+            return Path(state.split(":")[0]) / "gpu-resets"
+        return self.resolved_runtime_dir / "gpu-resets"
+
+    @property
+    def state_file(self) -> Path:
+        return self.resolved_runtime_dir / STATE_FILE_NAME
+
+    @property
+    def resolved_runtime_dir(self) -> Path:
+        """``runtime_dir``, else the default for this process (the CLI resolves it once, at load)."""
+        return self.runtime_dir if self.runtime_dir is not None else default_runtime_dir(os.environ, os.geteuid())
+
+
+def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Config:
+    """Read and validate ``path`` (None: defaults only); ``overrides`` win over the file's keys."""
+    data: dict[str, Any] = {}
+    source = "defaults"
+    if path is not None:
+        source = str(path)
+        try:
+            with open(path, "rb") as handle:
+                data = tomllib.load(handle)
+        except FileNotFoundError:
+            raise ConfigError(f"{source}: no such config file") from None
+        except OSError as exc:
+            raise ConfigError(f"{source}: cannot read: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    data.update(overrides or {})
+    return parse_config(data, source)
+
+
+def parse_config(data: dict[str, Any], source: str = "config") -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source)) from None
+
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid configuration ({exc.error_count()} problem(s)):"]
+    for err in exc.errors():
+        loc = [str(part) for part in err["loc"]]
+        if loc[-1:] == ["[key]"]:  # a table's name is wrong, e.g. [fan.gpus."bogus"]: name the table
+            loc = loc[:-2] + [f'"{loc[-2]}"']
+        key = ".".join(loc) or "(top level)"
+        rule = err["msg"]
+        if err["type"] == "extra_forbidden":
+            rule = "unknown key (not a gpuwatch setting; check spelling)"
+        rule = rule.removeprefix("Value error, ")
+        shown = err.get("input")
+        if isinstance(shown, dict) or isinstance(shown, list) and any(isinstance(item, dict) for item in shown):
+            # A whole section or a list of [[tables]]: the rule names what is wrong, a dump would bury it.
+            lines.append(f"  {key}: {rule}")
+        else:
+            lines.append(f"  {key} = {shown!r}: {rule}")
+    return "\n".join(lines)
+
+
+def effective_config_toml(config: Config) -> str:
+    """The effective configuration as TOML for `gpuwatch check-config`; unset (None) keys are omitted."""
+    return tomli_w.dumps(config.model_dump(mode="json", exclude_none=True))

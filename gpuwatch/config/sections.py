@@ -1,0 +1,126 @@
+"""The daemon's other sections: ``[http]``, ``[status]`` (remote machines), ``[simulate]``, ``[amdgpuinfo]``,
+``[processes]`` and ``[resets]``."""
+
+from __future__ import annotations
+
+import urllib.parse
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from gpuwatch.config.base import DEFAULT_HTTP_PORT, Strict
+
+
+class HttpConfig(Strict):
+    """The read-only HTTP endpoint: /metrics, /healthz, /status."""
+
+    enabled: bool = True
+    listen: str = "0.0.0.0"
+    port: int = Field(default=DEFAULT_HTTP_PORT, ge=0, le=65535)
+
+
+def remote_base_url(host: str) -> str:
+    """A machine's gpuwatch HTTP endpoint as `status --remote` and [status] remote name it, normalised:
+    ``box3`` -> ``http://box3:9840`` (no scheme and no port: gpuwatch's default port),
+    ``box3:9841``, ``http://box3:9840/status`` -> ``http://box3:9840``, ``https://gw.lab/box3`` (a proxy
+    prefix) as is. Raises ValueError with the reason for anything else."""
+    text = host.strip()
+    if not text or any(c.isspace() for c in text):
+        raise ValueError(f"{host!r} is not a host or URL")
+    bare = "://" not in text
+    parts = urllib.parse.urlsplit(f"http://{text}" if bare else text)
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"{host!r}: the port must be a number from 0 to 65535") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{host!r}: expected host, host:port or http(s)://host[:port][/prefix]")
+    if parts.query or parts.fragment or parts.username:
+        raise ValueError(f"{host!r}: no query, fragment or user in the URL")
+    netloc = parts.netloc if port is not None or not bare else f"{parts.netloc}:{DEFAULT_HTTP_PORT}"
+    path = parts.path.rstrip("/").removesuffix("/status")
+    return f"{parts.scheme}://{netloc}{path}"
+
+
+class StatusConfig(Strict):
+    """`gpuwatch status --remote`: the machines to show in one table (their /status endpoints)."""
+
+    remote: list[str] = []  # each as remote_base_url accepts it; stored normalised
+    timeout_s: float = Field(default=3.0, gt=0, le=60)
+
+    @field_validator("remote")
+    @classmethod
+    def _hosts(cls, hosts: list[str]) -> list[str]:
+        return [remote_base_url(host) for host in hosts]
+
+
+class SimulatedFaultsConfig(Strict):
+    """Hardware faults the simulator injects (docs/simulator.md); times are simulated seconds."""
+
+    fan_stuck_percent: float | None = Field(default=None, ge=0, le=100)
+    sensor_garbage: bool = False
+    firmware_reset_every_s: float | None = Field(default=None, gt=0)
+    disappear_after_s: float | None = Field(default=None, ge=0)
+    # A GPU reset: a devcoredump appears, the card stops answering for gpu_reset_outage_s, the processes
+    # on it hang; a leftover process stays in D state holding the card for gpu_reset_stuck_s.
+    gpu_reset_at_s: list[float] = Field(default_factory=list)
+    gpu_reset_outage_s: float = Field(default=5.0, ge=0, le=600)
+    gpu_reset_stuck_s: float | None = Field(default=None, gt=0)
+    # power1_cap is mode 0444 and a write is reverted, as a firmware that ignores the cap behaves.
+    power_cap_readonly: bool = False
+    cards: list[int] = Field(default_factory=list)
+
+
+class SimulateConfig(Strict):
+    """`gpuwatch run --simulate`: simulated RX 5600 XT cards instead of /sys (docs/simulator.md)."""
+
+    enabled: bool = False
+    gpus: int = Field(default=1, ge=1, le=16)
+    # None: <runtime_dir>/simulated-sysfs, recreated at every start.
+    tree_dir: Path | None = None
+    time_scale: float = Field(default=1.0, gt=0, le=1000)
+    ambient_c: float = Field(default=30.0, ge=-20, le=60)
+    # Multiplies the fan's cooling; below 1 = a hot case or clogged heatsink (the demo uses 0.4).
+    cooling_scale: float = Field(default=1.0, gt=0, le=5)
+    # Load when no [[trainer]] is supervised: 1.0 keeps the GPU busy so the fan curve shows.
+    load_without_trainer: float = Field(default=1.0, ge=0, le=1)
+    # false: the cards have no hwmon fan1_input (RDNA4 before Linux 6.15); the RPM is in gpu_metrics only.
+    fan1_input: bool = True
+    # An unsupervised desktop client (a compositor) on the first card, for `gpuwatch status --processes`.
+    desktop_client: bool = False
+    faults: SimulatedFaultsConfig = SimulatedFaultsConfig()
+
+
+class AmdgpuInfoConfig(Strict):
+    """pyamdgpuinfo, the optional extra ``gpuwatch[amdgpuinfo]`` (GPL-3.0-only): ioctl readings merged into
+    sysfs' (gpus/amdgpuinfo.py). Used only when installed and reading the real /sys."""
+
+    mode: Literal["auto", "off"] = "auto"
+    # Graphics-pipe busy sampling; each poll is an ioctl that keeps the GPU awake: 0 lets GPUs sleep.
+    polls_per_second: int = Field(default=10, ge=0, le=100)
+
+
+class ProcessesConfig(Strict):
+    """Who uses which GPU (DRM fdinfo per process): the supervised trees every tick, the rest less often."""
+
+    enabled: bool = True
+    # Every process's fds are listed once per this many seconds, spread over the ticks (one that had no GPU
+    # file open every fourth time; a ROCm process at once, through KFD's process list); 0: the supervised
+    # trees only. benchmarks/process_scan.py
+    scan_all_every_s: float = Field(default=30.0, ge=0, le=3600)
+
+
+class ResetsConfig(Strict):
+    """GPU reset detection (devcoredump, WEDGED uevents) and the kept kernel dumps."""
+
+    enabled: bool = True
+    # None: $STATE_DIRECTORY/gpu-resets under systemd (survives a reboot), else <runtime_dir>/gpu-resets.
+    dump_dir: Path | None = None
+    dumps_kept: int = Field(default=10, ge=0, le=1000)
+    dump_max_bytes: int = Field(default=16 * 1024 * 1024, ge=4096)
+    # Dismiss the kernel's dump once copied: it keeps one per device, so the next reset gets its own.
+    dismiss_dumps: bool = True
+    uevents: bool = True
+    # Consecutive ticks the GPU must answer (temperatures read) before it is used again.
+    answer_ticks: int = Field(default=3, ge=1, le=3600)
