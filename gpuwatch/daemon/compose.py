@@ -48,6 +48,7 @@ class FanConsumer(Protocol):
 
 class PowerConsumer(Protocol):
     def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...]) -> tuple[PowerState, ...]: ...
+    def set_thermal(self, thermal: ThermalConfig) -> None: ...  # a reload's new [thermal]
     def restore(self) -> None: ...
 
 

@@ -231,6 +231,8 @@ class Daemon:
         if "thermal" in applied:
             if self.http is not None:
                 self.http.set_thermal(self.config.thermal)
+            if self.parts.power is not None:
+                self.parts.power.set_thermal(self.config.thermal)
             if self.parts.trainers is not None:
                 self.parts.trainers.set_thermal(self.config.thermal)
 

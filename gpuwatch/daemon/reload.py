@@ -20,7 +20,7 @@ from gpuwatch.config.file import Config
 LIVE_KEYS: dict[str, str] = {
     "interval_s": "the tick schedule",
     "log_level": "every logger",
-    "thermal": "the state file, /metrics and the supervisor",
+    "thermal": "the state file, /metrics, the power governor and the supervisor",
     "status": "nothing in the daemon (`gpuwatch status --remote` reads it)",
 }
 DAEMON_LIVE_KEYS = frozenset(LIVE_KEYS)
@@ -33,7 +33,7 @@ class ReloadPlan:
     needs_restart: tuple[str, ...]  # changed keys kept at their running value until a restart
 
     def describe_applied(self) -> str:
-        """``thermal (the state file, /metrics and the supervisor), ...`` for the reload's log line."""
+        """``thermal (the state file, /metrics, the power governor and the supervisor), ...`` for the reload's log line."""
         return ", ".join(f"{key} ({LIVE_KEYS[key]})" if key in LIVE_KEYS else key for key in self.applied)
 
 

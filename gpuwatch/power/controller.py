@@ -237,6 +237,10 @@ class PowerController:
         g.mode, g.reason, g.pause_allowed, g.target_w = PowerMode.UNAVAILABLE, reason, True, None
         self._give_back(g)
 
+    def set_thermal(self, thermal: ThermalConfig) -> None:
+        """A reload's new [thermal]: the governor holds under the limits the supervisor now pauses at."""
+        self.config = self.config.model_copy(update={"thermal": thermal})
+
     def _thermals(self, gpu_id: str) -> list[ThermalConfig]:
         """[thermal] and the limits of every trainer on this GPU: the governor holds the strictest."""
         base = self.config.thermal

@@ -38,7 +38,7 @@ def test_plan_reload(new: dict, live: set[str] | None, applied: tuple, restart: 
 
 def test_applied_keys_name_their_consumers() -> None:
     plan = plan_reload(RUNNING, parse_config({"interval_s": 2.0, "thermal": {"edge_limit_c": 80}, "runtime_dir": "/run/a"}))
-    assert plan.describe_applied() == "interval_s (the tick schedule), thermal (the state file, /metrics and the supervisor)"
+    assert plan.describe_applied() == "interval_s (the tick schedule), thermal (the state file, /metrics, the power governor and the supervisor)"
 
 
 def test_reload_hands_thermal_to_metrics_and_the_supervisor(tmp_path: Path) -> None:
@@ -65,6 +65,9 @@ def test_reload_hands_thermal_to_metrics_and_the_supervisor(tmp_path: Path) -> N
         assert daemon.reload()
         supervisor = daemon.parts.trainers
         assert supervisor is not None and supervisor.trainers[0].thermal.edge_limit_c == 50  # type: ignore[attr-defined]
+        # The governor holds the card under the same limit the supervisor pauses at, never the old one.
+        power = daemon.parts.power
+        assert power is not None and power._thermals(card.pci_slot)[0].edge_limit_c == 50  # type: ignore[attr-defined]
         # /metrics renders the last published state with the new limits at once, before any tick.
         with urllib.request.urlopen(f"http://127.0.0.1:{daemon.http_port}/metrics", timeout=10) as response:
             text = response.read().decode()
