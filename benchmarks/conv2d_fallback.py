@@ -10,7 +10,8 @@ fallback dispatches no native convolution and matches the native gradients in fl
 
 Variants: ``native``; ``fallback`` (autotuned per signature, what ``patch_conv2d`` runs),
 ``fallback:fixed`` (autotuning off: the fixed strategies), ``fallback:WGRAD/DGRAD`` (autotuning off,
-other strategies), ``fallback:triton`` (the Triton kernels among the candidates) and
+other strategies), ``fallback:triton`` (the Triton kernels among the candidates), ``fallback:python``
+(the host code in Python rather than compiled, conv_host.py) and
 ``fallback+nocudnn`` (the fallback in a script that turned cuDNN off, as ``auto`` mode then chooses:
 batch norm runs PyTorch's own kernels too, as in ``nocudnn``); the MIOpen-free alternatives a user has without gpuwatch: ``nocudnn``
 (``torch.backends.cudnn.enabled = False`` for the whole step: PyTorch's slow_conv2d) and ``naive``
@@ -116,10 +117,13 @@ def variant_settings(variant: str):
 
 def tuning_of(variant: str) -> Conv2dTuning:
     """``fallback``: the default (autotuned); ``fallback:fixed`` or ``fallback:WGRAD/DGRAD``: autotuning
-    off, with those gradient strategies; ``fallback:triton``: autotuned with the Triton kernels too."""
+    off, with those gradient strategies; ``fallback:triton``: autotuned with the Triton kernels too;
+    ``fallback:python``: autotuned, the host code in Python."""
     spec = variant.partition("@")[0].partition("+")[0].partition(":")[2]
     if spec == "triton":
         return Conv2dTuning(triton=True)
+    if spec == "python":
+        return Conv2dTuning(host="python")
     if not spec:
         return DEFAULT_TUNING
     wgrad, _, dgrad = ("" if spec == "fixed" else spec).partition("/")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests use for real, when they are missing (needs root or sudo):
-# prometheus (promtool), prometheus-node-exporter, prometheus-alertmanager (amtool), systemd-analyze,
+# prometheus (promtool), prometheus-node-exporter, prometheus-alertmanager (amtool), systemd-analyze, g++,
 # and for the container tests (tests/e2e/systemd) mmdebstrap and systemd-container (systemd-nspawn).
 #
 # None of their services may start: prometheus, prometheus-node-exporter and prometheus-alertmanager
@@ -17,6 +17,8 @@ command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 || command -v alertmanager >/dev/null 2>&1 \
   || missing+=(prometheus-alertmanager)
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+# The conv2d fallback's compiled host code (gpuwatch/train/conv_host.py) is built with the C++ compiler.
+command -v c++ >/dev/null 2>&1 || missing+=(g++)
 # The container tests run as root only (nspawn, cgroups, mounts): elsewhere they skip, needing neither.
 if [ "$(id -u)" -eq 0 ]; then
   command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)

@@ -13,8 +13,11 @@ one bmm under plain autograd; or, when no gradient is needed, the chosen forward
 
 Speed: small-channel CNNs are host-bound with this fallback (each tensor call costs the CPU 3-30 us
 on the benchmark VMs), so each path is a few kernels and under autocast the weight is cast inside
-the Function rather than by an autograd-recorded cast in front of it. patch.py also moves backward
-onto the calling thread, where the Function's Python backward is cheaper.
+the Function rather than by an autograd-recorded cast in front of it. Where conv_host.py's compiled
+host code builds, the Function and the 1x1 route run in it (the same kernels, one call from Python,
+no Python in backward); the Python Function below is the fallback of the fallback, and the home of
+the paths that have no compiled form (``slow``, ``triton``). patch.py also moves backward onto the
+calling thread, where a Python backward is cheaper.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from gpuwatch.train import conv_paths as paths
+from gpuwatch.train import conv_host, conv_paths as paths
 from gpuwatch.train import conv_slow
 from gpuwatch.train.conv_columns import batched_mm
 from gpuwatch.train.conv_geometry import IntOrPair, autocast_cast, autocast_dtype
@@ -73,7 +76,7 @@ def conv2d(
         not contiguous and input.is_contiguous(memory_format=torch.channels_last),
     )
     choice = plan.choices.get(key) or _choose(plan, key, input, weight, bias, dtype, tuning)
-    out = _run(choice, input, weight, bias, plan, dtype)
+    out = _run(choice, input, weight, bias, plan, dtype, conv_host.host_ops(tuning.host))
     return out.squeeze(0) if plan.unbatched else out
 
 
@@ -81,10 +84,21 @@ def _key(value: object) -> object:
     return tuple(value) if isinstance(value, list) else value
 
 
-def _run(choice: Choice, x: Tensor, weight: Tensor, bias: Tensor | None, plan: Plan, dtype: torch.dtype | None) -> Tensor:
+def _run(
+    choice: Choice, x: Tensor, weight: Tensor, bias: Tensor | None, plan: Plan, dtype: torch.dtype | None,
+    host: conv_host.HostOps | None,
+) -> Tensor:
     if choice.route == "function":
+        if host is not None:
+            spec = plan.host_specs.get(choice, _UNPLANNED)
+            if spec is _UNPLANNED:
+                spec = plan.host_specs[choice] = conv_host.spec(plan, choice)
+            if spec is not None:
+                return host.function(x, weight, bias, plan, spec, dtype)
         out: Tensor = _TunedConv2d.apply(x, weight, bias, plan, dtype, choice)
         return out
+    if choice.route == "pointwise" and host is not None:
+        return host.pointwise(x, weight, bias, plan.geom.groups, dtype)
     w = weight if dtype is None else autocast_cast(weight, dtype)
     if choice.route == "pointwise":
         b = bias if dtype is None else autocast_cast(bias, dtype)
@@ -96,6 +110,9 @@ def _run(choice: Choice, x: Tensor, weight: Tensor, bias: Tensor | None, plan: P
         if bias is not None:
             out += bias.view(1, -1, 1, 1)
     return out.contiguous(memory_format=torch.channels_last) if _channels_last(x) else out
+
+
+_UNPLANNED: list[int] = []
 
 
 def _channels_last(x: Tensor) -> bool:
@@ -162,8 +179,11 @@ def _backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
     grad_b = grad_out.sum((0, 2, 3), dtype=ctx.bias_dtype) if needs_b else None
     grad_x: Tensor | None = None
     grad_w: Tensor | None = None
-    if needs_x and needs_w and choice.input_grad == choice.weight_grad and choice.input_grad in paths.BOTH_GRADS:
-        grad_x, grad_w = paths.BOTH_GRADS[choice.input_grad](x.contiguous(), grad_out, w, ctx.flipped, plan)
+    if choice.input_grad == choice.weight_grad and choice.input_grad in paths.BOTH_GRADS:
+        # One call computes both; autograd.grad(..., inputs=...) may want only one of them.
+        if needs_x or needs_w:
+            grad_x, grad_w = paths.BOTH_GRADS[choice.input_grad](x.contiguous(), grad_out, w, ctx.flipped, plan)
+            grad_x, grad_w = (grad_x if needs_x else None), (grad_w if needs_w else None)
     else:
         if needs_w:
             grad_w = paths.WEIGHT_GRAD[choice.weight_grad](x.contiguous(), grad_out, w, plan)
@@ -190,8 +210,10 @@ def _choose(
             plan.choices[key] = choice
         return choice
     layout = "nchw" if contiguous else ("nhwc" if channels_last else "strided")
-    sig = signature(x.shape, weight.shape, x.dtype, weight.dtype, plan, bias is not None, key[3:6], layout, tuning)
-    build = functools.partial(_candidates, plan, x, weight, bias, dtype, key, tuning.triton)
+    host = conv_host.host_ops(tuning.host)
+    sig = signature(x.shape, weight.shape, x.dtype, weight.dtype, plan, bias is not None, key[3:6], layout, tuning,
+                    compiled=host is not None)
+    build = functools.partial(_candidates, plan, x, weight, bias, dtype, key, tuning.triton, host)
     with torch.no_grad(), torch.autocast(device.type, enabled=False):
         choice = TUNER.choose(sig, device, tuning.cache_dir, build)
     plan.choices[key] = choice
@@ -200,7 +222,7 @@ def _choose(
 
 def _candidates(
     plan: Plan, x: Tensor, weight: Tensor, bias: Tensor | None, dtype: torch.dtype | None, key: tuple[Any, ...],
-    triton: bool,
+    triton: bool, host: conv_host.HostOps | None,
 ) -> Candidates:
     """Every eligible path, as trials on the call's own input and weight (nothing is written to them)."""
     _, _, _, needs_x, needs_w, needs_b, contiguous, _ = key
@@ -230,7 +252,7 @@ def _candidates(
         both_grads = {name: functools.partial(paths.BOTH_GRADS[name], xc, grad_out, w, flipped, plan) for name in names}
 
     def layer(choice: Choice) -> functools.partial[None]:
-        return functools.partial(_layer_trial, choice, x, weight, bias, plan, dtype, grad_out, key)
+        return functools.partial(_layer_trial, choice, x, weight, bias, plan, dtype, grad_out, key, host)
 
     layers = {}
     if conv_slow.thnn_eligible(plan):
@@ -242,7 +264,7 @@ def _candidates(
 
 def _layer_trial(
     choice: Choice, x: Tensor, weight: Tensor, bias: Tensor | None, plan: Plan, dtype: torch.dtype | None,
-    grad_out: Tensor, key: tuple[Any, ...],
+    grad_out: Tensor, key: tuple[Any, ...], host: conv_host.HostOps | None,
 ) -> None:
     """Forward and backward of the whole layer by ``choice``, as a training step runs it."""
     _, _, _, needs_x, needs_w, needs_b, _, _ = key
@@ -254,5 +276,6 @@ def _layer_trial(
             None if bias is None else bias.detach().requires_grad_(needs_b),
             plan,
             dtype,
+            host,
         )
         out.backward(grad_out)

@@ -38,6 +38,9 @@ class Conv2dTuning:
     run in the same environment measures nothing. ``triton``: also try the Triton kernels
     (conv_triton.py) where Triton runs; off by default, because compiling them makes the first step of
     a first run tens of seconds longer (H100: 33-45 s against 1-2 s; Triton caches them on disk).
+    ``host``: where the host side of a layer runs (conv_host.py): "auto" in compiled C++ where it
+    builds (once per environment), else in Python; "compiled" requires the C++; "python" never
+    builds it. The same kernels run either way.
     """
 
     wgrad: Literal["auto", "gemm", "bmm"] = "auto"
@@ -48,6 +51,7 @@ class Conv2dTuning:
     autotune: bool = True
     cache_dir: str | None = None
     triton: bool = False
+    host: Literal["auto", "compiled", "python"] = "auto"
 
 
 DEFAULT_TUNING = Conv2dTuning()
@@ -99,6 +103,8 @@ class Plan:
     shared_cols: bool  # stride 1, wgrad "auto": the output gradient's columns serve both gradients
     # (device, weight dtype, bias, needs input grad, needs weight grad, channels_last) -> Choice
     choices: dict[tuple[object, ...], Choice] = field(default_factory=dict, compare=False, hash=False)
+    # Choice -> its spec for the compiled host code (conv_host.py), None where it has no compiled form
+    host_specs: dict[Choice, list[int] | None] = field(default_factory=dict, compare=False, hash=False)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -45,7 +45,7 @@ def default_choice(plan: Plan, contiguous: bool, needs_x: bool, needs_w: bool) -
 
 def signature(
     input_shape: Sequence[int], weight_shape: Sequence[int], dtype: torch.dtype, weight_dtype: torch.dtype,
-    plan: Plan, bias: bool, needs: Sequence[bool], layout: str, tuning: Conv2dTuning,
+    plan: Plan, bias: bool, needs: Sequence[bool], layout: str, tuning: Conv2dTuning, compiled: bool = False,
 ) -> str:
     """The key of one choice, readable in logs and in the disk cache: everything the paths' speed
     depends on within one environment (the device itself is the store's key, conv_tune_store.py)."""
@@ -55,6 +55,7 @@ def signature(
         f"stride {g.stride} padding {g.padding} dilation {g.dilation} groups {g.groups} bias {int(bias)} "
         f"grads {''.join(str(int(n)) for n in needs)} {layout} cols {tuning.max_cols_bytes}"
         + (" triton" if tuning.triton else "")
+        + (" compiled" if compiled else "")  # the host code's cost is part of what was measured
     )
 
 
