@@ -13,10 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
-from gpuwatch.train import conv_host, conv_tune  # noqa: E402
+from gpuwatch.train import conv_host  # noqa: E402
 from gpuwatch.train.conv2d import conv2d  # noqa: E402
 from gpuwatch.train.conv_plan import Choice, Conv2dTuning, plan_for  # noqa: E402
-from gpuwatch.train.conv_tune import Tuner, pinned_timer  # noqa: E402
+from gpuwatch.train.conv_tune import pinned_timer  # noqa: E402
 
 COMPILED, PYTHON = Conv2dTuning(host="compiled"), Conv2dTuning(host="python")
 
@@ -29,16 +29,6 @@ def compiled() -> conv_host.HostOps:
         pytest.skip(str(exc))
     assert ops is not None
     return ops
-
-
-@pytest.fixture
-def tuner(monkeypatch):
-    fresh = Tuner(devices=frozenset({"cpu"}))
-    monkeypatch.setattr(conv_tune, "TUNER", fresh)
-    monkeypatch.setattr("gpuwatch.train.conv2d.TUNER", fresh)
-    plan_for.cache_clear()
-    yield fresh
-    plan_for.cache_clear()
 
 
 def _run(tuning, x, w, b, stride, padding, dilation, groups, grad_seed=1):

@@ -118,17 +118,6 @@ def test_a_path_that_fails_is_never_chosen():
 # -- on real tensors: every path, forced through the tuner, matches F.conv2d ----------------------
 
 
-@pytest.fixture
-def tuner(monkeypatch):
-    """The process tuner timing CPU convolutions; the plans (and the choices kept on them) start empty."""
-    fresh = Tuner(devices=frozenset({"cpu"}))
-    monkeypatch.setattr(conv_tune, "TUNER", fresh)
-    monkeypatch.setattr("gpuwatch.train.conv2d.TUNER", fresh)
-    plan_for.cache_clear()
-    yield fresh
-    plan_for.cache_clear()
-
-
 def _pin(tuner: Tuner, label: str) -> None:
     tuner.timer_for = lambda device: pinned_timer(label)
     plan_for.cache_clear()
