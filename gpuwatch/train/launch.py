@@ -29,9 +29,9 @@ from gpuwatch.train.argv import (
     is_python,
     parse_python_command,
 )
-from gpuwatch.train.conv_plan import Conv2dTuning
+from gpuwatch.train.conv2d.plan import Conv2dTuning
 from gpuwatch.train.dataloader import apply_spawn_defaults
-from gpuwatch.train.heartbeat_hook import install_step_hooks
+from gpuwatch.train.pause.hooks import install_step_hooks
 from gpuwatch.train.patch import patch_conv2d
 
 _VALUE_OPTIONS = ("--heartbeat-file", "--pause-file", "--conv2d-autotune", "--conv2d-tune-cache")

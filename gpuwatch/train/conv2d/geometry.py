@@ -1,7 +1,7 @@
 """Argument handling for the fallback convolution: F.conv2d's stride/padding/dilation forms and autocast.
 
 Everything here mirrors what ``torch.nn.functional.conv2d`` accepts (ints, pairs, ``'same'``,
-``'valid'``) and how autocast treats a convolution, so that ``gpuwatch.train.conv2d`` can be a drop-in
+``'valid'``) and how autocast treats a convolution, so that ``gpuwatch.train.conv2d.function`` can be a drop-in
 replacement. The result is a small frozen ``ConvGeometry`` that the autograd Function carries.
 """
 
