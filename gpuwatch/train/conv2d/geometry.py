@@ -130,14 +130,5 @@ def autocast_cast(tensor: torch.Tensor | None, dtype: torch.dtype) -> torch.Tens
     return tensor.to(dtype)
 
 
-def is_channels_last(tensor: torch.Tensor) -> bool:
-    """NHWC strides that are not also plain NCHW (ambiguous shapes count as NCHW, as in PyTorch)."""
-    return (
-        tensor.dim() == 4
-        and not tensor.is_contiguous()
-        and tensor.is_contiguous(memory_format=torch.channels_last)
-    )
-
-
 def _out_len(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1

@@ -31,6 +31,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from gpuwatch.train.argv import user_cache_dir
 from gpuwatch.train.conv2d.columns import flip_index
 from gpuwatch.train.conv2d.plan import Choice, Plan
 
@@ -172,7 +173,7 @@ def build_root() -> Path:
     """Where compiled host code is kept: torch's own variable for it, else the user's cache."""
     if root := os.environ.get("TORCH_EXTENSIONS_DIR"):
         return Path(root)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuwatch"
+    return Path(user_cache_dir())
 
 
 def _compiling() -> bool:
