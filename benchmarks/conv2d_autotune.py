@@ -1,7 +1,7 @@
 """What the conv2d autotuner measured and chose for each convolution of the YOLOv8n-shaped model.
 
 For each batch size and precision: a fresh model under ``patch_conv2d(model, "on")`` takes one
-training step, during which every signature is tuned (conv_tune.py); the script prints, per
+training step, during which every signature is tuned (conv2d/tune.py); the script prints, per
 signature, every candidate's time (us per call; forward, input gradient, weight gradient, both
 gradients in one, and whole layers: the Function with the best paths vs PyTorch's slow_conv2d
 under its own autograd vs the 1x1 bmm) and the choice, then the first step's time against the
@@ -24,8 +24,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpuwatch.train.conv_plan import plan_for  # noqa: E402
-from gpuwatch.train.conv_tune import TUNER  # noqa: E402
+from gpuwatch.train.conv2d.plan import plan_for  # noqa: E402
+from gpuwatch.train.conv2d.tune import TUNER  # noqa: E402
 from gpuwatch.train.patch import patch_conv2d  # noqa: E402
 
 from yolov8n_model import build_model, make_step  # noqa: E402

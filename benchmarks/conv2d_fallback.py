@@ -11,7 +11,7 @@ fallback dispatches no native convolution and matches the native gradients in fl
 Variants: ``native``; ``fallback`` (autotuned per signature, what ``patch_conv2d`` runs),
 ``fallback:fixed`` (autotuning off: the fixed strategies), ``fallback:WGRAD/DGRAD`` (autotuning off,
 other strategies), ``fallback:triton`` (the Triton kernels among the candidates), ``fallback:python``
-(the host code in Python rather than compiled, conv_host.py) and
+(the host code in Python rather than compiled, conv2d/host.py) and
 ``fallback+nocudnn`` (the fallback in a script that turned cuDNN off, as ``auto`` mode then chooses:
 batch norm runs PyTorch's own kernels too, as in ``nocudnn``); the MIOpen-free alternatives a user has without gpuwatch: ``nocudnn``
 (``torch.backends.cudnn.enabled = False`` for the whole step: PyTorch's slow_conv2d) and ``naive``
@@ -47,8 +47,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpuwatch.train.conv_plan import DEFAULT_TUNING, Conv2dTuning, plan_for  # noqa: E402
-from gpuwatch.train.conv_tune import TUNER  # noqa: E402
+from gpuwatch.train.conv2d.plan import DEFAULT_TUNING, Conv2dTuning, plan_for  # noqa: E402
+from gpuwatch.train.conv2d.tune import TUNER  # noqa: E402
 from gpuwatch.train.patch import patch_conv2d  # noqa: E402
 
 from heartbeat_hook_cost import hook_cost_s  # noqa: E402

@@ -1,7 +1,7 @@
 """Every MIOpen-free path of the conv2d fallback, forced one at a time, against the native convolution on the device.
 
 For a grid of convolutions (strides, padding, dilation, groups, depthwise, 1x1, bias) in float32 (TF32
-off) and float16, each path of each direction (conv_paths.py: forward, input gradient, weight
+off) and float16, each path of each direction (conv2d/paths.py: forward, input gradient, weight
 gradient, both gradients, whole-layer routes) is forced through the autotuner with a timer that
 prefers it, and the forward and gradients are compared with cuDNN's (max error relative to the
 reference's largest value). It also counts convolutions that reached cuDNN/MIOpen (must be 0) and
@@ -24,10 +24,10 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpuwatch.train import conv_paths as paths  # noqa: E402
-from gpuwatch.train.conv2d import conv2d  # noqa: E402
-from gpuwatch.train.conv_plan import DEFAULT_TUNING, plan_for  # noqa: E402
-from gpuwatch.train.conv_tune import TUNER, pinned_timer  # noqa: E402
+from gpuwatch.train.conv2d import paths  # noqa: E402
+from gpuwatch.train.conv2d.function import conv2d  # noqa: E402
+from gpuwatch.train.conv2d.plan import DEFAULT_TUNING, plan_for  # noqa: E402
+from gpuwatch.train.conv2d.tune import TUNER, pinned_timer  # noqa: E402
 
 from conv2d_fallback import _ConvCounter  # noqa: E402
 

@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpuwatch.train.heartbeat_hook import StepHeartbeat  # noqa: E402
+from gpuwatch.train.pause.hooks import StepHeartbeat  # noqa: E402
 
 
 def hook_cost_s(calls: int = 20000, clock: Callable[[], float] = time.perf_counter) -> float:

@@ -17,7 +17,7 @@ command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 || command -v alertmanager >/dev/null 2>&1 \
   || missing+=(prometheus-alertmanager)
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
-# The conv2d fallback's compiled host code (gpuwatch/train/conv_host.py) is built with the C++ compiler.
+# The conv2d fallback's compiled host code (gpuwatch/train/conv2d/host.py) is built with the C++ compiler.
 command -v c++ >/dev/null 2>&1 || missing+=(g++)
 # The container tests run as root only (nspawn, cgroups, mounts): elsewhere they skip, needing neither.
 if [ "$(id -u)" -eq 0 ]; then

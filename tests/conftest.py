@@ -11,7 +11,7 @@ from gpuwatch.sim.tree import FakeSysfsTree
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # The conv2d fallback's compiled host code (gpuwatch/train/conv_host.py) is built once per machine
+    # The conv2d fallback's compiled host code (gpuwatch/train/conv2d/host.py) is built once per machine
     # into the pytest cache rather than the user's ~/.cache; child processes (launcher tests) inherit it.
     if config.cache is not None:
         os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(config.cache.mkdir("torch-extensions")))

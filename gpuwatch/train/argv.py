@@ -5,6 +5,7 @@ The CLI (which must never import torch) calls ``build_train_command`` and execs 
 ``gpuwatch.train.launch``); any other command (torchrun, a shell script) runs as given with
 ``injection_env``, which makes every Python process it starts install the same patches and hooks
 (``inject/sitecustomize.py``). The launcher exports the same environment to the script's children.
+``user_cache_dir`` is the user cache folder the launcher and the conv2d package share.
 """
 
 from __future__ import annotations
@@ -136,3 +137,11 @@ def is_python(word: str) -> bool:
     """``python``, ``python3``, ``python3.11`` or this interpreter, bare or as a path."""
     name = os.path.basename(word)
     return bool(_PYTHON_NAME.fullmatch(name)) or name == os.path.basename(sys.executable)
+
+
+def user_cache_dir() -> str:
+    """gpuwatch's folder in the user's cache, ``$XDG_CACHE_HOME/gpuwatch`` (``~/.cache/gpuwatch``): the
+    default home of the autotuning choices (the launcher) and of the compiled host code (conv2d/host.py).
+    Here because the launcher and the conv2d package share it, and this module is torch-free."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "gpuwatch")

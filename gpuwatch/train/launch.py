@@ -28,10 +28,11 @@ from gpuwatch.train.argv import (
     injection_env,
     is_python,
     parse_python_command,
+    user_cache_dir,
 )
-from gpuwatch.train.conv_plan import Conv2dTuning
+from gpuwatch.train.conv2d.plan import Conv2dTuning
 from gpuwatch.train.dataloader import apply_spawn_defaults
-from gpuwatch.train.heartbeat_hook import install_step_hooks
+from gpuwatch.train.pause.hooks import install_step_hooks
 from gpuwatch.train.patch import patch_conv2d
 
 _VALUE_OPTIONS = ("--heartbeat-file", "--pause-file", "--conv2d-autotune", "--conv2d-tune-cache")
@@ -78,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--conv2d-tune-cache",
         metavar="DIR",
-        default=default_tune_cache(),
+        default=user_cache_dir(),
         help="keep the measured choices in DIR, per device/driver/torch, so a later run measures nothing "
         "(default: %(default)s); 'none': in memory only",
     )
@@ -146,12 +147,6 @@ def _options(known: argparse.Namespace, **target: Any) -> LaunchOptions:
         conv2d_tune_cache=None if known.conv2d_tune_cache == "none" else known.conv2d_tune_cache,
         **target,
     )
-
-
-def default_tune_cache() -> str:
-    """Where the fallback's autotuning choices live by default: the user's cache directory."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "gpuwatch")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,9 +30,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gpuwatch.train.argv import FALLBACK_MODES, FallbackMode
-from gpuwatch.train.conv2d import conv2d
-from gpuwatch.train.conv_geometry import autocast_dtype
-from gpuwatch.train.conv_plan import DEFAULT_TUNING, Conv2dTuning
+from gpuwatch.train.conv2d.function import conv2d
+from gpuwatch.train.conv2d.geometry import autocast_dtype
+from gpuwatch.train.conv2d.plan import DEFAULT_TUNING, Conv2dTuning
 
 _MARK = "_gpuwatch_conv2d_mode"
 _log = logging.getLogger("gpuwatch.train")

@@ -15,6 +15,7 @@ from gpuwatch.train.argv import (
     build_launch_argv,
     build_train_command,
     injection_env,
+    user_cache_dir,
 )
 from tests.support.cli import GPUWATCH
 from tests.support.paths import REPO
@@ -139,6 +140,14 @@ def test_cli_train_usage_errors_show_trains_usage(args, error):
     usage, said = lines[0], lines[-1]
     assert usage.startswith("usage: gpuwatch train [--conv2d-fallback [auto|on|off]] [--conv2d-autotune on|off]")
     assert said.startswith(error)
+
+
+def test_the_user_cache_dir_follows_xdg_else_home(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert user_cache_dir() == str(tmp_path / "xdg" / "gpuwatch")
+    monkeypatch.setenv("XDG_CACHE_HOME", "")  # empty counts as unset
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert user_cache_dir() == str(tmp_path / ".cache" / "gpuwatch")
 
 
 class Exec(Exception):

@@ -8,8 +8,8 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-from gpuwatch.train.conv2d import conv2d  # noqa: E402
-from gpuwatch.train.conv_plan import DEFAULT_TUNING, Conv2dTuning  # noqa: E402
+from gpuwatch.train.conv2d.function import conv2d  # noqa: E402
+from gpuwatch.train.conv2d.plan import DEFAULT_TUNING, Conv2dTuning  # noqa: E402
 
 # (in_channels, out_channels, kernel, stride, padding, dilation, groups, bias)
 GRID = [

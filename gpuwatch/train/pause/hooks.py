@@ -8,7 +8,7 @@ unmodified script. What they do depends on the process, read at its first optimi
   ``interval_s`` (always on the first step); the pre-hook does one ``stat`` of the pause file and,
   while it exists, blocks there, reporting ``paused: true`` every ``paused_every_s``;
 * a rank of a torch.distributed job: only lockstep optimizers count, the pause is the job's
-  (``job_pause.py``: every rank holds at the same step), and the heartbeat goes to the rank's own file
+  (``job.py``: every rank holds at the same step), and the heartbeat goes to the rank's own file
   beside the heartbeat file (``heartbeat.rank_heartbeat_path``) with the job's view;
 * a DataLoader worker: nothing.
 """
@@ -36,9 +36,9 @@ from gpuwatch.heartbeat import (
     rank_heartbeat_path,
     write_heartbeat,
 )
-from gpuwatch.train import lockstep
-from gpuwatch.train.cadence import Cadence, ewma
-from gpuwatch.train.job_pause import HoldView, JobPause
+from gpuwatch.train.pause import lockstep
+from gpuwatch.train.pause.cadence import Cadence, ewma
+from gpuwatch.train.pause.job import HoldView, JobPause
 
 INTERVAL_ENV = "GPUWATCH_HEARTBEAT_INTERVAL_S"
 # The daemon reads heartbeats once a tick (1 s by default). A write is an atomic rename, which costs

@@ -1,7 +1,7 @@
 """Implicit-GEMM convolution kernels in Triton: each direction in one launch, columns never stored.
 
 Where Triton runs (it does not on every GPU: its AMD backend has no RDNA1, so not the RX 5600 XT),
-these are one more candidate for conv_tune.py, which measures them like any other path; a kernel
+these are one more candidate for tune.py, which measures them like any other path; a kernel
 that fails to compile or launch is simply not chosen. Only plain convolutions (groups 1) in
 float32/float16/bfloat16, NCHW contiguous; any stride, padding and dilation.
 
@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from gpuwatch.train.conv_plan import Plan
+from gpuwatch.train.conv2d.plan import Plan
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 

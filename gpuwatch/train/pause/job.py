@@ -30,8 +30,8 @@ import torch
 import torch.distributed as dist
 
 from gpuwatch.heartbeat import pause_reason, pause_requested
-from gpuwatch.train.cadence import Cadence, ewma, steps_between
-from gpuwatch.train.lockstep import job_store, local_world_size, pg_timeout
+from gpuwatch.train.pause.cadence import Cadence, ewma, steps_between
+from gpuwatch.train.pause.lockstep import job_store, local_world_size, pg_timeout
 
 
 @dataclass(frozen=True)

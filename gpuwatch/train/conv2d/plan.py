@@ -1,8 +1,8 @@
 """Every decision about one conv2d call signature, made once and cached: geometry, chunking, strategies.
 
-The ``Choice`` of paths for a signature is made by conv_tune.py and kept on its ``Plan``.
+The ``Choice`` of paths for a signature is made by tune.py and kept on its ``Plan``.
 
-The fallback (conv2d.py) is host-bound on small-channel CNNs, so what does not depend on the
+The fallback (function.py) is host-bound on small-channel CNNs, so what does not depend on the
 tensors' values is planned here once per (shapes, dtype, arguments, tuning) and looked up after.
 ``Conv2dTuning`` holds the knobs benchmarks compare; nothing is read from the environment.
 """
@@ -15,7 +15,7 @@ from typing import Literal
 
 import torch
 
-from gpuwatch.train.conv_geometry import ConvGeometry, IntOrPair, check_shapes, resolve_geometry
+from gpuwatch.train.conv2d.geometry import ConvGeometry, IntOrPair, check_shapes, resolve_geometry
 
 
 @dataclass(frozen=True)
@@ -33,12 +33,12 @@ class Conv2dTuning:
     are built in batch chunks of at most ``max_cols_bytes``.
 
     ``autotune`` (on GPUs): instead of those fixed strategies, measure every MIOpen-free path per call
-    signature at its first use and keep the fastest (conv_tune.py); off gives the deterministic
-    choice above. ``cache_dir``: keep the measured choices there too (conv_tune_store.py), so the next
+    signature at its first use and keep the fastest (tune.py); off gives the deterministic
+    choice above. ``cache_dir``: keep the measured choices there too (tune_store.py), so the next
     run in the same environment measures nothing. ``triton``: also try the Triton kernels
-    (conv_triton.py) where Triton runs; off by default, because compiling them makes the first step of
+    (triton.py) where Triton runs; off by default, because compiling them makes the first step of
     a first run tens of seconds longer (H100: 33-45 s against 1-2 s; Triton caches them on disk).
-    ``host``: where the host side of a layer runs (conv_host.py): "auto" in compiled C++ where it
+    ``host``: where the host side of a layer runs (host.py): "auto" in compiled C++ where it
     builds (once per environment), else in Python; "compiled" requires the C++; "python" never
     builds it. The same kernels run either way.
     """
@@ -65,7 +65,7 @@ class Choice:
     """How one signature is computed.
 
     ``route``: "function" (gpuwatch's autograd Function with the named ``forward``, ``input_grad`` and
-    ``weight_grad`` paths; a gradient that is not needed is ""; the same name of conv_paths.BOTH_GRADS
+    ``weight_grad`` paths; a gradient that is not needed is ""; the same name of paths.BOTH_GRADS
     in both means one call computes both), "thnn" (PyTorch's slow_conv2d under its own autograd),
     "pointwise" (1x1 as a bmm under plain autograd) or "forward" (no gradient needed: the ``forward``
     path called directly).
@@ -103,7 +103,7 @@ class Plan:
     shared_cols: bool  # stride 1, wgrad "auto": the output gradient's columns serve both gradients
     # (device, weight dtype, bias, needs input grad, needs weight grad, channels_last) -> Choice
     choices: dict[tuple[object, ...], Choice] = field(default_factory=dict, compare=False, hash=False)
-    # Choice -> its spec for the compiled host code (conv_host.py), None where it has no compiled form
+    # Choice -> its spec for the compiled host code (host.py), None where it has no compiled form
     host_specs: dict[Choice, list[int] | None] = field(default_factory=dict, compare=False, hash=False)
 
 

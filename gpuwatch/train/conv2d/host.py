@@ -1,8 +1,8 @@
-"""The fallback's host code compiled: conv_host.cpp built at first use, and the calls into it.
+"""The fallback's host code compiled: host.cpp built at first use, and the calls into it.
 
 Small-channel CNNs are host-bound with the fallback: from Python each tensor call costs the host
 10-30 us on the benchmark VMs, a layer of the autograd Function is 5-10 of them in forward and as
-many in a Python backward. conv_host.cpp is the same Function and the same paths, kernel for kernel,
+many in a Python backward. host.cpp is the same Function and the same paths, kernel for kernel,
 in C++ (host code only: the kernels stay ATen's, nothing is compiled for the GPU), so a layer is one
 call from Python and its backward runs without Python.
 
@@ -31,15 +31,16 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from gpuwatch.train.conv_columns import flip_index
-from gpuwatch.train.conv_plan import Choice, Plan
+from gpuwatch.train.argv import user_cache_dir
+from gpuwatch.train.conv2d.columns import flip_index
+from gpuwatch.train.conv2d.plan import Choice, Plan
 
 _log = logging.getLogger("gpuwatch.train")
-_SOURCE = Path(__file__).with_name("conv_host.cpp")
+_SOURCE = Path(__file__).with_name("host.cpp")
 
 HostMode = Literal["auto", "compiled", "python"]
 
-# The spec's layout: conv_host.cpp's Field enum, in this order.
+# The spec's layout: host.cpp's Field enum, in this order.
 SPEC_FIELDS = (
     "groups", "kh", "kw", "dh", "dw", "ph", "pw", "sh", "sw", "in_h", "in_w", "out_h", "out_w", "chunk",
     "dgrad_chunk", "tph", "tpw", "forward", "input_grad", "weight_grad", "pointwise",
@@ -77,7 +78,7 @@ _FLIPPED = (_INPUT_GRAD["transpose"], _INPUT_GRAD["shared"])  # paths that corre
 
 @functools.lru_cache(maxsize=256)
 def _flip_indices(weight_shape: torch.Size, groups: int, device: torch.device) -> tuple[Tensor, Tensor]:
-    """``take`` indices from the weight to its flipped kernel and back (conv_columns.flip_index)."""
+    """``take`` indices from the weight to its flipped kernel and back (columns.flip_index)."""
     out_c, per_group, kh, kw = weight_shape
     flipped_shape = torch.Size((per_group * groups, out_c // groups, kh, kw))
     return flip_index(weight_shape, groups, device), flip_index(flipped_shape, groups, device)
@@ -172,7 +173,7 @@ def build_root() -> Path:
     """Where compiled host code is kept: torch's own variable for it, else the user's cache."""
     if root := os.environ.get("TORCH_EXTENSIONS_DIR"):
         return Path(root)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuwatch"
+    return Path(user_cache_dir())
 
 
 def _compiling() -> bool:

@@ -4,7 +4,7 @@
 global switch (``torch.backends.cudnn.enabled``, which is MIOpen's on ROCm): with it off PyTorch runs
 slow_conv2d, slow_conv_dilated2d or its CUDA depthwise kernel. ``vendor_off`` turns it off for the
 calls inside only, and ``vendor_free`` asks PyTorch's backend selection which kernel a signature
-would get, so that conv_tune.py offers these paths only where it is none of the vendor's.
+would get, so that tune.py offers these paths only where it is none of the vendor's.
 ``thnn_conv2d`` is slow_conv2d called directly: its autograd backward is slow_conv2d's own, whatever
 the switch says.
 """
@@ -18,7 +18,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor
 
-from gpuwatch.train.conv_plan import Plan
+from gpuwatch.train.conv2d.plan import Plan
 
 _VENDOR = {"Cudnn", "CudnnTranspose", "Miopen", "MiopenDepthwise", "MiopenTranspose"}
 _vendor_lock = threading.Lock()

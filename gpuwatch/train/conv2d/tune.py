@@ -1,13 +1,13 @@
 """Per call signature, the fastest MIOpen-free path for the forward and each gradient, measured once.
 
-Like cuDNN's benchmark mode, but among the paths of conv_paths.py: the first call of a signature
+Like cuDNN's benchmark mode, but among the paths of paths.py: the first call of a signature
 (shapes, stride, padding, dilation, groups, dtypes, device, memory format, which gradients are
 needed) times every eligible candidate on the device, direction by direction, then times the whole
 layer (forward + backward) of the best combination against the routes that need no Python in
 backward (PyTorch's slow_conv2d with its own autograd, a 1x1 bmm under plain autograd), and keeps
 the fastest. ``select`` is the pure part: it sees the candidates only through a ``Timer``, so tests
 drive it with a fake one. The ``Tuner`` caches choices per process and, optionally, on disk
-(conv_tune_store.py), and logs one debug line per signature with the choice and the times.
+(tune_store.py), and logs one debug line per signature with the choice and the times.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from gpuwatch.train.conv_plan import Choice, Conv2dTuning, Plan
-from gpuwatch.train.conv_tune_store import TuneStore, environment
+from gpuwatch.train.conv2d.plan import Choice, Conv2dTuning, Plan
+from gpuwatch.train.conv2d.tune_store import TuneStore, environment
 
 _log = logging.getLogger("gpuwatch.train")
 
@@ -48,7 +48,7 @@ def signature(
     plan: Plan, bias: bool, needs: Sequence[bool], layout: str, tuning: Conv2dTuning, compiled: bool = False,
 ) -> str:
     """The key of one choice, readable in logs and in the disk cache: everything the paths' speed
-    depends on within one environment (the device itself is the store's key, conv_tune_store.py)."""
+    depends on within one environment (the device itself is the store's key, tune_store.py)."""
     g = plan.geom
     return (
         f"{list(input_shape)} weight {list(weight_shape)} {str(dtype)[6:]}/{str(weight_dtype)[6:]} "
@@ -61,7 +61,7 @@ def signature(
 
 @dataclass
 class Candidates:
-    """Zero-argument trials per direction, by path name (built from the real tensors by conv2d.py).
+    """Zero-argument trials per direction, by path name (built from the real tensors by function.py).
 
     ``function(choice)`` is the whole layer through the autograd Function with that choice;
     ``layers`` the whole-layer routes that need no Function. ``grads`` is False for a forward only.

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from gpuwatch.train.conv_plan import Choice
+from gpuwatch.train.conv2d.plan import Choice
 
 _log = logging.getLogger("gpuwatch.train")
 FORMAT = 1

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gpuwatch.heartbeat import read_heartbeat  # noqa: E402
-from gpuwatch.train.heartbeat_hook import StepHeartbeat, install_step_hooks  # noqa: E402
+from gpuwatch.train.pause.hooks import StepHeartbeat, install_step_hooks  # noqa: E402
 from tests.support.waiting import wait_for  # noqa: E402
 
 

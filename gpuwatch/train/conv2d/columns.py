@@ -14,7 +14,7 @@ import functools
 import torch
 from torch import Tensor
 
-from gpuwatch.train.conv_geometry import ConvGeometry
+from gpuwatch.train.conv2d.geometry import ConvGeometry
 
 Pair = tuple[int, int]
 

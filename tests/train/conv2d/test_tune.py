@@ -15,12 +15,12 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-from gpuwatch.train import conv_slow  # noqa: E402
-from gpuwatch.train import conv_tune  # noqa: E402
-from gpuwatch.train.conv2d import conv2d  # noqa: E402
-from gpuwatch.train.conv_plan import DEFAULT_TUNING, Choice, Conv2dTuning, plan_for  # noqa: E402
-from gpuwatch.train.conv_tune import Candidates, Tuner, pinned_timer, select, signature  # noqa: E402
-from gpuwatch.train.conv_tune_store import TuneStore, environment  # noqa: E402
+from gpuwatch.train.conv2d import slow as conv_slow  # noqa: E402
+from gpuwatch.train.conv2d import tune as conv_tune  # noqa: E402
+from gpuwatch.train.conv2d.function import conv2d  # noqa: E402
+from gpuwatch.train.conv2d.plan import DEFAULT_TUNING, Choice, Conv2dTuning, plan_for  # noqa: E402
+from gpuwatch.train.conv2d.tune import Candidates, Tuner, pinned_timer, select, signature  # noqa: E402
+from gpuwatch.train.conv2d.tune_store import TuneStore, environment  # noqa: E402
 from gpuwatch.train.patch import patch_conv2d  # noqa: E402
 from tests.support.paths import REPO  # noqa: E402
 
@@ -383,7 +383,7 @@ def test_a_later_process_reuses_the_disk_cache_without_timing(tuner, tmp_path):
 
     later = Tuner(devices=frozenset({"cpu"}), timer_for=_refusing_timer)  # a new process: nothing in memory
     conv_tune.TUNER = later  # the fixture restores the original
-    import gpuwatch.train.conv2d as conv2d_module
+    import gpuwatch.train.conv2d.function as conv2d_module
 
     conv2d_module.TUNER = later
     plan_for.cache_clear()
@@ -411,9 +411,9 @@ def test_triton_kernels_match_native_in_the_interpreter():
     script = textwrap.dedent(
         """
         import torch, torch.nn.functional as F
-        from gpuwatch.train import conv_tune
-        from gpuwatch.train.conv2d import conv2d
-        from gpuwatch.train.conv_plan import Conv2dTuning, plan_for
+        from gpuwatch.train.conv2d import tune as conv_tune
+        from gpuwatch.train.conv2d.function import conv2d
+        from gpuwatch.train.conv2d.plan import Conv2dTuning, plan_for
         conv_tune.TUNER.devices = frozenset({"cpu"})
         tuning = Conv2dTuning(triton=True)
         for label in ("forward.triton", "input_grad.triton", "weight_grad.triton"):

@@ -1,4 +1,4 @@
-"""The fallback's compiled host code (conv_host.py/.cpp): bitwise the Python paths' results, built once,
+"""The fallback's compiled host code (conv2d/host.py/.cpp): bitwise the Python paths' results, built once,
 and the Python paths wherever it cannot run."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
-from gpuwatch.train import conv_host  # noqa: E402
-from gpuwatch.train.conv2d import conv2d  # noqa: E402
-from gpuwatch.train.conv_plan import Choice, Conv2dTuning, plan_for  # noqa: E402
-from gpuwatch.train.conv_tune import pinned_timer  # noqa: E402
+from gpuwatch.train.conv2d import host as conv_host  # noqa: E402
+from gpuwatch.train.conv2d.function import conv2d  # noqa: E402
+from gpuwatch.train.conv2d.plan import Choice, Conv2dTuning, plan_for  # noqa: E402
+from gpuwatch.train.conv2d.tune import pinned_timer  # noqa: E402
 
 COMPILED, PYTHON = Conv2dTuning(host="compiled"), Conv2dTuning(host="python")
 
@@ -141,7 +141,7 @@ def test_paths_without_a_compiled_form_run_the_python_function(compiled):
 
 
 def test_the_spec_layout_is_the_cpp_enum():
-    """The two homes of the spec's layout (conv_host.py's SPEC_FIELDS, conv_host.cpp's Field) in step."""
+    """The two homes of the spec's layout (conv2d/host.py's SPEC_FIELDS, conv2d/host.cpp's Field) in step."""
     source = conv_host._SOURCE.read_text()
     enum = re.search(r"enum Field : int64_t \{([^}]*)\}", source)
     assert enum is not None

@@ -1,7 +1,7 @@
 """Argument handling for the fallback convolution: F.conv2d's stride/padding/dilation forms and autocast.
 
 Everything here mirrors what ``torch.nn.functional.conv2d`` accepts (ints, pairs, ``'same'``,
-``'valid'``) and how autocast treats a convolution, so that ``gpuwatch.train.conv2d`` can be a drop-in
+``'valid'``) and how autocast treats a convolution, so that ``gpuwatch.train.conv2d.function`` can be a drop-in
 replacement. The result is a small frozen ``ConvGeometry`` that the autograd Function carries.
 """
 
@@ -128,15 +128,6 @@ def autocast_cast(tensor: torch.Tensor | None, dtype: torch.dtype) -> torch.Tens
     if tensor is None or not tensor.is_floating_point() or tensor.dtype == torch.float64:
         return tensor
     return tensor.to(dtype)
-
-
-def is_channels_last(tensor: torch.Tensor) -> bool:
-    """NHWC strides that are not also plain NCHW (ambiguous shapes count as NCHW, as in PyTorch)."""
-    return (
-        tensor.dim() == 4
-        and not tensor.is_contiguous()
-        and tensor.is_contiguous(memory_format=torch.channels_last)
-    )
 
 
 def _out_len(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:

@@ -1,14 +1,14 @@
-// The fallback convolution's host code in C++: the autograd Function of conv2d.py and the pointwise
-// route, with the same paths as conv_paths.py / conv_columns.py, kernel for kernel.
+// The fallback convolution's host code in C++: the autograd Function of function.py and the pointwise
+// route, with the same paths as paths.py / columns.py, kernel for kernel.
 //
 // Why: small-channel CNNs are host-bound with the fallback (docs/training-patches.md, "Where the time
 // goes"). From Python each tensor call costs the host 10-30 us on the benchmark VMs and the Function's
 // backward is a Python call inside the autograd engine; here a layer is one call from Python and its
 // backward runs without Python. Only host code: the kernels are ATen's (im2col, col2im, bmm, take,
-// elementwise), so nothing is compiled for the GPU and nothing reaches cuDNN/MIOpen. conv_host.py
+// elementwise), so nothing is compiled for the GPU and nothing reaches cuDNN/MIOpen. host.py
 // builds it with torch.utils.cpp_extension at first use and keeps the Python paths where it cannot.
 //
-// The spec (one int list per signature and choice) is laid out as conv_host.py's SPEC_FIELDS.
+// The spec (one int list per signature and choice) is laid out as host.py's SPEC_FIELDS.
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
@@ -45,7 +45,7 @@ struct Spec {
   std::vector<int64_t> transposed_padding() const { return {v[TPH], v[TPW]}; }
 };
 
-// -- columns (conv_columns.py) -------------------------------------------------------------------
+// -- columns (columns.py) ------------------------------------------------------------------------
 
 // (N, C*kh*kw, L) columns of a contiguous NCHW tensor, built by one im2col on the batch folded into
 // the channel axis, into a preallocated tensor (the functional form resize_s, which copies).
@@ -110,7 +110,7 @@ Tensor batched_mm(const Tensor& weight, const Tensor& cols) {
   return at::bmm(w, cols.reshape({n * g, k, length})).view({n, g * m, length});
 }
 
-// -- paths (conv_paths.py) -----------------------------------------------------------------------
+// -- paths (paths.py) ----------------------------------------------------------------------------
 
 Tensor correlate(const Tensor& x, const Tensor& weight, int64_t groups, IntArrayRef k, IntArrayRef d,
                  IntArrayRef p, IntArrayRef s, IntArrayRef out_size, int64_t chunk) {
@@ -204,7 +204,7 @@ Tensor weight_grad_path(const Tensor& x, const Tensor& grad_out, const Spec& spe
   return total.view({out_c, -1, spec[KH], spec[KW]});
 }
 
-// Stride 1: both gradients from one im2col of grad_out (conv_paths.both_grads_shared says why it works).
+// Stride 1: both gradients from one im2col of grad_out (paths.both_grads_shared says why it works).
 std::pair<Tensor, Tensor> both_grads_shared(const Tensor& x, const Tensor& grad_out, const Tensor& flipped,
                                             const Tensor& unflip, const Spec& spec) {
   const auto n = x.size(0), c = x.size(1), g = spec[GROUPS], chunk = spec[DGRAD_CHUNK];
@@ -229,7 +229,7 @@ std::pair<Tensor, Tensor> both_grads_shared(const Tensor& x, const Tensor& grad_
   return {grad_x, at::take(total, unflip)};
 }
 
-// -- the autograd Function (conv2d.py's _TunedConv2d) --------------------------------------------
+// -- the autograd Function (function.py's _TunedConv2d) ------------------------------------------
 
 Tensor autocast_cast(const Tensor& t, std::optional<at::ScalarType> dtype) {
   if (!dtype || !t.is_floating_point() || t.scalar_type() == at::kDouble) {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch.train.cadence import Cadence, ewma, steps_between
+from gpuwatch.train.pause.cadence import Cadence, ewma, steps_between
 
 DEFAULT = Cadence()
 

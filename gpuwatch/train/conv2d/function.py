@@ -2,9 +2,9 @@
 
 Some ROCm stacks fail inside MIOpen (``miopenStatusUnknownError``) on consumer cards; this module
 computes the same thing as ``F.conv2d`` with column gathers, matrix products and PyTorch's own
-non-vendor convolution kernels only (conv_paths.py). Which of them runs is decided once per call
-signature (conv_tune.py: measured on GPUs unless ``Conv2dTuning.autotune`` is off) and kept on the
-signature's plan (conv_plan.py), so a call is a dictionary lookup and a short line of tensor ops.
+non-vendor convolution kernels only (paths.py). Which of them runs is decided once per call
+signature (tune.py: measured on GPUs unless ``Conv2dTuning.autotune`` is off) and kept on the
+signature's plan (plan.py), so a call is a dictionary lookup and a short line of tensor ops.
 
 Routes: a custom autograd Function that saves only the input and the weight (what a native
 convolution saves, never the columns) and runs the chosen path for the forward and for each
@@ -13,7 +13,7 @@ one bmm under plain autograd; or, when no gradient is needed, the chosen forward
 
 Speed: small-channel CNNs are host-bound with this fallback (each tensor call costs the CPU 3-30 us
 on the benchmark VMs), so each path is a few kernels and under autocast the weight is cast inside
-the Function rather than by an autograd-recorded cast in front of it. Where conv_host.py's compiled
+the Function rather than by an autograd-recorded cast in front of it. Where host.py's compiled
 host code builds, the Function and the 1x1 route run in it (the same kernels, one call from Python,
 no Python in backward); the Python Function below is the fallback of the fallback, and the home of
 the paths that have no compiled form (``slow``, ``triton``). patch.py also moves backward onto the
@@ -30,12 +30,13 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from gpuwatch.train import conv_host, conv_paths as paths
-from gpuwatch.train import conv_slow
-from gpuwatch.train.conv_columns import batched_mm
-from gpuwatch.train.conv_geometry import IntOrPair, autocast_cast, autocast_dtype
-from gpuwatch.train.conv_plan import DEFAULT_TUNING, Choice, Conv2dTuning, Plan, plan_for
-from gpuwatch.train.conv_tune import TUNER, Candidates, default_choice, signature
+from gpuwatch.train.conv2d import host as conv_host
+from gpuwatch.train.conv2d import paths
+from gpuwatch.train.conv2d import slow as conv_slow
+from gpuwatch.train.conv2d.columns import batched_mm
+from gpuwatch.train.conv2d.geometry import IntOrPair, autocast_cast, autocast_dtype
+from gpuwatch.train.conv2d.plan import DEFAULT_TUNING, Choice, Conv2dTuning, Plan, plan_for
+from gpuwatch.train.conv2d.tune import TUNER, Candidates, default_choice, signature
 
 
 def conv2d(

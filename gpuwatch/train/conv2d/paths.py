@@ -1,7 +1,7 @@
-"""The MIOpen-free ways to compute each direction of a convolution, by name, for conv_tune.py to choose from.
+"""The MIOpen-free ways to compute each direction of a convolution, by name, for tune.py to choose from.
 
 Every path takes contiguous NCHW tensors already in the compute dtype and returns NCHW results;
-conv2d.py handles layouts, autocast, bias and autograd. Directions:
+function.py handles layouts, autocast, bias and autograd. Directions:
 
 * forward ``(x, w, plan) -> out``: ``im2col`` (columns + one bmm), ``matmul`` (1x1 stride 1: one bmm
   on a view of the input), ``slow`` (PyTorch's own non-cuDNN kernels, see below);
@@ -13,10 +13,10 @@ conv2d.py handles layouts, autocast, bias and autograd. Directions:
 * both gradients at once ``(x, grad_out, w, flipped, plan) -> (grad_x, grad_w)``: ``shared`` (stride 1:
   both from the output gradient's columns), ``slow`` (one ``convolution_backward`` call).
 
-``triton`` (each direction one implicit-GEMM kernel, conv_triton.py) is offered where Triton imports
+``triton`` (each direction one implicit-GEMM kernel, triton.py) is offered where Triton imports
 and runs on the device.
 
-``slow`` (conv_slow.py) is PyTorch's own convolution with cuDNN/MIOpen switched off around the call.
+``slow`` (slow.py) is PyTorch's own convolution with cuDNN/MIOpen switched off around the call.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
-from gpuwatch.train.conv_columns import batched_mm, col2im, col2im_taps, columns_t, flip_index, im2col
-from gpuwatch.train.conv_plan import Cols, Plan
-from gpuwatch.train.conv_slow import both_grads_slow, forward_slow, input_grad_slow, weight_grad_slow
+from gpuwatch.train.conv2d.columns import batched_mm, col2im, col2im_taps, columns_t, flip_index, im2col
+from gpuwatch.train.conv2d.plan import Cols, Plan
+from gpuwatch.train.conv2d.slow import both_grads_slow, forward_slow, input_grad_slow, weight_grad_slow
 
 Forward = Callable[[Tensor, Tensor, Plan], Tensor]
 InputGrad = Callable[[Tensor, Tensor, Tensor, "Tensor | None", Plan], Tensor]
@@ -51,7 +51,7 @@ def triton_eligible(x: Tensor, plan: Plan) -> bool:
 @functools.cache
 def _triton() -> ModuleType | None:
     try:
-        from gpuwatch.train import conv_triton
+        from gpuwatch.train.conv2d import triton as conv_triton
     except ImportError:  # no Triton (it is not a dependency), or one that does not load here
         return None
     return conv_triton
