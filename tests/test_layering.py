@@ -23,7 +23,7 @@ from tests.support.paths import REPO
 
 PACKAGE = REPO / "gpuwatch"
 
-LEAVES = {"model", "sysfs", "procfs", "heartbeat", "config", "limits", "restore_file", "deadline"}
+LEAVES = {"model", "sysfs", "procfs", "heartbeat", "config", "limits", "actuation", "deadline"}
 # unit -> the units it may import besides itself; "unit.module" allows that one module only.
 ALLOWED: dict[str, set[str]] = {
     "__init__": set(),
@@ -32,15 +32,15 @@ ALLOWED: dict[str, set[str]] = {
     "procfs": set(),
     "heartbeat": set(),
     "config": set(),
-    "restore_file": set(),
     "deadline": set(),
+    "actuation": {"deadline"},  # every hardware write: restore records and the per-GPU deadline workers
     "limits": {"model", "config"},
     "gpus": {"model", "sysfs", "config", "deadline"},  # sense (deadline: bounded reads)
     "procs": {"model", "procfs", "sysfs"},  # sense: who uses which GPU (/proc; KFD's files in sysfs)
     "resets": {"model", "sysfs"},  # sense: GPU resets (devcoredump, uevents) and recovery
-    "fan": {"model", "sysfs", "config", "restore_file", "deadline", "gpus"},  # act on fans (gpus: the amdgpu source locates cards)
+    "fan": {"model", "sysfs", "config", "actuation", "deadline", "gpus"},  # act on fans (gpus: the amdgpu source locates cards)
     # act on power caps (gpus: locate cards, NVML bus ids; limits: the headroom it holds)
-    "power": {"model", "sysfs", "config", "limits", "restore_file", "gpus"},
+    "power": {"model", "sysfs", "config", "limits", "actuation", "deadline", "gpus"},
     "supervise": {"model", "config", "limits", "heartbeat"},  # act on trainers; FanState only via model
     "publish": {"model", "config", "limits"},  # report: never hardware (no sysfs, gpus, fan, supervise)
     "sim": {"model", "config", "gpus", "fan.curve"},  # plays the kernel; borrows the pure interpolation

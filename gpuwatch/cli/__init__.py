@@ -212,11 +212,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from gpuwatch.fan.restore import fans_auto
-    from gpuwatch.gpus.nvml import NvmlSource
-    from gpuwatch.power.restore import restore_caps, restore_file
-    from gpuwatch.restore_file import RestoreFile
-    from gpuwatch.sysfs import Sysfs
+    from gpuwatch.actuation import restore_file_path
+    from gpuwatch.daemon.compose import restore_all
 
     try:
         config = load_cli_config(args)
@@ -227,18 +224,16 @@ def cmd_restore(args: argparse.Namespace) -> int:
         config = with_runtime_dir(load_config(None, {"sysfs_root": str(args.sysfs_root)} if args.sysfs_root else None))
     setup_logging("debug" if config.log_level == "debug" else "warning")  # what was handed back is printed below
     config = config.with_effective_sysfs()  # the simulated tree when the config simulates, like the daemon
-    sysfs, runtime_dir = Sysfs(config.sysfs_root), config.resolved_runtime_dir
-    fans = RestoreFile(runtime_dir / "fan-restore.json")
-    result = fans_auto(sysfs, fans)
-    caps = restore_caps(sysfs, restore_file(runtime_dir), lambda: NvmlSource().nvml)
-    for line in result.done + caps.done:
+    result = restore_all(config)
+    for line in result.done:
         print(line)
-    if not result.done + caps.done + result.problems + caps.problems:
-        print(f"nothing to hand back: no restore file ({fans.path}) and no fan in manual mode "
+    if not result.done + result.problems:
+        print(f"nothing to hand back: no restore file ({restore_file_path(config.resolved_runtime_dir, '*')}) "
+              f"and no fan in manual mode "
               f"under {config.sysfs_root}; no power cap lowered")
-    for problem in result.problems + caps.problems:
+    for problem in result.problems:
         print(f"gpuwatch {args.verb}: {problem}", file=sys.stderr)
-    return 1 if result.problems or caps.problems else 0
+    return 1 if result.problems else 0
 
 
 def cmd_curve(args: argparse.Namespace) -> int:

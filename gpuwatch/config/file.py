@@ -19,6 +19,9 @@ from gpuwatch.config.sections import (AmdgpuInfoConfig, HttpConfig, ProcessesCon
 from gpuwatch.config.trainer import TrainerConfig
 
 DEFAULT_CONFIG_PATH = Path("/etc/gpuwatch/gpuwatch.toml")
+# The machine's own kernel trees: the defaults of the injected roots (sysfs.Sysfs, procfs.Procfs).
+REAL_SYSFS_ROOT = Path("/sys")
+REAL_PROC_ROOT = Path("/proc")
 
 CONFIG_ERROR_EXIT = 2
 
@@ -26,8 +29,8 @@ CONFIG_ERROR_EXIT = 2
 class Config(Strict):
     """The whole daemon configuration (`/etc/gpuwatch/gpuwatch.toml`)."""
 
-    sysfs_root: Path = Path("/sys")
-    proc_root: Path = Path("/proc")
+    sysfs_root: Path = REAL_SYSFS_ROOT
+    proc_root: Path = REAL_PROC_ROOT
     # auto: amdgpu always (it finds nothing, harmlessly, on NVIDIA boxes) plus NVML when it initialises.
     backend: Literal["auto", "amdgpu", "nvml", "simulated"] = "auto"
     runtime_dir: Path | None = None

@@ -7,6 +7,10 @@ cards: their trees are laid out first and become the sysfs and proc roots, read 
 card's; the simulator's uevents stand in for the kernel's, and it steps right before each sample and
 follows the published trainer phases. The loop (loop.py) sees only the Parts and their Protocols. The
 CLI reads sysfs once for `gpuwatch status`/`sensors` with ``build_sources``.
+
+Every actuator (gpuwatch.actuation) is registered in ``actuator_kinds``: the controllers give their own
+records back at shutdown through the same kinds, and ``restore_all`` (`gpuwatch restore`, systemd's
+ExecStopPost) gives back every record any of them left.
 """
 
 from __future__ import annotations
@@ -18,16 +22,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from gpuwatch.actuation import Actuator, ActuatorKind, Handback
 from gpuwatch.config.base import ConfigError
-from gpuwatch.config.cooling import ThermalConfig
-from gpuwatch.config.file import Config
+from gpuwatch.config.file import REAL_SYSFS_ROOT, Config
 from gpuwatch.daemon.control import Handler
 from gpuwatch.daemon.gpu_use import GpuUseWatch
+from gpuwatch.fan import restore as fan_restore
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.amdgpuinfo import AmdgpuInfo, WithAmdgpuInfo
 from gpuwatch.gpus.nvml import NvmlSource, NvmlUnavailable
 from gpuwatch.gpus.source import GpuSource
 from gpuwatch.model import FanState, PowerState, PublishedState, Snapshot, TrainerState
+from gpuwatch.power import restore as power_restore
 from gpuwatch.procfs import Procfs
 from gpuwatch.procs.monitor import ProcessMonitor
 from gpuwatch.resets.devcoredump import DevCoredumps
@@ -38,24 +44,28 @@ from gpuwatch.sim.start import SimulatedSource, start_simulator
 from gpuwatch.sysfs import Sysfs
 
 log = logging.getLogger("gpuwatch")
-REAL_SYSFS = Path("/sys")  # /dev/dri, what pyamdgpuinfo reads, belongs to this tree only
+
+
+# Every part's tick takes the live configuration: a reload swaps the loop's one Config, and each part
+# reads what it uses from the tick's, so no part keeps a copy that a reload must remember to update.
 
 
 class FanConsumer(Protocol):
-    def tick(self, snapshot: Snapshot) -> tuple[FanState, ...]: ...
+    def tick(self, snapshot: Snapshot, config: Config) -> tuple[FanState, ...]: ...
     def restore(self) -> None: ...
 
 
 class PowerConsumer(Protocol):
-    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...]) -> tuple[PowerState, ...]: ...
-    def set_thermal(self, thermal: ThermalConfig) -> None: ...  # a reload's new [thermal]
+    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], config: Config) -> tuple[PowerState, ...]: ...
     def restore(self) -> None: ...
 
 
 class TrainerConsumer(Protocol):
-    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...],
-             powers: tuple[PowerState, ...]) -> tuple[TrainerState, ...]: ...
-    def set_thermal(self, thermal: ThermalConfig) -> None: ...  # a reload's new [thermal]
+    def start(self) -> None: ...  # once, on the daemon's main thread, before the first tick
+    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
+             config: Config) -> tuple[TrainerState, ...]: ...
+    def command(self, verb: str, name: str | None) -> tuple[bool, str]: ...  # the control socket's commands
+    def trees(self) -> dict[str, list[int]]: ...  # each trainer's process tree (the process scan's input)
     def stop(self) -> None: ...
 
 
@@ -102,8 +112,7 @@ def simulator_control(simulator: SimulatedGpus, trainers: TrainerConsumer | None
     def handle(verb: str, name: str | None) -> tuple[bool, str]:
         if verb == "simulate-reset":
             return simulator.request_reset(name)
-        command = getattr(trainers, "command", None)
-        return command(verb, name) if command is not None else (False, "no [[trainer]] is configured")
+        return trainers.command(verb, name) if trainers is not None else (False, "no [[trainer]] is configured")
 
     return handle
 
@@ -118,7 +127,8 @@ def amdgpu_source(config: Config) -> AmdgpuSource | None:
 def with_amdgpuinfo(config: Config, amdgpu: GpuSource, module: object | None = None) -> GpuSource:
     """``amdgpu`` with pyamdgpuinfo's readings merged in when they describe the same GPUs: the real /sys
     (not a simulated or test tree); ``module`` injects a stand-in for pyamdgpuinfo (tests)."""
-    if config.amdgpuinfo.mode == "off" or (module is None and config.sysfs_root != REAL_SYSFS):
+    # /dev/dri, what pyamdgpuinfo reads, belongs to the machine's own tree only.
+    if config.amdgpuinfo.mode == "off" or (module is None and config.sysfs_root != REAL_SYSFS_ROOT):
         return amdgpu
     return WithAmdgpuInfo(amdgpu, AmdgpuInfo(module, polls_per_second=config.amdgpuinfo.polls_per_second))
 
@@ -151,7 +161,7 @@ def build_fans(config: Config, amdgpu: AmdgpuSource | None) -> FanConsumer | Non
         return None
     from gpuwatch.fan.controller import FanController
 
-    fans = FanController(config.fan, Sysfs(config.sysfs_root), config.resolved_runtime_dir,
+    fans = FanController(Sysfs(config.sysfs_root), config.resolved_runtime_dir,
                          locate=amdgpu.locate if amdgpu is not None else _nowhere, deadline_s=config.sysfs_deadline_s)
     if amdgpu is not None:
         # The one rebind point: every part that keeps a GPU's paths subscribes here (gpus/binding.py).
@@ -194,8 +204,9 @@ def build_power(config: Config, amdgpu: AmdgpuSource | None, sources: list[GpuSo
 
     nvml = next((source.nvml for source in sources if isinstance(source, NvmlSource)), None)
     clock = (lambda: simulator.sim_time_s) if simulator is not None else time.monotonic
-    return PowerController(config, Sysfs(config.sysfs_root), config.resolved_runtime_dir,
-                           locate=amdgpu.locate if amdgpu is not None else _nowhere, nvml=nvml, clock=clock)
+    return PowerController(Sysfs(config.sysfs_root), config.resolved_runtime_dir,
+                           locate=amdgpu.locate if amdgpu is not None else _nowhere, nvml=nvml, clock=clock,
+                           deadline_s=config.sysfs_deadline_s)
 
 
 def build_supervisor(config: Config) -> TrainerConsumer | None:
@@ -204,5 +215,31 @@ def build_supervisor(config: Config) -> TrainerConsumer | None:
         return None
     from gpuwatch.supervise.supervisor import Supervisor
 
-    return Supervisor(list(config.trainer), config.thermal, config.resolved_runtime_dir / "trainers",
-                      governed_backstop_s=config.power.pause_backstop_s)
+    return Supervisor(list(config.trainer), config.resolved_runtime_dir / "trainers")
+
+
+def actuator_kinds(config: Config) -> tuple[ActuatorKind, ...]:
+    """Every actuator gpuwatch drives, as `gpuwatch restore` knows it: adding an actuator is one line here
+    (and its module: its records, ``kind`` and the controller that holds an Actuator of it)."""
+    sysfs = Sysfs(config.sysfs_root)
+    return (
+        fan_restore.kind(sysfs),
+        power_restore.kind(sysfs, _load_nvml),
+    )
+
+
+def restore_all(config: Config) -> Handback:
+    """Every record any actuator left in ``config``'s runtime directory given back (`gpuwatch restore`,
+    systemd's ExecStopPost, so after a SIGKILL or a watchdog kill too): each GPU on its own worker
+    within ``sysfs_deadline_s``, in the order of ``actuator_kinds`` (fans before caps, as at shutdown)."""
+    result = Handback()
+    for kind in actuator_kinds(config):
+        part = Actuator(kind, config.resolved_runtime_dir, config.sysfs_deadline_s).restore_all()
+        result.done += part.done
+        result.problems += part.problems
+    return result
+
+
+def _load_nvml() -> object:
+    """NVML for a record of an NVIDIA limit (raises when there is none: that record is then a problem)."""
+    return NvmlSource().nvml

@@ -39,7 +39,6 @@ from gpuwatch.publish.document import to_document
 from gpuwatch.publish.http import HttpServer
 from gpuwatch.publish.state import StateHolder, write_state_file
 from gpuwatch.publish.summary import status_line
-from gpuwatch.supervise import orphans
 
 log = logging.getLogger("gpuwatch")
 T = TypeVar("T")
@@ -83,7 +82,8 @@ class Daemon:
     def _start_control(self) -> None:
         """`gpuwatch pause|resume|restart` reach the supervisor (and `simulate-reset` the simulator) through a
         local unix socket."""
-        handler = self.parts.control or getattr(self.parts.trainers, "command", None)
+        trainers = self.parts.trainers
+        handler = self.parts.control or (trainers.command if trainers is not None else None)
         if handler is None:
             return
         server = ControlServer(self.config.control_socket, handler)
@@ -92,22 +92,22 @@ class Daemon:
 
     def tick(self) -> PublishedState:
         snapshot = self.sampler.sample()
-        usage = self.parts.gpu_use
+        usage, config = self.parts.gpu_use, self.config  # this tick's configuration, reloads in between
         if usage is not None:
-            trees = getattr(self.parts.trainers, "trees", dict)
-            snapshot = self._guard("processes and resets", lambda: usage.observe(snapshot, trees()), snapshot)
+            trainer_trees = self.parts.trainers.trees if self.parts.trainers is not None else dict
+            snapshot = self._guard("processes and resets", lambda: usage.observe(snapshot, trainer_trees()), snapshot)
         fans: tuple[FanState, ...] = ()
         powers: tuple[PowerState, ...] = ()
         trainers: tuple[TrainerState, ...] = ()
         fan_part, power_part, trainer_part = self.parts.fans, self.parts.power, self.parts.trainers
         if fan_part is not None:
-            fans = self._guard("fan controller", lambda: fan_part.tick(snapshot), ())
+            fans = self._guard("fan controller", lambda: fan_part.tick(snapshot, config), ())
         if power_part is not None:
             # After the fans (it needs to know whether they can still rise), before the trainers (they
             # pause only where the governor cannot hold the limit).
-            powers = self._guard("power governor", lambda: power_part.tick(snapshot, fans), ())
+            powers = self._guard("power governor", lambda: power_part.tick(snapshot, fans, config), ())
         if trainer_part is not None:
-            trainers = self._guard("supervisor", lambda: trainer_part.tick(snapshot, fans, powers), ())
+            trainers = self._guard("supervisor", lambda: trainer_part.tick(snapshot, fans, powers, config), ())
         self.ticks_total += 1
         _count_read_errors(self.read_errors, snapshot)
         state = PublishedState(
@@ -136,8 +136,7 @@ class Daemon:
         """Tick until SIGTERM/SIGINT; always stop trainers, restore fans and caps, remove the state file."""
         self._install_signals()
         if self.parts.trainers is not None:
-            # A trainer's double-forked setsid worker comes back to us, not to init (supervise/orphans.py).
-            orphans.become_subreaper()
+            self.parts.trainers.start()
         self._start_control()
         try:
             first = self.sampler.sample()
@@ -224,17 +223,10 @@ class Daemon:
         return True
 
     def _apply_live(self, applied: tuple[str, ...]) -> None:
-        """Hand each applied key to every part that keeps a copy (reload.LIVE_KEYS lists them); the tick
-        reads ``self.config`` afresh for the rest (interval_s, the state file's limits)."""
+        """What a new ``self.config`` does not reach by itself: every part reads the live settings from the
+        config each tick passes it (reload.LIVE_KEYS), only the process-wide log level is set here."""
         if "log_level" in applied:
             logging.getLogger().setLevel(getattr(logging, self.config.log_level.upper()))
-        if "thermal" in applied:
-            if self.http is not None:
-                self.http.set_thermal(self.config.thermal)
-            if self.parts.power is not None:
-                self.parts.power.set_thermal(self.config.thermal)
-            if self.parts.trainers is not None:
-                self.parts.trainers.set_thermal(self.config.thermal)
 
     def shutdown(self) -> None:
         """Trainers first (they get their checkpoint time), then fans back to the firmware, then the caps."""

@@ -6,8 +6,8 @@ Backends, one module per hardware interface (tests/fixtures/amdgpu/SYSFS_FACTS.m
 * gpu_od.py (RDNA3+): ``gpu_od/fan_ctrl/fan_curve``.
 A GPU with neither is monitor-only: the controller's ``choose_backend`` raises NoFanControl saying why
 and how to enable control. Each backend has a frozen RestoreRecord type: what it found before its
-first write, persisted in the restore file, and the one code that gives the fan back, run by the
-controller at shutdown and by `gpuwatch restore` after a crash alike.
+first write, persisted in the restore file (gpuwatch.actuation), and the one code that gives the fan
+back, run by the daemon's shutdown and by `gpuwatch restore` after a crash alike (fan/restore.py).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gpuwatch.actuation import Record
 from gpuwatch.model import FanBackendName
 from gpuwatch.sysfs import Sysfs, SysfsError
 
@@ -44,29 +45,20 @@ class Applied:
     error: str | None = None
 
 
-class RestoreRecord(Protocol):
+class RestoreRecord(Record, Protocol):
     """A backend's original fan mode, read before its first write and kept in the restore file."""
-
-    @property
-    def backend(self) -> str: ...
-
-    def to_json(self) -> dict[str, Any]: ...
 
     def adopt(self, stored: Mapping[str, Any]) -> RestoreRecord:
         """This record with the original mode a stored record (an earlier, killed daemon's) knows."""
         ...
 
-    def restore(self, sysfs: Sysfs, dry_run: bool = False) -> str | None:
+    def restore(self, sysfs: Sysfs) -> str | None:
         """Give the fan back to the firmware; the problem when it did not stick. Raises SysfsError."""
-        ...
-
-    def handed_back(self) -> str:
-        """What ``restore`` sets, for the user (`gpuwatch fans-auto` prints it)."""
         ...
 
 
 class FanBackend(Protocol):
-    """One GPU's fan driver, as the controller uses it: probe, take control, apply, restore."""
+    """One GPU's fan driver, as the controller uses it: probe, take control, apply (its RestoreRecord restores)."""
 
     @property
     def name(self) -> FanBackendName: ...  # published as FanState.backend
@@ -85,10 +77,6 @@ class FanBackend(Protocol):
     def take_control(self) -> None: ...
 
     def apply(self, percent: float) -> Applied: ...
-
-    def restore(self) -> str:
-        """Give the fan back (raises SysfsError); what it was given back as (RestoreRecord.handed_back)."""
-        ...
 
 
 def write(sysfs: Sysfs, path: str, value: str, dry_run: bool) -> None:

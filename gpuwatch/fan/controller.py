@@ -1,14 +1,15 @@
 """The fan controller the daemon runs: per GPU and tick, probe -> take control -> apply -> publish FanState.
 
-Implements the daemon's FanConsumer (``tick(snapshot)`` and ``restore()``). The backend is chosen per
+Implements the daemon's FanConsumer (``tick(snapshot, config)`` and ``restore()``). The backend is chosen per
 GPU from what exists and is writable (SYSFS_FACTS §5-6): gpu_od fan_curve (RDNA3+), else pwm1 +
 pwm1_enable (RDNA2 and older), else none (monitor-only). Where a GPU's files are comes from the amdgpu
-source (``locate``); the shared readings carry no paths. The original fan mode of every GPU taken over
-is persisted first (restore.py) so `gpuwatch restore` can hand it back even after a SIGKILL. The
-decisions are pure: the curve in curve.py, sensor choice, stall rule, mode and message in rules.py.
+source (``locate``); the shared readings carry no paths. The decisions are pure: the curve in curve.py,
+sensor choice, stall rule, mode and message in rules.py.
 
-Each GPU's fan I/O runs on its own worker with the sysfs deadline (gpuwatch.deadline), apart from
-the readers' workers: a write that blocks costs the tick one deadline and the fan reads
+The writes go through the fans' Actuator (gpuwatch.actuation; the kind in restore.py): the original fan
+mode of every GPU taken over is recorded before the first write, so the shutdown and `gpuwatch restore`
+hand it back even after a SIGKILL, and each GPU's fan I/O runs on its own worker with the sysfs deadline,
+apart from the readers' workers: a write that blocks costs the tick one deadline and the fan reads
 "uncontrolled" while it stays blocked; a GPU whose reads hang gets its fan at 100 % through this
 path all the same, and the shutdown's restore never waits behind a stuck read. A GPU found at a new
 place (``rebind``, from gpus/binding.py) gets a new backend on its next tick.
@@ -16,26 +17,26 @@ place (``rebind``, from gpus/binding.py) gets a new backend on its next tick.
 
 from __future__ import annotations
 
-import atexit
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from gpuwatch.actuation import Actuator
 from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.cooling import FanConfig
-from gpuwatch.deadline import Late, Workers
+from gpuwatch.config.file import Config
+from gpuwatch.deadline import Late
 from gpuwatch.fan.backend import ENABLE_HINT, Applied, FanBackend, NoFanControl
 from gpuwatch.fan.curve import CurveParams, CurveState, curve_params, decide, failsafe, top_percent
 from gpuwatch.fan.gpu_od import GpuOdBackend, parse_fan_curve
 from gpuwatch.fan.pwm1 import Pwm1Backend
+from gpuwatch.fan.restore import kind
 from gpuwatch.fan.rules import Verdict, can_rise, driven_verdict, idle_verdict, pick_sensor, stall, unwritable_verdict
 from gpuwatch.gpus.amdgpu import AmdCard
 from gpuwatch.model import FanBackendName, FanMode, FanState, GpuReading, Snapshot
-from gpuwatch.restore_file import RestoreFile
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 log = logging.getLogger("gpuwatch.fan")
@@ -102,53 +103,51 @@ class GpuFan:
 
 
 class FanController:
-    def __init__(self, config: FanConfig, sysfs: Sysfs, runtime_dir: Path, *, locate: Locate,
+    def __init__(self, sysfs: Sysfs, runtime_dir: Path, *, locate: Locate,
                  clock: Callable[[], float] = time.monotonic, check_access: bool = True,
                  deadline_s: float = DEFAULT_SYSFS_DEADLINE_S) -> None:
-        self.config = config
         self.sysfs = sysfs
         self.locate = locate
         self.clock = clock
         self.check_access = check_access
-        self.deadline_s = deadline_s
-        self.restore_file = RestoreFile(runtime_dir / "fan-restore.json")
+        self.actuator = Actuator(kind(sysfs), runtime_dir, deadline_s)
         self.fans: dict[str, GpuFan] = {}
-        self._workers = Workers("gpuwatch-fan")
-        self._moved: set[str] = set()  # GPUs found at a new place, rebound on their next idle tick
-        self._atexit = threading.Event()  # set once restore() is registered (fans are taken on their workers)
+        self._renew: set[str] = set()  # moved or handed back: a fresh GpuFan on their next idle tick
 
     def rebind(self, card: AmdCard) -> None:
         """The GPU came back at a new place (gpus/binding.py): a new backend on its next tick."""
-        self._moved.add(card.gpu_id)
+        log.info("GPU %s: fan rebound to its new location (%s)", card.gpu_id, card.hwmon_dir)
+        self._renew.add(card.gpu_id)
 
-    def tick(self, snapshot: Snapshot) -> tuple[FanState, ...]:
+    def tick(self, snapshot: Snapshot, config: Config) -> tuple[FanState, ...]:
+        """Each amdgpu GPU's step on its fan worker; ``config`` is the live configuration."""
         now = self.clock()
         gpus = [gpu for gpu in snapshot.gpus if gpu.backend == "amdgpu"]  # NVIDIA: monitored only (docs/nvidia.md)
         for gpu in gpus:
-            if gpu.gpu_id in self._moved and not self._workers.busy(gpu.gpu_id):
-                self._rebound(gpu.gpu_id)
-        fans = {gpu.gpu_id: self.fans.get(gpu.gpu_id) or self._new(gpu.gpu_id) for gpu in gpus}
-        results = self._workers.run_all({gpu.gpu_id: partial(self._tick_guarded, fans[gpu.gpu_id], gpu, now)
-                                         for gpu in gpus}, self.deadline_s)
+            if gpu.gpu_id in self._renew and not self.actuator.busy(gpu.gpu_id):
+                self._renew.discard(gpu.gpu_id)
+                self._fresh(gpu.gpu_id, config.fan)
+        fans = {gpu.gpu_id: self.fans.get(gpu.gpu_id) or self._new(gpu.gpu_id, config.fan) for gpu in gpus}
+        results = self.actuator.run({gpu.gpu_id: partial(self._tick_guarded, fans[gpu.gpu_id], gpu, now)
+                                     for gpu in gpus})
         return tuple(self._blocked(fans[gpu.gpu_id], gpu, result) if isinstance(result, Late) else result
                      for gpu, result in zip(gpus, results.values()))
 
-    def _new(self, gpu_id: str) -> GpuFan:
-        settings = self.config.for_gpu(gpu_id)
+    def _new(self, gpu_id: str, config: FanConfig) -> GpuFan:
+        settings = config.for_gpu(gpu_id)
         mode = FanMode.DRY_RUN if settings.mode == "dry-run" else FanMode.CURVE
         fan = self.fans[gpu_id] = GpuFan(gpu_id, settings, mode)
         return fan
 
-    def _rebound(self, gpu_id: str) -> None:
-        """A fresh GpuFan for a GPU that moved: its old paths are gone; counters and sensor carry on."""
-        self._moved.discard(gpu_id)
+    def _fresh(self, gpu_id: str, config: FanConfig) -> None:
+        """A fresh GpuFan (probed again) for a GPU that moved or was handed back: its old paths may be gone;
+        counters and sensor carry on."""
         old = self.fans.get(gpu_id)
         if old is None:
             return
-        fan = self._new(gpu_id)
+        fan = self._new(gpu_id, config)
         fan.sensor, fan.mode_resets_total = old.sensor, old.mode_resets_total
         fan.write_errors_total, fan.stalls_total = old.write_errors_total, old.stalls_total
-        log.info("GPU %s: fan rebound to its new location (%s)", gpu_id, self.locate(gpu_id))
 
     def _probe(self, fan: GpuFan) -> None:
         """Choose the backend (reads sysfs: runs on the GPU's worker)."""
@@ -238,7 +237,7 @@ class FanController:
             # Persisted before the first write, so a SIGKILL right after still leaves the way back.
             # The original mode of a record already there (a killed daemon's) stays; the paths are the
             # new ones, so a GPU that came back under a new hwmon index is restored where it is now.
-            stored = self.restore_file.add(fan.gpu_id, record.to_json(), adopt=lambda old: record.adopt(old).to_json())
+            stored = self.actuator.record(fan.gpu_id, record, adopt=lambda old: record.adopt(old).to_json())
             backend.adopt(stored)
             record = record.adopt(stored)
         backend.take_control()
@@ -246,12 +245,6 @@ class FanController:
         duty = "" if gpu.pwm_ratio is None else f" at {gpu.pwm_ratio * 100:.0f} %"
         log.info("GPU %s: took the fan%s from the firmware via %s (handed back as %s)", fan.gpu_id, duty,
                  backend.name, record.handed_back())
-        if not self._atexit.is_set():
-            # The daemon restores in its finally (the documented path). This covers a controller used
-            # without it, in tests or as a library, whose process exits without calling restore();
-            # restore() is idempotent, so running both (or twice, from two workers at once) is harmless.
-            self._atexit.set()
-            atexit.register(self.restore)
 
     def _state(self, fan: GpuFan, gpu: GpuReading, temp_c: float | None, percent: float | None, applied: Applied,
                verdict: Verdict, stalled: bool = False) -> FanState:
@@ -265,36 +258,14 @@ class FanController:
         )
 
     def restore(self) -> None:
-        """Every fan taken back to what it was at start, all GPUs at once, each within the deadline on its
-        fan worker (never behind a stuck read); safe to call more than once."""
-        calls = {fan.gpu_id: partial(self._restore_one, fan) for fan in self.fans.values()
-                 if fan.controlling and fan.backend is not None}
-        failed = []
-        for gpu_id, result in self._workers.run_all(calls, self.deadline_s).items():
-            if isinstance(result, Late):
-                result = f"fan writes blocked for {result.running_s:.1f} s"
-                log.error("GPU %s: could not restore the fan: %s (gpuwatch restore retries)", gpu_id, result)
-            if result is not None:
-                failed.append(f"{gpu_id}: {result}")
-        if not failed and not any(f.controlling for f in self.fans.values()):
-            self.restore_file.clear()
-        if failed:
-            raise RuntimeError("fan restore failed for " + ", ".join(failed))
-
-    def _restore_one(self, fan: GpuFan) -> str | None:
-        """Hand one fan back (on its worker); the problem, or None."""
-        assert fan.backend is not None
-        try:
-            handed_back = fan.backend.restore()
-        except SysfsError as exc:
-            if exc.reason != "ENOENT":
-                log.error("GPU %s: could not restore the fan: %s (run gpuwatch restore)", fan.gpu_id, exc)
-                return exc.reason
-            # The card fell off the bus: there is no fan left to hand back; when it returns, the
-            # driver re-initialises it in automatic mode.
-            log.warning("GPU %s: gone, no fan to restore", fan.gpu_id)
-        else:
-            log.info("GPU %s: fan handed back to the firmware (%s)", fan.gpu_id, handed_back)
-        fan.controlling = False
-        fan.state = CurveState()
-        return None
+        """Every fan taken back to what it was at start (the actuator's restore-all: each GPU on its fan
+        worker within the deadline, never behind a stuck read); safe to call more than once."""
+        result = self.actuator.restore_all()
+        recorded = self.actuator.recorded()
+        for fan in list(self.fans.values()):
+            if fan.controlling and fan.gpu_id not in recorded:
+                # Handed back: taken again (and recorded again) only by a later tick, with a fresh backend.
+                fan.controlling = False
+                self._renew.add(fan.gpu_id)
+        if result.problems:
+            raise RuntimeError("fan restore failed for " + ", ".join(result.problems))

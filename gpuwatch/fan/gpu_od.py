@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from gpuwatch.fan.backend import Applied, Writer, write
+from gpuwatch.fan.backend import Applied, Writer
 from gpuwatch.model import FanBackendName
 from gpuwatch.sysfs import Sysfs, SysfsError
 
@@ -79,12 +79,12 @@ class GpuOdRestore:
         zero_rpm = "; zero-RPM on again" if self.zero_rpm_enable == 1 and self.zero_rpm_path else ""
         return f"fan_curve reset to the firmware's{zero_rpm}"
 
-    def restore(self, sysfs: Sysfs, dry_run: bool = False) -> str | None:
+    def restore(self, sysfs: Sysfs) -> str | None:
         for value in ("r\n", "c\n"):
-            write(sysfs, self.path, value, dry_run)
+            sysfs.write(self.path, value)
         if self.zero_rpm_enable == 1 and self.zero_rpm_path:
-            write(sysfs, self.zero_rpm_path, "1\n", dry_run)
-            write(sysfs, self.zero_rpm_path, "c\n", dry_run)
+            sysfs.write(self.zero_rpm_path, "1\n")
+            sysfs.write(self.zero_rpm_path, "c\n")
         return None
 
 
@@ -172,8 +172,3 @@ class GpuOdBackend(Writer):
             result.rpm = self.number(f"{self.hwmon_dir}/fan1_input")
         result.verified = result.error is None
         return result
-
-    def restore(self) -> str:
-        self.record.restore(self.sysfs, self.dry_run)
-        self.last_percent = None
-        return self.record.handed_back()

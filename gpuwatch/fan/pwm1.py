@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from gpuwatch.fan.backend import Applied, Writer, write
+from gpuwatch.fan.backend import Applied, Writer
 from gpuwatch.model import FanBackendName
 from gpuwatch.sysfs import Sysfs, SysfsError
 
@@ -49,12 +49,10 @@ class Pwm1Restore:
     def handed_back(self) -> str:
         return "pwm1_enable 2, automatic" if self.mode == AUTO else "pwm1_enable 1, manual as it was found"
 
-    def restore(self, sysfs: Sysfs, dry_run: bool = False) -> str | None:
+    def restore(self, sysfs: Sysfs) -> str | None:
         """Write the original mode (automatic unless it was manual) and read it back."""
         mode = self.mode
-        write(sysfs, self.path, str(mode), dry_run)
-        if dry_run:
-            return None
+        sysfs.write(self.path, str(mode))
         back = sysfs.read(self.path)
         if back != str(mode):
             log.error("%s reads %r after restoring %d: the firmware may not have its fan back", self.path, back, mode)
@@ -132,8 +130,3 @@ class Pwm1Backend(Writer):
         if not result.verified:
             self.last_pwm = None  # write it again next tick
         return result
-
-    def restore(self) -> str:
-        self.record.restore(self.sysfs, self.dry_run)
-        self.last_pwm = None
-        return self.record.handed_back()

@@ -11,8 +11,9 @@ else (EIO, a GPU mid-reset) is ``CapWriteError`` and counted; a few in a row mak
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+from gpuwatch.actuation import Record
 from gpuwatch.model import GpuReading, PowerCapBackendName
 
 # A readback this far from what was written is a verify failure (both interfaces report whole watts
@@ -58,6 +59,13 @@ class CapBackend(Protocol):
         """Set the cap and return what reads back, in watts; raises CapUnavailable or CapWriteError."""
         ...
 
-    def record(self, original_w: float) -> dict[str, Any]:
-        """The restore file's entry that gives ``original_w`` back (the class's ``original_in`` reads it)."""
+    def record(self, original_w: float) -> CapRecord:
+        """The restore record that gives ``original_w`` back (registered in power/restore.RECORDS)."""
         ...
+
+
+class CapRecord(Record, Protocol):
+    """A cap backend's restore record: the original cap, in watts (None: the stored record has none)."""
+
+    @property
+    def original_w(self) -> float | None: ...

@@ -1,29 +1,34 @@
 """The power controller the daemon runs: per GPU and tick, probe -> decide -> write (verified) -> publish.
 
-Implements the daemon's PowerConsumer (``tick(snapshot, fans)`` and ``restore()``). Per GPU it finds a
-cap backend (amdgpu hwmon ``power1_cap`` through the amdgpu source's ``locate``, so a card that comes
-back under another hwmon index is written where it now is; NVML's limit for NVIDIA GPUs), the cap in
-force at start (or, after a crash, the original in the restore file), the floor and the thermal limits
-that apply to it, then runs the pure law (governor.py) with this tick's readings and the fan's state.
+Implements the daemon's PowerConsumer (``tick(snapshot, fans, config)``, ``restore()``). Per GPU it finds a
+cap backend (amdgpu hwmon ``power1_cap`` through the amdgpu source's ``locate``, so a card back under
+another hwmon index is written where it now is; NVML's limit for NVIDIA GPUs), the cap in force at start
+(after a crash: the original in the restore file), the floor and the thermal limits of the live
+configuration, then runs the pure law (governor.py) with this tick's readings and the fan's state. The
+writes go through the caps' Actuator (gpuwatch.actuation; the kind in restore.py): the original is
+recorded before the first write, and each GPU's step runs on its own worker within the sysfs deadline:
+a write stuck in the driver costs one deadline (published as blocked), never the loop or the shutdown.
 
-A GPU whose cap cannot be governed (no file, not writable, no range, refused writes, a cap that does
-not keep what is written) is published as unavailable with the reason, logged once, and paused as
-without a governor. ``restore()`` puts every original cap back, verified (daemon stop, SIGTERM,
-SIGINT, an exception; atexit as a last resort); `gpuwatch restore` does it after a crash (restore.py).
+A GPU whose cap cannot be governed (no file, not writable, no range, refused writes, a cap that does not
+keep what is written) is published as unavailable with the reason, logged once, and paused as without a
+governor. ``restore()`` is the actuator's restore-all (`gpuwatch restore` runs it after a crash).
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.actuation import Actuator
+from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.config.file import Config
+from gpuwatch.deadline import Late
 from gpuwatch.model import FanState, GpuReading, PowerMode, PowerState, Snapshot
 from gpuwatch.power.backend import (
     FAILURES_BEFORE_GIVING_UP,
@@ -35,8 +40,8 @@ from gpuwatch.power.backend import (
 from gpuwatch.power.governor import GovernorInputs, GovernorParams, GovernorState, decide, floor_cap_w, governor_params
 from gpuwatch.power.hwmon_cap import HwmonCap, Locate
 from gpuwatch.power.nvml_cap import NvmlCap
-from gpuwatch.power.restore import give_back, restore_file
-from gpuwatch.power.rules import cap_range_problem, fan_can_rise, headroom_c, throughput_kept_ratio
+from gpuwatch.power.restore import RECORDS, give_back, kind
+from gpuwatch.power.rules import cap_range_problem, fan_can_rise, headroom_c, thermals_on, throughput_kept_ratio
 from gpuwatch.sysfs import Sysfs
 
 log = logging.getLogger("gpuwatch.power")
@@ -74,34 +79,44 @@ class GpuCap:
 
 
 class PowerController:
-    def __init__(self, config: Config, sysfs: Sysfs, runtime_dir: Path, *, locate: Locate, nvml: Any = None,
-                 clock: Callable[[], float] = time.monotonic, check_access: bool = True) -> None:
-        self.config = config
+    def __init__(self, sysfs: Sysfs, runtime_dir: Path, *, locate: Locate, nvml: Any = None,
+                 clock: Callable[[], float] = time.monotonic, check_access: bool = True,
+                 deadline_s: float = DEFAULT_SYSFS_DEADLINE_S) -> None:
         self.sysfs = sysfs
         self.locate = locate
         self.nvml = nvml
         self.clock = clock
         self.check_access = check_access
-        self.restore_file = restore_file(runtime_dir)
+        self.actuator = Actuator(kind(sysfs, self._loaded_nvml, locate), runtime_dir, deadline_s)
         self.gpus: dict[str, GpuCap] = {}
-        self._atexit = False
 
-    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...] = ()) -> tuple[PowerState, ...]:
+    def _loaded_nvml(self) -> Any:
+        if self.nvml is None:
+            raise RuntimeError("NVML is not loaded")
+        return self.nvml
+
+    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], config: Config) -> tuple[PowerState, ...]:
+        """Each GPU's step on its worker; ``config`` is the live configuration (its limits in force now)."""
         now = self.clock()
         by_gpu = {fan.gpu_id: fan for fan in fans}
-        return tuple(self._tick_one(self.gpus.get(gpu.gpu_id) or self._new(gpu), gpu, by_gpu.get(gpu.gpu_id), now)
-                     for gpu in snapshot.gpus)
+        caps = {gpu.gpu_id: self.gpus.get(gpu.gpu_id) or self._new(gpu, config) for gpu in snapshot.gpus}
+        results = self.actuator.run({
+            gpu.gpu_id: partial(self._tick_one, caps[gpu.gpu_id], gpu, by_gpu.get(gpu.gpu_id), now,
+                                thermals_on(config, gpu.gpu_id))
+            for gpu in snapshot.gpus})
+        return tuple(self._blocked(caps[gpu.gpu_id], gpu, result) if isinstance(result, Late) else result
+                     for gpu, result in zip(snapshot.gpus, results.values()))
 
-    def _new(self, gpu: GpuReading) -> GpuCap:
-        settings = self.config.power.for_gpu(gpu.gpu_id)
+    def _new(self, gpu: GpuReading, config: Config) -> GpuCap:
+        settings = config.power.for_gpu(gpu.gpu_id)
         mode = {"govern": PowerMode.IDLE, "dry-run": PowerMode.DRY_RUN, "off": PowerMode.OFF}[settings.mode]
-        if mode is PowerMode.IDLE and self.config.fan.mode in ("dry-run", "monitor-only"):
+        if mode is PowerMode.IDLE and config.fan.mode in ("dry-run", "monitor-only"):
             # Those modes promise a daemon that writes nothing to the hardware.
-            log.info("GPU %s: power cap in dry-run because fan.mode = %r", gpu.gpu_id, self.config.fan.mode)
+            log.info("GPU %s: power cap in dry-run because fan.mode = %r", gpu.gpu_id, config.fan.mode)
             mode = PowerMode.DRY_RUN
         g = self.gpus[gpu.gpu_id] = GpuCap(gpu.gpu_id, governor_params(settings), mode)
         # Off leaves the cap alone, except one a killed daemon left lowered (its record): that goes back.
-        if mode is not PowerMode.OFF or gpu.gpu_id in self.restore_file.load():
+        if mode is not PowerMode.OFF or gpu.gpu_id in self.actuator.recorded():
             if gpu.backend == "nvml":
                 g.backend = NvmlCap(self.nvml, gpu.gpu_id) if self.nvml is not None else None
             else:
@@ -117,12 +132,13 @@ class PowerController:
         except CapUnavailable as exc:
             self._give_up(g, str(exc))
             return
-        record = self.restore_file.load().get(g.gpu_id)
-        kept = _original_in(g.backend, record)
+        stored = self.actuator.recorded().get(g.gpu_id)
+        kept = (RECORDS[g.backend.name](stored).original_w
+                if isinstance(stored, dict) and stored.get("backend") == g.backend.name else None)
         g.original_w, g.holding = (kept, True) if kept is not None else (found.cap_w, False)
         if kept is not None:
             log.warning("GPU %s: original power cap %g W from %s (the %g W in force was left by a daemon that "
-                        "did not exit cleanly)", g.gpu_id, kept, self.restore_file.path, found.cap_w)
+                        "did not exit cleanly)", g.gpu_id, kept, self.actuator.file.path, found.cap_w)
         g.default_w, g.min_w = found.default_w or g.original_w, found.min_w
         self._set_floor(g)
         problem = cap_range_problem(g.original_w, g.floor_w or g.original_w, found.max_w)
@@ -137,7 +153,9 @@ class PowerController:
         assert g.original_w is not None and g.default_w is not None
         g.floor_w = floor_cap_w(g.params.floor_ratio, g.default_w, g.min_w, g.original_w)
 
-    def _tick_one(self, g: GpuCap, gpu: GpuReading, fan: FanState | None, now: float) -> PowerState:
+    def _tick_one(self, g: GpuCap, gpu: GpuReading, fan: FanState | None, now: float,
+                  thermals: list[ThermalConfig]) -> PowerState:
+        """One GPU's step, on its worker."""
         dt, g.last_now = (0.0 if g.last_now is None else max(0.0, now - g.last_now)), now
         if g.mode is PowerMode.UNAVAILABLE or not gpu.up or gpu.suspended:
             return self._published(g, gpu, None)
@@ -156,7 +174,7 @@ class PowerController:
         assert g.original_w is not None and g.default_w is not None and g.floor_w is not None
         in_force = g.dry_run_cap_w if g.mode is PowerMode.DRY_RUN and g.dry_run_cap_w is not None else observed
         decision = decide(g.params, g.state, GovernorInputs(
-            now=now, headroom_c=headroom_c(gpu, self._thermals(g.gpu_id)), fan_can_rise=fan_can_rise(fan),
+            now=now, headroom_c=headroom_c(gpu, thermals), fan_can_rise=fan_can_rise(fan),
             power_w=gpu.power_w, cap_w=in_force, original_cap_w=g.original_w, default_cap_w=g.default_w,
             floor_cap_w=g.floor_w))
         g.state, g.target_w = decision.state, decision.cap_w
@@ -196,15 +214,14 @@ class PowerController:
         first = not g.holding
         if first:
             # Persisted before the first write, so a SIGKILL right after still leaves the way back.
-            self.restore_file.add(g.gpu_id, g.backend.record(g.original_w))
+            self.actuator.record(g.gpu_id, g.backend.record(g.original_w))
             g.holding = True
-            self._register_atexit()
         try:
             back = g.backend.write(cap_w)
         except CapUnavailable as exc:
             if first:  # refused outright: nothing of ours is in force
                 g.holding = False
-                self.restore_file.remove(g.gpu_id)
+                self.actuator.forget(g.gpu_id)
             self._give_up(g, str(exc))
             return observed
         except CapWriteError as exc:
@@ -229,7 +246,7 @@ class PowerController:
         """The original is in force again: nothing of ours to give back."""
         log.info("GPU %s: power cap back to its original %g W", g.gpu_id, g.original_w)
         g.holding, g.written_w = False, None
-        self.restore_file.remove(g.gpu_id)
+        self.actuator.forget(g.gpu_id)
 
     def _give_up(self, g: GpuCap, reason: str) -> None:
         """Unavailable from now on: logged once, published, the supervisor pauses as without a governor."""
@@ -237,14 +254,13 @@ class PowerController:
         g.mode, g.reason, g.pause_allowed, g.target_w = PowerMode.UNAVAILABLE, reason, True, None
         self._give_back(g)
 
-    def set_thermal(self, thermal: ThermalConfig) -> None:
-        """A reload's new [thermal]: the governor holds under the limits the supervisor now pauses at."""
-        self.config = self.config.model_copy(update={"thermal": thermal})
-
-    def _thermals(self, gpu_id: str) -> list[ThermalConfig]:
-        """[thermal] and the limits of every trainer on this GPU: the governor holds the strictest."""
-        base = self.config.thermal
-        return [base] + [t.thermal(base) for t in self.config.trainer if not t.gpus or gpu_id in t.gpus]
+    def _blocked(self, g: GpuCap, gpu: GpuReading, late: Late) -> PowerState:
+        """The GPU's cap I/O has not returned within the deadline (a write stuck in the driver): published
+        as such, and a hot card is paused as without a governor until the call returns."""
+        reason = f"power cap writes blocked for {late.running_s:.1f} s"
+        log.log(logging.ERROR if late.running_s < 2 * self.actuator.deadline_s else logging.DEBUG,
+                "GPU %s: %s; a hot card is paused instead", g.gpu_id, reason)  # once: as the block starts
+        return replace(self._published(g, gpu, None), pause_allowed=True, reason=reason)
 
     def _published(self, g: GpuCap, gpu: GpuReading, cap_w: float | None, at_floor: bool = False) -> PowerState:
         mode = g.mode
@@ -259,18 +275,16 @@ class PowerController:
             writes_total=g.writes_total, write_errors_total=g.write_errors_total, reason=g.reason,
         )
 
-    def _register_atexit(self) -> None:
-        if not self._atexit:
-            # The daemon restores in its finally (the documented path); this covers a controller used
-            # without it, whose process exits without calling restore(). restore() is idempotent.
-            atexit.register(self.restore)
-            self._atexit = True
-
     def restore(self) -> None:
-        """Every cap we lowered back to what it was at start, verified; safe to call more than once."""
-        failed = [f"{g.gpu_id}: {problem}" for g in self.gpus.values() if (problem := self._give_back(g))]
-        if failed:
-            raise RuntimeError("power cap restore failed for " + ", ".join(failed))
+        """Every cap we lowered back to what it was at start, verified (the actuator's restore-all, each GPU
+        on its worker within the deadline); safe to call more than once."""
+        result = self.actuator.restore_all()
+        recorded = self.actuator.recorded()
+        for g in self.gpus.values():
+            if g.holding and g.gpu_id not in recorded:
+                g.holding, g.written_w, g.state = False, None, GovernorState()
+        if result.problems:
+            raise RuntimeError("power cap restore failed for " + ", ".join(result.problems))
 
     def _give_back(self, g: GpuCap) -> str | None:
         """The original back if we hold a lowered cap; the problem when it did not stick (record kept)."""
@@ -283,10 +297,3 @@ class PowerController:
         self._released(g)
         g.state = GovernorState()
         return None
-
-
-def _original_in(backend: CapBackend, record: Any) -> float | None:
-    """The original cap a restore record of this backend holds (left by a daemon that was killed)."""
-    if not isinstance(record, dict) or record.get("backend") != backend.name:
-        return None
-    return HwmonCap.original_in(record) if backend.name == "hwmon" else NvmlCap.original_in(record)

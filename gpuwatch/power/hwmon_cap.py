@@ -19,7 +19,8 @@ comes back under another hwmon index after a reset is written where it now is.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from gpuwatch.gpus.amdgpu import AmdCard
 from gpuwatch.model import GpuReading, PowerCapBackendName
@@ -31,6 +32,31 @@ UW_PER_W = 1_000_000
 # Errors that say the driver will never take the value (EACCES: not root; EINVAL: refused or a VF).
 PERMANENT = {"EACCES", "EINVAL", "EROFS"}
 APU_LABELS = {"slowPPT", "fastPPT"}
+
+
+@dataclass(frozen=True)
+class HwmonCapRestore:
+    """The ``power1_cap`` found before the first write; the slot is the restore file's key, the path only a
+    hint for a restore that cannot find the slot any more."""
+
+    backend: ClassVar[str] = "hwmon"
+    cap_uw: int | None
+    path: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> HwmonCapRestore:
+        cap, path = data.get("cap_uw"), data.get("path")
+        return cls(cap if isinstance(cap, int) and cap > 0 else None, path if isinstance(path, str) else None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"backend": self.backend, "cap_uw": self.cap_uw, "path": self.path}
+
+    @property
+    def original_w(self) -> float | None:
+        return None if self.cap_uw is None else self.cap_uw / UW_PER_W
+
+    def handed_back(self) -> str:
+        return f"power cap back to its original {self.original_w:g} W"
 
 
 class HwmonCap:
@@ -85,14 +111,8 @@ class HwmonCap:
             raise CapWriteError("power1_cap unreadable after the write")
         return back / UW_PER_W
 
-    def record(self, original_w: float) -> dict[str, Any]:
-        # The path is a hint for a restore that cannot find the slot any more; the slot is the key.
-        return {"backend": self.name, "cap_uw": round(original_w * UW_PER_W), "path": self.path()}
-
-    @staticmethod
-    def original_in(record: Mapping[str, Any]) -> float | None:
-        value = record.get("cap_uw")
-        return value / UW_PER_W if isinstance(value, int) and value > 0 else None
+    def record(self, original_w: float) -> HwmonCapRestore:
+        return HwmonCapRestore(round(original_w * UW_PER_W), self.path())
 
     def _text(self, path: str) -> str | None:
         try:

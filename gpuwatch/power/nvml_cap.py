@@ -16,7 +16,8 @@ NVML facts (nvml.h; read on an H100, docs/nvidia.md), all in milliwatts:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from gpuwatch.gpus.nvml import normalise_bus_id
 from gpuwatch.model import GpuReading, PowerCapBackendName
@@ -25,6 +26,29 @@ from gpuwatch.power.backend import CapRange, CapUnavailable, CapWriteError
 MW_PER_W = 1000
 # nvml.h return codes (used when a module lacks the named constants).
 _INVALID_ARGUMENT, _NOT_SUPPORTED, _NO_PERMISSION = 2, 3, 4
+
+
+@dataclass(frozen=True)
+class NvmlCapRestore:
+    """The power management limit found before the first write (the set one, not the enforced one)."""
+
+    backend: ClassVar[str] = "nvml"
+    limit_mw: int | None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> NvmlCapRestore:
+        limit = data.get("limit_mw")
+        return cls(limit if isinstance(limit, int) and limit > 0 else None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"backend": self.backend, "limit_mw": self.limit_mw}
+
+    @property
+    def original_w(self) -> float | None:
+        return None if self.limit_mw is None else self.limit_mw / MW_PER_W
+
+    def handed_back(self) -> str:
+        return f"power cap back to its original {self.original_w:g} W"
 
 
 class NvmlCap:
@@ -82,13 +106,8 @@ class NvmlCap:
         except self.nvml.NVMLError as exc:
             raise CapWriteError(f"NVML power limit unreadable after the write: {exc}") from None
 
-    def record(self, original_w: float) -> dict[str, Any]:
-        return {"backend": self.name, "limit_mw": round(original_w * MW_PER_W)}
-
-    @staticmethod
-    def original_in(record: Mapping[str, Any]) -> float | None:
-        value = record.get("limit_mw")
-        return value / MW_PER_W if isinstance(value, int) and value > 0 else None
+    def record(self, original_w: float) -> NvmlCapRestore:
+        return NvmlCapRestore(round(original_w * MW_PER_W))
 
     def _code(self, name: str, fallback: int) -> int:
         return int(getattr(self.nvml, name, fallback))

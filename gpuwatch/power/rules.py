@@ -10,9 +10,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpuwatch.config.cooling import ThermalConfig
+from gpuwatch.config.file import Config
 from gpuwatch.limits import sensor_limit_c
 from gpuwatch.model import FanState, GpuReading
 from gpuwatch.power.governor import BOUND_TOLERANCE_RATIO
+
+
+def thermals_on(config: Config, gpu_id: str) -> list[ThermalConfig]:
+    """[thermal] and the limits of every trainer on this GPU: the governor holds the strictest."""
+    base = config.thermal
+    return [base] + [t.thermal(base) for t in config.trainer if not t.gpus or gpu_id in t.gpus]
 
 
 def headroom_c(gpu: GpuReading, thermals: Iterable[ThermalConfig]) -> float | None:

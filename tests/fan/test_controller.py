@@ -280,7 +280,7 @@ def test_restart_after_sigkill_restores_the_true_original(tmp_path: Path) -> Non
     first.tick(0)  # "killed" here: no restore
     assert first.read(first.hwmon("pwm1_enable")) == "1"
     second = first.controller(clock=lambda: 1.0)
-    second.tick(first.sampler.sample())
+    second.tick(first.sampler.sample(), first.live_config())
     second.restore()
     assert first.read(first.hwmon("pwm1_enable")) == "2"
 
@@ -304,7 +304,7 @@ def test_blocked_fan_write_is_uncontrolled_and_restore_does_not_wait_for_it(
     from gpuwatch.fan.controller import FanController
 
     rig = Rig(tmp_path, capture(PWM1))
-    rig.fans = FanController(rig.config, rig.sysfs, rig.runtime_dir, locate=rig.source.locate,
+    rig.fans = FanController(rig.sysfs, rig.runtime_dir, locate=rig.source.locate,
                              clock=lambda: rig.now, deadline_s=0.2)
     rig.set_temp(50)
     assert rig.tick(0).mode == FanMode.CURVE

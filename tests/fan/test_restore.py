@@ -1,15 +1,21 @@
-"""`gpuwatch fans-auto` and the restore file: ordered write logs on real captures, never pwm1_enable=0."""
+"""`gpuwatch fans-auto` (the fans' restore-all) and the restore file: ordered write logs on real captures,
+never pwm1_enable=0."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from gpuwatch.actuation import Actuator, Handback, RestoreFile
 from gpuwatch.fan.pwm1 import Pwm1Restore
-from gpuwatch.fan.restore import fans_auto
-from gpuwatch.restore_file import RestoreFile
+from gpuwatch.fan.restore import kind
 from gpuwatch.sim.tree import FakeSysfsTree
+from gpuwatch.sysfs import Sysfs
 from tests.support.fan_rig import RecordingSysfs
 from tests.support.trees import capture
+
+
+def fans_auto(sysfs: Sysfs, runtime_dir: Path) -> Handback:
+    return Actuator(kind(sysfs), runtime_dir, deadline_s=5.0).restore_all()
 
 
 def test_fans_auto_without_restore_file_ordered_writes(tmp_path: Path) -> None:
@@ -19,7 +25,7 @@ def test_fans_auto_without_restore_file_ordered_writes(tmp_path: Path) -> None:
     tree.add_capture(capture("apu-phoenix-lenovo"), card="card2", pci_slot="0000:c1:00.0")
     tree.write(f"{rdna2.hwmon_dir}/pwm1_enable", "1\n")
     sysfs = RecordingSysfs(tree.root)
-    result = fans_auto(sysfs, RestoreFile(tmp_path / "none.json"))
+    result = fans_auto(sysfs, tmp_path / "none")
     assert result.problems == []
     assert sysfs.take_log() == [("pwm1_enable", "2"), ("fan_curve", "r\n"), ("fan_curve", "c\n")]
     assert result.done == ["0000:0c:00.0: fan handed back to the firmware (pwm1_enable 2, automatic)",
@@ -33,7 +39,7 @@ def test_fans_auto_from_restore_file_never_writes_zero(tmp_path: Path) -> None:
     restore = RestoreFile(tmp_path / "fan-restore.json")
     restore.add(card.pci_slot, Pwm1Restore(path=f"{card.hwmon_dir}/pwm1_enable", pwm1_enable=0).to_json())
     sysfs = RecordingSysfs(tree.root)
-    result = fans_auto(sysfs, restore)
+    result = fans_auto(sysfs, tmp_path)
     assert result.problems == [] and result.done == [f"{card.pci_slot}: fan handed back to the firmware (pwm1_enable 2, automatic)"]
     assert sysfs.take_log() == [("pwm1_enable", "2")]
     assert not restore.path.exists()

@@ -202,3 +202,45 @@ def test_a_gpu_back_under_another_hwmon_index_is_written_where_it_now_is(tmp_pat
     assert rig.sysfs.paths and all("/hwmon9/" in path for path in rig.sysfs.paths), rig.sysfs.paths
     rig.controller.restore()
     assert rig.cap_w() == 289 and not (rig.runtime_dir / "power-restore.json").exists()
+
+
+def test_a_hung_cap_write_holds_neither_the_tick_nor_the_restore(tmp_path: Path) -> None:
+    """power1_cap writes run on the GPU's worker within the deadline (gpuwatch.actuation): a write the
+    driver never returns from costs one deadline, the card is published as blocked and paused as without
+    a governor, the shutdown's restore gives up after the deadline, and `gpuwatch restore` retries."""
+    import threading
+    import time
+
+    from gpuwatch.power.controller import PowerController
+
+    rig = PowerRig(tmp_path, capture(NAVI21))
+    rig.controller = PowerController(rig.sysfs, rig.runtime_dir, locate=rig.source.locate,
+                                     clock=lambda: rig.now, deadline_s=0.2)
+    state = rig.governing()
+    assert state.mode is PowerMode.GOVERNING and not state.pause_allowed
+    release = threading.Event()
+    write = rig.sysfs.write
+
+    def stuck_write(relative: str, value: str) -> None:  # the driver never returns from the write
+        release.wait(30)
+        write(relative, value)
+
+    rig.sysfs.write = stuck_write  # type: ignore[method-assign]
+    try:
+        started = time.monotonic()
+        rig.set(junction_c=104)  # hotter still: the next cut falls due at once
+        states = [rig.tick(rig.now + 1) for _ in range(5)]
+        blocked = [s for s in states if "blocked" in (s.reason or "")]
+        assert blocked and all(s.pause_allowed for s in blocked)
+        with pytest.raises(RuntimeError, match="blocked"):
+            rig.controller.restore()
+        assert time.monotonic() - started < 10  # one deadline per tick at most, never the 30 s write
+        assert (rig.runtime_dir / "power-restore.json").exists()  # kept: gpuwatch restore tries again
+    finally:
+        release.set()
+    rig.sysfs.write = write  # type: ignore[method-assign]
+    from tests.support.waiting import wait_for
+
+    wait_for(lambda: not rig.controller.actuator.busy(rig.card.pci_slot), "the stuck write returned")
+    rig.controller.restore()
+    assert rig.cap_w() == 289 and not (rig.runtime_dir / "power-restore.json").exists()

@@ -16,8 +16,8 @@ from gpuwatch.model import GpuReading, PowerMode, Snapshot, TempReading
 from gpuwatch.power.backend import CapUnavailable
 from gpuwatch.power.controller import PowerController
 from gpuwatch.power.nvml_cap import NvmlCap
-from gpuwatch.power.restore import restore_caps, restore_file
 from gpuwatch.sysfs import Sysfs
+from tests.support.power_rig import power_records, restore_caps
 
 GPU = "0000:1b:00.0"
 
@@ -97,9 +97,11 @@ def _reading(edge_c: float, power_w: float, enforced_w: float) -> Snapshot:
     return Snapshot(0.0, 0.0, (gpu,))
 
 
+CONFIG = parse_config({"backend": "nvml"})
+
+
 def _controller(tmp_path: Path, nvml: FakeNvml, clock: list[float]) -> PowerController:
-    config = parse_config({"runtime_dir": str(tmp_path / "run"), "backend": "nvml"})
-    return PowerController(config, Sysfs(tmp_path), tmp_path / "run", locate=lambda gpu_id: None, nvml=nvml,
+    return PowerController(Sysfs(tmp_path), tmp_path / "run", locate=lambda gpu_id: None, nvml=nvml,
                            clock=lambda: clock[0])
 
 
@@ -109,7 +111,7 @@ def test_an_nvidia_gpu_near_its_edge_limit_is_capped_then_given_back(tmp_path: P
     # NVIDIA fans are never driven by gpuwatch: no fan state, so "the fan cannot rise" near the limit.
     for second in range(60):
         now[0] = second
-        (state,) = controller.tick(_reading(89.0, nvml.limit_mw / 1000, 650.0))
+        (state,) = controller.tick(_reading(89.0, nvml.limit_mw / 1000, 650.0), (), CONFIG)
     assert state.mode is PowerMode.GOVERNING and state.original_cap_w == 700 and state.backend == "nvml"
     assert nvml.sets and nvml.limit_mw < 700_000 and state.floor_cap_w == 420
     controller.restore()
@@ -121,7 +123,7 @@ def test_without_root_it_falls_back_to_the_pause(tmp_path: Path) -> None:
     controller = _controller(tmp_path, nvml, now)
     for second in range(60):
         now[0] = second
-        (state,) = controller.tick(_reading(89.0, 700.0, 700.0))
+        (state,) = controller.tick(_reading(89.0, 700.0, 700.0), (), CONFIG)
     assert state.mode is PowerMode.UNAVAILABLE and state.pause_allowed and "root" in (state.reason or "")
     assert not (tmp_path / "run/power-restore.json").exists()
 
@@ -131,18 +133,18 @@ def test_restore_command_gives_the_limit_back_after_a_crash(tmp_path: Path) -> N
     controller = _controller(tmp_path, nvml, now)
     for second in range(60):
         now[0] = second
-        controller.tick(_reading(89.0, nvml.limit_mw / 1000, 650.0))
+        controller.tick(_reading(89.0, nvml.limit_mw / 1000, 650.0), (), CONFIG)
     assert nvml.limit_mw < 700_000  # SIGKILL here: no restore() ran
-    result = restore_caps(Sysfs(tmp_path), restore_file(tmp_path / "run"), lambda: nvml)
+    result = restore_caps(Sysfs(tmp_path), tmp_path / "run", lambda: nvml)
     assert result.problems == [] and len(result.done) == 1 and nvml.limit_mw == 700_000
 
 
 def test_restore_command_without_nvml_says_so(tmp_path: Path) -> None:
-    records = restore_file(tmp_path)
+    records = power_records(tmp_path)
     records.add(GPU, {"backend": "nvml", "limit_mw": 700_000})
 
     def no_nvml() -> Any:
         raise RuntimeError("NVML cannot be initialised: Driver Not Loaded")
 
-    (problem,) = restore_caps(Sysfs(tmp_path), records, no_nvml).problems
+    (problem,) = restore_caps(Sysfs(tmp_path), tmp_path, no_nvml).problems
     assert GPU in problem and "Driver Not Loaded" in problem and records.path.exists()

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuwatch.power.restore import restore_caps, restore_file
 from gpuwatch.sim.tree import FakeSysfsTree
-from tests.support.power_rig import EACCES, CapSysfs
+from tests.support.power_rig import EACCES, CapSysfs, power_records, restore_caps
 from tests.support.trees import capture
 
 
@@ -25,11 +24,11 @@ def _tree(tmp_path: Path) -> tuple[FakeSysfsTree, str, str]:
 
 def test_restores_by_pci_slot_where_the_card_is_now(tmp_path: Path) -> None:
     tree, slot, cap = _tree(tmp_path)
-    records = restore_file(tmp_path / "run")
+    records = power_records(tmp_path / "run")
     # Recorded when the card was hwmon5: after a reset it came back as hwmon3.
     records.add(slot, {"backend": "hwmon", "cap_uw": 289_000_000, "path": cap.replace("hwmon3", "hwmon5")})
     sysfs = CapSysfs(tree.root)
-    result = restore_caps(sysfs, records, _no_nvml)
+    result = restore_caps(sysfs, tmp_path / "run", _no_nvml)
     assert result.problems == [] and result.done == [f"{slot}: power cap back to its original 289 W"]
     assert sysfs.take_log() == [("power1_cap", "289000000")]
     assert (tree.root / cap).read_text() == "289000000" and not records.path.exists()
@@ -38,26 +37,26 @@ def test_restores_by_pci_slot_where_the_card_is_now(tmp_path: Path) -> None:
 def test_nothing_recorded_nothing_written(tmp_path: Path) -> None:
     tree, _, cap = _tree(tmp_path)
     sysfs = CapSysfs(tree.root)
-    result = restore_caps(sysfs, restore_file(tmp_path / "run"), _no_nvml)
+    result = restore_caps(sysfs, tmp_path / "run", _no_nvml)
     assert result.done == result.problems == []
     assert sysfs.take_log() == [] and (tree.root / cap).read_text() == "200000000\n"
 
 
 def test_a_refused_restore_is_reported_and_kept_for_the_next_try(tmp_path: Path) -> None:
     tree, slot, _ = _tree(tmp_path)
-    records = restore_file(tmp_path / "run")
+    records = power_records(tmp_path / "run")
     records.add(slot, {"backend": "hwmon", "cap_uw": 289_000_000})
     sysfs = CapSysfs(tree.root)
     sysfs.refuse = EACCES
-    (problem,) = restore_caps(sysfs, records, _no_nvml).problems
+    (problem,) = restore_caps(sysfs, tmp_path / "run", _no_nvml).problems
     assert slot in problem and "289 W" in problem and EACCES in problem
     assert slot in records.load()
 
 
 def test_a_broken_record_is_named(tmp_path: Path) -> None:
     tree, slot, _ = _tree(tmp_path)
-    records = restore_file(tmp_path / "run")
+    records = power_records(tmp_path / "run")
     records.add(slot, {"backend": "hwmon", "cap_uw": "lots"})
     records.add("0000:99:00.0", {"backend": "pwm9"})
-    problems = restore_caps(CapSysfs(tree.root), records, _no_nvml).problems
+    problems = restore_caps(CapSysfs(tree.root), tmp_path / "run", _no_nvml).problems
     assert len(problems) == 2 and "without a cap" in problems[0] and "unknown" in problems[1]

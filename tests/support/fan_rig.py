@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from gpuwatch.config.cooling import FanConfig
+from gpuwatch.config.file import Config, parse_config
 from gpuwatch.fan.controller import FanController
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
@@ -90,7 +91,7 @@ class Rig:
 
     def controller(self, clock: Callable[[], float] | None = None) -> FanController:
         """A (new) fan controller over the recording sysfs, locating cards through this rig's source."""
-        return FanController(self.config, self.sysfs, self.runtime_dir, locate=self.source.locate,
+        return FanController(self.sysfs, self.runtime_dir, locate=self.source.locate,
                              clock=clock or (lambda: self.now))
 
     def hwmon(self, name: str) -> str:
@@ -111,5 +112,9 @@ class Rig:
     def tick(self, at: float | None = None) -> FanState:
         if at is not None:
             self.now = at
-        (state,) = self.fans.tick(self.sampler.sample())
+        (state,) = self.fans.tick(self.sampler.sample(), self.live_config())
         return state
+
+    def live_config(self) -> Config:
+        """What the daemon's loop passes each tick: a whole configuration with this rig's [fan]."""
+        return parse_config({}).model_copy(update={"fan": self.config})

@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import errno
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.actuation import Actuator, Handback, RestoreFile, restore_file_path
 from gpuwatch.config.file import parse_config
+from gpuwatch.power import restore as power_restore
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.model import FanMode, FanState, PowerState
@@ -70,8 +73,7 @@ class PowerRig:
 
     def new_controller(self) -> PowerController:
         """A (new) controller, as a daemon started again would make it."""
-        return PowerController(self.config, self.sysfs, self.runtime_dir, locate=self.source.locate,
-                               clock=lambda: self.now)
+        return PowerController(self.sysfs, self.runtime_dir, locate=self.source.locate, clock=lambda: self.now)
 
     def hwmon(self, name: str) -> str:
         assert self.card.hwmon_dir
@@ -90,7 +92,7 @@ class PowerRig:
         if at is not None:
             self.now = at
         fan = FanState(gpu_id=self.card.pci_slot, backend="pwm1", mode=FanMode.CURVE, can_rise=can_rise)
-        (state,) = self.controller.tick(self.sampler.sample(), (fan,))
+        (state,) = self.controller.tick(self.sampler.sample(), (fan,), self.config)
         return state
 
     def governing(self, junction_c: float = 99.0, seconds: int = 60) -> PowerState:
@@ -104,3 +106,12 @@ class PowerRig:
 
 
 EACCES = errno.errorcode[errno.EACCES]
+
+
+def restore_caps(sysfs: Sysfs, runtime_dir: Path, load_nvml: Callable[[], Any]) -> Handback:
+    """The caps' part of `gpuwatch restore` over ``sysfs`` (a CapSysfs, say) and an NVML stand-in."""
+    return Actuator(power_restore.kind(sysfs, load_nvml), runtime_dir, deadline_s=5.0).restore_all()
+
+
+def power_records(runtime_dir: Path) -> RestoreFile:
+    return RestoreFile(restore_file_path(runtime_dir, power_restore.NAME))

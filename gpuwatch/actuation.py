@@ -1,0 +1,234 @@
+"""One mechanism for every write that changes the hardware: the fans, the power cap, and what comes next.
+
+Every actuator has the same shape (docs/architecture.md, "An actuator"): per GPU it probes what the
+hardware offers, records the original before its first write, takes control, writes and reads back,
+gives up after repeated failures, and hands the original back on every exit path. This module is the
+part they share, so that no actuator can get it wrong in its own way:
+
+* ``RestoreFile``: ``<runtime_dir>/<actuator>-restore.json``, ``{gpu_id: {"backend": ..., ...}}``
+  written atomically before the first write. A daemon that starts again adopts a record left by one
+  that was killed: the record holds the true original, where the new start would read what the
+  killed daemon left behind.
+* ``Actuator``: one actuator's restore file and its per-GPU workers (gpuwatch.deadline). Every
+  hardware write runs on the GPU's worker within ``sysfs_deadline_s``: a write stuck in the driver
+  costs the loop one deadline and is reported, it never holds the loop nor the shutdown.
+* ``Actuator.restore_all``: every record of the file given back, each on its GPU's worker, the
+  records that went back removed. The daemon's shutdown (SIGTERM, SIGINT, an exception), atexit,
+  `gpuwatch restore` and systemd's ExecStopPost all come here (wired in daemon/compose.py).
+
+What a record holds and how it is given back belongs to the actuator (``ActuatorKind``): its typed
+records, registered by their ``backend`` key, and the one function that gives a stored record back.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from gpuwatch.deadline import Late, Workers
+
+log = logging.getLogger("gpuwatch")
+T = TypeVar("T")
+
+
+class RestoreFile:
+    """Thread-safe: the fan controller takes every GPU on its own worker, all at the same moment, and one
+    GPU's read-modify-write must neither lose another's record nor share its temporary file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.RLock()  # re-entered: remove() may clear()
+
+    def load(self) -> dict[str, Any]:
+        """Every record; empty when there is no file, and (logged) when it cannot be read."""
+        try:
+            data = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            log.error("%s unreadable (%s): restoring without it", self.path, exc)
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def add(self, gpu_id: str, record: dict[str, Any],
+            adopt: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Store ``record`` unless one of the same backend is there already; returns the one in force.
+
+        ``adopt(existing)`` merges such a record with the new one instead (the fans: the original mode
+        stays, the paths are the new ones); it is stored when it differs.
+        """
+        with self._lock:
+            data = self.load()
+            existing = data.get(gpu_id)
+            if isinstance(existing, dict) and existing.get("backend") == record.get("backend"):
+                if adopt is None:
+                    return existing
+                record = adopt(existing)
+                if record == existing:
+                    return existing
+            data[gpu_id] = record
+            self._save(data)
+            return record
+
+    def remove(self, gpu_id: str) -> None:
+        """Forget one GPU's record (given back); the file goes when the last one does."""
+        with self._lock:
+            data = self.load()
+            if data.pop(gpu_id, None) is None:
+                return
+            if data:
+                self._save(data)
+            else:
+                self.clear()
+
+    def clear(self) -> None:
+        with self._lock:
+            self.path.unlink(missing_ok=True)
+
+    def _save(self, data: dict[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+        os.replace(tmp, self.path)
+
+
+@dataclass
+class Handback:
+    """What a restore did (`gpuwatch restore`): one line per thing handed back, one per problem."""
+
+    done: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+class Record(Protocol):
+    """One GPU's original for one actuator, read before the first write and kept in its restore file.
+
+    Each actuator's records are frozen dataclasses with a ``from_json`` classmethod, registered under
+    their ``backend`` key in the actuator's ``RECORDS``; the restore code is theirs too."""
+
+    @property
+    def backend(self) -> str: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+    def handed_back(self) -> str:
+        """What giving it back sets, for the user (`gpuwatch restore` prints it)."""
+        ...
+
+
+class NotHandedBack(Exception):
+    """A record could not be given back; the message says why (the record is kept for the next try)."""
+
+
+class Gone(Exception):
+    """The device the record belongs to is not there any more: nothing is left to give back."""
+
+
+@dataclass(frozen=True)
+class ActuatorKind:
+    """One actuator as the restore path knows it (daemon/compose.py registers every kind).
+
+    ``name`` makes the file (``<name>-restore.json``), the workers' and the log's names. ``give_back``
+    hands one GPU's stored record back and returns what it was handed back as; it raises
+    ``NotHandedBack`` or ``Gone``. ``without_records`` is what a restore does for GPUs the file does not
+    cover: for all of them when there is no record at all (None), else for the GPUs whose record's device
+    was gone (it may be back at a new place)."""
+
+    name: str
+    give_back: Callable[[str, Mapping[str, Any]], str]
+    without_records: Callable[[Handback, set[str] | None], None] | None = None
+
+
+def restore_file_path(runtime_dir: Path, name: str) -> Path:
+    """The one name of an actuator's restore file: ``fan-restore.json``, ``power-restore.json``..."""
+    return runtime_dir / f"{name}-restore.json"
+
+
+class Actuator:
+    """One actuator's restore file and per-GPU workers; the controller that holds it decides what to write."""
+
+    def __init__(self, kind: ActuatorKind, runtime_dir: Path, deadline_s: float,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.kind = kind
+        self.file = RestoreFile(restore_file_path(runtime_dir, kind.name))
+        self.deadline_s = deadline_s
+        self._workers = Workers(f"gpuwatch-{kind.name}", monotonic)
+        self._atexit = threading.Event()  # set once restore_all is registered (records are added on workers)
+
+    def busy(self, gpu_id: str) -> bool:
+        """Whether the GPU's worker is still inside a call that missed its deadline."""
+        return self._workers.busy(gpu_id)
+
+    def run(self, calls: Mapping[str, Callable[[], T]]) -> dict[str, T | Late]:
+        """Each GPU's call on its worker, all at once, within the deadline (``deadline.Workers.run_all``)."""
+        return self._workers.run_all(calls, self.deadline_s)
+
+    def record(self, gpu_id: str, record: Record,
+               adopt: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Persist ``record`` before the first write (an earlier daemon's record of the same backend wins,
+        or is merged by ``adopt``); returns the record in force. Registers the restore at exit once."""
+        stored = self.file.add(gpu_id, record.to_json(), adopt)
+        if not self._atexit.is_set():
+            # The daemon restores in its finally (the documented path). This covers an actuator used
+            # without it, in tests or as a library, whose process exits without a restore; restore_all
+            # is idempotent, so running both (or twice, from two workers at once) is harmless.
+            self._atexit.set()
+            atexit.register(self._restore_at_exit)
+        return stored
+
+    def forget(self, gpu_id: str) -> None:
+        """The original is in force again: nothing of ours to give back on this GPU."""
+        self.file.remove(gpu_id)
+
+    def recorded(self) -> dict[str, Any]:
+        return self.file.load()
+
+    def restore_all(self) -> Handback:
+        """Every record given back, each on its GPU's worker within the deadline; the ones that went back
+        (or whose device is gone) are removed, the others kept for `gpuwatch restore` to try again."""
+        records = self.file.load()
+        result = Handback()
+        calls = {gpu_id: partial(self._give_back, gpu_id, stored) for gpu_id, stored in sorted(records.items())}
+        gone: set[str] = set()
+        for gpu_id, outcome in self.run(calls).items():
+            if isinstance(outcome, Late):
+                outcome = NotHandedBack(f"{self.kind.name} writes blocked for {outcome.running_s:.1f} s")
+            if isinstance(outcome, NotHandedBack):
+                result.problems.append(f"{gpu_id}: {outcome}")  # the caller reports them (raise, print, log)
+                continue
+            if isinstance(outcome, Gone):
+                log.warning("GPU %s: gone, no %s to hand back (%s)", gpu_id, self.kind.name, outcome)
+                gone.add(gpu_id)
+            else:
+                result.done.append(f"{gpu_id}: {outcome}")
+            self.file.remove(gpu_id)
+        if self.kind.without_records is not None and (gone or not records):
+            self.kind.without_records(result, gone or None)
+        return result
+
+    def _give_back(self, gpu_id: str, stored: Any) -> str | NotHandedBack | Gone:
+        """One record, on the GPU's worker: what it was handed back as, or why not."""
+        if not isinstance(stored, dict) or not isinstance(stored.get("backend"), str):
+            return NotHandedBack(f"unknown {self.kind.name} restore record {stored!r}")
+        try:
+            done = self.kind.give_back(gpu_id, stored)
+        except (NotHandedBack, Gone) as exc:
+            return exc
+        except Exception as exc:  # one GPU's surprise must not cost the others their restore
+            log.exception("GPU %s: giving the %s back failed", gpu_id, self.kind.name)
+            return NotHandedBack(f"{type(exc).__name__}: {exc}")
+        log.info("GPU %s: %s", gpu_id, done)
+        return done
+
+    def _restore_at_exit(self) -> None:
+        for problem in self.restore_all().problems:
+            log.error("at exit: %s", problem)

@@ -1,0 +1,171 @@
+"""The one actuation layer (gpuwatch/actuation.py): records before writes, the restore-all every exit path
+uses, its outcomes per GPU, and the registry of actuator kinds in the composition root."""
+
+from __future__ import annotations
+
+import ast
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gpuwatch.actuation import Actuator, ActuatorKind, Gone, Handback, NotHandedBack, restore_file_path
+from gpuwatch.config.file import parse_config
+from gpuwatch.daemon.compose import actuator_kinds, restore_all
+from gpuwatch.fan.pwm1 import Pwm1Restore
+from gpuwatch.sim.tree import FakeSysfsTree
+from tests.support.paths import REPO
+from tests.support.trees import capture
+
+
+class Kind:
+    """An actuator kind whose give-back answers what ``outcomes`` says per GPU."""
+
+    def __init__(self, outcomes: dict[str, str | Exception]) -> None:
+        self.outcomes = outcomes
+        self.fallbacks: list[set[str] | None] = []
+
+    def give_back(self, gpu_id: str, stored: Mapping[str, Any]) -> str:
+        outcome = self.outcomes[gpu_id]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def without_records(self, result: Handback, only: set[str] | None) -> None:
+        self.fallbacks.append(only)
+
+    def kind(self) -> ActuatorKind:
+        return ActuatorKind("clock", self.give_back, self.without_records)
+
+
+def _record(backend: str = "test") -> Any:
+    class Record:
+        def to_json(self) -> dict[str, Any]:
+            return {"backend": backend, "value": 1}
+
+        def handed_back(self) -> str:
+            return "as found"
+
+    return Record()
+
+
+def test_restore_all_outcomes_per_gpu(tmp_path: Path) -> None:
+    kind = Kind({"a": "handed back", "b": NotHandedBack("EIO"), "c": Gone("ENOENT")})
+    actuator = Actuator(kind.kind(), tmp_path, deadline_s=5.0)
+    for gpu in "abc":
+        actuator.record(gpu, _record())
+    assert actuator.file.path == tmp_path / "clock-restore.json"
+    result = actuator.restore_all()
+    assert result.done == ["a: handed back"] and result.problems == ["b: EIO"]
+    assert set(actuator.recorded()) == {"b"}  # kept for gpuwatch restore to try again
+    assert kind.fallbacks == [{"c"}]  # the gone GPU may be back at a new place
+    actuator.file.clear()  # nothing left for the restore at exit
+
+
+def test_no_record_runs_the_fallback_for_every_gpu(tmp_path: Path) -> None:
+    kind = Kind({})
+    result = Actuator(kind.kind(), tmp_path, deadline_s=5.0).restore_all()
+    assert result == Handback() and kind.fallbacks == [None]
+
+
+def test_an_unknown_record_is_a_problem_and_kept(tmp_path: Path) -> None:
+    actuator = Actuator(Kind({}).kind(), tmp_path, deadline_s=5.0)
+    actuator.file.add("a", {"no": "backend"})
+    (problem,) = actuator.restore_all().problems
+    assert problem.startswith("a: unknown clock restore record") and "a" in actuator.recorded()
+    actuator.file.clear()
+
+
+def test_a_stuck_give_back_costs_one_deadline(tmp_path: Path) -> None:
+    release = threading.Event()
+
+    def stuck(gpu_id: str, stored: Mapping[str, Any]) -> str:
+        release.wait(30)
+        return "late"
+
+    actuator = Actuator(ActuatorKind("clock", stuck), tmp_path, deadline_s=0.2)
+    actuator.record("a", _record())
+    try:
+        (problem,) = actuator.restore_all().problems
+        assert "clock writes blocked" in problem and "a" in actuator.recorded()
+    finally:
+        release.set()
+        actuator.file.clear()
+
+
+def test_the_first_record_wins_unless_adopted(tmp_path: Path) -> None:
+    actuator = Actuator(Kind({}).kind(), tmp_path, deadline_s=5.0)
+    first = actuator.record("a", _record())
+    assert actuator.record("a", _record()) == first
+    merged = actuator.record("a", _record(), adopt=lambda old: {**old, "value": 2})
+    assert merged["value"] == 2 and actuator.recorded()["a"]["value"] == 2
+    actuator.file.clear()
+
+
+def test_a_surprise_in_one_give_back_costs_the_others_nothing(tmp_path: Path) -> None:
+    kind = Kind({"a": "handed back", "b": KeyError("bug")})
+    actuator = Actuator(kind.kind(), tmp_path, deadline_s=5.0)
+    actuator.record("a", _record())
+    actuator.record("b", _record())
+    result = actuator.restore_all()
+    assert result.done == ["a: handed back"] and result.problems == ["b: KeyError: 'bug'"]
+    actuator.file.clear()
+
+
+def test_restore_all_gives_back_every_actuators_records(tmp_path: Path) -> None:
+    """`gpuwatch restore` (compose.restore_all): the fan's and the cap's records in one call, by slot."""
+    tree = FakeSysfsTree(tmp_path / "sys")
+    card = tree.add_capture(capture("navi21-rx6900xt-sapphire-nitro"))
+    assert card.hwmon_dir
+    tree.write(f"{card.hwmon_dir}/pwm1_enable", "1\n")
+    tree.write(f"{card.hwmon_dir}/power1_cap", "200000000\n")
+    config = parse_config({"sysfs_root": str(tree.root), "runtime_dir": str(tmp_path / "run")})
+    run = config.resolved_runtime_dir
+    fan = Actuator(actuator_kinds(config)[0], run, 1.0)
+    fan.record(card.pci_slot, Pwm1Restore(f"{card.hwmon_dir}/pwm1_enable", 2))
+    Actuator(actuator_kinds(config)[1], run, 1.0).file.add(card.pci_slot, {"backend": "hwmon", "cap_uw": 289_000_000})
+    result = restore_all(config)
+    assert result.problems == []
+    assert result.done == [f"{card.pci_slot}: fan handed back to the firmware (pwm1_enable 2, automatic)",
+                           f"{card.pci_slot}: power cap back to its original 289 W"]
+    assert (tree.root / card.hwmon_dir / "pwm1_enable").read_text().strip() == "2"
+    assert (tree.root / card.hwmon_dir / "power1_cap").read_text().strip() == "289000000"
+    assert not list(run.glob("*-restore.json"))
+
+
+def test_every_kind_has_its_own_file() -> None:
+    names = [kind.name for kind in actuator_kinds(parse_config({}))]
+    assert names == ["fan", "power"] and len(set(names)) == len(names)
+
+
+def _code_strings(path: Path) -> set[str]:
+    """The string constants of a module's code (docstrings left out: prose may name the files)."""
+    tree = ast.parse(path.read_text())
+    docs = {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return {node.value for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs}
+
+
+def _hardware_modules() -> list[Path]:
+    """Every daemon-side module (the torch extra in train/ drives no hardware)."""
+    return [path for path in (REPO / "gpuwatch").rglob("*.py") if "train" not in path.relative_to(REPO).parts]
+
+
+def test_one_home_for_the_restore_file_name() -> None:
+    """Every actuator's restore file name comes from actuation.restore_file_path: a module that spells a
+    ``*-restore.json`` itself has grown a second shape (issue 30)."""
+    spelled = {path.relative_to(REPO).as_posix() for path in _hardware_modules()
+               if any(text.endswith("restore.json") for text in _code_strings(path))}
+    assert spelled == {"gpuwatch/actuation.py"}
+
+
+def test_one_home_for_the_restore_at_exit() -> None:
+    """Only the actuation layer registers a restore at exit (one registration per actuator)."""
+    homes = {path.relative_to(REPO).as_posix() for path in _hardware_modules() if "import atexit" in path.read_text()}
+    assert homes == {"gpuwatch/actuation.py"}
+
+
+def test_restore_file_path_is_per_actuator(tmp_path: Path) -> None:
+    assert restore_file_path(tmp_path, "fan") == tmp_path / "fan-restore.json"
