@@ -10,7 +10,7 @@ from typing import Literal
 
 from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.limits import breaches
-from gpuwatch.model import FanMode, FanState, PowerState, Snapshot
+from gpuwatch.model import FanMode, FanState, PowerState, Snapshot, at_crit
 from gpuwatch.supervise.ranks import RankView
 
 # A SIGSTOP pause of a job stays this share below its process-group timeout; of a program that never
@@ -121,7 +121,7 @@ def thermal_verdict(
         f"{g.gpu_id} {t.label} {t.temp_c:.0f}°C at crit {t.crit_c:.0f}°C"
         for g in readings
         for t in g.temps
-        if t.temp_c is not None and t.crit_c is not None and t.temp_c >= t.crit_c
+        if at_crit(t.temp_c, t.crit_c)
     ]
     used = {g.gpu_id for g in readings}
     crit += [f"{f.gpu_id} fan failsafe" for f in fans if f.mode == FanMode.FAILSAFE and f.gpu_id in used]
