@@ -22,6 +22,9 @@ Command = Literal["pause", "resume", "restart"]  # manual, from `gpuwatch pause|
 # pause file (the launcher holds at a step), SIGSTOP, or held at another node's request (a job's ranks)
 PauseMode = Literal["cooperative", "sigstop", "remote"]
 AfterStop = Literal["restart", "max-pause", "hang", "crash", "emergency", "shutdown", "gpu_reset"]
+# What a restart counts as (``restarts_by_reason``): the stop before it, a manual restart, or torchrun
+# restarting its workers within the run.
+RestartReason = AfterStop | Literal["manual", "torchrun"]
 
 
 # ---- actions -------------------------------------------------------------------------------------

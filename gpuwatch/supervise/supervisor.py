@@ -15,7 +15,6 @@ import secrets
 import shutil
 import socket
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import get_args
 
@@ -31,7 +30,7 @@ from gpuwatch.heartbeat import (
     remove_heartbeats,
     request_pause,
 )
-from gpuwatch.model import FanState, PowerState, Snapshot, TrainerPhase, TrainerState
+from gpuwatch.model import FanState, PowerState, Snapshot, TrainerState
 from gpuwatch.supervise.actions import (
     Abandon,
     Action,
@@ -53,7 +52,8 @@ from gpuwatch.supervise.checkpoint import newest_complete_checkpoint
 from gpuwatch.supervise.evidence import hang_evidence
 from gpuwatch.supervise.gpu_use import GpuVerdict, gpu_verdict, judged_gpus, trainer_use
 from gpuwatch.supervise.orphans import RUN_ENV, reap_adopted, sweep, unit_cgroup
-from gpuwatch.supervise.policy import LIVE, Machine, step
+from gpuwatch.supervise.machine import LIVE, Machine
+from gpuwatch.supervise.policy import step
 from gpuwatch.supervise.process import STRIPPED_ENV, SpawnError, TrainerProcess
 from gpuwatch.supervise.ranks import RankView, aggregate
 

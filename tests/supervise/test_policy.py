@@ -24,7 +24,9 @@ from gpuwatch.supervise.actions import (
     pause_limit_s,
     thermal_verdict,
 )
-from gpuwatch.supervise.policy import Machine, backoff_delay_s, step
+from gpuwatch.supervise.exits import backoff_delay_s
+from gpuwatch.supervise.machine import Machine
+from gpuwatch.supervise.policy import step
 from gpuwatch.supervise.ranks import RankView
 
 CFG = TrainerConfig(name="t", command=["x"], debounce_s=2, max_pause_s=100, min_pause_s=0, grace_s=10, pause_ack_timeout_s=5,
@@ -391,3 +393,36 @@ def test_workers_restarted_by_torchrun_count_as_a_restart_of_the_run() -> None:
 def test_pause_limit(max_pause_s: float | None, mode: str, seen: bool, view: RankView | None,
                      expect: float | None) -> None:
     assert pause_limit_s(max_pause_s, mode, seen, view) == expect  # type: ignore[arg-type]
+
+
+# ---- restarts: each start after the first is counted once, by its reason --------------------------
+EARLIER = (("crash", 2),)
+
+
+def waiting(phase: P, after: str) -> Machine:
+    return Machine(phase=phase, after_stop=after, next_start=0, restarts_total=2,  # type: ignore[arg-type]
+                   restarts_by_reason=EARLIER)
+
+
+@pytest.mark.parametrize("machine, inputs, acts_expected, by_reason", [
+    (waiting(P.BACKOFF, "crash"), Inputs(now=1), [Spawn(resume=True)], (("crash", 3),)),
+    (waiting(P.BACKOFF, "hang"), Inputs(now=1), [Spawn(resume=True)], (("crash", 2), ("hang", 1))),
+    (waiting(P.BACKOFF, "restart"), Inputs(now=1), [Spawn(resume=True)], (("crash", 2), ("restart", 1))),
+    (waiting(P.BACKOFF, "max-pause"), Inputs(now=1), [Spawn(resume=True)], (("crash", 2), ("max-pause", 1))),
+    (waiting(P.BACKOFF, "gpu_reset"), Inputs(now=1), [Spawn(resume=True)], (("crash", 2), ("gpu_reset", 1))),
+    (waiting(P.STOPPED, "emergency"), Inputs(now=1), [Spawn(resume=True)], (("crash", 2), ("emergency", 1))),
+    # `gpuwatch restart`: a failed run resumes from its checkpoint, a finished one starts afresh
+    (replace(waiting(P.FAILED, "crash"), crashes=3), Inputs(now=1, command="restart"), [Spawn(resume=True)],
+     (("crash", 2), ("manual", 1))),
+    (waiting(P.FINISHED, "crash"), Inputs(now=1, command="restart"), [Spawn(resume=False)],
+     (("crash", 2), ("manual", 1))),
+    # torchrun restarted the job's workers: the same run goes on, nothing is spawned
+    (running(seen_job="j1", restarts_total=2, restarts_by_reason=EARLIER), Inputs(now=1, alive=True, ranks=ranks(job="j2")),
+     [], (("crash", 2), ("torchrun", 1))),
+])
+def test_each_restart_is_counted_once_by_reason(machine: Machine, inputs: Inputs, acts_expected: list[object],
+                                                by_reason: tuple[tuple[str, int], ...]) -> None:
+    m, acts = step(machine, CFG, inputs)
+    assert m.phase is P.RUNNING and acts == acts_expected
+    assert m.restarts_total == 3 and m.restarts_by_reason == by_reason
+    assert m.crashes == (machine.crashes if inputs.command != "restart" else 0)

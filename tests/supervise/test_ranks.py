@@ -38,6 +38,11 @@ HELD_HERE = dict(paused=True, wants=True, job_wanting=2, paused_by="node-a: hot"
     ([beat(0, paused=True)], dict(ranks=2, ranks_seen=1, steps_total=None, paused=False)),
     # no torchrun (LOCAL_WORLD_SIZE unknown): the ranks seen are the node's
     ([beat(0, local_world_size=None), beat(1, local_world_size=None)], dict(ranks=2, steps_total=100)),
+    # held at another node's request that no held rank names
+    ([beat(0, **{**HELD_BY_B, "paused_by": None}), beat(1, **{**HELD_BY_B, "paused_by": None})],
+     dict(paused=True, held_by="another node", paused_by=None)),
+    # a rank that has not stepped yet: no "last step" for the job
+    ([beat(0), beat(1, last_step_unix=None)], dict(last_step_unix=None, steps_per_s=10.0)),
 ])
 def test_view(beats: list[Heartbeat], expect: dict[str, object]) -> None:
     view = aggregate(beats, None)
@@ -60,3 +65,4 @@ def test_spans_nodes() -> None:
     assert view is not None and view.spans_nodes
     single = aggregate([beat(0), beat(1)], None)
     assert single is not None and not single.spans_nodes
+
