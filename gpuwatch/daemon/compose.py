@@ -53,9 +53,11 @@ class PowerConsumer(Protocol):
 
 
 class TrainerConsumer(Protocol):
-    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...],
-             powers: tuple[PowerState, ...]) -> tuple[TrainerState, ...]: ...
-    def set_thermal(self, thermal: ThermalConfig) -> None: ...  # a reload's new [thermal]
+    def start(self) -> None: ...  # once, before the first tick, on the main thread
+    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
+             config: Config) -> tuple[TrainerState, ...]: ...  # config: the live one
+    def command(self, verb: str, name: str | None) -> tuple[bool, str]: ...
+    def trees(self) -> dict[str, list[int]]: ...
     def stop(self) -> None: ...
 
 
@@ -204,5 +206,4 @@ def build_supervisor(config: Config) -> TrainerConsumer | None:
         return None
     from gpuwatch.supervise.supervisor import Supervisor
 
-    return Supervisor(list(config.trainer), config.thermal, config.resolved_runtime_dir / "trainers",
-                      governed_backstop_s=config.power.pause_backstop_s)
+    return Supervisor(list(config.trainer), config.resolved_runtime_dir / "trainers")

@@ -39,7 +39,6 @@ from gpuwatch.publish.document import to_document
 from gpuwatch.publish.http import HttpServer
 from gpuwatch.publish.state import StateHolder, write_state_file
 from gpuwatch.publish.summary import status_line
-from gpuwatch.supervise import orphans
 
 log = logging.getLogger("gpuwatch")
 T = TypeVar("T")
@@ -107,7 +106,7 @@ class Daemon:
             # pause only where the governor cannot hold the limit).
             powers = self._guard("power governor", lambda: power_part.tick(snapshot, fans), ())
         if trainer_part is not None:
-            trainers = self._guard("supervisor", lambda: trainer_part.tick(snapshot, fans, powers), ())
+            trainers = self._guard("supervisor", lambda: trainer_part.tick(snapshot, fans, powers, self.config), ())
         self.ticks_total += 1
         _count_read_errors(self.read_errors, snapshot)
         state = PublishedState(
@@ -137,7 +136,7 @@ class Daemon:
         self._install_signals()
         if self.parts.trainers is not None:
             # A trainer's double-forked setsid worker comes back to us, not to init (supervise/orphans.py).
-            orphans.become_subreaper()
+            self.parts.trainers.start()
         self._start_control()
         try:
             first = self.sampler.sample()
@@ -233,8 +232,6 @@ class Daemon:
                 self.http.set_thermal(self.config.thermal)
             if self.parts.power is not None:
                 self.parts.power.set_thermal(self.config.thermal)
-            if self.parts.trainers is not None:
-                self.parts.trainers.set_thermal(self.config.thermal)
 
     def shutdown(self) -> None:
         """Trainers first (they get their checkpoint time), then fans back to the firmware, then the caps."""

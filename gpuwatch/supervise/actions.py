@@ -113,10 +113,11 @@ class Inputs:
 
 def thermal_verdict(
     snapshot: Snapshot, gpus: tuple[str, ...], thermal: ThermalConfig, fans: tuple[FanState, ...],
-    powers: tuple[PowerState, ...] = (), backstop_s: float = 60.0,
+    powers: tuple[PowerState, ...], backstop_s: float,
 ) -> Thermal:
     """Hot/cool/critical for the GPUs a trainer uses (all GPUs when ``gpus`` is empty), and whether the
-    power governor still holds every hot one (then the pause waits up to ``backstop_s``)."""
+    power governor still holds every hot one (then the pause waits up to ``backstop_s``, the live
+    ``power.pause_backstop_s``: no default here, its one home is the config)."""
     readings = [g for g in snapshot.gpus if not gpus or g.gpu_id in gpus]
     hot = [b for g in readings for b in breaches(g, thermal)]
     warm = [b for g in readings for b in breaches(g, thermal, margin_c=thermal.hysteresis_c)]

@@ -47,6 +47,26 @@ class RankView:
         return self.world_size is not None and self.world_size > self.ranks
 
 
+@dataclass(frozen=True)
+class Reported:
+    """What a trainer reports of its progress: its job's ranks when it runs one, else its one heartbeat."""
+
+    steps_total: int | None
+    steps_per_s: float | None
+    last_step_unix: float | None
+    acknowledged: bool  # it holds for our pause (a job: every local rank, having seen our own request)
+
+
+def reported(ranks: RankView | None, beat: Heartbeat | None) -> Reported:
+    """A distributed job's ranks (one file each) speak for it, their view being the job's; a single process
+    has its one heartbeat; a trainer that never wrote either reports nothing."""
+    if ranks is not None:
+        return Reported(ranks.steps_total, ranks.steps_per_s, ranks.last_step_unix, ranks.acknowledged)
+    if beat is not None:
+        return Reported(beat.steps_total, beat.steps_per_s, beat.last_step_unix, beat.paused)
+    return Reported(None, None, None, False)
+
+
 def aggregate(beats: Iterable[Heartbeat], live_pids: Collection[int] | None) -> RankView | None:
     """The view of the live ranks' beats (None: no rank of a live process has written one)."""
     live = _live_rank_beats(beats, live_pids)

@@ -62,9 +62,9 @@ def test_reload_hands_thermal_to_metrics_and_the_supervisor(tmp_path: Path) -> N
     daemon.start_http()
     try:
         daemon.tick()
-        assert daemon.reload()
         supervisor = daemon.parts.trainers
-        assert supervisor is not None and supervisor.trainers[0].thermal.edge_limit_c == 50  # type: ignore[attr-defined]
+        assert supervisor is not None and supervisor.trainers[0].machine.hot_since is None  # type: ignore[attr-defined]
+        assert daemon.reload()
         # The governor holds the card under the same limit the supervisor pauses at, never the old one.
         power = daemon.parts.power
         assert power is not None and power._thermals(card.pci_slot)[0].edge_limit_c == 50  # type: ignore[attr-defined]
@@ -76,5 +76,7 @@ def test_reload_hands_thermal_to_metrics_and_the_supervisor(tmp_path: Path) -> N
         daemon.tick()
         document = daemon.holder.document()
         assert document is not None and document["gpus"][0]["temperatures"]["edge"]["limit_c"] == 50
+        # The supervisor judges on the live [thermal] (no copy to hand over): edge 60 °C is hot at 50 °C.
+        assert supervisor.trainers[0].machine.hot_since is not None  # type: ignore[attr-defined]
     finally:
         daemon.shutdown()

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from gpuwatch.config.cooling import ThermalConfig
+from gpuwatch.config.cooling import PowerConfig, ThermalConfig
 from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.model import FanMode, FanState, GpuReading, PowerMode, PowerState, Snapshot, TempReading
 from gpuwatch.model import TrainerPhase as P
@@ -35,6 +35,7 @@ CFG = TrainerConfig(name="t", command=["x"], debounce_s=2, max_pause_s=100, min_
 HOT = Thermal(hot=True, cool=False, reason="hot: junction")
 WARM = Thermal(hot=False, cool=False)
 CRIT = Thermal(hot=True, cool=False, critical=True, reason="emergency: crit")
+BACKSTOP_S = PowerConfig().pause_backstop_s  # its one default, in the config
 
 
 def running(**kw: object) -> Machine:
@@ -258,17 +259,17 @@ def _gpu(gpu_id: str, junction_c: float) -> GpuReading:
                                                          (100, True, False, False), (110, True, False, True)])
 def test_thermal_verdict_uses_card_crit(temp_c: float, hot: bool, cool: bool, critical: bool) -> None:
     snap = Snapshot(0, 0, (_gpu("0000:03:00.0", temp_c), _gpu("0000:04:00.0", 20)))
-    v = thermal_verdict(snap, ("0000:03:00.0",), ThermalConfig(), ())
+    v = thermal_verdict(snap, ("0000:03:00.0",), ThermalConfig(), (), (), BACKSTOP_S)
     assert (v.hot, v.cool, v.critical) == (hot, cool, critical)
-    other = thermal_verdict(snap, ("0000:04:00.0",), ThermalConfig(), ())
+    other = thermal_verdict(snap, ("0000:04:00.0",), ThermalConfig(), (), (), BACKSTOP_S)
     assert not other.hot
 
 
 def test_fan_failsafe_is_critical_only_for_own_gpus() -> None:
     snap = Snapshot(0, 0, (_gpu("a", 50), _gpu("b", 50)))
     fans = (FanState(gpu_id="b", backend="pwm1", mode=FanMode.FAILSAFE),)
-    assert thermal_verdict(snap, ("b",), ThermalConfig(), fans).critical
-    assert not thermal_verdict(snap, ("a",), ThermalConfig(), fans).critical
+    assert thermal_verdict(snap, ("b",), ThermalConfig(), fans, (), BACKSTOP_S).critical
+    assert not thermal_verdict(snap, ("a",), ThermalConfig(), fans, (), BACKSTOP_S).critical
 
 
 def test_governed_hot_gpu_waits_for_the_backstop_then_pauses() -> None:

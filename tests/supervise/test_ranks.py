@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from gpuwatch.heartbeat import Heartbeat
-from gpuwatch.supervise.ranks import aggregate
+from gpuwatch.supervise.ranks import Reported, aggregate, reported
 
 
 def beat(rank: int, steps: int = 100, paused: bool = False, **kw: object) -> Heartbeat:
@@ -66,3 +66,17 @@ def test_spans_nodes() -> None:
     single = aggregate([beat(0), beat(1)], None)
     assert single is not None and not single.spans_nodes
 
+
+VIEW = aggregate([beat(0, **HELD_HERE), beat(1, **HELD_HERE)], None)
+
+
+@pytest.mark.parametrize("ranks, single, expected", [
+    # a job's ranks speak for it, whatever the leader's own file says
+    (VIEW, beat(0, steps=7, paused=False), Reported(100, 10.0, 50.0, acknowledged=True)),
+    # one process: its heartbeat (rank None)
+    (None, replace(beat(0, steps=7, paused=True), rank=None), Reported(7, 10.0, 50.0, acknowledged=True)),
+    # nothing written yet
+    (None, None, Reported(None, None, None, acknowledged=False)),
+])
+def test_reported_progress(ranks: object, single: Heartbeat | None, expected: Reported) -> None:
+    assert reported(ranks, single) == expected  # type: ignore[arg-type]
