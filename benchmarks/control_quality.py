@@ -49,7 +49,7 @@ from gpuwatch.power.rules import fan_can_rise, headroom_c  # noqa: E402
 from gpuwatch.sim import navi10  # noqa: E402
 from gpuwatch.sim.physics import ThermalInputs, ThermalParams, ThermalState, idle_state, speed_ratio, step  # noqa: E402
 from gpuwatch.supervise.actions import Inputs, thermal_verdict  # noqa: E402
-from gpuwatch.supervise.policy import Machine  # noqa: E402
+from gpuwatch.supervise.machine import Machine  # noqa: E402
 from gpuwatch.supervise.policy import step as supervise  # noqa: E402
 
 GPU = "0000:28:00.0"

@@ -73,6 +73,12 @@ class TempReading:
     emergency_c: float | None = None
 
 
+def at_crit(temp_c: float | None, crit_c: float | None) -> bool:
+    """At or above the card's own crit temperature; False when either is unknown. The one rule behind the
+    fan's full speed (fan/curve.py) and the supervisor's emergency stop (supervise/actions.py)."""
+    return temp_c is not None and crit_c is not None and temp_c >= crit_c
+
+
 @dataclass(frozen=True)
 class ReadError:
     """A file that exists but could not be read or parsed this tick."""

@@ -136,6 +136,7 @@ class Daemon:
         """Tick until SIGTERM/SIGINT; always stop trainers, restore fans and caps, remove the state file."""
         self._install_signals()
         if self.parts.trainers is not None:
+            # A trainer's double-forked setsid worker comes back to us, not to init (supervise/orphans.py).
             self.parts.trainers.start()
         self._start_control()
         try:

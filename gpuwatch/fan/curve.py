@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from gpuwatch.config.cooling import FanConfig, Point
+from gpuwatch.model import at_crit
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ def decide(
     if params.frozen_after_ticks and same >= params.frozen_after_ticks:
         # No dead band afterwards: the frozen value says nothing about how hot the GPU really was.
         return _full(base, f"temperature frozen at {temp_c:g} °C for {same} ticks", ref_temp_c=None)
-    if crit_c is not None and temp_c >= crit_c:
+    if at_crit(temp_c, crit_c):
         full = _full(base, None, ref_temp_c=temp_c)
         return replace(full, crit=True)
     target = apply_floor(interpolate(params.points, temp_c), params.floor_percent, minimum_percent)

@@ -1,3 +1,3 @@
-"""Act on training runs: the supervisor's pure state machine (policy), its effects (supervisor), one
-training command's process tree (process) and the checkpoint check. Imports nothing.
+"""Act on training runs: observe each trainer, step its pure state machine, carry out what it decides.
+Imports nothing, so importing ``gpuwatch.supervise.policy`` never pulls in the process code.
 """

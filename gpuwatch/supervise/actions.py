@@ -10,7 +10,7 @@ from typing import Literal
 
 from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.limits import breaches
-from gpuwatch.model import FanMode, FanState, PowerState, Snapshot
+from gpuwatch.model import FanMode, FanState, PowerState, Snapshot, at_crit
 from gpuwatch.supervise.ranks import RankView
 
 # A SIGSTOP pause of a job stays this share below its process-group timeout; of a program that never
@@ -22,6 +22,9 @@ Command = Literal["pause", "resume", "restart"]  # manual, from `gpuwatch pause|
 # pause file (the launcher holds at a step), SIGSTOP, or held at another node's request (a job's ranks)
 PauseMode = Literal["cooperative", "sigstop", "remote"]
 AfterStop = Literal["restart", "max-pause", "hang", "crash", "emergency", "shutdown", "gpu_reset"]
+# What a restart counts as (``restarts_by_reason``): the stop before it, a manual restart, or torchrun
+# restarting its workers within the run.
+RestartReason = AfterStop | Literal["manual", "torchrun"]
 
 
 # ---- actions -------------------------------------------------------------------------------------
@@ -110,10 +113,11 @@ class Inputs:
 
 def thermal_verdict(
     snapshot: Snapshot, gpus: tuple[str, ...], thermal: ThermalConfig, fans: tuple[FanState, ...],
-    powers: tuple[PowerState, ...] = (), backstop_s: float = 60.0,
+    powers: tuple[PowerState, ...], backstop_s: float,
 ) -> Thermal:
     """Hot/cool/critical for the GPUs a trainer uses (all GPUs when ``gpus`` is empty), and whether the
-    power governor still holds every hot one (then the pause waits up to ``backstop_s``)."""
+    power governor still holds every hot one (then the pause waits up to ``backstop_s``, the live
+    ``power.pause_backstop_s``: no default here, its one home is the config)."""
     readings = [g for g in snapshot.gpus if not gpus or g.gpu_id in gpus]
     hot = [b for g in readings for b in breaches(g, thermal)]
     warm = [b for g in readings for b in breaches(g, thermal, margin_c=thermal.hysteresis_c)]
@@ -121,7 +125,7 @@ def thermal_verdict(
         f"{g.gpu_id} {t.label} {t.temp_c:.0f}°C at crit {t.crit_c:.0f}°C"
         for g in readings
         for t in g.temps
-        if t.temp_c is not None and t.crit_c is not None and t.temp_c >= t.crit_c
+        if at_crit(t.temp_c, t.crit_c)
     ]
     used = {g.gpu_id for g in readings}
     crit += [f"{f.gpu_id} fan failsafe" for f in fans if f.mode == FanMode.FAILSAFE and f.gpu_id in used]

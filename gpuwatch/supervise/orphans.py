@@ -26,6 +26,8 @@ from pathlib import Path
 
 import psutil
 
+from gpuwatch.config.file import REAL_PROC_ROOT, REAL_SYSFS_ROOT
+
 log = logging.getLogger("gpuwatch.supervisor")
 
 RUN_ENV = "GPUWATCH_RUN_ID"
@@ -56,8 +58,8 @@ def unified_path(proc_cgroup: str) -> str | None:
     return None
 
 
-def unit_cgroup(environ: Mapping[str, str] = os.environ, proc: Path = Path("/proc"),
-                cgroupfs: Path = Path("/sys/fs/cgroup")) -> Path | None:
+def unit_cgroup(environ: Mapping[str, str] = os.environ, proc: Path = REAL_PROC_ROOT,
+                cgroupfs: Path = REAL_SYSFS_ROOT / "fs/cgroup") -> Path | None:
     """The directory of the systemd service's cgroup this process runs in; None outside a service.
 
     ``INVOCATION_ID`` is set by systemd for every process of a unit; the path must name a ``.service``

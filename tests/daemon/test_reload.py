@@ -62,12 +62,14 @@ def test_reload_hands_thermal_to_metrics_and_the_supervisor(tmp_path: Path) -> N
     daemon.start_http()
     try:
         daemon.tick()
-        assert daemon.reload()
         supervisor = daemon.parts.trainers
-        assert supervisor is not None and supervisor.trainers[0].thermal.edge_limit_c == 50  # type: ignore[attr-defined]
+        assert supervisor is not None and supervisor.trainers[0].machine.hot_since is None  # type: ignore[attr-defined]
+        assert daemon.reload()
         # The governor holds the card under the same limit the supervisor pauses at, never the old one.
-        power = daemon.parts.power
-        assert power is not None and power._thermals(card.pci_slot)[0].edge_limit_c == 50  # type: ignore[attr-defined]
+        # Its tick is given the daemon's live config (no copy to hand over), and holds the limits it names.
+        from gpuwatch.power.rules import thermals_on
+
+        assert thermals_on(daemon.config, card.pci_slot)[0].edge_limit_c == 50
         # /metrics renders the last published state with the new limits at once, before any tick.
         with urllib.request.urlopen(f"http://127.0.0.1:{daemon.http_port}/metrics", timeout=10) as response:
             text = response.read().decode()
@@ -76,5 +78,7 @@ def test_reload_hands_thermal_to_metrics_and_the_supervisor(tmp_path: Path) -> N
         daemon.tick()
         document = daemon.holder.document()
         assert document is not None and document["gpus"][0]["temperatures"]["edge"]["limit_c"] == 50
+        # The supervisor judges on the live [thermal] (no copy to hand over): edge 60 °C is hot at 50 °C.
+        assert supervisor.trainers[0].machine.hot_since is not None  # type: ignore[attr-defined]
     finally:
         daemon.shutdown()

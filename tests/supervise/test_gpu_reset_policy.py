@@ -12,7 +12,8 @@ from gpuwatch.model import GpuProcess, GpuResetState, Snapshot
 from gpuwatch.model import TrainerPhase as P
 from gpuwatch.supervise.actions import Abandon, CancelPause, Inputs, Kill, Spawn, Terminate
 from gpuwatch.supervise.gpu_use import GpuVerdict, gpu_verdict, judged_gpus, trainer_use
-from gpuwatch.supervise.policy import Machine, step
+from gpuwatch.supervise.machine import Machine
+from gpuwatch.supervise.policy import step
 
 CFG = TrainerConfig(name="t", command=["x"], grace_s=120, gpu_reset_grace_s=5, stuck_after_s=30,
                     give_up_after_crashes=3, hang_timeout_s=1800, stable_after_s=1000)

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from gpuwatch.config.cooling import ThermalConfig
+from gpuwatch.config.cooling import PowerConfig, ThermalConfig
 from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.model import FanMode, FanState, GpuReading, PowerMode, PowerState, Snapshot, TempReading
 from gpuwatch.model import TrainerPhase as P
@@ -24,7 +24,9 @@ from gpuwatch.supervise.actions import (
     pause_limit_s,
     thermal_verdict,
 )
-from gpuwatch.supervise.policy import Machine, backoff_delay_s, step
+from gpuwatch.supervise.exits import backoff_delay_s
+from gpuwatch.supervise.machine import Machine
+from gpuwatch.supervise.policy import step
 from gpuwatch.supervise.ranks import RankView
 
 CFG = TrainerConfig(name="t", command=["x"], debounce_s=2, max_pause_s=100, min_pause_s=0, grace_s=10, pause_ack_timeout_s=5,
@@ -33,6 +35,7 @@ CFG = TrainerConfig(name="t", command=["x"], debounce_s=2, max_pause_s=100, min_
 HOT = Thermal(hot=True, cool=False, reason="hot: junction")
 WARM = Thermal(hot=False, cool=False)
 CRIT = Thermal(hot=True, cool=False, critical=True, reason="emergency: crit")
+BACKSTOP_S = PowerConfig().pause_backstop_s  # its one default, in the config
 
 
 def running(**kw: object) -> Machine:
@@ -256,17 +259,17 @@ def _gpu(gpu_id: str, junction_c: float) -> GpuReading:
                                                          (100, True, False, False), (110, True, False, True)])
 def test_thermal_verdict_uses_card_crit(temp_c: float, hot: bool, cool: bool, critical: bool) -> None:
     snap = Snapshot(0, 0, (_gpu("0000:03:00.0", temp_c), _gpu("0000:04:00.0", 20)))
-    v = thermal_verdict(snap, ("0000:03:00.0",), ThermalConfig(), ())
+    v = thermal_verdict(snap, ("0000:03:00.0",), ThermalConfig(), (), (), BACKSTOP_S)
     assert (v.hot, v.cool, v.critical) == (hot, cool, critical)
-    other = thermal_verdict(snap, ("0000:04:00.0",), ThermalConfig(), ())
+    other = thermal_verdict(snap, ("0000:04:00.0",), ThermalConfig(), (), (), BACKSTOP_S)
     assert not other.hot
 
 
 def test_fan_failsafe_is_critical_only_for_own_gpus() -> None:
     snap = Snapshot(0, 0, (_gpu("a", 50), _gpu("b", 50)))
     fans = (FanState(gpu_id="b", backend="pwm1", mode=FanMode.FAILSAFE),)
-    assert thermal_verdict(snap, ("b",), ThermalConfig(), fans).critical
-    assert not thermal_verdict(snap, ("a",), ThermalConfig(), fans).critical
+    assert thermal_verdict(snap, ("b",), ThermalConfig(), fans, (), BACKSTOP_S).critical
+    assert not thermal_verdict(snap, ("a",), ThermalConfig(), fans, (), BACKSTOP_S).critical
 
 
 def test_governed_hot_gpu_waits_for_the_backstop_then_pauses() -> None:
@@ -391,3 +394,36 @@ def test_workers_restarted_by_torchrun_count_as_a_restart_of_the_run() -> None:
 def test_pause_limit(max_pause_s: float | None, mode: str, seen: bool, view: RankView | None,
                      expect: float | None) -> None:
     assert pause_limit_s(max_pause_s, mode, seen, view) == expect  # type: ignore[arg-type]
+
+
+# ---- restarts: each start after the first is counted once, by its reason --------------------------
+EARLIER = (("crash", 2),)
+
+
+def waiting(phase: P, after: str) -> Machine:
+    return Machine(phase=phase, after_stop=after, next_start=0, restarts_total=2,  # type: ignore[arg-type]
+                   restarts_by_reason=EARLIER)
+
+
+@pytest.mark.parametrize("machine, inputs, acts_expected, by_reason", [
+    (waiting(P.BACKOFF, "crash"), Inputs(now=1), [Spawn(resume=True)], (("crash", 3),)),
+    (waiting(P.BACKOFF, "hang"), Inputs(now=1), [Spawn(resume=True)], (("crash", 2), ("hang", 1))),
+    (waiting(P.BACKOFF, "restart"), Inputs(now=1), [Spawn(resume=True)], (("crash", 2), ("restart", 1))),
+    (waiting(P.BACKOFF, "max-pause"), Inputs(now=1), [Spawn(resume=True)], (("crash", 2), ("max-pause", 1))),
+    (waiting(P.BACKOFF, "gpu_reset"), Inputs(now=1), [Spawn(resume=True)], (("crash", 2), ("gpu_reset", 1))),
+    (waiting(P.STOPPED, "emergency"), Inputs(now=1), [Spawn(resume=True)], (("crash", 2), ("emergency", 1))),
+    # `gpuwatch restart`: a failed run resumes from its checkpoint, a finished one starts afresh
+    (replace(waiting(P.FAILED, "crash"), crashes=3), Inputs(now=1, command="restart"), [Spawn(resume=True)],
+     (("crash", 2), ("manual", 1))),
+    (waiting(P.FINISHED, "crash"), Inputs(now=1, command="restart"), [Spawn(resume=False)],
+     (("crash", 2), ("manual", 1))),
+    # torchrun restarted the job's workers: the same run goes on, nothing is spawned
+    (running(seen_job="j1", restarts_total=2, restarts_by_reason=EARLIER), Inputs(now=1, alive=True, ranks=ranks(job="j2")),
+     [], (("crash", 2), ("torchrun", 1))),
+])
+def test_each_restart_is_counted_once_by_reason(machine: Machine, inputs: Inputs, acts_expected: list[object],
+                                                by_reason: tuple[tuple[str, int], ...]) -> None:
+    m, acts = step(machine, CFG, inputs)
+    assert m.phase is P.RUNNING and acts == acts_expected
+    assert m.restarts_total == 3 and m.restarts_by_reason == by_reason
+    assert m.crashes == (machine.crashes if inputs.command != "restart" else 0)

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from gpuwatch.heartbeat import Heartbeat
-from gpuwatch.supervise.ranks import aggregate
+from gpuwatch.supervise.ranks import Reported, aggregate, reported
 
 
 def beat(rank: int, steps: int = 100, paused: bool = False, **kw: object) -> Heartbeat:
@@ -38,6 +38,11 @@ HELD_HERE = dict(paused=True, wants=True, job_wanting=2, paused_by="node-a: hot"
     ([beat(0, paused=True)], dict(ranks=2, ranks_seen=1, steps_total=None, paused=False)),
     # no torchrun (LOCAL_WORLD_SIZE unknown): the ranks seen are the node's
     ([beat(0, local_world_size=None), beat(1, local_world_size=None)], dict(ranks=2, steps_total=100)),
+    # held at another node's request that no held rank names
+    ([beat(0, **{**HELD_BY_B, "paused_by": None}), beat(1, **{**HELD_BY_B, "paused_by": None})],
+     dict(paused=True, held_by="another node", paused_by=None)),
+    # a rank that has not stepped yet: no "last step" for the job
+    ([beat(0), beat(1, last_step_unix=None)], dict(last_step_unix=None, steps_per_s=10.0)),
 ])
 def test_view(beats: list[Heartbeat], expect: dict[str, object]) -> None:
     view = aggregate(beats, None)
@@ -60,3 +65,18 @@ def test_spans_nodes() -> None:
     assert view is not None and view.spans_nodes
     single = aggregate([beat(0), beat(1)], None)
     assert single is not None and not single.spans_nodes
+
+
+VIEW = aggregate([beat(0, **HELD_HERE), beat(1, **HELD_HERE)], None)
+
+
+@pytest.mark.parametrize("ranks, single, expected", [
+    # a job's ranks speak for it, whatever the leader's own file says
+    (VIEW, beat(0, steps=7, paused=False), Reported(100, 10.0, 50.0, acknowledged=True)),
+    # one process: its heartbeat (rank None)
+    (None, replace(beat(0, steps=7, paused=True), rank=None), Reported(7, 10.0, 50.0, acknowledged=True)),
+    # nothing written yet
+    (None, None, Reported(None, None, None, acknowledged=False)),
+])
+def test_reported_progress(ranks: object, single: Heartbeat | None, expected: Reported) -> None:
+    assert reported(ranks, single) == expected  # type: ignore[arg-type]

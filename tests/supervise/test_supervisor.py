@@ -20,6 +20,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpuwatch.config.cooling import ThermalConfig
+from gpuwatch.config.file import Config
 from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
@@ -63,7 +64,8 @@ class Harness:
         # Tests may run as root; a root daemon only runs a trainer as root when asked to.
         base = {"name": "t", "gpus": [SLOT], "cwd": tmp, "user": pwd.getpwuid(os.geteuid()).pw_name}
         cfg = TrainerConfig(**{**base, **FAST, **trainer})
-        self.sup = Supervisor([cfg], ThermalConfig(), tmp / "state")
+        self.config = Config()  # the live configuration each tick reads (default [thermal] and [power])
+        self.sup = Supervisor([cfg], tmp / "state")
         self.trainer = self.sup.trainers[0]
 
     def set_junction_c(self, temp_c: float) -> None:
@@ -71,7 +73,7 @@ class Harness:
         self.fake.write(f"{self.hwmon}/temp2_input", f"{int(temp_c * 1000)}\n")
 
     def tick(self) -> TrainerState:
-        return self.sup.tick(self.sampler.sample(), self.fans)[0]
+        return self.sup.tick(self.sampler.sample(), self.fans, (), self.config)[0]
 
     def until(self, pred: Callable[[TrainerState], bool], timeout_s: float = 8.0) -> TrainerState:
         """Tick until the trainer's state satisfies ``pred``."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from gpuwatch.config.cooling import ThermalConfig
+from gpuwatch.config.file import Config
 from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.heartbeat import Heartbeat, read_rank_heartbeats
 from gpuwatch.model import TrainerPhase, TrainerState
@@ -36,6 +36,8 @@ FAST_ENV = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "GPUWATCH_AGREE_INT
             "GPUWATCH_HOLD_POLL_S": "0.01", "GPUWATCH_HEARTBEAT_INTERVAL_S": "0.05"}
 # One bounded wait for anything a job does on 2 busy cores (starting torch in 3-5 processes takes 5-20 s).
 JOB_WAIT_S = 120.0
+# The configuration each tick reads: the defaults (no GPUs here, so no limit is ever reached).
+LIVE_CONFIG = Config()
 
 
 def gpuwatch_train(*command: str, fallback: str = "auto") -> list[str]:
@@ -63,7 +65,7 @@ class Supervised:
     """One trainer under a Supervisor ticking every ``tick_s`` on its own thread."""
 
     def __init__(self, tmp: Path, config: dict[str, Any], tick_s: float = 0.02) -> None:
-        self.supervisor = Supervisor([TrainerConfig(**config)], ThermalConfig(), tmp / "run")
+        self.supervisor = Supervisor([TrainerConfig(**config)], tmp / "run")
         self.trainer: Trainer = self.supervisor.trainers[0]
         self.tick_s = tick_s
         self._state: TrainerState | None = None
@@ -72,7 +74,7 @@ class Supervised:
         self._thread = threading.Thread(target=self._run, name="ticks", daemon=True)
 
     def __enter__(self) -> Supervised:
-        self._state = self.supervisor.tick(None)[0]
+        self._state = self.supervisor.tick(None, (), (), LIVE_CONFIG)[0]
         self._thread.start()
         return self
 
@@ -84,7 +86,7 @@ class Supervised:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            states = self.supervisor.tick(None)
+            states = self.supervisor.tick(None, (), (), LIVE_CONFIG)
             with self._lock:
                 self._state = states[0]
             self._stop.wait(self.tick_s)

@@ -1,0 +1,80 @@
+"""A trainer's supervisor state (the frozen ``Machine``) and the typed steps its transitions are made of (pure).
+
+policy.py decides which transition a tick makes; the helpers here are how: every field a transition
+changes is named in a ``dataclasses.replace`` call or one of these functions, so mypy checks each
+name and type (no ``**changes: Any``). Counters that are published (restarts, pauses, resumes) live
+here next to the run's progress tracking; ``TrainerState`` repeats them for the status document.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from gpuwatch.model import TrainerPhase
+from gpuwatch.supervise.actions import Action, AfterStop, PauseMode, RestartReason
+
+
+@dataclass(frozen=True)
+class Machine:
+    phase: TrainerPhase = TrainerPhase.STARTING
+    since: float = 0.0
+    run_started: float | None = None
+    hot_since: float | None = None
+    paused_since: float | None = None
+    pause_mode: PauseMode | None = None
+    manual_pause: bool = False
+    stop_sent: float | None = None
+    killed: bool = False
+    after_stop: AfterStop | None = None  # why the current stop was asked for
+    last_progress: float = 0.0
+    run_progressed: bool = False
+    heartbeat_seen: bool = False
+    seen_steps: int | None = None
+    seen_mtime: float | None = None
+    seen_log_bytes: int = 0
+    seen_job: str | None = None  # the job incarnation its ranks report (torchrun restarts change it)
+    crashes: int = 0  # consecutive crashes without progress
+    next_start: float | None = None
+    restarts_total: int = 0
+    restarts_by_reason: tuple[tuple[str, int], ...] = ()
+    pauses_total: int = 0
+    resumes_total: int = 0
+    last_exit_code: int | None = None
+    last_exit_reason: str | None = None
+    reason: str | None = None
+    events: tuple[str, ...] = field(default=(), compare=False)
+
+
+# The phases with a process that may still be there (a run in flight).
+LIVE = (TrainerPhase.RUNNING, TrainerPhase.PAUSING, TrainerPhase.PAUSED, TrainerPhase.STOPPING)
+Transition = tuple[Machine, list[Action]]  # the machine after a tick and what to carry out
+
+
+def enter(machine: Machine, phase: TrainerPhase, now: float, reason: str) -> Machine:
+    """Into ``phase`` at ``now``; ``reason`` is published and logged as this tick's event. A transition that
+    changes other fields does so before, with ``replace`` or a helper below."""
+    return note(replace(machine, phase=phase, since=now, reason=reason), reason)
+
+
+def note(machine: Machine, event: str | None = None) -> Machine:
+    """Log ``event`` (default: the current reason) for this tick without changing phase."""
+    return replace(machine, events=machine.events + (event or machine.reason or "",))
+
+
+def new_run(machine: Machine, now: float) -> Machine:
+    """A new run starts its progress tracking afresh: its crashes count as without progress until it makes some."""
+    return replace(machine, run_started=now, last_progress=now, run_progressed=False, seen_log_bytes=0,
+                   seen_steps=None, seen_mtime=None, hot_since=None, seen_job=None)
+
+
+def count_restart(machine: Machine, why: RestartReason) -> Machine:
+    """One more restart, also counted by reason (kept sorted by reason: the published order)."""
+    counts = dict(machine.restarts_by_reason)
+    counts[why] = counts.get(why, 0) + 1
+    return replace(machine, restarts_total=machine.restarts_total + 1,
+                   restarts_by_reason=tuple(sorted(counts.items())))
+
+
+def paused_for_s(machine: Machine, now: float) -> float:
+    """How long the current pause has lasted (from entering the phase when no pause start is known)."""
+    return now - (machine.paused_since if machine.paused_since is not None else machine.since)
