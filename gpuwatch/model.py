@@ -18,6 +18,10 @@ FanBackendName = Literal["pwm1", "gpu_od", "none"]
 EnergySource = Literal["accumulator", "integrated"]
 # Why a card throttles itself: the groups of the kernel's SMU_THROTTLER_* bits (gpus/throttle.py).
 THROTTLE_REASONS = ("power", "current", "thermal", "other")
+# The pwm range hwmon defines when a card does not say otherwise: the kernel's sysfs-interface
+# (Documentation/hwmon/sysfs-interface.rst) has pwm[1-*] "Integer value in the range 0 to 255".
+# amdgpu also exposes pwm1_min/pwm1_max; the fan backends fall back to this range without them.
+PWM_MAX_DEFAULT = 255
 # Where the power governor sets a GPU's cap: amdgpu's hwmon power1_cap, or NVML's power management limit.
 PowerCapBackendName = Literal["hwmon", "nvml"]
 
@@ -179,9 +183,20 @@ class GpuReading:
 
     @property
     def pwm_ratio(self) -> float | None:
+        """The sampled pwm as 0-1 of the range the card reports; None without ``pwm1_max``.
+
+        Unlike a duty the fan controller wrote (publish's fan families read those on
+        PWM_MAX_DEFAULT's scale, the one the backend wrote on), a sampled pwm of a card that does not
+        report its range is not guessed: missing is None (/status ``pwm_ratio``, gpuwatch_gpu_fan_duty_ratio).
+        """
         if self.pwm is None or not self.pwm_max:
             return None
         return pwm_ratio(self.pwm, self.pwm_min, self.pwm_max)
+
+    @property
+    def fan_duty(self) -> float | None:
+        """The fan's duty as sampled, 0-1: pwm1 where the card has one, else the board's own duty (NVML)."""
+        return fan_duty(self.pwm_ratio, self.fan_duty_ratio)
 
     def gone(self, why: str, unresponsive: bool = False) -> GpuReading:
         """This GPU's identity alone, ``up=False``: how a GPU that vanished (or hangs) stays visible to alerts."""
@@ -198,6 +213,14 @@ def pwm_ratio(pwm: int, pwm_min: int | None, pwm_max: int) -> float | None:
     if pwm_max <= low:
         return None
     return max(0.0, min(1.0, (pwm - low) / (pwm_max - low)))
+
+
+def fan_duty(pwm_duty_ratio: float | None, board_duty_ratio: float | None) -> float | None:
+    """pwm1 wins: it is what the fan is driven by; a board without one (NVML) reports a duty instead.
+
+    A function beside ``GpuReading.fan_duty`` because a remote /status document (cli/fleet.py) carries
+    both values (``pwm_ratio``, ``fan_duty_ratio``) but no reading."""
+    return pwm_duty_ratio if pwm_duty_ratio is not None else board_duty_ratio
 
 
 @dataclass(frozen=True)

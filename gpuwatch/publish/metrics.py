@@ -17,6 +17,7 @@ from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.limits import over_limit, sensor_limit_c
 from gpuwatch.publish.health_metrics import health
 from gpuwatch.model import (
+    PWM_MAX_DEFAULT,
     FanMode,
     FanState,
     GpuReading,
@@ -31,7 +32,7 @@ from gpuwatch.publish.use_metrics import process_families, reset_families
 P = "gpuwatch_"
 GPU_INFO_LABELS = ("gpu", "card", "backend", "name", "device_id", "subsystem_id", "unique_id", "vbios_version")
 
-# (metric suffix, help, GpuReading attribute, scale to base unit)
+# (metric suffix, help, GpuReading attribute or property, scale to base unit)
 _GPU_GAUGES: tuple[tuple[str, str, str, float], ...] = (
     ("gpu_busy_ratio", "GPU engine busy, 0-1 (gpu_busy_percent).", "gpu_busy_ratio", 1.0),
     ("gpu_memory_busy_ratio", "VRAM controller busy, 0-1 (mem_busy_percent).", "mem_busy_ratio", 1.0),
@@ -157,7 +158,7 @@ def _gpus(state: PublishedState, thermal: ThermalConfig) -> list[Metric]:
     for suffix, doc, attr, scale in _GPU_GAUGES:
         family = _gauge(suffix, doc)
         for gpu in gpus:
-            value = _fan_duty(gpu) if attr == "fan_duty" else getattr(gpu, attr)
+            value = getattr(gpu, attr)
             if value is not None:
                 family.add_metric([gpu.gpu_id], value * scale)
         out.append(family)
@@ -174,11 +175,6 @@ def _gpus(state: PublishedState, thermal: ThermalConfig) -> list[Metric]:
     for gpu_id, sensor, count in state.read_errors_total:
         errors.add_metric([gpu_id, sensor], count)
     return [*out, failing, errors]
-
-
-def _fan_duty(gpu: GpuReading) -> float | None:
-    """pwm1 where the card has one; NVML boards report a duty percentage instead."""
-    return gpu.pwm_ratio if gpu.pwm_ratio is not None else gpu.fan_duty_ratio
 
 
 def _temperatures(gpus: tuple[GpuReading, ...], thermal: ThermalConfig) -> list[Metric]:
@@ -221,10 +217,15 @@ def _clocks(gpus: tuple[GpuReading, ...]) -> list[Metric]:
 
 
 def _duty(pwm: int | None, gpu: GpuReading | None) -> float | None:
-    """A raw pwm value as 0-1 with the card's own pwm range (0-255 when the card does not say)."""
+    """A pwm value the fan controller wrote (or read back), as 0-1 of the card's own pwm range.
+
+    A card that does not report pwm1_max gets PWM_MAX_DEFAULT: the scale the backend itself wrote
+    on (fan/pwm1.py falls back to it, fan/gpu_od.py always writes on it). A sampled pwm is not
+    guessed that way (``GpuReading.pwm_ratio``): there the range is the card's to say.
+    """
     if pwm is None:
         return None
-    return pwm_ratio(pwm, gpu.pwm_min if gpu else None, (gpu.pwm_max if gpu else None) or 255)
+    return pwm_ratio(pwm, gpu.pwm_min if gpu else None, (gpu.pwm_max if gpu else None) or PWM_MAX_DEFAULT)
 
 
 def _fans(state: PublishedState) -> list[Metric]:

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpuwatch.config.cooling import ThermalConfig
-from gpuwatch.model import GpuReading, PublishedState, ReadError, Snapshot, TempReading
+from gpuwatch.model import PWM_MAX_DEFAULT, FanMode, FanState, GpuReading, PublishedState, ReadError, Snapshot, TempReading
 from gpuwatch.publish.metrics import GpuwatchCollector
 from tests.support.paths import TESTS
 from tests.support.published import GPU_GONE, example_state
@@ -112,3 +112,14 @@ def test_current_read_errors_are_flagged_per_sensor() -> None:
 def test_fan_duty_prefers_pwm_then_board_duty(reading: GpuReading, duty: float) -> None:
     got = samples(exposition(PublishedState(snapshot=Snapshot(0.0, 0.0, (reading,)))))
     assert got['gpuwatch_gpu_fan_duty_ratio{gpu="g"}'] == pytest.approx(duty)
+
+
+def test_a_sampled_pwm_needs_the_cards_range_a_written_one_is_on_the_backends() -> None:
+    """Without pwm1_max the sampled duty is unknown (absent), while the controller's own writes are read on
+    PWM_MAX_DEFAULT, the scale the backend wrote them on."""
+    gpu = GpuReading(gpu_id="g", card="card0", backend="amdgpu", pwm=51)
+    fan = FanState(gpu_id="g", backend="pwm1", mode=FanMode.CURVE, applied_pwm=51, readback_pwm=PWM_MAX_DEFAULT)
+    got = samples(exposition(PublishedState(snapshot=Snapshot(0.0, 0.0, (gpu,)), fans=(fan,))))
+    assert gpu.pwm_ratio is None and gpu.fan_duty is None and 'gpuwatch_gpu_fan_duty_ratio{gpu="g"}' not in got
+    assert got['gpuwatch_fan_applied_duty_ratio{gpu="g"}'] == pytest.approx(0.2)
+    assert got['gpuwatch_fan_readback_duty_ratio{gpu="g"}'] == 1.0
