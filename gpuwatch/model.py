@@ -400,8 +400,22 @@ class DaemonInfo:
 
 
 @dataclass(frozen=True)
+class SensorLimit:
+    """The pause/alarm limit in force for one sensor of one GPU (``limits.limits_in_force``)."""
+
+    gpu_id: str
+    sensor: str  # the TempReading's label: edge, junction, mem
+    limit_c: float
+
+
+@dataclass(frozen=True)
 class PublishedState:
-    """What one tick publishes: read by /metrics, /status and the state file for the CLI."""
+    """What one tick publishes: read by /metrics, /status and the state file for the CLI.
+
+    ``limits_c`` are the thermal limits in force at this tick: /metrics and the document read them
+    here and keep no ``[thermal]`` of their own, so a reload's new one reaches both with the next tick.
+    A sensor without a limit (neither configured nor derivable from crit) has no entry.
+    """
 
     snapshot: Snapshot
     daemon: DaemonInfo | None = None
@@ -409,3 +423,11 @@ class PublishedState:
     trainers: tuple[TrainerState, ...] = ()
     powers: tuple[PowerState, ...] = ()
     read_errors_total: tuple[tuple[str, str, int], ...] = field(default=())
+    limits_c: tuple[SensorLimit, ...] = ()
+
+    def limit_c(self, gpu_id: str, sensor: str) -> float | None:
+        """The limit in force for one sensor; None when it has none."""
+        for limit in self.limits_c:
+            if limit.gpu_id == gpu_id and limit.sensor == sensor:
+                return limit.limit_c
+        return None

@@ -1,5 +1,6 @@
 """The stable JSON document (schema 1) of `gpuwatch status --json`, `/status` and the state file.
 
+Built from the PublishedState only, the thermal limits in force included (``PublishedState.limits_c``).
 Field names are the model's field names (units in the name); absent values are ``null``, never 0.
 The README's "JSON schema" section documents it, the TypedDicts below type it (the CLI renders
 them; a test keeps them equal to what ``to_document`` builds); additions are allowed, renames are not.
@@ -11,8 +12,7 @@ from dataclasses import asdict, fields
 from enum import Enum
 from typing import Any, Literal, TypedDict, cast
 
-from gpuwatch.config.cooling import ThermalConfig
-from gpuwatch.limits import over_limit, sensor_limit_c
+from gpuwatch.limits import over_limit
 from gpuwatch.model import GpuReading, GpuResetState, PublishedState
 
 SCHEMA_VERSION = 1
@@ -26,7 +26,7 @@ class TemperatureDoc(TypedDict):
     crit_c: float | None
     crit_hyst_c: float | None
     emergency_c: float | None
-    limit_c: float | None  # gpuwatch's pause/alarm limit (limits.sensor_limit_c)
+    limit_c: float | None  # gpuwatch's pause/alarm limit in force (PublishedState.limits_c)
 
 
 class FanControllerDoc(TypedDict):  # model.FanState
@@ -239,7 +239,7 @@ class StatusDocument(TypedDict):
     processes_unreadable: int
 
 
-def to_document(state: PublishedState, thermal: ThermalConfig, source: Source) -> StatusDocument:
+def to_document(state: PublishedState, source: Source) -> StatusDocument:
     fans = {fan.gpu_id: fan for fan in state.fans}
     powers = {power.gpu_id: power for power in state.powers}
     snapshot = state.snapshot
@@ -251,7 +251,7 @@ def to_document(state: PublishedState, thermal: ThermalConfig, source: Source) -
         "sample_duration_s": snapshot.sample_duration_s,
         "daemon": None if state.daemon is None else _plain(asdict(state.daemon)),
         "gpus": [
-            _gpu(gpu, thermal, None if gpu.gpu_id not in fans else _plain(asdict(fans[gpu.gpu_id])),
+            _gpu(state, gpu, None if gpu.gpu_id not in fans else _plain(asdict(fans[gpu.gpu_id])),
                  None if gpu.gpu_id not in powers else _plain(asdict(powers[gpu.gpu_id])),
                  None if gpu.gpu_id not in resets else _reset(resets[gpu.gpu_id]))
             for gpu in snapshot.gpus
@@ -269,7 +269,7 @@ def _reset(state: GpuResetState) -> GpuResetDoc:
     return cast(GpuResetDoc, doc)
 
 
-def _gpu(gpu: GpuReading, thermal: ThermalConfig, fan: FanControllerDoc | None, power: PowerGovernorDoc | None,
+def _gpu(state: PublishedState, gpu: GpuReading, fan: FanControllerDoc | None, power: PowerGovernorDoc | None,
          reset: GpuResetDoc | None) -> GpuDoc:
     doc: dict[str, Any] = {f.name: getattr(gpu, f.name) for f in fields(gpu) if f.name not in _FLAT_SKIP}
     temperatures: dict[str, TemperatureDoc] = {
@@ -278,7 +278,7 @@ def _gpu(gpu: GpuReading, thermal: ThermalConfig, fan: FanControllerDoc | None, 
             "crit_c": t.crit_c,
             "crit_hyst_c": t.crit_hyst_c,
             "emergency_c": t.emergency_c,
-            "limit_c": sensor_limit_c(t, thermal),
+            "limit_c": state.limit_c(gpu.gpu_id, t.label),
         }
         for t in gpu.temps
     }

@@ -1,7 +1,8 @@
 """Prometheus metric families rendered from the latest PublishedState (a custom Collector; no I/O).
 
-A scrape only reads what the daemon already published, so a slow or hung sysfs read can never hang
-it. Names are in base units with the ``gpuwatch_`` prefix; every per-GPU series has one ``gpu`` label
+A scrape only reads what the daemon already published (the thermal limits in force included), so a
+slow or hung sysfs read can never hang it and no setting of its own can drift from the daemon's.
+Names are in base units with the ``gpuwatch_`` prefix; every per-GPU series has one ``gpu`` label
 (the PCI slot, the GPU's stable identity); identity strings live only in ``gpuwatch_gpu_info``.
 A value the GPU does not report is an absent series, never 0. docs/metrics.md is the reference.
 """
@@ -13,8 +14,7 @@ from typing import Callable, Iterable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpuwatch.config.cooling import ThermalConfig
-from gpuwatch.limits import over_limit, sensor_limit_c
+from gpuwatch.limits import over_limit
 from gpuwatch.publish.health_metrics import health
 from gpuwatch.model import (
     PWM_MAX_DEFAULT,
@@ -76,13 +76,8 @@ _RUNNING_PHASES = {TrainerPhase.RUNNING}
 class GpuwatchCollector(Collector):
     """Renders ``latest()`` (the StateHolder's PublishedState) into metric families on every scrape."""
 
-    def __init__(self, latest: Callable[[], PublishedState | None], thermal: ThermalConfig) -> None:
+    def __init__(self, latest: Callable[[], PublishedState | None]) -> None:
         self._latest = latest
-        self._thermal = thermal
-
-    def set_thermal(self, thermal: ThermalConfig) -> None:
-        """The limits a reload applied (gpuwatch_gpu_temperature_limit_celsius, ..._over_limit)."""
-        self._thermal = thermal
 
     def describe(self) -> Iterable[Metric]:
         return []  # unchecked collector: the series depend on the GPUs found
@@ -91,12 +86,12 @@ class GpuwatchCollector(Collector):
         state = self._latest()
         if state is None:
             return iter(())
-        return iter(render(state, self._thermal))
+        return iter(render(state))
 
 
-def render(state: PublishedState, thermal: ThermalConfig) -> list[Metric]:
+def render(state: PublishedState) -> list[Metric]:
     """Every family for one published state, in a fixed order (the golden file depends on it)."""
-    families = [*_exporter(state), *_gpus(state, thermal), *_fans(state),
+    families = [*_exporter(state), *_gpus(state), *_fans(state),
                 *_trainers(state.trainers, [gpu.gpu_id for gpu in state.snapshot.gpus]), *_power(state),
                 *reset_families(state), *process_families(state)]
     return [family for family in families if family.samples]
@@ -144,7 +139,7 @@ def _exporter(state: PublishedState) -> list[Metric]:
     return out
 
 
-def _gpus(state: PublishedState, thermal: ThermalConfig) -> list[Metric]:
+def _gpus(state: PublishedState) -> list[Metric]:
     gpus = state.snapshot.gpus
     info = _gauge("gpu_info", "GPU identity (always 1); join on gpu for names.", GPU_INFO_LABELS)
     up = _gauge("gpu_up", "1 when the GPU was read this tick, 0 when it is gone (reset, fell off the bus).")
@@ -154,7 +149,7 @@ def _gpus(state: PublishedState, thermal: ThermalConfig) -> list[Metric]:
         up.add_metric([gpu.gpu_id], 1 if gpu.up else 0)
         if gpu.runtime_status is not None:
             suspended.add_metric([gpu.gpu_id], 1 if gpu.suspended else 0)
-    out: list[Metric] = [info, up, suspended, *_temperatures(gpus, thermal)]
+    out: list[Metric] = [info, up, suspended, *_temperatures(state)]
     for suffix, doc, attr, scale in _GPU_GAUGES:
         family = _gauge(suffix, doc)
         for gpu in gpus:
@@ -177,7 +172,8 @@ def _gpus(state: PublishedState, thermal: ThermalConfig) -> list[Metric]:
     return [*out, failing, errors]
 
 
-def _temperatures(gpus: tuple[GpuReading, ...], thermal: ThermalConfig) -> list[Metric]:
+def _temperatures(state: PublishedState) -> list[Metric]:
+    gpus = state.snapshot.gpus
     out: list[Metric] = []
     for suffix, doc, attr in _TEMP_FIELDS:
         family = _gauge(suffix, doc, ["gpu", "sensor"])
@@ -192,7 +188,7 @@ def _temperatures(gpus: tuple[GpuReading, ...], thermal: ThermalConfig) -> list[
     over = _gauge("gpu_thermal_over_limit", "1 when the sensor is at or above its gpuwatch limit.", ["gpu", "sensor"])
     for gpu in gpus:
         for temp in gpu.temps:
-            limit_c = sensor_limit_c(temp, thermal)
+            limit_c = state.limit_c(gpu.gpu_id, temp.label)
             if limit_c is None:
                 continue
             limit.add_metric([gpu.gpu_id, temp.label], limit_c)
