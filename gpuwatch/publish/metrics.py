@@ -2,7 +2,7 @@
 
 A scrape only reads what the daemon already published (the thermal limits in force included), so a
 slow or hung sysfs read can never hang it and no setting of its own can drift from the daemon's.
-Names are in base units with the ``gpuwatch_`` prefix; every per-GPU series has one ``gpu`` label
+Names are in base units with the ``gpuwatch_`` prefix (families.py); every per-GPU series has one ``gpu`` label
 (the PCI slot, the GPU's stable identity); identity strings live only in ``gpuwatch_gpu_info``.
 A value the GPU does not report is an absent series, never 0. docs/metrics.md is the reference.
 """
@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from gpuwatch.limits import over_limit
+from gpuwatch.publish.families import GpuGauge, counter, gauge, gpu_gauges
 from gpuwatch.publish.health_metrics import health
 from gpuwatch.model import (
     PWM_MAX_DEFAULT,
@@ -29,11 +30,9 @@ from gpuwatch.model import (
 )
 from gpuwatch.publish.use_metrics import process_families, reset_families
 
-P = "gpuwatch_"
 GPU_INFO_LABELS = ("gpu", "card", "backend", "name", "device_id", "subsystem_id", "unique_id", "vbios_version")
 
-# (metric suffix, help, GpuReading attribute or property, scale to base unit)
-_GPU_GAUGES: tuple[tuple[str, str, str, float], ...] = (
+_GPU_GAUGES: tuple[GpuGauge, ...] = (
     ("gpu_busy_ratio", "GPU engine busy, 0-1 (gpu_busy_percent).", "gpu_busy_ratio", 1.0),
     ("gpu_memory_busy_ratio", "VRAM controller busy, 0-1 (mem_busy_percent).", "mem_busy_ratio", 1.0),
     ("gpu_vram_used_bytes", "VRAM in use.", "vram_used_bytes", 1.0),
@@ -97,42 +96,34 @@ def render(state: PublishedState) -> list[Metric]:
     return [family for family in families if family.samples]
 
 
-def _gauge(name: str, doc: str, labels: Iterable[str] = ("gpu",), unit: str = "") -> GaugeMetricFamily:
-    return GaugeMetricFamily(P + name, doc, labels=list(labels), unit=unit)
-
-
-def _counter(name: str, doc: str, labels: Iterable[str] = ("gpu",)) -> CounterMetricFamily:
-    return CounterMetricFamily(P + name, doc, labels=list(labels))
-
-
 def _exporter(state: PublishedState) -> list[Metric]:
     snap, daemon = state.snapshot, state.daemon
     out: list[Metric] = []
-    last = _gauge("last_sample_timestamp_seconds", "Wall time of the latest sample (Unix seconds).", ())
+    last = gauge("last_sample_timestamp_seconds", "Wall time of the latest sample (Unix seconds).", ())
     last.add_metric([], snap.taken_unix)
-    duration = _gauge("sample_duration_seconds", "How long reading every GPU took in the latest tick.", ())
+    duration = gauge("sample_duration_seconds", "How long reading every GPU took in the latest tick.", ())
     duration.add_metric([], snap.sample_duration_s)
-    gpus = _gauge("gpus", "GPUs known to the daemon, by state (up: readable, down: gone or unreadable).", ["state"])
+    gpus = gauge("gpus", "GPUs known to the daemon, by state (up: readable, down: gone or unreadable).", ["state"])
     up = sum(1 for g in snap.gpus if g.up)
     gpus.add_metric(["up"], up)
     gpus.add_metric(["down"], len(snap.gpus) - up)
     out += [last, duration, gpus]
     if daemon is not None:
-        info = _gauge("build_info", "Version of the running daemon (always 1).", ["version"])
+        info = gauge("build_info", "Version of the running daemon (always 1).", ["version"])
         info.add_metric([daemon.version], 1)
-        start = _gauge("daemon_start_time_seconds", "When the daemon started (Unix seconds).", ())
+        start = gauge("daemon_start_time_seconds", "When the daemon started (Unix seconds).", ())
         start.add_metric([], daemon.started_unix)
-        interval = _gauge("tick_interval_seconds", "Configured sampling interval.", ())
+        interval = gauge("tick_interval_seconds", "Configured sampling interval.", ())
         interval.add_metric([], daemon.interval_s)
-        ticks = _counter("ticks", "Ticks (sample + control + publish) completed since start.", ())
+        ticks = counter("ticks", "Ticks (sample + control + publish) completed since start.", ())
         ticks.add_metric([], daemon.ticks_total)
-        failing = _gauge("daemon_part_failing", "1 for each daemon part whose last run raised (see /status).",
-                         ["part"])
+        failing = gauge("daemon_part_failing", "1 for each daemon part whose last run raised (see /status).",
+                        ["part"])
         for failure in daemon.failures:
             failing.add_metric([failure.split(":", 1)[0]], 1)
         out += [info, start, interval, ticks, failing]
-    unsupported = _gauge("unsupported_card_info", "DRM cards gpuwatch lists but never reads (another driver).",
-                         ["card", "driver", "gpu"])
+    unsupported = gauge("unsupported_card_info", "DRM cards gpuwatch lists but never reads (another driver).",
+                        ["card", "driver", "gpu"])
     for card in snap.unsupported:
         unsupported.add_metric([card.card, card.driver or "", card.gpu_id or ""], 1)
     out.append(unsupported)
@@ -141,32 +132,26 @@ def _exporter(state: PublishedState) -> list[Metric]:
 
 def _gpus(state: PublishedState) -> list[Metric]:
     gpus = state.snapshot.gpus
-    info = _gauge("gpu_info", "GPU identity (always 1); join on gpu for names.", GPU_INFO_LABELS)
-    up = _gauge("gpu_up", "1 when the GPU was read this tick, 0 when it is gone (reset, fell off the bus).")
-    suspended = _gauge("gpu_suspended", "1 when the GPU is runtime-suspended (values then come from before).")
+    info = gauge("gpu_info", "GPU identity (always 1); join on gpu for names.", GPU_INFO_LABELS)
+    up = gauge("gpu_up", "1 when the GPU was read this tick, 0 when it is gone (reset, fell off the bus).")
+    suspended = gauge("gpu_suspended", "1 when the GPU is runtime-suspended (values then come from before).")
     for gpu in gpus:
         info.add_metric([gpu.gpu_id, gpu.card, gpu.backend, *(getattr(gpu, k) or "" for k in GPU_INFO_LABELS[3:])], 1)
         up.add_metric([gpu.gpu_id], 1 if gpu.up else 0)
         if gpu.runtime_status is not None:
             suspended.add_metric([gpu.gpu_id], 1 if gpu.suspended else 0)
     out: list[Metric] = [info, up, suspended, *_temperatures(state)]
-    for suffix, doc, attr, scale in _GPU_GAUGES:
-        family = _gauge(suffix, doc)
-        for gpu in gpus:
-            value = getattr(gpu, attr)
-            if value is not None:
-                family.add_metric([gpu.gpu_id], value * scale)
-        out.append(family)
+    out += gpu_gauges(_GPU_GAUGES, gpus)
     out += _clocks(gpus)
     out += health(gpus)
-    failing = _gauge("gpu_read_failing", "1 for each sensor file that exists but failed to read this tick.",
-                     ["gpu", "sensor"])
+    failing = gauge("gpu_read_failing", "1 for each sensor file that exists but failed to read this tick.",
+                    ["gpu", "sensor"])
     for gpu in gpus:
         if gpu.up:
             for error in gpu.errors:
                 failing.add_metric([gpu.gpu_id, error.sensor], 1)
-    errors = _counter("gpu_read_errors", "Failed reads of a sensor file since the daemon started.",
-                      ["gpu", "sensor"])
+    errors = counter("gpu_read_errors", "Failed reads of a sensor file since the daemon started.",
+                     ["gpu", "sensor"])
     for gpu_id, sensor, count in state.read_errors_total:
         errors.add_metric([gpu_id, sensor], count)
     return [*out, failing, errors]
@@ -176,16 +161,16 @@ def _temperatures(state: PublishedState) -> list[Metric]:
     gpus = state.snapshot.gpus
     out: list[Metric] = []
     for suffix, doc, attr in _TEMP_FIELDS:
-        family = _gauge(suffix, doc, ["gpu", "sensor"])
+        family = gauge(suffix, doc, ["gpu", "sensor"])
         for gpu in gpus:
             for temp in gpu.temps:
                 value = getattr(temp, attr)
                 if value is not None:
                     family.add_metric([gpu.gpu_id, temp.label], value)
         out.append(family)
-    limit = _gauge("gpu_temperature_limit_celsius",
-                   "gpuwatch's pause/alarm limit per sensor (configured, or crit minus a margin).", ["gpu", "sensor"])
-    over = _gauge("gpu_thermal_over_limit", "1 when the sensor is at or above its gpuwatch limit.", ["gpu", "sensor"])
+    limit = gauge("gpu_temperature_limit_celsius",
+                  "gpuwatch's pause/alarm limit per sensor (configured, or crit minus a margin).", ["gpu", "sensor"])
+    over = gauge("gpu_thermal_over_limit", "1 when the sensor is at or above its gpuwatch limit.", ["gpu", "sensor"])
     for gpu in gpus:
         for temp in gpu.temps:
             limit_c = state.limit_c(gpu.gpu_id, temp.label)
@@ -201,8 +186,8 @@ def _temperatures(state: PublishedState) -> list[Metric]:
 def _clocks(gpus: tuple[GpuReading, ...]) -> list[Metric]:
     # Help texts kept as they were (the golden file changes by additions only); the gpu_metrics clocks
     # and rails are listed in docs/metrics.md.
-    clock = _gauge("gpu_clock_hertz", "Current clock: sclk (shader) and mclk (memory).", ["gpu", "clock"])
-    volts = _gauge("gpu_voltage_volts", "Voltage by rail.", ["gpu", "rail"])
+    clock = gauge("gpu_clock_hertz", "Current clock: sclk (shader) and mclk (memory).", ["gpu", "clock"])
+    volts = gauge("gpu_voltage_volts", "Voltage by rail.", ["gpu", "rail"])
     for gpu in gpus:
         for family, pairs in ((clock, _CLOCK_FIELDS), (volts, _RAIL_FIELDS)):
             for name, attr in pairs:
@@ -225,21 +210,21 @@ def _duty(pwm: int | None, gpu: GpuReading | None) -> float | None:
 
 
 def _fans(state: PublishedState) -> list[Metric]:
-    mode = _gauge("fan_mode", "1 for the fan controller's current mode of the GPU, 0 for the others.",
-                  ["gpu", "mode"])
-    backend = _gauge("fan_backend_info", "How the controller drives the fan (pwm1, gpu_od...); always 1.",
-                     ["gpu", "backend"])
-    target = _gauge("fan_target_duty_ratio", "Duty the controller wants (curve output), 0-1.")
-    applied = _gauge("fan_applied_duty_ratio", "Duty the controller last wrote, 0-1.")
-    readback = _gauge("fan_readback_duty_ratio", "Duty read back after the write, 0-1.")
-    applied_pwm = _gauge("fan_applied_pwm", "Raw pwm value last written (the card's pwm1 scale).")
-    readback_pwm = _gauge("fan_readback_pwm", "Raw pwm value read back after the write.")
-    sensor = _gauge("fan_control_temperature_celsius", "The temperature the curve follows, by sensor.",
-                    ["gpu", "sensor"])
-    stalled = _gauge("fan_stalled", "1 when the fan reads 0 RPM although driven above its floor.")
-    resets = _counter("fan_mode_resets", "Times the driver or firmware took fan control back (re-taken).")
-    write_errors = _counter("fan_write_errors", "Failed fan writes.")
-    stalls = _counter("fan_stalls", "Fan stall episodes detected.")
+    mode = gauge("fan_mode", "1 for the fan controller's current mode of the GPU, 0 for the others.",
+                 ["gpu", "mode"])
+    backend = gauge("fan_backend_info", "How the controller drives the fan (pwm1, gpu_od...); always 1.",
+                    ["gpu", "backend"])
+    target = gauge("fan_target_duty_ratio", "Duty the controller wants (curve output), 0-1.")
+    applied = gauge("fan_applied_duty_ratio", "Duty the controller last wrote, 0-1.")
+    readback = gauge("fan_readback_duty_ratio", "Duty read back after the write, 0-1.")
+    applied_pwm = gauge("fan_applied_pwm", "Raw pwm value last written (the card's pwm1 scale).")
+    readback_pwm = gauge("fan_readback_pwm", "Raw pwm value read back after the write.")
+    sensor = gauge("fan_control_temperature_celsius", "The temperature the curve follows, by sensor.",
+                   ["gpu", "sensor"])
+    stalled = gauge("fan_stalled", "1 when the fan reads 0 RPM although driven above its floor.")
+    resets = counter("fan_mode_resets", "Times the driver or firmware took fan control back (re-taken).")
+    write_errors = counter("fan_write_errors", "Failed fan writes.")
+    stalls = counter("fan_stalls", "Fan stall episodes detected.")
     fan: FanState
     for fan in state.fans:
         gpu = state.snapshot.gpu(fan.gpu_id)
@@ -266,36 +251,36 @@ def _fans(state: PublishedState) -> list[Metric]:
 
 def _trainers(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> list[Metric]:
     t = ["trainer"]
-    info = _gauge("trainer_info", "Supervised training command and the GPUs it uses (always 1).", ["trainer", "gpus"])
+    info = gauge("trainer_info", "Supervised training command and the GPUs it uses (always 1).", ["trainer", "gpus"])
     # trainer_info's comma list cannot be joined per GPU in PromQL; this one can (the fleet overview).
-    on_gpu = _gauge("trainer_gpu_info", "One series per GPU a trainer uses (always 1); a trainer without "
-                    "configured gpus uses every GPU.", ["trainer", "gpu"])
-    phase = _gauge("trainer_phase", "1 for the trainer's current supervisor phase, 0 for the others.",
-                   ["trainer", "phase"])
-    running = _gauge("trainer_running", "1 while the trainer is running (not paused, backing off or stopped).", t)
-    start = _gauge("trainer_start_time_seconds", "When the current run of the trainer started (Unix seconds).", t)
-    paused_since = _gauge("trainer_pause_start_time_seconds", "When the current pause began (Unix seconds).", t)
-    next_start = _gauge("trainer_next_start_time_seconds", "When a backing-off trainer starts again (Unix seconds).", t)
-    exit_code = _gauge("trainer_last_exit_code", "Exit code of the trainer's last run (negative: signal).", t)
-    restarts = _counter("trainer_restarts", "Restarts of the training command.", t)
-    by_reason = _counter("trainer_restarts_by_reason", "Restarts of the training command by reason.",
-                         ["trainer", "reason"])
-    pauses = _counter("trainer_pauses", "Thermal or manual pauses (SIGSTOP or pause file).", t)
-    resumes = _counter("trainer_resumes", "Resumes after a pause.", t)
-    steps = _counter("trainer_steps", "Training steps reported by the trainer's heartbeat.", t)
-    rate = _gauge("trainer_steps_per_second", "Training speed from the heartbeat.", t)
-    age = _gauge("trainer_last_step_age_seconds", "Seconds since the trainer last reported a step.", t)
-    epoch = _gauge("trainer_epoch", "Current epoch reported by the trainer.", t)
-    failed = _gauge("trainer_failed_info", "1 while the trainer is failed (given up on), with why in the reason "
-                    "label (as `gpuwatch status` shows it); absent otherwise.", ["trainer", "reason"])
-    run_energy = _gauge("trainer_run_energy_joules", "Energy the trainer's GPUs used during its current "
-                        "(or last) run.", t)
-    energy = _counter("trainer_energy_joules", "Energy the trainer's GPUs used over all its runs since the "
-                      "daemon started.", t)
-    per_kj = _gauge("trainer_steps_per_kilojoule", "Training steps per kilojoule of GPU energy in the current run.", t)
-    ranks = _gauge("trainer_ranks", "Ranks of a distributed training job on this machine.", t)
-    ranks_held = _gauge("trainer_ranks_held", "Of the job's ranks on this machine, those holding at its pause.", t)
-    job_ranks = _gauge("trainer_job_ranks", "Ranks of a distributed training job on every machine (world size).", t)
+    on_gpu = gauge("trainer_gpu_info", "One series per GPU a trainer uses (always 1); a trainer without "
+                   "configured gpus uses every GPU.", ["trainer", "gpu"])
+    phase = gauge("trainer_phase", "1 for the trainer's current supervisor phase, 0 for the others.",
+                  ["trainer", "phase"])
+    running = gauge("trainer_running", "1 while the trainer is running (not paused, backing off or stopped).", t)
+    start = gauge("trainer_start_time_seconds", "When the current run of the trainer started (Unix seconds).", t)
+    paused_since = gauge("trainer_pause_start_time_seconds", "When the current pause began (Unix seconds).", t)
+    next_start = gauge("trainer_next_start_time_seconds", "When a backing-off trainer starts again (Unix seconds).", t)
+    exit_code = gauge("trainer_last_exit_code", "Exit code of the trainer's last run (negative: signal).", t)
+    restarts = counter("trainer_restarts", "Restarts of the training command.", t)
+    by_reason = counter("trainer_restarts_by_reason", "Restarts of the training command by reason.",
+                        ["trainer", "reason"])
+    pauses = counter("trainer_pauses", "Thermal or manual pauses (SIGSTOP or pause file).", t)
+    resumes = counter("trainer_resumes", "Resumes after a pause.", t)
+    steps = counter("trainer_steps", "Training steps reported by the trainer's heartbeat.", t)
+    rate = gauge("trainer_steps_per_second", "Training speed from the heartbeat.", t)
+    age = gauge("trainer_last_step_age_seconds", "Seconds since the trainer last reported a step.", t)
+    epoch = gauge("trainer_epoch", "Current epoch reported by the trainer.", t)
+    failed = gauge("trainer_failed_info", "1 while the trainer is failed (given up on), with why in the reason "
+                   "label (as `gpuwatch status` shows it); absent otherwise.", ["trainer", "reason"])
+    run_energy = gauge("trainer_run_energy_joules", "Energy the trainer's GPUs used during its current "
+                       "(or last) run.", t)
+    energy = counter("trainer_energy_joules", "Energy the trainer's GPUs used over all its runs since the "
+                     "daemon started.", t)
+    per_kj = gauge("trainer_steps_per_kilojoule", "Training steps per kilojoule of GPU energy in the current run.", t)
+    ranks = gauge("trainer_ranks", "Ranks of a distributed training job on this machine.", t)
+    ranks_held = gauge("trainer_ranks_held", "Of the job's ranks on this machine, those holding at its pause.", t)
+    job_ranks = gauge("trainer_job_ranks", "Ranks of a distributed training job on every machine (world size).", t)
     for trainer in trainers:
         name = [trainer.name]
         info.add_metric([trainer.name, ",".join(trainer.gpus)], 1)
@@ -326,17 +311,17 @@ def _trainers(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> list[Me
 
 
 def _power(state: PublishedState) -> list[Metric]:
-    mode = _gauge("power_governor_state", "1 for the power-cap governor's current state of the GPU, 0 for the "
-                  "others (idle, governing, floor, unavailable, dry-run, off).", ["gpu", "state"])
-    target = _gauge("power_governor_target_cap_watts", "Power cap the governor wants in force (dry-run: would write).")
-    original = _gauge("power_governor_original_cap_watts", "Power cap found at start; restored on every exit.")
-    floor = _gauge("power_governor_floor_cap_watts", "Lowest cap the governor writes; still hot there: pause.")
-    capped = _counter("power_capped_seconds", "Time with a cap below the original in force.")
-    kept = _gauge("power_throughput_kept_ratio", "Estimated training speed kept under the cap, 0-1: "
-                  "(cap / original) ** (1/3) while the cap binds (clock ~ power^(1/3) near the top of the V/F "
-                  "curve), else 1.")
-    writes = _counter("power_cap_writes", "Power cap writes (each read back).")
-    errors = _counter("power_cap_write_errors", "Failed power cap writes.")
+    mode = gauge("power_governor_state", "1 for the power-cap governor's current state of the GPU, 0 for the "
+                 "others (idle, governing, floor, unavailable, dry-run, off).", ["gpu", "state"])
+    target = gauge("power_governor_target_cap_watts", "Power cap the governor wants in force (dry-run: would write).")
+    original = gauge("power_governor_original_cap_watts", "Power cap found at start; restored on every exit.")
+    floor = gauge("power_governor_floor_cap_watts", "Lowest cap the governor writes; still hot there: pause.")
+    capped = counter("power_capped_seconds", "Time with a cap below the original in force.")
+    kept = gauge("power_throughput_kept_ratio", "Estimated training speed kept under the cap, 0-1: "
+                 "(cap / original) ** (1/3) while the cap binds (clock ~ power^(1/3) near the top of the V/F "
+                 "curve), else 1.")
+    writes = counter("power_cap_writes", "Power cap writes (each read back).")
+    errors = counter("power_cap_write_errors", "Failed power cap writes.")
     for power in state.powers:
         labels = [power.gpu_id]
         for known in PowerMode:
