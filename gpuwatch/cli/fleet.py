@@ -14,7 +14,7 @@ from typing import Any
 from gpuwatch.cli.remote import HostResult
 from gpuwatch.cli.status import BOLD, EXIT_ALARM, EXIT_OK, GREEN, RED, RESET, YELLOW, exit_code
 from gpuwatch.model import fan_duty
-from gpuwatch.publish.document import GpuDoc, TrainerDoc
+from gpuwatch.publish.schema import GpuDoc, TrainerDoc
 
 HEADER = ("HOST", "GPU", "JUNC°C", "EDGE°C", "MEM°C", "FAN", "POWER", "TRAINERS", "STATE")
 BAD_PHASES = {"failed"}

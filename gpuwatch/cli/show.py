@@ -22,7 +22,8 @@ from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import Config
 from gpuwatch.limits import limits_in_force
 from gpuwatch.model import PublishedState
-from gpuwatch.publish.document import StatusDocument, to_document
+from gpuwatch.publish.document import to_document
+from gpuwatch.publish.schema import StatusDocument
 from gpuwatch.publish.state import is_stale, read_state_file
 
 Fetch = Callable[[], tuple[StatusDocument, str | None]]  # the document and a note for the text view

@@ -1,6 +1,7 @@
 """The one home of gpuwatch's metric naming: the ``gpuwatch_`` prefix, gauge and counter families, per-GPU tables.
 
-Every family module (metrics.py, health_metrics.py, use_metrics.py) builds its families here, so a name cannot lose its prefix and a per-GPU gauge read from the reading is one table
+Every family module (metrics.py, control_metrics.py, health_metrics.py, use_metrics.py) builds its
+families here, so a name cannot lose its prefix and a per-GPU gauge read from the reading is one table
 row wherever it lives.
 """
 

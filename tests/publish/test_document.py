@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuwatch.model import GpuReading, PublishedState, SensorLimit, Snapshot, TempReading, UnsupportedCard
-from gpuwatch.publish.document import (
+from gpuwatch.publish.document import to_document
+from gpuwatch.publish.schema import (
     DaemonDoc,
     ErrorDoc,
     FanControllerDoc,
@@ -19,7 +20,6 @@ from gpuwatch.publish.document import (
     TrainerDoc,
     TrainerGpuUseDoc,
     UnsupportedDoc,
-    to_document,
 )
 from tests.support.published import GPU_GONE, example_state
 
