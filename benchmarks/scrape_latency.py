@@ -84,7 +84,7 @@ def render_cost_s(sysfs_root: Path, runtime_dir: Path, renders: int = 200) -> li
     daemon = Daemon(config)
     daemon.tick()
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuwatchCollector(daemon.holder.latest, config.thermal))
+    registry.register(GpuwatchCollector(daemon.holder.latest))
     durations = []
     for _ in range(renders):
         started = time.perf_counter()

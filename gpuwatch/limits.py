@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuwatch.config.cooling import ThermalConfig
-from gpuwatch.model import GpuReading, TempReading
+from gpuwatch.model import GpuReading, SensorLimit, Snapshot, TempReading
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,21 @@ def sensor_limit_c(temp: TempReading, thermal: ThermalConfig) -> float | None:
     if temp.label == "mem":
         return _limit(thermal.mem_limit_c, temp.crit_c, thermal.mem_crit_margin_c)
     return None
+
+
+def limits_in_force(snapshot: Snapshot, thermal: ThermalConfig) -> tuple[SensorLimit, ...]:
+    """Every sensor's limit under ``thermal``, in the snapshot's order; a sensor without one is left out.
+
+    Computed once per tick into the published state (``PublishedState.limits_c``), so /metrics and the
+    status document show the limits in force at that tick instead of keeping their own ``[thermal]``.
+    """
+    found = []
+    for gpu in snapshot.gpus:
+        for temp in gpu.temps:
+            limit_c = sensor_limit_c(temp, thermal)
+            if limit_c is not None:
+                found.append(SensorLimit(gpu.gpu_id, temp.label, limit_c))
+    return tuple(found)
 
 
 def over_limit(temp_c: float | None, limit_c: float | None, margin_c: float = 0.0) -> bool | None:

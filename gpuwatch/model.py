@@ -1,65 +1,38 @@
 """Frozen readings and states shared by every layer; units live in the field names.
 
 Nothing here does I/O. ``None`` always means "not available" (file absent, sensor unsupported, read
-failed); a failed read is additionally recorded in ``GpuReading.errors``.
+failed); a failed read is additionally recorded in ``GpuReading.errors``. The readings and what one
+tick publishes live here, the deciding parts' own states in states.py (re-exported below).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Literal
+
+# Every layer imports its shared types from here; the states are written in states.py only to keep
+# each module under 300 lines.
+from gpuwatch.states import DaemonInfo as DaemonInfo
+from gpuwatch.states import FanBackendName as FanBackendName
+from gpuwatch.states import FanMode as FanMode
+from gpuwatch.states import FanState as FanState
+from gpuwatch.states import PowerCapBackendName as PowerCapBackendName
+from gpuwatch.states import PowerMode as PowerMode
+from gpuwatch.states import PowerState as PowerState
+from gpuwatch.states import TrainerGpuUse as TrainerGpuUse
+from gpuwatch.states import TrainerPhase as TrainerPhase
+from gpuwatch.states import TrainerState as TrainerState
 
 # Which source read a GPU; published as the reading's "backend" (JSON document, gpuwatch_gpu_info).
 SourceName = Literal["amdgpu", "nvml"]
-# How the fan controller drives a GPU's fan; "none": monitor-only.
-FanBackendName = Literal["pwm1", "gpu_od", "none"]
 # Where a GPU's energy counter comes from (gpus/accounting.py).
 EnergySource = Literal["accumulator", "integrated"]
 # Why a card throttles itself: the groups of the kernel's SMU_THROTTLER_* bits (gpus/throttle.py).
 THROTTLE_REASONS = ("power", "current", "thermal", "other")
-# Where the power governor sets a GPU's cap: amdgpu's hwmon power1_cap, or NVML's power management limit.
-PowerCapBackendName = Literal["hwmon", "nvml"]
-
-
-class FanMode(str, Enum):
-    """What the fan controller is doing for one GPU."""
-
-    CURVE = "curve"
-    FAILSAFE = "failsafe"
-    MONITOR_ONLY = "monitor-only"
-    DRY_RUN = "dry-run"
-    # Never produced by the controller, but a value of the published state set
-    # gpuwatch_fan_mode{mode=...} (every known value is exported, 0 or 1): removing it removes a series.
-    DISABLED = "disabled"
-    # The fan should be driven but cannot be written (files gone, writes failing or blocked): it runs
-    # on whatever the firmware or the last write left, not on the curve. Not "failsafe" (no 100 %).
-    UNCONTROLLED = "uncontrolled"
-
-
-class PowerMode(str, Enum):
-    """What the power-cap governor is doing for one GPU (docs/power.md)."""
-
-    IDLE = "idle"  # the cap found at start is in force; a hot card pauses as without the governor
-    GOVERNING = "governing"  # the cap is lowered to hold the hottest sensor under its pause limit
-    FLOOR = "floor"  # governing at the floor cap: a card still over its limit is paused
-    UNAVAILABLE = "unavailable"  # no writable cap on this GPU (``PowerState.reason`` says why): pause only
-    DRY_RUN = "dry-run"  # decisions are logged, nothing is written: pause only
-    OFF = "off"  # power.mode = "off" for this GPU
-
-
-class TrainerPhase(str, Enum):
-    """Supervisor state of one training command."""
-
-    STARTING = "starting"
-    RUNNING = "running"
-    PAUSING = "pausing"
-    PAUSED = "paused"
-    STOPPING = "stopping"
-    BACKOFF = "backoff"
-    FAILED = "failed"
-    STOPPED = "stopped"
-    FINISHED = "finished"
+# The pwm range hwmon defines when a card does not say otherwise: the kernel's sysfs-interface
+# (Documentation/hwmon/sysfs-interface.rst) has pwm[1-*] "Integer value in the range 0 to 255".
+# amdgpu also exposes pwm1_min/pwm1_max; the fan backends fall back to this range without them.
+PWM_MAX_DEFAULT = 255
 
 
 @dataclass(frozen=True)
@@ -179,9 +152,20 @@ class GpuReading:
 
     @property
     def pwm_ratio(self) -> float | None:
+        """The sampled pwm as 0-1 of the range the card reports; None without ``pwm1_max``.
+
+        Unlike a duty the fan controller wrote (publish's fan families read those on
+        PWM_MAX_DEFAULT's scale, the one the backend wrote on), a sampled pwm of a card that does not
+        report its range is not guessed: missing is None (/status ``pwm_ratio``, gpuwatch_gpu_fan_duty_ratio).
+        """
         if self.pwm is None or not self.pwm_max:
             return None
         return pwm_ratio(self.pwm, self.pwm_min, self.pwm_max)
+
+    @property
+    def fan_duty(self) -> float | None:
+        """The fan's duty as sampled, 0-1: pwm1 where the card has one, else the board's own duty (NVML)."""
+        return fan_duty(self.pwm_ratio, self.fan_duty_ratio)
 
     def gone(self, why: str, unresponsive: bool = False) -> GpuReading:
         """This GPU's identity alone, ``up=False``: how a GPU that vanished (or hangs) stays visible to alerts."""
@@ -198,6 +182,14 @@ def pwm_ratio(pwm: int, pwm_min: int | None, pwm_max: int) -> float | None:
     if pwm_max <= low:
         return None
     return max(0.0, min(1.0, (pwm - low) / (pwm_max - low)))
+
+
+def fan_duty(pwm_duty_ratio: float | None, board_duty_ratio: float | None) -> float | None:
+    """pwm1 wins: it is what the fan is driven by; a board without one (NVML) reports a duty instead.
+
+    A function beside ``GpuReading.fan_duty`` because a remote /status document (cli/fleet.py) carries
+    both values (``pwm_ratio``, ``fan_duty_ratio``) but no reading."""
+    return pwm_duty_ratio if pwm_duty_ratio is not None else board_duty_ratio
 
 
 @dataclass(frozen=True)
@@ -272,113 +264,22 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
-class FanState:
-    """What the fan controller decided and observed for one GPU this tick."""
+class SensorLimit:
+    """The pause/alarm limit in force for one sensor of one GPU (``limits.limits_in_force``)."""
 
     gpu_id: str
-    backend: FanBackendName
-    mode: FanMode
-    sensor: str | None = None
-    sensor_temp_c: float | None = None
-    target_ratio: float | None = None
-    applied_pwm: int | None = None
-    readback_pwm: int | None = None
-    rpm: int | None = None
-    stalled: bool = False
-    mode_resets_total: int = 0
-    write_errors_total: int = 0
-    stalls_total: int = 0
-    message: str | None = None
-    failsafe_reason: str | None = None
-    # False when a hotter card would get no more air from this fan: at the curve's top, failsafe, stalled,
-    # or not driven by gpuwatch. The power governor acts only then.
-    can_rise: bool = True
-
-
-@dataclass(frozen=True)
-class PowerState:
-    """What the power-cap governor decided and observed for one GPU this tick (watts throughout)."""
-
-    gpu_id: str
-    mode: PowerMode
-    backend: PowerCapBackendName | None = None
-    cap_w: float | None = None  # the cap in force, as read back
-    target_cap_w: float | None = None  # the cap the governor wants (what dry-run would write)
-    original_cap_w: float | None = None  # found at start (or in the restore file); restored on exit
-    floor_cap_w: float | None = None
-    pause_allowed: bool = True  # False while it holds a hot card above the floor: the supervisor waits
-    capped_seconds_total: float = 0.0  # time with a cap below the original in force
-    throughput_kept_ratio: float | None = None  # estimate: (cap / original) ** (1/3) while the cap binds
-    writes_total: int = 0
-    write_errors_total: int = 0
-    reason: str | None = None  # why unavailable, or what the last write did wrong
-
-
-@dataclass(frozen=True)
-class TrainerGpuUse:
-    """What one trainer's process tree holds on one GPU this tick (its GpuProcess rows summed)."""
-
-    gpu_id: str
-    processes: int = 0
-    vram_bytes: int | None = None
-    gtt_bytes: int | None = None
-    engine_busy_ratio: float | None = None
-    kfd_vram_bytes: int | None = None
-    kfd_cu_occupancy_ratio: float | None = None
-
-
-@dataclass(frozen=True)
-class TrainerState:
-    """Published state of one supervised training command."""
-
-    name: str
-    phase: TrainerPhase
-    gpus: tuple[str, ...] = ()
-    pid: int | None = None
-    started_unix: float | None = None
-    restarts_total: int = 0
-    restarts_by_reason: tuple[tuple[str, int], ...] = ()
-    pauses_total: int = 0
-    resumes_total: int = 0
-    last_exit_code: int | None = None
-    last_exit_reason: str | None = None
-    steps_total: int | None = None
-    steps_per_s: float | None = None
-    last_step_age_s: float | None = None
-    epoch: int | None = None
-    reason: str | None = None
-    paused_since_unix: float | None = None
-    next_start_unix: float | None = None
-    log_path: str | None = None
-    # Energy of the GPUs the trainer runs on (supervise/energy.py): this run, every run since the
-    # daemon started, and training steps per kilojoule of this run.
-    run_energy_j: float | None = None
-    energy_total_j: float = 0.0
-    steps_per_kj: float | None = None
-    gpus_used: tuple[str, ...] = ()  # the GPUs its tree was seen using (what a trainer without `gpus` is judged on)
-    gpu_use: tuple[TrainerGpuUse, ...] = ()
-    stuck_pids: tuple[int, ...] = ()  # left behind after SIGKILL (D state): the host may need a reboot
-    ranks: int | None = None  # a distributed job's ranks on this machine (None: not one)
-    ranks_held: int | None = None  # of those, holding at the job's pause
-    world_size: int | None = None  # the job's ranks on every machine
-    paused_by: str | None = None  # "node-b: hot ..." while held: the node that asked and why
-
-
-@dataclass(frozen=True)
-class DaemonInfo:
-    """Health of the daemon itself, published with every tick."""
-
-    pid: int
-    version: str
-    started_unix: float
-    ticks_total: int = 0
-    interval_s: float = 1.0
-    failures: tuple[str, ...] = ()
+    sensor: str  # the TempReading's label: edge, junction, mem
+    limit_c: float
 
 
 @dataclass(frozen=True)
 class PublishedState:
-    """What one tick publishes: read by /metrics, /status and the state file for the CLI."""
+    """What one tick publishes: read by /metrics, /status and the state file for the CLI.
+
+    ``limits_c`` are the thermal limits in force at this tick: /metrics and the document read them
+    here and keep no ``[thermal]`` of their own, so a reload's new one reaches both with the next tick.
+    A sensor without a limit (neither configured nor derivable from crit) has no entry.
+    """
 
     snapshot: Snapshot
     daemon: DaemonInfo | None = None
@@ -386,3 +287,11 @@ class PublishedState:
     trainers: tuple[TrainerState, ...] = ()
     powers: tuple[PowerState, ...] = ()
     read_errors_total: tuple[tuple[str, str, int], ...] = field(default=())
+    limits_c: tuple[SensorLimit, ...] = ()
+
+    def limit_c(self, gpu_id: str, sensor: str) -> float | None:
+        """The limit in force for one sensor; None when it has none."""
+        for limit in self.limits_c:
+            if limit.gpu_id == gpu_id and limit.sensor == sensor:
+                return limit.limit_c
+        return None

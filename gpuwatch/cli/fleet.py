@@ -13,7 +13,8 @@ from typing import Any
 
 from gpuwatch.cli.remote import HostResult
 from gpuwatch.cli.status import BOLD, EXIT_ALARM, EXIT_OK, GREEN, RED, RESET, YELLOW, exit_code
-from gpuwatch.publish.document import GpuDoc, StatusDocument, TrainerDoc
+from gpuwatch.model import fan_duty
+from gpuwatch.publish.schema import GpuDoc, TrainerDoc
 
 HEADER = ("HOST", "GPU", "JUNC°C", "EDGE°C", "MEM°C", "FAN", "POWER", "TRAINERS", "STATE")
 BAD_PHASES = {"failed"}
@@ -102,8 +103,7 @@ def _gpu_row(host: str, gpu: GpuDoc, trainers: list[TrainerDoc]) -> tuple[list[s
         state, colour = ", ".join(["ok", *held]), YELLOW
     else:
         state, colour = "ok", GREEN
-    rpm, duty = gpu.get("fan_rpm"), gpu.get("pwm_ratio")
-    duty = gpu.get("fan_duty_ratio") if duty is None else duty
+    rpm, duty = gpu.get("fan_rpm"), fan_duty(gpu.get("pwm_ratio"), gpu.get("fan_duty_ratio"))
     fan_text = " ".join(p for p in (None if rpm is None else f"{rpm}rpm",
                                      None if duty is None else f"{duty * 100:.0f}%") if p) or "-"
     power = gpu.get("power_w")

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from gpuwatch.publish.document import SCHEMA_VERSION, StatusDocument
+from gpuwatch.publish.schema import SCHEMA_VERSION, StatusDocument
 
 MAX_BODY_BYTES = 16 << 20  # a 16-GPU document is ~40 KiB; anything near this is not one
 MAX_PARALLEL = 16

@@ -20,8 +20,10 @@ from dataclasses import replace
 from gpuwatch.cli.status import exit_code, render, render_processes
 from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import Config
+from gpuwatch.limits import limits_in_force
 from gpuwatch.model import PublishedState
-from gpuwatch.publish.document import StatusDocument, to_document
+from gpuwatch.publish.document import to_document
+from gpuwatch.publish.schema import StatusDocument
 from gpuwatch.publish.state import is_stale, read_state_file
 
 Fetch = Callable[[], tuple[StatusDocument, str | None]]  # the document and a note for the text view
@@ -80,7 +82,8 @@ def direct_document(config: Config, processes: bool = False) -> StatusDocument:
         except ProcError as exc:
             raise ConfigError(f"cannot list processes: {exc}") from None
         snapshot = replace(snapshot, processes=rows, processes_unreadable=unreadable)
-    return to_document(PublishedState(snapshot=snapshot), config.thermal, source="sysfs")
+    return to_document(PublishedState(snapshot=snapshot, limits_c=limits_in_force(snapshot, config.thermal)),
+                       source="sysfs")
 
 
 def _direct_note(config: Config, note: str) -> str:

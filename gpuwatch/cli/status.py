@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from gpuwatch.publish.document import (
+from gpuwatch.publish.schema import (
     FanControllerDoc,
     GpuDoc,
     PowerGovernorDoc,

@@ -34,6 +34,7 @@ from gpuwatch.daemon.control import ControlServer
 from gpuwatch.daemon.reload import plan_reload
 from gpuwatch.daemon.sdnotify import Notifier
 from gpuwatch.gpus.sampler import Sampler
+from gpuwatch.limits import limits_in_force
 from gpuwatch.model import DaemonInfo, FanState, PowerState, PublishedState, Snapshot, TrainerState
 from gpuwatch.publish.document import to_document
 from gpuwatch.publish.http import HttpServer
@@ -124,8 +125,9 @@ class Daemon:
             trainers=trainers,
             powers=powers,
             read_errors_total=tuple((gpu, sensor, n) for (gpu, sensor), n in sorted(self.read_errors.items())),
+            limits_c=limits_in_force(snapshot, config.thermal),
         )
-        document = to_document(state, self.config.thermal, source="daemon")
+        document = to_document(state, source="daemon")
         self.holder.publish(state, document)
         self._guard("state file", lambda: write_state_file(self.config.state_file, document), None)
         for hook in self.parts.on_tick:
@@ -264,7 +266,7 @@ class Daemon:
         if not http.enabled:
             return
         try:
-            self.http = HttpServer(self.holder, self.config.thermal, http.listen, http.port)
+            self.http = HttpServer(self.holder, http.listen, http.port)
         except OSError as exc:
             log.error("cannot serve HTTP on %s:%d: %s; metrics are off", http.listen, http.port, exc.strerror)
             self.failures["http"] = f"cannot listen on {http.listen}:{http.port}: {exc.strerror}"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from gpuwatch.fan.backend import Applied, Writer
-from gpuwatch.model import FanBackendName
+from gpuwatch.model import PWM_MAX_DEFAULT, FanBackendName
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 _RANGE_T = re.compile(r"FAN_CURVE\(hotspot temp\):\s*(\d+)C\s+(\d+)C")
@@ -140,7 +140,7 @@ class GpuOdBackend(Writer):
         lo, hi = self.curve.speed_range_percent or (0, 100)
         t_lo, t_hi = self.curve.temp_range_c or (25, 100)
         speed = int(min(hi, max(lo, round(percent))))
-        result = Applied(applied_pwm=round(speed * 255 / 100))
+        result = Applied(applied_pwm=round(speed * PWM_MAX_DEFAULT / 100))
         if not self.dry_run and self.record.zero_rpm_enable is not None and self._zero_rpm() == 1:
             result.mode_reset = True
             self._zero_rpm_off()

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from gpuwatch.fan.backend import Applied, Writer
-from gpuwatch.model import FanBackendName
+from gpuwatch.model import PWM_MAX_DEFAULT, FanBackendName
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 log = logging.getLogger("gpuwatch.fan")
@@ -70,7 +70,7 @@ class Pwm1Backend(Writer):
         self.enable_path = f"{hwmon_dir}/pwm1_enable"
         self.tolerance_percent = tolerance_percent
         self.pwm_min = self.number(f"{hwmon_dir}/pwm1_min") or 0
-        self.pwm_max = self.number(f"{hwmon_dir}/pwm1_max") or 255
+        self.pwm_max = self.number(f"{hwmon_dir}/pwm1_max") or PWM_MAX_DEFAULT
         self.record = Pwm1Restore(self.enable_path, None)
         self.last_pwm: int | None = None
 
@@ -119,7 +119,7 @@ class Pwm1Backend(Writer):
         if self.dry_run or result.error:
             result.verified = result.error is None
             return result
-        span = self.pwm_max - self.pwm_min or 255
+        span = self.pwm_max - self.pwm_min or PWM_MAX_DEFAULT
         # pwm1 reads back quantised by the SMU (e.g. 255 * 60 % = 153 may read 150): allow a tolerance.
         off = abs((result.readback_pwm or 0) - (result.applied_pwm or 0)) * 100.0 / span
         if result.readback_pwm is not None:

@@ -7,13 +7,13 @@ bits has no throttle series, a device path without AER files no AER series.
 
 from __future__ import annotations
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
 from gpuwatch.model import THROTTLE_REASONS, GpuReading
+from gpuwatch.publish.families import GpuGauge, counter, gauge, gpu_gauges
 
-P = "gpuwatch_"
-# (metric suffix, help, GpuReading attribute, scale to base unit): the PCIe link in the slot.
-_SLOT_LINK = (
+# The PCIe link in the slot.
+_SLOT_LINK: tuple[GpuGauge, ...] = (
     ("gpu_pcie_slot_link_speed_transfers_per_second",
      "Current speed of the link in the slot (above the card's own PCIe switch where it has one).",
      "pcie_slot_link_speed_gts", 1e9),
@@ -26,25 +26,16 @@ _SLOT_LINK = (
 
 
 def health(gpus: tuple[GpuReading, ...]) -> list[Metric]:
-    slot = []
-    for suffix, doc, attr, scale in _SLOT_LINK:
-        family = GaugeMetricFamily(P + suffix, doc, labels=["gpu"])
-        for gpu in gpus:
-            if (value := getattr(gpu, attr)) is not None:
-                family.add_metric([gpu.gpu_id], value * scale)
-        slot.append(family)
-    active = GaugeMetricFamily(P + "gpu_throttle_active", "1 for each reason the card throttles itself for now "
-                               "(power, current, thermal, other: gpu_metrics throttle bits), 0 for the others.",
-                               labels=["gpu", "reason"])
-    throttled = CounterMetricFamily(P + "gpu_throttled_seconds", "Seconds the card throttled itself, by reason "
-                                    "(sampled every tick).", labels=["gpu", "reason"])
-    energy = CounterMetricFamily(P + "gpu_energy_joules", "Energy the GPU used since the daemon started; source: "
-                                 "the firmware's accumulator or power integrated between ticks.",
-                                 labels=["gpu", "source"])
-    aer = CounterMetricFamily(P + "gpu_pcie_aer_errors", "PCIe errors (AER) detected on the path from the GPU to "
-                              "its slot, by kind (correctable, nonfatal, fatal).", labels=["gpu", "kind"])
-    replays = CounterMetricFamily(P + "gpu_pcie_replays", "PCIe replays (NAKs sent and received), amdgpu's "
-                                  "pcie_replay_count.", labels=["gpu"])
+    slot = gpu_gauges(_SLOT_LINK, gpus)
+    active = gauge("gpu_throttle_active", "1 for each reason the card throttles itself for now (power, current, "
+                   "thermal, other: gpu_metrics throttle bits), 0 for the others.", ["gpu", "reason"])
+    throttled = counter("gpu_throttled_seconds", "Seconds the card throttled itself, by reason (sampled every tick).",
+                        ["gpu", "reason"])
+    energy = counter("gpu_energy_joules", "Energy the GPU used since the daemon started; source: the firmware's "
+                     "accumulator or power integrated between ticks.", ["gpu", "source"])
+    aer = counter("gpu_pcie_aer_errors", "PCIe errors (AER) detected on the path from the GPU to its slot, by kind "
+                  "(correctable, nonfatal, fatal).", ["gpu", "kind"])
+    replays = counter("gpu_pcie_replays", "PCIe replays (NAKs sent and received), amdgpu's pcie_replay_count.")
     for gpu in gpus:
         if not gpu.up:
             continue

@@ -16,7 +16,6 @@ from typing import Callable
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
-from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.publish.metrics import GpuwatchCollector
 from gpuwatch.publish.serve import REQUEST_DEADLINE_S, Response, Server, bind
 from gpuwatch.publish.state import StateHolder, is_stale
@@ -43,8 +42,9 @@ def health(holder: StateHolder, now_monotonic: float) -> tuple[bool, str]:
 class MetricsCache:
     """The /metrics body rendered once per published state, however many clients scrape it.
 
-    Everything the collector exports comes from the published state (no scrape-time clock), so a
-    body stays valid until the next tick publishes; concurrent scrapes share one render.
+    Everything the collector exports comes from the published state (no scrape-time clock, no settings
+    of its own: the thermal limits in force are published too), so a body stays valid until the next
+    tick publishes; concurrent scrapes share one render.
     """
 
     def __init__(self, holder: StateHolder, registry: CollectorRegistry) -> None:
@@ -53,11 +53,6 @@ class MetricsCache:
         self._lock = threading.Lock()
         self._rendered_for: object | None = None
         self._body = b""
-
-    def invalidate(self) -> None:
-        """Render again at the next scrape (what is exported changed without a new tick)."""
-        with self._lock:
-            self._rendered_for = None
 
     def body(self) -> bytes:
         with self._lock:
@@ -74,12 +69,11 @@ class HttpServer:
     The constructor binds (OSError when the port is taken); ``start()`` serves, ``stop()`` closes.
     """
 
-    def __init__(self, holder: StateHolder, thermal: ThermalConfig, listen: str, port: int,
+    def __init__(self, holder: StateHolder, listen: str, port: int,
                  monotonic: Callable[[], float] = time.monotonic,
                  request_deadline_s: float = REQUEST_DEADLINE_S) -> None:
-        self._collector = GpuwatchCollector(holder.latest, thermal)
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(self._collector)
+        registry.register(GpuwatchCollector(holder.latest))
         self._metrics = MetricsCache(holder, registry)
         self._sock = bind(listen, port)
         self._server = Server(self._sock, _routes(holder, self._metrics, monotonic), request_deadline_s)
@@ -98,11 +92,6 @@ class HttpServer:
 
     def stop(self) -> None:
         self._server.stop()
-
-    def set_thermal(self, thermal: ThermalConfig) -> None:
-        """A reload's new [thermal]: the limits and over-limit series follow it from the next scrape."""
-        self._collector.set_thermal(thermal)
-        self._metrics.invalidate()
 
 
 _TEXT = "text/plain; charset=utf-8"

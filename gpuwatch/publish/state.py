@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 from gpuwatch.model import PublishedState
-from gpuwatch.publish.document import StatusDocument
+from gpuwatch.publish.schema import StatusDocument
 
 log = logging.getLogger("gpuwatch.state")  # the name log lines had before the move
 

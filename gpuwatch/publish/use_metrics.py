@@ -6,25 +6,20 @@ a new series for every restart. docs/metrics.md is the reference.
 
 from __future__ import annotations
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
 from gpuwatch.model import PublishedState
-
-P = "gpuwatch_"
-
-
-def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
-    return GaugeMetricFamily(P + name, doc, labels=labels)
+from gpuwatch.publish.families import counter, gauge
 
 
 def reset_families(state: PublishedState) -> list[Metric]:
-    resets = CounterMetricFamily(P + "gpu_resets", "GPU resets seen since the daemon started (a devcoredump or a "
-                                 "WEDGED uevent naming the GPU; a burst within 10 s counts once).", labels=["gpu"])
-    last = _gauge("gpu_last_reset_time_seconds", "When the GPU's last reset was seen (Unix seconds).", ["gpu"])
-    recovering = _gauge("gpu_reset_recovering", "1 from a reset until the GPU answers again and no stuck process "
-                        "holds it; supervised training waits for it.", ["gpu"])
-    stuck = _gauge("gpu_stuck_processes", "Processes in uninterruptible sleep (D) holding the GPU since its reset: "
-                   "the host may need a reboot.", ["gpu"])
+    resets = counter("gpu_resets", "GPU resets seen since the daemon started (a devcoredump or a WEDGED uevent "
+                     "naming the GPU; a burst within 10 s counts once).")
+    last = gauge("gpu_last_reset_time_seconds", "When the GPU's last reset was seen (Unix seconds).", ["gpu"])
+    recovering = gauge("gpu_reset_recovering", "1 from a reset until the GPU answers again and no stuck process "
+                       "holds it; supervised training waits for it.", ["gpu"])
+    stuck = gauge("gpu_stuck_processes", "Processes in uninterruptible sleep (D) holding the GPU since its reset: "
+                  "the host may need a reboot.", ["gpu"])
     for reset in state.snapshot.resets:
         labels = [reset.gpu_id]
         resets.add_metric(labels, reset.resets_total)
@@ -37,10 +32,10 @@ def reset_families(state: PublishedState) -> list[Metric]:
 
 def process_families(state: PublishedState) -> list[Metric]:
     snap = state.snapshot
-    count = _gauge("gpu_processes", "Processes with the GPU open (DRM or KFD), supervised (in a trainer's tree) "
-                   "or not.", ["gpu", "scope"])
-    vram = _gauge("gpu_processes_vram_bytes", "VRAM their DRM clients hold (resident; each client once).",
-                  ["gpu", "scope"])
+    count = gauge("gpu_processes", "Processes with the GPU open (DRM or KFD), supervised (in a trainer's tree) "
+                  "or not.", ["gpu", "scope"])
+    vram = gauge("gpu_processes_vram_bytes", "VRAM their DRM clients hold (resident; each client once).",
+                 ["gpu", "scope"])
     pids: dict[tuple[str, str], set[int]] = {}
     held: dict[tuple[str, str], int] = {}
     for row in snap.processes:
@@ -50,8 +45,8 @@ def process_families(state: PublishedState) -> list[Metric]:
     for key in sorted(pids):
         count.add_metric(list(key), len(pids[key]))
         vram.add_metric(list(key), held[key])
-    unreadable = _gauge("processes_unreadable", "Processes whose open files gpuwatch may not read (another user's, "
-                        "without CAP_SYS_PTRACE): their GPU use is unknown.", [])
+    unreadable = gauge("processes_unreadable", "Processes whose open files gpuwatch may not read (another user's, "
+                       "without CAP_SYS_PTRACE): their GPU use is unknown.", [])
     if state.daemon is not None:
         unreadable.add_metric([], snap.processes_unreadable)
     families: list[Metric] = [count, vram, unreadable]
@@ -69,15 +64,15 @@ def process_families(state: PublishedState) -> list[Metric]:
          "kfd_cu_occupancy_ratio"),
     )
     for suffix, doc, attr in fields:
-        family = _gauge(suffix, doc, t)
+        family = gauge(suffix, doc, t)
         for trainer in state.trainers:
             for use in trainer.gpu_use:
                 value = getattr(use, attr)
                 if value is not None:
                     family.add_metric([trainer.name, use.gpu_id], value)
         families.append(family)
-    stuck = _gauge("trainer_stuck_processes", "Processes of the trainer left behind after SIGKILL (D state).",
-                   ["trainer"])
+    stuck = gauge("trainer_stuck_processes", "Processes of the trainer left behind after SIGKILL (D state).",
+                  ["trainer"])
     for trainer in state.trainers:
         stuck.add_metric([trainer.name], len(trainer.stuck_pids))
     return [*families, stuck]

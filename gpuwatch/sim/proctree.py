@@ -93,11 +93,6 @@ class FakeProcTree:
         os.symlink(target, link)
         (base / "fdinfo" / str(fd)).write_text(fdinfo if fdinfo is not None else generic_fdinfo())
 
-    def remove_fd(self, pid: int, fd: int) -> None:
-        base = self.root / str(pid)
-        (base / "fd" / str(fd)).unlink(missing_ok=True)
-        (base / "fdinfo" / str(fd)).unlink(missing_ok=True)
-
     def set_state(self, pid: int, state: str, tid: int | None = None) -> None:
         """Change the state of the process (its main thread) or of one of its threads."""
         base = self.root / str(pid)

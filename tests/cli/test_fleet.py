@@ -8,14 +8,14 @@ import pytest
 
 from gpuwatch.cli import fleet
 from gpuwatch.cli.remote import HostResult
-from gpuwatch.config.cooling import ThermalConfig
-from gpuwatch.publish.document import StatusDocument, to_document
+from gpuwatch.publish.document import to_document
+from gpuwatch.publish.schema import StatusDocument
 from tests.support.published import GPU_A, GPU_B, GPU_GONE, NOW_UNIX, example_state
 
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory: pytest.TempPathFactory) -> StatusDocument:
-    return to_document(example_state(tmp_path_factory.mktemp("fleet") / "sys"), ThermalConfig(), "daemon")
+    return to_document(example_state(tmp_path_factory.mktemp("fleet") / "sys"), "daemon")
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.cli.status import exit_code, render, render_processes
-from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.config.file import parse_config
 from gpuwatch.daemon.loop import Daemon
 from gpuwatch.model import TrainerPhase
@@ -63,7 +62,7 @@ def test_status_processes_without_a_daemon_reads_the_proc_tree(tmp_path: Path) -
 
 
 def test_the_example_state_renders_trainer_gpu_lines_resets_and_the_table(tmp_path: Path) -> None:
-    doc = to_document(example_state(tmp_path / "sys"), ThermalConfig(), "daemon")
+    doc = to_document(example_state(tmp_path / "sys"), "daemon")
     text = render(doc, now=NOW_UNIX)
     assert f"  on {GPU_A}: vram 12 MiB  gtt 20 MiB  engine 0%  rocm vram 6.0 GiB  cu 75%  (2 processes)" in text
     assert "  reset  2 since start, last " in text and "ring gfx_0.0.0 timed out; VRAM lost" in text
@@ -81,9 +80,9 @@ def test_a_trainer_with_a_process_left_behind_is_an_alarm(tmp_path: Path) -> Non
     resets = tuple(replace(r, recovering=False, stuck_pids=()) for r in state.snapshot.resets)
     calm = replace(state, snapshot=replace(state.snapshot, resets=resets, gpus=state.snapshot.gpus[:1]),
                    fans=state.fans[:1], daemon=replace(state.daemon, failures=()) if state.daemon else None)
-    assert exit_code(to_document(calm, ThermalConfig(), "daemon")) == 0
+    assert exit_code(to_document(calm, "daemon")) == 0
     stuck = replace(calm, trainers=(replace(calm.trainers[0], stuck_pids=(4242,)),))
-    doc = to_document(stuck, ThermalConfig(), "daemon")
+    doc = to_document(stuck, "daemon")
     assert exit_code(doc) == 1 and "pid 4242 left behind after SIGKILL" in render(doc, now=NOW_UNIX)
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.cli.remote import HostResult, fetch, fetch_all
-from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.config.sections import remote_base_url
 from gpuwatch.publish.document import to_document
 from tests.support.endpoints import Routes, banner_server, http_server, silent_listener
@@ -26,7 +25,7 @@ Serve = Callable[[Routes], str]
 
 @pytest.fixture(scope="module")
 def document(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    doc = to_document(example_state(tmp_path_factory.mktemp("remote") / "sys"), ThermalConfig(), "daemon")
+    doc = to_document(example_state(tmp_path_factory.mktemp("remote") / "sys"), "daemon")
     assert doc["daemon"]
     doc["daemon"]["failures"] = []
     doc["gpus"] = [g for g in doc["gpus"] if g["up"] and not (g["fan_controller"] or {}).get("stalled")]

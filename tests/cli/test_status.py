@@ -207,11 +207,10 @@ class Lines:
 
 def test_status_shows_the_governed_cap_and_why_not(tmp_path: Path) -> None:
     from gpuwatch.cli.status import render
-    from gpuwatch.config.cooling import ThermalConfig
     from gpuwatch.publish.document import to_document
     from tests.support.published import example_state
 
-    doc = to_document(example_state(tmp_path / "sys"), ThermalConfig(), "daemon")
+    doc = to_document(example_state(tmp_path / "sys"), "daemon")
     text = render(doc, now=doc["taken_unix"])
     assert " / cap 245/289 W, governed   sclk " in text  # the power line
     assert "  govern power cap not governed: power1_cap refuses writes (EACCES)" in text
@@ -227,11 +226,10 @@ def test_status_shows_the_governed_cap_and_why_not(tmp_path: Path) -> None:
 def test_the_power_line_keeps_within_80_columns_on_a_big_card(tmp_path: Path, mode: str, cap: str) -> None:
     """A 289 W card at its top clock after a long run: the widest power line make run's 80x24 screen may get."""
     from gpuwatch.cli.status import render
-    from gpuwatch.config.cooling import ThermalConfig
     from gpuwatch.publish.document import to_document
     from tests.support.published import example_state
 
-    doc = to_document(example_state(tmp_path / "sys"), ThermalConfig(), "daemon")
+    doc = to_document(example_state(tmp_path / "sys"), "daemon")
     gpu = doc["gpus"][0]
     held = {"idle": 289.0, "governing": 245.0, "floor": 174.0, "dry-run": 289.0}[mode]
     gpu.update(power_w=245.0, power_cap_w=held, sclk_hz=2500e6, mclk_hz=1000e6, energy_joules=12.345 * 3.6e6)
@@ -244,11 +242,10 @@ def test_the_power_line_keeps_within_80_columns_on_a_big_card(tmp_path: Path, mo
 
 def test_trainer_lines_show_a_jobs_ranks(tmp_path: Path) -> None:
     from gpuwatch.cli.status import render
-    from gpuwatch.config.cooling import ThermalConfig
     from gpuwatch.publish.document import to_document
     from tests.support.published import NOW_UNIX, example_state
 
-    doc = to_document(example_state(tmp_path / "sys"), ThermalConfig(), "daemon")
+    doc = to_document(example_state(tmp_path / "sys"), "daemon")
     lines = render(doc, NOW_UNIX).splitlines()
     resnet = next(line for line in lines if line.startswith("trainer resnet"))
     bert = next(line for line in lines if line.startswith("trainer bert"))

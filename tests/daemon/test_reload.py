@@ -70,12 +70,18 @@ def test_reload_hands_thermal_to_metrics_and_the_supervisor(tmp_path: Path) -> N
         from gpuwatch.power.rules import thermals_on
 
         assert thermals_on(daemon.config, card.pci_slot)[0].edge_limit_c == 50
-        # /metrics renders the last published state with the new limits at once, before any tick.
-        with urllib.request.urlopen(f"http://127.0.0.1:{daemon.http_port}/metrics", timeout=10) as response:
-            text = response.read().decode()
-        assert f'gpuwatch_gpu_temperature_limit_celsius{{gpu="{card.pci_slot}",sensor="edge"}} 50.0' in text
-        assert f'gpuwatch_gpu_thermal_over_limit{{gpu="{card.pci_slot}",sensor="edge"}} 1.0' in text
+        # /metrics and /status read the limits in force from the published state: the old ones until the
+        # next tick (the reload happens between ticks), then the new ones in both.
+        def scrape() -> str:
+            with urllib.request.urlopen(f"http://127.0.0.1:{daemon.http_port}/metrics", timeout=10) as response:
+                return str(response.read().decode())
+
+        limit = f'gpuwatch_gpu_temperature_limit_celsius{{gpu="{card.pci_slot}",sensor="edge"}}'
+        over = f'gpuwatch_gpu_thermal_over_limit{{gpu="{card.pci_slot}",sensor="edge"}}'
+        assert f"{limit} 90.0" in scrape()
         daemon.tick()
+        text = scrape()
+        assert f"{limit} 50.0" in text and f"{over} 1.0" in text
         document = daemon.holder.document()
         assert document is not None and document["gpus"][0]["temperatures"]["edge"]["limit_c"] == 50
         # The supervisor judges on the live [thermal] (no copy to hand over): edge 60 °C is hot at 50 °C.

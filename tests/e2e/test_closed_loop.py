@@ -18,7 +18,6 @@ import pytest
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.config.file import parse_config
 from gpuwatch.daemon.loop import Daemon
 from gpuwatch.model import FanMode, PublishedState, TrainerPhase
@@ -31,7 +30,7 @@ TICK_SLEEP_S = 0.02
 
 def registry_of(state: PublishedState) -> CollectorRegistry:
     registry = CollectorRegistry()
-    registry.register(GpuwatchCollector(lambda: state, ThermalConfig()))
+    registry.register(GpuwatchCollector(lambda: state))
     return registry
 
 

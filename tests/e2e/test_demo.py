@@ -88,7 +88,7 @@ def test_the_screen_fits_80x24_and_the_log_gets_what_is_left(tmp_path: Path, car
     state = daemon.tick()
     trainer = TrainerState(name="demo", phase=TrainerPhase.RUNNING, pid=4242, started_unix=state.snapshot.taken_unix,
                            steps_per_s=4.98, last_step_age_s=0.0, reason="resumed")
-    status = render(to_document(replace(state, trainers=(trainer,)), config.thermal, source="daemon"))
+    status = render(to_document(replace(state, trainers=(trainer,)), source="daemon"))
     daemon.shutdown()
     top = run_demo.screen_header(config, REPO / ".tmp/demo/demo.toml", cards)
     log = [f"18:04:{n:02d} trainer demo: paused -> running: resumed, a line long enough to wrap in eighty columns"

@@ -268,7 +268,7 @@ def test_status_and_document_render_an_nvidia_gpu(tmp_path: Path) -> None:
     config = parse_config({"runtime_dir": str(tmp_path), "thermal": {"edge_limit_c": 60}, "backend": "nvml"})
     daemon = Daemon(config, Parts(sources=build_sources(config, nvml=FakeNvml([dict(H100), dict(RTX)]))))
     state = daemon.tick()
-    doc = json.loads(json.dumps(to_document(state, config.thermal, source="daemon")))
+    doc = json.loads(json.dumps(to_document(state, source="daemon")))
     h100, rtx = doc["gpus"]
     assert h100["backend"] == "nvml" and h100["temperatures"]["edge"] == {
         "temp_c": 41.0, "crit_c": 90.0, "crit_hyst_c": None, "emergency_c": 92.0, "limit_c": 60.0}

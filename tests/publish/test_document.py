@@ -1,12 +1,13 @@
-"""The status document's TypedDicts (schema 1, what the CLI renders) name exactly the keys to_document writes."""
+"""The status document's TypedDicts (schema 1, what the CLI renders) name exactly the keys to_document writes;
+its limits are the published state's."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from gpuwatch.config.cooling import ThermalConfig
-from gpuwatch.model import PublishedState, Snapshot, UnsupportedCard
-from gpuwatch.publish.document import (
+from gpuwatch.model import GpuReading, PublishedState, SensorLimit, Snapshot, TempReading, UnsupportedCard
+from gpuwatch.publish.document import to_document
+from gpuwatch.publish.schema import (
     DaemonDoc,
     ErrorDoc,
     FanControllerDoc,
@@ -19,13 +20,12 @@ from gpuwatch.publish.document import (
     TrainerDoc,
     TrainerGpuUseDoc,
     UnsupportedDoc,
-    to_document,
 )
 from tests.support.published import GPU_GONE, example_state
 
 
 def test_typed_dicts_name_every_key_of_the_document(tmp_path: Path) -> None:
-    doc = to_document(example_state(tmp_path / "sys"), ThermalConfig(), "daemon")
+    doc = to_document(example_state(tmp_path / "sys"), "daemon")
     assert set(doc) == StatusDocument.__required_keys__
     assert doc["daemon"] is not None and set(doc["daemon"]) == DaemonDoc.__required_keys__
     assert doc["gpus"] and all(set(gpu) == GpuDoc.__required_keys__ for gpu in doc["gpus"])
@@ -47,6 +47,17 @@ def test_typed_dicts_name_every_key_of_the_document(tmp_path: Path) -> None:
 
 def test_unsupported_cards_are_typed_too() -> None:
     snapshot = Snapshot(0.0, 0.0, (), unsupported=(UnsupportedCard(card="card5", driver="radeon", gpu_id="0000:44:00.0"),))
-    doc = to_document(PublishedState(snapshot=snapshot), ThermalConfig(), "sysfs")
+    doc = to_document(PublishedState(snapshot=snapshot), "sysfs")
     assert doc["source"] == "sysfs" and doc["daemon"] is None
     assert [set(card) for card in doc["unsupported"]] == [UnsupportedDoc.__required_keys__]
+
+
+def test_limits_and_over_limit_are_the_published_states() -> None:
+    gpu = GpuReading("g", "card0", "amdgpu", temps=(TempReading("edge", 70.0), TempReading("junction", 90.0, crit_c=110.0)))
+    snapshot = Snapshot(0.0, 0.0, (gpu,))
+    doc = to_document(PublishedState(snapshot, limits_c=(SensorLimit("g", "junction", 85.0),)), "daemon")
+    temperatures = doc["gpus"][0]["temperatures"]
+    assert (temperatures["edge"]["limit_c"], temperatures["junction"]["limit_c"]) == (None, 85.0)
+    assert doc["gpus"][0]["over_limit"] == ["junction"]
+    unlimited = to_document(PublishedState(snapshot), "daemon")["gpus"][0]
+    assert unlimited["temperatures"]["junction"]["limit_c"] is None and unlimited["over_limit"] == []

@@ -8,7 +8,6 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpuwatch.cli.status import exit_code, render
-from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.model import GpuReading, PublishedState, Snapshot
 from gpuwatch.publish.document import to_document
 from gpuwatch.publish.metrics import GpuwatchCollector
@@ -17,13 +16,13 @@ from tests.support.published import GPU_A, GPU_B, NOW_UNIX, example_state
 
 def samples(state: PublishedState) -> dict[str, float]:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuwatchCollector(lambda: state, ThermalConfig()))
+    registry.register(GpuwatchCollector(lambda: state))
     lines = generate_latest(registry).decode().splitlines()
     return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in lines if line and line[0] != "#"}
 
 
 def test_document_carries_the_new_fields_as_plain_json(tmp_path: Path) -> None:
-    doc = to_document(example_state(tmp_path / "sys"), ThermalConfig(), "daemon")
+    doc = to_document(example_state(tmp_path / "sys"), "daemon")
     json.dumps(doc)  # plain JSON all the way down
     b = next(g for g in doc["gpus"] if g["gpu_id"] == GPU_B)
     assert b["gpu_metrics_revision"] == "1.3"
@@ -40,7 +39,7 @@ def test_document_carries_the_new_fields_as_plain_json(tmp_path: Path) -> None:
 
 
 def test_status_shows_throttling_energy_and_a_slot_below_its_max(tmp_path: Path) -> None:
-    doc = to_document(example_state(tmp_path / "sys"), ThermalConfig(), "daemon")
+    doc = to_document(example_state(tmp_path / "sys"), "daemon")
     text = render(doc, now=NOW_UNIX)
     block_a, block_b = text.split(f"[{GPU_B}]")[0].split(f"[{GPU_A}]")[1], text.split(f"[{GPU_B}]")[1]
     assert "thrtl" not in block_a and "pcie" not in block_a and "vrgfx" not in block_a  # nothing to look at
@@ -54,7 +53,7 @@ def test_status_shows_throttling_energy_and_a_slot_below_its_max(tmp_path: Path)
 def test_a_card_without_any_of_it_shows_none_of_it() -> None:
     gpu = GpuReading("0000:03:00.0", "card0", "amdgpu", power_w=50.0)
     state = PublishedState(Snapshot(NOW_UNIX, 1.0, (gpu,)))
-    text = render(to_document(state, ThermalConfig(), "sysfs"), now=NOW_UNIX)
+    text = render(to_document(state, "sysfs"), now=NOW_UNIX)
     assert "thrtl" not in text and "pcie" not in text and "energy" not in text
     got = samples(state)
     assert not [k for k in got if "throttle" in k or "energy" in k or "aer" in k or "slot" in k or "replays" in k]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.config.cooling import FanConfig, ThermalConfig
+from gpuwatch.config.cooling import FanConfig
 from gpuwatch.config.file import Config
 from gpuwatch.config.sections import HttpConfig
 from gpuwatch.daemon.loop import Daemon
@@ -117,7 +117,7 @@ def test_read_errors_accumulate_per_sensor(tmp_path: Path) -> None:
 
 
 def test_http_server_stops_cleanly(tmp_path: Path) -> None:
-    server = HttpServer(StateHolder(), ThermalConfig(), "127.0.0.1", 0)
+    server = HttpServer(StateHolder(), "127.0.0.1", 0)
     server.start()
     port = server.port
     server.stop()

@@ -27,7 +27,7 @@ def test_scrape_is_answered_while_100_slow_clients_hold_connections(tmp_path: Pa
                     fan=FanConfig(mode="off"), http=HttpConfig(enabled=False))
     daemon = Daemon(config)
     daemon.tick()
-    server = HttpServer(daemon.holder, config.thermal, "127.0.0.1", 0, request_deadline_s=2.0)
+    server = HttpServer(daemon.holder, "127.0.0.1", 0, request_deadline_s=2.0)
     server.start()
     idle: list[socket.socket] = []
     trickling: list[socket.socket] = []
@@ -75,7 +75,7 @@ def test_a_full_client_makes_room_by_cutting_its_oldest_waiting_connection(
     daemon = Daemon(Config(sysfs_root=two_gpu_tree(tmp_path / "sys").root, runtime_dir=tmp_path / "run",
                            fan=FanConfig(mode="off"), http=HttpConfig(enabled=False)))
     daemon.tick()
-    server = HttpServer(daemon.holder, daemon.config.thermal, "127.0.0.1", 0)
+    server = HttpServer(daemon.holder, "127.0.0.1", 0)
     server.start()
     idle = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(10)]
     try:
@@ -95,7 +95,7 @@ def test_a_full_client_makes_room_by_cutting_its_oldest_waiting_connection(
 def test_bad_requests_are_answered_not_fatal() -> None:
     from gpuwatch.publish.state import StateHolder
 
-    server = HttpServer(StateHolder(), Config().thermal, "127.0.0.1", 0)
+    server = HttpServer(StateHolder(), "127.0.0.1", 0)
     server.start()
     try:
         for request, status in (

@@ -15,7 +15,18 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpuwatch.config.cooling import ThermalConfig
-from gpuwatch.model import GpuReading, PublishedState, ReadError, Snapshot, TempReading
+from gpuwatch.limits import limits_in_force
+from gpuwatch.model import (
+    PWM_MAX_DEFAULT,
+    FanMode,
+    FanState,
+    GpuReading,
+    PublishedState,
+    ReadError,
+    SensorLimit,
+    Snapshot,
+    TempReading,
+)
 from gpuwatch.publish.metrics import GpuwatchCollector
 from tests.support.paths import TESTS
 from tests.support.published import GPU_GONE, example_state
@@ -26,9 +37,9 @@ needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool missing: 
                                     "(scripts/install-system-deps.sh does it for make test / CI)")
 
 
-def exposition(state: PublishedState | None, thermal: ThermalConfig = ThermalConfig()) -> str:
+def exposition(state: PublishedState | None) -> str:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuwatchCollector(lambda: state, thermal))
+    registry.register(GpuwatchCollector(lambda: state))
     return generate_latest(registry).decode()
 
 
@@ -90,8 +101,26 @@ def test_absent_values_are_absent_series_not_zero(reading: GpuReading, absent: s
 )
 def test_thermal_limit_and_over_limit(temp_c: float, thermal: ThermalConfig, over: float) -> None:
     gpu = GpuReading(gpu_id="g", card="card0", backend="amdgpu", temps=(TempReading("junction", temp_c, crit_c=110.0),))
-    got = samples(exposition(PublishedState(snapshot=Snapshot(0.0, 0.0, (gpu,))), thermal))
+    snapshot = Snapshot(0.0, 0.0, (gpu,))
+    got = samples(exposition(PublishedState(snapshot=snapshot, limits_c=limits_in_force(snapshot, thermal))))
     assert got['gpuwatch_gpu_thermal_over_limit{gpu="g",sensor="junction"}'] == over
+
+
+def test_limits_come_from_the_published_state_only() -> None:
+    """The collector keeps no [thermal]: the same readings with other limits in force (a reload's, at the
+    next tick) export other limits, and a state without limits exports none, though crit is known."""
+    gpu = GpuReading(gpu_id="g", card="card0", backend="amdgpu",
+                     temps=(TempReading("edge", 70.0), TempReading("junction", 90.0, crit_c=110.0)))
+    snapshot = Snapshot(0.0, 0.0, (gpu,))
+    limit, over = "gpuwatch_gpu_temperature_limit_celsius", "gpuwatch_gpu_thermal_over_limit"
+    edge, junction = '{gpu="g",sensor="edge"}', '{gpu="g",sensor="junction"}'
+    default = samples(exposition(PublishedState(snapshot, limits_c=limits_in_force(snapshot, ThermalConfig()))))
+    assert (default[limit + edge], default[over + edge]) == (90.0, 0.0)  # edge_limit_c's default
+    assert (default[limit + junction], default[over + junction]) == (100.0, 0.0)  # crit 110 - margin 10
+    reloaded = samples(exposition(PublishedState(snapshot, limits_c=(SensorLimit("g", "junction", 85.0),))))
+    assert (reloaded[limit + junction], reloaded[over + junction]) == (85.0, 1.0)
+    assert limit + edge not in reloaded and over + edge not in reloaded
+    assert limit not in exposition(PublishedState(snapshot)) and over not in exposition(PublishedState(snapshot))
 
 
 def test_current_read_errors_are_flagged_per_sensor() -> None:
@@ -112,3 +141,14 @@ def test_current_read_errors_are_flagged_per_sensor() -> None:
 def test_fan_duty_prefers_pwm_then_board_duty(reading: GpuReading, duty: float) -> None:
     got = samples(exposition(PublishedState(snapshot=Snapshot(0.0, 0.0, (reading,)))))
     assert got['gpuwatch_gpu_fan_duty_ratio{gpu="g"}'] == pytest.approx(duty)
+
+
+def test_a_sampled_pwm_needs_the_cards_range_a_written_one_is_on_the_backends() -> None:
+    """Without pwm1_max the sampled duty is unknown (absent), while the controller's own writes are read on
+    PWM_MAX_DEFAULT, the scale the backend wrote them on."""
+    gpu = GpuReading(gpu_id="g", card="card0", backend="amdgpu", pwm=51)
+    fan = FanState(gpu_id="g", backend="pwm1", mode=FanMode.CURVE, applied_pwm=51, readback_pwm=PWM_MAX_DEFAULT)
+    got = samples(exposition(PublishedState(snapshot=Snapshot(0.0, 0.0, (gpu,)), fans=(fan,))))
+    assert gpu.pwm_ratio is None and gpu.fan_duty is None and 'gpuwatch_gpu_fan_duty_ratio{gpu="g"}' not in got
+    assert got['gpuwatch_fan_applied_duty_ratio{gpu="g"}'] == pytest.approx(0.2)
+    assert got['gpuwatch_fan_readback_duty_ratio{gpu="g"}'] == 1.0

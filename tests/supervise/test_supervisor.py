@@ -370,7 +370,7 @@ def test_a_command_that_cannot_start_fails_at_once_logged_once(make, tmp_path: P
     lines = [r.getMessage() for r in caplog.records if r.name == "gpuwatch.supervisor"]
     assert len(lines) == 1 and lines[0].startswith("trainer u: starting -> failed: spawn failed: cannot start")
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuwatchCollector(lambda: PublishedState(snapshot=h.sampler.sample(), trainers=(s,)), ThermalConfig()))
+    registry.register(GpuwatchCollector(lambda: PublishedState(snapshot=h.sampler.sample(), trainers=(s,))))
     assert f'gpuwatch_trainer_failed_info{{reason="{s.reason}",trainer="u"}} 1.0' in generate_latest(registry).decode()
 
 

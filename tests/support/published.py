@@ -1,15 +1,18 @@
 """A fixed PublishedState for the golden /metrics file and promtool: two real GPUs plus example controller state.
 
 The GPUs are read from a real-topology fake tree (navi21 + navi31 captures); fan and trainer states are
-examples with fixed values (a fixed clock), as the fan controller and supervisor would publish them.
+examples with fixed values (a fixed clock), as the fan controller and supervisor would publish them; the
+limits in force are the default [thermal]'s, as the daemon's tick computes them.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
+from gpuwatch.limits import limits_in_force
 from gpuwatch.model import (
     DaemonInfo,
     FanMode,
@@ -127,4 +130,5 @@ def example_state(root: Path) -> PublishedState:
     daemon = DaemonInfo(pid=1234, version="0.1.0", started_unix=NOW_UNIX - 7200, ticks_total=7200,
                         interval_s=1.0, failures=("fan controller: OSError: [Errno 5] EIO",))
     return PublishedState(snapshot=snapshot, daemon=daemon, fans=fans, trainers=trainers, powers=powers,
-                          read_errors_total=((GPU_B, "power1_average", 3),))
+                          read_errors_total=((GPU_B, "power1_average", 3),),
+                          limits_c=limits_in_force(snapshot, ThermalConfig()))

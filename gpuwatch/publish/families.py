@@ -1,0 +1,44 @@
+"""The one home of gpuwatch's metric naming: the ``gpuwatch_`` prefix, gauge and counter families, per-GPU tables.
+
+Every family module (metrics.py, control_metrics.py, health_metrics.py, use_metrics.py) builds its
+families here, so a name cannot lose its prefix and a per-GPU gauge read from the reading is one table
+row wherever it lives.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from gpuwatch.model import GpuReading
+
+PREFIX = "gpuwatch_"
+
+# One per-GPU gauge read straight from the reading: (metric suffix, help, GpuReading attribute, scale
+# to the base unit). The attribute may be a property (``fan_duty``).
+GpuGauge = tuple[str, str, str, float]
+
+
+def gauge(name: str, doc: str, labels: Iterable[str] = ("gpu",), unit: str = "") -> GaugeMetricFamily:
+    """A gauge family ``gpuwatch_<name>``; per GPU (label ``gpu``) unless ``labels`` says otherwise."""
+    return GaugeMetricFamily(PREFIX + name, doc, labels=list(labels), unit=unit)
+
+
+def counter(name: str, doc: str, labels: Iterable[str] = ("gpu",)) -> CounterMetricFamily:
+    """A counter family ``gpuwatch_<name>`` (exposed as ``..._total``); per GPU unless ``labels`` says otherwise."""
+    return CounterMetricFamily(PREFIX + name, doc, labels=list(labels))
+
+
+def gpu_gauges(table: Iterable[GpuGauge], gpus: Iterable[GpuReading]) -> list[Metric]:
+    """One gauge family per table row, one series per GPU that has the value (absent stays absent, never 0)."""
+    readings = tuple(gpus)
+    out: list[Metric] = []
+    for suffix, doc, attr, scale in table:
+        family = gauge(suffix, doc)
+        for gpu in readings:
+            value = getattr(gpu, attr)
+            if value is not None:
+                family.add_metric([gpu.gpu_id], value * scale)
+        out.append(family)
+    return out

@@ -1,0 +1,161 @@
+"""What the deciding parts publish every tick: fan, power-cap and trainer states, and the daemon's health.
+
+A leaf (imports nothing): model.py re-exports every name, so the layers import them from ``gpuwatch.model``
+as before; they live apart only to keep the readings (model.py) and the decisions each under 300 lines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Literal
+
+# How the fan controller drives a GPU's fan; "none": monitor-only.
+FanBackendName = Literal["pwm1", "gpu_od", "none"]
+# Where the power governor sets a GPU's cap: amdgpu's hwmon power1_cap, or NVML's power management limit.
+PowerCapBackendName = Literal["hwmon", "nvml"]
+
+
+class FanMode(str, Enum):
+    """What the fan controller is doing for one GPU."""
+
+    CURVE = "curve"
+    FAILSAFE = "failsafe"
+    MONITOR_ONLY = "monitor-only"
+    DRY_RUN = "dry-run"
+    # Never produced by the controller, but a value of the published state set
+    # gpuwatch_fan_mode{mode=...} (every known value is exported, 0 or 1): removing it removes a series.
+    DISABLED = "disabled"
+    # The fan should be driven but cannot be written (files gone, writes failing or blocked): it runs
+    # on whatever the firmware or the last write left, not on the curve. Not "failsafe" (no 100 %).
+    UNCONTROLLED = "uncontrolled"
+
+
+class PowerMode(str, Enum):
+    """What the power-cap governor is doing for one GPU (docs/power.md)."""
+
+    IDLE = "idle"  # the cap found at start is in force; a hot card pauses as without the governor
+    GOVERNING = "governing"  # the cap is lowered to hold the hottest sensor under its pause limit
+    FLOOR = "floor"  # governing at the floor cap: a card still over its limit is paused
+    UNAVAILABLE = "unavailable"  # no writable cap on this GPU (``PowerState.reason`` says why): pause only
+    DRY_RUN = "dry-run"  # decisions are logged, nothing is written: pause only
+    OFF = "off"  # power.mode = "off" for this GPU
+
+
+class TrainerPhase(str, Enum):
+    """Supervisor state of one training command."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    PAUSING = "pausing"
+    PAUSED = "paused"
+    STOPPING = "stopping"
+    BACKOFF = "backoff"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True)
+class FanState:
+    """What the fan controller decided and observed for one GPU this tick."""
+
+    gpu_id: str
+    backend: FanBackendName
+    mode: FanMode
+    sensor: str | None = None
+    sensor_temp_c: float | None = None
+    target_ratio: float | None = None
+    applied_pwm: int | None = None
+    readback_pwm: int | None = None
+    rpm: int | None = None
+    stalled: bool = False
+    mode_resets_total: int = 0
+    write_errors_total: int = 0
+    stalls_total: int = 0
+    message: str | None = None
+    failsafe_reason: str | None = None
+    # False when a hotter card would get no more air from this fan: at the curve's top, failsafe, stalled,
+    # or not driven by gpuwatch. The power governor acts only then.
+    can_rise: bool = True
+
+
+@dataclass(frozen=True)
+class PowerState:
+    """What the power-cap governor decided and observed for one GPU this tick (watts throughout)."""
+
+    gpu_id: str
+    mode: PowerMode
+    backend: PowerCapBackendName | None = None
+    cap_w: float | None = None  # the cap in force, as read back
+    target_cap_w: float | None = None  # the cap the governor wants (what dry-run would write)
+    original_cap_w: float | None = None  # found at start (or in the restore file); restored on exit
+    floor_cap_w: float | None = None
+    pause_allowed: bool = True  # False while it holds a hot card above the floor: the supervisor waits
+    capped_seconds_total: float = 0.0  # time with a cap below the original in force
+    throughput_kept_ratio: float | None = None  # estimate: (cap / original) ** (1/3) while the cap binds
+    writes_total: int = 0
+    write_errors_total: int = 0
+    reason: str | None = None  # why unavailable, or what the last write did wrong
+
+
+@dataclass(frozen=True)
+class TrainerGpuUse:
+    """What one trainer's process tree holds on one GPU this tick (its GpuProcess rows summed)."""
+
+    gpu_id: str
+    processes: int = 0
+    vram_bytes: int | None = None
+    gtt_bytes: int | None = None
+    engine_busy_ratio: float | None = None
+    kfd_vram_bytes: int | None = None
+    kfd_cu_occupancy_ratio: float | None = None
+
+
+@dataclass(frozen=True)
+class TrainerState:
+    """Published state of one supervised training command."""
+
+    name: str
+    phase: TrainerPhase
+    gpus: tuple[str, ...] = ()
+    pid: int | None = None
+    started_unix: float | None = None
+    restarts_total: int = 0
+    restarts_by_reason: tuple[tuple[str, int], ...] = ()
+    pauses_total: int = 0
+    resumes_total: int = 0
+    last_exit_code: int | None = None
+    last_exit_reason: str | None = None
+    steps_total: int | None = None
+    steps_per_s: float | None = None
+    last_step_age_s: float | None = None
+    epoch: int | None = None
+    reason: str | None = None
+    paused_since_unix: float | None = None
+    next_start_unix: float | None = None
+    log_path: str | None = None
+    # Energy of the GPUs the trainer runs on (supervise/energy.py): this run, every run since the
+    # daemon started, and training steps per kilojoule of this run.
+    run_energy_j: float | None = None
+    energy_total_j: float = 0.0
+    steps_per_kj: float | None = None
+    gpus_used: tuple[str, ...] = ()  # the GPUs its tree was seen using (what a trainer without `gpus` is judged on)
+    gpu_use: tuple[TrainerGpuUse, ...] = ()
+    stuck_pids: tuple[int, ...] = ()  # left behind after SIGKILL (D state): the host may need a reboot
+    ranks: int | None = None  # a distributed job's ranks on this machine (None: not one)
+    ranks_held: int | None = None  # of those, holding at the job's pause
+    world_size: int | None = None  # the job's ranks on every machine
+    paused_by: str | None = None  # "node-b: hot ..." while held: the node that asked and why
+
+
+@dataclass(frozen=True)
+class DaemonInfo:
+    """Health of the daemon itself, published with every tick."""
+
+    pid: int
+    version: str
+    started_unix: float
+    ticks_total: int = 0
+    interval_s: float = 1.0
+    failures: tuple[str, ...] = ()
