@@ -132,64 +132,116 @@ def floor_cap_w(floor_ratio: float, default_w: float, cap_min_w: float | None, o
     return min(float(math.ceil(floor)), original_w)
 
 
+@dataclass(frozen=True)
+class _Tick:
+    """What one tick's inputs mean for the law: the gains in watts, the error and whether the cap binds."""
+
+    kp: float
+    ki: float
+    tolerance: float
+    bound: bool  # the card draws (nearly) what the cap allows: the cap is what limits it
+    e: float  # filtered headroom - hold margin (positive: room)
+    ez: float  # e with the dead zone
+
+    @classmethod
+    def of(cls, params: GovernorParams, headroom_filtered_c: float, x: GovernorInputs) -> _Tick:
+        scale = x.default_cap_w
+        tolerance = BOUND_TOLERANCE_RATIO * scale
+        e = headroom_filtered_c - params.hold_margin_c
+        return cls(kp=KP_RATIO_PER_C * scale, ki=KI_RATIO_PER_C_S * scale, tolerance=tolerance,
+                   bound=x.power_w is None or x.power_w >= x.cap_w - tolerance, e=e, ez=_dead_zone(e, DEAD_BAND_C))
+
+
 def decide(params: GovernorParams, state: GovernorState, x: GovernorInputs) -> Decision:
-    scale = x.default_cap_w
+    """One tick of the law, in named steps: filter, engage, integrate, quantise, release (module docstring)."""
     dt = 0.0 if state.last_now is None else min(MAX_DT_S, max(0.0, x.now - state.last_now))
-    lo, hi, applied = x.floor_cap_w, x.original_cap_w, x.cap_w
     if x.headroom_c is None:
         # No temperature: hold; the fan's failsafe and the supervisor's emergency stop take over.
-        return Decision(replace(state, last_now=x.now), applied, False, pause_allowed=True, at_floor=applied <= lo)
+        return Decision(replace(state, last_now=x.now), x.cap_w, False, pause_allowed=True,
+                        at_floor=x.cap_w <= x.floor_cap_w)
     hf = _filtered(state.headroom_filtered_c, x.headroom_c, dt)
     state = replace(state, headroom_filtered_c=hf, last_now=x.now)
-    kp, ki, tolerance = KP_RATIO_PER_C * scale, KI_RATIO_PER_C_S * scale, BOUND_TOLERANCE_RATIO * scale
-    bound = x.power_w is None or x.power_w >= applied - tolerance
-    e = hf - params.hold_margin_c
-    ez = _dead_zone(e, DEAD_BAND_C)
+    tick = _Tick.of(params, hf, x)
     if state.phase == "idle":
         if x.fan_can_rise or hf > params.engage_margin_c:
-            # Not governing: the supervisor pauses exactly as it does without a governor.
-            return Decision(_idle(state), hi, applied != hi, pause_allowed=True, at_floor=False)
-        start = hi if x.power_w is None else min(hi, x.power_w + tolerance)
-        state = replace(state, phase="governing", integral_w=start - kp * ez, output_w=start)
+            return _give_back(state, x)  # not governing: the supervisor pauses exactly as without a governor
+        state = _engaged(state, x, tick)
+    integral, u, room_since, unbound_since = _integrated(params, state, x, tick, dt)
+    target, direction = _quantised(params, state, x, tick, integral, u)
+    release_since = _released_since(state, x, tick, u)
+    if (release_since is not None and x.now - release_since >= params.release_after_s) or (
+            unbound_since is not None and x.now - unbound_since >= params.idle_restore_after_s):
+        return _give_back(state, x)
+    state = replace(state, integral_w=integral, output_w=u, room_since=room_since, release_since=release_since,
+                    unbound_since=unbound_since, last_direction=direction or state.last_direction)
+    at_floor = target <= x.floor_cap_w
+    return Decision(state, target, target != x.cap_w, pause_allowed=at_floor, at_floor=at_floor)
+
+
+def _engaged(state: GovernorState, x: GovernorInputs, tick: _Tick) -> GovernorState:
+    """IDLE -> GOVERNING, bumpless: the output starts at what the card draws (within the binding
+    tolerance), the integrator at that minus the P term, so P alone pulls the cap down as it heats on."""
+    start = x.original_cap_w if x.power_w is None else min(x.original_cap_w, x.power_w + tick.tolerance)
+    return replace(state, phase="governing", integral_w=start - tick.kp * tick.ez, output_w=start)
+
+
+def _integrated(params: GovernorParams, state: GovernorState, x: GovernorInputs, tick: _Tick,
+                dt: float) -> tuple[float, float, float | None, float | None]:
+    """The PI step: the integrator (down always, up only near the set point or after lasting room, and
+    only while the cap binds), the output with its rise limit, and the since-when clocks it needs."""
     assert state.integral_w is not None and state.output_w is not None
+    lo, hi, scale = x.floor_cap_w, x.original_cap_w, x.default_cap_w
     integral, u_before = state.integral_w, state.output_w
-    room_since = (state.room_since if state.room_since is not None else x.now) if bound and ez > 0 else None
-    if ez < 0:
-        integral += ki * ez * dt  # too hot: always integrate down
-    elif ez > 0 and bound and (e <= UP_BAND_C or (room_since is not None
-                                                  and x.now - room_since >= params.release_after_s)):
-        integral += ki * min(ez, UP_BAND_C - DEAD_BAND_C) * dt
+    room_since = None
+    if tick.bound and tick.ez > 0:
+        room_since = state.room_since if state.room_since is not None else x.now
+    if tick.ez < 0:
+        integral += tick.ki * tick.ez * dt  # too hot: always integrate down
+    elif tick.ez > 0 and tick.bound and (tick.e <= UP_BAND_C or (
+            room_since is not None and x.now - room_since >= params.release_after_s)):
+        integral += tick.ki * min(tick.ez, UP_BAND_C - DEAD_BAND_C) * dt
     integral = _clamp(integral, lo, hi)
-    u = min(_clamp(integral + kp * ez, lo, hi), u_before + params.raise_ratio_per_s * scale * dt)
+    u = min(_clamp(integral + tick.kp * tick.ez, lo, hi), u_before + params.raise_ratio_per_s * scale * dt)
     unbound_since = state.unbound_since
-    if bound or e < 0:
+    if tick.bound or tick.e < 0:
         unbound_since = None
     elif unbound_since is None:
         unbound_since = x.now
-    if not bound and e >= 0:
+    if not tick.bound and tick.e >= 0:
         u = u_before  # nothing to learn while the card draws under the cap: keep it for the next load
+    return integral, u, room_since, unbound_since
+
+
+def _quantised(params: GovernorParams, state: GovernorState, x: GovernorInputs, tick: _Tick, integral: float,
+               u: float) -> tuple[float, int]:
+    """The cap to have in force, in whole watts, and the direction of the write (0: none): a move smaller
+    than min_step (reverse_step against the last write) is not written unless it reaches an end; a
+    reversal the error agrees with goes to the integrator's estimate of the cap that holds the set point."""
+    lo, hi, applied, scale = x.floor_cap_w, x.original_cap_w, x.cap_w, x.default_cap_w
     target = _whole_w(u, lo, hi)
     direction = (target > applied) - (target < applied)
     reverse = direction != 0 and direction == -state.last_direction
     needed = (params.reverse_step_ratio if reverse else params.min_step_ratio) * scale
     if abs(target - applied) < needed and target not in (lo, hi):
-        target, direction = applied, 0
-    elif reverse and ez * direction > 0:
+        return applied, 0
+    if reverse and tick.ez * direction > 0:
         settle = _whole_w(integral, lo, hi)
         if (settle - applied) * direction >= params.min_step_ratio * scale:
-            target = settle  # the integrator is the best estimate of the cap that holds the set point
-    release_since = state.release_since
-    if u >= hi and e > DEAD_BAND_C:
-        release_since = release_since if release_since is not None else x.now
-    else:
-        release_since = None
-    if (release_since is not None and x.now - release_since >= params.release_after_s) or (
-            unbound_since is not None and x.now - unbound_since >= params.idle_restore_after_s):
-        return Decision(_idle(state), hi, applied != hi, pause_allowed=True, at_floor=False)
-    state = replace(state, integral_w=integral, output_w=u, room_since=room_since, release_since=release_since,
-                    unbound_since=unbound_since, last_direction=direction or state.last_direction)
-    at_floor = target <= lo
-    return Decision(state, target, target != applied, pause_allowed=at_floor, at_floor=at_floor)
+            target = settle
+    return target, direction
+
+
+def _released_since(state: GovernorState, x: GovernorInputs, tick: _Tick, u: float) -> float | None:
+    """Since when the output has been at the original with the card below the hold band (None: it is not)."""
+    if u >= x.original_cap_w and tick.e > DEAD_BAND_C:
+        return state.release_since if state.release_since is not None else x.now
+    return None
+
+
+def _give_back(state: GovernorState, x: GovernorInputs) -> Decision:
+    """IDLE: the original in force (written if it is not), and the supervisor pauses as without a governor."""
+    hi = x.original_cap_w
+    return Decision(_idle(state), hi, x.cap_w != hi, pause_allowed=True, at_floor=False)
 
 
 def _filtered(previous_c: float | None, headroom_c: float, dt: float) -> float:
