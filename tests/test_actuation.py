@@ -3,7 +3,6 @@ uses, its outcomes per GPU, and the registry of actuator kinds in the compositio
 
 from __future__ import annotations
 
-import ast
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,7 +13,6 @@ from gpuwatch.config.file import parse_config
 from gpuwatch.daemon.compose import actuator_kinds, restore_all
 from gpuwatch.fan.pwm1 import Pwm1Restore
 from gpuwatch.sim.tree import FakeSysfsTree
-from tests.support.paths import REPO
 from tests.support.trees import capture
 
 
@@ -136,35 +134,6 @@ def test_restore_all_gives_back_every_actuators_records(tmp_path: Path) -> None:
 def test_every_kind_has_its_own_file() -> None:
     names = [kind.name for kind in actuator_kinds(parse_config({}))]
     assert names == ["fan", "power"] and len(set(names)) == len(names)
-
-
-def _code_strings(path: Path) -> set[str]:
-    """The string constants of a module's code (docstrings left out: prose may name the files)."""
-    tree = ast.parse(path.read_text())
-    docs = {id(node.body[0].value) for node in ast.walk(tree)
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
-            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
-    return {node.value for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs}
-
-
-def _hardware_modules() -> list[Path]:
-    """Every daemon-side module (the torch extra in train/ drives no hardware)."""
-    return [path for path in (REPO / "gpuwatch").rglob("*.py") if "train" not in path.relative_to(REPO).parts]
-
-
-def test_one_home_for_the_restore_file_name() -> None:
-    """Every actuator's restore file name comes from actuation.restore_file_path: a module that spells a
-    ``*-restore.json`` itself has grown a second shape (issue 30)."""
-    spelled = {path.relative_to(REPO).as_posix() for path in _hardware_modules()
-               if any(text.endswith("restore.json") for text in _code_strings(path))}
-    assert spelled == {"gpuwatch/actuation.py"}
-
-
-def test_one_home_for_the_restore_at_exit() -> None:
-    """Only the actuation layer registers a restore at exit (one registration per actuator)."""
-    homes = {path.relative_to(REPO).as_posix() for path in _hardware_modules() if "import atexit" in path.read_text()}
-    assert homes == {"gpuwatch/actuation.py"}
 
 
 def test_restore_file_path_is_per_actuator(tmp_path: Path) -> None:
