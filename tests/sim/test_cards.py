@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.cli import build_parser, with_simulation
+from gpuwatch.cli.parser import build_parser
+from gpuwatch.cli.settings import with_simulation
 from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import Config, parse_config
 from gpuwatch.daemon.loop import Daemon
