@@ -15,7 +15,8 @@ from gpuwatch.daemon.loop import Daemon
 from gpuwatch.gpus.amdgpu import discover, read_card
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.model import PublishedState, Snapshot, TrainerPhase, TrainerState
-from gpuwatch.sim.cards import SimFaults, SimulatedGpus
+from gpuwatch.sim.cards import SimulatedGpus
+from gpuwatch.sim.faults import SimFaults
 from gpuwatch.sim.start import SimulatedSource
 from gpuwatch.sysfs import Sysfs
 
