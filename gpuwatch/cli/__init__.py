@@ -1,4 +1,4 @@
-"""The `gpuwatch` command (the entry point `gpuwatch.cli:main`): one command run, its outcome turned into the exit code."""
+"""The `gpuwatch` command (entry point `gpuwatch.cli:main`): runs one command, turns its outcome into the exit code."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A GPU's own health reports in `gpuwatch status` (pure): a line only for what needs a look, none for a healthy card."""
+"""A GPU's own health reports in `gpuwatch status` (pure): a line only for what needs a look, none when all is well."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A supervised trainer's lines in `gpuwatch status` (pure): its run, its ranks, its use of each GPU, what it left stuck."""
+"""A supervised trainer's lines in `gpuwatch status` (pure): its run, ranks, use of each GPU and what it left stuck."""
 
 from __future__ import annotations
 

@@ -1,3 +1,1 @@
-"""Act on training runs: the supervisor's pure state machine (policy), its effects (supervisor), one
-training command's process tree (process) and the checkpoint check. Imports nothing.
-"""
+"""Decide and act on training runs: start, pause, resume, restart and stop each [[trainer]]'s command."""
