@@ -13,8 +13,10 @@ from gpuwatch.sim.tree import FakeSysfsTree
 def pytest_configure(config: pytest.Config) -> None:
     # The conv2d fallback's compiled host code (gpuwatch/train/conv2d/host.py) is built once per machine
     # into the pytest cache rather than the user's ~/.cache; child processes (launcher tests) inherit it.
-    if config.cache is not None:
-        os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(config.cache.mkdir("torch-extensions")))
+    # `-p no:cacheprovider` leaves no `config.cache` attribute at all (not None): then torch's default applies.
+    cache = getattr(config, "cache", None)
+    if cache is not None:
+        os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache.mkdir("torch-extensions")))
 
 
 @pytest.fixture

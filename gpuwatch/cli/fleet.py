@@ -12,7 +12,8 @@ import time
 from typing import Any
 
 from gpuwatch.cli.remote import HostResult
-from gpuwatch.cli.status import BOLD, EXIT_ALARM, EXIT_OK, GREEN, RED, RESET, YELLOW, exit_code
+from gpuwatch.cli.status import EXIT_ALARM, EXIT_OK, exit_code
+from gpuwatch.cli.text import BOLD, GREEN, RED, RESET, YELLOW
 from gpuwatch.model import fan_duty
 from gpuwatch.publish.schema import GpuDoc, TrainerDoc
 
@@ -82,7 +83,8 @@ def _host_rows(result: HostResult) -> list[tuple[list[str], str | None]]:
     return rows
 
 
-def _gpu_row(host: str, gpu: GpuDoc, trainers: list[TrainerDoc]) -> tuple[list[str], str | None]:
+def _problems(gpu: GpuDoc, on_gpu: list[TrainerDoc]) -> list[str]:
+    """What makes a GPU's row an alarm, in the order its STATE cell lists them."""
     fan = gpu.get("fan_controller")
     problems = []
     if not gpu.get("up", True):
@@ -93,13 +95,27 @@ def _gpu_row(host: str, gpu: GpuDoc, trainers: list[TrainerDoc]) -> tuple[list[s
         problems.append("fan failsafe")
     if fan and fan.get("stalled"):
         problems.append("FAN STALLED")
+    return problems + [f"trainer {t['name']} failed" for t in on_gpu if t.get("phase") in BAD_PHASES]
+
+
+def _held(on_gpu: list[TrainerDoc]) -> list[str]:
+    """Why the GPU's training is held though nothing is wrong (each reason once, in a stable order)."""
+    return sorted({HELD[t["phase"]] for t in on_gpu if t.get("phase") in HELD})
+
+
+def _watts(power: float | None) -> str:
+    return "-" if power is None else f"{power:.0f}W"
+
+
+def _gpu_row(host: str, gpu: GpuDoc, trainers: list[TrainerDoc]) -> tuple[list[str], str | None]:
+    """One GPU of a host; its STATE: the problems (red), else suspended, else ok and why training is held."""
     on_gpu = _on_gpu(trainers, gpu["gpu_id"])
-    problems += [f"trainer {t['name']} failed" for t in on_gpu if t.get("phase") in BAD_PHASES]
+    problems = _problems(gpu, on_gpu)
     if problems:
         state, colour = "; ".join(problems), RED
     elif gpu.get("suspended"):
         state, colour = "suspended", None
-    elif held := sorted({HELD[t["phase"]] for t in on_gpu if t.get("phase") in HELD}):
+    elif held := _held(on_gpu):
         state, colour = ", ".join(["ok", *held]), YELLOW
     else:
         state, colour = "ok", GREEN
@@ -108,7 +124,7 @@ def _gpu_row(host: str, gpu: GpuDoc, trainers: list[TrainerDoc]) -> tuple[list[s
                                      None if duty is None else f"{duty * 100:.0f}%") if p) or "-"
     power = gpu.get("power_w")
     return ([host, gpu["gpu_id"], _temp(gpu, "junction"), _temp(gpu, "edge"), _temp(gpu, "mem"), fan_text,
-             "-" if power is None else f"{power:.0f}W", _trainers(trainers, gpu["gpu_id"]), state], colour)
+             _watts(power), _trainers(trainers, gpu["gpu_id"]), state], colour)
 
 
 def _temp(gpu: GpuDoc, label: str) -> str:

@@ -17,7 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from gpuwatch.cli.status import exit_code, render, render_processes
+from gpuwatch.cli.process_table import render_processes
+from gpuwatch.cli.status import exit_code, render
 from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import Config
 from gpuwatch.limits import limits_in_force

@@ -1,3 +1,1 @@
-"""Sense: every source of GpuReadings (amdgpu sysfs, NVML) and the sampler that turns them into one
-frozen Snapshot per tick. Imports nothing.
-"""
+"""Sense: every source of GPU readings and the sampler that freezes them into one Snapshot per tick."""

@@ -35,25 +35,33 @@ def _gpus(state: PublishedState) -> str:
 
 
 def _fans(state: PublishedState) -> str:
+    """``fan target 60% duty 58%``: the highest target and duty, then the controllers in trouble, then other modes."""
     duties = [gpu.pwm_ratio for gpu in state.snapshot.gpus if gpu.up and gpu.pwm_ratio is not None]
     duty = f"duty {max(duties) * 100:.0f}%" if duties else "duty n/a"
     if not state.fans:
-        return f"fan {duty}" if duties else ""
+        return f"fan {duty}" if duties else ""  # no fan controller: only what the cards report
+    return _fan_target(state, duty) + _fan_troubles(state) + _fan_modes(state)
+
+
+def _fan_target(state: PublishedState, duty: str) -> str:
     targets = [fan.target_ratio for fan in state.fans if fan.target_ratio is not None]
-    text = f"fan target {max(targets) * 100:.0f}% {duty}" if targets else f"fan {duty}"
-    failsafe = sum(1 for fan in state.fans if fan.mode is FanMode.FAILSAFE)
-    uncontrolled = sum(1 for fan in state.fans if fan.mode is FanMode.UNCONTROLLED)
-    stalled = sum(1 for fan in state.fans if fan.stalled)
-    if failsafe:
-        text += f", FAILSAFE on {failsafe}"
-    if uncontrolled:
-        text += f", UNCONTROLLED on {uncontrolled}"
-    if stalled:
-        text += f", STALLED on {stalled}"
+    return f"fan target {max(targets) * 100:.0f}% {duty}" if targets else f"fan {duty}"
+
+
+def _fan_troubles(state: PublishedState) -> str:
+    """How many fans are in each kind of trouble, in capitals: the words an operator must not miss."""
+    counts = (
+        ("FAILSAFE", sum(1 for fan in state.fans if fan.mode is FanMode.FAILSAFE)),
+        ("UNCONTROLLED", sum(1 for fan in state.fans if fan.mode is FanMode.UNCONTROLLED)),
+        ("STALLED", sum(1 for fan in state.fans if fan.stalled)),
+    )
+    return "".join(f", {word} on {count}" for word, count in counts if count)
+
+
+def _fan_modes(state: PublishedState) -> str:
+    """The modes besides the curve and the troubles above (monitor-only, dry-run...), e.g. `` (dry-run)``."""
     modes = {fan.mode for fan in state.fans} - {FanMode.CURVE, FanMode.FAILSAFE, FanMode.UNCONTROLLED}
-    if modes:
-        text += " (" + ",".join(sorted(mode.value for mode in modes)) + ")"
-    return text
+    return " (" + ",".join(sorted(mode.value for mode in modes)) + ")" if modes else ""
 
 
 def _power(state: PublishedState) -> str:

@@ -11,7 +11,8 @@ import logging
 from gpuwatch.config.file import Config
 from gpuwatch.gpus.source import GpuSource
 from gpuwatch.model import GpuReading, SourceName, UnsupportedCard
-from gpuwatch.sim.cards import SimFaults, SimulatedGpus
+from gpuwatch.sim.cards import SimulatedGpus
+from gpuwatch.sim.faults import SimFaults
 from gpuwatch.sim.physics import ThermalParams
 
 log = logging.getLogger("gpuwatch.simulator")

@@ -12,7 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.cli.status import exit_code, render, render_processes
+from gpuwatch.cli.process_table import render_processes
+from gpuwatch.cli.status import exit_code, render
 from gpuwatch.config.file import parse_config
 from gpuwatch.daemon.loop import Daemon
 from gpuwatch.model import TrainerPhase

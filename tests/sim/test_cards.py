@@ -7,14 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.cli import build_parser, with_simulation
+from gpuwatch.cli.parser import build_parser
+from gpuwatch.cli.settings import with_simulation
 from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import Config, parse_config
 from gpuwatch.daemon.loop import Daemon
 from gpuwatch.gpus.amdgpu import discover, read_card
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.model import PublishedState, Snapshot, TrainerPhase, TrainerState
-from gpuwatch.sim.cards import SimFaults, SimulatedGpus
+from gpuwatch.sim.cards import SimulatedGpus
+from gpuwatch.sim.faults import SimFaults
 from gpuwatch.sim.start import SimulatedSource
 from gpuwatch.sysfs import Sysfs
 

@@ -18,7 +18,8 @@ from gpuwatch.model import PublishedState, Snapshot, TrainerPhase, TrainerState
 from gpuwatch.procfs import Procfs
 from gpuwatch.procs.monitor import ProcessMonitor
 from gpuwatch.resets.uevent import parse, wedged
-from gpuwatch.sim.cards import SimFaults, SimulatedGpus
+from gpuwatch.sim.cards import SimulatedGpus
+from gpuwatch.sim.faults import SimFaults
 from gpuwatch.sysfs import Sysfs
 from tests.support.waiting import wait_for
 

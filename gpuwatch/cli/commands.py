@@ -1,0 +1,169 @@
+"""The handlers of `gpuwatch`'s commands: each takes the parsed arguments and returns the exit code."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from gpuwatch.cli.settings import cli_config_path, load_cli_config, setup_logging, with_runtime_dir, with_simulation
+from gpuwatch.cli.show import document_text, repeat, sensors_fetch, show, status_fetch
+from gpuwatch.cli.status import EXIT_USAGE
+from gpuwatch.config.base import ConfigError, pci_slot_problem
+from gpuwatch.config.file import DEFAULT_CONFIG_PATH, Config, effective_config_toml, load_config
+from gpuwatch.config.sections import remote_base_url
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from gpuwatch.daemon.loop import Daemon
+    from gpuwatch.daemon.sdnotify import Notifier
+    from gpuwatch.supervise.preflight import check_trainers
+
+    def load() -> Config:
+        # Also what SIGHUP re-runs: same file, same command-line overrides.
+        config = load_cli_config(args)
+        if args.dry_run:
+            config = config.model_copy(update={"fan": config.fan.model_copy(update={"mode": "dry-run"}),
+                                               "power": config.power.model_copy(update={"mode": "dry-run"})})
+        if args.simulate is not None:
+            config = with_simulation(config, args.simulate)
+        return config
+
+    config = load()
+    check_trainers(config, str(cli_config_path(args) or "the default configuration"), as_daemon=True)
+    setup_logging(config.log_level)
+    notifier = Notifier.from_env(unset=True)  # trainers we spawn must not inherit NOTIFY_SOCKET
+    return Daemon(config, config_path=cli_config_path(args), load=load, notifier=notifier).run()
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from gpuwatch.train.argv import LaunchCommandError, build_train_command
+
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    try:
+        argv, env = build_train_command(args.conv2d_fallback, args.spawn, command, os.environ,
+                                        autotune=args.conv2d_autotune == "on", tune_cache=args.conv2d_tune_cache,
+                                        heartbeat_file=args.heartbeat_file, pause_file=args.pause_file)
+    except LaunchCommandError as exc:
+        args.parser.error(str(exc))  # train's usage, exit 2
+    try:
+        os.execvpe(argv[0], argv, env)  # the launcher, or the command itself, replaces this process
+    except OSError as exc:
+        print(f"gpuwatch train: cannot run {argv[0]!r}: {exc.strerror}", file=sys.stderr)
+        return 127
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from gpuwatch.actuation import restore_file_path
+    from gpuwatch.daemon.compose import restore_all
+
+    try:
+        config = load_cli_config(args)
+    except ConfigError as exc:
+        # ExecStopPost runs this after every exit, also when the file was broken while the daemon ran
+        # (a rejected reload): fans and caps must still go back, so fall back to the defaults.
+        print(f"gpuwatch {args.verb}: {exc}\ngpuwatch {args.verb}: using the default settings", file=sys.stderr)
+        config = with_runtime_dir(load_config(None, {"sysfs_root": str(args.sysfs_root)} if args.sysfs_root else None))
+    setup_logging("debug" if config.log_level == "debug" else "warning")  # what was handed back is printed below
+    config = config.with_effective_sysfs()  # the simulated tree when the config simulates, like the daemon
+    result = restore_all(config)
+    for line in result.done:
+        print(line)
+    if not result.done + result.problems:
+        print(f"nothing to hand back: no restore file ({restore_file_path(config.resolved_runtime_dir, '*')}) "
+              f"and no fan in manual mode "
+              f"under {config.sysfs_root}; no power cap lowered")
+    for problem in result.problems:
+        print(f"gpuwatch {args.verb}: {problem}", file=sys.stderr)
+    return 1 if result.problems else 0
+
+
+def cmd_curve(args: argparse.Namespace) -> int:
+    from gpuwatch.cli.curve import render_curve
+
+    config = load_cli_config(args)
+    if not args.gpu:
+        print(render_curve(config.fan), end="")
+        return 0
+    problem = pci_slot_problem(args.gpu)
+    if problem:
+        print(f"gpuwatch curve: --gpu {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    present = _amdgpu_slots(config)
+    if args.gpu not in config.fan.gpus and args.gpu not in present:
+        print(f"gpuwatch curve: no amdgpu GPU {args.gpu} here ({', '.join(present) or 'none found'}) and no "
+              f"[fan.gpus.\"{args.gpu}\"] in the config ({', '.join(config.fan.gpus) or 'none'})", file=sys.stderr)
+        return EXIT_USAGE
+    if args.gpu not in config.fan.gpus:
+        print(f"# GPU {args.gpu}: no [fan.gpus.\"{args.gpu}\"] overrides, it follows the global curve")
+    print(render_curve(config.fan.for_gpu(args.gpu)), end="")
+    return 0
+
+
+def _amdgpu_slots(config: Config) -> list[str]:
+    """The amdgpu GPUs of the sysfs tree the config means (the fan curve drives only those)."""
+    from gpuwatch.gpus.amdgpu import discover
+    from gpuwatch.sysfs import Sysfs
+
+    return [card.gpu_id for card in discover(Sysfs(config.with_effective_sysfs().sysfs_root)).cards]
+
+
+def cmd_control(args: argparse.Namespace) -> int:
+    from gpuwatch.daemon.control import ControlError, send_command
+
+    config = load_cli_config(args, client=True)
+    try:
+        ok, message = send_command(config.control_socket, args.verb, args.name)
+    except ControlError as exc:
+        print(f"gpuwatch: {exc}", file=sys.stderr)
+        return 1
+    print(message if ok else f"gpuwatch: {message}", file=sys.stdout if ok else sys.stderr)
+    return 0 if ok else EXIT_USAGE
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    from gpuwatch.supervise.preflight import check_trainers
+
+    path = args.file or DEFAULT_CONFIG_PATH
+    config = load_config(path)
+    # As root, check as the daemon (a root service) will run it; as a user, what holds for anyone.
+    check_trainers(config, str(path), as_daemon=os.geteuid() == 0)
+    print(f"# {path}: valid. Effective configuration:")
+    print(effective_config_toml(config), end="")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    config = load_cli_config(args, client=True)
+    if args.remote is not None:
+        return _show_remote(args, config)
+    return show(args, status_fetch(config, args.processes))
+
+
+def _show_remote(args: argparse.Namespace, config: Config) -> int:
+    from gpuwatch.cli import fleet
+    from gpuwatch.cli.remote import fetch_all
+
+    try:
+        urls = [remote_base_url(url) for url in args.remote] or config.status.remote
+    except ValueError as exc:
+        print(f"gpuwatch status --remote: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if not urls:
+        print("gpuwatch status --remote: no machines: name them (--remote box1 box2:9840) or list them in "
+              "[status] remote", file=sys.stderr)
+        return EXIT_USAGE
+    timeout_s = args.timeout or config.status.timeout_s
+
+    def once(color: bool) -> tuple[str, int]:
+        results = fetch_all(urls, timeout_s)
+        now = time.time()
+        text = document_text(fleet.to_json(results, now), args) if args.json else fleet.render(results, now, color)
+        return text, fleet.fleet_exit_code(results)
+
+    return repeat(args, once)
+
+
+def cmd_sensors(args: argparse.Namespace) -> int:
+    return show(args, sensors_fetch(load_cli_config(args, client=True), args.processes))

@@ -1,0 +1,173 @@
+"""One GPU's block of `gpuwatch status` text (pure): its state, readings, controllers, read errors and resets."""
+
+from __future__ import annotations
+
+import time
+
+from gpuwatch.cli.health_lines import health_lines
+from gpuwatch.cli.text import BOLD, DIM, GREEN, NA, RED, YELLOW, Paint, energy, mhz, num, pct, size
+from gpuwatch.publish.schema import FanControllerDoc, GpuDoc, PowerGovernorDoc, TemperatureDoc
+
+PWM_MODES = {0: "full (none)", 1: "manual", 2: "auto"}
+TABLE_ONLY_TEMPS = frozenset({"vrgfx", "vrsoc", "vrmem", "soc"})
+WARN_BELOW_LIMIT_C = 10.0
+ERRORS_SHOWN = 4
+
+
+def gpu_block(gpu: GpuDoc, paint: Paint) -> list[str]:
+    title = _title(gpu)
+    down = _not_read(gpu, title, paint)
+    if down is not None:
+        return down
+    return [paint(title, BOLD), *_reading_lines(gpu, paint), *_control_lines(gpu, paint), *_error_lines(gpu, paint),
+            *_reset_lines(gpu, paint)]
+
+
+def _title(gpu: GpuDoc) -> str:
+    vendor = "NVIDIA GPU " if gpu.get("backend") == "nvml" else "AMD GPU "
+    return f"[{gpu['gpu_id']}] {gpu['card']}  {gpu.get('name') or vendor + (gpu.get('device_id') or '?')}"
+
+
+def _not_read(gpu: GpuDoc, title: str, paint: Paint) -> list[str] | None:
+    """The whole block of a GPU with no readings (down or asleep), else None."""
+    if gpu.get("unresponsive"):
+        return [paint(title, BOLD) + "  " + paint("DOWN (unresponsive: its sysfs reads hang)", RED)]
+    if not gpu.get("up", True):
+        return [paint(title, BOLD) + "  " + paint("DOWN (gone from the bus or reset)", RED), *_reset_lines(gpu, paint)]
+    if gpu.get("suspended"):
+        return [paint(title, BOLD) + "  " + paint("suspended (runtime PM): not read, so it can sleep", DIM)]
+    return None
+
+
+def _reading_lines(gpu: GpuDoc, paint: Paint) -> list[str]:
+    temperatures = gpu.get("temperatures", {})
+    over = gpu.get("over_limit") or []
+    # The gpu_metrics-only sensors (VR, SoC) stay in --json and /metrics: the line must fit 80 columns.
+    temps = "  ".join(_temp(label, t, label in over, paint) for label, t in temperatures.items()
+                      if label not in TABLE_ONLY_TEMPS) or NA
+    return [
+        f"  temp   {temps}",
+        *_limits(temperatures),
+        f"  busy   gpu {pct(gpu.get('gpu_busy_ratio'))}  mem {pct(gpu.get('mem_busy_ratio'))}",
+        _memory_line(gpu),
+        _power_line(gpu, paint),
+        _fan_line(gpu),
+        *health_lines(gpu, paint),
+    ]
+
+
+def _control_lines(gpu: GpuDoc, paint: Paint) -> list[str]:
+    """What gpuwatch does with the GPU: the fan controller; the power governor only where it cannot act."""
+    lines = []
+    fan = gpu.get("fan_controller")
+    if fan:
+        lines.append("  ctrl   " + _controller(fan, paint))
+    power = gpu.get("power_governor")
+    if power and power.get("mode") == "unavailable":
+        lines.append("  govern " + paint(f"power cap not governed: {power.get('reason') or NA}", YELLOW))
+    return lines
+
+
+def _error_lines(gpu: GpuDoc, paint: Paint) -> list[str]:
+    errors = gpu.get("errors")
+    if not errors:
+        return []
+    # The first few and a count: one line, however many sensors fail.
+    errs = ", ".join(f"{e['sensor']}: {e['error']}" for e in errors[:ERRORS_SHOWN])
+    more = f" (+{len(errors) - ERRORS_SHOWN} more)" if len(errors) > ERRORS_SHOWN else ""
+    return ["  " + paint(f"errors {errs}{more}", YELLOW)]
+
+
+def _reset_lines(gpu: GpuDoc, paint: Paint) -> list[str]:
+    reset = gpu.get("reset")
+    if not reset or not reset.get("resets_total"):
+        return []
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(reset.get("last_reset_unix") or 0))
+    text = f"  reset  {reset['resets_total']} since start, last {when} ({reset.get('last_source') or '?'}): " \
+           f"{reset.get('last_summary') or NA}"
+    if reset.get("dump_path"):
+        text += f"; dump {reset['dump_path']}"
+    lines = [paint(text, YELLOW)]
+    if reset.get("stuck_pids"):
+        pids = ", ".join(str(p) for p in reset["stuck_pids"])
+        lines.append("  " + paint(f"RECOVERING: held by pid {pids} in D state; the host may need a reboot", RED))
+    elif reset.get("recovering"):
+        lines.append("  " + paint("RECOVERING: not answering since its reset", RED))
+    return lines
+
+
+def _memory_line(gpu: GpuDoc) -> str:
+    text = f"  vram   {size(gpu.get('vram_used_bytes'))} / {size(gpu.get('vram_total_bytes'))}"
+    reserved = gpu.get("vram_reserved_bytes")
+    if reserved is not None:  # NVML: the driver's own share, which nvidia-smi also shows apart from used
+        return f"{text}   reserved by the driver {size(reserved)}"
+    return f"{text}   gtt {size(gpu.get('gtt_used_bytes'))} / {size(gpu.get('gtt_total_bytes'))}"
+
+
+def _fan_line(gpu: GpuDoc) -> str:
+    if gpu.get("backend") == "nvml":
+        # NVML gives a duty percent only, and gpuwatch never drives NVIDIA fans.
+        duty = gpu.get("fan_duty_ratio")
+        return f"  fan    {'none (passive board)' if duty is None else 'duty ' + pct(duty)}  control: unsupported (monitor only)"
+    enable = gpu.get("pwm_enable")
+    mode = NA if enable is None else PWM_MODES.get(enable, NA)
+    source = (gpu.get("sources") or {}).get("fan_rpm")
+    rpm = num(gpu.get("fan_rpm"), "RPM") + (f" ({source})" if source else "")
+    return f"  fan    {rpm}  pwm {pct(gpu.get('pwm_ratio'))}  mode {mode}"
+
+
+def _temp(label: str, t: TemperatureDoc, over: bool, paint: Paint) -> str:
+    """``junction 101°C OVER LIMIT`` (red) when the document lists the sensor in over_limit (the one
+    "at or above the pause limit" rule, limits.over_limit), yellow within 10 °C of the limit, green below."""
+    value, limit = t.get("temp_c"), t.get("limit_c")
+    text = f"{label} {num(value, '°C', 0)}"
+    if over:
+        return paint(f"{text} OVER LIMIT", RED)
+    if value is not None and limit is not None:
+        if value >= limit - WARN_BELOW_LIMIT_C:
+            return paint(text, YELLOW)
+        return paint(text, GREEN)
+    return text
+
+
+def _limits(temperatures: dict[str, TemperatureDoc]) -> list[str]:
+    """The line the temperatures are judged against: each sensor's pause limit, then the card's crits."""
+    limits = "  ".join(f"{label} {t['limit_c']:.0f}°C" for label, t in temperatures.items() if t.get("limit_c") is not None)
+    crit = [t.get("crit_c") for t in temperatures.values()]
+    crits = "/".join("-" if c is None else f"{c:.0f}" for c in crit) if any(c is not None for c in crit) else ""
+    if not limits and not crits:
+        return []
+    text = f"  limit  pause at {limits}" if limits else "  limit  no pause limit"
+    return [text + (f"   crit {crits}°C" if crits else "")]
+
+
+def _controller(fan: FanControllerDoc, paint: Paint) -> str:
+    mode = fan.get("mode") or NA
+    mode_text = paint(mode, RED if mode in ("failsafe", "uncontrolled") else YELLOW if mode in ("monitor-only", "dry-run") else GREEN)
+    parts = [f"{mode_text} via {fan.get('backend') or NA}"]
+    if fan.get("sensor"):
+        parts.append(f"on {fan['sensor']} {num(fan.get('sensor_temp_c'), '°C', 0)}")
+    parts.append(f"target {pct(fan.get('target_ratio'))}")
+    if fan.get("stalled"):
+        parts.append(paint("FAN STALLED", RED))
+    if fan.get("message"):
+        parts.append(f"({fan['message']})")
+    return "  ".join(parts)
+
+
+def _power_line(gpu: GpuDoc, paint: Paint) -> str:
+    """Power, the cap, the clocks and the energy. While the governor acts on the cap, the memory clock (which
+    the cap leaves alone: it is still in --json and /metrics) makes room for its part, so the line keeps
+    within 80 columns: ``power  131 W / cap 131/150 W, governed   sclk 1690 MHz  energy 0.012 kWh``."""
+    power: PowerGovernorDoc | None = gpu.get("power_governor")
+    mode = power.get("mode") if power else None
+    sclk = f"   sclk {num(mhz(gpu.get('sclk_hz')), 'MHz')}"
+    if power is None or mode not in ("governing", "floor", "dry-run"):
+        cap = num(gpu.get("power_cap_w"), "W") + sclk + f"  mclk {num(mhz(gpu.get('mclk_hz')), 'MHz')}"
+    elif mode == "dry-run":
+        cap = f"{num(power.get('cap_w'), 'W')}, would set {num(power.get('target_cap_w'), 'W')}" + sclk
+    else:
+        held = power.get("cap_w")
+        cap = (f"{NA if held is None else f'{held:.0f}'}/{num(power.get('original_cap_w'), 'W')}, "
+               + (paint("at floor", RED) if mode == "floor" else paint("governed", YELLOW)) + sclk)
+    return f"  power  {num(gpu.get('power_w'), 'W')} / cap {cap}" + energy(gpu.get("energy_joules"))

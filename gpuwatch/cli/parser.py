@@ -1,0 +1,138 @@
+"""`gpuwatch`'s argument parser: every command, its options and the handler that runs it."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TypeAlias
+
+from gpuwatch import __version__
+from gpuwatch.cli.commands import (cmd_check_config, cmd_control, cmd_curve, cmd_restore, cmd_run, cmd_sensors,
+                                   cmd_status, cmd_train)
+from gpuwatch.cli.show import watch_seconds
+from gpuwatch.config.file import DEFAULT_CONFIG_PATH
+from gpuwatch.train.argv import FALLBACK_MODES
+
+
+# argparse's type for the subcommands' registry (private, but what add_subparsers returns).
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpuwatch", description="GPU health daemon for AMD training machines.")
+    parser.add_argument("--version", action="version", version=f"gpuwatch {__version__}")
+    common = _common_options()
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+    # The order of these calls is the order `gpuwatch --help` lists the commands in.
+    _add_run(sub, common)
+    _add_views(sub, common)
+    _add_restore_and_curve(sub, common)
+    _add_control(sub, common)
+    _add_train(sub)
+    check = sub.add_parser("check-config", help="validate a config file and print the effective config")
+    check.add_argument("file", nargs="?", type=Path, help=f"default {DEFAULT_CONFIG_PATH}")
+    check.set_defaults(handler=cmd_check_config)
+    for command in sub.choices.values():
+        command.set_defaults(parser=command)  # a usage error found later is said with the command's usage
+    return parser
+
+
+def _common_options() -> argparse.ArgumentParser:
+    """The options every command that reads a config or the machine takes (a parent parser)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-c", "--config", type=Path, help=f"config file (default {DEFAULT_CONFIG_PATH} if present)")
+    common.add_argument("--sysfs-root", type=Path, help="sysfs tree to read instead of /sys (tests, captures)")
+    common.add_argument("--proc-root", type=Path, help="proc tree to read instead of /proc (tests)")
+    return common
+
+
+def _add_run(sub: Commands, common: argparse.ArgumentParser) -> None:
+    run = sub.add_parser("run", parents=[common], help="run the daemon in the foreground")
+    run.add_argument("--dry-run", action="store_true",
+                     help="compute fan and power cap writes and log them, write nothing")
+    run.add_argument("--simulate", nargs="?", type=int, const=0, metavar="N",
+                     help="run on N simulated RX 5600 XT cards instead of /sys (default: the config's, else 1)")
+    run.set_defaults(handler=cmd_run)
+
+
+def _add_views(sub: Commands, common: argparse.ArgumentParser) -> None:
+    """`status` and `sensors`: the same view options; `status` also reads other machines (--remote)."""
+    for name, helptext, handler in (
+        ("status", "GPU, fan and trainer status (from the daemon, else from sysfs)", cmd_status),
+        ("sensors", "one-shot reading straight from sysfs", cmd_sensors),
+    ):
+        p = sub.add_parser(name, parents=[common], help=helptext)
+        p.add_argument("--json", action="store_true", help="print the stable JSON document (schema 1)")
+        p.add_argument("--watch", type=watch_seconds, metavar="SECONDS",
+                       help="refresh every SECONDS until Ctrl-C (with --json: one compact document per line)")
+        p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+        p.add_argument("--processes", action="store_true",
+                       help="also list the processes using each GPU (pid, user, VRAM, engine busy, command)")
+        p.set_defaults(handler=handler)
+        if name == "status":
+            p.add_argument("--remote", nargs="*", metavar="HOST",
+                           help="one table for these machines' daemons (box3, box3:9840, http://box3:9840); "
+                                "none named: [status] remote of the config")
+            p.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS",
+                           help="per-host timeout of --remote (default [status] timeout_s, 3)")
+
+
+def _add_restore_and_curve(sub: Commands, common: argparse.ArgumentParser) -> None:
+    for name, helptext in (
+        ("restore", "give back what the daemon changed: fans to the firmware, power caps to their original "
+                    "(systemd ExecStopPost; works after a SIGKILL)"),
+        ("fans-auto", "the same as restore (its first name, kept for existing units)"),
+    ):
+        sub.add_parser(name, parents=[common], help=helptext).set_defaults(handler=cmd_restore, verb=name)
+    curve = sub.add_parser("curve", parents=[common], help="print the configured fan curve as a table and plot")
+    curve.add_argument("--gpu", metavar="PCI_SLOT", help="the curve of one GPU (with its overrides)")
+    curve.set_defaults(handler=cmd_curve)
+
+
+def _add_control(sub: Commands, common: argparse.ArgumentParser) -> None:
+    """The commands a running daemon carries out (through its control socket)."""
+    for name, helptext in (
+        ("pause", "pause a supervised trainer (all when NAME is omitted) until `resume`"),
+        ("resume", "resume a paused trainer"),
+        ("restart", "stop a trainer gracefully and start it again (from its last checkpoint)"),
+        ("simulate-reset", "reset a simulated GPU (gpuwatch run --simulate): dump, outage, hung processes"),
+    ):
+        p = sub.add_parser(name, parents=[common], help=helptext)
+        what = "PCI slot of the simulated GPU (default: the first)" if name == "simulate-reset" else \
+            "trainer name from [[trainer]] (default: all)"
+        p.add_argument("name", nargs="?", help=what)
+        p.set_defaults(handler=cmd_control, verb=name)
+
+
+def _add_train(sub: Commands) -> None:
+    """`gpuwatch train`: no config options (it only execs the launcher); its usage spelled out for the `--` form."""
+    train = sub.add_parser("train", help="run a training script with the training patches (gpuwatch[train])",
+                           usage="gpuwatch train [--conv2d-fallback [auto|on|off]] [--conv2d-autotune on|off] "
+                                 "[--conv2d-tune-cache DIR] [--spawn] [--heartbeat-file FILE] [--pause-file FILE] "
+                                 "-- python train.py ARGS\n"
+                                 "       gpuwatch train [options] -- torchrun [TORCHRUN ARGS] train.py ARGS")
+    train.add_argument("--conv2d-fallback", choices=FALLBACK_MODES, nargs="?", const="on", default="auto",
+                       help="im2col Conv2d instead of MIOpen: auto = only where a native probe conv fails "
+                            "(default); without a value: on")
+    train.add_argument("--conv2d-autotune", choices=("on", "off"), default="on",
+                       help="fallback: measure its MIOpen-free paths per convolution and keep the fastest (default on)")
+    train.add_argument("--conv2d-tune-cache", metavar="DIR",
+                       help="keep the fallback's measured choices here ('none': memory only; "
+                            "default: $XDG_CACHE_HOME/gpuwatch)")
+    train.add_argument("--spawn", action="store_true", help="spawn start method, persistent DataLoader workers")
+    train.add_argument("--heartbeat-file", metavar="FILE", help="heartbeat JSON path (default $GPUWATCH_HEARTBEAT_FILE)")
+    train.add_argument("--pause-file", metavar="FILE",
+                       help="hold at the step boundary while it exists (default $GPUWATCH_PAUSE_FILE)")
+    train.add_argument("command", nargs=argparse.REMAINDER, help="python SCRIPT ARGS, python -m MODULE ARGS, or any command that starts Python (torchrun ...)")
+    train.set_defaults(handler=cmd_train)
+
+
+def _positive_seconds(text: str) -> float:
+    """`--timeout`: seconds, above 0 and at most 60."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 60:
+        raise argparse.ArgumentTypeError(f"{text} must be above 0 and at most 60 seconds")
+    return value

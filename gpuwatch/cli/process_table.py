@@ -1,0 +1,57 @@
+"""`gpuwatch status --processes`: the table of who uses which GPU, one row per process and GPU (pure)."""
+
+from __future__ import annotations
+
+from gpuwatch.cli.text import NA, size
+from gpuwatch.publish.schema import ProcessDoc, StatusDocument
+
+HEADER = ("PID", "USER", "GPU", "VRAM", "GTT", "BUSY", "STATE", "TRAINER", "COMMAND")
+
+
+def render_processes(doc: StatusDocument, width: int = 160) -> str:
+    """One row per process and GPU, like nvidia-smi's table.
+
+    VRAM is the larger of what a process's DRM clients hold and what KFD (ROCm) says it holds (the two may
+    count the same buffers); ``-``: its client is one another process (its parent, usually) already counts.
+    BUSY is its drm-engine-* time over wall time; ROCm compute goes through /dev/kfd and never shows there,
+    so for a ROCm process whose engines read 0 it is the compute units its waves occupy (``cu``), where the
+    kernel reports that.
+    """
+    rows = sorted(doc.get("processes", []), key=lambda r: (r["gpu_id"], -_vram(r), r["pid"]))
+    table = [HEADER] + [
+        (str(r["pid"]), r.get("user") or NA, r["gpu_id"], _memory(_vram(r) if _held(r) else None),
+         _memory(r.get("gtt_bytes")), _busy(r), r.get("state") or NA, r.get("trainer") or "-", r["command"])
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(HEADER) - 1)]
+    lines = []
+    for row in table:
+        line = "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])) + "  " + row[-1]
+        lines.append(line[:width].rstrip())
+    if not rows:
+        lines.append("no process has a GPU open (that gpuwatch may see)")
+    unreadable = doc.get("processes_unreadable", 0)
+    if unreadable:
+        lines.append(f"{unreadable} process(es) not readable (other users'): run as root to see them all")
+    if any(r.get("kfd") for r in rows):
+        lines.append("ROCm (KFD) compute is not in the kernel's engine time: BUSY shows 'cu' occupancy for it")
+    return "\n".join(lines) + "\n"
+
+
+def _held(row: ProcessDoc) -> bool:
+    return row.get("vram_bytes") is not None or row.get("kfd_vram_bytes") is not None
+
+
+def _vram(row: ProcessDoc) -> int:
+    return max(row.get("vram_bytes") or 0, row.get("kfd_vram_bytes") or 0)
+
+
+def _memory(value: int | None) -> str:
+    return "-" if value is None else size(value)
+
+
+def _busy(row: ProcessDoc) -> str:
+    engine, cu = row.get("engine_busy_ratio"), row.get("kfd_cu_occupancy_ratio")
+    if row.get("kfd") and cu is not None and not engine:
+        return f"cu {cu * 100:.0f}%"
+    return NA if engine is None else f"{engine * 100:.0f}%"

@@ -1,0 +1,65 @@
+"""What a command runs with: its config (the file named, else the default file, else defaults, with the command line's
+overrides, the runtime directory and `--simulate`) and the log format."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpuwatch.config.base import client_runtime_dir, daemon_files_in, default_runtime_dir
+from gpuwatch.config.file import DEFAULT_CONFIG_PATH, Config, load_config, parse_config
+
+
+def cli_config_path(args: argparse.Namespace) -> Path | None:
+    """The config named on the command line, else the default file if it exists, else None (defaults)."""
+    path: Path | None = args.config
+    if path is None and DEFAULT_CONFIG_PATH.exists():
+        path = DEFAULT_CONFIG_PATH
+    return path
+
+
+def load_cli_config(args: argparse.Namespace, *, client: bool = False, **overrides: Any) -> Config:
+    """The config named on the command line, else the default file if it exists, else defaults.
+
+    ``client``: a command that talks to a running daemon (status, pause...), which finds the system
+    service's runtime directory too (``config.client_runtime_dir``); the daemon and ``fans-auto`` use
+    their own (``config.default_runtime_dir``).
+    """
+    path = cli_config_path(args)
+    for key in ("sysfs_root", "proc_root"):
+        if getattr(args, key, None) is not None:
+            overrides[key] = str(getattr(args, key))
+    return with_runtime_dir(load_config(path, overrides), client=client)
+
+
+def with_runtime_dir(config: Config, *, client: bool = False) -> Config:
+    """The runtime directory resolved once, here (environment and euid), instead of on every use."""
+    if config.runtime_dir is not None:
+        return config
+    if client:
+        runtime_dir = client_runtime_dir(os.environ, os.geteuid(), daemon_files_in)
+    else:
+        runtime_dir = default_runtime_dir(os.environ, os.geteuid())
+    return config.model_copy(update={"runtime_dir": runtime_dir})
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def with_simulation(config: Config, gpus: int) -> Config:
+    """``--simulate [N]``: the config's [simulate] section switched on, N cards if given (0: keep)."""
+    update: dict[str, Any] = {"enabled": True}
+    if gpus:
+        update["gpus"] = gpus
+    data = config.model_dump()
+    data["simulate"].update(update)
+    return parse_config(data, "--simulate")

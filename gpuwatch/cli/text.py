@@ -1,0 +1,60 @@
+"""The pieces of text every status view is made of (pure): the palette, N/A, percentages, units, sizes, durations."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+RED, YELLOW, GREEN, BOLD, DIM, RESET = "\033[31m", "\033[33m", "\033[32m", "\033[1m", "\033[2m", "\033[0m"
+NA = "N/A"
+
+Paint = Callable[[str, "str | None"], str]  # text, colour (None: plain) -> text
+
+
+def painter(color: bool) -> Paint:
+    """The one colour switch: the CLI decides it (a TTY, --color), the renderers only name colours."""
+    def paint(text: str, code: str | None) -> str:
+        return f"{code}{text}{RESET}" if color and code else text
+
+    return paint
+
+
+def pct(ratio: float | None) -> str:
+    return NA if ratio is None else f"{ratio * 100:.0f}%"
+
+
+def num(value: float | None, unit: str, digits: int = 0) -> str:
+    return NA if value is None else f"{value:.{digits}f} {unit}".replace(" °C", "°C")
+
+
+def energy(joules: float | None) -> str:
+    """`  energy 0.012 kWh`, or nothing where no energy is known (a suffix for a line)."""
+    if joules is None:
+        return ""
+    kwh = joules / 3.6e6
+    return f"  energy {'<0.001' if 0 < kwh < 0.001 else f'{kwh:.3f}'} kWh"
+
+
+def mhz(hz: float | None) -> float | None:
+    return None if hz is None else hz / 1e6
+
+
+def size(value: int | None) -> str:
+    """Bytes as GiB from 1 GiB up, else MiB."""
+    if value is None:
+        return NA
+    if value >= 1 << 30:
+        return f"{value / (1 << 30):.1f} GiB"
+    return f"{value / (1 << 20):.0f} MiB"
+
+
+def duration(seconds: float) -> str:
+    """The two largest units only (`2d03h`, `1h05m`, `4m09s`): the lines stay short."""
+    seconds = max(0, int(seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s"
