@@ -7,9 +7,9 @@ logged and reported as a daemon failure; it never stops the loop.
 systemd (docs/systemd.md): READY=1 after the first full tick (every GPU read or reported missing),
 STATUS= with a one-line summary when it changes, WATCHDOG=1 from this loop only (a stuck tick stops the
 pings and systemd restarts us), STOPPING=1 when shutdown starts. SIGHUP reloads the config file from
-the same path between ticks, never adding one (bursts coalesced): RELOADING=1, then the live keys are
-handed to every part that uses them (gpuwatch.daemon.reload), then READY=1; an invalid file is logged
-and the running config stays.
+the same path between ticks, never adding one (bursts coalesced): RELOADING=1, the new configuration
+(its live keys, gpuwatch.daemon.reload) replaces the loop's one Config, which every tick passes to every
+part, then READY=1; an invalid file is logged and the running config stays.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import TypeVar
@@ -31,11 +32,11 @@ from gpuwatch.config.file import Config, load_config
 from gpuwatch.daemon import compose
 from gpuwatch.daemon.compose import Parts
 from gpuwatch.daemon.control import ControlServer
+from gpuwatch.daemon.published import count_read_errors, log_discovery, published_state
 from gpuwatch.daemon.reload import plan_reload
 from gpuwatch.daemon.sdnotify import Notifier
 from gpuwatch.gpus.sampler import Sampler
-from gpuwatch.limits import limits_in_force
-from gpuwatch.model import DaemonInfo, FanState, PowerState, PublishedState, Snapshot, TrainerState
+from gpuwatch.model import DaemonInfo, FanState, PowerState, PublishedState, TrainerState
 from gpuwatch.publish.document import to_document
 from gpuwatch.publish.http import HttpServer
 from gpuwatch.publish.state import StateHolder, write_state_file
@@ -110,28 +111,16 @@ class Daemon:
         if trainer_part is not None:
             trainers = self._guard("supervisor", lambda: trainer_part.tick(snapshot, fans, powers, config), ())
         self.ticks_total += 1
-        _count_read_errors(self.read_errors, snapshot)
-        state = PublishedState(
-            snapshot=snapshot,
-            daemon=DaemonInfo(
-                pid=os.getpid(),
-                version=__version__,
-                started_unix=self.started_unix,
-                ticks_total=self.ticks_total,
-                interval_s=self.config.interval_s,
-                failures=tuple(f"{part}: {why}" for part, why in self.failures.items()),
-            ),
-            fans=fans,
-            trainers=trainers,
-            powers=powers,
-            read_errors_total=tuple((gpu, sensor, n) for (gpu, sensor), n in sorted(self.read_errors.items())),
-            limits_c=limits_in_force(snapshot, config.thermal),
-        )
+        count_read_errors(self.read_errors, snapshot)
+        daemon = DaemonInfo(pid=os.getpid(), version=__version__, started_unix=self.started_unix,
+                            ticks_total=self.ticks_total, interval_s=config.interval_s,
+                            failures=tuple(f"{part}: {why}" for part, why in self.failures.items()))
+        state = published_state(snapshot, daemon, fans, powers, trainers, self.read_errors, config)
         document = to_document(state, source="daemon")
         self.holder.publish(state, document)
         self._guard("state file", lambda: write_state_file(self.config.state_file, document), None)
         for hook in self.parts.on_tick:
-            self._guard("tick hook", lambda: hook(state), None)
+            self._guard("tick hook", partial(hook, state), None)
         return state
 
     def run(self) -> int:
@@ -143,7 +132,7 @@ class Daemon:
         self._start_control()
         try:
             first = self.sampler.sample()
-            _log_discovery(self.config, first)
+            log_discovery(self.config, first)
             deadline = time.monotonic()
             ready = False
             self.start_http()
@@ -304,28 +293,3 @@ class Daemon:
         self.failures.pop(part, None)
         return result
 
-
-def _count_read_errors(totals: Counter[tuple[str, str]], snapshot: Snapshot) -> None:
-    """Cumulative per-sensor read failures for the exporter's counter; a GPU that is gone counts as down, not as errors."""
-    for gpu in snapshot.gpus:
-        if gpu.up:
-            totals.update((gpu.gpu_id, error.sensor) for error in gpu.errors)
-
-
-def _log_discovery(config: Config, snapshot: Snapshot) -> None:
-    for gpu in snapshot.gpus:
-        log.info("GPU %s (%s, %s): %s", gpu.gpu_id, gpu.card, gpu.backend, gpu.name or gpu.device_id)
-    for card in snapshot.unsupported:
-        log.info("card %s uses driver %s: not supported, not read", card.card, card.driver)
-    present = {gpu.gpu_id for gpu in snapshot.gpus}
-    for slot in config.fan.gpus:
-        if slot not in present:
-            log.warning("[fan.gpus.\"%s\"]: no such GPU on this machine (%s): its settings apply to nothing",
-                        slot, ", ".join(sorted(present)) or "none found")
-    if not snapshot.gpus:
-        log.warning(
-            "no GPU found (backend %s; amdgpu under %s/class/drm). Point gpuwatch at another sysfs tree with "
-            "--sysfs-root DIR (or sysfs_root in the config), or run the simulator: gpuwatch run --simulate",
-            config.backend,
-            config.sysfs_root,
-        )
