@@ -72,3 +72,17 @@ def test_the_train_extra_brings_numpy() -> None:
     done = subprocess.run([sys.executable, "-c", "import torch; torch.zeros(1).numpy()"], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0 and "Failed to initialize NumPy" not in done.stderr, done.stderr
+
+
+def test_the_architecture_map_names_every_module_and_only_those() -> None:
+    """docs/architecture.md's package map is the newcomer's map: every module has its row (its `__init__.py`
+    files aside, which say their package's role themselves), and no row names a module that is gone."""
+    package = REPO / "gpuwatch"
+    modules = {path.relative_to(package).as_posix() for path in package.rglob("*")
+               if path.suffix in (".py", ".cpp") and "__pycache__" not in path.parts}
+    text = (REPO / "docs/architecture.md").read_text()
+    section = text[text.index("## Package map"):text.index("## One tick")]
+    rows = set(re.findall(r"^\| `([^`]+\.(?:py|cpp))` \|", section, re.M))
+    optional = {m for m in modules if m.endswith("/__init__.py") or m == "cli/__main__.py"}
+    assert modules - rows - optional == set(), "modules without a row in the package map"
+    assert rows - modules == set(), "rows for modules that do not exist"
