@@ -192,9 +192,12 @@ class Actuator:
     def recorded(self) -> dict[str, Any]:
         return self.file.load()
 
-    def restore_all(self) -> Handback:
+    def restore_all(self, without_records: bool = False) -> Handback:
         """Every record given back, each on its GPU's worker within the deadline; the ones that went back
-        (or whose device is gone) are removed, the others kept for `gpuwatch restore` to try again."""
+        (or whose device is gone) are removed, the others kept for `gpuwatch restore` to try again.
+
+        ``without_records``: also the kind's fallback for what the file does not cover (`gpuwatch restore`
+        only: the daemon gives back what it recorded and nothing else, such as a fan another tool drives)."""
         records = self.file.load()
         result = Handback()
         calls = {gpu_id: partial(self._give_back, gpu_id, stored) for gpu_id, stored in sorted(records.items())}
@@ -211,7 +214,7 @@ class Actuator:
             else:
                 result.done.append(f"{gpu_id}: {outcome}")
             self.file.remove(gpu_id)
-        if self.kind.without_records is not None and (gone or not records):
+        if without_records and self.kind.without_records is not None and (gone or not records):
             self.kind.without_records(result, gone or None)
         return result
 

@@ -234,7 +234,7 @@ def restore_all(config: Config) -> Handback:
     within ``sysfs_deadline_s``, in the order of ``actuator_kinds`` (fans before caps, as at shutdown)."""
     result = Handback()
     for kind in actuator_kinds(config):
-        part = Actuator(kind, config.resolved_runtime_dir, config.sysfs_deadline_s).restore_all()
+        part = Actuator(kind, config.resolved_runtime_dir, config.sysfs_deadline_s).restore_all(without_records=True)
         result.done += part.done
         result.problems += part.problems
     return result

@@ -126,6 +126,17 @@ def test_pwm1_restores_manual_mode_seen_at_start(tmp_path: Path) -> None:
     assert rig.read(rig.hwmon("pwm1_enable")) == "1"
 
 
+def test_the_daemons_restore_leaves_a_fan_it_never_took_alone(tmp_path: Path) -> None:
+    """A monitor-only GPU whose fan another tool set to manual: the daemon's restore (shutdown, atexit)
+    gives back only what it recorded; only `gpuwatch restore` without any record sets such fans to auto."""
+    rig = Rig(tmp_path, capture(PWM1), mode="monitor-only")
+    rig.tree.write(rig.hwmon("pwm1_enable"), "1\n")
+    rig.set_temp(60)
+    assert rig.tick(0).mode == FanMode.MONITOR_ONLY
+    rig.fans.restore()
+    assert rig.sysfs.take_log() == [] and rig.read(rig.hwmon("pwm1_enable")) == "1"
+
+
 def test_dry_run_writes_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     rig = Rig(tmp_path, capture(PWM1), mode="dry-run")
     rig.set_temp(80)

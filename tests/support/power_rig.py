@@ -110,7 +110,7 @@ EACCES = errno.errorcode[errno.EACCES]
 
 def restore_caps(sysfs: Sysfs, runtime_dir: Path, load_nvml: Callable[[], Any]) -> Handback:
     """The caps' part of `gpuwatch restore` over ``sysfs`` (a CapSysfs, say) and an NVML stand-in."""
-    return Actuator(power_restore.kind(sysfs, load_nvml), runtime_dir, deadline_s=5.0).restore_all()
+    return Actuator(power_restore.kind(sysfs, load_nvml), runtime_dir, deadline_s=5.0).restore_all(without_records=True)
 
 
 def power_records(runtime_dir: Path) -> RestoreFile:
