@@ -42,8 +42,16 @@ from gpuwatch.config.trainer import TrainerConfig  # noqa: E402
 from gpuwatch.fan.curve import CurveState, curve_params, decide, top_percent  # noqa: E402
 from gpuwatch.fan.rules import can_rise  # noqa: E402
 from gpuwatch.limits import sensor_limit_c  # noqa: E402
-from gpuwatch.model import FanMode, FanState, GpuReading, PowerMode, PowerState, Snapshot, TempReading  # noqa: E402
-from gpuwatch.model import TrainerPhase  # noqa: E402
+from gpuwatch.model import (  # noqa: E402
+    FanMode,
+    FanState,
+    GpuReading,
+    PowerMode,
+    PowerState,
+    Snapshot,
+    TempReading,
+    TrainerPhase,
+)
 from gpuwatch.power import governor  # noqa: E402
 from gpuwatch.power.rules import fan_can_rise, headroom_c  # noqa: E402
 from gpuwatch.sim import navi10  # noqa: E402

@@ -47,12 +47,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpuwatch.train.conv2d.plan import DEFAULT_TUNING, Conv2dTuning, plan_for  # noqa: E402
-from gpuwatch.train.conv2d.tune import TUNER  # noqa: E402
-from gpuwatch.train.patch import patch_conv2d  # noqa: E402
-
 from heartbeat_hook_cost import hook_cost_s  # noqa: E402
 from yolov8n_model import build_model, make_step, train_steps  # noqa: E402
+
+from gpuwatch.train.conv2d.plan import DEFAULT_TUNING, Conv2dTuning, plan_for  # noqa: E402
+from gpuwatch.train.patch import patch_conv2d  # noqa: E402
 
 PRECISIONS = {"fp32": None, "amp": torch.float16, "amp-bf16": torch.bfloat16}
 

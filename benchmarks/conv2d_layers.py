@@ -21,10 +21,10 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpuwatch.train.patch import patch_conv2d  # noqa: E402
-
 from conv2d_fallback import tuning_of  # noqa: E402
 from yolov8n_model import build_model, train_steps  # noqa: E402
+
+from gpuwatch.train.patch import patch_conv2d  # noqa: E402
 
 Shape = tuple[tuple[int, ...], int, int, int, int, int, bool]  # input, out_c, k, stride, pad, groups, bias
 

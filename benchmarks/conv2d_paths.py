@@ -24,12 +24,12 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from conv2d_fallback import _ConvCounter  # noqa: E402
+
 from gpuwatch.train.conv2d import paths  # noqa: E402
 from gpuwatch.train.conv2d.function import conv2d  # noqa: E402
 from gpuwatch.train.conv2d.plan import DEFAULT_TUNING, plan_for  # noqa: E402
 from gpuwatch.train.conv2d.tune import TUNER, pinned_timer  # noqa: E402
-
-from conv2d_fallback import _ConvCounter  # noqa: E402
 
 # (in_channels, out_channels, kernel, stride, padding, dilation, groups, bias)
 GRID = [

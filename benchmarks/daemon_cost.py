@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import psutil
-
 from _common import (
     build_tree,
     cleanup,

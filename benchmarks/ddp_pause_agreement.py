@@ -39,10 +39,11 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from yolov8n_model import build_model  # noqa: E402
+
 from gpuwatch.train.pause import lockstep  # noqa: E402
 from gpuwatch.train.pause.cadence import Cadence  # noqa: E402
 from gpuwatch.train.pause.hooks import StepHeartbeat  # noqa: E402
-from yolov8n_model import build_model  # noqa: E402
 
 EVERY_STEP = Cadence(interval_s=1e-9, budget_ratio=0.0, max_latency_s=1e-9)
 

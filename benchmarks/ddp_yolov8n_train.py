@@ -15,7 +15,6 @@ import time
 
 import torch
 import torch.distributed as dist
-
 from yolov8n_model import build_model  # beside this script
 
 

@@ -15,12 +15,12 @@ import argparse
 import time
 from pathlib import Path
 
+from _common import build_tree, cleanup, fixtures_arg, machine, median, percentile, temp_dir
+
 from gpuwatch.gpus.amdgpu import discover, read_card
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.sysfs import Sysfs
-
-from _common import build_tree, cleanup, fixtures_arg, machine, median, percentile, temp_dir
 
 TARGET_PER_GPU_MS = 1.0
 

@@ -22,11 +22,10 @@ import pwd
 import random
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import psutil
-
 from _common import (
     build_tree,
     cleanup,

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-
 from _common import (
     build_tree,
     cleanup,

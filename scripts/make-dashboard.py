@@ -58,7 +58,7 @@ ROWS: list[tuple[str, list[Panel]]] = [
          {"instant": True}),
     ]),
     ("Temperatures", [
-        (f"Junction (hotspot) with crit and gpuwatch limit", "timeseries", "celsius", [
+        ("Junction (hotspot) with crit and gpuwatch limit", "timeseries", "celsius", [
             (f'gpuwatch_gpu_temperature_celsius{{{G},sensor="junction"}}', "{{host}} {{gpu}}"),
             (f'gpuwatch_gpu_temperature_crit_celsius{{{G},sensor="junction"}}', "{{host}} {{gpu}} crit"),
             (f'gpuwatch_gpu_temperature_limit_celsius{{{G},sensor="junction"}}', "{{host}} {{gpu}} limit")], {"thresholds_dashed": True}),

@@ -7,12 +7,19 @@ from pathlib import Path
 from typing import TypeAlias
 
 from gpuwatch import __version__
-from gpuwatch.cli.commands import (cmd_check_config, cmd_control, cmd_curve, cmd_restore, cmd_run, cmd_sensors,
-                                   cmd_status, cmd_train)
+from gpuwatch.cli.commands import (
+    cmd_check_config,
+    cmd_control,
+    cmd_curve,
+    cmd_restore,
+    cmd_run,
+    cmd_sensors,
+    cmd_status,
+    cmd_train,
+)
 from gpuwatch.cli.show import watch_seconds
 from gpuwatch.config.file import DEFAULT_CONFIG_PATH
 from gpuwatch.train.argv import FALLBACK_MODES
-
 
 # argparse's type for the subcommands' registry (private, but what add_subparsers returns).
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"

@@ -10,8 +10,8 @@ says `systemctl restart gpuwatch` is needed.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from gpuwatch.config.file import Config
 

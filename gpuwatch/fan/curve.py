@@ -6,8 +6,8 @@ Everything here is a function of its arguments (``now`` included): the controlle
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 from gpuwatch.config.cooling import FanConfig, Point
 from gpuwatch.model import at_crit

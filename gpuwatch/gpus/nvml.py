@@ -24,9 +24,10 @@ daemon runs without the extra installed. Choices a reader of the dashboards shou
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from gpuwatch.model import GpuReading, ReadError, SourceName, TempReading, UnsupportedCard
 

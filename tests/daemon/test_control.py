@@ -10,9 +10,8 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import tomli_w

@@ -15,7 +15,8 @@ import pytest
 
 from gpuwatch.gpus.gpu_metrics import GpuMetrics, GpuMetricsError, decode
 from gpuwatch.gpus.gpu_metrics_layouts import LAYOUTS, encode
-from tests.support.gpu_metrics import CARD_TABLES, LAYOUTS as HAND_LAYOUTS, table
+from tests.support.gpu_metrics import CARD_TABLES, table
+from tests.support.gpu_metrics import LAYOUTS as HAND_LAYOUTS
 from tests.support.paths import FIXTURES
 
 DGPU_1_X = [(1, 0), (1, 1), (1, 2), (1, 3)]

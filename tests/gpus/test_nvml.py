@@ -23,7 +23,6 @@ from gpuwatch.daemon.loop import Daemon
 from gpuwatch.gpus.nvml import NvmlSource, NvmlUnavailable, normalise_bus_id
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.limits import breaches
-from gpuwatch.model import PublishedState
 from gpuwatch.publish.document import to_document
 from tests.support.trees import capture
 

@@ -12,14 +12,14 @@ import sys
 import textwrap
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.config.file import Config
 from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource

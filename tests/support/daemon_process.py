@@ -8,8 +8,9 @@ import json
 import re
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tests.support.processes import Processes
 from tests.support.stack import GPUWATCH
