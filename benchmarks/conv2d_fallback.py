@@ -167,7 +167,7 @@ def check_on_device(device: torch.device, variant: str) -> dict[str, float]:
             results.append((loss.detach(), [p.grad.detach().clone() for p in model.parameters()],
                             counter.convs, counter.own_convs))
         (ref_loss, ref_grads, _, _), (loss, grads, convs, own) = results
-        grad_err = max(float((g - r).norm() / r.norm().clamp_min(1e-30)) for g, r in zip(grads, ref_grads))
+        grad_err = max(float((g - r).norm() / r.norm().clamp_min(1e-30)) for g, r in zip(grads, ref_grads, strict=True))
         return {
             "native_convs_in_fallback": convs,
             "own_convs_in_fallback": own,
@@ -354,9 +354,9 @@ def main() -> None:
         print(f"\n| batch | precision | {ref} ms | {other} ms | time ratio | per-step ratio quartiles | "
               f"{args.blocks} blocks: median ratio (range) | {ref} peak GiB | {other} peak GiB | memory ratio |")
         print("|---|---|---|---|---|---|---|---|---|---|")
-        for (batch, precision, summary), entry in zip(rows, raw):
+        for (batch, precision, summary), entry in zip(rows, raw, strict=True):
             a, b = summary[ref], summary[other]
-            per_step = [y / x for x, y in zip(entry["seconds"][ref], entry["seconds"][other])]
+            per_step = [y / x for x, y in zip(entry["seconds"][ref], entry["seconds"][other], strict=True)]
             q1, _, q3 = statistics.quantiles(per_step, n=4) if len(per_step) > 1 else (per_step * 3)
             blocks = block_ratios(entry["seconds"][ref], entry["seconds"][other], args.blocks)
             mem_ratio = b["peak_bytes"] / a["peak_bytes"] if a["peak_bytes"] else float("nan")

@@ -69,8 +69,8 @@ def layer_table(batch: int, image_size: int, variants: list[str], reps: int, dty
         cells = []
         for variant in variants:
             with patch_conv2d(conv, "off" if variant == "native" else "on", tuning=tuning_of(variant)):
-                fwd = time_ms(lambda: conv(x), reps)
-                both = time_ms(lambda: conv(x).backward(grad), reps)
+                fwd = time_ms(lambda conv=conv, x=x: conv(x), reps)
+                both = time_ms(lambda conv=conv, x=x, grad=grad: conv(x).backward(grad), reps)
             totals[variant][0] += fwd * count
             totals[variant][1] += both * count
             cells.append(f"{fwd:.3f} / {both:.3f}")

@@ -77,7 +77,7 @@ def check(args: argparse.Namespace) -> None:
                 ref = F.conv2d(x, w, b, s, p, d, g)
                 want = torch.autograd.grad(ref, leaves, grad)
                 worst_fwd = max(worst_fwd, _err(out, ref))
-                worst_grad = max(worst_grad, *(_err(a, r) for a, r in zip(got, want)))
+                worst_grad = max(worst_grad, *(_err(a, r) for a, r in zip(got, want, strict=True)))
                 chosen.add(TUNER.history[-1][1].describe() if TUNER.history else "?")
                 cases += 1
             used = [c for c in chosen if name in c]

@@ -295,7 +295,7 @@ def write_timeline(path: Path, sampler: Sampler) -> None:
         writer = csv.writer(handle)
         writer.writerow(["t_s", *(f"gpu{g}_{k}" for g in range(len(sampler.samples)) for k in ("busy_pct", "power_w"))])
         start = sampler.samples[0][0][0] if sampler.samples[0] else 0.0
-        for row in zip(*sampler.samples):
+        for row in zip(*sampler.samples, strict=False):
             writer.writerow([round(row[0][0] - start, 2), *(v for s in row for v in (s[1], round(s[2], 1)))])
 
 

@@ -126,11 +126,11 @@ def training(args: argparse.Namespace, device: torch.device, work: Path) -> dict
             for _ in range(args.block):
                 one_step(name)
     gathered = gather("train", {"hook": hook_s, "step": step_s})
-    base_ms = statistics.median(max(ts) for ts in zip(*(g["step"]["none"] for g in gathered))) * 1e3
+    base_ms = statistics.median(max(ts) for ts in zip(*(g["step"]["none"] for g in gathered), strict=True)) * 1e3
     out: dict[str, Any] = {}
     for name, gate in gates.items():
-        added = [min(ts) for ts in zip(*(g["hook"][name] for g in gathered))]
-        steps = [max(ts) for ts in zip(*(g["step"][name] for g in gathered))]
+        added = [min(ts) for ts in zip(*(g["hook"][name] for g in gathered), strict=True)]
+        steps = [max(ts) for ts in zip(*(g["step"][name] for g in gathered), strict=True)]
         mean_us = statistics.fmean(added) * 1e6
         out[name] = {
             "added_us_per_step_mean": round(mean_us, 1), "added": quantiles(added),

@@ -71,7 +71,7 @@ def client(port: int, until: float, counts: list[int], errors: list[str]) -> Non
 
 
 def jitter_ms(ticks: list[float], interval_s: float) -> list[float]:
-    return [abs((b - a) - interval_s) * 1e3 for a, b in zip(ticks, ticks[1:])]
+    return [abs((b - a) - interval_s) * 1e3 for a, b in zip(ticks, ticks[1:], strict=False)]
 
 
 def main() -> int:

@@ -80,7 +80,7 @@ def python_step() -> Callable[[], float]:
         loss = 0.0
         for _ in range(200):
             x = [random.uniform(-1, 1) for _ in range(8)]
-            error = sum(w * xi for w, xi in zip(weights, x)) - math.sin(x[0])
+            error = sum(w * xi for w, xi in zip(weights, x, strict=False)) - math.sin(x[0])
             loss += error * error
             for i, xi in enumerate(x):
                 weights[i] -= 0.01 * error * xi

@@ -65,7 +65,7 @@ class AmdgpuSource:
         results = self._bounded({card.gpu_id: partial(read_card, self.sysfs, card, self._static.setdefault(card.gpu_id, {}),
                                                       self.metrics) for card in found.cards})
         readings = [self._unresponsive(card, result) if isinstance(result, Late) else result
-                    for card, result in zip(found.cards, results.values())]
+                    for card, result in zip(found.cards, results.values(), strict=True)]
         if any(not r.up and not r.unresponsive for r in readings):
             # A card fell off the bus or was reset: it may come back under a new cardN/hwmonN.
             self._found = None

@@ -105,7 +105,7 @@ class PowerController:
                                 thermals_on(config, gpu.gpu_id))
             for gpu in snapshot.gpus})
         return tuple(self._blocked(caps[gpu.gpu_id], gpu, result) if isinstance(result, Late) else result
-                     for gpu, result in zip(snapshot.gpus, results.values()))
+                     for gpu, result in zip(snapshot.gpus, results.values(), strict=False))
 
     def _new(self, gpu: GpuReading, config: Config) -> GpuCap:
         settings = config.power.for_gpu(gpu.gpu_id)

@@ -64,9 +64,11 @@ class FdIndex:
         self._quiet: set[int] = set()  # listed last time without a GPU file
         self._last: float | None = None
 
-    def refresh(self, tree: set[int], now: float, known: set[int] = set()) -> set[int]:
+    def refresh(self, tree: set[int], now: float, known: set[int] | None = None) -> set[int]:
         """Re-list the trees' pids that are due, ``known`` GPU users not listed yet (KFD's own process list)
         and this tick's share of the round; the pids listed."""
+        if known is None:
+            known = set()
         listed = set()
         for pid in sorted(tree):
             holder = self.holders.get(pid)

@@ -64,7 +64,7 @@ user = "no-such-user-here"
         result = gpuwatch(*args)
         assert result.returncode == 2, result.stderr
         lines = _problems(result.stderr)
-        assert len(lines) == len(expected) and all(line.startswith(e) for line, e in zip(lines, expected)), lines
+        assert len(lines) == len(expected) and all(line.startswith(e) for line, e in zip(lines, expected, strict=True)), lines
     assert not (tmp_path / "run").exists()  # the daemon never started
 
 

@@ -196,7 +196,7 @@ def test_every_panel_has_data_for_each_machine_alone(fleet: Fleet, prometheus: s
         present = present_components(get_json(f"http://{instance}/status"))
         for panel in panels(dashboard):
             results = [query(prometheus, concrete(t["expr"], instance=promql_regex(instance))) for t in panel["targets"]]
-            for target, series in zip(panel["targets"], results):
+            for target, series in zip(panel["targets"], results, strict=True):
                 assert all(s["metric"].get("instance", instance) == instance for s in series), (name, target["expr"])
                 if "{{host}}" in target["legendFormat"]:
                     assert all(s["metric"].get("host") == name for s in series), (name, target["expr"])

@@ -11,7 +11,7 @@ from gpuwatch.model import FanMode, GpuReading, TempReading
 
 
 def _gpu(*labels: str) -> GpuReading:
-    return GpuReading(gpu_id="g", card="card0", backend="amdgpu", temps=tuple(TempReading(l, 50.0) for l in labels))
+    return GpuReading(gpu_id="g", card="card0", backend="amdgpu", temps=tuple(TempReading(label, 50.0) for label in labels))
 
 
 @pytest.mark.parametrize(

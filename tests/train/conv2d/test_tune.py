@@ -162,7 +162,7 @@ def test_every_path_matches_native_float64(tuner, label):
         ref = F.conv2d(x, w, b, stride, padding, dilation, groups)
         torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-10)
         grad = torch.randn_like(ref)
-        for got, want in zip(torch.autograd.grad(out, leaves, grad), torch.autograd.grad(ref, leaves, grad)):
+        for got, want in zip(torch.autograd.grad(out, leaves, grad), torch.autograd.grad(ref, leaves, grad), strict=True):
             torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
         chosen.add(tuner.history[-1][1])
     kind, _, name = label.partition(".")
@@ -201,7 +201,7 @@ def test_channels_last_and_autocast_through_the_slow_paths(tuner, label):
     torch.testing.assert_close(out, ref, atol=5e-2, rtol=2e-2)
     grads = torch.autograd.grad(out.float().sum(), (x, w, b))
     refs = torch.autograd.grad(ref.float().sum(), (x, w, b))
-    for got, want in zip(grads, refs):
+    for got, want in zip(grads, refs, strict=True):
         assert got.dtype == torch.float32  # master weights keep float32 gradients
         torch.testing.assert_close(got, want, atol=0.3, rtol=3e-2)
 
@@ -222,7 +222,7 @@ def test_model_patch_with_tuned_paths_matches_for_padding_modes(tuner, padding_m
         out = model(x)
         grads = torch.autograd.grad(out.square().sum(), list(model.parameters()))
     torch.testing.assert_close(out, ref)
-    for got, want in zip(grads, ref_grads):
+    for got, want in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(got, want)
     assert {c.route for _, c, _ in tuner.history} >= {"thnn", "function"}  # groups=2 cannot take thnn
 
