@@ -252,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     base = ThermalParams()
     floor_w = governor.floor_cap_w(config.power.floor_percent / 100, CAP_W, CAP_MIN_W, CAP_W)
     print(f"{args.hours:g} simulated hours, tick {args.tick_s:g} s, seed {args.seed}, default [fan], [power], "
-          f"[thermal] and [[trainer]]; pause limit junction {navi10.CRIT_C['junction'] - config.thermal.junction_crit_margin_c:g} °C; "
+          f"[thermal] and [[trainer]]; pause limit junction "
+          f"{navi10.CRIT_C['junction'] - config.thermal.junction_crit_margin_c:g} °C; "
           f"cap {CAP_W:g} W, floor {floor_w:g} W; step rate (P/P_demand)^(1/3) while capped\n")
     print(HEADER)
     print("|" + "|".join("-" * len(cell) for cell in HEADER.split("|")[1:-1]) + "|")

@@ -13,12 +13,12 @@ Variants: ``native``; ``fallback`` (autotuned per signature, what ``patch_conv2d
 other strategies), ``fallback:triton`` (the Triton kernels among the candidates), ``fallback:python``
 (the host code in Python rather than compiled, conv2d/host.py) and
 ``fallback+nocudnn`` (the fallback in a script that turned cuDNN off, as ``auto`` mode then chooses:
-batch norm runs PyTorch's own kernels too, as in ``nocudnn``); the MIOpen-free alternatives a user has without gpuwatch: ``nocudnn``
-(``torch.backends.cudnn.enabled = False`` for the whole step: PyTorch's slow_conv2d) and ``naive``
-(F.unfold + matmul under plain autograd). Each runs its backward where it would run by default:
-native, nocudnn and naive on the autograd engine's device thread (PyTorch's default), the fallback
-on the calling thread (what ``patch_conv2d`` and ``gpuwatch train`` set). A suffix ``@caller`` or
-``@engine`` overrides that, so ``native@caller`` is native under the fallback's setting.
+batch norm runs PyTorch's own kernels too, as in ``nocudnn``); the MIOpen-free alternatives a user has
+without gpuwatch: ``nocudnn`` (``torch.backends.cudnn.enabled = False`` for the whole step: PyTorch's
+slow_conv2d) and ``naive`` (F.unfold + matmul under plain autograd). Each runs its backward where it
+would run by default: native, nocudnn and naive on the autograd engine's device thread (PyTorch's
+default), the fallback on the calling thread (what ``patch_conv2d`` and ``gpuwatch train`` set). A suffix
+``@caller`` or ``@engine`` overrides that, so ``native@caller`` is native under the fallback's setting.
 
 Peak memory is measured twice for the fallback: with its choices made (as the timed steps ran), and
 over its first steps in a fresh process state, autotuning included (``first_peak_bytes``).

@@ -33,7 +33,9 @@ from gpuwatch.train.conv2d import paths  # noqa: E402
 from gpuwatch.train.conv2d.plan import DEFAULT_TUNING, plan_for  # noqa: E402
 from gpuwatch.train.patch import patch_conv2d  # noqa: E402
 
-FAMILIES = ("im2col", "col2im", "nvjet", "gemm", "cutlass", "bn_", "cudnn", "conv", "reduce_kernel", "elementwise", "Cat")
+FAMILIES = (
+    "im2col", "col2im", "nvjet", "gemm", "cutlass", "bn_", "cudnn", "conv", "reduce_kernel", "elementwise", "Cat"
+)
 
 
 def _gpu_ms_by_family(prof: profile, steps: int) -> dict[str, float]:

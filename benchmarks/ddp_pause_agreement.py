@@ -137,7 +137,9 @@ def training(args: argparse.Namespace, device: torch.device, work: Path) -> dict
             "percent_of_step": round(mean_us / 1e3 / base_ms * 100, 3),
             "step_median_ms": round(statistics.median(steps) * 1e3, 2), "steps": len(steps),
             "agreement_every_k_steps": gate.job.every if gate and gate.job else None,
-            "agreements_s_ewma_us": round(gate.job.agree_s * 1e6, 1) if gate and gate.job and gate.job.agree_s else None,
+            "agreements_s_ewma_us": (
+                round(gate.job.agree_s * 1e6, 1) if gate and gate.job and gate.job.agree_s else None
+            ),
         }
     return out
 
@@ -184,7 +186,8 @@ def main() -> None:
         print(f"{result['world_size']} ranks, {result['backend']}, {result['device_name']}, "
               f"batch {args.batch} at {args.size} px, load {result['loadavg_end'][0]:.1f}")
         for name, row in result["train"].items():
-            print(f"  {name:11s} step {row['step_median_ms']:8.2f} ms  added {row['added_us_per_step_mean']:8.1f} us/step"
+            print(f"  {name:11s} step {row['step_median_ms']:8.2f} ms"
+                  f"  added {row['added_us_per_step_mean']:8.1f} us/step"
                   f"  = {row['percent_of_step']:.3f} % of the step  (k = {row['agreement_every_k_steps']})")
         for name, q in gathered[0].items():
             print(f"  rank 0: {name}: median {q['median_us']:.0f} us, p90 {q['p90_us']:.0f} us")

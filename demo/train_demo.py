@@ -5,10 +5,11 @@ With PyTorch installed it trains a tiny CNN on random CPU data (`make run` then 
 launcher, `python -m gpuwatch.launch ... --launched`, whose optimizer-step hook reports the steps);
 without it, a pure-Python stand-in does a little arithmetic per "step". Either way the steps reach
 gpuwatch's heartbeat/pause protocol (gpuwatch/heartbeat.py): $GPUWATCH_HEARTBEAT_FILE is rewritten
-after every step and the job holds at the next step boundary while $GPUWATCH_PAUSE_FILE exists. It is deliberately light (a few steps per second)
-because the heat comes from the simulated GPU, not from this machine's CPU. With $GPUWATCH_DEMO_CLOCK_FILE
-(the simulated card's hwmon freq1_input, set by `make run`) a step takes as much longer as the card's clock
-is below its top, so a power cap shows as fewer steps/s (docs/simulator.md).
+after every step and the job holds at the next step boundary while $GPUWATCH_PAUSE_FILE exists. It is
+deliberately light (a few steps per second) because the heat comes from the simulated GPU, not from this
+machine's CPU. With $GPUWATCH_DEMO_CLOCK_FILE (the simulated card's hwmon freq1_input, set by `make run`)
+a step takes as much longer as the card's clock is below its top, so a power cap shows as fewer steps/s
+(docs/simulator.md).
 
     python demo/train_demo.py [--steps N] [--step-s SECONDS] [--checkpoint-dir DIR] [--resume CHECKPOINT]
 

@@ -61,15 +61,18 @@ ROWS: list[tuple[str, list[Panel]]] = [
         ("Junction (hotspot) with crit and gpuwatch limit", "timeseries", "celsius", [
             (f'gpuwatch_gpu_temperature_celsius{{{G},sensor="junction"}}', "{{host}} {{gpu}}"),
             (f'gpuwatch_gpu_temperature_crit_celsius{{{G},sensor="junction"}}', "{{host}} {{gpu}} crit"),
-            (f'gpuwatch_gpu_temperature_limit_celsius{{{G},sensor="junction"}}', "{{host}} {{gpu}} limit")], {"thresholds_dashed": True}),
+            (f'gpuwatch_gpu_temperature_limit_celsius{{{G},sensor="junction"}}', "{{host}} {{gpu}} limit")],
+         {"thresholds_dashed": True}),
         ("Edge with crit and gpuwatch limit", "timeseries", "celsius", [
             (f'gpuwatch_gpu_temperature_celsius{{{G},sensor="edge"}}', "{{host}} {{gpu}}"),
             (f'gpuwatch_gpu_temperature_crit_celsius{{{G},sensor="edge"}}', "{{host}} {{gpu}} crit"),
-            (f'gpuwatch_gpu_temperature_limit_celsius{{{G},sensor="edge"}}', "{{host}} {{gpu}} limit")], {"thresholds_dashed": True}),
+            (f'gpuwatch_gpu_temperature_limit_celsius{{{G},sensor="edge"}}', "{{host}} {{gpu}} limit")],
+         {"thresholds_dashed": True}),
         ("Memory (VRAM) with crit and gpuwatch limit", "timeseries", "celsius", [
             (f'gpuwatch_gpu_temperature_celsius{{{G},sensor="mem"}}', "{{host}} {{gpu}}"),
             (f'gpuwatch_gpu_temperature_crit_celsius{{{G},sensor="mem"}}', "{{host}} {{gpu}} crit"),
-            (f'gpuwatch_gpu_temperature_limit_celsius{{{G},sensor="mem"}}', "{{host}} {{gpu}} limit")], {"thresholds_dashed": True}),
+            (f'gpuwatch_gpu_temperature_limit_celsius{{{G},sensor="mem"}}', "{{host}} {{gpu}} limit")],
+         {"thresholds_dashed": True}),
         ("Thermal state (over gpuwatch limit)", "state-timeline", "none", [
             (f'gpuwatch_gpu_thermal_over_limit{{{G}}}', "{{host}} {{gpu}} {{sensor}}")],
          {"mappings": {"0": ("ok", "green"), "1": ("over limit", "red")}}),
@@ -108,7 +111,8 @@ ROWS: list[tuple[str, list[Panel]]] = [
          {"max": 1}),
         ("Power cap writes and errors", "timeseries", "short", [
             (f'increase(gpuwatch_power_cap_writes_total{{{G}}}[$__rate_interval])', "{{host}} {{gpu}} writes"),
-            (f'increase(gpuwatch_power_cap_write_errors_total{{{G}}}[$__rate_interval])', "{{host}} {{gpu}} write errors")],
+            (f'increase(gpuwatch_power_cap_write_errors_total{{{G}}}[$__rate_interval])',
+             "{{host}} {{gpu}} write errors")],
          {}),
     ]),
     ("Power, load and memory", [
@@ -133,10 +137,12 @@ ROWS: list[tuple[str, list[Panel]]] = [
             (f'rate(gpuwatch_gpu_throttled_seconds_total{{{G}}}[$__rate_interval])', "{{host}} {{gpu}} {{reason}}")],
          {"max": 1}),
         ("GPU energy in the time range", "stat", "kwatth", [
-            (f'increase(gpuwatch_gpu_energy_joules_total{{{G}}}[$__range]) / 3.6e6', "{{host}} {{gpu}} ({{source}})")], {}),
+            (f'increase(gpuwatch_gpu_energy_joules_total{{{G}}}[$__range]) / 3.6e6', "{{host}} {{gpu}} ({{source}})")],
+         {}),
         ("Training energy: this run", "timeseries", "kwatth", [
             (f'gpuwatch_trainer_run_energy_joules{{{INST}}} / 3.6e6', "{{host}} {{trainer}} this run"),
-            (f'increase(gpuwatch_trainer_energy_joules_total{{{INST}}}[$__range]) / 3.6e6', "{{host}} {{trainer}} all runs in range")],
+            (f'increase(gpuwatch_trainer_energy_joules_total{{{INST}}}[$__range]) / 3.6e6',
+             "{{host}} {{trainer}} all runs in range")],
          {}),
         ("Training steps per kilojoule", "timeseries", "short", [
             (f'gpuwatch_trainer_steps_per_kilojoule{{{INST}}}', "{{host}} {{trainer}} steps/kJ")], {}),
@@ -156,24 +162,29 @@ ROWS: list[tuple[str, list[Panel]]] = [
          {"mappings": {"1": ("active", "blue")}}),
         ("Training speed", "timeseries", "short", [
             (f'gpuwatch_trainer_steps_per_second{{{INST}}}', "{{host}} {{trainer}} steps/s (heartbeat)"),
-            (f'rate(gpuwatch_trainer_steps_total{{{INST}}}[$__rate_interval])', "{{host}} {{trainer}} steps/s (rate)")], {}),
+            (f'rate(gpuwatch_trainer_steps_total{{{INST}}}[$__rate_interval])', "{{host}} {{trainer}} steps/s (rate)")],
+         {}),
         ("Seconds since last step, epoch", "timeseries", "s", [
             (f'gpuwatch_trainer_last_step_age_seconds{{{INST}}}', "{{host}} {{trainer}} since last step"),
             (f'gpuwatch_trainer_epoch{{{INST}}}', "{{host}} {{trainer}} epoch")], {}),
         ("Restarts, pauses, resumes", "timeseries", "short", [
-            (f'increase(gpuwatch_trainer_restarts_by_reason_total{{{INST}}}[$__rate_interval])', "{{host}} {{trainer}} restart: {{reason}}"),
+            (f'increase(gpuwatch_trainer_restarts_by_reason_total{{{INST}}}[$__rate_interval])',
+             "{{host}} {{trainer}} restart: {{reason}}"),
             (f'increase(gpuwatch_trainer_restarts_total{{{INST}}}[$__rate_interval])', "{{host}} {{trainer}} restarts"),
             (f'increase(gpuwatch_trainer_pauses_total{{{INST}}}[$__rate_interval])', "{{host}} {{trainer}} pauses"),
-            (f'increase(gpuwatch_trainer_resumes_total{{{INST}}}[$__rate_interval])', "{{host}} {{trainer}} resumes")], {}),
+            (f'increase(gpuwatch_trainer_resumes_total{{{INST}}}[$__rate_interval])', "{{host}} {{trainer}} resumes")],
+         {}),
     ]),
     ("GPU users and resets", [
         ("GPU memory held: trainers and other processes", "timeseries", "bytes", [
             (f'gpuwatch_trainer_gpu_vram_bytes{{{G}}}', "{{host}} {{trainer}} on {{gpu}} VRAM"),
             (f'gpuwatch_trainer_gpu_kfd_vram_bytes{{{G}}}', "{{host}} {{trainer}} on {{gpu}} VRAM (ROCm, KFD)"),
-            (f'gpuwatch_gpu_processes_vram_bytes{{{G},scope="unsupervised"}}', "{{host}} {{gpu}} other processes")], {}),
+            (f'gpuwatch_gpu_processes_vram_bytes{{{G},scope="unsupervised"}}', "{{host}} {{gpu}} other processes")],
+         {}),
         ("Trainer GPU activity", "timeseries", "percentunit", [
             (f'gpuwatch_trainer_gpu_engine_busy_ratio{{{G}}}', "{{host}} {{trainer}} on {{gpu}} engine time"),
-            (f'gpuwatch_trainer_gpu_kfd_cu_occupancy_ratio{{{G}}}', "{{host}} {{trainer}} on {{gpu}} CU occupancy (ROCm)")],
+            (f'gpuwatch_trainer_gpu_kfd_cu_occupancy_ratio{{{G}}}',
+             "{{host}} {{trainer}} on {{gpu}} CU occupancy (ROCm)")],
          {}),
         ("GPU resets and stuck processes", "timeseries", "short", [
             (f'increase(gpuwatch_gpu_resets_total{{{G}}}[$__rate_interval])', "{{host}} {{gpu}} resets"),
@@ -188,7 +199,8 @@ ROWS: list[tuple[str, list[Panel]]] = [
             (f'gpuwatch_sample_duration_seconds{{{INST}}}', "{{instance}}"),
             (f'gpuwatch_tick_interval_seconds{{{INST}}}', "{{instance}} interval")], {}),
         ("Sensor read errors and failing parts", "timeseries", "short", [
-            (f'increase(gpuwatch_gpu_read_errors_total{{{G}}}[$__rate_interval])', "{{host}} {{gpu}} {{sensor}} errors"),
+            (f'increase(gpuwatch_gpu_read_errors_total{{{G}}}[$__rate_interval])',
+             "{{host}} {{gpu}} {{sensor}} errors"),
             (f'gpuwatch_gpu_read_failing{{{G}}}', "{{host}} {{gpu}} {{sensor}} failing now"),
             (f'gpuwatch_daemon_part_failing{{{INST}}}', "{{instance}} {{part}} failing")], {}),
     ]),
@@ -211,11 +223,13 @@ def cell_overrides(extra: dict[str, Any]) -> list[dict[str, Any]]:
     """Per-column units, value mappings and coloured thresholds of a table."""
     overrides: list[dict[str, Any]] = []
     for column, unit in extra.get("cell_units", {}).items():
-        overrides.append({"matcher": {"id": "byName", "options": column}, "properties": [{"id": "unit", "value": unit}]})
+        overrides.append({"matcher": {"id": "byName", "options": column},
+                          "properties": [{"id": "unit", "value": unit}]})
     for column, mapping in extra.get("cell_mappings", {}).items():
         overrides.append({"matcher": {"id": "byName", "options": column}, "properties": [
             {"id": "mappings", "value": [{"type": "value", "options": {
-                value: {"text": text, "color": color, "index": i} for i, (value, (text, color)) in enumerate(mapping.items())}}]},
+                value: {"text": text, "color": color, "index": i}
+                for i, (value, (text, color)) in enumerate(mapping.items())}}]},
             {"id": "custom.cellOptions", "value": {"type": "color-text"}}]})
     for column, steps in extra.get("cell_thresholds", {}).items():
         overrides.append({"matcher": {"id": "byName", "options": column}, "properties": [

@@ -85,8 +85,8 @@ class Config(Strict):
     def with_effective_sysfs(self) -> Config:
         """This config as everything that reads or writes sysfs must see it: when simulating, the
         simulator's trees are the sysfs and proc roots and amdgpu the only backend (the simulated cards
-        and their processes are read like real ones, and only them). The daemon and every daemon-side command (status, sensors,
-        curve, fans-auto) go through this one rule, so they all mean the same GPUs."""
+        and their processes are read like real ones, and only them). The daemon and every daemon-side
+        command (status, sensors, curve, fans-auto) go through this one rule, so they all mean the same GPUs."""
         if not self.simulating:
             return self
         return self.model_copy(update={"sysfs_root": self.simulated_tree_dir, "proc_root": self.simulated_proc_dir,

@@ -33,7 +33,8 @@ class ReloadPlan:
     needs_restart: tuple[str, ...]  # changed keys kept at their running value until a restart
 
     def describe_applied(self) -> str:
-        """``thermal (the state file, /metrics, the power governor and the supervisor), ...`` for the reload's log line."""
+        """``thermal (the state file, /metrics, the power governor and the supervisor), ...`` for the reload's
+        log line."""
         return ", ".join(f"{key} ({LIVE_KEYS[key]})" if key in LIVE_KEYS else key for key in self.applied)
 
 

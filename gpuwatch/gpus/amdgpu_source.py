@@ -62,8 +62,9 @@ class AmdgpuSource:
     def read_all(self) -> tuple[list[GpuReading], list[UnsupportedCard]]:
         found = self.discovered()
         self._read = {card.gpu_id: card for card in found.cards}
-        results = self._bounded({card.gpu_id: partial(read_card, self.sysfs, card, self._static.setdefault(card.gpu_id, {}),
-                                                      self.metrics) for card in found.cards})
+        results = self._bounded({
+            card.gpu_id: partial(read_card, self.sysfs, card, self._static.setdefault(card.gpu_id, {}), self.metrics)
+            for card in found.cards})
         readings = [self._unresponsive(card, result) if isinstance(result, Late) else result
                     for card, result in zip(found.cards, results.values(), strict=True)]
         if any(not r.up and not r.unresponsive for r in readings):

@@ -147,7 +147,8 @@ class PowerController:
             return
         if g.mode is not PowerMode.OFF:
             log.info("GPU %s: power cap %g W (default %g W), governed down to %g W when the fan cannot cool it%s",
-                     g.gpu_id, g.original_w, g.default_w, g.floor_w, " (dry-run)" if g.mode is PowerMode.DRY_RUN else "")
+                     g.gpu_id, g.original_w, g.default_w, g.floor_w,
+                     " (dry-run)" if g.mode is PowerMode.DRY_RUN else "")
 
     def _set_floor(self, g: GpuCap) -> None:
         assert g.original_w is not None and g.default_w is not None

@@ -218,7 +218,8 @@ class Trainer:
         env.update(self.config.env)
         self.runs += 1
         env.update({HEARTBEAT_ENV: str(self.heartbeat_file), PAUSE_ENV: str(self.pause_file),
-                    "GPUWATCH_TRAINER": self.config.name, RUN_ENV: f"{self.runs_prefix}/{self.config.name}/{self.runs}"})
+                    "GPUWATCH_TRAINER": self.config.name,
+                    RUN_ENV: f"{self.runs_prefix}/{self.config.name}/{self.runs}"})
         return env
 
     def _chown_dir(self) -> None:

@@ -40,7 +40,9 @@ def test_fans_auto_from_restore_file_never_writes_zero(tmp_path: Path) -> None:
     restore.add(card.pci_slot, Pwm1Restore(path=f"{card.hwmon_dir}/pwm1_enable", pwm1_enable=0).to_json())
     sysfs = RecordingSysfs(tree.root)
     result = fans_auto(sysfs, tmp_path)
-    assert result.problems == [] and result.done == [f"{card.pci_slot}: fan handed back to the firmware (pwm1_enable 2, automatic)"]
+    assert result.problems == [] and result.done == [
+        f"{card.pci_slot}: fan handed back to the firmware (pwm1_enable 2, automatic)"
+    ]
     assert sysfs.take_log() == [("pwm1_enable", "2")]
     assert not restore.path.exists()
 

@@ -97,7 +97,8 @@ def _input_grad_kernel(
                 oc = o0 + tl.arange(0, BLOCK_K)
                 oc_ok = oc < OC
                 a = tl.load(go_tap[:, None] + oc[None, :] * (OH * OW), mask=ok[:, None] & oc_ok[None, :], other=0.0)
-                b = tl.load(w_tap[None, :] + oc[:, None] * (C * KH * KW), mask=oc_ok[:, None] & c_ok[None, :], other=0.0)
+                b = tl.load(w_tap[None, :] + oc[:, None] * (C * KH * KW), mask=oc_ok[:, None] & c_ok[None, :],
+                            other=0.0)
                 acc += tl.dot(a, b, input_precision=PRECISION)
     target = gx + n.to(tl.int64)[:, None] * C * area + c[None, :] * area + q[:, None]
     tl.store(target, acc.to(gx.dtype.element_ty), mask=m_ok[:, None] & c_ok[None, :])

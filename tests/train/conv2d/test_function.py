@@ -104,7 +104,9 @@ def test_low_precision_close_to_float64(dtype, atol, stride, col2im_max_pixels):
     grad = torch.randn_like(ref)
     scale = ref.abs().max()
     torch.testing.assert_close(out.double() / scale, ref / scale, atol=atol, rtol=0)
-    for got, want in zip(torch.autograd.grad(out, low, grad.to(dtype)), torch.autograd.grad(ref, (x, w, b), grad), strict=True):
+    grads = torch.autograd.grad(out, low, grad.to(dtype))
+    refs = torch.autograd.grad(ref, (x, w, b), grad)
+    for got, want in zip(grads, refs, strict=True):
         assert got.dtype == dtype
         norm = want.abs().max()
         torch.testing.assert_close(got.double() / norm, want / norm, atol=atol, rtol=0)
