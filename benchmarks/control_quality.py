@@ -42,8 +42,16 @@ from gpuwatch.config.trainer import TrainerConfig  # noqa: E402
 from gpuwatch.fan.curve import CurveState, curve_params, decide, top_percent  # noqa: E402
 from gpuwatch.fan.rules import can_rise  # noqa: E402
 from gpuwatch.limits import sensor_limit_c  # noqa: E402
-from gpuwatch.model import FanMode, FanState, GpuReading, PowerMode, PowerState, Snapshot, TempReading  # noqa: E402
-from gpuwatch.model import TrainerPhase  # noqa: E402
+from gpuwatch.model import (  # noqa: E402
+    FanMode,
+    FanState,
+    GpuReading,
+    PowerMode,
+    PowerState,
+    Snapshot,
+    TempReading,
+    TrainerPhase,
+)
 from gpuwatch.power import governor  # noqa: E402
 from gpuwatch.power.rules import fan_can_rise, headroom_c  # noqa: E402
 from gpuwatch.sim import navi10  # noqa: E402
@@ -244,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     base = ThermalParams()
     floor_w = governor.floor_cap_w(config.power.floor_percent / 100, CAP_W, CAP_MIN_W, CAP_W)
     print(f"{args.hours:g} simulated hours, tick {args.tick_s:g} s, seed {args.seed}, default [fan], [power], "
-          f"[thermal] and [[trainer]]; pause limit junction {navi10.CRIT_C['junction'] - config.thermal.junction_crit_margin_c:g} °C; "
+          f"[thermal] and [[trainer]]; pause limit junction "
+          f"{navi10.CRIT_C['junction'] - config.thermal.junction_crit_margin_c:g} °C; "
           f"cap {CAP_W:g} W, floor {floor_w:g} W; step rate (P/P_demand)^(1/3) while capped\n")
     print(HEADER)
     print("|" + "|".join("-" * len(cell) for cell in HEADER.split("|")[1:-1]) + "|")

@@ -24,11 +24,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from yolov8n_model import build_model, make_step  # noqa: E402
+
 from gpuwatch.train.conv2d.plan import plan_for  # noqa: E402
 from gpuwatch.train.conv2d.tune import TUNER  # noqa: E402
 from gpuwatch.train.patch import patch_conv2d  # noqa: E402
-
-from yolov8n_model import build_model, make_step  # noqa: E402
 
 PRECISIONS = {"fp32": None, "amp": torch.float16, "amp-bf16": torch.bfloat16}
 DIRECTIONS = ("forward", "input_grad", "weight_grad", "both_grads", "layer")

@@ -13,12 +13,12 @@ Variants: ``native``; ``fallback`` (autotuned per signature, what ``patch_conv2d
 other strategies), ``fallback:triton`` (the Triton kernels among the candidates), ``fallback:python``
 (the host code in Python rather than compiled, conv2d/host.py) and
 ``fallback+nocudnn`` (the fallback in a script that turned cuDNN off, as ``auto`` mode then chooses:
-batch norm runs PyTorch's own kernels too, as in ``nocudnn``); the MIOpen-free alternatives a user has without gpuwatch: ``nocudnn``
-(``torch.backends.cudnn.enabled = False`` for the whole step: PyTorch's slow_conv2d) and ``naive``
-(F.unfold + matmul under plain autograd). Each runs its backward where it would run by default:
-native, nocudnn and naive on the autograd engine's device thread (PyTorch's default), the fallback
-on the calling thread (what ``patch_conv2d`` and ``gpuwatch train`` set). A suffix ``@caller`` or
-``@engine`` overrides that, so ``native@caller`` is native under the fallback's setting.
+batch norm runs PyTorch's own kernels too, as in ``nocudnn``); the MIOpen-free alternatives a user has
+without gpuwatch: ``nocudnn`` (``torch.backends.cudnn.enabled = False`` for the whole step: PyTorch's
+slow_conv2d) and ``naive`` (F.unfold + matmul under plain autograd). Each runs its backward where it
+would run by default: native, nocudnn and naive on the autograd engine's device thread (PyTorch's
+default), the fallback on the calling thread (what ``patch_conv2d`` and ``gpuwatch train`` set). A suffix
+``@caller`` or ``@engine`` overrides that, so ``native@caller`` is native under the fallback's setting.
 
 Peak memory is measured twice for the fallback: with its choices made (as the timed steps ran), and
 over its first steps in a fresh process state, autotuning included (``first_peak_bytes``).
@@ -47,12 +47,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpuwatch.train.conv2d.plan import DEFAULT_TUNING, Conv2dTuning, plan_for  # noqa: E402
-from gpuwatch.train.conv2d.tune import TUNER  # noqa: E402
-from gpuwatch.train.patch import patch_conv2d  # noqa: E402
-
 from heartbeat_hook_cost import hook_cost_s  # noqa: E402
 from yolov8n_model import build_model, make_step, train_steps  # noqa: E402
+
+from gpuwatch.train.conv2d.plan import DEFAULT_TUNING, Conv2dTuning, plan_for  # noqa: E402
+from gpuwatch.train.patch import patch_conv2d  # noqa: E402
 
 PRECISIONS = {"fp32": None, "amp": torch.float16, "amp-bf16": torch.bfloat16}
 
@@ -168,7 +167,7 @@ def check_on_device(device: torch.device, variant: str) -> dict[str, float]:
             results.append((loss.detach(), [p.grad.detach().clone() for p in model.parameters()],
                             counter.convs, counter.own_convs))
         (ref_loss, ref_grads, _, _), (loss, grads, convs, own) = results
-        grad_err = max(float((g - r).norm() / r.norm().clamp_min(1e-30)) for g, r in zip(grads, ref_grads))
+        grad_err = max(float((g - r).norm() / r.norm().clamp_min(1e-30)) for g, r in zip(grads, ref_grads, strict=True))
         return {
             "native_convs_in_fallback": convs,
             "own_convs_in_fallback": own,
@@ -355,9 +354,9 @@ def main() -> None:
         print(f"\n| batch | precision | {ref} ms | {other} ms | time ratio | per-step ratio quartiles | "
               f"{args.blocks} blocks: median ratio (range) | {ref} peak GiB | {other} peak GiB | memory ratio |")
         print("|---|---|---|---|---|---|---|---|---|---|")
-        for (batch, precision, summary), entry in zip(rows, raw):
+        for (batch, precision, summary), entry in zip(rows, raw, strict=True):
             a, b = summary[ref], summary[other]
-            per_step = [y / x for x, y in zip(entry["seconds"][ref], entry["seconds"][other])]
+            per_step = [y / x for x, y in zip(entry["seconds"][ref], entry["seconds"][other], strict=True)]
             q1, _, q3 = statistics.quantiles(per_step, n=4) if len(per_step) > 1 else (per_step * 3)
             blocks = block_ratios(entry["seconds"][ref], entry["seconds"][other], args.blocks)
             mem_ratio = b["peak_bytes"] / a["peak_bytes"] if a["peak_bytes"] else float("nan")

@@ -21,10 +21,10 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpuwatch.train.patch import patch_conv2d  # noqa: E402
-
 from conv2d_fallback import tuning_of  # noqa: E402
 from yolov8n_model import build_model, train_steps  # noqa: E402
+
+from gpuwatch.train.patch import patch_conv2d  # noqa: E402
 
 Shape = tuple[tuple[int, ...], int, int, int, int, int, bool]  # input, out_c, k, stride, pad, groups, bias
 
@@ -69,8 +69,8 @@ def layer_table(batch: int, image_size: int, variants: list[str], reps: int, dty
         cells = []
         for variant in variants:
             with patch_conv2d(conv, "off" if variant == "native" else "on", tuning=tuning_of(variant)):
-                fwd = time_ms(lambda: conv(x), reps)
-                both = time_ms(lambda: conv(x).backward(grad), reps)
+                fwd = time_ms(lambda conv=conv, x=x: conv(x), reps)
+                both = time_ms(lambda conv=conv, x=x, grad=grad: conv(x).backward(grad), reps)
             totals[variant][0] += fwd * count
             totals[variant][1] += both * count
             cells.append(f"{fwd:.3f} / {both:.3f}")

@@ -24,12 +24,12 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from conv2d_fallback import _ConvCounter  # noqa: E402
+
 from gpuwatch.train.conv2d import paths  # noqa: E402
 from gpuwatch.train.conv2d.function import conv2d  # noqa: E402
 from gpuwatch.train.conv2d.plan import DEFAULT_TUNING, plan_for  # noqa: E402
 from gpuwatch.train.conv2d.tune import TUNER, pinned_timer  # noqa: E402
-
-from conv2d_fallback import _ConvCounter  # noqa: E402
 
 # (in_channels, out_channels, kernel, stride, padding, dilation, groups, bias)
 GRID = [
@@ -77,12 +77,12 @@ def check(args: argparse.Namespace) -> None:
                 ref = F.conv2d(x, w, b, s, p, d, g)
                 want = torch.autograd.grad(ref, leaves, grad)
                 worst_fwd = max(worst_fwd, _err(out, ref))
-                worst_grad = max(worst_grad, *(_err(a, r) for a, r in zip(got, want)))
+                worst_grad = max(worst_grad, *(_err(a, r) for a, r in zip(got, want, strict=True)))
                 chosen.add(TUNER.history[-1][1].describe() if TUNER.history else "?")
                 cases += 1
             used = [c for c in chosen if name in c]
-            print(f"| {direction}.{name} | {str(dtype)[6:]} | {cases} | {worst_fwd:.1e} | {worst_grad:.1e} | {vendor} | "
-                  f"{'; '.join(sorted(used))[:120] or 'not eligible here'} |", flush=True)
+            print(f"| {direction}.{name} | {str(dtype)[6:]} | {cases} | {worst_fwd:.1e} | {worst_grad:.1e} "
+                  f"| {vendor} | {'; '.join(sorted(used))[:120] or 'not eligible here'} |", flush=True)
 
 
 def _err(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -100,7 +100,8 @@ def host_cost(args: argparse.Namespace) -> None:
     flipped = paths.flipped_kernel(w, 1)
     calls = {
         **{f"forward.{n}": (lambda f=f: f(x, w, plan)) for n, f in paths.FORWARD.items() if n != "matmul"},
-        **{f"input_grad.{n}": (lambda f=f: f(x, go, w, flipped, plan)) for n, f in paths.INPUT_GRAD.items() if n != "matmul"},
+        **{f"input_grad.{n}": (lambda f=f: f(x, go, w, flipped, plan))
+           for n, f in paths.INPUT_GRAD.items() if n != "matmul"},
         **{f"weight_grad.{n}": (lambda f=f: f(x, go, w, plan)) for n, f in paths.WEIGHT_GRAD.items()},
     }
     print("\nhost us per call, fp16 [4, 64, 40, 40] 3x3 (first call ms in brackets):")

@@ -27,13 +27,15 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from yolov8n_model import build_model  # noqa: E402
+
 from gpuwatch.train.conv2d import paths  # noqa: E402
 from gpuwatch.train.conv2d.plan import DEFAULT_TUNING, plan_for  # noqa: E402
 from gpuwatch.train.patch import patch_conv2d  # noqa: E402
 
-from yolov8n_model import build_model  # noqa: E402
-
-FAMILIES = ("im2col", "col2im", "nvjet", "gemm", "cutlass", "bn_", "cudnn", "conv", "reduce_kernel", "elementwise", "Cat")
+FAMILIES = (
+    "im2col", "col2im", "nvjet", "gemm", "cutlass", "bn_", "cudnn", "conv", "reduce_kernel", "elementwise", "Cat"
+)
 
 
 def _gpu_ms_by_family(prof: profile, steps: int) -> dict[str, float]:

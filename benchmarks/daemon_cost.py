@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import psutil
-
 from _common import (
     build_tree,
     cleanup,
@@ -85,7 +84,8 @@ def main() -> int:
                 peak_rss[gpus] = max(peak_rss[gpus], h.memory_info().rss)
             time.sleep(min(1.0, max(0.0, end - time.monotonic())))
         print(f"machine: {machine()}")
-        print(f"capture: {args.capture}; interval {args.interval_s} s; window {args.window_s:.0f} s; daemons run side by side\n")
+        print(f"capture: {args.capture}; interval {args.interval_s} s; window {args.window_s:.0f} s; "
+              "daemons run side by side\n")
         print(
             f"{'GPUs':>4} {'ticks':>6} {'CPU % core':>11} {'target':>7} {'ratio':>6} "
             f"{'peak RSS MiB':>13} {'USS MiB':>8} {'target':>7} {'ratio':>6} {'CPU ms/tick':>12} {'torch loaded':>13}"

@@ -206,7 +206,8 @@ def pause_once(n: int, hold_s: float, control: Path, state_file: Path) -> dict[s
     send_command(control, "resume", None)
     wait_for(lambda: (s := trainer_state(state_file)) and s["phase"] == "running", 30, f"resume {n}")
     return {"n": n, "hold_s": round(hold_s, 2), "sent": sent, "acked": acked, "resume_sent": resume_sent,
-            "ack_s": round(acked - sent, 2), "reply": reply, "ranks_held": f"{state.get('ranks_held')}/{state.get('ranks')}",
+            "ack_s": round(acked - sent, 2), "reply": reply,
+            "ranks_held": f"{state.get('ranks_held')}/{state.get('ranks')}",
             "steps_total_at_ack": state.get("steps_total")}
 
 
@@ -237,8 +238,10 @@ def run_job(args: argparse.Namespace, out: Path, sampler: Sampler, idle_w: list[
             with open(out / "pauses.jsonl", "a") as sink:
                 sink.write(json.dumps(pauses[-1]) + "\n")
         steps_now = (trainer_state(state_file) or {}).get("steps_total") or 0
-        final = wait_for(lambda: (s := trainer_state(state_file)) and (s.get("steps_total") or 0) > steps_now + 20 and s,
-                         60, "steps after the last pause")
+        final = wait_for(
+            lambda: (s := trainer_state(state_file)) and (s.get("steps_total") or 0) > steps_now + 20 and s,
+            60, "steps after the last pause",
+        )
         result["restarts_total"] = final.get("restarts_total")
         result["steps_total"] = final.get("steps_total")
     except TimeoutError as exc:
@@ -283,7 +286,8 @@ def verdict(pauses: list[dict[str, Any]], steps: list[list[tuple[int, float, flo
         "quiet_after_ack_s_median": statistics.median(q for q in quiet if q is not None) if any(
             q is not None for q in quiet) else None,
         "ack_s_median": statistics.median(p["ack_s"] for p in pauses) if pauses else None,
-        "long_hold_s": long_hold["hold_s"] if long_hold else None, "long_hold_coherent": bool(long_hold and long_hold["coherent"]),
+        "long_hold_s": long_hold["hold_s"] if long_hold else None,
+        "long_hold_coherent": bool(long_hold and long_hold["coherent"]),
         "loss_around_long_hold_rank0": losses_around,
         "steps_continuous": all(r[0] == i + 1 for rows in steps for i, r in enumerate(rows)),
         "restarts_total": result.get("restarts_total"),
@@ -295,7 +299,7 @@ def write_timeline(path: Path, sampler: Sampler) -> None:
         writer = csv.writer(handle)
         writer.writerow(["t_s", *(f"gpu{g}_{k}" for g in range(len(sampler.samples)) for k in ("busy_pct", "power_w"))])
         start = sampler.samples[0][0][0] if sampler.samples[0] else 0.0
-        for row in zip(*sampler.samples):
+        for row in zip(*sampler.samples, strict=False):
             writer.writerow([round(row[0][0] - start, 2), *(v for s in row for v in (s[1], round(s[2], 1)))])
 
 

@@ -39,10 +39,11 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from yolov8n_model import build_model  # noqa: E402
+
 from gpuwatch.train.pause import lockstep  # noqa: E402
 from gpuwatch.train.pause.cadence import Cadence  # noqa: E402
 from gpuwatch.train.pause.hooks import StepHeartbeat  # noqa: E402
-from yolov8n_model import build_model  # noqa: E402
 
 EVERY_STEP = Cadence(interval_s=1e-9, budget_ratio=0.0, max_latency_s=1e-9)
 
@@ -125,18 +126,20 @@ def training(args: argparse.Namespace, device: torch.device, work: Path) -> dict
             for _ in range(args.block):
                 one_step(name)
     gathered = gather("train", {"hook": hook_s, "step": step_s})
-    base_ms = statistics.median(max(ts) for ts in zip(*(g["step"]["none"] for g in gathered))) * 1e3
+    base_ms = statistics.median(max(ts) for ts in zip(*(g["step"]["none"] for g in gathered), strict=True)) * 1e3
     out: dict[str, Any] = {}
     for name, gate in gates.items():
-        added = [min(ts) for ts in zip(*(g["hook"][name] for g in gathered))]
-        steps = [max(ts) for ts in zip(*(g["step"][name] for g in gathered))]
+        added = [min(ts) for ts in zip(*(g["hook"][name] for g in gathered), strict=True)]
+        steps = [max(ts) for ts in zip(*(g["step"][name] for g in gathered), strict=True)]
         mean_us = statistics.fmean(added) * 1e6
         out[name] = {
             "added_us_per_step_mean": round(mean_us, 1), "added": quantiles(added),
             "percent_of_step": round(mean_us / 1e3 / base_ms * 100, 3),
             "step_median_ms": round(statistics.median(steps) * 1e3, 2), "steps": len(steps),
             "agreement_every_k_steps": gate.job.every if gate and gate.job else None,
-            "agreements_s_ewma_us": round(gate.job.agree_s * 1e6, 1) if gate and gate.job and gate.job.agree_s else None,
+            "agreements_s_ewma_us": (
+                round(gate.job.agree_s * 1e6, 1) if gate and gate.job and gate.job.agree_s else None
+            ),
         }
     return out
 
@@ -183,7 +186,8 @@ def main() -> None:
         print(f"{result['world_size']} ranks, {result['backend']}, {result['device_name']}, "
               f"batch {args.batch} at {args.size} px, load {result['loadavg_end'][0]:.1f}")
         for name, row in result["train"].items():
-            print(f"  {name:11s} step {row['step_median_ms']:8.2f} ms  added {row['added_us_per_step_mean']:8.1f} us/step"
+            print(f"  {name:11s} step {row['step_median_ms']:8.2f} ms"
+                  f"  added {row['added_us_per_step_mean']:8.1f} us/step"
                   f"  = {row['percent_of_step']:.3f} % of the step  (k = {row['agreement_every_k_steps']})")
         for name, q in gathered[0].items():
             print(f"  rank 0: {name}: median {q['median_us']:.0f} us, p90 {q['p90_us']:.0f} us")

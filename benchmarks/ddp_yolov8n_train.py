@@ -15,7 +15,6 @@ import time
 
 import torch
 import torch.distributed as dist
-
 from yolov8n_model import build_model  # beside this script
 
 
@@ -51,8 +50,8 @@ def main() -> None:
             value = float(loss.detach())  # type: ignore[union-attr]
             log.write(f"{step}\t{step_start:.4f}\t{time.monotonic():.4f}\t{value:.6f}\n")
         if step % args.report_every == 0 and dist.get_rank() == 0:
-            print(f"step {step} loss {float(loss.detach()):.4f} ({step / (time.perf_counter() - started):.1f} steps/s overall)",
-                  flush=True)
+            print(f"step {step} loss {float(loss.detach()):.4f} "
+                  f"({step / (time.perf_counter() - started):.1f} steps/s overall)", flush=True)
     dist.destroy_process_group()
 
 

@@ -48,7 +48,8 @@ def main() -> int:
     idle = idle_reading(base, args.gpu_index)
     gpu_id, idle_c = idle["gpu_id"], idle["temperatures"]["edge"]["temp_c"]
     limit_c = float(round(idle_c + args.margin_c))
-    print(f"GPU {gpu_id} {idle['name']}: idle {idle_c:.0f}°C {idle['power_w']:.0f} W -> pause limit {limit_c:.0f}°C", flush=True)
+    print(f"GPU {gpu_id} {idle['name']}: idle {idle_c:.0f}°C {idle['power_w']:.0f} W -> pause limit {limit_c:.0f}°C",
+          flush=True)
 
     port = free_port()
     config = work / "gpuwatch.toml"
@@ -289,7 +290,8 @@ def write_outputs(rows: list[dict[str, Any]], summary: dict[str, Any], out: Path
         writer.writeheader()
         writer.writerows(rows)
     # The markdown table keeps phase changes and every 5th second, so it stays readable in docs.
-    keep = [r for i, r in enumerate(rows) if i == 0 or r["phase"] != rows[i - 1]["phase"] or i % 5 == 0 or i == len(rows) - 1]
+    keep = [r for i, r in enumerate(rows)
+            if i == 0 or r["phase"] != rows[i - 1]["phase"] or i % 5 == 0 or i == len(rows) - 1]
     cols = ["t_s", "temp_c", "mem_temp_c", "power_w", "gpu_busy_pct", "sclk_mhz", "phase", "pauses", "resumes", "steps"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join("" if r[c] is None else str(r[c]) for c in cols) + " |" for r in keep]

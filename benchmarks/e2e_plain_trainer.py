@@ -24,7 +24,8 @@ def main() -> None:
     device = "cuda"
     model = nn.Sequential(
         nn.Conv2d(3, 64, 3, padding=1), nn.SiLU(), nn.Conv2d(64, 128, 3, stride=2, padding=1), nn.SiLU(),
-        nn.Conv2d(128, 256, 3, stride=2, padding=1), nn.SiLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, 80),
+        nn.Conv2d(128, 256, 3, stride=2, padding=1), nn.SiLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, 80),
     ).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     images = torch.randn(args.batch, 3, 320, 320, device=device)

@@ -10,7 +10,6 @@ import argparse
 import time
 
 import torch
-
 from yolov8n_model import build_model, train_steps  # beside this script
 
 

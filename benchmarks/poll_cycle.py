@@ -15,12 +15,12 @@ import argparse
 import time
 from pathlib import Path
 
+from _common import build_tree, cleanup, fixtures_arg, machine, median, percentile, temp_dir
+
 from gpuwatch.gpus.amdgpu import discover, read_card
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.sysfs import Sysfs
-
-from _common import build_tree, cleanup, fixtures_arg, machine, median, percentile, temp_dir
 
 TARGET_PER_GPU_MS = 1.0
 
@@ -70,7 +70,8 @@ def main() -> int:
     fixtures_arg(parser)
     args = parser.parse_args()
     print(f"machine: {machine()}")
-    print(f"capture: {args.capture}; {args.cycles} cycles per row after warm-up, rows interleaved (discovery excluded)\n")
+    print(f"capture: {args.capture}; {args.cycles} cycles per row after warm-up, rows interleaved "
+          "(discovery excluded)\n")
     print(
         f"{'GPUs':>4} {'telemetry':>9} {'min ms':>8} {'p50 ms':>8} {'p99 ms':>8} {'p50/GPU ms':>11} {'target/GPU':>11} "
         f"{'p50/GPU vs target':>18} {'full read p50/GPU ms':>21}"

@@ -111,7 +111,8 @@ def main() -> int:
     try:
         procfs = build(root / "proc", args.processes)
         print(f"machine: {machine()}")
-        print(f"{args.processes} processes, {args.ticks} ticks of 1 s per row, rows interleaved; fake /proc on {root}\n")
+        print(f"{args.processes} processes, {args.ticks} ticks of 1 s per row, rows interleaved; "
+              f"fake /proc on {root}\n")
         print(f"{'':45} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'p50 vs 2 ms':>12}")
         results = measure(procfs, args.ticks)
     finally:

@@ -22,11 +22,10 @@ import pwd
 import random
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import psutil
-
 from _common import (
     build_tree,
     cleanup,
@@ -182,8 +181,10 @@ def main() -> int:
             except (RuntimeError, TimeoutError) as exc:
                 missing.append(f"{name}: not measured ({exc})")
         print(f"machine: {machine()}")
-        print(f"tick {args.interval_s} s; t0 at a random phase of the tick; target = one tick + {SLACK_S * 1e3:.0f} ms\n")
-        print(f"{'reaction':<22} {'trials':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'target ms':>9} {'max/target':>11}")
+        print(f"tick {args.interval_s} s; t0 at a random phase of the tick; "
+              f"target = one tick + {SLACK_S * 1e3:.0f} ms\n")
+        print(f"{'reaction':<22} {'trials':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+              f"{'target ms':>9} {'max/target':>11}")
         ok = all([report(name, lat, args.interval_s) for name, lat in results.items()])
         for line in missing:
             print(line)

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-
 from _common import (
     build_tree,
     cleanup,
@@ -80,7 +79,8 @@ def render_cost_s(sysfs_root: Path, runtime_dir: Path, renders: int = 200) -> li
     from gpuwatch.daemon.loop import Daemon
     from gpuwatch.publish.metrics import GpuwatchCollector
 
-    config = Config(sysfs_root=sysfs_root, runtime_dir=runtime_dir, fan=FanConfig(mode="off"), http=HttpConfig(enabled=False))
+    config = Config(sysfs_root=sysfs_root, runtime_dir=runtime_dir, fan=FanConfig(mode="off"),
+                    http=HttpConfig(enabled=False))
     daemon = Daemon(config)
     daemon.tick()
     registry = CollectorRegistry(auto_describe=False)

@@ -136,7 +136,7 @@ def run_phase(port: int, state_file: Path, scrapes: int, every_s: float, wall_s:
             continue
         if not ticks or taken != ticks[-1]:
             ticks.append(taken)
-    phase.tick_gaps_s = [b - a for a, b in zip(ticks, ticks[1:])]
+    phase.tick_gaps_s = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
     return phase
 
 

@@ -71,14 +71,15 @@ def client(port: int, until: float, counts: list[int], errors: list[str]) -> Non
 
 
 def jitter_ms(ticks: list[float], interval_s: float) -> list[float]:
-    return [abs((b - a) - interval_s) * 1e3 for a, b in zip(ticks, ticks[1:])]
+    return [abs((b - a) - interval_s) * 1e3 for a, b in zip(ticks, ticks[1:], strict=False)]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--phase-s", type=float, default=10.0, help="length of the idle and the loaded phase")
-    parser.add_argument("--interval-s", type=float, default=0.25, help="daemon tick (default 0.25 s: 40 ticks per 10 s)")
+    parser.add_argument("--interval-s", type=float, default=0.25,
+                        help="daemon tick (default 0.25 s: 40 ticks per 10 s)")
     parser.add_argument("--gpus", type=int, default=8)
     fixtures_arg(parser)
     args = parser.parse_args()
@@ -118,7 +119,8 @@ def main() -> int:
             f"{args.gpus} GPUs; tick {args.interval_s} s; phases of {args.phase_s:.0f} s; "
             f"{args.clients} clients scraping /metrics back to back in the loaded phase\n"
         )
-        print(f"{'phase':<8} {'ticks':>6} {'scrapes':>8} {'errors':>7} {'jitter p50 ms':>14} {'p99 ms':>8} {'max ms':>8}")
+        print(f"{'phase':<8} {'ticks':>6} {'scrapes':>8} {'errors':>7} "
+              f"{'jitter p50 ms':>14} {'p99 ms':>8} {'max ms':>8}")
         rows = [("idle", idle, 0, 0), ("loaded", loaded, sum(counts), len(errors))]
         p99 = {}
         for name, ticks, scrapes, errs in rows:

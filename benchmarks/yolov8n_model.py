@@ -81,7 +81,7 @@ class DetectBranches(nn.Module):
         )
 
     def forward(self, feats: list[Tensor]) -> list[Tensor]:
-        return [torch.cat((b(x), c(x)), 1) for x, b, c in zip(feats, self.box, self.cls)]
+        return [torch.cat((b(x), c(x)), 1) for x, b, c in zip(feats, self.box, self.cls, strict=True)]
 
 
 class YoloV8Shape(nn.Module):

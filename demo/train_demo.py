@@ -5,10 +5,11 @@ With PyTorch installed it trains a tiny CNN on random CPU data (`make run` then 
 launcher, `python -m gpuwatch.launch ... --launched`, whose optimizer-step hook reports the steps);
 without it, a pure-Python stand-in does a little arithmetic per "step". Either way the steps reach
 gpuwatch's heartbeat/pause protocol (gpuwatch/heartbeat.py): $GPUWATCH_HEARTBEAT_FILE is rewritten
-after every step and the job holds at the next step boundary while $GPUWATCH_PAUSE_FILE exists. It is deliberately light (a few steps per second)
-because the heat comes from the simulated GPU, not from this machine's CPU. With $GPUWATCH_DEMO_CLOCK_FILE
-(the simulated card's hwmon freq1_input, set by `make run`) a step takes as much longer as the card's clock
-is below its top, so a power cap shows as fewer steps/s (docs/simulator.md).
+after every step and the job holds at the next step boundary while $GPUWATCH_PAUSE_FILE exists. It is
+deliberately light (a few steps per second) because the heat comes from the simulated GPU, not from this
+machine's CPU. With $GPUWATCH_DEMO_CLOCK_FILE (the simulated card's hwmon freq1_input, set by `make run`)
+a step takes as much longer as the card's clock is below its top, so a power cap shows as fewer steps/s
+(docs/simulator.md).
 
     python demo/train_demo.py [--steps N] [--step-s SECONDS] [--checkpoint-dir DIR] [--resume CHECKPOINT]
 
@@ -27,8 +28,8 @@ import random
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
@@ -80,7 +81,7 @@ def python_step() -> Callable[[], float]:
         loss = 0.0
         for _ in range(200):
             x = [random.uniform(-1, 1) for _ in range(8)]
-            error = sum(w * xi for w, xi in zip(weights, x)) - math.sin(x[0])
+            error = sum(w * xi for w, xi in zip(weights, x, strict=False)) - math.sin(x[0])
             loss += error * error
             for i, xi in enumerate(x):
                 weights[i] -= 0.01 * error * xi

@@ -17,8 +17,8 @@ from typing import Any
 
 OUT = Path(__file__).resolve().parent.parent / "config" / "grafana-dashboard.json"
 DS = {"type": "prometheus", "uid": "${datasource}"}
-I = 'instance=~"$instance"'
-G = f'{I},gpu=~"$gpu"'
+INST = 'instance=~"$instance"'
+G = f'{INST},gpu=~"$gpu"'
 BY = "host, instance, gpu"  # one row per GPU of every machine; `host` from the scrape config (config/prometheus.yml)
 
 # (title, kind, unit, [(expr, legend)], extra field config / options)
@@ -38,7 +38,7 @@ ROWS: list[tuple[str, list[Panel]]] = [
             (f'max by ({BY}) (gpuwatch_gpu_power_watts{{{G}}})', "power W"),
             # the trainers on each GPU and their phase (labels are the columns)
             (f'max by ({BY}, trainer, phase) (gpuwatch_trainer_gpu_info{{{G}}}'
-             f' * on (instance, job, trainer) group_left (phase) (gpuwatch_trainer_phase{{{I}}} == 1))', ""),
+             f' * on (instance, job, trainer) group_left (phase) (gpuwatch_trainer_phase{{{INST}}} == 1))', ""),
             # alerts firing per GPU, 0 for a GPU with none; alerts without a gpu (the machine's) under gpu ""
             (f'count by ({BY}) (ALERTS{{alertstate="firing",job="gpuwatch",{G}}})'
              f' or max by ({BY}) (gpuwatch_gpu_up{{{G}}}) * 0', "alerts firing")],
@@ -49,27 +49,30 @@ ROWS: list[tuple[str, list[Panel]]] = [
           "cell_units": {"junction °C": "celsius", "edge °C": "celsius", "°C below limit": "celsius",
                          "fan RPM": "rpm", "fan duty": "percentunit", "power W": "watt"}}),
         ("Alerts firing (Prometheus evaluating config/alerts.yml)", "table", "none", [
-            (f'ALERTS{{alertstate="firing",job="gpuwatch",{I}}}', "")],
+            (f'ALERTS{{alertstate="firing",job="gpuwatch",{INST}}}', "")],
          {"instant": True, "columns": True, "exclude": ["Value", "__name__", "alertstate", "job"]}),
         ("GPUs up / down", "stat", "none", [
-            (f'sum by (instance, state) (gpuwatch_gpus{{{I}}})', "{{instance}} {{state}}")], {}),
+            (f'sum by (instance, state) (gpuwatch_gpus{{{INST}}})', "{{instance}} {{state}}")], {}),
         ("GPUs", "table", "none", [
             (f'gpuwatch_gpu_info{{{G}}} * on (instance, job, gpu) group_left () gpuwatch_gpu_up{{{G}}}', "")],
          {"instant": True}),
     ]),
     ("Temperatures", [
-        (f"Junction (hotspot) with crit and gpuwatch limit", "timeseries", "celsius", [
+        ("Junction (hotspot) with crit and gpuwatch limit", "timeseries", "celsius", [
             (f'gpuwatch_gpu_temperature_celsius{{{G},sensor="junction"}}', "{{host}} {{gpu}}"),
             (f'gpuwatch_gpu_temperature_crit_celsius{{{G},sensor="junction"}}', "{{host}} {{gpu}} crit"),
-            (f'gpuwatch_gpu_temperature_limit_celsius{{{G},sensor="junction"}}', "{{host}} {{gpu}} limit")], {"thresholds_dashed": True}),
+            (f'gpuwatch_gpu_temperature_limit_celsius{{{G},sensor="junction"}}', "{{host}} {{gpu}} limit")],
+         {"thresholds_dashed": True}),
         ("Edge with crit and gpuwatch limit", "timeseries", "celsius", [
             (f'gpuwatch_gpu_temperature_celsius{{{G},sensor="edge"}}', "{{host}} {{gpu}}"),
             (f'gpuwatch_gpu_temperature_crit_celsius{{{G},sensor="edge"}}', "{{host}} {{gpu}} crit"),
-            (f'gpuwatch_gpu_temperature_limit_celsius{{{G},sensor="edge"}}', "{{host}} {{gpu}} limit")], {"thresholds_dashed": True}),
+            (f'gpuwatch_gpu_temperature_limit_celsius{{{G},sensor="edge"}}', "{{host}} {{gpu}} limit")],
+         {"thresholds_dashed": True}),
         ("Memory (VRAM) with crit and gpuwatch limit", "timeseries", "celsius", [
             (f'gpuwatch_gpu_temperature_celsius{{{G},sensor="mem"}}', "{{host}} {{gpu}}"),
             (f'gpuwatch_gpu_temperature_crit_celsius{{{G},sensor="mem"}}', "{{host}} {{gpu}} crit"),
-            (f'gpuwatch_gpu_temperature_limit_celsius{{{G},sensor="mem"}}', "{{host}} {{gpu}} limit")], {"thresholds_dashed": True}),
+            (f'gpuwatch_gpu_temperature_limit_celsius{{{G},sensor="mem"}}', "{{host}} {{gpu}} limit")],
+         {"thresholds_dashed": True}),
         ("Thermal state (over gpuwatch limit)", "state-timeline", "none", [
             (f'gpuwatch_gpu_thermal_over_limit{{{G}}}', "{{host}} {{gpu}} {{sensor}}")],
          {"mappings": {"0": ("ok", "green"), "1": ("over limit", "red")}}),
@@ -108,7 +111,8 @@ ROWS: list[tuple[str, list[Panel]]] = [
          {"max": 1}),
         ("Power cap writes and errors", "timeseries", "short", [
             (f'increase(gpuwatch_power_cap_writes_total{{{G}}}[$__rate_interval])', "{{host}} {{gpu}} writes"),
-            (f'increase(gpuwatch_power_cap_write_errors_total{{{G}}}[$__rate_interval])', "{{host}} {{gpu}} write errors")],
+            (f'increase(gpuwatch_power_cap_write_errors_total{{{G}}}[$__rate_interval])',
+             "{{host}} {{gpu}} write errors")],
          {}),
     ]),
     ("Power, load and memory", [
@@ -133,13 +137,15 @@ ROWS: list[tuple[str, list[Panel]]] = [
             (f'rate(gpuwatch_gpu_throttled_seconds_total{{{G}}}[$__rate_interval])', "{{host}} {{gpu}} {{reason}}")],
          {"max": 1}),
         ("GPU energy in the time range", "stat", "kwatth", [
-            (f'increase(gpuwatch_gpu_energy_joules_total{{{G}}}[$__range]) / 3.6e6', "{{host}} {{gpu}} ({{source}})")], {}),
+            (f'increase(gpuwatch_gpu_energy_joules_total{{{G}}}[$__range]) / 3.6e6', "{{host}} {{gpu}} ({{source}})")],
+         {}),
         ("Training energy: this run", "timeseries", "kwatth", [
-            (f'gpuwatch_trainer_run_energy_joules{{{I}}} / 3.6e6', "{{host}} {{trainer}} this run"),
-            (f'increase(gpuwatch_trainer_energy_joules_total{{{I}}}[$__range]) / 3.6e6', "{{host}} {{trainer}} all runs in range")],
+            (f'gpuwatch_trainer_run_energy_joules{{{INST}}} / 3.6e6', "{{host}} {{trainer}} this run"),
+            (f'increase(gpuwatch_trainer_energy_joules_total{{{INST}}}[$__range]) / 3.6e6',
+             "{{host}} {{trainer}} all runs in range")],
          {}),
         ("Training steps per kilojoule", "timeseries", "short", [
-            (f'gpuwatch_trainer_steps_per_kilojoule{{{I}}}', "{{host}} {{trainer}} steps/kJ")], {}),
+            (f'gpuwatch_trainer_steps_per_kilojoule{{{INST}}}', "{{host}} {{trainer}} steps/kJ")], {}),
         ("PCIe slot link: speed (GT/s) and width (lanes) vs max", "timeseries", "none", [
             (f'gpuwatch_gpu_pcie_slot_link_speed_transfers_per_second{{{G}}} / 1e9', "{{host}} {{gpu}} GT/s"),
             (f'gpuwatch_gpu_pcie_slot_link_max_speed_transfers_per_second{{{G}}} / 1e9', "{{host}} {{gpu}} max GT/s"),
@@ -152,28 +158,33 @@ ROWS: list[tuple[str, list[Panel]]] = [
     ]),
     ("Training", [
         ("Trainer phase", "state-timeline", "none", [
-            (f'gpuwatch_trainer_phase{{{I}}} == 1', "{{host}} {{trainer}} {{phase}}")],
+            (f'gpuwatch_trainer_phase{{{INST}}} == 1', "{{host}} {{trainer}} {{phase}}")],
          {"mappings": {"1": ("active", "blue")}}),
         ("Training speed", "timeseries", "short", [
-            (f'gpuwatch_trainer_steps_per_second{{{I}}}', "{{host}} {{trainer}} steps/s (heartbeat)"),
-            (f'rate(gpuwatch_trainer_steps_total{{{I}}}[$__rate_interval])', "{{host}} {{trainer}} steps/s (rate)")], {}),
+            (f'gpuwatch_trainer_steps_per_second{{{INST}}}', "{{host}} {{trainer}} steps/s (heartbeat)"),
+            (f'rate(gpuwatch_trainer_steps_total{{{INST}}}[$__rate_interval])', "{{host}} {{trainer}} steps/s (rate)")],
+         {}),
         ("Seconds since last step, epoch", "timeseries", "s", [
-            (f'gpuwatch_trainer_last_step_age_seconds{{{I}}}', "{{host}} {{trainer}} since last step"),
-            (f'gpuwatch_trainer_epoch{{{I}}}', "{{host}} {{trainer}} epoch")], {}),
+            (f'gpuwatch_trainer_last_step_age_seconds{{{INST}}}', "{{host}} {{trainer}} since last step"),
+            (f'gpuwatch_trainer_epoch{{{INST}}}', "{{host}} {{trainer}} epoch")], {}),
         ("Restarts, pauses, resumes", "timeseries", "short", [
-            (f'increase(gpuwatch_trainer_restarts_by_reason_total{{{I}}}[$__rate_interval])', "{{host}} {{trainer}} restart: {{reason}}"),
-            (f'increase(gpuwatch_trainer_restarts_total{{{I}}}[$__rate_interval])', "{{host}} {{trainer}} restarts"),
-            (f'increase(gpuwatch_trainer_pauses_total{{{I}}}[$__rate_interval])', "{{host}} {{trainer}} pauses"),
-            (f'increase(gpuwatch_trainer_resumes_total{{{I}}}[$__rate_interval])', "{{host}} {{trainer}} resumes")], {}),
+            (f'increase(gpuwatch_trainer_restarts_by_reason_total{{{INST}}}[$__rate_interval])',
+             "{{host}} {{trainer}} restart: {{reason}}"),
+            (f'increase(gpuwatch_trainer_restarts_total{{{INST}}}[$__rate_interval])', "{{host}} {{trainer}} restarts"),
+            (f'increase(gpuwatch_trainer_pauses_total{{{INST}}}[$__rate_interval])', "{{host}} {{trainer}} pauses"),
+            (f'increase(gpuwatch_trainer_resumes_total{{{INST}}}[$__rate_interval])', "{{host}} {{trainer}} resumes")],
+         {}),
     ]),
     ("GPU users and resets", [
         ("GPU memory held: trainers and other processes", "timeseries", "bytes", [
             (f'gpuwatch_trainer_gpu_vram_bytes{{{G}}}', "{{host}} {{trainer}} on {{gpu}} VRAM"),
             (f'gpuwatch_trainer_gpu_kfd_vram_bytes{{{G}}}', "{{host}} {{trainer}} on {{gpu}} VRAM (ROCm, KFD)"),
-            (f'gpuwatch_gpu_processes_vram_bytes{{{G},scope="unsupervised"}}', "{{host}} {{gpu}} other processes")], {}),
+            (f'gpuwatch_gpu_processes_vram_bytes{{{G},scope="unsupervised"}}', "{{host}} {{gpu}} other processes")],
+         {}),
         ("Trainer GPU activity", "timeseries", "percentunit", [
             (f'gpuwatch_trainer_gpu_engine_busy_ratio{{{G}}}', "{{host}} {{trainer}} on {{gpu}} engine time"),
-            (f'gpuwatch_trainer_gpu_kfd_cu_occupancy_ratio{{{G}}}', "{{host}} {{trainer}} on {{gpu}} CU occupancy (ROCm)")],
+            (f'gpuwatch_trainer_gpu_kfd_cu_occupancy_ratio{{{G}}}',
+             "{{host}} {{trainer}} on {{gpu}} CU occupancy (ROCm)")],
          {}),
         ("GPU resets and stuck processes", "timeseries", "short", [
             (f'increase(gpuwatch_gpu_resets_total{{{G}}}[$__rate_interval])', "{{host}} {{gpu}} resets"),
@@ -182,15 +193,16 @@ ROWS: list[tuple[str, list[Panel]]] = [
     ]),
     ("Exporter health", [
         ("Scrape up and last sample age", "timeseries", "s", [
-            (f'up{{job="gpuwatch",{I}}}', "{{instance}} up"),
-            (f'time() - gpuwatch_last_sample_timestamp_seconds{{{I}}}', "{{instance}} sample age")], {}),
+            (f'up{{job="gpuwatch",{INST}}}', "{{instance}} up"),
+            (f'time() - gpuwatch_last_sample_timestamp_seconds{{{INST}}}', "{{instance}} sample age")], {}),
         ("Sample duration", "timeseries", "s", [
-            (f'gpuwatch_sample_duration_seconds{{{I}}}', "{{instance}}"),
-            (f'gpuwatch_tick_interval_seconds{{{I}}}', "{{instance}} interval")], {}),
+            (f'gpuwatch_sample_duration_seconds{{{INST}}}', "{{instance}}"),
+            (f'gpuwatch_tick_interval_seconds{{{INST}}}', "{{instance}} interval")], {}),
         ("Sensor read errors and failing parts", "timeseries", "short", [
-            (f'increase(gpuwatch_gpu_read_errors_total{{{G}}}[$__rate_interval])', "{{host}} {{gpu}} {{sensor}} errors"),
+            (f'increase(gpuwatch_gpu_read_errors_total{{{G}}}[$__rate_interval])',
+             "{{host}} {{gpu}} {{sensor}} errors"),
             (f'gpuwatch_gpu_read_failing{{{G}}}', "{{host}} {{gpu}} {{sensor}} failing now"),
-            (f'gpuwatch_daemon_part_failing{{{I}}}', "{{instance}} {{part}} failing")], {}),
+            (f'gpuwatch_daemon_part_failing{{{INST}}}', "{{instance}} {{part}} failing")], {}),
     ]),
 ]
 
@@ -200,9 +212,9 @@ def table_transformations(queries: list[tuple[str, str]], extra: dict[str, Any])
     if not extra.get("columns"):
         return []
     values = [f"Value #{chr(ord('A') + i)}" if len(queries) > 1 else "Value" for i in range(len(queries))]
-    rename = {value: legend for value, (_, legend) in zip(values, queries) if legend}
+    rename = {value: legend for value, (_, legend) in zip(values, queries, strict=True) if legend}
     exclude = {"Time": True, **{name: True for name in extra.get("exclude", [])},
-               **{value: True for value, (_, legend) in zip(values, queries) if not legend}}
+               **{value: True for value, (_, legend) in zip(values, queries, strict=True) if not legend}}
     merge = [{"id": "merge", "options": {}}] if len(queries) > 1 else []
     return [*merge, {"id": "organize", "options": {"excludeByName": exclude, "renameByName": rename}}]
 
@@ -211,11 +223,13 @@ def cell_overrides(extra: dict[str, Any]) -> list[dict[str, Any]]:
     """Per-column units, value mappings and coloured thresholds of a table."""
     overrides: list[dict[str, Any]] = []
     for column, unit in extra.get("cell_units", {}).items():
-        overrides.append({"matcher": {"id": "byName", "options": column}, "properties": [{"id": "unit", "value": unit}]})
+        overrides.append({"matcher": {"id": "byName", "options": column},
+                          "properties": [{"id": "unit", "value": unit}]})
     for column, mapping in extra.get("cell_mappings", {}).items():
         overrides.append({"matcher": {"id": "byName", "options": column}, "properties": [
             {"id": "mappings", "value": [{"type": "value", "options": {
-                value: {"text": text, "color": color, "index": i} for i, (value, (text, color)) in enumerate(mapping.items())}}]},
+                value: {"text": text, "color": color, "index": i}
+                for i, (value, (text, color)) in enumerate(mapping.items())}}]},
             {"id": "custom.cellOptions", "value": {"type": "color-text"}}]})
     for column, steps in extra.get("cell_thresholds", {}).items():
         overrides.append({"matcher": {"id": "byName", "options": column}, "properties": [

@@ -39,7 +39,8 @@ ALLOWED: dict[str, set[str]] = {
     "gpus": {"model", "sysfs", "config", "deadline"},  # sense (deadline: bounded reads)
     "procs": {"model", "procfs", "sysfs"},  # sense: who uses which GPU (/proc; KFD's files in sysfs)
     "resets": {"model", "sysfs"},  # sense: GPU resets (devcoredump, uevents) and recovery
-    "fan": {"model", "sysfs", "config", "actuation", "deadline", "gpus"},  # act on fans (gpus: the amdgpu source locates cards)
+    # act on fans (gpus: the amdgpu source locates cards)
+    "fan": {"model", "sysfs", "config", "actuation", "deadline", "gpus"},
     # act on power caps (gpus: locate cards, NVML bus ids; limits: the headroom it holds)
     "power": {"model", "sysfs", "config", "limits", "actuation", "deadline", "gpus"},
     "supervise": {"model", "config", "limits", "heartbeat"},  # act on trainers; FanState only via model

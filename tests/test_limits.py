@@ -8,7 +8,8 @@ from gpuwatch.model import GpuReading, SensorLimit, Snapshot, TempReading
 
 
 def test_every_sensor_with_a_limit_in_snapshot_order() -> None:
-    a = GpuReading("a", "card0", "amdgpu", temps=(TempReading("edge", 50.0), TempReading("junction", 60.0, crit_c=110.0),
+    a = GpuReading("a", "card0", "amdgpu", temps=(TempReading("edge", 50.0),
+                                                   TempReading("junction", 60.0, crit_c=110.0),
                                                    TempReading("mem", 55.0)))
     b = GpuReading("b", "card1", "amdgpu", temps=(TempReading("junction", None, crit_c=100.0),))
     gone = GpuReading("c", "card2", "amdgpu", up=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from gpuwatch.cli.parser import build_parser
 from gpuwatch.cli.status import EXIT_USAGE

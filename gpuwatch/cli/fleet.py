@@ -54,7 +54,7 @@ def render(results: list[HostResult], now: float | None = None, color: bool = Fa
 
     def line(cells: list[str], colour: str | None) -> str:
         state = f"{colour}{cells[-1]}{RESET}" if color and colour else cells[-1]
-        return "  ".join(c.ljust(w) for c, w in zip(cells, widths)) + "  " + state
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=False)) + "  " + state
 
     unreadable = sum(r.document is None for r in results)
     gpus = sum(len(r.document["gpus"]) for r in results if r.document is not None)

@@ -108,7 +108,8 @@ def _fan_line(gpu: GpuDoc) -> str:
     if gpu.get("backend") == "nvml":
         # NVML gives a duty percent only, and gpuwatch never drives NVIDIA fans.
         duty = gpu.get("fan_duty_ratio")
-        return f"  fan    {'none (passive board)' if duty is None else 'duty ' + pct(duty)}  control: unsupported (monitor only)"
+        return (f"  fan    {'none (passive board)' if duty is None else 'duty ' + pct(duty)}"
+                "  control: unsupported (monitor only)")
     enable = gpu.get("pwm_enable")
     mode = NA if enable is None else PWM_MODES.get(enable, NA)
     source = (gpu.get("sources") or {}).get("fan_rpm")
@@ -132,7 +133,8 @@ def _temp(label: str, t: TemperatureDoc, over: bool, paint: Paint) -> str:
 
 def _limits(temperatures: dict[str, TemperatureDoc]) -> list[str]:
     """The line the temperatures are judged against: each sensor's pause limit, then the card's crits."""
-    limits = "  ".join(f"{label} {t['limit_c']:.0f}°C" for label, t in temperatures.items() if t.get("limit_c") is not None)
+    limits = "  ".join(f"{label} {t['limit_c']:.0f}°C"
+                       for label, t in temperatures.items() if t.get("limit_c") is not None)
     crit = [t.get("crit_c") for t in temperatures.values()]
     crits = "/".join("-" if c is None else f"{c:.0f}" for c in crit) if any(c is not None for c in crit) else ""
     if not limits and not crits:
@@ -143,7 +145,8 @@ def _limits(temperatures: dict[str, TemperatureDoc]) -> list[str]:
 
 def _controller(fan: FanControllerDoc, paint: Paint) -> str:
     mode = fan.get("mode") or NA
-    mode_text = paint(mode, RED if mode in ("failsafe", "uncontrolled") else YELLOW if mode in ("monitor-only", "dry-run") else GREEN)
+    mode_text = paint(mode, RED if mode in ("failsafe", "uncontrolled")
+                      else YELLOW if mode in ("monitor-only", "dry-run") else GREEN)
     parts = [f"{mode_text} via {fan.get('backend') or NA}"]
     if fan.get("sensor"):
         parts.append(f"on {fan['sensor']} {num(fan.get('sensor_temp_c'), '°C', 0)}")

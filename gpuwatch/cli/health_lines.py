@@ -33,7 +33,8 @@ def _pcie_line(gpu: GpuDoc, paint: Paint) -> str | None:
     replays = gpu.get("pcie_replays_total")
     if not (below or any(counts) or replays):
         return None
-    return f"  pcie   {_link(gpu, below, paint)}" + _aer(counts, paint) + ("" if replays is None else f"  replays {replays}")
+    return (f"  pcie   {_link(gpu, below, paint)}" + _aer(counts, paint)
+            + ("" if replays is None else f"  replays {replays}"))
 
 
 def _link_below_max(gpu: GpuDoc) -> bool:

@@ -7,12 +7,19 @@ from pathlib import Path
 from typing import TypeAlias
 
 from gpuwatch import __version__
-from gpuwatch.cli.commands import (cmd_check_config, cmd_control, cmd_curve, cmd_restore, cmd_run, cmd_sensors,
-                                   cmd_status, cmd_train)
+from gpuwatch.cli.commands import (
+    cmd_check_config,
+    cmd_control,
+    cmd_curve,
+    cmd_restore,
+    cmd_run,
+    cmd_sensors,
+    cmd_status,
+    cmd_train,
+)
 from gpuwatch.cli.show import watch_seconds
 from gpuwatch.config.file import DEFAULT_CONFIG_PATH
 from gpuwatch.train.argv import FALLBACK_MODES
-
 
 # argparse's type for the subcommands' registry (private, but what add_subparsers returns).
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -120,10 +127,13 @@ def _add_train(sub: Commands) -> None:
                        help="keep the fallback's measured choices here ('none': memory only; "
                             "default: $XDG_CACHE_HOME/gpuwatch)")
     train.add_argument("--spawn", action="store_true", help="spawn start method, persistent DataLoader workers")
-    train.add_argument("--heartbeat-file", metavar="FILE", help="heartbeat JSON path (default $GPUWATCH_HEARTBEAT_FILE)")
+    train.add_argument("--heartbeat-file", metavar="FILE",
+                       help="heartbeat JSON path (default $GPUWATCH_HEARTBEAT_FILE)")
     train.add_argument("--pause-file", metavar="FILE",
                        help="hold at the step boundary while it exists (default $GPUWATCH_PAUSE_FILE)")
-    train.add_argument("command", nargs=argparse.REMAINDER, help="python SCRIPT ARGS, python -m MODULE ARGS, or any command that starts Python (torchrun ...)")
+    train.add_argument("command", nargs=argparse.REMAINDER,
+                       help="python SCRIPT ARGS, python -m MODULE ARGS, or any command that starts Python "
+                            "(torchrun ...)")
     train.set_defaults(handler=cmd_train)
 
 

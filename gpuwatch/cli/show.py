@@ -71,7 +71,7 @@ def direct_document(config: Config, processes: bool = False) -> StatusDocument:
     ``processes``, every process holding one too (read twice, 0.25 s apart, for engine busy)."""
     from gpuwatch.daemon.compose import build_sources
     from gpuwatch.gpus.sampler import Sampler
-    from gpuwatch.procfs import Procfs, ProcError
+    from gpuwatch.procfs import ProcError, Procfs
     from gpuwatch.procs.monitor import scan_once
     from gpuwatch.sysfs import Sysfs
 

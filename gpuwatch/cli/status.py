@@ -43,7 +43,8 @@ def render(doc: StatusDocument, now: float | None = None, color: bool = False, n
     for gpu in doc.get("gpus", []):
         lines.extend(gpu_block(gpu, paint))
     for card in doc.get("unsupported", []):
-        lines.append(paint(f"[{card.get('gpu_id') or '?'}] {card['card']}  driver {card.get('driver') or '?'}: not supported, not read", DIM))
+        lines.append(paint(f"[{card.get('gpu_id') or '?'}] {card['card']}  driver {card.get('driver') or '?'}: "
+                           "not supported, not read", DIM))
     for trainer in doc.get("trainers", []):
         lines.append(trainer_line(trainer, now, paint))
         lines.extend(trainer_gpu_lines(trainer, paint))
@@ -54,7 +55,8 @@ def _header(doc: StatusDocument, now: float, paint: Paint) -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(doc.get("taken_unix") or now))
     daemon = doc.get("daemon")
     if daemon:
-        state = f"daemon running (pid {daemon['pid']}, up {duration(now - daemon['started_unix'])}, every {daemon['interval_s']:g}s)"
+        state = (f"daemon running (pid {daemon['pid']}, up {duration(now - daemon['started_unix'])}, "
+                 f"every {daemon['interval_s']:g}s)")
         for failure in daemon.get("failures") or []:
             state += "  " + paint(f"FAILURE: {failure}", RED)
     else:

@@ -104,7 +104,7 @@ class FanConfig(Strict):
     def _curve_ok(cls, points: list[list[float]] | None) -> list[list[float]] | None:
         return _check_curve(points)
 
-    def for_gpu(self, gpu_id: str) -> "FanConfig":
+    def for_gpu(self, gpu_id: str) -> FanConfig:
         """This config with the GPU's overrides applied (validated on their own when loaded)."""
         override = self.gpus.get(gpu_id)
         if override is None:
@@ -164,7 +164,7 @@ class PowerConfig(Strict):
     gpus: dict[PciSlot, PowerCapSettings] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _margins_and_steps_agree(self) -> "PowerConfig":
+    def _margins_and_steps_agree(self) -> PowerConfig:
         for where, settings in [("power", self)] + [(f"power.gpus.{gpu}", self.for_gpu(gpu)) for gpu in self.gpus]:
             if settings.hold_margin_c >= settings.engage_margin_c:
                 raise ValueError(f"{where}: hold_margin_c {settings.hold_margin_c:g} must be below "
@@ -174,7 +174,7 @@ class PowerConfig(Strict):
                                  f"below min_step_percent {settings.min_step_percent:g}")
         return self
 
-    def for_gpu(self, gpu_id: str) -> "PowerConfig":
+    def for_gpu(self, gpu_id: str) -> PowerConfig:
         """This config with the GPU's overrides applied."""
         override = self.gpus.get(gpu_id)
         if override is None:

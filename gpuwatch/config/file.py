@@ -11,11 +11,23 @@ from typing import Any, Literal
 import tomli_w
 from pydantic import Field, ValidationError, field_validator
 
-from gpuwatch.config.base import (CONTROL_SOCKET_NAME, DEFAULT_SYSFS_DEADLINE_S, STATE_FILE_NAME, ConfigError, Strict,
-                                  default_runtime_dir)
+from gpuwatch.config.base import (
+    CONTROL_SOCKET_NAME,
+    DEFAULT_SYSFS_DEADLINE_S,
+    STATE_FILE_NAME,
+    ConfigError,
+    Strict,
+    default_runtime_dir,
+)
 from gpuwatch.config.cooling import FanConfig, PowerConfig, ThermalConfig
-from gpuwatch.config.sections import (AmdgpuInfoConfig, HttpConfig, ProcessesConfig, ResetsConfig, SimulateConfig,
-                                      StatusConfig)
+from gpuwatch.config.sections import (
+    AmdgpuInfoConfig,
+    HttpConfig,
+    ProcessesConfig,
+    ResetsConfig,
+    SimulateConfig,
+    StatusConfig,
+)
 from gpuwatch.config.trainer import TrainerConfig
 
 DEFAULT_CONFIG_PATH = Path("/etc/gpuwatch/gpuwatch.toml")
@@ -70,11 +82,11 @@ class Config(Strict):
     def simulated_tree_dir(self) -> Path:
         return self.simulate.tree_dir or self.resolved_runtime_dir / "simulated-sysfs"
 
-    def with_effective_sysfs(self) -> "Config":
+    def with_effective_sysfs(self) -> Config:
         """This config as everything that reads or writes sysfs must see it: when simulating, the
         simulator's trees are the sysfs and proc roots and amdgpu the only backend (the simulated cards
-        and their processes are read like real ones, and only them). The daemon and every daemon-side command (status, sensors,
-        curve, fans-auto) go through this one rule, so they all mean the same GPUs."""
+        and their processes are read like real ones, and only them). The daemon and every daemon-side
+        command (status, sensors, curve, fans-auto) go through this one rule, so they all mean the same GPUs."""
         if not self.simulating:
             return self
         return self.model_copy(update={"sysfs_root": self.simulated_tree_dir, "proc_root": self.simulated_proc_dir,

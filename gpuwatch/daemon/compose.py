@@ -19,7 +19,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
 
 from gpuwatch.actuation import Actuator, ActuatorKind, Handback

@@ -11,8 +11,8 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 log = logging.getLogger("gpuwatch.control")
 

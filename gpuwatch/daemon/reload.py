@@ -10,8 +10,8 @@ says `systemctl restart gpuwatch` is needed.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from gpuwatch.config.file import Config
 
@@ -33,7 +33,8 @@ class ReloadPlan:
     needs_restart: tuple[str, ...]  # changed keys kept at their running value until a restart
 
     def describe_applied(self) -> str:
-        """``thermal (the state file, /metrics, the power governor and the supervisor), ...`` for the reload's log line."""
+        """``thermal (the state file, /metrics, the power governor and the supervisor), ...`` for the reload's
+        log line."""
         return ", ".join(f"{key} ({LIVE_KEYS[key]})" if key in LIVE_KEYS else key for key in self.applied)
 
 

@@ -16,7 +16,7 @@ import logging
 import os
 import socket
 import time
-from typing import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 
 log = logging.getLogger("gpuwatch.sdnotify")  # the name log lines had before the move
 
@@ -68,7 +68,7 @@ class Notifier:
         self._sock: socket.socket | None = None
 
     @classmethod
-    def from_env(cls, environ: MutableMapping[str, str] | None = None, unset: bool = False) -> "Notifier":
+    def from_env(cls, environ: MutableMapping[str, str] | None = None, unset: bool = False) -> Notifier:
         """Build from $NOTIFY_SOCKET/$WATCHDOG_*; ``unset`` removes them so children (trainers) do not
         inherit a socket they must not use (like sd_notify's unset_environment)."""
         env = os.environ if environ is None else environ

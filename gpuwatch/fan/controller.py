@@ -131,7 +131,7 @@ class FanController:
         results = self.actuator.run({gpu.gpu_id: partial(self._tick_guarded, fans[gpu.gpu_id], gpu, now)
                                      for gpu in gpus})
         return tuple(self._blocked(fans[gpu.gpu_id], gpu, result) if isinstance(result, Late) else result
-                     for gpu, result in zip(gpus, results.values()))
+                     for gpu, result in zip(gpus, results.values(), strict=False))
 
     def _new(self, gpu_id: str, config: FanConfig) -> GpuFan:
         settings = config.for_gpu(gpu_id)

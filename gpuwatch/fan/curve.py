@@ -6,8 +6,8 @@ Everything here is a function of its arguments (``now`` included): the controlle
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 from gpuwatch.config.cooling import FanConfig, Point
 from gpuwatch.model import at_crit
@@ -68,7 +68,7 @@ def interpolate(points: Sequence[Point], temp_c: float) -> float:
     """Linear between points; flat below the first and above the last."""
     if temp_c <= points[0][0]:
         return points[0][1]
-    for (t0, s0), (t1, s1) in zip(points, points[1:]):
+    for (t0, s0), (t1, s1) in zip(points, points[1:], strict=False):
         if temp_c <= t1:
             return s0 + (s1 - s0) * (temp_c - t0) / (t1 - t0)
     return points[-1][1]

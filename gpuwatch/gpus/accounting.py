@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-
 from gpuwatch.model import THROTTLE_REASONS, EnergySource, GpuReading
 
 TRUST_AFTER = 3

@@ -12,11 +12,12 @@ runtime-suspended GPU, so a suspended one is not read (§2). gpus/telemetry.py a
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
-from gpuwatch.gpus.pciids import gpu_name
 from gpuwatch.gpus.pcie import AER_KINDS, link_speed, read_pcie
+from gpuwatch.gpus.pciids import gpu_name
 from gpuwatch.gpus.source import DiscoveryResult
 from gpuwatch.gpus.telemetry import GpuMetricsReader
 from gpuwatch.model import GpuReading, ReadError, TempReading, UnsupportedCard
@@ -151,7 +152,7 @@ def read_card(sysfs: Sysfs, card: AmdCard, static: dict[str, str | None] | None 
     return (metrics or GpuMetricsReader()).read(sysfs, reading, card.device_dir)
 
 
-def _hwmon_fields(hw: "_Reader") -> dict[str, Any]:
+def _hwmon_fields(hw: _Reader) -> dict[str, Any]:
     power_uw = hw.number("power1_average", int)
     if power_uw is None:
         power_uw = hw.number("power1_input", int)
@@ -175,7 +176,7 @@ def _hwmon_fields(hw: "_Reader") -> dict[str, Any]:
     )
 
 
-def _temps(hw: "_Reader") -> tuple[TempReading, ...]:
+def _temps(hw: _Reader) -> tuple[TempReading, ...]:
     temps = []
     for index, default_label in _TEMP_LABELS.items():
         temp_mc = hw.number(f"temp{index}_input", int)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from functools import partial
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.deadline import Late, Workers
@@ -61,10 +62,11 @@ class AmdgpuSource:
     def read_all(self) -> tuple[list[GpuReading], list[UnsupportedCard]]:
         found = self.discovered()
         self._read = {card.gpu_id: card for card in found.cards}
-        results = self._bounded({card.gpu_id: partial(read_card, self.sysfs, card, self._static.setdefault(card.gpu_id, {}),
-                                                      self.metrics) for card in found.cards})
+        results = self._bounded({
+            card.gpu_id: partial(read_card, self.sysfs, card, self._static.setdefault(card.gpu_id, {}), self.metrics)
+            for card in found.cards})
         readings = [self._unresponsive(card, result) if isinstance(result, Late) else result
-                    for card, result in zip(found.cards, results.values())]
+                    for card, result in zip(found.cards, results.values(), strict=True)]
         if any(not r.up and not r.unresponsive for r in readings):
             # A card fell off the bus or was reset: it may come back under a new cardN/hwmonN.
             self._found = None

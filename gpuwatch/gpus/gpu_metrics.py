@@ -119,7 +119,8 @@ def decode(data: bytes) -> GpuMetrics:
     size, frev, crev = struct.unpack_from("<HBB", data)
     layout = LAYOUTS.get((frev, crev))
     if layout is None:
-        raise GpuMetricsError("unknown revision", f"v{frev}.{crev} ({size} bytes) is not a published layout gpuwatch knows")
+        raise GpuMetricsError("unknown revision",
+                              f"v{frev}.{crev} ({size} bytes) is not a published layout gpuwatch knows")
     if size != layout.size:
         raise GpuMetricsError("size mismatch", f"header says {size} bytes, v{layout.revision} is {layout.size}")
     if len(data) < size:

@@ -69,7 +69,9 @@ def _layout(frev: int, crev: int, since: str, spec: str) -> Layout:
     return Layout(frev, crev, since, -(-offset // align_max) * align_max, fields)
 
 
-_TEMPS_DGPU = "H temperature_edge temperature_hotspot temperature_mem temperature_vrgfx temperature_vrsoc temperature_vrmem"
+_TEMPS_DGPU = (
+    "H temperature_edge temperature_hotspot temperature_mem temperature_vrgfx temperature_vrsoc temperature_vrmem"
+)
 _ACTIVITY_DGPU = "H average_gfx_activity average_umc_activity average_mm_activity average_socket_power"
 _CLOCKS_DGPU = (
     "H average_gfxclk_frequency average_socclk_frequency average_uclk_frequency average_vclk0_frequency"
@@ -84,10 +86,14 @@ _V1_1 = (
 _V1_2 = f"{_V1_1} Q firmware_timestamp"
 _V1_3 = f"{_V1_2} H voltage_soc voltage_gfx voltage_mem padding1 Q indep_throttle_status"
 # MI-class (v1.4+): hotspot/mem/vrsoc, per-instance clock arrays, XGMI and PCIe accumulators.
-_MI_HEAD = "H temperature_hotspot temperature_mem temperature_vrsoc curr_socket_power average_gfx_activity average_umc_activity"
+_MI_HEAD = (
+    "H temperature_hotspot temperature_mem temperature_vrsoc curr_socket_power"
+    " average_gfx_activity average_umc_activity"
+)
 _MI_PCIE = (
     "H pcie_link_width pcie_link_speed xgmi_link_width xgmi_link_speed I gfx_activity_acc mem_activity_acc"
-    " Q pcie_bandwidth_acc pcie_bandwidth_inst pcie_l0_to_recov_count_acc pcie_replay_count_acc pcie_replay_rover_count_acc"
+    " Q pcie_bandwidth_acc pcie_bandwidth_inst pcie_l0_to_recov_count_acc pcie_replay_count_acc"
+    " pcie_replay_rover_count_acc"
 )
 _MI_XGMI = "Q xgmi_read_data_acc[8] xgmi_write_data_acc[8]"
 _MI_CLOCKS = "H current_gfxclk[8] current_socclk[4] current_vclk0[4] current_dclk0[4] current_uclk"
@@ -124,7 +130,8 @@ LAYOUTS: dict[tuple[int, int], Layout] = {
         _layout(1, 2, "5.14", _V1_2),
         _layout(1, 3, "5.14", _V1_3),
         _layout(1, 4, "6.7-rc", f"{_MI_HEAD} H vcn_activity[4] Q energy_accumulator system_clock_counter"
-                f" I throttle_status gfxclk_lock_status {_MI_PCIE} {_MI_XGMI} Q firmware_timestamp {_MI_CLOCKS} padding"),
+                f" I throttle_status gfxclk_lock_status {_MI_PCIE} {_MI_XGMI} Q firmware_timestamp {_MI_CLOCKS}"
+                " padding"),
         _layout(1, 5, "6.7", f"{_MI_HEAD} H vcn_activity[4] jpeg_activity[32] Q energy_accumulator system_clock_counter"
                 f" I throttle_status gfxclk_lock_status {_MI_PCIE} {_MI_NAK} {_MI_XGMI} Q firmware_timestamp"
                 f" {_MI_CLOCKS} padding"),
@@ -149,7 +156,8 @@ LAYOUTS: dict[tuple[int, int], Layout] = {
                 " average_ipuclk_frequency average_fclk_frequency average_vclk_frequency average_uclk_frequency"
                 " average_mpipu_frequency current_coreclk[16] current_core_maxfreq current_gfx_maxfreq"
                 " I throttle_residency_prochot throttle_residency_spl throttle_residency_fppt throttle_residency_sppt"
-                " throttle_residency_thm_core throttle_residency_thm_gfx throttle_residency_thm_soc time_filter_alphavalue"),
+                " throttle_residency_thm_core throttle_residency_thm_gfx throttle_residency_thm_soc"
+                " time_filter_alphavalue"),
     )
 }
 

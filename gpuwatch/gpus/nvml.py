@@ -24,9 +24,10 @@ daemon runs without the extra installed. Choices a reader of the dashboards shou
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from gpuwatch.model import GpuReading, ReadError, SourceName, TempReading, UnsupportedCard
 
@@ -159,8 +160,10 @@ def read_gpu(nvml: Any, handle: Any, index: int) -> GpuReading:
         power_cap_w=_watts(f.get("power_cap", lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(handle))),
         power_cap_min_w=_watts(limits[0]) if limits else None,
         power_cap_max_w=_watts(limits[1]) if limits else None,
-        power_cap_default_w=_watts(f.get("power_cap_default", lambda: nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle))),
-        sclk_hz=_hz(f.get("sclk", lambda: nvml.nvmlDeviceGetClockInfo(handle, _const(nvml, "NVML_CLOCK_GRAPHICS", 0)))),
+        power_cap_default_w=_watts(
+            f.get("power_cap_default", lambda: nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle))),
+        sclk_hz=_hz(
+            f.get("sclk", lambda: nvml.nvmlDeviceGetClockInfo(handle, _const(nvml, "NVML_CLOCK_GRAPHICS", 0)))),
         mclk_hz=_hz(f.get("mclk", lambda: nvml.nvmlDeviceGetClockInfo(handle, _const(nvml, "NVML_CLOCK_MEM", 2)))),
         fan_duty_ratio=_ratio(fan_pct),
         pcie_link_speed_gts=_GEN_GTS.get(gen) if gen is not None else None,
@@ -202,7 +205,10 @@ def _temps(nvml: Any, handle: Any, f: _Fields) -> tuple[TempReading, ...]:
     ]
     mem = _memory_temp(nvml, handle, f)
     if mem is not None:
-        temps.append(TempReading(label="mem", temp_c=mem, crit_c=threshold("mem_temp_max", "NVML_TEMPERATURE_THRESHOLD_MEM_MAX", _THRESHOLD_MEM_MAX)))
+        temps.append(TempReading(
+            label="mem", temp_c=mem,
+            crit_c=threshold("mem_temp_max", "NVML_TEMPERATURE_THRESHOLD_MEM_MAX", _THRESHOLD_MEM_MAX),
+        ))
     return tuple(temps)
 
 

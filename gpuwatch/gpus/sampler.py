@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from gpuwatch.gpus import accounting
 from gpuwatch.gpus.source import GpuSource

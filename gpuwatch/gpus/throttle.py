@@ -16,6 +16,7 @@ thermal reason therefore means "hotspot at 90 °C or more", not a firmware-confi
 from __future__ import annotations
 
 from gpuwatch.model import THROTTLE_REASONS as REASONS
+
 HOTSPOT_BIT = 36
 HOTSPOT_QUIRK_BELOW_C = 90.0
 FLAGS: dict[int, str] = {

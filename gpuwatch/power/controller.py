@@ -105,7 +105,7 @@ class PowerController:
                                 thermals_on(config, gpu.gpu_id))
             for gpu in snapshot.gpus})
         return tuple(self._blocked(caps[gpu.gpu_id], gpu, result) if isinstance(result, Late) else result
-                     for gpu, result in zip(snapshot.gpus, results.values()))
+                     for gpu, result in zip(snapshot.gpus, results.values(), strict=False))
 
     def _new(self, gpu: GpuReading, config: Config) -> GpuCap:
         settings = config.power.for_gpu(gpu.gpu_id)
@@ -147,7 +147,8 @@ class PowerController:
             return
         if g.mode is not PowerMode.OFF:
             log.info("GPU %s: power cap %g W (default %g W), governed down to %g W when the fan cannot cool it%s",
-                     g.gpu_id, g.original_w, g.default_w, g.floor_w, " (dry-run)" if g.mode is PowerMode.DRY_RUN else "")
+                     g.gpu_id, g.original_w, g.default_w, g.floor_w,
+                     " (dry-run)" if g.mode is PowerMode.DRY_RUN else "")
 
     def _set_floor(self, g: GpuCap) -> None:
         assert g.original_w is not None and g.default_w is not None

@@ -5,8 +5,8 @@ the 2-core dev VM (benchmarks/process_scan.py), too much for every tick. amdgpu_
 list every 5 s; here every pid is re-listed once per ``all_every_s`` round, spread evenly over the
 round's ticks (the first round runs whole, at start; processes without GPU files only every
 ``QUIET_EVERY``-th round), the supervised trees every ``TREE_EVERY_S``, so a trainer that opens the GPU
-late shows within seconds, and a process KFD lists (ROCm) at once. A holder's user and command are read once per process identity
-(pid + start time: a reused pid is a new process).
+late shows within seconds, and a process KFD lists (ROCm) at once. A holder's user and command are read
+once per process identity (pid + start time: a reused pid is a new process).
 """
 
 from __future__ import annotations
@@ -64,9 +64,11 @@ class FdIndex:
         self._quiet: set[int] = set()  # listed last time without a GPU file
         self._last: float | None = None
 
-    def refresh(self, tree: set[int], now: float, known: set[int] = set()) -> set[int]:
+    def refresh(self, tree: set[int], now: float, known: set[int] | None = None) -> set[int]:
         """Re-list the trees' pids that are due, ``known`` GPU users not listed yet (KFD's own process list)
         and this tick's share of the round; the pids listed."""
+        if known is None:
+            known = set()
         listed = set()
         for pid in sorted(tree):
             holder = self.holders.get(pid)

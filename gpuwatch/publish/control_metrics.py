@@ -133,8 +133,8 @@ def trainer_families(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> 
         ):
             if value is not None:
                 family.add_metric(name, value)
-    return [info, on_gpu, phase, running, start, paused_since, next_start, exit_code, restarts, by_reason, pauses, resumes,
-            steps, rate, age, epoch, failed, run_energy, energy, per_kj, ranks, ranks_held, job_ranks]
+    return [info, on_gpu, phase, running, start, paused_since, next_start, exit_code, restarts, by_reason, pauses,
+            resumes, steps, rate, age, epoch, failed, run_energy, energy, per_kj, ranks, ranks_held, job_ranks]
 
 
 def power_families(state: PublishedState) -> list[Metric]:

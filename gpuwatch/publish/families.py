@@ -7,7 +7,7 @@ row wherever it lives.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 

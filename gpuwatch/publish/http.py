@@ -11,7 +11,7 @@ import json
 import logging
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest

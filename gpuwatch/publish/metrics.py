@@ -11,7 +11,7 @@ use_metrics.py the rest. docs/metrics.md is the reference.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector

@@ -22,10 +22,9 @@ import queue
 import random
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from gpuwatch.model import PublishedState, TrainerPhase, TrainerState
 from gpuwatch.sim import navi10

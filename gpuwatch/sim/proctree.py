@@ -35,7 +35,7 @@ def _size(value: int) -> str:
 def amdgpu_fdinfo(client_id: int, pdev: str, vram_bytes: int = 0, gtt_bytes: int = 0,
                   engines_ns: Mapping[str, int] | None = None, pasid: int = 32770) -> str:
     """An amdgpu client's fdinfo as 6.13+ kernels print it (core header, per-region stats, legacy keys)."""
-    lines = [f"drm-driver:\tamdgpu", f"drm-client-id:\t{client_id}", f"drm-pdev:\t{pdev}", f"pasid:\t{pasid}"]
+    lines = ["drm-driver:\tamdgpu", f"drm-client-id:\t{client_id}", f"drm-pdev:\t{pdev}", f"pasid:\t{pasid}"]
     for region, used in (("cpu", 0), ("gtt", gtt_bytes), ("vram", vram_bytes)):
         for stat, value in (("total", used), ("shared", 0), ("resident", used), ("purgeable", 0)):
             lines.append(f"drm-{stat}-{region}:\t{_size(value)}")

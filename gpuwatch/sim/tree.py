@@ -13,9 +13,9 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 _BRIDGE = "pci0000:00/0000:00:01.1"
 _HWMON_KEY = re.compile(r"^device/hwmon/(hwmon\d+)/")

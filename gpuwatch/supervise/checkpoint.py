@@ -37,7 +37,7 @@ def newest_complete_checkpoint(pattern: str, cwd: Path | None = None, settle_s: 
     candidates.sort(reverse=True)
     looked = {name: (mtime, size) for mtime, name, size in candidates}
     time.sleep(settle_s)
-    for mtime, name, size in candidates:
+    for _mtime, name, _size in candidates:
         problem = incomplete_reason(Path(name), looked[name])
         if problem is None:
             return Path(name)

@@ -54,6 +54,8 @@ from gpuwatch.supervise.process import STRIPPED_ENV, SpawnError, TrainerProcess
 from gpuwatch.supervise.ranks import RankView, aggregate, reported
 
 log = logging.getLogger("gpuwatch.supervisor")
+# observe()'s default: no reset, every GPU ready. One shared instance: GpuVerdict is frozen.
+_GPUS_READY = GpuVerdict()
 
 
 class Trainer:
@@ -103,7 +105,7 @@ class Trainer:
         self.seen_resets = {r.gpu_id: r.resets_total for r in snapshot.resets}
         return verdict
 
-    def observe(self, verdict: Thermal, now: float, shutdown: bool, gpus: GpuVerdict = GpuVerdict()) -> Inputs:
+    def observe(self, verdict: Thermal, now: float, shutdown: bool, gpus: GpuVerdict = _GPUS_READY) -> Inputs:
         """This tick's inputs for policy.step: the verdicts, a queued command, the process and what it reports."""
         command = None if self.commands.empty() else self.commands.get_nowait()
         code = self.proc.poll() if self.proc is not None else None
@@ -216,7 +218,8 @@ class Trainer:
         env.update(self.config.env)
         self.runs += 1
         env.update({HEARTBEAT_ENV: str(self.heartbeat_file), PAUSE_ENV: str(self.pause_file),
-                    "GPUWATCH_TRAINER": self.config.name, RUN_ENV: f"{self.runs_prefix}/{self.config.name}/{self.runs}"})
+                    "GPUWATCH_TRAINER": self.config.name,
+                    RUN_ENV: f"{self.runs_prefix}/{self.config.name}/{self.runs}"})
         return env
 
     def _chown_dir(self) -> None:

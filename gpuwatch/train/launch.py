@@ -32,8 +32,8 @@ from gpuwatch.train.argv import (
 )
 from gpuwatch.train.conv2d.plan import Conv2dTuning
 from gpuwatch.train.dataloader import apply_spawn_defaults
-from gpuwatch.train.pause.hooks import install_step_hooks
 from gpuwatch.train.patch import patch_conv2d
+from gpuwatch.train.pause.hooks import install_step_hooks
 
 _VALUE_OPTIONS = ("--heartbeat-file", "--pause-file", "--conv2d-autotune", "--conv2d-tune-cache")
 _log = logging.getLogger("gpuwatch.train")

@@ -64,7 +64,8 @@ user = "no-such-user-here"
         result = gpuwatch(*args)
         assert result.returncode == 2, result.stderr
         lines = _problems(result.stderr)
-        assert len(lines) == len(expected) and all(line.startswith(e) for line, e in zip(lines, expected)), lines
+        assert len(lines) == len(expected), lines
+        assert all(line.startswith(e) for line, e in zip(lines, expected, strict=True)), lines
     assert not (tmp_path / "run").exists()  # the daemon never started
 
 
@@ -74,8 +75,10 @@ def test_a_root_daemon_needs_user_for_every_trainer(tmp_path: Path) -> None:
     for args in (("check-config", str(config)), ("run", "-c", str(config), "--simulate")):
         result = gpuwatch(*args)
         assert result.returncode == 2
-        assert _problems(result.stderr) == ['  trainer \'t\': the daemon runs as root: set user = "..." for this trainer '
-                                            '(user = "root" if it really must run as root)']
+        assert _problems(result.stderr) == [
+            '  trainer \'t\': the daemon runs as root: set user = "..." for this trainer '
+            '(user = "root" if it really must run as root)'
+        ]
 
 
 def test_a_fan_table_that_names_no_pci_slot_is_an_error(tmp_path: Path) -> None:
@@ -117,7 +120,8 @@ def test_curve_for_a_gpu_says_what_it_shows(tmp_path: Path, fake_sysfs: FakeSysf
     config = _config(tmp_path, f'sysfs_root = "{fake_sysfs.root}"\n[fan.gpus."0000:30:00.0"]\nfloor_percent = 70\n')
     short = gpuwatch("curve", "-c", str(config), "--gpu", "03:00.0")
     assert (short.returncode, short.stdout) == (2, "")
-    assert short.stderr == "gpuwatch curve: --gpu '03:00.0' is a short PCI slot: write it with its domain, as 0000:03:00.0\n"
+    assert short.stderr == ("gpuwatch curve: --gpu '03:00.0' is a short PCI slot: write it with its domain, "
+                            "as 0000:03:00.0\n")
     unknown = gpuwatch("curve", "-c", str(config), "--gpu", "0000:99:00.0")
     assert (unknown.returncode, unknown.stdout) == (2, "")
     assert unknown.stderr == ('gpuwatch curve: no amdgpu GPU 0000:99:00.0 here (0000:03:00.0) and no '

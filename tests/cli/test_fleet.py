@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import re
+
 import pytest
 
 from gpuwatch.cli import fleet

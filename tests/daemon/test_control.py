@@ -10,9 +10,8 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import tomli_w
@@ -84,7 +83,9 @@ def _wait_doc(state: Path, pred, timeout_s: float = 15.0) -> dict:
                     detail=lambda: f"last: {state.read_text() if state.exists() else None}")
 
 
-def test_through_the_real_daemon(short_dir: Path, fake_sysfs: FakeSysfsTree, capsys: pytest.CaptureFixture[str]) -> None:
+def test_through_the_real_daemon(
+    short_dir: Path, fake_sysfs: FakeSysfsTree, capsys: pytest.CaptureFixture[str]
+) -> None:
     fake_sysfs.add_capture(capture("navi21-rx6900xt-sapphire-nitro"), card="card0", pci_slot="0000:03:00.0")
     worker = short_dir / "w.py"
     worker.write_text(textwrap.dedent(WORKER))

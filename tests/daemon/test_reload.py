@@ -16,7 +16,8 @@ RUNNING = parse_config({"interval_s": 1.0, "thermal": {"edge_limit_c": 90}, "run
     "new, live, applied, restart",
     [
         ({"interval_s": 1.0, "thermal": {"edge_limit_c": 90}, "runtime_dir": "/run/a"}, None, (), ()),
-        ({"interval_s": 0.5, "thermal": {"edge_limit_c": 80}, "runtime_dir": "/run/a"}, None, ("interval_s", "thermal"), ()),
+        ({"interval_s": 0.5, "thermal": {"edge_limit_c": 80}, "runtime_dir": "/run/a"}, None,
+         ("interval_s", "thermal"), ()),
         ({"interval_s": 1.0, "thermal": {"edge_limit_c": 90}, "runtime_dir": "/run/b", "log_level": "debug"},
          None, ("log_level",), ("runtime_dir",)),
         ({"interval_s": 1.0, "thermal": {"edge_limit_c": 90}, "runtime_dir": "/run/a", "fan": {"mode": "off"}},
@@ -37,8 +38,10 @@ def test_plan_reload(new: dict, live: set[str] | None, applied: tuple, restart: 
 
 
 def test_applied_keys_name_their_consumers() -> None:
-    plan = plan_reload(RUNNING, parse_config({"interval_s": 2.0, "thermal": {"edge_limit_c": 80}, "runtime_dir": "/run/a"}))
-    assert plan.describe_applied() == "interval_s (the tick schedule), thermal (the state file, /metrics, the power governor and the supervisor)"
+    plan = plan_reload(RUNNING, parse_config({"interval_s": 2.0, "thermal": {"edge_limit_c": 80},
+                                              "runtime_dir": "/run/a"}))
+    assert plan.describe_applied() == ("interval_s (the tick schedule), "
+                                       "thermal (the state file, /metrics, the power governor and the supervisor)")
 
 
 def test_reload_hands_thermal_to_metrics_and_the_supervisor(tmp_path: Path) -> None:

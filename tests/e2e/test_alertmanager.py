@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import sys
 import urllib.parse
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -248,7 +248,7 @@ def test_alerts_reach_every_receiver_resolve_and_inhibit(tmp_path: Path) -> None
         assert ntfy_query["tpl"] == ["1"] and "{{range .alerts}}" in ntfy_query["m"][0], ntfy_query
 
         # 2. Inhibition, synthetic: each rule of inhibit_rules holds back what it covers.
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         synthetic = [("box8:9840", "GpuMissing", "0000:99:00.0"), ("box8:9840", "GpuFanStalled", "0000:99:00.0"),
                      ("box9:9840", "GpuwatchDown", None), ("box9:9840", "TrainerFailed", None)]
         assert post_json(f"{am}/api/v2/alerts", [

@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
-
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpuwatch.config.file import parse_config

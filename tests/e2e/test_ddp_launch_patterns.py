@@ -9,7 +9,6 @@ spawned DataLoader workers, which must stay out of the job's pause).
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import psutil

@@ -12,9 +12,9 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
 import pytest
 

@@ -71,7 +71,8 @@ def test_demo_config_is_valid_once_prepared() -> None:
 def test_the_banner_counts_the_simulated_cards() -> None:
     run_demo = _run_demo()
     config = parse_config({"simulate": {"enabled": True}})
-    for extra, cards, said in (([], 1, "one simulated RX 5600 XT "), (["--simulate", "2"], 2, "2 simulated RX 5600 XT cards"),
+    for extra, cards, said in (([], 1, "one simulated RX 5600 XT "),
+                               (["--simulate", "2"], 2, "2 simulated RX 5600 XT cards"),
                                (["--simulate"], 1, "one simulated")):
         assert run_demo.simulated_cards(config, extra) == cards
         assert said in run_demo.banner(config, Path("demo.toml"), Path("daemon.log"), [], cards).splitlines()[0]
@@ -129,5 +130,6 @@ def test_run_demo_shows_the_simulated_gpu_and_ctrl_c_stops_it_all(tmp_path: Path
     log = (tmp_path / "run/daemon.log").read_text()
     assert "simulating 1 RX 5600 XT" in log and "gpuwatch stopped" in log
     assert "took the fan at " in log and "{'" not in log  # values, not Python dicts
-    assert [line.split(": ", 1)[1] for line in log.splitlines() if "received SIG" in line] == ["received SIGTERM, stopping"]
+    signals = [line.split(": ", 1)[1] for line in log.splitlines() if "received SIG" in line]
+    assert signals == ["received SIGTERM, stopping"]
     assert not (tmp_path / "run/state.json").exists()  # the daemon cleaned up on SIGTERM

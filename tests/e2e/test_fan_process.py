@@ -48,7 +48,8 @@ def test_sigterm_restores_pwm1_enable(tmp_path: Path) -> None:
     assert enable.read_text().strip() == "2"
     proc = _start(root, config)
     try:
-        wait_for(lambda: enable.read_text().strip() == "1" and (run_dir / "state.json").exists(), "manual mode and a state file")
+        wait_for(lambda: enable.read_text().strip() == "1" and (run_dir / "state.json").exists(),
+                 "manual mode and a state file")
     finally:
         err = _stop(proc, signal.SIGTERM)
     assert proc.returncode == 0, err.decode()

@@ -12,8 +12,9 @@ import sys
 import textwrap
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import psutil
 import pytest
@@ -207,7 +208,8 @@ def test_setsid_grandchild_does_not_outlive_its_trainer(tmp_path, navi10, proces
     pids = {}
     for name in ("crasher", "runner"):
         pid_file = tmp_path / f"{name}.pid"
-        pids[name] = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), f"{name}'s grandchild"))
+        pids[name] = int(wait_for(lambda pid_file=pid_file: pid_file.exists() and pid_file.read_text(),
+                                  f"{name}'s grandchild"))
     try:
         # The crasher's run ended: what its tree left behind goes with it, the daemon running on.
         daemon.wait_state(lambda d: d["trainers"][0]["phase"] == "failed", "the crasher failed")

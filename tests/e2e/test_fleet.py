@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import pwd
+import re
 import subprocess
 import sys
 import urllib.parse
@@ -171,12 +171,15 @@ def prometheus(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     assert all(set(group) == {"targets", "labels"} for group in example)
     (work / "targets").mkdir()
     (work / "targets" / "gpuwatch-fleet.json").write_text(json.dumps(
-        [{"targets": [instance], "labels": {"host": name, "cluster": "lab"}} for instance, name in fleet.hosts.items()]))
+        [{"targets": [instance], "labels": {"host": name, "cluster": "lab"}}
+         for instance, name in fleet.hosts.items()]))
     # Only the alert this run provokes with a `for:` (box1's failsafe fan) is shortened.
-    (work / "alerts.yml").write_text(shorten_for((REPO / "config" / "alerts.yml").read_text(), "2s", {"GpuFanFailsafe"}))
+    (work / "alerts.yml").write_text(
+        shorten_for((REPO / "config" / "alerts.yml").read_text(), "2s", {"GpuFanFailsafe"}))
     child, base = start_prometheus(fleet.processes, work, local_prometheus(PROMETHEUS_CONFIG.read_text()))
     wait_up("prometheus to scrape both machines", lambda: targets_up(base) == set(fleet.hosts), child)
-    wait_up("three scrapes of each", lambda: len(query(base, "count_over_time(gpuwatch_ticks_total[1m]) >= 3")) == 2, child)
+    wait_up("three scrapes of each",
+            lambda: len(query(base, "count_over_time(gpuwatch_ticks_total[1m]) >= 3")) == 2, child)
     wait_up("alerts firing on both machines", lambda: {
         r["metric"]["instance"] for r in query(base, 'ALERTS{alertstate="firing"}')} == set(fleet.hosts), child)
     yield base
@@ -195,8 +198,9 @@ def test_every_panel_has_data_for_each_machine_alone(fleet: Fleet, prometheus: s
     for instance, name in fleet.hosts.items():
         present = present_components(get_json(f"http://{instance}/status"))
         for panel in panels(dashboard):
-            results = [query(prometheus, concrete(t["expr"], instance=promql_regex(instance))) for t in panel["targets"]]
-            for target, series in zip(panel["targets"], results):
+            results = [query(prometheus, concrete(t["expr"], instance=promql_regex(instance)))
+                       for t in panel["targets"]]
+            for target, series in zip(panel["targets"], results, strict=True):
                 assert all(s["metric"].get("instance", instance) == instance for s in series), (name, target["expr"])
                 if "{{host}}" in target["legendFormat"]:
                     assert all(s["metric"].get("host") == name for s in series), (name, target["expr"])

@@ -8,8 +8,9 @@ debounce is 0, so any pause it is allowed to make, it makes at once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

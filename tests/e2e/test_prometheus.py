@@ -22,8 +22,8 @@ import pwd
 import re
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -50,7 +50,8 @@ TRAINER = (
     "for step in range(1, 600):\n"
     "    now = time.time()\n"
     "    write_heartbeat(path, Heartbeat(pid=os.getpid(), steps_total=step, last_step_unix=now,\n"
-    "                                    steps_per_s=step / (now - start + 1e-9), updated_unix=now, epoch=step // 50))\n"
+    "                                    steps_per_s=step / (now - start + 1e-9), "
+    "updated_unix=now, epoch=step // 50))\n"
     "    time.sleep(0.1)\n"
 )
 

@@ -12,8 +12,8 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 
@@ -29,7 +29,9 @@ from tests.support.waiting import wait_for
 GPUWATCH = [sys.executable, "-m", "gpuwatch.cli"]
 
 
-def write_config(path: Path, runtime: Path, interval_s: float = 0.1, edge_limit_c: float = 90.0, extra: str = "") -> None:
+def write_config(
+    path: Path, runtime: Path, interval_s: float = 0.1, edge_limit_c: float = 90.0, extra: str = ""
+) -> None:
     path.write_text(
         f'interval_s = {interval_s}\nruntime_dir = "{runtime}"\n{extra}\n'
         f"[thermal]\nedge_limit_c = {edge_limit_c}\n"
@@ -177,7 +179,8 @@ def test_sighup_applies_a_valid_config_and_rejects_an_invalid_one(daemon: Daemon
 def test_config_error_at_startup_exits_2(tmp_path: Path, sys_root: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("interval_s = 0\n")
-    done = subprocess.run([*GPUWATCH, "run", "--sysfs-root", str(sys_root), "-c", str(bad)], capture_output=True, timeout=30)
+    done = subprocess.run([*GPUWATCH, "run", "--sysfs-root", str(sys_root), "-c", str(bad)],
+                          capture_output=True, timeout=30)
     assert done.returncode == CONFIG_ERROR_EXIT == 2
     assert b"interval_s" in done.stderr
 
@@ -206,7 +209,8 @@ def test_a_stuck_tick_stops_the_watchdog_pings(tmp_path: Path, sys_root: Path) -
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.bind(str(tmp_path / "n"))
         sock.settimeout(0.05)
-        daemon = Daemon(config, Parts(sources=build_sources(config), fans=fans), notifier=Notifier(str(tmp_path / "n"), 0.1))
+        daemon = Daemon(config, Parts(sources=build_sources(config), fans=fans),
+                        notifier=Notifier(str(tmp_path / "n"), 0.1))
         loop = threading.Thread(target=daemon.run)
         loop.start()
         try:

@@ -8,8 +8,8 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -158,7 +158,8 @@ def test_reinstall_keeps_an_edited_config_then_uninstall_removes_all_but_it(inst
     assert again.returncode == 0, again.stderr
     assert config.read_text() == "interval_s = 2.0\n" and "left as is" in again.stdout
 
-    gone = subprocess.run(["make", "-s", "uninstall"], cwd=REPO, env=installed["env"], capture_output=True, text=True, timeout=60)
+    gone = subprocess.run(["make", "-s", "uninstall"], cwd=REPO, env=installed["env"], capture_output=True, text=True,
+                          timeout=60)
     assert gone.returncode == 0, gone.stderr
     assert not (root / "opt/gpuwatch").exists()
     assert not (root / "lib/systemd/system/gpuwatch.service").exists()
@@ -182,11 +183,14 @@ def test_destdir_stages_the_unit_config_and_docs_and_refuses_a_venv(tmp_path: Pa
                             timeout=60)
     assert staged.returncode == 0, staged.stderr
     assert sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file()) == [
-        "etc/gpuwatch/gpuwatch.toml", "etc/systemd/system/gpuwatch.service", "opt/gpuwatch/share/doc/gpuwatch/systemd.md"]
+        "etc/gpuwatch/gpuwatch.toml", "etc/systemd/system/gpuwatch.service",
+        "opt/gpuwatch/share/doc/gpuwatch/systemd.md"]
     unit = stage / "etc/systemd/system/gpuwatch.service"
     assert "ExecStart=/opt/gpuwatch/bin/gpuwatch run --config /etc/gpuwatch/gpuwatch.toml" in unit.read_text()
     if ANALYZE:
         # docs/systemd.md: on the build host the one expected complaint is the program not installed yet.
         done = subprocess.run([ANALYZE, "verify", str(unit)], capture_output=True, text=True, timeout=60)
         said = set((done.stdout + done.stderr).splitlines())
-        assert said == {"gpuwatch.service: Command /opt/gpuwatch/bin/gpuwatch is not executable: No such file or directory"}
+        assert said == {
+            "gpuwatch.service: Command /opt/gpuwatch/bin/gpuwatch is not executable: No such file or directory"
+        }

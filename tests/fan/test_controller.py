@@ -268,7 +268,8 @@ def test_apu_is_monitor_only_with_temperature(tmp_path: Path) -> None:
 
 def test_per_gpu_override(tmp_path: Path) -> None:
     slot = capture(PWM1).pci_slot
-    rig = Rig(tmp_path, capture(PWM1), gpus={slot: {"sensor": "edge", "floor_percent": 30, "curve": [[0, 0], [100, 100]]}})
+    rig = Rig(tmp_path, capture(PWM1),
+              gpus={slot: {"sensor": "edge", "floor_percent": 30, "curve": [[0, 0], [100, 100]]}})
     rig.set_temp(90, edge_c=40)
     state = rig.tick(0)
     assert state.sensor == "edge" and state.target_ratio == pytest.approx(0.40)

@@ -92,7 +92,8 @@ def test_slew_limit_walks_down() -> None:
     assert seen == [95, 90, 85, 80, 75, 70, 65, 60, 55, 50]
 
 
-@pytest.mark.parametrize("temp_c, crit_c, expected", [(109.9, 110, 100), (110, 110, 100), (60, 60, 100), (60, None, 50)])
+@pytest.mark.parametrize("temp_c, crit_c, expected",
+                         [(109.9, 110, 100), (110, 110, 100), (60, 60, 100), (60, None, 50)])
 def test_crit_means_full_speed(temp_c: float, crit_c: float | None, expected: float) -> None:
     d = decide(curve_params(FanConfig()), CurveState(), temp_c, crit_c, 0)
     assert d.percent == expected

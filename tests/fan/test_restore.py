@@ -40,7 +40,9 @@ def test_fans_auto_from_restore_file_never_writes_zero(tmp_path: Path) -> None:
     restore.add(card.pci_slot, Pwm1Restore(path=f"{card.hwmon_dir}/pwm1_enable", pwm1_enable=0).to_json())
     sysfs = RecordingSysfs(tree.root)
     result = fans_auto(sysfs, tmp_path)
-    assert result.problems == [] and result.done == [f"{card.pci_slot}: fan handed back to the firmware (pwm1_enable 2, automatic)"]
+    assert result.problems == [] and result.done == [
+        f"{card.pci_slot}: fan handed back to the firmware (pwm1_enable 2, automatic)"
+    ]
     assert sysfs.take_log() == [("pwm1_enable", "2")]
     assert not restore.path.exists()
 
@@ -56,14 +58,14 @@ def test_records_added_at_once_by_every_gpu_worker_all_stay(tmp_path: Path) -> N
         start = threading.Barrier(len(slots))
         errors: list[BaseException] = []
 
-        def add(slot: str) -> None:
+        def add(slot: str, start: threading.Barrier, errors: list[BaseException]) -> None:
             start.wait()
             try:
                 restore.add(slot, Pwm1Restore(path=f"{slot}/pwm1_enable", pwm1_enable=2).to_json())
             except BaseException as exc:  # noqa: BLE001  (collected for the assertion)
                 errors.append(exc)
 
-        threads = [threading.Thread(target=add, args=(slot,)) for slot in slots]
+        threads = [threading.Thread(target=add, args=(slot, start, errors)) for slot in slots]
         for thread in threads:
             thread.start()
         for thread in threads:

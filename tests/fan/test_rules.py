@@ -11,7 +11,8 @@ from gpuwatch.model import FanMode, GpuReading, TempReading
 
 
 def _gpu(*labels: str) -> GpuReading:
-    return GpuReading(gpu_id="g", card="card0", backend="amdgpu", temps=tuple(TempReading(l, 50.0) for l in labels))
+    return GpuReading(gpu_id="g", card="card0", backend="amdgpu",
+                      temps=tuple(TempReading(label, 50.0) for label in labels))
 
 
 @pytest.mark.parametrize(
@@ -71,9 +72,11 @@ def _decision(percent: float = 60.0, failsafe_reason: str | None = None, crit: b
         (FanMode.CURVE, _decision(), "junction", True, False, Verdict(FanMode.CURVE)),
         (FanMode.DRY_RUN, _decision(), "junction", True, False, Verdict(FanMode.DRY_RUN)),
         (FanMode.CURVE, _decision(100, "no temperature for 3 tick(s)"), "junction", True, False,
-         Verdict(FanMode.FAILSAFE, "failsafe: no temperature for 3 tick(s) on junction", "no temperature for 3 tick(s)")),
+         Verdict(FanMode.FAILSAFE, "failsafe: no temperature for 3 tick(s) on junction",
+                 "no temperature for 3 tick(s)")),
         (FanMode.CURVE, _decision(100, "no temperature for 3 tick(s)"), None, True, False,
-         Verdict(FanMode.FAILSAFE, "failsafe: no temperature for 3 tick(s) on no sensor", "no temperature for 3 tick(s)")),
+         Verdict(FanMode.FAILSAFE, "failsafe: no temperature for 3 tick(s) on no sensor",
+                 "no temperature for 3 tick(s)")),
         (FanMode.CURVE, _decision(100, crit=True), "junction", True, False,
          Verdict(FanMode.CURVE, "junction at or above crit 110 °C: 100 %")),
         (FanMode.CURVE, _decision(), "junction", False, False,

@@ -64,7 +64,9 @@ def test_fills_what_sysfs_lacks_and_records_the_source(tmp_path: Path) -> None:
     assert fake.detect_calls == 1 and fake.gpus[0].calls.count("start_utilisation_polling") == 1
 
 
-def test_a_failing_query_turns_off_that_query_only_logged_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failing_query_turns_off_that_query_only_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     inner, (deck,) = source(tmp_path, STEAMDECK)
     gpu = FakeGPUInfo(0, deck, failing={"query_vram_usage"}, warmup_calls=0)
     info = AmdgpuInfo(FakePyamdgpuinfo([gpu]), polls_per_second=10)

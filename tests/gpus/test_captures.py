@@ -46,16 +46,19 @@ def _num(files: dict[str, str], name: str, scale: float = 1.0) -> float | None:
 @pytest.mark.parametrize("card_file", CARD_FILES, ids=lambda p: p.stem)
 def test_capture_matches_raw_files(tmp_path: Path, card_file: Path) -> None:
     readings, unsupported, files = _read(tmp_path, card_file)
-    driver = next(l.split("=")[1] for l in files["device/uevent"].splitlines() if l.startswith("DRIVER="))
+    driver = next(line.split("=")[1] for line in files["device/uevent"].splitlines()
+                  if line.startswith("DRIVER="))
     if driver != "amdgpu":
         assert readings == [] and [u.driver for u in unsupported] == [driver]
         return
     assert len(readings) == 1 and unsupported == []
     gpu = readings[0]
     assert gpu.errors == (), gpu.errors
-    slot = next(l.split("=")[1] for l in files["device/uevent"].splitlines() if l.startswith("PCI_SLOT_NAME="))
+    slot = next(line.split("=")[1] for line in files["device/uevent"].splitlines()
+                if line.startswith("PCI_SLOT_NAME="))
     assert gpu.gpu_id == slot
-    assert gpu.device_id == next(l.split("=")[1] for l in files["device/uevent"].splitlines() if l.startswith("PCI_ID="))
+    assert gpu.device_id == next(line.split("=")[1] for line in files["device/uevent"].splitlines()
+                                 if line.startswith("PCI_ID="))
     for index, label in LABELS.items():
         temp = gpu.temp(label)
         if _raw(files, f"temp{index}_input") is None:

@@ -15,7 +15,8 @@ import pytest
 
 from gpuwatch.gpus.gpu_metrics import GpuMetrics, GpuMetricsError, decode
 from gpuwatch.gpus.gpu_metrics_layouts import LAYOUTS, encode
-from tests.support.gpu_metrics import CARD_TABLES, LAYOUTS as HAND_LAYOUTS, table
+from tests.support.gpu_metrics import CARD_TABLES, table
+from tests.support.gpu_metrics import LAYOUTS as HAND_LAYOUTS
 from tests.support.paths import FIXTURES
 
 DGPU_1_X = [(1, 0), (1, 1), (1, 2), (1, 3)]
@@ -97,7 +98,8 @@ def test_strix_v3_0_and_its_older_firmware_in_centi_percent() -> None:
 
 def test_sentinels_all_ones_and_the_zeros_that_mean_absent() -> None:
     empty = decode(table((1, 3)))  # nothing filled: every field 0xFF..
-    assert all(value is None for key, value in vars(empty).items() if key not in ("format_revision", "content_revision"))
+    assert all(value is None for key, value in vars(empty).items()
+               if key not in ("format_revision", "content_revision"))
     zeros = decode(table((1, 3), temperature_vrgfx=0, temperature_vrsoc=0, temperature_vrmem=0, energy_accumulator=0,
                          voltage_gfx=0, current_fan_speed=0))
     assert (zeros.vrgfx_c, zeros.vrsoc_c, zeros.vrmem_c, zeros.energy_accumulator) == (None, None, None, None)

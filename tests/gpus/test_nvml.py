@@ -23,7 +23,6 @@ from gpuwatch.daemon.loop import Daemon
 from gpuwatch.gpus.nvml import NvmlSource, NvmlUnavailable, normalise_bus_id
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.limits import breaches
-from gpuwatch.model import PublishedState
 from gpuwatch.publish.document import to_document
 from tests.support.trees import capture
 
@@ -33,7 +32,8 @@ class NVMLError(Exception):
         self.value = value
 
     def __str__(self) -> str:
-        return {3: "Not Supported", 15: "GPU is lost", 999: "Unknown Error", 9: "Driver Not Loaded"}.get(self.value, "err")
+        messages = {3: "Not Supported", 15: "GPU is lost", 999: "Unknown Error", 9: "Driver Not Loaded"}
+        return messages.get(self.value, "err")
 
 
 H100 = {
@@ -50,7 +50,8 @@ H100 = {
 RTX = {
     **H100, "bus": "00000000:28:00.0", "name": b"NVIDIA GeForce RTX 4090", "uuid": b"GPU-1111", "vbios": b"95.02",
     "pci_device_id": 0x268410DE, "temp": 63, "slowdown": 88, "shutdown": 93, "mem_temp": NVMLError(3),
-    "fan": 55, "memory": (1 << 30, 24 << 30), "memory_v2": NVMLError(25), "gen": 4, "max_gen": 4, "power_mw": 310_250, "cap_mw": 450_000,
+    "fan": 55, "memory": (1 << 30, 24 << 30), "memory_v2": NVMLError(25), "gen": 4, "max_gen": 4,
+    "power_mw": 310_250, "cap_mw": 450_000,
 }
 
 
@@ -170,7 +171,8 @@ def test_two_gpus_read_with_units_converted() -> None:
     assert unsupported == []
     h100, rtx = readings
     assert (h100.gpu_id, h100.card, h100.backend, h100.pwm) == ("0000:1b:00.0", "nvidia0", "nvml", None)
-    assert (h100.name, h100.unique_id, h100.vbios_version) == ("NVIDIA H100 80GB HBM3", "GPU-5c0d-aaaa", "96.00.74.00.01")
+    assert (h100.name, h100.unique_id, h100.vbios_version) == (
+        "NVIDIA H100 80GB HBM3", "GPU-5c0d-aaaa", "96.00.74.00.01")
     assert (h100.device_id, h100.subsystem_id) == ("10DE:2330", "10DE:16C1")
     edge, mem = h100.temps
     assert (edge.label, edge.temp_c, edge.crit_c, edge.emergency_c) == ("edge", 41.0, 90.0, 92.0)
@@ -184,7 +186,8 @@ def test_two_gpus_read_with_units_converted() -> None:
     assert (h100.pcie_link_speed_gts, h100.pcie_link_width, h100.pcie_max_link_speed_gts) == (32.0, 16, 32.0)
     assert h100.errors == ()
     # Old pynvml hands back bytes; the RTX has a fan and no HBM temperature.
-    assert (rtx.gpu_id, rtx.name, rtx.unique_id, rtx.vbios_version) == ("0000:28:00.0", "NVIDIA GeForce RTX 4090", "GPU-1111", "95.02")
+    assert (rtx.gpu_id, rtx.name, rtx.unique_id, rtx.vbios_version) == (
+        "0000:28:00.0", "NVIDIA GeForce RTX 4090", "GPU-1111", "95.02")
     assert [t.label for t in rtx.temps] == ["edge"]
     assert (rtx.fan_duty_ratio, rtx.pwm, rtx.pwm_ratio, rtx.fan_rpm) == (0.55, None, None, None)
     assert rtx.pcie_link_speed_gts == 16.0

@@ -89,7 +89,8 @@ def test_a_gpu_that_is_not_awake_is_never_read(tmp_path: Path, status: str) -> N
 
 
 def test_read_once_per_tick_when_awake(tmp_path: Path) -> None:
-    root = card_tree(tmp_path, "navi21-rx6900xt-sapphire-nitro", CARD_TABLES["navi21-rx6900xt-sapphire-nitro"], "active")
+    root = card_tree(tmp_path, "navi21-rx6900xt-sapphire-nitro", CARD_TABLES["navi21-rx6900xt-sapphire-nitro"],
+                     "active")
     sysfs = FaultySysfs(root)
     source = AmdgpuSource(sysfs)
     for _ in range(3):

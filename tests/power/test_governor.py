@@ -104,7 +104,7 @@ def test_too_hot_integrates_down_to_the_floor_and_allows_the_pause() -> None:
     assert not d.pause_allowed
     d = loop.run(1, 600, -1.0)  # 1 °C over the limit for ten minutes: nothing holds it
     assert (d.cap_w, d.at_floor, d.pause_allowed) == (FLOOR_W, True, True)
-    assert loop.writes[-1] == FLOOR_W and all(a > b for a, b in zip(loop.writes, loop.writes[1:]))
+    assert loop.writes[-1] == FLOOR_W and all(a > b for a, b in zip(loop.writes, loop.writes[1:], strict=False))
 
 
 def test_no_upward_integration_far_below_the_set_point() -> None:

@@ -173,7 +173,9 @@ def test_a_reused_pid_is_a_new_process(proc: FakeProcTree) -> None:
     assert monitor.sample({"t": [4242]}, now=1.0)[0][0].command == "python3 new.py"
 
 
-def test_a_rocm_process_is_seen_at_once_through_kfds_process_list(proc: FakeProcTree, fake_sysfs: FakeSysfsTree) -> None:
+def test_a_rocm_process_is_seen_at_once_through_kfds_process_list(
+    proc: FakeProcTree, fake_sysfs: FakeSysfsTree
+) -> None:
     for pid in range(100, 400):
         proc.add_process(pid, cmdline=["idle"])
     monitor = ProcessMonitor(Procfs(proc.root), Sysfs(fake_sysfs.root), all_every_s=30.0)

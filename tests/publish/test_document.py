@@ -46,14 +46,16 @@ def test_typed_dicts_name_every_key_of_the_document(tmp_path: Path) -> None:
 
 
 def test_unsupported_cards_are_typed_too() -> None:
-    snapshot = Snapshot(0.0, 0.0, (), unsupported=(UnsupportedCard(card="card5", driver="radeon", gpu_id="0000:44:00.0"),))
+    snapshot = Snapshot(0.0, 0.0, (),
+                        unsupported=(UnsupportedCard(card="card5", driver="radeon", gpu_id="0000:44:00.0"),))
     doc = to_document(PublishedState(snapshot=snapshot), "sysfs")
     assert doc["source"] == "sysfs" and doc["daemon"] is None
     assert [set(card) for card in doc["unsupported"]] == [UnsupportedDoc.__required_keys__]
 
 
 def test_limits_and_over_limit_are_the_published_states() -> None:
-    gpu = GpuReading("g", "card0", "amdgpu", temps=(TempReading("edge", 70.0), TempReading("junction", 90.0, crit_c=110.0)))
+    gpu = GpuReading("g", "card0", "amdgpu",
+                     temps=(TempReading("edge", 70.0), TempReading("junction", 90.0, crit_c=110.0)))
     snapshot = Snapshot(0.0, 0.0, (gpu,))
     doc = to_document(PublishedState(snapshot, limits_c=(SensorLimit("g", "junction", 85.0),)), "daemon")
     temperatures = doc["gpus"][0]["temperatures"]

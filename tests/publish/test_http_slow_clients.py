@@ -58,7 +58,8 @@ def test_scrape_is_answered_while_100_slow_clients_hold_connections(tmp_path: Pa
             for sock in idle + trickling:
                 sock.settimeout(10)
             assert all(sock.recv(1) == b"" for sock in idle)
-            wait_for(lambda: any("cut off" in r.getMessage() for r in caplog.records), "a warning about cut-off clients")
+            wait_for(lambda: any("cut off" in r.getMessage() for r in caplog.records),
+                     "a warning about cut-off clients")
     finally:
         stop.set()
         for sock in idle + trickling:

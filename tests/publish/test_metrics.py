@@ -1,7 +1,7 @@
 """The /metrics exposition: golden file (byte for byte), promtool lint, and the collector's rules.
 
-Regenerate the golden file after an intended change with ``GPUWATCH_UPDATE_GOLDEN=1 pytest tests/publish/test_metrics.py``
-and review the diff.
+Regenerate the golden file after an intended change with
+``GPUWATCH_UPDATE_GOLDEN=1 pytest tests/publish/test_metrics.py`` and review the diff.
 """
 
 from __future__ import annotations
@@ -134,7 +134,8 @@ def test_current_read_errors_are_flagged_per_sensor() -> None:
 @pytest.mark.parametrize(
     "reading, duty",
     [
-        (GpuReading(gpu_id="g", card="card0", backend="amdgpu", pwm=51, pwm_min=0, pwm_max=255, fan_duty_ratio=0.9), 0.2),
+        (GpuReading(gpu_id="g", card="card0", backend="amdgpu", pwm=51, pwm_min=0, pwm_max=255, fan_duty_ratio=0.9),
+         0.2),
         (GpuReading(gpu_id="g", card="nvidia0", backend="nvml", fan_duty_ratio=0.35), 0.35),  # no pwm1 on NVML
     ],
 )

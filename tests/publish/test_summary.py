@@ -49,7 +49,10 @@ A, B = "0000:03:00.0", "0000:0c:00.0"
             f"2 GPUs, hottest {B} mem 83°C | fan duty 50%",
         ),
         (state((gpu(A, pwm=None, edge=None),)), "1 GPU, no temperature readable"),
-        (state((gpu(A, up=False, edge=99.0), gpu(B, edge=40.0))), f"2 GPUs (1 down), hottest {B} edge 40°C | fan duty 50%"),
+        (
+            state((gpu(A, up=False, edge=99.0), gpu(B, edge=40.0))),
+            f"2 GPUs (1 down), hottest {B} edge 40°C | fan duty 50%",
+        ),
         (
             state((gpu(A, edge=60.0),), fans=(FanState(A, "pwm1", FanMode.UNCONTROLLED),)),
             f"1 GPU, hottest {A} edge 60°C | fan duty 50%, UNCONTROLLED on 1",
@@ -96,4 +99,5 @@ def _capped(slot: str, mode: PowerMode, cap_w: float) -> PowerState:
     ],
 )
 def test_status_line_says_when_a_cap_is_lowered(powers: tuple[PowerState, ...], expected: str) -> None:
-    assert status_line(state((gpu(A, edge=60.0),), powers=powers)) == f"1 GPU, hottest {A} edge 60°C | fan duty 50%" + expected
+    assert status_line(state((gpu(A, edge=60.0),), powers=powers)) == (
+        f"1 GPU, hottest {A} edge 60°C | fan duty 50%" + expected)

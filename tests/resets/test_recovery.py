@@ -30,9 +30,12 @@ def run(r: Recovery, ticks: list[tuple[float, list[ResetEvent], GpuReading | Non
 def test_a_reset_is_counted_then_the_gpu_is_usable_after_answering_three_ticks() -> None:
     r, logs = run(Recovery(GPU), [(0, [DUMP], MUTE, ()), (1, [], MUTE, ()), (2, [], OK, ()), (3, [], OK, ())])
     assert (r.resets_total, r.recovering, r.last_source, r.dump_path) == (1, True, "devcoredump", "/keep/devcd1.txt")
-    assert logs == [("warning", f"GPU {GPU} was reset (devcoredump): ring gfx_0.0.0 timed out; dump kept at /keep/devcd1.txt")]
+    assert logs == [
+        ("warning", f"GPU {GPU} was reset (devcoredump): ring gfx_0.0.0 timed out; dump kept at /keep/devcd1.txt")
+    ]
     r, logs = run(r, [(4, [], OK, ())])
-    assert not r.recovering and r.resets_total == 1 and logs == [("info", f"GPU {GPU} answers again 4s after its reset")]
+    assert not r.recovering and r.resets_total == 1
+    assert logs == [("info", f"GPU {GPU} answers again 4s after its reset")]
     published = r.published()
     assert (published.resets_total, published.recovering, published.last_reset_unix) == (1, False, 1000.0)
 

@@ -109,10 +109,10 @@ def test_the_watch_counts_a_reset_once_and_follows_the_gpu_back(
     sampler = Sampler([AmdgpuSource(Sysfs(fake_sysfs.root))])
     stuck = [GpuProcess(pid=4242, gpu_id=SLOT, command="python3", state="D")]
 
-    def tick(now: float, processes: list[GpuProcess] = []) -> tuple[int, bool, tuple[int, ...]]:
+    def tick(now: float, processes: list[GpuProcess] | None = None) -> tuple[int, bool, tuple[int, ...]]:
         snapshot = sampler.sample()
         events = watch.detect(snapshot)
-        (state,) = watch.update(snapshot, events, processes, now, 1000.0 + now)
+        (state,) = watch.update(snapshot, events, [] if processes is None else processes, now, 1000.0 + now)
         return state.resets_total, state.recovering, state.stuck_pids
 
     assert tick(0) == (0, False, ())

@@ -17,7 +17,9 @@ from gpuwatch.sim.physics import (
 P = ThermalParams()
 
 
-def run(params: ThermalParams, state: ThermalState, inputs: ThermalInputs, seconds: float, dt_s: float = 1.0) -> ThermalState:
+def run(
+    params: ThermalParams, state: ThermalState, inputs: ThermalInputs, seconds: float, dt_s: float = 1.0
+) -> ThermalState:
     for _ in range(int(seconds / dt_s)):
         state = step(params, state, inputs, dt_s)
     return state

@@ -29,8 +29,8 @@ from gpuwatch.supervise.machine import Machine
 from gpuwatch.supervise.policy import step
 from gpuwatch.supervise.ranks import RankView
 
-CFG = TrainerConfig(name="t", command=["x"], debounce_s=2, max_pause_s=100, min_pause_s=0, grace_s=10, pause_ack_timeout_s=5,
-                    hang_timeout_s=50, give_up_after_crashes=3, stable_after_s=1000,
+CFG = TrainerConfig(name="t", command=["x"], debounce_s=2, max_pause_s=100, min_pause_s=0, grace_s=10,
+                    pause_ack_timeout_s=5, hang_timeout_s=50, give_up_after_crashes=3, stable_after_s=1000,
                     backoff={"initial_s": 1, "max_s": 8, "jitter_ratio": 0.5})
 HOT = Thermal(hot=True, cool=False, reason="hot: junction")
 WARM = Thermal(hot=False, cool=False)
@@ -246,13 +246,15 @@ def test_shutdown_in_backoff_stops_without_spawning() -> None:
     assert m.phase is P.STOPPED and acts == []
 
 
-@pytest.mark.parametrize("crashes, jitter, expected", [(1, 0, 1), (2, 0, 2), (3, 0, 4), (9, 0, 8), (1, 1, 1.5), (1, -1, 0.5)])
+@pytest.mark.parametrize("crashes, jitter, expected",
+                         [(1, 0, 1), (2, 0, 2), (3, 0, 4), (9, 0, 8), (1, 1, 1.5), (1, -1, 0.5)])
 def test_backoff_delay(crashes: int, jitter: float, expected: float) -> None:
     assert backoff_delay_s(CFG, crashes, jitter) == pytest.approx(expected)
 
 
 def _gpu(gpu_id: str, junction_c: float) -> GpuReading:
-    return GpuReading(gpu_id=gpu_id, card="card0", backend="amdgpu", temps=(TempReading("junction", junction_c, crit_c=110.0),))
+    return GpuReading(gpu_id=gpu_id, card="card0", backend="amdgpu",
+                      temps=(TempReading("junction", junction_c, crit_c=110.0),))
 
 
 @pytest.mark.parametrize("temp_c, hot, cool, critical", [(80, False, True, False), (97, False, False, False),
@@ -330,8 +332,8 @@ def test_paused_stays_paused_for_min_pause_s_even_when_cool() -> None:
 # ---- a distributed job's ranks ---------------------------------------------------------------------
 def ranks(held: int = 0, of: int = 2, held_by: str | None = None, job: str = "j1", **kw: object) -> RankView:
     base = RankView(ranks=of, ranks_seen=of, ranks_held=held, steps_total=10, steps_per_s=None, last_step_unix=None,
-                    paused=held == of, acknowledged=held == of and held_by is None, held_by=held_by, paused_by=held_by, job=job, world_size=of, pg_timeout_s=60.0,
-                    backend="gloo")
+                    paused=held == of, acknowledged=held == of and held_by is None, held_by=held_by, paused_by=held_by,
+                    job=job, world_size=of, pg_timeout_s=60.0, backend="gloo")
     return replace(base, **kw)  # type: ignore[arg-type]
 
 
@@ -418,8 +420,8 @@ def waiting(phase: P, after: str) -> Machine:
     (waiting(P.FINISHED, "crash"), Inputs(now=1, command="restart"), [Spawn(resume=False)],
      (("crash", 2), ("manual", 1))),
     # torchrun restarted the job's workers: the same run goes on, nothing is spawned
-    (running(seen_job="j1", restarts_total=2, restarts_by_reason=EARLIER), Inputs(now=1, alive=True, ranks=ranks(job="j2")),
-     [], (("crash", 2), ("torchrun", 1))),
+    (running(seen_job="j1", restarts_total=2, restarts_by_reason=EARLIER),
+     Inputs(now=1, alive=True, ranks=ranks(job="j2")), [], (("crash", 2), ("torchrun", 1))),
 ])
 def test_each_restart_is_counted_once_by_reason(machine: Machine, inputs: Inputs, acts_expected: list[object],
                                                 by_reason: tuple[tuple[str, int], ...]) -> None:

@@ -12,14 +12,14 @@ import sys
 import textwrap
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.config.file import Config
 from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
@@ -83,7 +83,8 @@ class Harness:
             last[:] = [self.tick()]
             return last[0] if pred(last[0]) else None
 
-        return wait_for(reached, "the trainer state", timeout_s, detail=lambda: f"last state {last[0] if last else None}")
+        return wait_for(reached, "the trainer state", timeout_s,
+                        detail=lambda: f"last state {last[0] if last else None}")
 
     def close(self) -> None:
         self.sup.stop(poll_s=0.02)
@@ -306,7 +307,8 @@ def test_restart_resumes_from_newest_complete_checkpoint(make, tmp_path: Path) -
     argv_file = tmp_path / "argv.json"
     body = "import json, sys; json.dump(sys.argv[1:], open(sys.argv[1], 'w')); sys.exit(0 if len(sys.argv) > 2 else 1)"
     cmd = script(tmp_path, "resume.py", body)
-    h = make(command=cmd + [str(argv_file)], restart_command=cmd + [str(argv_file), "resume", "model={last_checkpoint}"],
+    h = make(command=cmd + [str(argv_file)],
+             restart_command=cmd + [str(argv_file), "resume", "model={last_checkpoint}"],
              checkpoint_glob="runs/detect/*/weights/last.pt")
     s = h.until(lambda s: s.phase is P.FINISHED)
     assert json.loads(argv_file.read_text()) == [str(argv_file), "resume", f"model={weights / 'last.pt'}"]

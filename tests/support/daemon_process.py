@@ -8,8 +8,9 @@ import json
 import re
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tests.support.processes import Processes
 from tests.support.stack import GPUWATCH
@@ -23,7 +24,8 @@ class DaemonProcess:
         self.runtime = tmp / "run"
         self.config = tmp / "gpuwatch.toml"
         self.write_config(toml)
-        self.child = processes.start("gpuwatch", [*GPUWATCH, "run", "--sysfs-root", str(sys_root), "-c", str(self.config)])
+        self.child = processes.start("gpuwatch",
+                                     [*GPUWATCH, "run", "--sysfs-root", str(sys_root), "-c", str(self.config)])
         self.proc = self.child.process
 
     def write_config(self, toml: str) -> None:
@@ -39,7 +41,9 @@ class DaemonProcess:
             return None
         return document
 
-    def wait_state(self, check: Callable[[dict[str, Any]], object], what: str, timeout_s: float = 15.0) -> dict[str, Any]:
+    def wait_state(
+        self, check: Callable[[dict[str, Any]], object], what: str, timeout_s: float = 15.0
+    ) -> dict[str, Any]:
         """The first published document ``check`` accepts."""
 
         def accepted() -> dict[str, Any] | None:
@@ -65,4 +69,5 @@ class DaemonProcess:
         try:
             return self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"the daemon did not exit within {timeout_s:g}s of SIGTERM\n{self.child.tail()}") from None
+            raise AssertionError(
+                f"the daemon did not exit within {timeout_s:g}s of SIGTERM\n{self.child.tail()}") from None

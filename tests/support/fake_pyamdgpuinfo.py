@@ -31,7 +31,9 @@ class FakeGPUInfo:
 
     @property
     def path(self) -> str:
-        return f"/dev/dri/by-path/pci-{self.pci_slot}-render" if self.pci_slot else f"/dev/dri/renderD{128 + self.gpu_id}"
+        if self.pci_slot:
+            return f"/dev/dri/by-path/pci-{self.pci_slot}-render"
+        return f"/dev/dri/renderD{128 + self.gpu_id}"
 
     def _call(self, name: str) -> None:
         self.calls.append(name)

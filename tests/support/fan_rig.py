@@ -4,8 +4,8 @@ behaviours that a plain file cannot have (gpu_od fan_curve staging/commit/reset,
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from gpuwatch.config.cooling import FanConfig
 from gpuwatch.config.file import Config, parse_config

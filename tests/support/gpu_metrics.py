@@ -64,8 +64,9 @@ LAYOUTS: dict[tuple[int, int], tuple[int, dict[str, tuple[int, str]]]] = {
     (2, 0): (120, {
         "system_clock_counter": (8, "Q"), "temperature_gfx": (16, "H"), "temperature_soc": (18, "H"),
         "average_gfx_activity": (40, "H"), "average_socket_power": (44, "H"), "average_gfxclk_frequency": (68, "H"),
-        "average_socclk_frequency": (70, "H"), "average_uclk_frequency": (72, "H"), "average_fclk_frequency": (74, "H"),
-        "current_gfxclk": (80, "H"), "current_socclk": (82, "H"), "current_uclk": (84, "H"), "throttle_status": (112, "I"),
+        "average_socclk_frequency": (70, "H"), "average_uclk_frequency": (72, "H"),
+        "average_fclk_frequency": (74, "H"), "current_gfxclk": (80, "H"), "current_socclk": (82, "H"),
+        "current_uclk": (84, "H"), "throttle_status": (112, "I"),
     }),
     (2, 1): (120, _APU_2_1),
     (2, 2): (128, {**_APU_2_1, "indep_throttle_status": (120, "Q")}),
@@ -74,8 +75,9 @@ LAYOUTS: dict[tuple[int, int], tuple[int, dict[str, tuple[int, str]]]] = {
                    "average_gfx_voltage": (156, "H")}),
     (3, 0): (264, {
         "temperature_gfx": (4, "H"), "temperature_soc": (6, "H"), "average_gfx_activity": (42, "H"),
-        "system_clock_counter": (104, "Q"), "average_socket_power": (112, "I"), "average_gfxclk_frequency": (174, "H"),
-        "average_socclk_frequency": (176, "H"), "average_fclk_frequency": (182, "H"), "average_uclk_frequency": (186, "H"),
+        "system_clock_counter": (104, "Q"), "average_socket_power": (112, "I"),
+        "average_gfxclk_frequency": (174, "H"), "average_socclk_frequency": (176, "H"),
+        "average_fclk_frequency": (182, "H"), "average_uclk_frequency": (186, "H"),
     }),
 }
 

@@ -180,7 +180,8 @@ class Container:
                   "--register=no", "--private-network", "--console=pipe", "--link-journal=no",
                   "--timezone=off", "--resolv-conf=off"]
         unshare = ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c"]
-        if subprocess.run([*unshare, f"{mount} && umount {shlex.quote(str(merged))}"], capture_output=True).returncode == 0:
+        tried = subprocess.run([*unshare, f"{mount} && umount {shlex.quote(str(merged))}"], capture_output=True)
+        if tried.returncode == 0:
             script = f"{mount} && exec {shlex.join(nspawn)}"
         else:  # e.g. a cache that is itself on overlayfs: copy (reflink where the file system has it)
             subprocess.run(["cp", "-a", "--reflink=auto", f"{self.root}/.", str(merged)], check=True)

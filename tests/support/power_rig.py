@@ -10,10 +10,10 @@ from typing import Any
 
 from gpuwatch.actuation import Actuator, Handback, RestoreFile, restore_file_path
 from gpuwatch.config.file import parse_config
-from gpuwatch.power import restore as power_restore
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.model import FanMode, FanState, PowerState
+from gpuwatch.power import restore as power_restore
 from gpuwatch.power.controller import PowerController
 from gpuwatch.sim.tree import CardCapture, FakeCard, FakeSysfsTree
 from gpuwatch.sysfs import Sysfs, SysfsError

@@ -53,7 +53,8 @@ def two_gpu_tree(root: Path) -> FakeSysfsTree:
             ("navi31-rx7900xtx-sapphire-nitro", "card1", GPU_B, "0000:00:03.1", 0x0a, ("8.0 GT/s", 8)),
         )
     ]
-    for placed, name, replays in zip(cards, ("navi21-rx6900xt-sapphire-nitro", "navi31-rx7900xtx-sapphire-nitro"), (0, 5)):
+    for placed, name, replays in zip(cards, ("navi21-rx6900xt-sapphire-nitro", "navi31-rx7900xtx-sapphire-nitro"),
+                                     (0, 5), strict=True):
         device = tree.root / placed.device_dir
         (device / "gpu_metrics").write_bytes(CARD_TABLES[name])
         (device / "pcie_replay_count").write_text(f"{replays}\n")

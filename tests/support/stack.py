@@ -78,7 +78,8 @@ def start_alertmanager(processes: Processes, workdir: Path, config: Path) -> tup
     assert ALERTMANAGER is not None
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    child = processes.start("alertmanager", [ALERTMANAGER, f"--config.file={config}", f"--storage.path={workdir / 'am-data'}",
+    child = processes.start("alertmanager", [ALERTMANAGER, f"--config.file={config}",
+                                             f"--storage.path={workdir / 'am-data'}",
                                              f"--web.listen-address=127.0.0.1:{port}", f"--web.external-url={base}",
                                              "--cluster.listen-address="], cwd=workdir)
     wait_up("alertmanager to be ready", lambda: get_json(f"{base}/api/v2/status"), child)

@@ -243,7 +243,7 @@ class Unit:
     def governed(self, found: str) -> None:
         """Wait until the governor has lowered every cap below what was ``found``."""
         originals = [int(cap) for cap in found.split()]
-        wait_for(lambda: all(cap < original for cap, original in zip(self.caps(), originals)),
+        wait_for(lambda: all(cap < original for cap, original in zip(self.caps(), originals, strict=False)),
                  "the power governor to lower both caps", 30, interval_s=0.2, detail=self.journal)
 
     def recorded_modes(self) -> list[int]:

@@ -33,5 +33,6 @@ def wait_for(
             if value:
                 return value
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}" + (f"\n{detail()}" if detail else ""))
+            raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}"
+                                 + (f"\n{detail()}" if detail else ""))
         time.sleep(interval_s)

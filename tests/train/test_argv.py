@@ -73,7 +73,8 @@ def test_train_command_python_goes_through_the_launcher_anything_else_runs_injec
     argv, env = build_train_command("on", False, ["torchrun", "--nproc-per-node", "2", "train.py"], {"X": "1"},
                                     autotune=False)
     assert argv == ["torchrun", "--nproc-per-node", "2", "train.py"] and env["X"] == "1"
-    assert env["GPUWATCH_INJECT"] == "1" and env["GPUWATCH_LAUNCH_OPTIONS"] == "--conv2d-fallback on --conv2d-autotune off"
+    assert env["GPUWATCH_INJECT"] == "1"
+    assert env["GPUWATCH_LAUNCH_OPTIONS"] == "--conv2d-fallback on --conv2d-autotune off"
     with pytest.raises(LaunchCommandError):
         build_train_command("auto", False, [], {})
 
@@ -130,8 +131,10 @@ def test_cli_train_takes_every_option_the_docs_list(monkeypatch):
 @pytest.mark.parametrize("args, error", [
     (["--", "python", "-c", "print(1)"], "gpuwatch train: error: unsupported python option '-c'"),
     (["--"], "gpuwatch train: error: no training command given"),
-    (["--beat-file", "x", "--", "python", "train.py"], "gpuwatch train: error: unrecognized arguments: --beat-file"),
-    (["--conv2d-fallback", "sometimes", "--", "python", "train.py"], "gpuwatch train: error: argument --conv2d-fallback"),
+    (["--beat-file", "x", "--", "python", "train.py"],
+     "gpuwatch train: error: unrecognized arguments: --beat-file"),
+    (["--conv2d-fallback", "sometimes", "--", "python", "train.py"],
+     "gpuwatch train: error: argument --conv2d-fallback"),
 ])
 def test_cli_train_usage_errors_show_trains_usage(args, error):
     done = subprocess.run([GPUWATCH, "train", *args], capture_output=True, text=True, timeout=60)

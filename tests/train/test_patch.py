@@ -74,7 +74,7 @@ def test_model_patch_matches_native_for_every_padding_mode(padding_mode):
         out = model(x)
         grads = torch.autograd.grad(out.square().sum(), list(model.parameters()))
     torch.testing.assert_close(out, ref)
-    for got, want in zip(grads, ref_grads):
+    for got, want in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(got, want)
     assert _native_convs(lambda: model(x)) > 0  # undone
 

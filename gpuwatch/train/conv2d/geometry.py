@@ -70,7 +70,7 @@ def resolve_geometry(
         elif padding == "same":
             if stride_p != (1, 1):
                 raise ValueError("padding='same' is not supported for strided convolutions")
-            totals = [d * (k - 1) for d, k in zip(dilation_p, kernel)]
+            totals = [d * (k - 1) for d, k in zip(dilation_p, kernel, strict=True)]
             padding_p = (totals[0] // 2, totals[1] // 2)
             extra = (totals[0] - 2 * padding_p[0], totals[1] - 2 * padding_p[1])
         else:

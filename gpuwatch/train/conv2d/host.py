@@ -67,7 +67,8 @@ class HostOps:
         out: Tensor = self.function_op(x, weight, bias, flip, unflip, spec, dtype)
         return out
 
-    def pointwise(self, x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, dtype: torch.dtype | None) -> Tensor:
+    def pointwise(self, x: Tensor, weight: Tensor, bias: Tensor | None, groups: int,
+                  dtype: torch.dtype | None) -> Tensor:
         out: Tensor = self.pointwise_op(x, weight, bias, groups, dtype)
         return out
 

@@ -86,7 +86,9 @@ def weight_grad_slow(x: Tensor, grad_out: Tensor, w: Tensor, plan: Plan) -> Tens
     return _slow_backward(grad_out, x, w, plan, (False, True))[1]
 
 
-def both_grads_slow(x: Tensor, grad_out: Tensor, w: Tensor, flipped: Tensor | None, plan: Plan) -> tuple[Tensor, Tensor]:
+def both_grads_slow(
+    x: Tensor, grad_out: Tensor, w: Tensor, flipped: Tensor | None, plan: Plan
+) -> tuple[Tensor, Tensor]:
     return _slow_backward(grad_out, x, w, plan, (True, True))
 
 

@@ -33,7 +33,7 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 @triton.jit
 def _forward_kernel(
-    x, w, out, N, C, H, W, O, OH, OW, SH, SW, PH, PW, DH, DW,
+    x, w, out, N, C, H, W, OC, OH, OW, SH, SW, PH, PW, DH, DW,
     KH: tl.constexpr, KW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
@@ -45,7 +45,7 @@ def _forward_kernel(
     oh = p // OW
     ow = p % OW
     m_ok = m < N * length
-    o_ok = o < O
+    o_ok = o < OC
     x_n = x + n.to(tl.int64) * C * H * W
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for i in tl.static_range(KH):
@@ -62,13 +62,13 @@ def _forward_kernel(
                 a = tl.load(x_tap[:, None] + c[None, :] * (H * W), mask=ok[:, None] & c_ok[None, :], other=0.0)
                 b = tl.load(w_tap[None, :] + c[:, None] * (KH * KW), mask=c_ok[:, None] & o_ok[None, :], other=0.0)
                 acc += tl.dot(a, b, input_precision=PRECISION)
-    target = out + n.to(tl.int64)[:, None] * O * length + o[None, :] * length + p[:, None]
+    target = out + n.to(tl.int64)[:, None] * OC * length + o[None, :] * length + p[:, None]
     tl.store(target, acc.to(out.dtype.element_ty), mask=m_ok[:, None] & o_ok[None, :])
 
 
 @triton.jit
 def _input_grad_kernel(
-    go, w, gx, N, C, H, W, O, OH, OW, SH, SW, PH, PW, DH, DW,
+    go, w, gx, N, C, H, W, OC, OH, OW, SH, SW, PH, PW, DH, DW,
     KH: tl.constexpr, KW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
@@ -81,7 +81,7 @@ def _input_grad_kernel(
     iw = q % W
     m_ok = m < N * area
     c_ok = c < C
-    go_n = go + n.to(tl.int64) * O * OH * OW
+    go_n = go + n.to(tl.int64) * OC * OH * OW
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for i in tl.static_range(KH):
         th = ih + PH - i * DH  # = oh * SH where an output row reads this input row through tap i
@@ -93,11 +93,12 @@ def _input_grad_kernel(
             ok = h_ok & (tw >= 0) & (tw % SW == 0) & (ow < OW)
             go_tap = go_n + oh * OW + ow
             w_tap = w + c * (KH * KW) + i * KW + j
-            for o0 in range(0, O, BLOCK_K):
+            for o0 in range(0, OC, BLOCK_K):
                 oc = o0 + tl.arange(0, BLOCK_K)
-                oc_ok = oc < O
+                oc_ok = oc < OC
                 a = tl.load(go_tap[:, None] + oc[None, :] * (OH * OW), mask=ok[:, None] & oc_ok[None, :], other=0.0)
-                b = tl.load(w_tap[None, :] + oc[:, None] * (C * KH * KW), mask=oc_ok[:, None] & c_ok[None, :], other=0.0)
+                b = tl.load(w_tap[None, :] + oc[:, None] * (C * KH * KW), mask=oc_ok[:, None] & c_ok[None, :],
+                            other=0.0)
                 acc += tl.dot(a, b, input_precision=PRECISION)
     target = gx + n.to(tl.int64)[:, None] * C * area + c[None, :] * area + q[:, None]
     tl.store(target, acc.to(gx.dtype.element_ty), mask=m_ok[:, None] & c_ok[None, :])
@@ -105,7 +106,7 @@ def _input_grad_kernel(
 
 @triton.jit
 def _weight_grad_kernel(
-    x, go, part, N, C, H, W, O, OH, OW, SH, SW, PH, PW, DH, DW, PER_SPLIT,
+    x, go, part, N, C, H, W, OC, OH, OW, SH, SW, PH, PW, DH, DW, PER_SPLIT,
     KH: tl.constexpr, KW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
@@ -115,7 +116,7 @@ def _weight_grad_kernel(
     split = tl.program_id(2)
     i = tap // KW
     j = tap % KW
-    o_ok = o < O
+    o_ok = o < OC
     c_ok = c < C
     length = OH * OW
     start = split * PER_SPLIT
@@ -129,13 +130,13 @@ def _weight_grad_kernel(
         ih = (q // OW) * SH - PH + i * DH
         iw = (q % OW) * SW - PW + j * DW
         x_ok = p_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-        a = tl.load(go + n[None, :] * O * length + o[:, None] * length + q[None, :],
+        a = tl.load(go + n[None, :] * OC * length + o[:, None] * length + q[None, :],
                     mask=o_ok[:, None] & p_ok[None, :], other=0.0)
         b = tl.load(x + n[:, None] * C * H * W + c[None, :] * (H * W) + (ih * W + iw)[:, None],
                     mask=x_ok[:, None] & c_ok[None, :], other=0.0)
         acc += tl.dot(a, b, input_precision=PRECISION)
     k = C * KH * KW
-    target = part + split.to(tl.int64) * O * k + o[:, None] * k + c[None, :] * (KH * KW) + tap
+    target = part + split.to(tl.int64) * OC * k + o[:, None] * k + c[None, :] * (KH * KW) + tap
     tl.store(target, acc, mask=o_ok[:, None] & c_ok[None, :])
 
 

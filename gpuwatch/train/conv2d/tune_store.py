@@ -115,7 +115,8 @@ class TuneStore:
         except (OSError, ValueError) as exc:
             _log.warning("conv2d autotuning: ignoring unreadable %s (%s)", self.path, exc)
             return {}
-        if not isinstance(document, dict) or document.get("format") != FORMAT or document.get("environment") != self.env:
+        if (not isinstance(document, dict) or document.get("format") != FORMAT
+                or document.get("environment") != self.env):
             return {}
         choices = document.get("choices")
         return choices if isinstance(choices, dict) else {}

@@ -62,7 +62,8 @@ def unit(booted: Container) -> Iterator[Unit]:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     """One line in the test log saying whether the container cases ran, and how the session went."""
     counts = {
-        outcome: sum(1 for r in terminalreporter.stats.get(outcome, []) if "tests/e2e/systemd/" in getattr(r, "nodeid", ""))
+        outcome: sum(1 for r in terminalreporter.stats.get(outcome, [])
+                     if "tests/e2e/systemd/" in getattr(r, "nodeid", ""))
         for outcome in ("passed", "failed", "error", "skipped")
     }
     if any(counts.values()):

@@ -112,7 +112,8 @@ def test_the_documented_read_write_paths_dropin_survives_a_missing_directory(uni
     for documented in (REPO / "docs/systemd.md", REPO / "systemd/gpuwatch.service"):
         assert DOCUMENTED_DROPIN in documented.read_text() and "ReadWritePaths=/" not in documented.read_text()
     unit.box.sh("mkdir", "-p", "/data/checkpoints")
-    unit.reset(dropins={"30-checkpoints.conf": f"[Service]\n{DOCUMENTED_DROPIN}\n", "20-fast-restart.conf": FAST_RESTART})
+    unit.reset(dropins={"30-checkpoints.conf": f"[Service]\n{DOCUMENTED_DROPIN}\n",
+                        "20-fast-restart.conf": FAST_RESTART})
     unit.start()
     unit.box.sh("rmdir", "/data/checkpoints")  # an unmounted disk
     unit.wait_restart(kill(unit))

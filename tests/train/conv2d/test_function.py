@@ -41,7 +41,7 @@ def _compare(x, w, b, stride, padding, dilation, groups, atol, tuning=DEFAULT_TU
     )
     torch.testing.assert_close(out, ref, atol=atol, rtol=atol)
     grad = torch.randn_like(ref)
-    for got, want in zip(torch.autograd.grad(out, leaves, grad), torch.autograd.grad(ref, leaves, grad)):
+    for got, want in zip(torch.autograd.grad(out, leaves, grad), torch.autograd.grad(ref, leaves, grad), strict=True):
         assert got.shape == want.shape and got.dtype == want.dtype
         torch.testing.assert_close(got, want, atol=atol, rtol=atol)
 
@@ -104,7 +104,9 @@ def test_low_precision_close_to_float64(dtype, atol, stride, col2im_max_pixels):
     grad = torch.randn_like(ref)
     scale = ref.abs().max()
     torch.testing.assert_close(out.double() / scale, ref / scale, atol=atol, rtol=0)
-    for got, want in zip(torch.autograd.grad(out, low, grad.to(dtype)), torch.autograd.grad(ref, (x, w, b), grad)):
+    grads = torch.autograd.grad(out, low, grad.to(dtype))
+    refs = torch.autograd.grad(ref, (x, w, b), grad)
+    for got, want in zip(grads, refs, strict=True):
         assert got.dtype == dtype
         norm = want.abs().max()
         torch.testing.assert_close(got.double() / norm, want / norm, atol=atol, rtol=0)
@@ -119,7 +121,7 @@ def test_autocast_behaves_like_native():
     torch.testing.assert_close(out, ref, atol=5e-2, rtol=2e-2)
     grads = torch.autograd.grad(out.float().sum(), (x, w, b))
     refs = torch.autograd.grad(ref.float().sum(), (x, w, b))
-    for got, want in zip(grads, refs):
+    for got, want in zip(grads, refs, strict=True):
         assert got.dtype == torch.float32  # master weights keep float32 gradients
         torch.testing.assert_close(got, want, atol=0.3, rtol=3e-2)
 

@@ -75,7 +75,7 @@ def test_compiled_host_code_gives_the_python_paths_results_bit_for_bit(compiled,
             leaves = [t.requires_grad_() for t in (x, w, b) if t is not None]
             results.append(_run(tuning, *leaves[:2], leaves[2] if bias else None, stride, padding, dilation, groups))
         ref = _run(None, *leaves[:2], leaves[2] if bias else None, stride, padding, dilation, groups)
-        for got, want, native in zip(results[0], results[1], ref):
+        for got, want, native in zip(results[0], results[1], ref, strict=True):
             assert torch.equal(got, want)
             assert got.stride() == want.stride()  # channels_last in, channels_last out (and input gradient)
             torch.testing.assert_close(got, native, atol=1e-10, rtol=1e-10)
@@ -90,7 +90,9 @@ def test_gradcheck_and_chunked_columns(compiled):
         # One sample per chunk, and taps above one pixel: every loop of the C++ paths.
         tuning = Conv2dTuning(host="compiled", autotune=False, max_cols_bytes=1, wgrad=wgrad, dgrad=dgrad,
                               col2im_max_pixels=1 if wgrad == "gemm" else 6400)
-        assert torch.autograd.gradcheck(lambda a, c, d: conv2d(a, c, d, stride, 1, tuning=tuning), (x, w, b))
+        assert torch.autograd.gradcheck(
+            lambda a, c, d, stride=stride, tuning=tuning: conv2d(a, c, d, stride, 1, tuning=tuning), (x, w, b)
+        )
 
 
 def test_autocast_keeps_float32_master_gradients(compiled):
@@ -136,7 +138,7 @@ def test_paths_without_a_compiled_form_run_the_python_function(compiled):
     assert conv_host.spec(plan, Choice("function", "im2col", "triton", "bmm")) is None
     spec = conv_host.spec(plan, Choice("function", "im2col", "shared", "shared"))
     assert spec is not None and len(spec) == len(conv_host.SPEC_FIELDS)
-    fields = dict(zip(conv_host.SPEC_FIELDS, spec))
+    fields = dict(zip(conv_host.SPEC_FIELDS, spec, strict=True))
     assert (fields["kh"], fields["ph"], fields["tph"], fields["input_grad"], fields["weight_grad"]) == (3, 1, 1, 5, 3)
 
 

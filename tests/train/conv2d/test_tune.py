@@ -1,4 +1,5 @@
-"""conv2d autotuning: the selection logic with fake timers, every path's parity, the cache key and store, the off switch."""
+"""conv2d autotuning: the selection logic with fake timers, every path's parity, the cache key and store, the off
+switch."""
 
 from __future__ import annotations
 
@@ -162,7 +163,9 @@ def test_every_path_matches_native_float64(tuner, label):
         ref = F.conv2d(x, w, b, stride, padding, dilation, groups)
         torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-10)
         grad = torch.randn_like(ref)
-        for got, want in zip(torch.autograd.grad(out, leaves, grad), torch.autograd.grad(ref, leaves, grad)):
+        grads = torch.autograd.grad(out, leaves, grad)
+        refs = torch.autograd.grad(ref, leaves, grad)
+        for got, want in zip(grads, refs, strict=True):
             torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
         chosen.add(tuner.history[-1][1])
     kind, _, name = label.partition(".")
@@ -201,7 +204,7 @@ def test_channels_last_and_autocast_through_the_slow_paths(tuner, label):
     torch.testing.assert_close(out, ref, atol=5e-2, rtol=2e-2)
     grads = torch.autograd.grad(out.float().sum(), (x, w, b))
     refs = torch.autograd.grad(ref.float().sum(), (x, w, b))
-    for got, want in zip(grads, refs):
+    for got, want in zip(grads, refs, strict=True):
         assert got.dtype == torch.float32  # master weights keep float32 gradients
         torch.testing.assert_close(got, want, atol=0.3, rtol=3e-2)
 
@@ -222,7 +225,7 @@ def test_model_patch_with_tuned_paths_matches_for_padding_modes(tuner, padding_m
         out = model(x)
         grads = torch.autograd.grad(out.square().sum(), list(model.parameters()))
     torch.testing.assert_close(out, ref)
-    for got, want in zip(grads, ref_grads):
+    for got, want in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(got, want)
     assert {c.route for _, c, _ in tuner.history} >= {"thnn", "function"}  # groups=2 cannot take thnn
 
@@ -299,7 +302,8 @@ def test_devices_without_a_timer_get_the_deterministic_choice(monkeypatch):
     plan_for.cache_clear()
     x, w, _ = _tensors(4, 6, 1, 1, False)
     conv2d(x, w).sum().backward()
-    assert list(plan_for(x.shape, w.shape, x.dtype, 1, 0, 1, 1, DEFAULT_TUNING).choices.values()) == [Choice("pointwise")]
+    plan = plan_for(x.shape, w.shape, x.dtype, 1, 0, 1, 1, DEFAULT_TUNING)
+    assert list(plan.choices.values()) == [Choice("pointwise")]
 
 
 def test_each_signature_is_timed_once_per_process(tuner):
@@ -418,7 +422,8 @@ def test_triton_kernels_match_native_in_the_interpreter():
         tuning = Conv2dTuning(triton=True)
         for label in ("forward.triton", "input_grad.triton", "weight_grad.triton"):
             conv_tune.TUNER.timer_for = lambda device, label=label: conv_tune.pinned_timer(label)
-            for cin, cout, k, s, p, d in ((4, 6, 3, 1, 1, 1), (3, 16, 3, 2, 1, 1), (4, 8, 3, 1, 0, 2), (5, 7, 1, 1, 0, 1)):
+            for cin, cout, k, s, p, d in ((4, 6, 3, 1, 1, 1), (3, 16, 3, 2, 1, 1), (4, 8, 3, 1, 0, 2),
+                                          (5, 7, 1, 1, 0, 1)):
                 plan_for.cache_clear()
                 x = torch.randn(2, cin, 9, 8, requires_grad=True)
                 w = torch.randn(cout, cin, k, k, requires_grad=True)

@@ -71,11 +71,13 @@ def test_cooperative_pause_blocks_at_step_boundary(tmp_path):
         pause_file.touch()
         worker = threading.Thread(target=_train, args=(3,))
         worker.start()
-        wait_for(lambda: (b := read_heartbeat(beat_file)) is not None and b.paused, "a paused heartbeat", interval_s=0.01)
+        wait_for(lambda: (b := read_heartbeat(beat_file)) is not None and b.paused, "a paused heartbeat",
+                 interval_s=0.01)
         held = read_heartbeat(beat_file)
         assert held.steps_total == 2
         first_update = held.updated_unix
-        wait_for(lambda: read_heartbeat(beat_file).updated_unix > first_update, "a newer heartbeat", interval_s=0.01)  # still alive
+        # still alive
+        wait_for(lambda: read_heartbeat(beat_file).updated_unix > first_update, "a newer heartbeat", interval_s=0.01)
         assert read_heartbeat(beat_file).paused and hooks.steps == 2 and worker.is_alive()
         pause_file.unlink()
         worker.join(timeout=10)
