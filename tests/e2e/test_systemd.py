@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.config.file import CONFIG_ERROR_EXIT, parse_config
+from gpuwatch.config.file import CONFIG_ERROR_EXIT, Config, parse_config
 from gpuwatch.daemon.compose import Parts, build_sources
 from gpuwatch.daemon.loop import Daemon
 from gpuwatch.daemon.sdnotify import Notifier
@@ -193,7 +193,7 @@ class StuckFans:
         self.release = threading.Event()
         self.entered = threading.Event()
 
-    def tick(self, snapshot: Snapshot) -> tuple[FanState, ...]:
+    def tick(self, snapshot: Snapshot, config: Config) -> tuple[FanState, ...]:
         if self.stuck.is_set():
             self.entered.set()
             self.release.wait(10)
