@@ -1,4 +1,5 @@
-# The README's two commands: `make run` (the daemon) and `make test` (the whole test suite).
+# The README's two commands: `make run` (the daemon) and `make test` (the whole test suite); `make check`
+# is the developers' fast loop (lint, types, unit tests; no system packages, services or PyTorch cases).
 # Both create .venv and install what they need; nothing is assumed to be on the machine already.
 PYTHON ?= python3
 VENV := .venv
@@ -12,7 +13,7 @@ ARGS ?=
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX_URL ?=
 
-.PHONY: run daemon test venv system-deps clean install uninstall
+.PHONY: run daemon test check venv system-deps clean install uninstall
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +40,10 @@ daemon: $(STAMP)
 
 test: $(STAMP) system-deps
 	scripts/run-tests.sh
+
+# ruff, mypy --strict, and every test outside tests/e2e and tests/train on two workers (under a minute).
+check: $(STAMP)
+	scripts/run-tests.sh --check
 
 # System install as a systemd service (docs/systemd.md). Honours PREFIX, SYSCONFDIR, UNITDIR, DESTDIR (with
 # WITH_VENV=0: a venv cannot be staged), SYSTEMCTL given on the command line (make install PREFIX=/opt/gpuwatch).

@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
-# Type-checks the package, then runs the test suite in .venv; a mypy error fails the run, and so does
-# pytest's "no tests collected" (5). -rs lists every skipped test with its reason in the log.
+# Lints (ruff) and type-checks (mypy --strict) the package, then runs the test suite in .venv; a finding
+# of either fails the run, and so does pytest's "no tests collected" (5). -rs lists every skipped test
+# with its reason in the log.
+#   scripts/run-tests.sh [PYTEST ARGS]   the whole suite (make test)
+#   scripts/run-tests.sh --check         the fast loop (make check): the same lint and types, then the
+#                                        unit tests on two workers, without tests/e2e (real services,
+#                                        containers, torchrun jobs) and tests/train (PyTorch)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+.venv/bin/python -m ruff check --quiet gpuwatch tests benchmarks demo scripts || exit 1
 .venv/bin/python -m mypy || exit 1
+if [ "${1:-}" = "--check" ]; then
+  shift
+  set -- -n 2 --ignore=tests/e2e --ignore=tests/train "$@"
+fi
 .venv/bin/python -m pytest -q -rs "$@"
 rc=$?
 if [ $rc -eq 5 ]; then
