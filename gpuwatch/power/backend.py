@@ -47,6 +47,9 @@ class CapBackend(Protocol):
     @property
     def name(self) -> PowerCapBackendName: ...  # published as PowerState.backend
 
+    @property
+    def cap_in_reading(self) -> bool: ...  # current_w comes from the tick's reading (no I/O)
+
     def probe(self) -> CapRange:
         """The cap and its range now; raises CapUnavailable when there is nothing to govern."""
         ...

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -33,49 +33,18 @@ from gpuwatch.model import FanState, GpuReading, PowerMode, PowerState, Snapshot
 from gpuwatch.power.backend import (
     FAILURES_BEFORE_GIVING_UP,
     VERIFY_TOLERANCE_W,
-    CapBackend,
     CapUnavailable,
     CapWriteError,
 )
-from gpuwatch.power.governor import GovernorInputs, GovernorParams, GovernorState, decide, floor_cap_w, governor_params
+from gpuwatch.power.governor import GovernorState, decide, floor_cap_w, governor_params
+from gpuwatch.power.gpu_cap import GpuCap, touches_hardware
 from gpuwatch.power.hwmon_cap import HwmonCap, Locate
 from gpuwatch.power.nvml_cap import NvmlCap
 from gpuwatch.power.restore import RECORDS, give_back, kind
-from gpuwatch.power.rules import cap_range_problem, fan_can_rise, headroom_c, thermals_on, throughput_kept_ratio
+from gpuwatch.power.rules import cap_range_problem, thermals_on, throughput_kept_ratio
 from gpuwatch.sysfs import Sysfs
 
 log = logging.getLogger("gpuwatch.power")
-
-
-@dataclass
-class GpuCap:
-    """Controller state of one GPU across ticks."""
-
-    gpu_id: str
-    params: GovernorParams
-    mode: PowerMode  # OFF, DRY_RUN or IDLE as configured; UNAVAILABLE once given up
-    backend: CapBackend | None = None
-    probed: bool = False
-    reason: str | None = None
-    original_w: float | None = None
-    default_w: float | None = None
-    min_w: float | None = None
-    floor_w: float | None = None
-    state: GovernorState = field(default_factory=GovernorState)
-    holding: bool = False  # a record is in the restore file: the original must go back
-    written_w: float | None = None  # what we last wrote and expect in force
-    dry_run_cap_w: float | None = None  # what dry-run would have in force
-    target_w: float | None = None
-    pause_allowed: bool = True
-    failures: int = 0  # consecutive write or verify failures
-    writes_total: int = 0
-    write_errors_total: int = 0
-    capped_s: float = 0.0
-    last_now: float | None = None
-
-    @property
-    def governable(self) -> bool:
-        return self.mode is not PowerMode.UNAVAILABLE and self.backend is not None and self.original_w is not None
 
 
 class PowerController:
@@ -96,16 +65,25 @@ class PowerController:
         return self.nvml
 
     def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], config: Config) -> tuple[PowerState, ...]:
-        """Each GPU's step on its worker; ``config`` is the live configuration (its limits in force now)."""
+        """Each GPU's step; ``config`` is the live configuration (its limits in force now). A step that touches
+        the hardware this tick (``touches_hardware``) runs on the GPU's worker within the deadline, all such
+        steps at once; one that only decides runs here and costs no hand-off (the common tick)."""
         now = self.clock()
         by_gpu = {fan.gpu_id: fan for fan in fans}
-        caps = {gpu.gpu_id: self.gpus.get(gpu.gpu_id) or self._new(gpu, config) for gpu in snapshot.gpus}
-        results = self.actuator.run({
-            gpu.gpu_id: partial(self._tick_one, caps[gpu.gpu_id], gpu, by_gpu.get(gpu.gpu_id), now,
-                                thermals_on(config, gpu.gpu_id))
-            for gpu in snapshot.gpus})
-        return tuple(self._blocked(caps[gpu.gpu_id], gpu, result) if isinstance(result, Late) else result
-                     for gpu, result in zip(snapshot.gpus, results.values(), strict=False))
+        steps: dict[str, Callable[[], PowerState]] = {}
+        on_workers: dict[str, Callable[[], PowerState]] = {}
+        for gpu in snapshot.gpus:
+            g = self.gpus.get(gpu.gpu_id) or self._new(gpu, config)
+            fan, thermals = by_gpu.get(gpu.gpu_id), thermals_on(config, gpu.gpu_id)
+            step = steps[gpu.gpu_id] = partial(self._tick_one, g, gpu, fan, now, thermals)
+            if touches_hardware(g, gpu, fan, now, thermals):
+                on_workers[gpu.gpu_id] = step
+        ran = self.actuator.run(on_workers) if on_workers else {}
+        states = []
+        for gpu in snapshot.gpus:
+            result = ran[gpu.gpu_id] if gpu.gpu_id in ran else steps[gpu.gpu_id]()
+            states.append(self._blocked(self.gpus[gpu.gpu_id], gpu, result) if isinstance(result, Late) else result)
+        return tuple(states)
 
     def _new(self, gpu: GpuReading, config: Config) -> GpuCap:
         settings = config.power.for_gpu(gpu.gpu_id)
@@ -156,7 +134,7 @@ class PowerController:
 
     def _tick_one(self, g: GpuCap, gpu: GpuReading, fan: FanState | None, now: float,
                   thermals: list[ThermalConfig]) -> PowerState:
-        """One GPU's step, on its worker."""
+        """One GPU's step (on its worker when it touches the hardware)."""
         dt, g.last_now = (0.0 if g.last_now is None else max(0.0, now - g.last_now)), now
         if g.mode is PowerMode.UNAVAILABLE or not gpu.up or gpu.suspended:
             return self._published(g, gpu, None)
@@ -172,12 +150,8 @@ class PowerController:
         self._check_in_force(g, observed)
         if not g.governable:
             return self._published(g, gpu, observed)
-        assert g.original_w is not None and g.default_w is not None and g.floor_w is not None
-        in_force = g.dry_run_cap_w if g.mode is PowerMode.DRY_RUN and g.dry_run_cap_w is not None else observed
-        decision = decide(g.params, g.state, GovernorInputs(
-            now=now, headroom_c=headroom_c(gpu, thermals), fan_can_rise=fan_can_rise(fan),
-            power_w=gpu.power_w, cap_w=in_force, original_cap_w=g.original_w, default_cap_w=g.default_w,
-            floor_cap_w=g.floor_w))
+        assert g.original_w is not None
+        decision = decide(g.params, g.state, g.inputs(gpu, fan, now, thermals, observed))
         g.state, g.target_w = decision.state, decision.cap_w
         g.pause_allowed = decision.pause_allowed or g.mode is PowerMode.DRY_RUN
         if decision.write:

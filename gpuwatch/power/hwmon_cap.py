@@ -61,6 +61,7 @@ class HwmonCapRestore:
 
 class HwmonCap:
     name: PowerCapBackendName = "hwmon"
+    cap_in_reading = True  # the sampler reads power1_cap every tick
 
     def __init__(self, sysfs: Sysfs, gpu_id: str, locate: Locate, check_access: bool = True) -> None:
         self.sysfs = sysfs

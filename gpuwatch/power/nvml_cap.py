@@ -53,6 +53,7 @@ class NvmlCapRestore:
 
 class NvmlCap:
     name: PowerCapBackendName = "nvml"
+    cap_in_reading = False  # the reading has the enforced limit; the set one is asked of NVML
 
     def __init__(self, nvml: Any, gpu_id: str) -> None:
         self.nvml = nvml

@@ -244,3 +244,35 @@ def test_a_hung_cap_write_holds_neither_the_tick_nor_the_restore(tmp_path: Path)
     wait_for(lambda: not rig.controller.actuator.busy(rig.card.pci_slot), "the stuck write returned")
     rig.controller.restore()
     assert rig.cap_w() == 289 and not (rig.runtime_dir / "power-restore.json").exists()
+
+
+def test_every_cap_write_runs_on_the_gpus_worker_and_a_quiet_tick_on_the_loop(tmp_path: Path) -> None:
+    """touches_hardware (power/gpu_cap.py) may keep a step on the loop only when it does no I/O: every
+    write of a governing episode (cuts, a verify failure, the release, a user's new cap, the restore) runs
+    on the GPU's worker, and the ticks of a cool, idle card hand nothing to it."""
+    import threading
+
+    rig = PowerRig(tmp_path, capture(NAVI21))
+    threads: list[str] = []
+    write = rig.sysfs.write
+
+    def recording(relative: str, value: str) -> None:
+        threads.append(threading.current_thread().name)
+        write(relative, value)
+
+    rig.sysfs.write = recording  # type: ignore[method-assign]
+    handed: list[int] = []
+    run = rig.controller.actuator.run
+    rig.controller.actuator.run = lambda calls: (handed.append(len(calls)), run(calls))[1]  # type: ignore[method-assign]
+    rig.set(junction_c=70, power_w=150)
+    for at in range(5):
+        rig.tick(at, can_rise=True)
+    assert handed == [1]  # the first tick's probe only
+    rig.governing(junction_c=99)
+    rig.sysfs.ignore = True  # the firmware keeps the old value: verify failures until it gives up
+    for _ in range(5):
+        rig.set(junction_c=104, power_w=rig.cap_w())
+        rig.tick(rig.now + 1)
+    rig.sysfs.ignore = False
+    rig.controller.restore()
+    assert threads and all(name.startswith("gpuwatch-power-") for name in threads), threads
