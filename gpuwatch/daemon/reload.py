@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from gpuwatch.config.file import Config
 
-# Each live key and every consumer the daemon hands its new value to (Daemon.reload); the reload's
-# log line names them, so nobody has to guess whether /metrics or the supervisor saw a change.
+# Each live key and every consumer that reads it from the configuration each tick passes on (the loop
+# keeps one Config; Daemon.reload swaps it); the reload's log line names them, so nobody has to guess
+# whether /metrics or the supervisor saw a change.
 LIVE_KEYS: dict[str, str] = {
     "interval_s": "the tick schedule",
     "log_level": "every logger",
