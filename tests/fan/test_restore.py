@@ -72,3 +72,20 @@ def test_records_added_at_once_by_every_gpu_worker_all_stay(tmp_path: Path) -> N
             thread.join()
         assert errors == []
         assert set(slots) <= set(restore.load())
+
+
+def test_a_record_whose_card_moved_is_restored_where_the_card_is_now(tmp_path: Path) -> None:
+    """The record names hwmon5; after a reset the card came back as hwmon3 in manual mode (a killed daemon
+    had it): the record's device is gone, so the card is found by its slot and set to automatic."""
+    tree = FakeSysfsTree(tmp_path / "sys")
+    card = tree.add_capture(capture("navi21-rx6900xt-sapphire-nitro"), hwmon="hwmon3")
+    assert card.hwmon_dir
+    tree.write(f"{card.hwmon_dir}/pwm1_enable", "1\n")
+    moved = f"{card.hwmon_dir}/pwm1_enable".replace("hwmon3", "hwmon5")
+    RestoreFile(tmp_path / "fan-restore.json").add(card.pci_slot, Pwm1Restore(path=moved, pwm1_enable=2).to_json())
+    sysfs = RecordingSysfs(tree.root)
+    result = fans_auto(sysfs, tmp_path)
+    assert result.problems == []
+    assert result.done == [f"{card.pci_slot}: fan handed back to the firmware (pwm1_enable 2, automatic)"]
+    assert (tree.root / card.hwmon_dir / "pwm1_enable").read_text().strip() == "2"
+    assert not (tmp_path / "fan-restore.json").exists()
