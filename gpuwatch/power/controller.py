@@ -36,7 +36,7 @@ from gpuwatch.power.backend import (
     CapUnavailable,
     CapWriteError,
 )
-from gpuwatch.power.governor import GovernorState, decide, floor_cap_w, governor_params
+from gpuwatch.power.governor import GovernorState, floor_cap_w, governor_params
 from gpuwatch.power.gpu_cap import GpuCap, touches_hardware
 from gpuwatch.power.hwmon_cap import HwmonCap, Locate
 from gpuwatch.power.nvml_cap import NvmlCap
@@ -151,7 +151,7 @@ class PowerController:
         if not g.governable:
             return self._published(g, gpu, observed)
         assert g.original_w is not None
-        decision = decide(g.params, g.state, g.inputs(gpu, fan, now, thermals, observed))
+        decision = g.decide(g.inputs(gpu, fan, now, thermals, observed))
         g.state, g.target_w = decision.state, decision.cap_w
         g.pause_allowed = decision.pause_allowed or g.mode is PowerMode.DRY_RUN
         if decision.write:

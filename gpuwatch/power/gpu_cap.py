@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.model import FanState, GpuReading, PowerMode
 from gpuwatch.power.backend import VERIFY_TOLERANCE_W, CapBackend
-from gpuwatch.power.governor import GovernorInputs, GovernorParams, GovernorState, decide
+from gpuwatch.power.governor import Decision, GovernorInputs, GovernorParams, GovernorState, decide
 from gpuwatch.power.rules import fan_can_rise, headroom_c
 
 
@@ -43,10 +43,19 @@ class GpuCap:
     write_errors_total: int = 0
     capped_s: float = 0.0
     last_now: float | None = None
+    # The law's last answer and what it was asked: touches_hardware and the step ask it the same question
+    # in one tick, and it answers once.
+    decided: tuple[GovernorState, GovernorInputs, Decision] | None = field(default=None, repr=False)
 
     @property
     def governable(self) -> bool:
         return self.mode is not PowerMode.UNAVAILABLE and self.backend is not None and self.original_w is not None
+
+    def decide(self, inputs: GovernorInputs) -> Decision:
+        """``governor.decide`` for this GPU's state and ``inputs`` (pure: the same question, the same answer)."""
+        if self.decided is None or self.decided[:2] != (self.state, inputs):
+            self.decided = (self.state, inputs, decide(self.params, self.state, inputs))
+        return self.decided[2]
 
     def inputs(self, gpu: GpuReading, fan: FanState | None, now: float, thermals: list[ThermalConfig],
                observed_w: float) -> GovernorInputs:
@@ -64,7 +73,8 @@ def touches_hardware(g: GpuCap, gpu: GpuReading, fan: FanState | None, now: floa
                      thermals: list[ThermalConfig]) -> bool:
     """Whether this tick's step for ``g`` may do I/O (controller.py ``_tick_one``): its first probe, giving a
     cap back, NVML's limit, a cap that moved under us (a verify failure may give up and give back; a user's
-    new cap), or a write the law decides (the law is pure: asking it here changes nothing)."""
+    new cap), or a write the law decides (the law is pure: asking it here changes nothing, and the step
+    reuses its answer: GpuCap.decide)."""
     if g.mode is PowerMode.UNAVAILABLE or not gpu.up or gpu.suspended:
         return False
     if not g.probed:
@@ -85,4 +95,4 @@ def touches_hardware(g: GpuCap, gpu: GpuReading, fan: FanState | None, now: floa
         return True
     if g.mode is PowerMode.DRY_RUN:
         return False  # dry-run writes nothing
-    return decide(g.params, g.state, g.inputs(gpu, fan, now, thermals, observed)).write
+    return g.decide(g.inputs(gpu, fan, now, thermals, observed)).write
