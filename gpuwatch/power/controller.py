@@ -6,8 +6,9 @@ another hwmon index is written where it now is; NVML's limit for NVIDIA GPUs), t
 (after a crash: the original in the restore file), the floor and the thermal limits of the live
 configuration, then runs the pure law (governor.py) with this tick's readings and the fan's state. The
 writes go through the caps' Actuator (gpuwatch.actuation; the kind in restore.py): the original is
-recorded before the first write, and each GPU's step runs on its own worker within the sysfs deadline:
-a write stuck in the driver costs one deadline (published as blocked), never the loop or the shutdown.
+recorded before the first write, and a GPU's step that touches the hardware runs on its own worker within
+the sysfs deadline: a write stuck in the driver costs one deadline (published as blocked), never the loop
+or the shutdown.
 
 A GPU whose cap cannot be governed (no file, not writable, no range, refused writes, a cap that does not
 keep what is written) is published as unavailable with the reason, logged once, and paused as without a
@@ -58,6 +59,7 @@ class PowerController:
         self.check_access = check_access
         self.actuator = Actuator(kind(sysfs, self._loaded_nvml, locate), runtime_dir, deadline_s)
         self.gpus: dict[str, GpuCap] = {}
+        self._blocked_gpus: set[str] = set()  # whose step is stuck on its worker (logged once per episode)
 
     def _loaded_nvml(self) -> Any:
         if self.nvml is None:
@@ -76,13 +78,20 @@ class PowerController:
             g = self.gpus.get(gpu.gpu_id) or self._new(gpu, config)
             fan, thermals = by_gpu.get(gpu.gpu_id), thermals_on(config, gpu.gpu_id)
             step = steps[gpu.gpu_id] = partial(self._tick_one, g, gpu, fan, now, thermals)
-            if touches_hardware(g, gpu, fan, now, thermals):
+            # A worker still inside an earlier step holds this GPU's state: nothing of it may run beside
+            # that step on the loop (the worker answers Late at once instead).
+            if self.actuator.busy(gpu.gpu_id) or touches_hardware(g, gpu, fan, now, thermals):
                 on_workers[gpu.gpu_id] = step
         ran = self.actuator.run(on_workers) if on_workers else {}
         states = []
         for gpu in snapshot.gpus:
             result = ran[gpu.gpu_id] if gpu.gpu_id in ran else steps[gpu.gpu_id]()
-            states.append(self._blocked(self.gpus[gpu.gpu_id], gpu, result) if isinstance(result, Late) else result)
+            if isinstance(result, Late):
+                result = self._blocked(self.gpus[gpu.gpu_id], gpu, result)
+            elif gpu.gpu_id in self._blocked_gpus:
+                self._blocked_gpus.discard(gpu.gpu_id)
+                log.warning("GPU %s: power cap writes answer again", gpu.gpu_id)
+            states.append(result)
         return tuple(states)
 
     def _new(self, gpu: GpuReading, config: Config) -> GpuCap:
@@ -233,8 +242,9 @@ class PowerController:
         """The GPU's cap I/O has not returned within the deadline (a write stuck in the driver): published
         as such, and a hot card is paused as without a governor until the call returns."""
         reason = f"power cap writes blocked for {late.running_s:.1f} s"
-        log.log(logging.ERROR if late.running_s < 2 * self.actuator.deadline_s else logging.DEBUG,
-                "GPU %s: %s; a hot card is paused instead", g.gpu_id, reason)  # once: as the block starts
+        if g.gpu_id not in self._blocked_gpus:
+            self._blocked_gpus.add(g.gpu_id)
+            log.error("GPU %s: %s; a hot card is paused instead", g.gpu_id, reason)
         return replace(self._published(g, gpu, None), pause_allowed=True, reason=reason)
 
     def _published(self, g: GpuCap, gpu: GpuReading, cap_w: float | None, at_floor: bool = False) -> PowerState:

@@ -204,7 +204,8 @@ def test_a_gpu_back_under_another_hwmon_index_is_written_where_it_now_is(tmp_pat
     assert rig.cap_w() == 289 and not (rig.runtime_dir / "power-restore.json").exists()
 
 
-def test_a_hung_cap_write_holds_neither_the_tick_nor_the_restore(tmp_path: Path) -> None:
+def test_a_hung_cap_write_holds_neither_the_tick_nor_the_restore(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """power1_cap writes run on the GPU's worker within the deadline (gpuwatch.actuation): a write the
     driver never returns from costs one deadline, the card is published as blocked and paused as without
     a governor, the shutdown's restore gives up after the deadline, and `gpuwatch restore` retries."""
@@ -229,9 +230,15 @@ def test_a_hung_cap_write_holds_neither_the_tick_nor_the_restore(tmp_path: Path)
     try:
         started = time.monotonic()
         rig.set(junction_c=104)  # hotter still: the next cut falls due at once
-        states = [rig.tick(rig.now + 1) for _ in range(5)]
-        blocked = [s for s in states if "blocked" in (s.reason or "")]
-        assert blocked and all(s.pause_allowed for s in blocked)
+        first = rig.tick(rig.now + 1)
+        assert "blocked" in (first.reason or "") and first.pause_allowed
+        # Even a tick that would only decide (no I/O: touches_hardware says no) must not run beside the
+        # stuck step, which still holds this GPU's state: every tick is "blocked" until it returns.
+        with monkeypatch.context() as quiet:
+            quiet.setattr("gpuwatch.power.controller.touches_hardware", lambda *args: False)
+            later = [rig.tick(rig.now + 1) for _ in range(3)]
+        assert all("blocked" in (s.reason or "") and s.pause_allowed for s in later), later
+        assert sum("power cap writes blocked" in r.getMessage() for r in caplog.records) == 1  # once per episode
         with pytest.raises(RuntimeError, match="blocked"):
             rig.controller.restore()
         assert time.monotonic() - started < 10  # one deadline per tick at most, never the 30 s write
