@@ -71,9 +71,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
     for line in result.done:
         print(line)
     if not result.done + result.problems:
-        print(f"nothing to hand back: no restore file ({restore_file_path(config.resolved_runtime_dir, '*')}) "
-              f"and no fan in manual mode "
-              f"under {config.sysfs_root}; no power cap lowered")
+        files = restore_file_path(config.resolved_runtime_dir, "*")
+        print(f"nothing to hand back: no restore file ({files}) and no fan in manual mode under "
+              f"{config.sysfs_root}; no power cap lowered")
     for problem in result.problems:
         print(f"gpuwatch {args.verb}: {problem}", file=sys.stderr)
     return 1 if result.problems else 0
