@@ -22,6 +22,7 @@ from gpuwatch.daemon.loop import Daemon
 from gpuwatch.heartbeat import HEARTBEAT_ENV, PAUSE_ENV, read_heartbeat
 from gpuwatch.model import TrainerPhase, TrainerState
 from gpuwatch.publish.document import to_document
+from gpuwatch.publish.state import read_state_file
 from tests.support.paths import REPO
 from tests.support.waiting import wait_for
 
@@ -105,13 +106,20 @@ def test_the_screen_fits_80x24_and_the_log_gets_what_is_left(tmp_path: Path, car
     assert len(shown) >= (3 if cards == 1 else 0)
 
 
-def test_run_demo_shows_the_simulated_gpu_and_ctrl_c_stops_it_all(tmp_path: Path) -> None:
-    demo = tomllib.loads((REPO / "config/demo.toml").read_text())
+def demo_config(tmp_path: Path, time_scale: float = 30.0) -> Path:
+    """config/demo.toml as it ships, with its runtime directory and checkpoints under ``tmp_path``."""
+    text = (REPO / "config/demo.toml").read_text().replace(".tmp/demo/checkpoints", str(tmp_path / "checkpoints"))
+    demo = tomllib.loads(text)
     demo["runtime_dir"] = str(tmp_path / "run")
     demo["http"]["port"] = 0
-    demo["simulate"]["time_scale"] = 30.0
+    demo["simulate"]["time_scale"] = time_scale
     config = tmp_path / "demo.toml"
     config.write_text(tomli_w.dumps(demo))
+    return config
+
+
+def test_run_demo_shows_the_simulated_gpu_and_ctrl_c_stops_it_all(tmp_path: Path) -> None:
+    config = demo_config(tmp_path)
     # Its own session, like a terminal's foreground job: Ctrl-C is a SIGINT to the whole group.
     proc = subprocess.Popen([sys.executable, str(REPO / "demo/run_demo.py"), "--config", str(config), "--plain"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -133,3 +141,43 @@ def test_run_demo_shows_the_simulated_gpu_and_ctrl_c_stops_it_all(tmp_path: Path
     signals = [line.split(": ", 1)[1] for line in log.splitlines() if "received SIG" in line]
     assert signals == ["received SIGTERM, stopping"]
     assert not (tmp_path / "run/state.json").exists()  # the daemon cleaned up on SIGTERM
+
+
+def _trainer(tmp_path: Path) -> dict[str, Any]:
+    doc = read_state_file(tmp_path / "run/state.json")
+    return dict(doc["trainers"][0]) if doc and doc["trainers"] else {}
+
+
+def _reset(tmp_path: Path) -> dict[str, Any]:
+    doc = read_state_file(tmp_path / "run/state.json")
+    return dict(doc["gpus"][0]["reset"] or {}) if doc and doc["gpus"] else {}
+
+
+@pytest.mark.timeout(600)
+def test_the_demos_gpu_reset_is_recovered_and_the_trainer_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    """What the banner's `simulate-reset` line promises, on the demo's own config (a compositor on the card
+    too): the card comes back, its processes leave D state, and the trainer restarts from a checkpoint."""
+    config = demo_config(tmp_path, time_scale=10.0)
+    text = config.read_text().replace('"--checkpoint-dir"', '"--checkpoint-every", "5", "--checkpoint-dir"')
+    config.write_text(text)
+    proc = subprocess.Popen([sys.executable, str(REPO / "demo/run_demo.py"), "--config", str(config), "--plain"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for(lambda: _trainer(tmp_path).get("phase") == "running" and list(
+            (tmp_path / "checkpoints").glob("step-*.json")), "the demo trainer's first checkpoint", 180)
+        reset = subprocess.run([sys.executable, "-m", "gpuwatch", "simulate-reset", "-c",
+                                str(tmp_path / "run/demo.toml")], capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert reset.returncode == 0, reset.stderr
+        wait_for(lambda: _reset(tmp_path).get("resets_total") == 1, "the reset to be seen", 60)
+        wait_for(lambda: dict(_trainer(tmp_path).get("restarts_by_reason") or {}).get("gpu_reset") == 1
+                 and _trainer(tmp_path).get("phase") == "running", "the trainer to restart after the reset", 180,
+                 detail=lambda: f"{_trainer(tmp_path)}\n{_reset(tmp_path)}")
+        assert _reset(tmp_path)["recovering"] is False and _reset(tmp_path)["stuck_pids"] == []
+        log_path = _trainer(tmp_path)["log_path"]
+        wait_for(lambda: "train_demo: resumed from" in Path(log_path).read_text(), "the resume from a checkpoint", 120)
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 0, err
+    daemon_log = (tmp_path / "run/daemon.log").read_text()
+    assert "answers again" in daemon_log and "may need a reboot" not in daemon_log
