@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n\ngpuwatch demo stopped: " + handed_back(log_path, stopping_at, config_path))
     print(f"Daemon log: {_short(log_path)}")
     if code not in (0, -signal.SIGTERM):
-        print(_tail(log_path, 15), file=sys.stderr)
+        print(f"The daemon exited with code {code}; the end of its log:\n{_tail(log_path, 15)}", file=sys.stderr)
         return 1
     return 0
 
@@ -248,16 +248,19 @@ def handed_back(log_path: Path, since: int, config_path: Path) -> str:
     """What the daemon's stop did to the fans, from what it logged after ``since`` (bytes into its log)."""
     try:
         with open(log_path, "rb") as log:
-            log.seek(since)
+            took = any("took the fan" in line for line in log.read(since).decode(errors="replace").splitlines())
             said = log.read().decode(errors="replace").splitlines()
     except OSError:
-        said = []
+        took, said = False, []
     fans = [m.group(3) for line in said if (m := _LOG_LINE.match(line)) and "fan handed back" in m.group(3)]
     if fans:
         return "the trainer was stopped first, then\n" + "\n".join(f"  {fan}" for fan in fans)
+    if not took and not any("took the fan" in line for line in said):
+        # A start that failed (a bad argument, a config the daemon refuses...): it never wrote a fan.
+        return "the daemon stopped before it took the fan: nothing to hand back"
     problems = [line for line in said if "restore" in line or "fans-auto" in line]
-    return (f"the fan was not handed back: run `{_gpuwatch()} restore -c {_short(config_path)}`\n"
-            + "\n".join(problems))
+    return "\n".join([f"the fan was not handed back: run `{_gpuwatch()} restore -c {_short(config_path)}`",
+                      *problems])
 
 
 def _log_size(path: Path) -> int:

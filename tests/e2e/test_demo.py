@@ -116,8 +116,9 @@ def test_a_fan_not_handed_back_names_the_restore_command(tmp_path: Path, monkeyp
     run_demo = _run_demo()
     monkeypatch.chdir(REPO)
     log = tmp_path / "daemon.log"
-    log.write_text("2026-11-23 17:52:52,518 ERROR gpuwatch.fan: GPU 0000:28:00.0: restore failed: EACCES\n")
-    said = run_demo.handed_back(log, 0, REPO / ".tmp/demo/demo.toml")
+    took = "2026-11-23 17:52:40,100 INFO gpuwatch.fan: GPU 0000:28:00.0: took the fan at 27 % from the firmware\n"
+    log.write_text(took + "2026-11-23 17:52:52,518 ERROR gpuwatch.fan: GPU 0000:28:00.0: restore failed: EACCES\n")
+    said = run_demo.handed_back(log, len(took), REPO / ".tmp/demo/demo.toml")
     assert said.splitlines()[0].startswith("the fan was not handed back: run `")
     assert "restore -c .tmp/demo/demo.toml`" in said and "fans-auto" not in said.splitlines()[0]
     assert "restore failed: EACCES" in said
@@ -386,3 +387,15 @@ def test_make_run_on_an_80x24_terminal_wraps_nothing_and_keeps_its_urls_on_top(t
     assert term.proc.returncode == 0, term.raw.decode(errors="replace")[-3000:]
     assert term.frames >= 3
     assert "gpuwatch demo stopped: the trainer was stopped first, then" in goodbye
+
+
+def test_a_failed_start_says_what_happened_and_sends_nobody_to_a_command(tmp_path: Path) -> None:
+    """The daemon refuses its arguments: nothing was taken, so nothing to restore, and its error is shown."""
+    config = demo_config(tmp_path)
+    done = subprocess.run([sys.executable, str(REPO / "demo/run_demo.py"), "--config", str(config), "--plain",
+                           "--no-such-option"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "gpuwatch demo stopped: the daemon stopped before it took the fan: nothing to hand back" in done.stdout
+    assert "fans-auto" not in done.stdout + done.stderr and " restore " not in done.stdout
+    assert done.stderr.startswith("The daemon exited with code 2; the end of its log:")
+    assert "--no-such-option" in done.stderr
