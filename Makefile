@@ -21,7 +21,7 @@ TORCH_ROCM ?= rocm7.1
 TORCH_ROCM_INDEX_URL ?= https://download.pytorch.org/whl/$(TORCH_ROCM)
 TORCH_SYSFS_ROOT ?= /sys
 ifeq ($(origin TORCH_BUILD),undefined)
-TORCH_BUILD := $(if $(TORCH_INDEX_URL),index,$(shell scripts/torch-build.sh '$(TORCH_SYSFS_ROOT)'))
+TORCH_BUILD := $(if $(TORCH_INDEX_URL),index,$(shell sh scripts/torch-build.sh '$(TORCH_SYSFS_ROOT)'))
 endif
 
 .PHONY: run daemon test check venv system-deps clean install uninstall
