@@ -213,9 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _status(config: Config, color: bool = False) -> str:
+def _status(config: Config) -> str:
+    """The plain status (no colours: --plain is for logs and pipes)."""
     doc = read_state_file(config.state_file)
-    return render(doc, color=color) if doc else "waiting for the daemon's first tick...\n"
+    return render(doc) if doc else "waiting for the daemon's first tick...\n"
 
 
 def status_parts(config: Config) -> Status:
