@@ -53,6 +53,7 @@ from gpuwatch.supervise.machine import (
     count_restart,
     enter,
     new_run,
+    next_run_paused,
     note,
     paused_for_s,
 )
@@ -79,12 +80,7 @@ def step(machine: Machine, config: TrainerConfig, inputs: Inputs) -> Transition:
     if inputs.command == "restart":
         return _manual_restart(machine, config, inputs, actions)
     if machine.phase not in LIVE and inputs.command in ("pause", "resume"):
-        # No run to hold now: the next one starts held (pause) or running (resume).
-        pause = inputs.command == "pause"
-        if pause != machine.manual_pause:
-            why = "paused: the next run starts held" if pause else "resumed: the next run starts running"
-            machine = note(replace(machine, manual_pause=pause, pauses_total=machine.pauses_total + int(pause),
-                                   resumes_total=machine.resumes_total + int(not pause)), why)
+        machine = next_run_paused(machine, inputs.command == "pause")
     handler = _HANDLERS.get(machine.phase)
     return handler(machine, config, inputs, actions) if handler else (machine, actions)
 
