@@ -175,7 +175,7 @@ def refresh_pause(pause_file: str | os.PathLike[str], now_unix: float) -> bool:
     if age_s is None or age_s < PAUSE_REFRESH_S:
         return False
     try:
-        os.utime(pause_file, (now_unix, now_unix))
+        os.utime(pause_file, (now_unix, now_unix), follow_symlinks=False)  # the trainer's user owns the dir
     except OSError:
         return False
     return True

@@ -131,7 +131,10 @@ def find(state_dir: Path, own_daemon_pid: int | None = None) -> list[Leftover]:
         record = read_record(directory)
         if record is None or record.daemon_pid == own_daemon_pid or _daemon_alive(record):
             continue
-        members = _members(record)
+        # The daemon stops only processes that prove they are the run (its mark in their environment, which
+        # the trainer's user cannot forge for another's process; the record lies in a directory that user
+        # owns); status, read only and maybe not root, takes pid and start time when it cannot read that.
+        members = _members(record, proven=own_daemon_pid is not None)
         if members:
             found.append(Leftover(record, members, directory))
         elif own_daemon_pid is not None:
@@ -153,13 +156,14 @@ def describe_all(runtime_dir: Path, now_unix: float) -> list[str]:
     return [leftover.describe(now_unix) for leftover in find(runtime_dir / TRAINERS_DIR)]
 
 
-def _members(record: RunRecord) -> list[psutil.Process]:
-    """The run's processes still alive: its leader (same pid *and* start time) and its descendants, and
-    every process carrying its mark (readable ones: our own user's, or any as root)."""
+def _members(record: RunRecord, proven: bool) -> list[psutil.Process]:
+    """The run's processes still alive: its leader (same pid *and* start time, and with ``proven`` its mark)
+    and its descendants, and every process carrying its mark (readable ones: our user's, or any as root)."""
     members: dict[int, psutil.Process] = {}
     try:
         leader = psutil.Process(record.pid)
-        if abs(leader.create_time() - record.create_time) < _SAME_START_S and _running(leader):
+        if abs(leader.create_time() - record.create_time) < _SAME_START_S and _running(leader) and (
+                _marked(leader, record.run_id, unreadable=not proven)):
             members[leader.pid] = leader
             members.update((p.pid, p) for p in leader.children(recursive=True))
     except psutil.Error:
@@ -169,11 +173,21 @@ def _members(record: RunRecord) -> list[psutil.Process]:
             # A process of the run started after its leader: a cheap filter before reading the environment.
             if proc.pid in members or proc.create_time() + _SAME_START_S < record.create_time:
                 continue
-            if proc.environ().get(RUN_ENV) == record.run_id:
+            if _marked(proc, record.run_id, unreadable=False):
                 members[proc.pid] = proc
         except psutil.Error:
             continue
     return [p for p in members.values() if _running(p)]
+
+
+def _marked(proc: psutil.Process, run_id: str, unreadable: bool) -> bool:
+    """``proc`` carries the run's mark; ``unreadable``: what an environment we may not read counts as."""
+    try:
+        return bool(proc.environ().get(RUN_ENV) == run_id)
+    except psutil.AccessDenied:
+        return unreadable
+    except psutil.Error:
+        return False
 
 
 class LeftoverStop:

@@ -21,6 +21,7 @@ import pytest
 from gpuwatch.heartbeat import PAUSE_STALE_S, pause_age_s, refresh_pause, request_pause
 from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.supervise.leftovers import RunRecord, find, read_record, write_record
+from gpuwatch.supervise.orphans import RUN_ENV
 from tests.support.daemon_process import DaemonProcess
 from tests.support.processes import Processes
 from tests.support.stack import GPUWATCH
@@ -124,6 +125,25 @@ def test_records_of_runs_that_are_gone_or_reused_pids_are_not_leftovers(tmp_path
     write_record(tmp_path / "reused", RunRecord("reused", me.pid, me.create_time() - 5.0, "x/reused/1", 1, 0.0))
     assert find(tmp_path, own_daemon_pid=os.getpid() + 1) == []
     assert read_record(tmp_path / "gone") is None and read_record(tmp_path / "reused") is None  # cleared
+
+
+def test_a_record_is_believed_only_for_a_process_that_carries_the_runs_mark(tmp_path: Path) -> None:
+    """The record lies in a directory the trainer's user owns: a forged one naming another process (same
+    pid and start time) must not get that process stopped; the run's own processes carry its mark."""
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    stranger = subprocess.Popen(sleep, env={k: v for k, v in os.environ.items() if k != RUN_ENV})
+    ours = subprocess.Popen(sleep, env={**os.environ, RUN_ENV: "x/t/1"})
+    try:
+        for name, child in (("forged", stranger), ("t", ours)):
+            (tmp_path / name).mkdir()
+            write_record(tmp_path / name, RunRecord(name, child.pid, psutil.Process(child.pid).create_time(),
+                                                    f"x/{name}/1", 2**22 + 9, 0.0))
+        found = find(tmp_path, own_daemon_pid=os.getpid() + 1)
+        assert [(f.record.trainer, [p.pid for p in f.members]) for f in found] == [("t", [ours.pid])]
+    finally:
+        for child in (stranger, ours):
+            child.kill()
+            child.wait()
 
 
 def test_the_pause_file_says_whether_its_requester_is_alive(tmp_path: Path) -> None:
