@@ -23,6 +23,7 @@ LIVE_KEYS: dict[str, str] = {
     "log_level": "every logger",
     "thermal": "the state file, /metrics, the power governor and the supervisor",
     "status": "nothing in the daemon (`gpuwatch status --remote` reads it)",
+    "trainer": "the supervisor (adds and removes trainers; a changed one restarts alone, the others untouched)",
 }
 DAEMON_LIVE_KEYS = frozenset(LIVE_KEYS)
 
