@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Literal
 
@@ -68,6 +69,19 @@ class Config(Strict):
         if twice:
             raise ValueError("; ".join(f"trainer name {name!r} is used twice; names must be unique" for name in twice))
         return trainers
+
+    def slots_not_present(self, present: Collection[str]) -> list[str]:
+        """One line for each GPU the config names by PCI slot that is not among ``present`` (the GPUs read this
+        tick): a table that applies to nothing, or a trainer whose limits watch no GPU. The daemon logs them at
+        start and publishes them as a daemon failure (`gpuwatch status`, exit 1) while they last."""
+        found = ", ".join(sorted(present)) or "none found"
+        named = [(f'[fan.gpus."{slot}"]', slot, "its settings apply to nothing") for slot in self.fan.gpus]
+        named += [(f'[power.gpus."{slot}"]', slot, "its settings apply to nothing") for slot in self.power.gpus]
+        named += [(f"trainer {trainer.name!r} gpus", slot, "its thermal limits watch nothing there")
+                  for trainer in self.trainer for slot in trainer.gpus]
+        return [f"{where}: no such GPU on this machine ({found}): {what}" if where.startswith("[") else
+                f"{where}: no GPU {slot} on this machine ({found}): {what}"
+                for where, slot, what in named if slot not in present]
 
     @property
     def control_socket(self) -> Path:

@@ -112,9 +112,11 @@ class Daemon:
             trainers = self._guard("supervisor", lambda: trainer_part.tick(snapshot, fans, powers, config), ())
         self.ticks_total += 1
         count_read_errors(self.read_errors, snapshot)
+        failures = tuple(f"{part}: {why}" for part, why in self.failures.items())
+        absent = config.slots_not_present({gpu.gpu_id for gpu in snapshot.gpus})  # a trainer watching no GPU
         daemon = DaemonInfo(pid=os.getpid(), version=__version__, started_unix=self.started_unix,
                             ticks_total=self.ticks_total, interval_s=config.interval_s,
-                            failures=tuple(f"{part}: {why}" for part, why in self.failures.items()))
+                            failures=failures + (("config: " + "; ".join(absent),) if absent else ()))
         state = published_state(snapshot, daemon, fans, powers, trainers, self.read_errors, config)
         document = to_document(state, source="daemon")
         self.holder.publish(state, document)
