@@ -7,11 +7,18 @@ import os
 import sys
 import time
 
-from gpuwatch.cli.settings import cli_config_path, load_cli_config, setup_logging, with_runtime_dir, with_simulation
+from gpuwatch.cli.settings import (
+    check_config_path,
+    cli_config_path,
+    load_cli_config,
+    setup_logging,
+    with_runtime_dir,
+    with_simulation,
+)
 from gpuwatch.cli.show import document_text, repeat, sensors_fetch, show, status_fetch
 from gpuwatch.cli.status import EXIT_USAGE
 from gpuwatch.config.base import ConfigError, pci_slot_problem
-from gpuwatch.config.file import DEFAULT_CONFIG_PATH, Config, effective_config_toml, load_config
+from gpuwatch.config.file import Config, effective_config_toml, load_config
 from gpuwatch.config.sections import remote_base_url
 
 
@@ -125,7 +132,7 @@ def cmd_control(args: argparse.Namespace) -> int:
 def cmd_check_config(args: argparse.Namespace) -> int:
     from gpuwatch.supervise.preflight import check_trainers
 
-    path = args.file or DEFAULT_CONFIG_PATH
+    path = check_config_path(args)
     config = load_config(path)
     # As root, check as the daemon (a root service) will run it; as a user, what holds for anyone.
     check_trainers(config, str(path), as_daemon=os.geteuid() == 0)

@@ -36,6 +36,14 @@ def load_cli_config(args: argparse.Namespace, *, client: bool = False, **overrid
     return with_runtime_dir(load_config(path, overrides), client=client)
 
 
+def check_config_path(args: argparse.Namespace) -> Path:
+    """`check-config`'s file: ``-c FILE`` like every other command, or the positional FILE of its first form."""
+    if args.file is not None and args.config is not None and args.file != args.config:
+        args.parser.error(f"two files named ({args.config} and {args.file}): check one at a time")
+    path: Path = args.file or args.config or DEFAULT_CONFIG_PATH
+    return path
+
+
 def with_runtime_dir(config: Config, *, client: bool = False) -> Config:
     """The runtime directory resolved once, here (environment and euid), instead of on every use."""
     if config.runtime_dir is not None:
