@@ -131,22 +131,41 @@ class Config(Strict):
 
 
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Config:
-    """Read and validate ``path`` (None: defaults only); ``overrides`` win over the file's keys."""
+    """Read and validate ``path`` (None: defaults only); ``overrides`` (the command line's) win over the file's keys.
+
+    Every way the file can fail to be a configuration is a ConfigError with one line naming the file: missing
+    (or gone since the start, at a reload), a directory, unreadable, not UTF-8 (TOML files are UTF-8: a Latin-1
+    ``°`` in a comment is a byte 0xb0), not TOML. The daemon then refuses to start, or keeps the running
+    configuration at a reload.
+    """
     data: dict[str, Any] = {}
     source = "defaults"
     if path is not None:
         source = str(path)
-        try:
-            with open(path, "rb") as handle:
-                data = tomllib.load(handle)
-        except FileNotFoundError:
-            raise ConfigError(f"{source}: no such config file") from None
-        except OSError as exc:
-            raise ConfigError(f"{source}: cannot read: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+        data = _parse_toml(Path(path), source)
     data.update(overrides or {})
     return parse_config(data, source)
+
+
+def _parse_toml(path: Path, source: str) -> dict[str, Any]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: no such config file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{source}: is a directory, not a config file") from None
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{source}: line {line}: byte 0x{raw[exc.start]:02x} is not UTF-8 text (TOML files are "
+                          "UTF-8: save the file as UTF-8)") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
 
 
 def parse_config(data: dict[str, Any], source: str = "config") -> Config:

@@ -200,6 +200,11 @@ class Daemon:
             log.error("config reload rejected, still running the previous configuration:\n%s", exc)
             self.notifier.ready()
             return False
+        except Exception as exc:  # a loader's bug must not end the daemon (and every trainer) at a reload
+            log.error("config reload rejected, still running the previous configuration: %s: %s",
+                      type(exc).__name__, exc)
+            self.notifier.ready()
+            return False
         plan = plan_reload(self.config, new)
         self.config = plan.config
         self._apply_live(plan.applied)
