@@ -6,14 +6,15 @@ import argparse
 import os
 import sys
 import time
+from functools import partial
 
 from gpuwatch.cli.settings import (
     check_config_path,
     cli_config_path,
     load_cli_config,
+    load_daemon_config,
     setup_logging,
     with_runtime_dir,
-    with_simulation,
 )
 from gpuwatch.cli.show import document_text, repeat, sensors_fetch, show, status_fetch
 from gpuwatch.cli.status import EXIT_USAGE
@@ -25,20 +26,9 @@ from gpuwatch.config.sections import remote_base_url
 def cmd_run(args: argparse.Namespace) -> int:
     from gpuwatch.daemon.loop import Daemon
     from gpuwatch.daemon.sdnotify import Notifier
-    from gpuwatch.supervise.preflight import check_trainers
 
-    def load() -> Config:
-        # Also what SIGHUP re-runs: same file, same command-line overrides.
-        config = load_cli_config(args)
-        if args.dry_run:
-            config = config.model_copy(update={"fan": config.fan.model_copy(update={"mode": "dry-run"}),
-                                               "power": config.power.model_copy(update={"mode": "dry-run"})})
-        if args.simulate is not None:
-            config = with_simulation(config, args.simulate)
-        return config
-
+    load = partial(load_daemon_config, args)  # also what SIGHUP re-runs: same file, overrides and checks
     config = load()
-    check_trainers(config, str(cli_config_path(args) or "the default configuration"), as_daemon=True)
     setup_logging(config.log_level)
     notifier = Notifier.from_env(unset=True)  # trainers we spawn must not inherit NOTIFY_SOCKET
     return Daemon(config, config_path=cli_config_path(args), load=load, notifier=notifier).run()
