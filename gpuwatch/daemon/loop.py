@@ -195,7 +195,9 @@ class Daemon:
             return False
         self.notifier.reloading()
         try:
-            new = self._load()
+            # The running config is the effective one (compose.build: simulating, the simulator's tree is the
+            # sysfs root); the new file is compared in the same form, so only what the file changed is listed.
+            new = self._load().with_effective_sysfs()
         except ConfigError as exc:
             log.error("config reload rejected, still running the previous configuration:\n%s", exc)
             self.notifier.ready()

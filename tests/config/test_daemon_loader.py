@@ -94,3 +94,25 @@ def test_a_reload_refuses_a_trainer_the_start_refuses_and_keeps_the_whole_runnin
     assert state["gpus"][0]["temperatures"]["edge"]["limit_c"] == 90  # nothing of the rejected files applied
     assert state["trainers"][0]["phase"] == "running" and state["trainers"][0]["pid"] == pid
     assert daemon.stop() == 0
+
+
+def test_a_reload_under_simulate_lists_only_what_the_file_changed(tmp_path: Path, processes: Processes) -> None:
+    """Issue 32 point 9: the running config is the effective one (the simulator's tree as sysfs_root and proc_root,
+    amdgpu as the backend); the re-read file was compared without that, so every reload under --simulate listed
+    sysfs_root, proc_root and backend as "kept until a restart" though nobody changed them."""
+    from tests.support.stack import GPUWATCH
+
+    config = tmp_path / "gpuwatch.toml"
+    head = f'runtime_dir = "{tmp_path / "run"}"\ninterval_s = 0.2\n[http]\nenabled = false\n'
+    config.write_text(head)
+    child = processes.start("gpuwatch", [*GPUWATCH, "run", "-c", str(config), "--simulate"])
+    wait_for((tmp_path / "run" / "state.json").exists, "the first tick", 60, detail=child.tail)
+    child.process.send_signal(signal.SIGHUP)
+    wait_for(lambda: "config reloaded" in child.tail(20000), "the first reload", 30, detail=child.tail)
+    config.write_text(head + "[thermal]\nedge_limit_c = 80\n[fan]\nfloor_percent = 60\n")
+    child.process.send_signal(signal.SIGHUP)
+    wait_for(lambda: child.tail(20000).count("config reloaded") == 2, "the second reload", 30, detail=child.tail)
+    log = child.tail(20000)
+    assert "no live setting changed" in log
+    assert "applied thermal (" in log and "fan (the fan controller" in log
+    assert "kept until a restart" not in log, log
