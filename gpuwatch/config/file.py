@@ -70,13 +70,16 @@ class Config(Strict):
             raise ValueError("; ".join(f"trainer name {name!r} is used twice; names must be unique" for name in twice))
         return trainers
 
-    def slots_not_present(self, present: Collection[str]) -> list[str]:
+    def slots_not_present(self, present: Collection[str], tables: bool = True) -> list[str]:
         """One line for each GPU the config names by PCI slot that is not among ``present`` (the GPUs read this
-        tick): a table that applies to nothing, or a trainer whose limits watch no GPU. The daemon logs them at
-        start and publishes them as a daemon failure (`gpuwatch status`, exit 1) while they last."""
+        tick): a ``[fan.gpus]``/``[power.gpus]`` table that applies to nothing (``tables``), or a trainer whose
+        limits watch no GPU. The daemon logs them all at start; a trainer's is also a daemon failure
+        (`gpuwatch status`, exit 1) while it lasts, since its protection is off there. A table is harmless (one
+        config for several machines may name every machine's GPUs), so it is not."""
         found = ", ".join(sorted(present)) or "none found"
-        named = [(f'[fan.gpus."{slot}"]', slot, "its settings apply to nothing") for slot in self.fan.gpus]
-        named += [(f'[power.gpus."{slot}"]', slot, "its settings apply to nothing") for slot in self.power.gpus]
+        named = [(f'[fan.gpus."{slot}"]', slot, "its settings apply to nothing") for slot in self.fan.gpus] + [
+            (f'[power.gpus."{slot}"]', slot, "its settings apply to nothing") for slot in self.power.gpus]
+        named = named if tables else []
         named += [(f"trainer {trainer.name!r} gpus", slot, "its thermal limits watch nothing there")
                   for trainer in self.trainer for slot in trainer.gpus]
         return [f"{where}: no such GPU on this machine ({found}): {what}" if where.startswith("[") else

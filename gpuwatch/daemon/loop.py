@@ -113,7 +113,7 @@ class Daemon:
         self.ticks_total += 1
         count_read_errors(self.read_errors, snapshot)
         failures = tuple(f"{part}: {why}" for part, why in self.failures.items())
-        absent = config.slots_not_present({gpu.gpu_id for gpu in snapshot.gpus})  # a trainer watching no GPU
+        absent = config.slots_not_present({gpu.gpu_id for gpu in snapshot.gpus}, tables=False)  # trainers' only
         daemon = DaemonInfo(pid=os.getpid(), version=__version__, started_unix=self.started_unix,
                             ticks_total=self.ticks_total, interval_s=config.interval_s,
                             failures=failures + (("config: " + "; ".join(absent),) if absent else ()))

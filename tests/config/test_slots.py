@@ -117,5 +117,9 @@ def test_slots_named_in_the_config_that_are_not_here_are_one_line_each() -> None
         "trainer 't' gpus: no GPU 0000:2e:00.0 on this machine (0000:2d:00.0): its thermal limits watch nothing "
         "there",
     ]
+    assert config.slots_not_present({"0000:2d:00.0"}, tables=False) == [
+        "trainer 't' gpus: no GPU 0000:2e:00.0 on this machine (0000:2d:00.0): its thermal limits watch nothing "
+        "there",
+    ]
     assert config.slots_not_present({"0000:2d:00.0", "0000:2e:00.0", "0000:98:00.0", "0000:99:00.0"}) == []
     assert "(none found)" in config.slots_not_present(set())[0]
