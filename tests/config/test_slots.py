@@ -4,11 +4,17 @@ issue 40 point 2)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpuwatch.config.base import PCI_SLOT, ConfigError, canonical_pci_slot, pci_slot_problem
 from gpuwatch.config.file import parse_config
+from gpuwatch.gpus.amdgpu import discover
 from gpuwatch.gpus.nvml import normalise_bus_id
+from gpuwatch.sim.tree import FakeSysfsTree
+from gpuwatch.sysfs import Sysfs
+from tests.support.trees import capture
 
 
 @pytest.mark.parametrize("text, slot", [
@@ -123,3 +129,24 @@ def test_slots_named_in_the_config_that_are_not_here_are_one_line_each() -> None
     ]
     assert config.slots_not_present({"0000:2d:00.0", "0000:2e:00.0", "0000:98:00.0", "0000:99:00.0"}) == []
     assert "(none found)" in config.slots_not_present(set())[0]
+
+
+@pytest.mark.parametrize("slot", ["0000:2d:00.0", "0001:03:00.0", "10000:e1:00.0"])
+@pytest.mark.parametrize("uevent_names_it", [True, False])
+def test_sysfs_discovery_and_the_config_agree_on_a_gpus_slot(tmp_path: Path, slot: str, uevent_names_it: bool) -> None:
+    """The amdgpu source takes a GPU's id from the kernel (uevent's PCI_SLOT_NAME, else the PCI device directory's
+    name: both are the kernel's "%04x:%02x:%02x.%d"); every spelling of it in the config means that id."""
+    tree = FakeSysfsTree(tmp_path / "sys")
+    card = tree.add_capture(capture("navi10-rx5700xt-sapphire"), pci_slot=slot)
+    if not uevent_names_it:
+        uevent = tree.root / card.device_dir / "uevent"
+        uevent.write_text("".join(line for line in uevent.read_text().splitlines(keepends=True)
+                                  if not line.startswith("PCI_SLOT_NAME=")))
+    (found,) = discover(Sysfs(tree.root)).cards
+    assert found.gpu_id == slot and PCI_SLOT.match(found.gpu_id)
+    domain, bus_device_function = slot.split(":", 1)
+    spellings = [slot.upper(), f"{int(domain, 16):08x}:{bus_device_function}"]
+    spellings += [bus_device_function] if int(domain, 16) == 0 else []
+    for spelling in spellings:
+        config = parse_config({"trainer": [_trainer(gpus=[spelling])]})
+        assert config.trainer[0].gpus == [found.gpu_id]
