@@ -66,15 +66,15 @@ def pci_slot_problem(text: str) -> str | None:
 
 def distinct_slots(slots: Iterable[object]) -> None:
     """Raise ValueError when two spellings name one GPU (``0000:2D:00.0`` and ``2d:00.0``): its settings or
-    its trainers' would silently be one of them. What is not a slot at all is the slot check's to say."""
+    its trainers' would silently be one of them."""
     seen: dict[str, object] = {}
     for slot in slots:
+        if not isinstance(slot, str):
+            continue  # the type check's to say
         try:
-            canonical = canonical_pci_slot(slot) if isinstance(slot, str) else None
+            canonical = canonical_pci_slot(slot)
         except ValueError:
-            continue
-        if canonical is None:
-            continue
+            continue  # the slot check's to say
         if canonical in seen:
             raise ValueError(f"{seen[canonical]!r} and {slot!r} are the same GPU ({canonical}): name it once")
         seen[canonical] = slot

@@ -77,14 +77,13 @@ class Config(Strict):
         (`gpuwatch status`, exit 1) while it lasts, since its protection is off there. A table is harmless (one
         config for several machines may name every machine's GPUs), so it is not."""
         found = ", ".join(sorted(present)) or "none found"
-        named = [(f'[fan.gpus."{slot}"]', slot, "its settings apply to nothing") for slot in self.fan.gpus] + [
-            (f'[power.gpus."{slot}"]', slot, "its settings apply to nothing") for slot in self.power.gpus]
-        named = named if tables else []
-        named += [(f"trainer {trainer.name!r} gpus", slot, "its thermal limits watch nothing there")
-                  for trainer in self.trainer for slot in trainer.gpus]
-        return [f"{where}: no such GPU on this machine ({found}): {what}" if where.startswith("[") else
-                f"{where}: no GPU {slot} on this machine ({found}): {what}"
-                for where, slot, what in named if slot not in present]
+        lines = []
+        for section, slots in (("fan", self.fan.gpus), ("power", self.power.gpus)) if tables else ():
+            lines += [f'[{section}.gpus."{slot}"]: no such GPU on this machine ({found}): its settings apply to nothing'
+                      for slot in slots if slot not in present]
+        lines += [f"trainer {trainer.name!r} gpus: no GPU {slot} on this machine ({found}): its thermal limits watch "
+                  "nothing there" for trainer in self.trainer for slot in trainer.gpus if slot not in present]
+        return lines
 
     @property
     def control_socket(self) -> Path:
