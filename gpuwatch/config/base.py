@@ -53,12 +53,12 @@ def canonical_pci_slot(text: str) -> str:
 
 def pci_slot_problem(text: str) -> str | None:
     """Why ``text`` is not a PCI slot exactly as sysfs names it, or None when it is one (``curve --gpu``)."""
+    if PCI_SLOT.match(text):
+        return None
     try:
         canonical = canonical_pci_slot(text)
     except ValueError as exc:
         return str(exc)
-    if canonical == text:
-        return None
     if len(text.split(":")) == 2:
         return f"{text!r} is a short PCI slot: write it with its domain, as {canonical}"
     return f"{text!r}: write the PCI slot as sysfs names it, {canonical}"
