@@ -67,6 +67,20 @@ def test_a_reload_adds_removes_and_restarts_only_the_changed_trainer(tmp_path: P
         daemon.shutdown()
 
 
+
+def test_a_reload_adds_the_first_trainer_to_a_daemon_started_with_none(tmp_path: Path,
+                                                                      fake_sysfs: FakeSysfsTree) -> None:
+    fake_sysfs.add_capture(capture("navi10-rx5700xt-sapphire"))
+    base = {"sysfs_root": str(fake_sysfs.root), "runtime_dir": str(tmp_path / "run"), "interval_s": 0.1,
+            "fan": {"mode": "monitor-only"}, "http": {"enabled": False}}
+    daemon = Daemon(parse_config(base), load=lambda: parse_config(base | {"trainer": [_trainer(tmp_path, "first")]}))
+    try:
+        assert daemon.tick().trainers == ()
+        assert daemon.reload()
+        wait_for(lambda: _running(daemon, ["first"]), "the first trainer running after the reload", 30)
+    finally:
+        daemon.shutdown()
+
 def test_trainer_is_a_live_key_and_only_process_settings_restart_a_run(tmp_path: Path) -> None:
     running = parse_config({"trainer": [{"name": "a", "command": ["x"]}]})
     plan = plan_reload(running, parse_config({"trainer": [{"name": "a", "command": ["y"]}]}))
