@@ -75,6 +75,9 @@ def _add_views(sub: Commands, common: argparse.ArgumentParser) -> None:
         p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
         p.add_argument("--processes", action="store_true",
                        help="also list the processes using each GPU (pid, user, VRAM, engine busy, command)")
+        p.add_argument("--gpu", action="append", metavar="SLOT|INDEX",
+                       help="only this GPU: its PCI slot (0000:28:00.0) or its index in the list, from 0 "
+                            "(repeatable)")
         p.set_defaults(handler=handler)
         if name == "status":
             p.add_argument("--remote", nargs="*", metavar="HOST",
