@@ -17,6 +17,7 @@ from gpuwatch.cli.commands import (
     cmd_status,
     cmd_train,
 )
+from gpuwatch.cli.logs import cmd_logs
 from gpuwatch.cli.show import watch_seconds
 from gpuwatch.config.file import DEFAULT_CONFIG_PATH
 from gpuwatch.train.argv import FALLBACK_MODES
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_views(sub, common)
     _add_restore_and_curve(sub, common)
     _add_control(sub, common)
+    _add_logs(sub, common)
     _add_train(sub)
     check = sub.add_parser("check-config", help="validate a config file and print the effective config")
     check.add_argument("file", nargs="?", type=Path, help=f"default {DEFAULT_CONFIG_PATH}")
@@ -105,6 +107,8 @@ def _add_control(sub: Commands, common: argparse.ArgumentParser) -> None:
         ("pause", "pause a supervised trainer (all when NAME is omitted) until `resume`"),
         ("resume", "resume a paused trainer"),
         ("restart", "stop a trainer gracefully and start it again (from its last checkpoint)"),
+        ("stop", "stop a trainer gracefully (SIGTERM, its grace_s to checkpoint, then SIGKILL) and keep it "
+                 "stopped until `restart` (or the daemon's restart)"),
         ("simulate-reset", "reset a simulated GPU (gpuwatch run --simulate): dump, outage, hung processes"),
     ):
         p = sub.add_parser(name, parents=[common], help=helptext)
@@ -112,6 +116,14 @@ def _add_control(sub: Commands, common: argparse.ArgumentParser) -> None:
             "trainer name from [[trainer]] (default: all)"
         p.add_argument("name", nargs="?", help=what)
         p.set_defaults(handler=cmd_control, verb=name)
+
+
+def _add_logs(sub: Commands, common: argparse.ArgumentParser) -> None:
+    logs = sub.add_parser("logs", parents=[common], help="print a trainer's output (its log file; no daemon needed)")
+    logs.add_argument("name", nargs="?", help="trainer name from [[trainer]] (default: the only one)")
+    logs.add_argument("-n", "--lines", type=_lines, default=10, metavar="N", help="the last N lines (default 10)")
+    logs.add_argument("-f", "--follow", action="store_true", help="then print new output as it comes, until Ctrl-C")
+    logs.set_defaults(handler=cmd_logs)
 
 
 def _add_train(sub: Commands) -> None:
@@ -138,6 +150,13 @@ def _add_train(sub: Commands) -> None:
                        help="python SCRIPT ARGS, python -m MODULE ARGS, or any command that starts Python "
                             "(torchrun ...)")
     train.set_defaults(handler=cmd_train)
+
+
+def _lines(text: str) -> int:
+    """`logs -n`: a count of lines, 0 or more."""
+    if not text.isdecimal():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of lines (0 or more)")
+    return int(text)
 
 
 def _positive_seconds(text: str) -> float:

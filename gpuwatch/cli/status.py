@@ -79,6 +79,8 @@ def render(doc: StatusDocument, now: float | None = None, color: bool = False, n
     for trainer in doc.get("trainers", []):
         lines.append(trainer_line(trainer, now, paint))
         lines.extend(trainer_gpu_lines(trainer, paint))
+        if trainer.get("log_path"):  # where to look when it failed (`gpuwatch logs NAME` prints it)
+            lines.append(f"  log    {trainer['log_path']}  (gpuwatch logs {trainer['name']})")
     return "\n".join(lines) + "\n"
 
 

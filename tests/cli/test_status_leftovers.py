@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import resource
-import signal
 import subprocess
 from pathlib import Path
 
