@@ -17,6 +17,7 @@ from gpuwatch.cli.commands import (
     cmd_status,
     cmd_train,
 )
+from gpuwatch.cli.completion import SHELLS, cmd_completion
 from gpuwatch.cli.logs import cmd_logs
 from gpuwatch.cli.show import watch_seconds
 from gpuwatch.config.file import DEFAULT_CONFIG_PATH
@@ -39,8 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_logs(sub, common)
     _add_train(sub)
     check = sub.add_parser("check-config", help="validate a config file and print the effective config")
-    check.add_argument("file", nargs="?", type=Path, help=f"default {DEFAULT_CONFIG_PATH}")
+    check.add_argument("file", nargs="?", type=Path, metavar="FILE", help=f"default {DEFAULT_CONFIG_PATH}")
     check.set_defaults(handler=cmd_check_config)
+    completion = sub.add_parser("completion", help="print the shell completion script for bash, zsh or fish")
+    completion.add_argument("shell", choices=SHELLS, help="the shell the script is for")
+    completion.set_defaults(handler=cmd_completion, root=parser)  # the script is generated from this parser
     for command in sub.choices.values():
         command.set_defaults(parser=command)  # a usage error found later is said with the command's usage
     return parser
@@ -49,9 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _common_options() -> argparse.ArgumentParser:
     """The options every command that reads a config or the machine takes (a parent parser)."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-c", "--config", type=Path, help=f"config file (default {DEFAULT_CONFIG_PATH} if present)")
-    common.add_argument("--sysfs-root", type=Path, help="sysfs tree to read instead of /sys (tests, captures)")
-    common.add_argument("--proc-root", type=Path, help="proc tree to read instead of /proc (tests)")
+    common.add_argument("-c", "--config", type=Path, metavar="FILE",
+                        help=f"config file (default {DEFAULT_CONFIG_PATH} if present)")
+    common.add_argument("--sysfs-root", type=Path, metavar="DIR",
+                        help="sysfs tree to read instead of /sys (tests, captures)")
+    common.add_argument("--proc-root", type=Path, metavar="DIR", help="proc tree to read instead of /proc (tests)")
     return common
 
 
@@ -112,15 +118,16 @@ def _add_control(sub: Commands, common: argparse.ArgumentParser) -> None:
         ("simulate-reset", "reset a simulated GPU (gpuwatch run --simulate): dump, outage, hung processes"),
     ):
         p = sub.add_parser(name, parents=[common], help=helptext)
-        what = "PCI slot of the simulated GPU (default: the first)" if name == "simulate-reset" else \
-            "trainer name from [[trainer]] (default: all)"
-        p.add_argument("name", nargs="?", help=what)
+        if name == "simulate-reset":
+            p.add_argument("name", nargs="?", metavar="GPU", help="PCI slot of the simulated GPU (default: the first)")
+        else:
+            p.add_argument("name", nargs="?", metavar="NAME", help="trainer name from [[trainer]] (default: all)")
         p.set_defaults(handler=cmd_control, verb=name)
 
 
 def _add_logs(sub: Commands, common: argparse.ArgumentParser) -> None:
     logs = sub.add_parser("logs", parents=[common], help="print a trainer's output (its log file; no daemon needed)")
-    logs.add_argument("name", nargs="?", help="trainer name from [[trainer]] (default: the only one)")
+    logs.add_argument("name", nargs="?", metavar="NAME", help="trainer name from [[trainer]] (default: the only one)")
     logs.add_argument("-n", "--lines", type=_lines, default=10, metavar="N", help="the last N lines (default 10)")
     logs.add_argument("-f", "--follow", action="store_true", help="then print new output as it comes, until Ctrl-C")
     logs.set_defaults(handler=cmd_logs)
