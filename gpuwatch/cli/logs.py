@@ -34,18 +34,26 @@ def cmd_logs(args: argparse.Namespace) -> int:
         print(f"gpuwatch logs: {trainer}", file=sys.stderr)
         return EXIT_USAGE
     path = trainer_log_path(config, trainer)
+    try:
+        return _show(path, trainer.name, args.lines, args.follow)
+    except OSError as exc:  # a log only root may read (the daemon's user and group), a vanished folder...
+        print(f"gpuwatch logs: cannot read {exc.filename or path}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_ALARM
+
+
+def _show(path: Path, name: str, count: int, following: bool) -> int:
     out = sys.stdout.buffer
     current = _open(path)
-    if current is None and not args.follow:
-        print(f"gpuwatch logs: no log of trainer {trainer.name} yet at {path} (it has not run with this runtime "
+    if current is None and not following:
+        print(f"gpuwatch logs: no log of trainer {name} yet at {path} (it has not run with this runtime "
               "directory; -f waits for it)", file=sys.stderr)
         return EXIT_ALARM
     if current is None:
         print(f"gpuwatch logs: waiting for {path}", file=sys.stderr)
     try:
-        out.writelines(last_lines(current, path, args.lines))
+        out.writelines(last_lines(current, path, count))
         out.flush()
-        if not args.follow:
+        if not following:
             return EXIT_OK
         # From where the last lines ended, in the same open file: nothing written meanwhile is lost.
         for chunk in follow(path, current):

@@ -10,6 +10,7 @@ import pwd
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -145,3 +146,17 @@ def test_logs_of_a_trainer_that_never_ran_and_of_an_unknown_one(tmp_path: Path) 
     assert unknown.returncode == 2 and "no trainer named 'x' in the configuration (trainers: t)" in unknown.stderr
     bad = gpuwatch("logs", "t", "-n", "-1", "-c", str(config))
     assert bad.returncode == 2 and bad.stderr.startswith("usage: gpuwatch logs")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a log only root may read")
+def test_logs_a_user_may_not_read_is_one_line() -> None:
+    with tempfile.TemporaryDirectory() as where:  # pytest's tmp_path is root's alone (0700): nobody reads it
+        tmp = Path(where)
+        tmp.chmod(0o755)
+        config = _config(tmp, log_dir=str(tmp / "logs"))
+        (tmp / "logs").mkdir(mode=0o700)  # the daemon's log folder: root's
+        (tmp / "logs/t.log").write_text("secret\n")
+        nobody = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", GPUWATCH, "logs",
+                                 "t", "-c", str(config)], capture_output=True, text=True, timeout=60)
+    assert nobody.returncode == 1 and "Traceback" not in nobody.stderr, nobody.stderr
+    assert nobody.stderr.startswith(f"gpuwatch logs: cannot read {tmp / 'logs/t.log'}: Permission denied")
