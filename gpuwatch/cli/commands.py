@@ -132,10 +132,14 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from gpuwatch.cli.leftovers import leftovers
+
     config = load_cli_config(args, client=True)
     if args.remote is not None:
+        if args.gpu:
+            args.parser.error("--gpu chooses among this machine's GPUs: not with --remote")
         return _show_remote(args, config)
-    return show(args, status_fetch(config, args.processes))
+    return show(args, status_fetch(config, args.processes), lambda doc: leftovers(doc, config.resolved_runtime_dir))
 
 
 def _show_remote(args: argparse.Namespace, config: Config) -> int:

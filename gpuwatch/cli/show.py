@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from gpuwatch.cli.process_table import render_processes
-from gpuwatch.cli.status import exit_code, render
+from gpuwatch.cli.status import exit_code, render, select_gpus
 from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import Config
 from gpuwatch.limits import limits_in_force
@@ -97,13 +97,22 @@ def _direct_note(config: Config, note: str) -> str:
     return f"{note}; simulated cards: {tree}{where}"
 
 
-def show(args: argparse.Namespace, fetch: Fetch) -> int:
+def show(args: argparse.Namespace, fetch: Fetch, leftovers: Callable[[StatusDocument], list[str]] | None = None) -> int:
+    """``leftovers``: what a daemon that did not stop cleanly left behind (cli/leftovers.py), said and exit 1."""
     def once(color: bool) -> tuple[str, int]:
         doc, note = fetch()
-        text = document_text(doc, args) if args.json else render(doc, color=color, note=note)
+        if getattr(args, "gpu", None):  # --gpu SLOT|INDEX
+            try:
+                doc = select_gpus(doc, args.gpu)
+            except ValueError as exc:
+                args.parser.error(str(exc))
+        found = leftovers(doc) if leftovers else []
+        text = document_text(doc, args) if args.json else render(doc, color=color, note=note, leftovers=found)
+        for line in found if args.json else ():  # stdout stays one JSON document
+            print(f"gpuwatch: {line}", file=sys.stderr)
         if getattr(args, "processes", False) and not args.json:
             text += "\n" + render_processes(doc)
-        return text, exit_code(doc)
+        return text, exit_code(doc, found)
 
     return repeat(args, once)
 

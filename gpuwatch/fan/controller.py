@@ -269,6 +269,10 @@ class FanController:
         backend.take_control()
         fan.controlling = True
         duty = "" if gpu.pwm_ratio is None else f" at {gpu.pwm_ratio * 100:.0f} %"
+        if fan.mode is FanMode.DRY_RUN:  # nothing was written: the fan stays with the firmware
+            log.info("GPU %s: dry run: would take the fan%s from the firmware via %s; nothing written, the "
+                     "firmware keeps it", fan.gpu_id, duty, backend.name)
+            return
         log.info("GPU %s: took the fan%s from the firmware via %s (handed back as %s)", fan.gpu_id, duty,
                  backend.name, record.handed_back())
 

@@ -38,6 +38,9 @@ def run_ended(machine: Machine, config: TrainerConfig, inputs: Inputs, actions: 
                      f"and run `gpuwatch restart {config.name}`"), actions
     if after is None and code == 0:
         return enter(machine, TrainerPhase.FINISHED, now, "finished (exit 0)"), actions
+    if after == "stop":  # `gpuwatch stop`: stays stopped until `gpuwatch restart`
+        why = f"stopped; `gpuwatch restart {config.name}` starts it"
+        return enter(machine, TrainerPhase.STOPPED, now, why), actions
     if after == "emergency":
         why = "emergency stop; restarts when cool" if config.restart_after_emergency else "emergency stop"
         return enter(machine, TrainerPhase.STOPPED, now, why), actions

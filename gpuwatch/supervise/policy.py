@@ -79,6 +79,8 @@ def step(machine: Machine, config: TrainerConfig, inputs: Inputs) -> Transition:
         return _stop(machine, inputs, actions, inputs.thermal.reason or "emergency", "emergency")
     if inputs.command == "restart":
         return _manual_restart(machine, config, inputs, actions)
+    if inputs.command == "stop":
+        return _manual_stop(machine, config, inputs, actions)
     if machine.phase not in LIVE and inputs.command in ("pause", "resume"):
         machine = next_run_paused(machine, inputs.command == "pause")
     handler = _HANDLERS.get(machine.phase)
@@ -94,6 +96,18 @@ def _manual_restart(machine: Machine, config: TrainerConfig, inputs: Inputs, act
         return _stop(machine, inputs, actions, "manual restart", "restart")
     resume = machine.phase is not TrainerPhase.FINISHED
     return _spawn(replace(machine, crashes=0), config, inputs, actions, "manual", resume=resume)
+
+
+def _manual_stop(machine: Machine, config: TrainerConfig, inputs: Inputs, actions: list[Action]) -> Transition:
+    """`gpuwatch stop`: a live run is stopped as any stop is (CONT, TERM, its ``grace_s`` to checkpoint, KILL), and
+    the trainer stays STOPPED (exits.py) until `gpuwatch restart`; one not running is STOPPED at once."""
+    if machine.phase is TrainerPhase.STOPPING:
+        return replace(machine, after_stop="stop"), actions
+    if machine.phase in LIVE:
+        return _stop(machine, inputs, actions, "manual stop", "stop")
+    stopped = replace(machine, after_stop="stop", next_start=None)
+    why = f"stopped; `gpuwatch restart {config.name}` starts it"
+    return enter(stopped, TrainerPhase.STOPPED, inputs.now, why), actions
 
 
 def _starting(machine: Machine, config: TrainerConfig, inputs: Inputs, actions: list[Action]) -> Transition:

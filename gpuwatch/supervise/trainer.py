@@ -61,6 +61,12 @@ log = logging.getLogger("gpuwatch.supervisor")
 _GPUS_READY = GpuVerdict()
 
 
+def log_path(config: TrainerConfig, state_dir: Path) -> Path:
+    """Where a trainer's output goes: ``log_dir``, else its folder in the supervisor's ``state_dir`` (also what
+    `gpuwatch logs` reads when no daemon says)."""
+    return (config.log_dir or state_dir / config.name) / f"{config.name}.log"
+
+
 class Trainer:
     """One configured trainer: its machine state, its current process and its files."""
 
@@ -70,7 +76,7 @@ class Trainer:
         self.config = config
         self.runs_prefix, self.runs, self.cgroup = runs_prefix, 0, cgroup
         self.dir = state_dir / config.name
-        self.log_path = (config.log_dir or self.dir) / f"{config.name}.log"
+        self.log_path = log_path(config, state_dir)
         self.heartbeat_file = self.dir / "heartbeat.json"
         self.pause_file = self.dir / PAUSE_FILE
         self.machine = Machine()
