@@ -10,12 +10,18 @@ pings and systemd restarts us), STOPPING=1 when shutdown starts. SIGHUP reloads 
 the same path between ticks, never adding one (bursts coalesced): RELOADING=1, the new configuration
 (its live keys, gpuwatch.daemon.reload) replaces the loop's one Config, which every tick passes to every
 part, then READY=1; an invalid file is logged and the running config stays.
+
+Signal handlers only set a flag and write a byte to a self-pipe the wait between ticks polls (Flag,
+Wakeup): a handler runs on the main thread between two bytecodes, maybe inside a lock that thread holds,
+so it takes none (no Event, no logging); the loop logs what arrived.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import select
 import signal
 import threading
 import time
@@ -24,7 +30,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from types import FrameType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gpuwatch import __version__
 from gpuwatch.config.base import ConfigError
@@ -72,9 +78,13 @@ class Daemon:
         self.holder = StateHolder()
         self.started_unix = time.time()
         self.ticks_total = 0
-        self.stop_requested = threading.Event()
-        self.reload_requested = threading.Event()
-        self._wake = threading.Event()  # interrupts the wait between ticks (stop or reload)
+        # Set by signal handlers: plain flags and a self-pipe, never a lock (see Wakeup).
+        self.stop_requested = Flag()
+        self.reload_requested = Flag()
+        self._wakeup = Wakeup()  # interrupts the wait between ticks (stop or reload)
+        self._signals: list[int] = []  # stop signals received, logged by the loop (a handler logs nothing)
+        self._signals_logged = 0
+        self._previous_handlers: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
         self._next_reload = 0.0  # monotonic time before which a requested reload waits (coalescing)
         self.failures: dict[str, str] = {}
         self.control: ControlServer | None = None
@@ -137,6 +147,7 @@ class Daemon:
             ready = False
             self.start_http()
             while not self.stop_requested.is_set():
+                self._log_signals()
                 state = self.tick()
                 self._notify_tick(state, first_tick=not ready)
                 ready = True
@@ -147,7 +158,11 @@ class Daemon:
                     deadline, delay = time.monotonic(), 0.0
                 self._wait(delay)
         finally:
+            self._log_signals()
             self.shutdown()
+            self._uninstall_signals()
+            self._log_signals()
+            self._wakeup.close()
         return 0
 
     def _notify_tick(self, state: PublishedState, first_tick: bool) -> None:
@@ -168,6 +183,7 @@ class Daemon:
         """
         end = time.monotonic() + delay_s
         while not self.stop_requested.is_set():
+            self._log_signals()
             now = time.monotonic()
             if self.reload_requested.is_set() and now >= self._next_reload:
                 self.reload()
@@ -181,8 +197,7 @@ class Daemon:
             ping_in = self.notifier.next_ping_in_s()
             if ping_in is not None:
                 wake_in.append(ping_in)
-            if self._wake.wait(max(0.0, min(wake_in))):
-                self._wake.clear()
+            self._wakeup.wait(max(0.0, min(wake_in)))
             self.notifier.watchdog()
 
     def reload(self) -> bool:
@@ -263,24 +278,45 @@ class Daemon:
         self.http.start()
 
     def request_stop(self, signum: int | None = None, frame: FrameType | None = None) -> None:
+        """SIGTERM/SIGINT (or any thread): a flag and a byte on the self-pipe, nothing that takes a lock.
+
+        A handler runs on the main thread between two bytecodes, possibly inside a lock the main thread
+        holds (an Event's condition in its wait, logging's handler lock): taking that lock again from the
+        handler deadlocked the daemon (issue 40). The loop logs the signal (``_log_signals``)."""
         if signum is not None:
-            # One line per stop: a Ctrl-C that also reaches a wrapper which then sends SIGTERM is one request.
-            level = logging.DEBUG if self.stop_requested.is_set() else logging.INFO
-            log.log(level, "received %s, %s", signal.Signals(signum).name,
-                    "already stopping" if self.stop_requested.is_set() else "stopping")
+            self._signals.append(signum)  # list.append is atomic and takes no lock
         self.stop_requested.set()
-        self._wake.set()
+        self._wakeup.poke()
 
     def request_reload(self, signum: int | None = None, frame: FrameType | None = None) -> None:
         # Only a flag: the loop reloads between ticks, never inside a signal handler mid-tick.
         self.reload_requested.set()
-        self._wake.set()
+        self._wakeup.poke()
+
+    def _log_signals(self) -> None:
+        """One line per stop, from the loop: a Ctrl-C that also reaches a wrapper which then sends SIGTERM is
+        one request (the first is news, the others debug)."""
+        while self._signals_logged < len(self._signals):
+            signum = self._signals[self._signals_logged]
+            first = self._signals_logged == 0
+            self._signals_logged += 1
+            log.log(logging.INFO if first else logging.DEBUG, "received %s, %s", signal.Signals(signum).name,
+                    "stopping" if first else "already stopping")
 
     def _install_signals(self) -> None:
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self.request_stop)
-            signal.signal(signal.SIGINT, self.request_stop)
-            signal.signal(signal.SIGHUP, self.request_reload)
+            for signum, handler in ((signal.SIGTERM, self.request_stop), (signal.SIGINT, self.request_stop),
+                                    (signal.SIGHUP, self.request_reload)):
+                self._previous_handlers[signum] = signal.signal(signum, handler)
+
+    def _uninstall_signals(self) -> None:
+        """After the shutdown: a stop or reload signal has nothing left to do. Python resets its handlers to
+        the default action when the interpreter finalizes, and SIGHUP's or SIGTERM's default kills: a late
+        one would turn a clean exit into death by signal. Ignored where the default was in force, the
+        earlier handler back otherwise (an embedding program's, Python's KeyboardInterrupt for SIGINT)."""
+        for signum, previous in self._previous_handlers.items():
+            signal.signal(signum, signal.SIG_IGN if previous in (signal.SIG_DFL, None) else previous)
+        self._previous_handlers.clear()
 
     def _guard(self, part: str, action: Callable[[], T], fallback: T) -> T:
         try:
@@ -293,3 +329,65 @@ class Daemon:
         self.failures.pop(part, None)
         return result
 
+
+
+class Flag:
+    """A boolean a signal handler may set: an attribute store, atomic under the GIL, with no lock to take
+    (threading.Event.set takes its condition's lock, which the interrupted main thread may hold)."""
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def clear(self) -> None:
+        self._set = False
+
+    def is_set(self) -> bool:
+        return self._set
+
+
+class Wakeup:
+    """The self-pipe that ends the loop's wait: ``poke`` (a signal handler or another thread) writes a byte,
+    ``wait`` polls the read end with a timeout and drains it. Both ends are non-blocking: a full pipe
+    already holds a wake-up, and a handler must never block."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._poll = select.poll()
+        self._poll.register(self._read, select.POLLIN)
+
+    def poke(self) -> None:
+        fd = self._write
+        if fd < 0:
+            return
+        try:
+            os.write(fd, b"\0")
+        except OSError as exc:  # EAGAIN: a wake-up is pending already; EBADF: closed at exit
+            if exc.errno not in (errno.EAGAIN, errno.EBADF):
+                raise
+
+    def wait(self, timeout_s: float) -> bool:
+        """Until poked or ``timeout_s`` passed; whether it was poked. A signal during the poll runs its
+        handler, which pokes: the retried poll (PEP 475) returns at once."""
+        if self._read < 0:
+            time.sleep(timeout_s)
+            return False
+        if not self._poll.poll(max(0, int(timeout_s * 1000 + 0.999))):
+            return False
+        try:
+            while os.read(self._read, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        return True
+
+    def close(self) -> None:
+        """The write end first: a handler that runs later finds -1 and writes nothing (it runs on the main
+        thread, between this method's statements, never inside one)."""
+        write, read = self._write, self._read
+        self._write = self._read = -1
+        for fd in (write, read):
+            if fd >= 0:
+                os.close(fd)
