@@ -106,8 +106,10 @@ class Daemon:
         snapshot = self.sampler.sample()
         usage, config = self.parts.gpu_use, self.config  # this tick's configuration, reloads in between
         if usage is not None:
+            # Each stage (reset detection, the process scan, reset recovery) in a guard of its own.
             trainer_trees = self.parts.trainers.trees if self.parts.trainers is not None else dict
-            snapshot = self._guard("processes and resets", lambda: usage.observe(snapshot, trainer_trees()), snapshot)
+            snapshot = self._guard("processes and resets", lambda: usage.observe(snapshot, trainer_trees, self._guard),
+                                   snapshot)
         fans: tuple[FanState, ...] = ()
         powers: tuple[PowerState, ...] = ()
         trainers: tuple[TrainerState, ...] = ()
