@@ -25,6 +25,7 @@ import select
 import signal
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
@@ -359,6 +360,8 @@ class Wakeup:
         self._read, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._poll = select.poll()
         self._poll.register(self._read, select.POLLIN)
+        # A daemon that never ran (tests, `gpuwatch` as a library) closes its pipe when it is collected.
+        self._closer = weakref.finalize(self, _close_fds, self._read, self._write)
 
     def poke(self) -> None:
         fd = self._write
@@ -388,8 +391,10 @@ class Wakeup:
     def close(self) -> None:
         """The write end first: a handler that runs later finds -1 and writes nothing (it runs on the main
         thread, between this method's statements, never inside one)."""
-        write, read = self._write, self._read
         self._write = self._read = -1
-        for fd in (write, read):
-            if fd >= 0:
-                os.close(fd)
+        self._closer()
+
+
+def _close_fds(*fds: int) -> None:
+    for fd in fds:
+        os.close(fd)
