@@ -11,27 +11,22 @@ the same path between ticks, never adding one (bursts coalesced): RELOADING=1, t
 (its live keys, gpuwatch.daemon.reload) replaces the loop's one Config, which every tick passes to every
 part, then READY=1; an invalid file is logged and the running config stays.
 
-Signal handlers only set a flag and write a byte to a self-pipe the wait between ticks polls (Flag,
-Wakeup): a handler runs on the main thread between two bytecodes, maybe inside a lock that thread holds,
-so it takes none (no Event, no logging); the loop logs what arrived.
+Signal handlers only set a flag and write a byte to a self-pipe the wait between ticks polls
+(wakeup.py); they log nothing: the loop logs what arrived.
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
-import select
-import signal
 import threading
 import time
-import weakref
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from gpuwatch import __version__
 from gpuwatch.config.base import ConfigError
@@ -42,6 +37,7 @@ from gpuwatch.daemon.control import ControlServer
 from gpuwatch.daemon.published import count_read_errors, log_discovery, published_state
 from gpuwatch.daemon.reload import plan_reload
 from gpuwatch.daemon.sdnotify import Notifier
+from gpuwatch.daemon.wakeup import Flag, Signals, Wakeup
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.model import DaemonInfo, FanState, PowerState, PublishedState, TrainerState
 from gpuwatch.publish.document import to_document
@@ -83,9 +79,7 @@ class Daemon:
         self.stop_requested = Flag()
         self.reload_requested = Flag()
         self._wakeup = Wakeup()  # interrupts the wait between ticks (stop or reload)
-        self._signals: list[int] = []  # stop signals received, logged by the loop (a handler logs nothing)
-        self._signals_logged = 0
-        self._previous_handlers: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
+        self._signals = Signals()  # installs the handlers; the stop signals received, logged by the loop
         self._next_reload = 0.0  # monotonic time before which a requested reload waits (coalescing)
         self.failures: dict[str, str] = {}
         self.control: ControlServer | None = None
@@ -107,8 +101,8 @@ class Daemon:
         snapshot = self.sampler.sample()
         usage, config = self.parts.gpu_use, self.config  # this tick's configuration, reloads in between
         if usage is not None:
-            # Each stage (reset detection, the process scan, reset recovery) in a guard of its own.
             trainer_trees = self.parts.trainers.trees if self.parts.trainers is not None else dict
+            # Each stage (reset detection, the process scan, reset recovery) in a guard of its own.
             snapshot = self._guard("processes and resets", lambda: usage.observe(snapshot, trainer_trees, self._guard),
                                    snapshot)
         fans: tuple[FanState, ...] = ()
@@ -150,7 +144,7 @@ class Daemon:
             ready = False
             self.start_http()
             while not self.stop_requested.is_set():
-                self._log_signals()
+                self._signals.log_new(log)
                 state = self.tick()
                 self._notify_tick(state, first_tick=not ready)
                 ready = True
@@ -161,10 +155,10 @@ class Daemon:
                     deadline, delay = time.monotonic(), 0.0
                 self._wait(delay)
         finally:
-            self._log_signals()
+            self._signals.log_new(log)
             self.shutdown()
-            self._uninstall_signals()
-            self._log_signals()
+            self._signals.uninstall()
+            self._signals.log_new(log)
             self._wakeup.close()
         return 0
 
@@ -186,7 +180,7 @@ class Daemon:
         """
         end = time.monotonic() + delay_s
         while not self.stop_requested.is_set():
-            self._log_signals()
+            self._signals.log_new(log)
             now = time.monotonic()
             if self.reload_requested.is_set() and now >= self._next_reload:
                 self.reload()
@@ -281,13 +275,9 @@ class Daemon:
         self.http.start()
 
     def request_stop(self, signum: int | None = None, frame: FrameType | None = None) -> None:
-        """SIGTERM/SIGINT (or any thread): a flag and a byte on the self-pipe, nothing that takes a lock.
-
-        A handler runs on the main thread between two bytecodes, possibly inside a lock the main thread
-        holds (an Event's condition in its wait, logging's handler lock): taking that lock again from the
-        handler deadlocked the daemon (issue 40). The loop logs the signal (``_log_signals``)."""
+        """SIGTERM/SIGINT (or any thread): a flag and a byte on the self-pipe, no lock (wakeup.py)."""
         if signum is not None:
-            self._signals.append(signum)  # list.append is atomic and takes no lock
+            self._signals.received(signum)
         self.stop_requested.set()
         self._wakeup.poke()
 
@@ -296,30 +286,9 @@ class Daemon:
         self.reload_requested.set()
         self._wakeup.poke()
 
-    def _log_signals(self) -> None:
-        """One line per stop, from the loop: a Ctrl-C that also reaches a wrapper which then sends SIGTERM is
-        one request (the first is news, the others debug)."""
-        while self._signals_logged < len(self._signals):
-            signum = self._signals[self._signals_logged]
-            first = self._signals_logged == 0
-            self._signals_logged += 1
-            log.log(logging.INFO if first else logging.DEBUG, "received %s, %s", signal.Signals(signum).name,
-                    "stopping" if first else "already stopping")
-
     def _install_signals(self) -> None:
         if threading.current_thread() is threading.main_thread():
-            for signum, handler in ((signal.SIGTERM, self.request_stop), (signal.SIGINT, self.request_stop),
-                                    (signal.SIGHUP, self.request_reload)):
-                self._previous_handlers[signum] = signal.signal(signum, handler)
-
-    def _uninstall_signals(self) -> None:
-        """After the shutdown: a stop or reload signal has nothing left to do. Python resets its handlers to
-        the default action when the interpreter finalizes, and SIGHUP's or SIGTERM's default kills: a late
-        one would turn a clean exit into death by signal. Ignored where the default was in force, the
-        earlier handler back otherwise (an embedding program's, Python's KeyboardInterrupt for SIGINT)."""
-        for signum, previous in self._previous_handlers.items():
-            signal.signal(signum, signal.SIG_IGN if previous in (signal.SIG_DFL, None) else previous)
-        self._previous_handlers.clear()
+            self._signals.install(self.request_stop, self.request_reload)
 
     def _guard(self, part: str, action: Callable[[], T], fallback: T) -> T:
         try:
@@ -331,70 +300,3 @@ class Daemon:
             return fallback
         self.failures.pop(part, None)
         return result
-
-
-
-class Flag:
-    """A boolean a signal handler may set: an attribute store, atomic under the GIL, with no lock to take
-    (threading.Event.set takes its condition's lock, which the interrupted main thread may hold)."""
-
-    def __init__(self) -> None:
-        self._set = False
-
-    def set(self) -> None:
-        self._set = True
-
-    def clear(self) -> None:
-        self._set = False
-
-    def is_set(self) -> bool:
-        return self._set
-
-
-class Wakeup:
-    """The self-pipe that ends the loop's wait: ``poke`` (a signal handler or another thread) writes a byte,
-    ``wait`` polls the read end with a timeout and drains it. Both ends are non-blocking: a full pipe
-    already holds a wake-up, and a handler must never block."""
-
-    def __init__(self) -> None:
-        self._read, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._poll = select.poll()
-        self._poll.register(self._read, select.POLLIN)
-        # A daemon that never ran (tests, `gpuwatch` as a library) closes its pipe when it is collected.
-        self._closer = weakref.finalize(self, _close_fds, self._read, self._write)
-
-    def poke(self) -> None:
-        fd = self._write
-        if fd < 0:
-            return
-        try:
-            os.write(fd, b"\0")
-        except OSError as exc:  # EAGAIN: a wake-up is pending already; EBADF: closed at exit
-            if exc.errno not in (errno.EAGAIN, errno.EBADF):
-                raise
-
-    def wait(self, timeout_s: float) -> bool:
-        """Until poked or ``timeout_s`` passed; whether it was poked. A signal during the poll runs its
-        handler, which pokes: the retried poll (PEP 475) returns at once."""
-        if self._read < 0:
-            time.sleep(timeout_s)
-            return False
-        if not self._poll.poll(max(0, int(timeout_s * 1000 + 0.999))):
-            return False
-        try:
-            while os.read(self._read, 4096):
-                pass
-        except BlockingIOError:
-            pass
-        return True
-
-    def close(self) -> None:
-        """The write end first: a handler that runs later finds -1 and writes nothing (it runs on the main
-        thread, between this method's statements, never inside one)."""
-        self._write = self._read = -1
-        self._closer()
-
-
-def _close_fds(*fds: int) -> None:
-    for fd in fds:
-        os.close(fd)
