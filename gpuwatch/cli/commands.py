@@ -6,32 +6,29 @@ import argparse
 import os
 import sys
 import time
+from functools import partial
 
-from gpuwatch.cli.settings import cli_config_path, load_cli_config, setup_logging, with_runtime_dir, with_simulation
+from gpuwatch.cli.settings import (
+    check_config_path,
+    cli_config_path,
+    load_cli_config,
+    load_daemon_config,
+    setup_logging,
+    with_runtime_dir,
+)
 from gpuwatch.cli.show import document_text, repeat, sensors_fetch, show, status_fetch
 from gpuwatch.cli.status import EXIT_USAGE
 from gpuwatch.config.base import ConfigError, pci_slot_problem
-from gpuwatch.config.file import DEFAULT_CONFIG_PATH, Config, effective_config_toml, load_config
+from gpuwatch.config.file import Config, effective_config_toml, load_config
 from gpuwatch.config.sections import remote_base_url
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from gpuwatch.daemon.loop import Daemon
     from gpuwatch.daemon.sdnotify import Notifier
-    from gpuwatch.supervise.preflight import check_trainers
 
-    def load() -> Config:
-        # Also what SIGHUP re-runs: same file, same command-line overrides.
-        config = load_cli_config(args)
-        if args.dry_run:
-            config = config.model_copy(update={"fan": config.fan.model_copy(update={"mode": "dry-run"}),
-                                               "power": config.power.model_copy(update={"mode": "dry-run"})})
-        if args.simulate is not None:
-            config = with_simulation(config, args.simulate)
-        return config
-
+    load = partial(load_daemon_config, args)  # also what SIGHUP re-runs: same file, overrides and checks
     config = load()
-    check_trainers(config, str(cli_config_path(args) or "the default configuration"), as_daemon=True)
     setup_logging(config.log_level)
     notifier = Notifier.from_env(unset=True)  # trainers we spawn must not inherit NOTIFY_SOCKET
     return Daemon(config, config_path=cli_config_path(args), load=load, notifier=notifier).run()
@@ -125,7 +122,7 @@ def cmd_control(args: argparse.Namespace) -> int:
 def cmd_check_config(args: argparse.Namespace) -> int:
     from gpuwatch.supervise.preflight import check_trainers
 
-    path = args.file or DEFAULT_CONFIG_PATH
+    path = check_config_path(args)
     config = load_config(path)
     # As root, check as the daemon (a root service) will run it; as a user, what holds for anyone.
     check_trainers(config, str(path), as_daemon=os.geteuid() == 0)

@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_control(sub, common)
     _add_train(sub)
     check = sub.add_parser("check-config", help="validate a config file and print the effective config")
-    check.add_argument("file", nargs="?", type=Path, help=f"default {DEFAULT_CONFIG_PATH}")
+    check.add_argument("-c", "--config", type=Path, help=f"the config file (default {DEFAULT_CONFIG_PATH})")
+    check.add_argument("file", nargs="?", type=Path, help="the config file, as -c names it (its first form)")
     check.set_defaults(handler=cmd_check_config)
     for command in sub.choices.values():
         command.set_defaults(parser=command)  # a usage error found later is said with the command's usage

@@ -26,6 +26,7 @@ from gpuwatch.model import PublishedState
 from gpuwatch.publish.document import to_document
 from gpuwatch.publish.schema import StatusDocument
 from gpuwatch.publish.state import is_stale, read_state_file
+from gpuwatch.supervise.leftovers import describe_all
 
 Fetch = Callable[[], tuple[StatusDocument, str | None]]  # the document and a note for the text view
 
@@ -33,9 +34,10 @@ NOT_RUNNING = "gpuwatch daemon is not running: values read directly"
 
 
 def status_fetch(config: Config, processes: bool = False) -> Fetch:
-    """The daemon's view when it runs, else a direct reading with a note saying so."""
-    return lambda: daemon_document(config) or (direct_document(config, processes),
-                                               _direct_note(config, NOT_RUNNING))
+    """The daemon's view when it runs, else a direct reading with a note saying so (and naming the trainers
+    a dead daemon left running, stopped or held: supervise/leftovers.py)."""
+    return lambda: daemon_document(config) or (direct_document(config, processes), "\n".join(
+        [_direct_note(config, NOT_RUNNING), *describe_all(config.resolved_runtime_dir, time.time())]))
 
 
 def sensors_fetch(config: Config, processes: bool = False) -> Fetch:
