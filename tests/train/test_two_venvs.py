@@ -68,7 +68,8 @@ def train_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     python = make_venv(tmp_path_factory.mktemp("train-venv") / "venv", os.path.dirname(os.path.dirname(torch.__file__)))
     found = subprocess.run([str(python), "-c", "import importlib.util as u; "
                             "print(u.find_spec('torch') is not None, u.find_spec('gpuwatch') is not None)"],
-                           capture_output=True, text=True, timeout=60, cwd="/", env=env_without_pythonpath(Path("/tmp")))
+                           capture_output=True, text=True, timeout=60, cwd="/",
+                           env=env_without_pythonpath(Path("/tmp")))
     assert found.stdout.split() == ["True", "False"], found  # the setup: torch, and no gpuwatch
     return python
 
