@@ -38,7 +38,7 @@ from gpuwatch.heartbeat import (
 )
 from gpuwatch.train.pause import lockstep
 from gpuwatch.train.pause.cadence import Cadence, ewma
-from gpuwatch.train.pause.job import HoldView, JobPause
+from gpuwatch.train.pause.job import HoldView, JobPause, NotTakingPart
 
 INTERVAL_ENV = "GPUWATCH_HEARTBEAT_INTERVAL_S"
 # The daemon reads heartbeats once a tick (1 s by default). A write is an atomic rename, which costs
@@ -151,8 +151,10 @@ class StepHeartbeat:
     def _join(self) -> bool:
         try:
             self.job = JobPause(self.pause_file, self.node, self.cadence, self._publish_held, self.paused_every_s)
-        except Exception as exc:  # the same on every rank (no gloo, no store): train on, unpaused
-            _log.warning("rank cannot take part in pauses (the supervisor will use SIGSTOP): %r", exc)
+        except Exception as exc:  # the ranks agreed (join.py): none takes part, every one trains on
+            why = str(exc) if isinstance(exc, NotTakingPart) else repr(exc)
+            _log.warning("rank %d: the job's pause is off (%s): the supervisor pauses it with SIGSTOP",
+                         dist.get_rank(), why)
             self.role = "inert"
             return False
         return True
