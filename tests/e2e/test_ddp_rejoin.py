@@ -15,11 +15,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from gpuwatch.heartbeat import Heartbeat, read_rank_heartbeats, request_pause
+from gpuwatch.heartbeat import PAUSE_STALE_S, Heartbeat, read_rank_heartbeats, request_pause
 from tests.support.ddp import FAST_ENV, JOB_WAIT_S, TORCHRUN, held_alike
 from tests.support.paths import REPO
 from tests.support.processes import free_port
@@ -54,15 +55,14 @@ class Job:
         self.log.close()
 
     def output(self) -> str:
-        self.log.flush()
-        return Path(self.log.name).read_text()[-4000:]
+        return Path(self.log.name).read_text()
 
     def wait(self, check, what: str):  # type: ignore[no-untyped-def]
         def alive_and():  # type: ignore[no-untyped-def]
-            assert self.proc.poll() is None, f"the job died ({self.proc.returncode}):\n{self.output()}"
+            assert self.proc.poll() is None, f"the job died ({self.proc.returncode}):\n{self.output()[-4000:]}"
             return check()
 
-        return wait_for(alive_and, what, JOB_WAIT_S, interval_s=0.02, detail=self.output)
+        return wait_for(alive_and, what, JOB_WAIT_S, interval_s=0.02, detail=lambda: self.output()[-4000:])
 
     def beats(self, attempt: int) -> list[Heartbeat]:
         beats = [b for b in read_rank_heartbeats(self.beat_file) if b.restart_count == attempt and _alive(b.pid)]
@@ -98,12 +98,20 @@ def test_every_incarnation_holds_one_pause_together_after_kills_and_restarts(tmp
             request_pause(job.pause_file, f"test pause {attempt}")
             job.wait(lambda a=attempt, s=seq: held_alike(job.beats(a), 2, s + 1), f"incarnation {attempt} held")
             assert len({b.job for b in job.beats(attempt)}) == 1
+            if attempt == RESTARTS:  # the requester is gone: nobody refreshes the file; rank 0 says so
+                old = time.time() - PAUSE_STALE_S - 5
+                os.utime(job.pause_file, (old, old))
+                job.wait(lambda: "not been refreshed" in job.output(), "the stale line")
             job.pause_file.unlink()
             job.wait(lambda a=attempt: all(not b.paused for b in job.beats(a)), f"incarnation {attempt} released")
             if attempt < RESTARTS:
                 os.kill(beats[attempt % 2].pid, signal.SIGKILL)  # rank 0, then rank 1, then rank 0 dies
+        job.wait(lambda: job.output().count("gpuwatch: training released after") == RESTARTS + 1, "released lines")
     finally:
         job.stop()
+    text = job.output()  # rank 0 alone speaks: one held and one released line per pause, who asks and why
+    assert text.count("gpuwatch: training held at step") == RESTARTS + 1, text
+    assert f"test pause {RESTARTS}" in text and text.count("not been refreshed") == 1, text
 
 
 @pytest.mark.timeout(300)

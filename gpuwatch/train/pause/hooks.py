@@ -32,6 +32,8 @@ from gpuwatch.heartbeat import (
     NODE_ENV,
     PAUSE_ENV,
     Heartbeat,
+    pause_age_s,
+    pause_reason,
     pause_requested,
     rank_heartbeat_path,
     write_heartbeat,
@@ -39,6 +41,7 @@ from gpuwatch.heartbeat import (
 from gpuwatch.train.pause import lockstep
 from gpuwatch.train.pause.cadence import Cadence, ewma
 from gpuwatch.train.pause.job import HoldView, JobPause, NotTakingPart
+from gpuwatch.train.pause.notice import HoldNotice, say
 
 INTERVAL_ENV = "GPUWATCH_HEARTBEAT_INTERVAL_S"
 # The daemon reads heartbeats once a tick (1 s by default). A write is an atomic rename, which costs
@@ -139,13 +142,17 @@ class StepHeartbeat:
         """A single process: block while the pause file exists, the device drained first ("paused" = idle)."""
         if torch.cuda.is_initialized():
             torch.cuda.synchronize()
+        notice = HoldNotice(self.pause_file, self.steps, time.monotonic())
+        say(notice.held(pause_reason(self.pause_file)))
         last_report = float("-inf")
         while pause_requested(self.pause_file):
             now = time.monotonic()
             if now - last_report >= self.paused_every_s:
                 self._publish(now, paused=True)
+                say(notice.stale(pause_age_s(self.pause_file, time.time())))
                 last_report = now
             time.sleep(self.poll_s)
+        say(notice.released(time.monotonic()))
         self._after_hold()
 
     def _join(self) -> bool:

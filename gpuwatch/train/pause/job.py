@@ -29,10 +29,11 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from gpuwatch.heartbeat import pause_reason, pause_requested
+from gpuwatch.heartbeat import pause_age_s, pause_reason, pause_requested
 from gpuwatch.train.pause.cadence import Cadence, ewma, steps_between
 from gpuwatch.train.pause.join import DEFAULT_BOUND_S, gloo_connect, gloo_devices, join
 from gpuwatch.train.pause.lockstep import job_store, local_world_size, pg_timeout
+from gpuwatch.train.pause.notice import HoldNotice, say
 
 
 @dataclass(frozen=True)
@@ -112,16 +113,19 @@ class JobPause:
         self.next_agreement = steps + self.every
         if not flag[0]:
             return False
-        self.hold(int(flag[1]) - 1)
+        self.hold(int(flag[1]) - 1, steps)
         return True
 
-    def hold(self, requester: int) -> None:
+    def hold(self, requester: int, steps: int) -> None:
         """Every rank is here, at the same step; only the store is used until rank 0 releases."""
         self.pause_seq += 1
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()  # drained: "held" means the device is idle
         store, rank, key = self.store, self.info.rank, f"e{self.pause_seq}/"
         first_reason = store.get(f"reason/{requester}").decode()  # set before the agreement
+        notice = HoldNotice(self.pause_file, steps, time.monotonic())
+        if rank == 0:
+            say(notice.held(_describe(first_reason)))
         wants = pause_requested(self.pause_file)
         if wants:
             store.add(key + "wanting", 1)
@@ -147,6 +151,7 @@ class JobPause:
             if view != last_view or now - last_publish >= self.paused_every_s:
                 self.publish(view)
                 last_view, last_publish = view, now
+                self._stale(notice, key, wants)
             if rank == 0:
                 if held == self.info.world_size and wanting == 0:
                     store.set(key + "release", "1")
@@ -155,7 +160,19 @@ class JobPause:
                 break
             time.sleep(self.cadence.hold_poll_s)
         self._announced = False  # a request still standing is announced again at the next agreement
+        if rank == 0:
+            say(notice.released(time.monotonic()))
         self.publish(None)
+
+    def _stale(self, notice: HoldNotice, key: str, wants: bool) -> None:
+        """A rank whose node asks with a pause file nobody refreshes tells the job (once); rank 0 says it."""
+        if wants and not notice.stale_said:
+            line = notice.stale(pause_age_s(self.pause_file, time.time()), self.node)
+            if line is not None:
+                self.store.set(key + "stale", line)
+        if self.info.rank == 0 and not notice.stale_printed and self.store.check([key + "stale"]):
+            say(self.store.get(key + "stale").decode())
+            notice.stale_printed = True
 
     def _set_reason(self, key: str) -> None:
         self.store.set(key, json.dumps({"node": self.node, "reason": pause_reason(self.pause_file)}))
