@@ -11,8 +11,8 @@ degrees with +/-0.6 °C noise, as the simulator writes them. Tick order as in th
 
 The workload trains for 9 minutes then evaluates (idle) for 1, as real runs do. While training its step
 rate under the cap is (P / P_demand) ** x (physics.speed_ratio, x = ThermalParams.speed_exponent = 1/2;
-docs/power.md gives the sources), and 0 while paused. The sensitivity table reruns the hot case and
-the stuck fan for x = 1/3, 1/2, 2/3 and 1, the range published power-limit sweeps span, and checks that
+docs/power.md gives the sources), and 0 while paused. ``--sensitivity`` reruns the hot case and the
+stuck fan for x = 1/3, 1/2, 2/3 and 1, the range published power-limit sweeps span, and checks that
 the ladder's decisions do not depend on x and that it never keeps less than pause-only under any x.
 Per scenario and policy ("pause-only" = [power] off, "ladder" = fan -> power cap -> pause):
 
@@ -26,7 +26,7 @@ Then it checks issue 26's targets for the ladder (TARGETS; exit status 1 when on
 keeps >= 90 % and the fan stuck at 30 % >= 85 %, both with no pause and the true junction at most 1 °C
 over the limit; the healthy default runs exactly as pause-only does.
 
-    .venv/bin/python benchmarks/control_quality.py [--hours 2] [--tick-s 1] [--seed 1] [--robust]
+    .venv/bin/python benchmarks/control_quality.py [--hours 2] [--tick-s 1] [--seed 1] [--robust] [--sensitivity]
 """
 
 from __future__ import annotations
@@ -297,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tick-s", type=float, default=1.0, help="daemon interval (simulated seconds)")
     parser.add_argument("--seed", type=int, default=1, help="sensor noise seed")
     parser.add_argument("--robust", action="store_true", help="also the robustness scenarios")
+    parser.add_argument("--sensitivity", action="store_true",
+                        help="also the hot case and the stuck fan under step-rate exponents 1/3..1")
     args = parser.parse_args(argv)
     config = Config()
     base = ThermalParams()
@@ -312,11 +314,13 @@ def main(argv: list[str] | None = None) -> int:
         for ladder in (False, True):
             r = results[(scenario.name, ladder)] = run(scenario, config, ladder, args.hours, args.tick_s, args.seed)
             print(row(scenario.name, "ladder" if ladder else "pause-only", r, args.hours), flush=True)
-    found = sensitivity(config, base, args.hours, args.tick_s, args.seed)
-    robust = check_robust(found)
-    print(f"\nkept under each step-rate exponent (rate = (P/P_demand)^x; the model's x = "
-          f"{base.speed_exponent:g}):\n{sensitivity_table(found)}\n\nrobust (the ladder, x = 1/3..1):\n"
-          + "\n".join(robust))
+    robust: list[str] = []
+    if args.sensitivity:
+        found = sensitivity(config, base, args.hours, args.tick_s, args.seed)
+        robust = check_robust(found)
+        print(f"\nkept under each step-rate exponent (rate = (P/P_demand)^x; the model's x = "
+              f"{base.speed_exponent:g}):\n{sensitivity_table(found)}\n\nrobust (the ladder, x = 1/3..1):\n"
+              + "\n".join(robust))
     lines = check_targets(results)
     print("\ntargets (the ladder):\n" + "\n".join(lines))
     return 1 if any(line.startswith("MISSED") for line in lines + robust) else 0
