@@ -10,9 +10,11 @@ degrees with +/-0.6 °C noise, as the simulator writes them. Tick order as in th
 (with this tick's fan state) -> supervisor (with this tick's governor state) -> physics.
 
 The workload trains for 9 minutes then evaluates (idle) for 1, as real runs do. While training its step
-rate is the card's clock under the cap, (P / P_demand) ** (1/3) (physics.speed_ratio; docs/simulator.md
-gives the model and its sources), and 0 while paused. Per scenario and policy ("pause-only" = [power]
-off, "ladder" = fan -> power cap -> pause):
+rate under the cap is (P / P_demand) ** x (physics.speed_ratio, x = ThermalParams.speed_exponent = 1/2;
+docs/power.md gives the sources), and 0 while paused. ``--sensitivity`` reruns the hot case and the
+stuck fan for x = 1/3, 1/2, 2/3 and 1, the range published power-limit sweeps span, and checks that
+the ladder's decisions do not depend on x and that it never keeps less than pause-only under any x.
+Per scenario and policy ("pause-only" = [power] off, "ladder" = fan -> power cap -> pause):
 
 * kept: training steps done, % of an uncapped, never paused run of the same workload;
 * pauses/h, paused: the supervisor's thermal pauses and the time spent paused;
@@ -24,7 +26,7 @@ Then it checks issue 26's targets for the ladder (TARGETS; exit status 1 when on
 keeps >= 90 % and the fan stuck at 30 % >= 85 %, both with no pause and the true junction at most 1 °C
 over the limit; the healthy default runs exactly as pause-only does.
 
-    .venv/bin/python benchmarks/control_quality.py [--hours 2] [--tick-s 1] [--seed 1] [--robust]
+    .venv/bin/python benchmarks/control_quality.py [--hours 2] [--tick-s 1] [--seed 1] [--robust] [--sensitivity]
 """
 
 from __future__ import annotations
@@ -241,12 +243,62 @@ def check_targets(results: dict[tuple[str, bool], Result]) -> list[str]:
     return lines
 
 
+EXPONENTS = (1 / 3, 1 / 2, 2 / 3, 1.0)  # the step rate's power law under a cap: where published sweeps lie
+SENSITIVE = ("hot case (cooling x0.4)", "fan stuck at 30 %")
+
+
+def sensitivity(config: Config, base: ThermalParams, hours: float, tick_s: float, seed: int
+                ) -> dict[tuple[str, float, bool], Result]:
+    """The SENSITIVE scenarios under every exponent of EXPONENTS, pause-only and the ladder."""
+    found = {}
+    for scenario in scenarios(base):
+        if scenario.name not in SENSITIVE:
+            continue
+        for exponent in EXPONENTS:
+            truth = replace(scenario, params=replace(scenario.params, speed_exponent=exponent))
+            for ladder in (False, True):
+                found[(scenario.name, exponent, ladder)] = run(truth, config, ladder, hours, tick_s, seed)
+    return found
+
+
+def decisions(r: Result) -> tuple[object, ...]:
+    """What the controllers did (everything but the work done): the throughput model must not change it."""
+    return (r.pauses, r.paused_s, r.max_junction_c, r.fan_reversals, r.cap_reversals, r.cap_writes, r.min_cap_w)
+
+
+def check_robust(found: dict[tuple[str, float, bool], Result]) -> list[str]:
+    """Per scenario: the ladder decides alike whatever the exponent, and never keeps less than pause-only."""
+    lines = []
+    for name in SENSITIVE:
+        runs = [(x, found[(name, x, False)], found[(name, x, True)]) for x in EXPONENTS if (name, x, True) in found]
+        alike = len({decisions(ladder) for _, _, ladder in runs}) == 1
+        better = all(ladder.kept_percent >= pause.kept_percent for _, pause, ladder in runs)
+        met = alike and better
+        lines.append(f"{'met   ' if met else 'MISSED'} {name}: the ladder's decisions are "
+                     f"{'the same' if alike else 'DIFFERENT'} for exponents 1/3..1, and it keeps "
+                     f"{'at least' if better else 'LESS than'} pause-only under each")
+    return lines
+
+
+def sensitivity_table(found: dict[tuple[str, float, bool], Result]) -> str:
+    names = {1 / 3: "1/3", 1 / 2: "1/2", 2 / 3: "2/3", 1.0: "1"}
+    lines = [f"| {'scenario':28} | {'exponent':8} | {'pause-only':>10} | {'ladder':>7} |", f"|{'-' * 30}|{'-' * 10}|"
+             f"{'-' * 12}|{'-' * 9}|"]
+    for (name, exponent, ladder), r in found.items():
+        if ladder:
+            pause = found[(name, exponent, False)]
+            lines.append(f"| {name:28} | {names[exponent]:8} | {pause.kept_percent:9.1f}% | {r.kept_percent:6.1f}% |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="closed-loop control quality on the simulated GPU")
     parser.add_argument("--hours", type=float, default=2.0)
     parser.add_argument("--tick-s", type=float, default=1.0, help="daemon interval (simulated seconds)")
     parser.add_argument("--seed", type=int, default=1, help="sensor noise seed")
     parser.add_argument("--robust", action="store_true", help="also the robustness scenarios")
+    parser.add_argument("--sensitivity", action="store_true",
+                        help="also the hot case and the stuck fan under step-rate exponents 1/3..1")
     args = parser.parse_args(argv)
     config = Config()
     base = ThermalParams()
@@ -254,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.hours:g} simulated hours, tick {args.tick_s:g} s, seed {args.seed}, default [fan], [power], "
           f"[thermal] and [[trainer]]; pause limit junction "
           f"{navi10.CRIT_C['junction'] - config.thermal.junction_crit_margin_c:g} °C; "
-          f"cap {CAP_W:g} W, floor {floor_w:g} W; step rate (P/P_demand)^(1/3) while capped\n")
+          f"cap {CAP_W:g} W, floor {floor_w:g} W; step rate (P/P_demand)^{base.speed_exponent:g} while capped\n")
     print(HEADER)
     print("|" + "|".join("-" * len(cell) for cell in HEADER.split("|")[1:-1]) + "|")
     results: dict[tuple[str, bool], Result] = {}
@@ -262,9 +314,16 @@ def main(argv: list[str] | None = None) -> int:
         for ladder in (False, True):
             r = results[(scenario.name, ladder)] = run(scenario, config, ladder, args.hours, args.tick_s, args.seed)
             print(row(scenario.name, "ladder" if ladder else "pause-only", r, args.hours), flush=True)
+    robust: list[str] = []
+    if args.sensitivity:
+        found = sensitivity(config, base, args.hours, args.tick_s, args.seed)
+        robust = check_robust(found)
+        print(f"\nkept under each step-rate exponent (rate = (P/P_demand)^x; the model's x = "
+              f"{base.speed_exponent:g}):\n{sensitivity_table(found)}\n\nrobust (the ladder, x = 1/3..1):\n"
+              + "\n".join(robust))
     lines = check_targets(results)
     print("\ntargets (the ladder):\n" + "\n".join(lines))
-    return 1 if any(line.startswith("MISSED") for line in lines) else 0
+    return 1 if any(line.startswith("MISSED") for line in lines + robust) else 0
 
 
 if __name__ == "__main__":

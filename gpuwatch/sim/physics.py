@@ -10,10 +10,13 @@ stable):
 * junction (hotspot) sits above edge by ``junction_k_per_w * power`` and follows within seconds;
 * memory follows edge plus its own share of the power, more slowly;
 * the fan's RPM follows the commanded duty with its own spin-up lag; airflow is RPM / max RPM;
-* a power cap below the load's demand holds the power at the cap, and the clock (and with it the
-  training step rate) falls to ``(cap / demand) ** (1/3)`` of full speed (``speed_ratio``): near the
-  top of the voltage/frequency curve the voltage rises with the clock, so P = a*C*V^2*f ~ f^3
-  (docs/simulator.md gives the sources).
+* a power cap below the load's demand holds the power at the cap, and the training step rate falls to
+  ``(cap / demand) ** speed_exponent`` of full speed (``speed_ratio``). The exponent is 1/2: the
+  core's dynamic power near the top of the voltage/frequency curve goes as f^3 (exponent 1/3), but
+  the board's memory, fabric and leakage power does not scale with the core clock, so a cut of the
+  board's power costs the clock more than the cube root says; and a memory-bound step loses less
+  than its clock. Published power-limit sweeps of training fall between 1/3 and 1 (docs/power.md,
+  "How much speed a cap costs", with the sources and the sensitivity of the results to it).
 
 Default constants are picked so that an RX 5600 XT-like card (150 W under load, ~25 W idle) with
 ~30 °C case air idles around 42-45 °C, settles at a junction of ~84 °C under full load with gpuwatch's
@@ -47,6 +50,8 @@ class ThermalParams:
     fan_tau_s: float = 2.0
     # Below this duty the fan does not turn (stall), as small fans do.
     fan_start_ratio: float = 0.08
+    # Step rate under a cap = (P / P_demand) ** speed_exponent (see the module docstring); 1/3..1 bound it.
+    speed_exponent: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -81,11 +86,11 @@ def steady_power_w(params: ThermalParams, load_ratio: float, power_cap_w: float 
 
 
 def speed_ratio(params: ThermalParams, load_ratio: float, power_cap_w: float | None) -> float:
-    """The clock (and the step rate) under the cap, as a share of full speed: (P / P_demand) ** (1/3)."""
+    """The step rate under the cap, as a share of full speed: (P / P_demand) ** speed_exponent."""
     demand = demand_w(params, load_ratio)
     if demand <= 0:
         return 1.0
-    return float((steady_power_w(params, load_ratio, power_cap_w) / demand) ** (1.0 / 3.0))
+    return float((steady_power_w(params, load_ratio, power_cap_w) / demand) ** params.speed_exponent)
 
 
 def steady_rpm(params: ThermalParams, fan_duty_ratio: float) -> float:

@@ -1,7 +1,7 @@
 """Turn ``gpuwatch train -- COMMAND`` into what to exec, without importing torch.
 
 The CLI (which must never import torch) calls ``build_train_command`` and execs the result: a
-``python SCRIPT`` command becomes ``python -m gpuwatch.launch ... SCRIPT`` (the torch side lives in
+``python SCRIPT`` command becomes ``python .../train/bootstrap.py ... SCRIPT`` (the launcher; the torch side lives in
 ``gpuwatch.train.launch``); any other command (torchrun, a shell script) runs as given with
 ``injection_env``, which makes every Python process it starts install the same patches and hooks
 (``inject/sitecustomize.py``). The launcher exports the same environment to the script's children.
@@ -29,6 +29,8 @@ _PY_FLAGS_WITH_VALUE = {"-X", "-W"}
 _PYTHON_NAME = re.compile(r"python(\d+(\.\d+)?)?")
 # The folder holding only the injected sitecustomize.py, and what switches it on.
 INJECT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "inject")
+# The launcher's entry, run by its path: it works in an interpreter whose environment lacks gpuwatch.
+BOOTSTRAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap.py")
 INJECT_ENV = "GPUWATCH_INJECT"
 OPTIONS_ENV = "GPUWATCH_LAUNCH_OPTIONS"  # the launcher's options, shell-quoted, for every process
 
@@ -73,10 +75,12 @@ def build_launch_argv(
     fallback: str, spawn: bool, command: Sequence[str], *, autotune: bool = True, tune_cache: str | None = None,
     heartbeat_file: str | None = None, pause_file: str | None = None,
 ) -> list[str]:
-    """``['python', 'train.py', ...]`` -> ``[python, '-m', 'gpuwatch.launch', ..., 'train.py', ...]``.
+    """``['python', 'train.py', ...]`` -> ``[python, BOOTSTRAP, ..., 'train.py', ...]``.
 
     A bare ``python``/``python3`` becomes ``sys.executable``; an interpreter given as a path (another
-    virtualenv's python, say) is kept, since that is where the user's torch lives. ``autotune`` and
+    virtualenv's python, say) is kept, since that is where the user's torch lives. That environment
+    need not have gpuwatch: ``bootstrap.py``, run by its path, imports this gpuwatch and starts the
+    launcher (``python -m gpuwatch.launch`` works only where gpuwatch is installed). ``autotune`` and
     ``tune_cache`` are passed on only when they differ from the launcher's defaults; the heartbeat and
     pause files when given (else the launcher reads the supervisor's environment).
     """
@@ -84,7 +88,7 @@ def build_launch_argv(
                                heartbeat_file=heartbeat_file, pause_file=pause_file)
     parsed = parse_python_command(command)
     interpreter = parsed.interpreter if parsed.interpreter and os.sep in parsed.interpreter else sys.executable
-    return [interpreter, *parsed.flags, "-m", "gpuwatch.launch", *options, *parsed.target]
+    return [interpreter, *parsed.flags, BOOTSTRAP, *options, *parsed.target]
 
 
 def launcher_options(

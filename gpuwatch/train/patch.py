@@ -33,6 +33,7 @@ from gpuwatch.train.argv import FALLBACK_MODES, FallbackMode
 from gpuwatch.train.conv2d.function import conv2d
 from gpuwatch.train.conv2d.geometry import autocast_dtype
 from gpuwatch.train.conv2d.plan import DEFAULT_TUNING, Conv2dTuning
+from gpuwatch.train.rng import untouched_rng
 
 _MARK = "_gpuwatch_conv2d_mode"
 _log = logging.getLogger("gpuwatch.train")
@@ -139,12 +140,14 @@ def uses_fallback(mode: FallbackMode, device: torch.device, dtype: torch.dtype) 
 
 
 def native_conv_works(device: torch.device, dtype: torch.dtype = torch.float32) -> bool:
-    """Run one small native convolution forward and backward; False if it raises or is disabled."""
+    """Run one small native convolution forward and backward; False if it raises or is disabled.
+
+    The probe runs at the script's first convolution, so it leaves every random stream as it found it."""
     if device.type == "cuda" and not torch.backends.cudnn.enabled:
         _log.warning("cuDNN/MIOpen is disabled on %s: using the im2col conv2d fallback", device)
         return False
     try:
-        with torch.inference_mode(False), torch.enable_grad():
+        with untouched_rng(), torch.inference_mode(False), torch.enable_grad():
             x = torch.randn(2, 4, 8, 8, device=device, dtype=dtype, requires_grad=True)
             w = torch.randn(4, 4, 3, 3, device=device, dtype=dtype, requires_grad=True)
             native_conv2d(x, w, None, 1, 1).float().square().sum().backward()

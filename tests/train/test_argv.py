@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from gpuwatch.train.argv import (
+    BOOTSTRAP,
     INJECT_DIR,
     LaunchCommandError,
     build_launch_argv,
@@ -20,7 +21,7 @@ from gpuwatch.train.argv import (
 from tests.support.cli import GPUWATCH
 from tests.support.paths import REPO
 
-LAUNCH = ["-m", "gpuwatch.launch", "--conv2d-fallback"]
+LAUNCH = [BOOTSTRAP, "--conv2d-fallback"]
 
 
 def test_bare_python_becomes_this_interpreter():

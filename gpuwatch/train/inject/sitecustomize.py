@@ -77,11 +77,11 @@ def _install() -> None:
     try:
         if "gpuwatch" not in sys.modules:  # the gpuwatch this file belongs to, whatever the trainer's venv has
             spec = importlib.util.spec_from_file_location(
-                "gpuwatch", os.path.join(_PACKAGE_DIR, "__init__.py"), submodule_search_locations=[_PACKAGE_DIR])
+                "_gpuwatch_bootstrap", os.path.join(_PACKAGE_DIR, "train", "bootstrap.py"))
             assert spec is not None and spec.loader is not None
-            package = importlib.util.module_from_spec(spec)
-            sys.modules["gpuwatch"] = package
-            spec.loader.exec_module(package)
+            bootstrap = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(bootstrap)
+            bootstrap.own_gpuwatch()
         from gpuwatch.train.launch import install_from_env
 
         install_from_env()

@@ -1,14 +1,13 @@
 """One rank's side of the job-wide pause: agree on the step, hold and release through the job's store.
 
-**Agreement.** At its first lockstep optimizer step every rank joins: a gloo side group with the
-job's own timeout (``new_group`` would otherwise wait 30 min, whatever the job chose) and a random
-incarnation id drawn by rank 0 and spread by that group, which prefixes every store key (torchrun's
-store outlives restarted workers, and its restart count differs between nodes). Then, every k
-lockstep steps (``cadence.py``), in the optimizer pre-step hook, one blocking ``all_reduce(MAX)`` of
-``[want, requester rank + 1, next k]`` on that group: ``want`` is "my node's pause file exists". Every
-rank gets the same answer at the same step, after backward's gradient all-reduce and before any
-later collective. The side group is host-only, so an NCCL job pays no device sync and its model
-collectives can never pair with ours. A requesting rank puts its reason in the store first.
+**Joining** (``join.py``). At its first lockstep optimizer step every rank joins: the ranks agree
+through the job's store, bounded in time, whether the job's pause is on (all of them built the side
+group: a gloo group of its own, on keys under the incarnation id) or off (none takes part). Then,
+every k lockstep steps (``cadence.py``), in the optimizer pre-step hook, one blocking
+``all_reduce(MAX)`` of ``[want, requester rank + 1, next k]`` on that group, with the job's own
+timeout: ``want`` is "my node's pause file exists". Every rank gets the same answer at the same step,
+after backward's gradient all-reduce and before any later collective. A requesting rank puts its
+reason in the store first.
 
 **Hold and release** use the store only (``add``/``check``/``set``; ``get`` only on keys that
 exist), so no collective is in flight while held and the process-group timeout does not apply.
@@ -20,6 +19,7 @@ rank's node asks; the others poll it. The node that asked last is ``e<n>/asker``
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import time
@@ -29,9 +29,11 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from gpuwatch.heartbeat import pause_reason, pause_requested
+from gpuwatch.heartbeat import pause_age_s, pause_reason, pause_requested
 from gpuwatch.train.pause.cadence import Cadence, ewma, steps_between
+from gpuwatch.train.pause.join import DEFAULT_BOUND_S, gloo_connect, gloo_devices, join
 from gpuwatch.train.pause.lockstep import job_store, local_world_size, pg_timeout
+from gpuwatch.train.pause.notice import HoldNotice, say
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,10 @@ class HoldView:
     paused_by: str
 
 
+class NotTakingPart(RuntimeError):
+    """The ranks agreed that the job's pause is off (the message says why)."""
+
+
 Publish = Callable[[HoldView | None], None]  # a heartbeat: held (with the view) or running (None)
 
 
@@ -67,13 +73,18 @@ class JobPause:
         self.paused_every_s = paused_every_s
         self.world_group = dist.group.WORLD
         rank, world = dist.get_rank(), dist.get_world_size()
-        timeout = pg_timeout()
-        self.group = dist.new_group(backend="gloo", timeout=timeout)
-        token = torch.tensor([int.from_bytes(os.urandom(7), "big") + 1 if rank == 0 else 0], dtype=torch.int64)
-        dist.all_reduce(token, op=dist.ReduceOp.MAX, group=self.group)
-        job = f"{int(token[0]):x}"
-        self.store = dist.PrefixStore(f"gpuwatch/{job}/", job_store())  # type: ignore[attr-defined]
-        self.info = JobInfo(rank, world, local_world_size(world), job, timeout.total_seconds(),
+        timeout, store = pg_timeout(), job_store()
+        bound_s = min(timeout.total_seconds(), DEFAULT_BOUND_S)
+        joined = join(store, rank, world, gloo_devices,
+                      gloo_connect(rank, world, datetime.timedelta(seconds=bound_s)), bound_s)
+        if joined.group is None:
+            raise NotTakingPart(joined.why_off)
+        self.group = joined.group
+        self.options = dist.AllreduceOptions()
+        self.options.reduceOp = dist.ReduceOp.MAX  # type: ignore[assignment]
+        self.options.timeout = timeout  # the agreement waits for a slow rank as long as the job's collectives
+        self.store = dist.PrefixStore(f"gpuwatch/{joined.job}/", store)  # type: ignore[attr-defined]
+        self.info = JobInfo(rank, world, local_world_size(world), joined.job, timeout.total_seconds(),
                             str(dist.get_backend()))
         self.pause_seq = 0  # agreed holds so far: the same on every rank
         self.next_agreement = 0  # step count of the next agreement: the same on every rank
@@ -96,22 +107,25 @@ class JobPause:
         flag = torch.tensor([int(want), self.info.rank + 1 if want else 0,
                              steps_between(self.cadence, step_s, self.agree_s)], dtype=torch.int64)
         started = time.perf_counter()
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
+        self.group.allreduce([flag], self.options).wait()
         self.agree_s = ewma(self.agree_s, time.perf_counter() - started)
         self.every = int(flag[2])
         self.next_agreement = steps + self.every
         if not flag[0]:
             return False
-        self.hold(int(flag[1]) - 1)
+        self.hold(int(flag[1]) - 1, steps)
         return True
 
-    def hold(self, requester: int) -> None:
+    def hold(self, requester: int, steps: int) -> None:
         """Every rank is here, at the same step; only the store is used until rank 0 releases."""
         self.pause_seq += 1
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()  # drained: "held" means the device is idle
         store, rank, key = self.store, self.info.rank, f"e{self.pause_seq}/"
         first_reason = store.get(f"reason/{requester}").decode()  # set before the agreement
+        notice = HoldNotice(self.pause_file, steps, time.monotonic())
+        if rank == 0:
+            say(notice.held(_describe(first_reason)))
         wants = pause_requested(self.pause_file)
         if wants:
             store.add(key + "wanting", 1)
@@ -137,6 +151,7 @@ class JobPause:
             if view != last_view or now - last_publish >= self.paused_every_s:
                 self.publish(view)
                 last_view, last_publish = view, now
+                self._stale(notice, key, wants)
             if rank == 0:
                 if held == self.info.world_size and wanting == 0:
                     store.set(key + "release", "1")
@@ -145,7 +160,19 @@ class JobPause:
                 break
             time.sleep(self.cadence.hold_poll_s)
         self._announced = False  # a request still standing is announced again at the next agreement
+        if rank == 0:
+            say(notice.released(time.monotonic()))
         self.publish(None)
+
+    def _stale(self, notice: HoldNotice, key: str, wants: bool) -> None:
+        """A rank whose node asks with a pause file nobody refreshes tells the job (once); rank 0 says it."""
+        if wants and not notice.stale_said:
+            line = notice.stale(pause_age_s(self.pause_file, time.time()), self.node)
+            if line is not None:
+                self.store.set(key + "stale", line)
+        if self.info.rank == 0 and not notice.stale_printed and self.store.check([key + "stale"]):
+            say(self.store.get(key + "stale").decode())
+            notice.stale_printed = True
 
     def _set_reason(self, key: str) -> None:
         self.store.set(key, json.dumps({"node": self.node, "reason": pause_reason(self.pause_file)}))

@@ -132,3 +132,20 @@ def test_steps_between_heartbeat_writes_touch_no_file(tmp_path):
         hooks.remove()
     assert hooks.steps == 51
     assert beat_file.stat().st_mtime_ns == first.st_mtime_ns and read_heartbeat(beat_file).steps_total == 1
+
+
+def test_the_ordinary_step_only_counts(tmp_path, monkeypatch):
+    # Issue 38: the per-step cost at small steps. Between ticks (TICK_S apart; an hour here) a step
+    # neither stats the pause file nor reads the wall clock: it counts and reads one clock.
+    from gpuwatch.train.pause import hooks as hooks_module
+
+    looks = []
+    real = hooks_module.pause_requested
+    monkeypatch.setattr(hooks_module, "pause_requested", lambda path: looks.append(path) or real(path))
+    monkeypatch.setattr(hooks_module, "TICK_S", 3600.0)
+    hooks = StepHeartbeat(tmp_path / "hb.json", tmp_path / "no-pause", interval_s=3600.0).install()
+    try:
+        _train(50)
+    finally:
+        hooks.remove()
+    assert hooks.steps == 50 and len(looks) == 2  # the first step and the one after the first tick; none after
