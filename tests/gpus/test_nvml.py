@@ -30,14 +30,19 @@ from gpuwatch.limits import breaches
 from gpuwatch.publish.document import to_document
 from tests.support.trees import capture
 
+# nvml.h return codes, as nvidia-ml-py names them.
+NOT_SUPPORTED, GPU_IS_LOST = pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_GPU_IS_LOST
+UNKNOWN, DRIVER_NOT_LOADED = pynvml.NVML_ERROR_UNKNOWN, pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+VERSION_MISMATCH = pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+
 
 class NVMLError(Exception):
     def __init__(self, value: int) -> None:
         self.value = value
 
     def __str__(self) -> str:
-        messages = {pynvml.NVML_ERROR_NOT_SUPPORTED: "Not Supported", pynvml.NVML_ERROR_GPU_IS_LOST: "GPU is lost",
-                    pynvml.NVML_ERROR_UNKNOWN: "Unknown Error", pynvml.NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded"}
+        messages = {NOT_SUPPORTED: "Not Supported", GPU_IS_LOST: "GPU is lost", UNKNOWN: "Unknown Error",
+                    DRIVER_NOT_LOADED: "Driver Not Loaded"}
         return messages.get(self.value, "err")
 
 
@@ -50,12 +55,12 @@ H100 = {
     # it apart, as nvidia-smi does (used 0 MiB, reserved 480 MiB).
     "memory": (480 << 20, 80 << 30), "memory_v2": (0, 480 << 20), "power_mw": 118_500, "cap_mw": 700_000,
     "limits_mw": (200_000, 700_000), "default_mw": 700_000, "sclk": 1980, "mclk": 2619,
-    "fan": NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED), "gen": 5, "width": 16, "max_gen": 5, "max_width": 16,
+    "fan": NVMLError(NOT_SUPPORTED), "gen": 5, "width": 16, "max_gen": 5, "max_width": 16,
 }
 RTX = {
     **H100, "bus": "00000000:28:00.0", "name": b"NVIDIA GeForce RTX 4090", "uuid": b"GPU-1111", "vbios": b"95.02",
-    "pci_device_id": 0x268410DE, "temp": 63, "slowdown": 88, "shutdown": 93, "mem_temp": NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED),
-    "fan": 55, "memory": (1 << 30, 24 << 30), "memory_v2": NVMLError(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH), "gen": 4, "max_gen": 4,
+    "pci_device_id": 0x268410DE, "temp": 63, "slowdown": 88, "shutdown": 93, "mem_temp": NVMLError(NOT_SUPPORTED),
+    "fan": 55, "memory": (1 << 30, 24 << 30), "memory_v2": NVMLError(VERSION_MISMATCH), "gen": 4, "max_gen": 4,
     "power_mw": 310_250, "cap_mw": 450_000,
 }
 
@@ -207,7 +212,7 @@ def test_board_without_fan_is_not_an_error() -> None:
 
 
 def test_unreadable_field_is_recorded_and_the_rest_is_read() -> None:
-    broken = {**RTX, "power_mw": NVMLError(pynvml.NVML_ERROR_UNKNOWN), "temp": NVMLError(pynvml.NVML_ERROR_UNKNOWN)}
+    broken = {**RTX, "power_mw": NVMLError(UNKNOWN), "temp": NVMLError(UNKNOWN)}
     (gpu,), _ = NvmlSource(FakeNvml([broken])).read_all()
     assert gpu.up and gpu.power_w is None and gpu.temp("edge").temp_c is None
     assert {(e.sensor, e.error) for e in gpu.errors} == {("power", "Unknown Error"), ("temp", "Unknown Error")}
@@ -218,10 +223,10 @@ def test_lost_gpu_reads_as_down_and_keeps_its_identity() -> None:
     fake = FakeNvml([dict(H100)])
     backend = NvmlSource(fake)
     backend.read_all()
-    fake.gpus[0]["power_mw"] = NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+    fake.gpus[0]["power_mw"] = NVMLError(GPU_IS_LOST)
     (lost,), _ = backend.read_all()
     assert not lost.up and lost.gpu_id == "0000:1b:00.0" and lost.name == "NVIDIA H100 80GB HBM3"
-    fake.gpus[0]["handle_error"] = NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+    fake.gpus[0]["handle_error"] = NVMLError(GPU_IS_LOST)
     (gone,), _ = backend.read_all()
     assert not gone.up and gone.errors[0].sensor == "device"
 
@@ -239,13 +244,13 @@ def test_bus_id_normalised_to_the_amdgpu_form(raw: str | None, expected: str | N
 
 def test_init_failure_raises_unavailable() -> None:
     with pytest.raises(NvmlUnavailable, match="Driver Not Loaded"):
-        NvmlSource(FakeNvml([], init_error=NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)))
+        NvmlSource(FakeNvml([], init_error=NVMLError(DRIVER_NOT_LOADED)))
 
 
 def test_auto_without_nvml_keeps_amdgpu_only(fake_sysfs: Any) -> None:
     fake_sysfs.add_capture(capture("navi31-rx7900xtx-sapphire-nitro"), card=0, pci_slot="0000:03:00.0")
     config = parse_config({"sysfs_root": str(fake_sysfs.root)})
-    backends = build_sources(config, nvml=FakeNvml([dict(H100)], init_error=NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)))
+    backends = build_sources(config, nvml=FakeNvml([dict(H100)], init_error=NVMLError(DRIVER_NOT_LOADED)))
     assert [b.name for b in backends] == ["amdgpu"]
     snapshot = Sampler(backends).sample()
     assert [g.backend for g in snapshot.gpus] == ["amdgpu"]
@@ -263,7 +268,7 @@ def test_backend_choice(tmp_path: Path) -> None:
     assert [b.name for b in build_sources(parse_config({"backend": "nvml"}), nvml=fake)] == ["nvml"]
     assert [b.name for b in build_sources(parse_config({"backend": "amdgpu"}), nvml=fake)] == ["amdgpu"]
     with pytest.raises(ConfigError, match='backend = "nvml": NVML cannot be initialised'):
-        build_sources(parse_config({"backend": "nvml"}), nvml=FakeNvml([], init_error=NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)))
+        build_sources(parse_config({"backend": "nvml"}), nvml=FakeNvml([], init_error=NVMLError(DRIVER_NOT_LOADED)))
     with pytest.raises(ConfigError, match="backend"):
         parse_config({"backend": "cuda"})
 

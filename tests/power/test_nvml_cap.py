@@ -28,7 +28,8 @@ class NVMLError(Exception):
         self.value = value
 
     def __str__(self) -> str:
-        return {pynvml.NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument", pynvml.NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+        return {pynvml.NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
+                pynvml.NVML_ERROR_NOT_SUPPORTED: "Not Supported",
                 pynvml.NVML_ERROR_NO_PERMISSION: "Insufficient Permissions"}.get(self.value, "err")
 
 
