@@ -294,3 +294,36 @@ def test_exit_code_of_a_fan_mode(mode: str, code: int) -> None:
 
     document = {"gpus": [{"up": True, "over_limit": [], "fan_controller": {"mode": mode, "stalled": False}}]}
     assert exit_code(document) == code  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("interval_s, age_s, stuck", [
+    (10.0, 30.0, False),  # 3 ticks of a 10 s daemon: fresh (stale after 5 x 10 s + 2 s)
+    (0.2, 10.0, True),  # 50 ticks of a 0.2 s daemon: stuck (stale after 3 s)
+    (1.0, 3.0, False),
+    (1.0, 30.0, True),
+])
+def test_status_calls_the_daemon_stuck_by_its_own_interval(tmp_path: Path, interval_s: float, age_s: float,
+                                                          stuck: bool) -> None:
+    """The state file of a live daemon (this process's pid) taken age_s ago: status adds the "stuck"
+    failure, and with it exit 1, only past 5 of that daemon's ticks + 2 s."""
+    import time
+
+    from gpuwatch.cli.show import daemon_document
+    from gpuwatch.cli.status import exit_code
+    from gpuwatch.config.file import parse_config
+    from gpuwatch.publish.document import to_document
+    from tests.support.published import example_state
+
+    doc = to_document(example_state(tmp_path / "sys"), "daemon")
+    assert doc["daemon"]
+    doc["daemon"].update(pid=os.getpid(), interval_s=interval_s, failures=[])
+    doc["gpus"], doc["trainers"] = [], []
+    doc["taken_unix"] = time.time() - age_s
+    config = parse_config({"runtime_dir": str(tmp_path / "run")})
+    config.state_file.parent.mkdir(parents=True)
+    config.state_file.write_text(json.dumps(doc))
+    found = daemon_document(config)
+    assert found is not None
+    failures = found[0]["daemon"]["failures"]
+    assert [f.endswith("the control loop is stuck") for f in failures] == ([True] if stuck else [])
+    assert exit_code(found[0]) == (1 if stuck else 0)
