@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
+from gpuwatch.sim.proctree import RENDER_NODE, FakeProcTree, amdgpu_fdinfo
 from tests.support.dashboard import CONDITIONAL_PANELS, concrete, load, panels, present_components, variable_queries
 from tests.support.paths import REPO
-from gpuwatch.sim.proctree import RENDER_NODE, FakeProcTree, amdgpu_fdinfo
 from tests.support.processes import Processes, get_json, wait_up
 from tests.support.published import GPU_A, GPU_B, two_gpu_tree
 from tests.support.stack import (
