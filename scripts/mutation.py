@@ -30,7 +30,9 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "curve": ("gpuwatch/fan/curve.py", ["tests/fan/test_curve.py"]),
     "governor": ("gpuwatch/power/governor.py", ["tests/power/test_governor.py", "tests/power/test_governor_edges.py"]),
     "limits": ("gpuwatch/limits.py", ["tests/test_limits.py"]),
-    "policy": ("gpuwatch/supervise/policy.py", ["tests/supervise/test_policy.py"]),
+    "policy": ("gpuwatch/supervise/policy.py", ["tests/supervise/test_policy.py",
+                                                "tests/supervise/test_gpu_reset_policy.py",
+                                                "tests/supervise/test_policy_transitions.py"]),
 }
 
 # Surviving mutants that cannot change behaviour, by mutmut's name (numbered in source order: a change
@@ -45,6 +47,33 @@ EQUIVALENT: dict[str, str] = {
     "gpuwatch.fan.curve.x_interpolate__mutmut_14":
         "`temp_c < t1`: at a point's own temperature the next segment starts at that point's speed (or the last "
         "point's speed is returned); at most the last bit of a float differs, under what a pwm step can show",
+    # governor
+    "gpuwatch.power.governor.x__integrated__mutmut_1":
+        "`assert ... or ...`: both are set together (_engaged) before _integrated runs; the assert never fails",
+    "gpuwatch.power.governor.x__integrated__mutmut_14":
+        "`ez <= 0` integrates down: at ez == 0 that adds ki * 0 * dt = 0, as the other branches do",
+    "gpuwatch.power.governor.x__integrated__mutmut_22":
+        "`ez >= 0` integrates up: at ez == 0 that adds ki * min(0, ...) * dt = 0",
+    "gpuwatch.power.governor.x__quantised__mutmut_30":
+        "`ez / direction`: direction is +1 or -1 there (a reversal), so / and * agree",
+    "gpuwatch.power.governor.x__quantised__mutmut_40":
+        "`(settle - applied) / direction`: direction is +1 or -1, so / and * agree",
+    "gpuwatch.power.governor.x__filtered__mutmut_2":
+        "`dt < 0`: at dt == 0 the EMA step is (1 - exp(0)) * (...) = 0, the previous value unchanged",
+    # policy
+    "gpuwatch.supervise.policy.x__stopping__mutmut_39":
+        "abandoning: run_ended never reads inputs.alive (alive=None instead of False)",
+    "gpuwatch.supervise.policy.x__stopping__mutmut_45":
+        "abandoning: run_ended never reads inputs.alive (alive=True instead of False)",
+    "gpuwatch.supervise.policy.x__stopping__mutmut_42":
+        "abandoning keeps inputs.exit_code instead of None: a leader that is still there has none",
+    "gpuwatch.supervise.policy.x__waiting__mutmut_23":
+        "`\"emergency\" if stopped and False`: a STOPPED trainer only gets this far with after_stop "
+        "\"emergency\", which the other branch returns too",
+    "gpuwatch.supervise.policy.x__own_pause__mutmut_47":
+        "the reason set before _pause is overwritten by enter()'s \"paused ...\"/\"pausing ...\" reason",
+    "gpuwatch.supervise.policy.x__own_pause__mutmut_49":
+        "the reason set before _pause is overwritten by enter()'s \"paused ...\"/\"pausing ...\" reason",
 }
 
 
