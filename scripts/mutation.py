@@ -60,12 +60,17 @@ EQUIVALENT: dict[str, str] = {
         "`(settle - applied) / direction`: direction is +1 or -1, so / and * agree",
     "gpuwatch.power.governor.x__filtered__mutmut_2":
         "`dt < 0`: at dt == 0 the EMA step is (1 - exp(0)) * (...) = 0, the previous value unchanged",
+    # limits
+    "gpuwatch.limits.x_breaches__mutmut_14":
+        "`assert ... or ...`: over_limit() is None when either value is, so the assert never sees a None",
     # policy
     "gpuwatch.supervise.policy.x__stopping__mutmut_39":
         "abandoning: run_ended never reads inputs.alive (alive=None instead of False)",
     "gpuwatch.supervise.policy.x__stopping__mutmut_45":
         "abandoning: run_ended never reads inputs.alive (alive=True instead of False)",
     "gpuwatch.supervise.policy.x__stopping__mutmut_42":
+        "abandoning: run_ended never reads inputs.alive (alive left as it was)",
+    "gpuwatch.supervise.policy.x__stopping__mutmut_43":
         "abandoning keeps inputs.exit_code instead of None: a leader that is still there has none",
     "gpuwatch.supervise.policy.x__waiting__mutmut_23":
         "`\"emergency\" if stopped and False`: a STOPPED trainer only gets this far with after_stop "
