@@ -21,6 +21,7 @@ from gpuwatch.cli.process_table import render_processes
 from gpuwatch.cli.status import exit_code, render, select_gpus
 from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import Config
+from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.limits import limits_in_force
 from gpuwatch.model import PublishedState
 from gpuwatch.publish.document import to_document
@@ -36,19 +37,21 @@ NOT_RUNNING = "gpuwatch daemon is not running: values read directly"
 def status_fetch(config: Config, processes: bool = False) -> Fetch:
     """The daemon's view when it runs, else a direct reading with a note saying so (and naming the trainers
     a dead daemon left running, stopped or held: supervise/leftovers.py)."""
-    return lambda: daemon_document(config) or (direct_document(config, processes), "\n".join(
+    reader = DirectReader(config)
+    return lambda: daemon_document(config) or (reader.document(processes), "\n".join(
         [_direct_note(config, NOT_RUNNING), *describe_all(config.resolved_runtime_dir, time.time())]))
 
 
 def sensors_fetch(config: Config, processes: bool = False) -> Fetch:
     """Always a direct reading; the note says whether a daemon runs beside it."""
+    reader = DirectReader(config)
 
     def fetch() -> tuple[StatusDocument, str | None]:
         running = daemon_document(config)
         daemon = running[0].get("daemon") if running else None
         beside = (f"gpuwatch daemon running (pid {daemon['pid']}); these values are read directly, "
                   "`gpuwatch status` shows the daemon's view") if daemon else "gpuwatch daemon is not running"
-        return direct_document(config, processes), _direct_note(config, beside)
+        return reader.document(processes), _direct_note(config, beside)
 
     return fetch
 
@@ -68,25 +71,40 @@ def daemon_document(config: Config) -> tuple[StatusDocument, str | None] | None:
     return doc, None
 
 
-def direct_document(config: Config, processes: bool = False) -> StatusDocument:
-    """One reading of the GPUs the config means, by this process (never the daemon's state); with
-    ``processes``, every process holding one too (read twice, 0.25 s apart, for engine busy)."""
-    from gpuwatch.daemon.compose import build_sources
-    from gpuwatch.gpus.sampler import Sampler
-    from gpuwatch.procfs import ProcError, Procfs
-    from gpuwatch.procs.monitor import scan_once
-    from gpuwatch.sysfs import Sysfs
+class DirectReader:
+    """Reads the GPUs the config means, by this process (never the daemon's state).
 
-    config = config.with_effective_sysfs()
-    snapshot = Sampler(build_sources(config)).sample()
-    if processes:
-        try:
-            rows, unreadable = scan_once(Procfs(config.proc_root), Sysfs(config.sysfs_root))
-        except ProcError as exc:
-            raise ConfigError(f"cannot list processes: {exc}") from None
-        snapshot = replace(snapshot, processes=rows, processes_unreadable=unreadable)
-    return to_document(PublishedState(snapshot=snapshot, limits_c=limits_in_force(snapshot, config.thermal)),
-                       source="sysfs")
+    Its sampler and sources are built on the first reading and kept for every ``--watch`` refresh: a
+    source owns per-GPU reader threads (gpuwatch.deadline, each idling 30 s before it ends), so one built
+    per refresh left a new set of threads behind every time (about 27 a second at ``--watch 0.1``). The
+    kept source still re-discovers cards that come and go (gpus/amdgpu_source.py).
+    """
+
+    def __init__(self, config: Config) -> None:
+        self.config = config.with_effective_sysfs()
+        self._sampler: Sampler | None = None
+
+    def document(self, processes: bool = False) -> StatusDocument:
+        """One reading; with ``processes``, every process holding a GPU too (read twice, 0.25 s apart,
+        for engine busy)."""
+        from gpuwatch.procfs import ProcError, Procfs
+        from gpuwatch.procs.monitor import scan_once
+        from gpuwatch.sysfs import Sysfs
+
+        config = self.config
+        if self._sampler is None:
+            from gpuwatch.daemon.compose import build_sources
+
+            self._sampler = Sampler(build_sources(config))
+        snapshot = self._sampler.sample()
+        if processes:
+            try:
+                rows, unreadable = scan_once(Procfs(config.proc_root), Sysfs(config.sysfs_root))
+            except ProcError as exc:
+                raise ConfigError(f"cannot list processes: {exc}") from None
+            snapshot = replace(snapshot, processes=rows, processes_unreadable=unreadable)
+        return to_document(PublishedState(snapshot=snapshot, limits_c=limits_in_force(snapshot, config.thermal)),
+                           source="sysfs")
 
 
 def _direct_note(config: Config, note: str) -> str:

@@ -119,7 +119,7 @@ def decide(
     target = apply_floor(interpolate(params.points, temp_c), params.floor_percent, minimum_percent)
     applied = state.applied_percent
     if applied is None or target > applied:
-        return _set(base, target, target, temp_c, now)
+        return _set(base, target, target, temp_c)
     if target == applied:
         return Decision(percent=applied, state=replace(base, below_since=None, slewing=False), target_percent=target)
     # Lowering: only once the temperature is a dead band below the last change and stayed there.
@@ -133,7 +133,7 @@ def decide(
     if params.slew_down_percent_per_s is not None and state.last_now is not None:
         elapsed_s = max(0.0, now - state.last_now)
         new = max(target, applied - params.slew_down_percent_per_s * elapsed_s)
-    result = _set(base, new, target, temp_c, now)
+    result = _set(base, new, target, temp_c)
     return replace(result, state=replace(result.state, slewing=new > target))
 
 
@@ -142,7 +142,7 @@ def failsafe(state: CurveState, reason: str, now: float) -> Decision:
     return _full(replace(state, last_now=now), reason, ref_temp_c=None)
 
 
-def _set(base: CurveState, percent: float, target: float, temp_c: float, now: float) -> Decision:
+def _set(base: CurveState, percent: float, target: float, temp_c: float) -> Decision:
     return Decision(
         percent=percent,
         target_percent=target,

@@ -40,7 +40,7 @@ _GEN_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
 # nvml.h error codes, used when a (fake or old) module lacks the named constants.
 _NOT_SUPPORTED, _FUNCTION_NOT_FOUND, _GPU_IS_LOST = 3, 13, 15
 _FI_DEV_MEMORY_TEMP = 82
-_THRESHOLD_MEM_MAX = 5
+_THRESHOLD_MEM_MAX = 2  # nvidia-ml-py: NVML_TEMPERATURE_THRESHOLD_MEM_MAX = 2 (5 is ACOUSTIC_CURR)
 
 
 class NvmlUnavailable(Exception):

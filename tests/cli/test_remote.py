@@ -4,7 +4,9 @@ and the command itself: one table, exit codes, usage errors as one line."""
 
 from __future__ import annotations
 
+import errno
 import json
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -16,8 +18,7 @@ import pytest
 from gpuwatch.cli.remote import HostResult, fetch, fetch_all
 from gpuwatch.config.sections import remote_base_url
 from gpuwatch.publish.document import to_document
-from tests.support.endpoints import Routes, banner_server, http_server, silent_listener
-from tests.support.processes import free_port
+from tests.support.endpoints import Routes, banner_server, http_server, refused_address, silent_listener
 from tests.support.published import example_state
 
 Serve = Callable[[Routes], str]
@@ -65,9 +66,24 @@ def test_bad_answers_are_one_line_reasons(serve: Serve, routes: Routes, error: s
     assert fetch(url, 2.0) == HostResult(url, None, error)
 
 
+def test_a_refused_address_stays_refused_while_other_servers_start() -> None:
+    """The refused host of these tests is held (bound, not listening): no server started meanwhile, here
+    or by a neighbour, can take its port (a port that was only free a moment ago once answered as the
+    silent listener, 1 run in ~20)."""
+    with refused_address() as refused:
+        port = int(refused.rsplit(":", 1)[1])
+        with socket.socket() as other:
+            other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as http.server's servers do
+            with pytest.raises(OSError) as taken:
+                other.bind(("127.0.0.1", port))
+            assert taken.value.errno == errno.EADDRINUSE
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
 def test_dead_hosts_are_one_line_reasons() -> None:
-    refused = f"http://127.0.0.1:{free_port()}"
-    with silent_listener() as silent, banner_server() as not_http:
+    with refused_address() as refused_host, silent_listener() as silent, banner_server() as not_http:
+        refused = f"http://{refused_host}"
         urls = [refused, f"http://{silent}", f"http://{not_http}"]
         results = fetch_all(urls, 0.5)
     assert [r.error for r in results] == ["unreachable: connection refused", "timeout after 0.5s",
@@ -79,10 +95,16 @@ def gpuwatch(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gpuwatch", *args], capture_output=True, text=True, timeout=60)
 
 
+@pytest.fixture
+def refused() -> Iterator[str]:
+    """A host:port that refuses every connection while the test runs (``refused_address``)."""
+    with refused_address() as address:
+        yield address
+
+
 def test_the_command_shows_every_host_and_exits_1_for_one_it_cannot_read(
-        serve: Serve, document: bytes, tmp_path: Path) -> None:
+        serve: Serve, document: bytes, tmp_path: Path, refused: str) -> None:
     fine = serve({"/status": (200, document), "/healthz": (200, b"ok\n")})
-    refused = f"127.0.0.1:{free_port()}"
     config = tmp_path / "gpuwatch.toml"
     config.write_text(f'[status]\nremote = ["{fine}"]\ntimeout_s = 2\n')
     alone = gpuwatch("status", "--remote", "-c", str(config))  # the hosts of [status] remote

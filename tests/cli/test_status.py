@@ -9,6 +9,7 @@ import signal
 import subprocess
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,15 +115,45 @@ def _on_a_tty(argv: list[str], env: dict[str, str]) -> bytes:
     return output
 
 
-def test_watch_refreshes_until_interrupted(setup: tuple[FakeSysfsTree, Path]) -> None:
+@pytest.mark.parametrize("runner_sigint", [signal.default_int_handler, signal.SIG_IGN],
+                         ids=["runner-default", "runner-ignores-sigint"])
+def test_watch_refreshes_until_interrupted(setup: tuple[FakeSysfsTree, Path], runner_sigint: Any) -> None:
+    """Ctrl-C ends ``--watch`` with 130, also when the test runner itself was started with SIGINT ignored
+    (``nohup make test &``: a background job's SIGINT is ignored, and that is inherited across exec)."""
+    _, config = setup
+    previous = signal.signal(signal.SIGINT, runner_sigint)
+    try:
+        proc = gpuwatch_process("status", "--watch", "0.1", "-c", str(config))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    out = Lines(proc)
+    try:
+        wait_for(lambda: out.text().count("[0000:28:00.0]") >= 2, "two refreshes", 30, detail=out.text)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=20)
+    finally:
+        proc.kill()
+        proc.wait()
+    out.join()
+    assert out.text().count("[0000:28:00.0]") >= 2 and proc.returncode == 130
+
+
+def test_watch_keeps_its_threads_across_refreshes(setup: tuple[FakeSysfsTree, Path]) -> None:
+    """Every refresh reads the two cards through the same reader threads: after 30 refreshes the
+    process has a handful of threads, not a new set per refresh (it once built fresh GPU sources each
+    time, whose per-GPU reader threads idle 30 s before they end: about 27 more threads a second)."""
     _, config = setup
     proc = gpuwatch_process("status", "--watch", "0.1", "-c", str(config))
     out = Lines(proc)
-    wait_for(lambda: out.text().count("[0000:28:00.0]") >= 2, "two refreshes", 30, detail=out.text)
-    proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=20)
+    try:
+        wait_for(lambda: out.text().count("[0000:28:00.0]") >= 30, "30 refreshes", 120, detail=out.text)
+        threads = len(os.listdir(f"/proc/{proc.pid}/task"))
+    finally:
+        proc.kill()
+        proc.wait()
     out.join()
-    assert out.text().count("[0000:28:00.0]") >= 2 and proc.returncode == 130
+    # The main thread, one reader per card, one for discovery (gpuwatch.deadline): 30 refreshes once made 60+.
+    assert threads <= 6, f"{threads} threads after 30 refreshes"
 
 
 def test_json_watch_prints_json_lines(setup: tuple[FakeSysfsTree, Path]) -> None:
@@ -278,3 +309,36 @@ def test_exit_code_of_a_fan_mode(mode: str, code: int) -> None:
 
     document = {"gpus": [{"up": True, "over_limit": [], "fan_controller": {"mode": mode, "stalled": False}}]}
     assert exit_code(document) == code  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("interval_s, age_s, stuck", [
+    (10.0, 30.0, False),  # 3 ticks of a 10 s daemon: fresh (stale after 5 x 10 s + 2 s)
+    (0.2, 10.0, True),  # 50 ticks of a 0.2 s daemon: stuck (stale after 3 s)
+    (1.0, 3.0, False),
+    (1.0, 30.0, True),
+])
+def test_status_calls_the_daemon_stuck_by_its_own_interval(tmp_path: Path, interval_s: float, age_s: float,
+                                                          stuck: bool) -> None:
+    """The state file of a live daemon (this process's pid) taken age_s ago: status adds the "stuck"
+    failure, and with it exit 1, only past 5 of that daemon's ticks + 2 s."""
+    import time
+
+    from gpuwatch.cli.show import daemon_document
+    from gpuwatch.cli.status import exit_code
+    from gpuwatch.config.file import parse_config
+    from gpuwatch.publish.document import to_document
+    from tests.support.published import example_state
+
+    doc = to_document(example_state(tmp_path / "sys"), "daemon")
+    assert doc["daemon"]
+    doc["daemon"].update(pid=os.getpid(), interval_s=interval_s, failures=[])
+    doc["gpus"], doc["trainers"] = [], []
+    doc["taken_unix"] = time.time() - age_s
+    config = parse_config({"runtime_dir": str(tmp_path / "run")})
+    config.state_file.parent.mkdir(parents=True)
+    config.state_file.write_text(json.dumps(doc))
+    found = daemon_document(config)
+    assert found is not None
+    failures = found[0]["daemon"]["failures"]
+    assert [f.endswith("the control loop is stuck") for f in failures] == ([True] if stuck else [])
+    assert exit_code(found[0]) == (1 if stuck else 0)

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpuwatch.config.cooling import DEFAULT_CURVE, FanConfig, validate_points
-from gpuwatch.fan.curve import CurveState, apply_floor, curve_params, decide, interpolate
+from gpuwatch.fan.curve import (
+    CurveParams,
+    CurveState,
+    Decision,
+    apply_floor,
+    curve_params,
+    decide,
+    failsafe,
+    interpolate,
+    top_percent,
+)
 
 
 @pytest.mark.parametrize(
@@ -143,3 +155,154 @@ def test_steady_sensor_with_live_telemetry_is_not_frozen() -> None:
         d = decide(params, state, 45.0, 110, now, telemetry=(44.0, 45.0, 50.0, 21.0))
         state = d.state
     assert d.failsafe_reason is not None and d.percent == 100
+
+
+# Every branch of decide() with its whole Decision, derived by hand from the rules (docs/fan-control.md):
+# the applied speed, the curve's target, the failsafe reason, crit, and all the state the next tick reads.
+# (given state, temp_c, crit_c, now) -> (percent, target, reason, crit, the state's changed fields)
+RULES = curve_params(FanConfig(dead_band_c=4.0, spindown_delay_s=10.0, failsafe_after_ticks=3,
+                               frozen_after_ticks=5))
+SLEW = curve_params(FanConfig(dead_band_c=4.0, spindown_delay_s=0.0, slew_down_percent_per_s=5.0))
+BRANCHES = [
+    pytest.param(RULES, CurveState(), None, None, 1.0,
+                 (100.0, 100.0, None, False, dict(applied_percent=100.0, bad_ticks=1, last_now=1.0)),
+                 id="no-reading-before-any: full speed held"),
+    pytest.param(RULES, CurveState(applied_percent=65.0, ref_temp_c=70.0, last_temp_c=70.0, last_now=0.0),
+                 None, None, 1.0,
+                 (65.0, 65.0, None, False, dict(bad_ticks=1, last_now=1.0)),
+                 id="no-reading: what is applied is held, the last temperature kept"),
+    pytest.param(RULES, CurveState(applied_percent=65.0, ref_temp_c=70.0, below_since=0.5, slewing=True,
+                                   last_temp_c=70.0, bad_ticks=2),
+                 None, None, 3.0,
+                 (100.0, 100.0, "no temperature for 3 tick(s)", False,
+                  dict(applied_percent=100.0, ref_temp_c=None, below_since=None, slewing=False, bad_ticks=3,
+                       last_now=3.0)),
+                 id="no-reading-for-n-ticks: failsafe"),
+    pytest.param(RULES, CurveState(applied_percent=50.0, ref_temp_c=60.0, below_since=2.0, last_temp_c=60.0,
+                                   same_ticks=4),
+                 60.0, 110.0, 9.0,
+                 (100.0, 100.0, "temperature frozen at 60 °C for 5 ticks", False,
+                  dict(applied_percent=100.0, ref_temp_c=None, below_since=None, same_ticks=5, last_now=9.0)),
+                 id="frozen: failsafe, no dead band after it"),
+    pytest.param(RULES, CurveState(applied_percent=65.0, ref_temp_c=70.0, below_since=3.0, slewing=True,
+                                   last_temp_c=70.0),
+                 110.0, 110.0, 4.0,
+                 (100.0, 100.0, None, True,
+                  dict(applied_percent=100.0, ref_temp_c=110.0, below_since=None, slewing=False, last_temp_c=110.0,
+                       last_now=4.0)),
+                 id="crit: full speed, the dead band measured from the crit reading"),
+    pytest.param(RULES, CurveState(applied_percent=50.0, ref_temp_c=50.0, below_since=2.0, last_temp_c=50.0),
+                 70.0, 110.0, 5.0,
+                 (65.0, 65.0, None, False,
+                  dict(applied_percent=65.0, ref_temp_c=70.0, below_since=None, last_temp_c=70.0, last_now=5.0)),
+                 id="rise: applied at once"),
+    pytest.param(SLEW, CurveState(applied_percent=60.0, ref_temp_c=62.0, slewing=True, last_temp_c=62.0,
+                                  last_now=4.0),
+                 70.0, 110.0, 5.0,
+                 (65.0, 65.0, None, False,
+                  dict(applied_percent=65.0, ref_temp_c=70.0, slewing=False, last_temp_c=70.0, last_now=5.0)),
+                 id="rise-while-slewing: applied at once, the slew over"),
+    pytest.param(RULES, CurveState(applied_percent=100.0, ref_temp_c=95.0, below_since=3.0, slewing=True,
+                                   last_temp_c=96.0),
+                 120.0, 130.0, 6.0,
+                 (100.0, 100.0, None, False,
+                  dict(below_since=None, slewing=False, last_temp_c=120.0, last_now=6.0)),
+                 id="same-speed: the dead band keeps its reference"),
+    pytest.param(RULES, CurveState(applied_percent=77.5, ref_temp_c=80.0, below_since=5.0, last_temp_c=77.0),
+                 78.0, 110.0, 7.0,
+                 (77.5, 74.5, None, False, dict(below_since=None, last_temp_c=78.0, last_now=7.0)),
+                 id="within-dead-band: held, the spindown clock stopped"),
+    pytest.param(RULES, CurveState(applied_percent=77.5, ref_temp_c=80.0, last_temp_c=76.0),
+                 75.0, 110.0, 20.0,
+                 (77.5, 70.0, None, False, dict(below_since=20.0, last_temp_c=75.0, last_now=20.0)),
+                 id="below-dead-band: the spindown clock starts"),
+    pytest.param(RULES, CurveState(applied_percent=77.5, ref_temp_c=80.0, below_since=5.0, last_temp_c=76.0),
+                 75.0, 110.0, 14.5,
+                 (77.5, 70.0, None, False, dict(below_since=5.0, last_temp_c=75.0, last_now=14.5)),
+                 id="spindown-running: held"),
+    pytest.param(RULES, CurveState(applied_percent=77.5, ref_temp_c=80.0, below_since=5.0, last_temp_c=76.0),
+                 75.0, 110.0, 15.0,
+                 (70.0, 70.0, None, False,
+                  dict(applied_percent=70.0, ref_temp_c=75.0, below_since=None, last_temp_c=75.0, last_now=15.0)),
+                 id="spindown-done: lowered to the curve"),
+    pytest.param(SLEW, CurveState(applied_percent=100.0, ref_temp_c=95.0, last_temp_c=95.0, last_now=10.0),
+                 60.0, 110.0, 10.5,
+                 (97.5, 50.0, None, False,
+                  dict(applied_percent=97.5, ref_temp_c=60.0, slewing=True, last_temp_c=60.0, last_now=10.5)),
+                 id="slew: 5 %/s for 0.5 s"),
+    pytest.param(SLEW, CurveState(applied_percent=90.0, ref_temp_c=60.0, slewing=True, last_temp_c=60.0,
+                                  last_now=12.0),
+                 60.0, 110.0, 13.0,
+                 (85.0, 50.0, None, False, dict(applied_percent=85.0, last_now=13.0, same_ticks=1)),
+                 id="slewing: no dead band while walking down"),
+    pytest.param(SLEW, CurveState(applied_percent=52.0, ref_temp_c=60.0, slewing=True, last_temp_c=60.0,
+                                  last_now=12.0),
+                 60.0, 110.0, 13.0,
+                 (50.0, 50.0, None, False, dict(applied_percent=50.0, slewing=False, last_now=13.0, same_ticks=1)),
+                 id="slew-arrives: the target, slewing over"),
+]
+
+
+@pytest.mark.parametrize("params, state, temp_c, crit_c, now, expected", BRANCHES)
+def test_each_branch_returns_its_whole_decision(params: CurveParams, state: CurveState, temp_c: float | None,
+                                                crit_c: float | None, now: float,
+                                                expected: tuple[float, float, str | None, bool, dict[str, object]]
+                                                ) -> None:
+    percent, target, reason, crit, changed = expected
+    assert decide(params, state, temp_c, crit_c, now) == Decision(
+        percent=percent, target_percent=target, failsafe_reason=reason, crit=crit, state=replace(state, **changed))
+
+
+def test_the_floor_holds_under_a_curve_that_starts_below_it() -> None:
+    """floor_percent (50 % by default) is the lowest speed decide() commands, whatever the curve says:
+    the default curve starts at 50 % itself, so only a curve below the floor shows the floor is applied."""
+    params = curve_params(FanConfig(curve=[[40, 20], [80, 100]]))
+    assert params.floor_percent == 50.0
+    assert [decide(params, CurveState(), t, 110.0, 0.0).percent for t in (30, 40, 55, 60, 70)] == [
+        50.0, 50.0, 50.0, 60.0, 80.0]
+
+
+def test_the_firmware_minimum_is_applied_and_defaults_to_none() -> None:
+    """A card whose firmware refuses speeds under 60 % gets 60 %; without a minimum a 0 % curve and floor
+    give 0 % (a passively cooled rig may want the fan off)."""
+    params = curve_params(FanConfig())
+    assert decide(params, CurveState(), 50.0, 110.0, 0.0, minimum_percent=60.0).percent == 60.0
+    silent = curve_params(FanConfig(curve=[[40, 0], [80, 100]], floor_percent=0))
+    assert decide(silent, CurveState(), 30.0, 110.0, 0.0).percent == 0.0
+    assert apply_floor(0.5, 0.0) == 0.5
+
+
+def test_interpolation_starts_at_the_first_points_temperature() -> None:
+    """Flat below the first point's temperature (not its speed): a curve whose first speed is above the
+    temperature still interpolates between its points."""
+    assert interpolate([(40.0, 80.0), (60.0, 100.0)], 50.0) == 90.0
+    assert interpolate([(40.0, 80.0), (60.0, 100.0)], 40.0) == 80.0
+
+
+def test_curve_params_carry_every_setting() -> None:
+    fan = FanConfig(curve=[[40, 20], [80, 100]], floor_percent=30, dead_band_c=2.5, spindown_delay_s=7,
+                    slew_down_percent_per_s=4, failsafe_after_ticks=6, frozen_after_ticks=9)
+    assert curve_params(fan) == CurveParams(points=((40.0, 20.0), (80.0, 100.0)), floor_percent=30.0,
+                                            dead_band_c=2.5, spindown_delay_s=7.0, slew_down_percent_per_s=4.0,
+                                            failsafe_after_ticks=6, frozen_after_ticks=9)
+
+
+@pytest.mark.parametrize("points, floor, top", [
+    (DEFAULT_CURVE, 50.0, 100.0),  # the last point
+    (((40.0, 20.0), (80.0, 80.0)), 50.0, 80.0),  # a curve that never reaches 100 %
+    (((40.0, 20.0), (80.0, 40.0)), 50.0, 50.0),  # the floor above the whole curve
+    (((40.0, 90.0), (80.0, 60.0)), 0.0, 90.0),  # the highest point, not the last
+    (((40.0, 20.0),), 120.0, 100.0),  # never above 100 % (a hand-built params)
+])
+def test_top_percent_is_the_highest_speed_below_crit(points: tuple[tuple[float, float], ...], floor: float,
+                                                     top: float) -> None:
+    params = replace(curve_params(FanConfig()), points=tuple(points), floor_percent=floor)
+    assert top_percent(params) == top
+
+
+def test_failsafe_is_full_speed_at_once_with_its_reason() -> None:
+    state = CurveState(applied_percent=65.0, ref_temp_c=70.0, below_since=3.0, slewing=True, last_now=1.0,
+                       last_temp_c=70.0, bad_ticks=1, same_ticks=2)
+    assert failsafe(state, "reads hang", 5.0) == Decision(
+        percent=100.0, target_percent=100.0, failsafe_reason="reads hang",
+        state=replace(state, applied_percent=100.0, ref_temp_c=None, below_since=None, slewing=False, last_now=5.0))

@@ -1,7 +1,10 @@
 """NVIDIA backend against a fake ``pynvml`` module: only the NVML library is faked, everything else is real.
 
 The fake answers like nvidia-ml-py does: bytes/str values, NVMLError subclasses carrying ``value`` (the
-nvml.h code), milliwatts, MHz, percentages, and "00000000:BB:DD.F" bus ids.
+nvml.h code), milliwatts, MHz, percentages, and "00000000:BB:DD.F" bus ids. Its constants (sensor, threshold,
+clock, field and error numbers) are nvidia-ml-py's own, read from the installed ``pynvml`` (the test extra),
+never copied from gpuwatch: a fake that copied the code's numbers once agreed with its wrong
+NVML_TEMPERATURE_THRESHOLD_MEM_MAX (5; the library's is 2).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pynvml
 import pytest
 
 from gpuwatch.cli import main
@@ -26,13 +30,19 @@ from gpuwatch.limits import breaches
 from gpuwatch.publish.document import to_document
 from tests.support.trees import capture
 
+# nvml.h return codes, as nvidia-ml-py names them.
+NOT_SUPPORTED, GPU_IS_LOST = pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_GPU_IS_LOST
+UNKNOWN, DRIVER_NOT_LOADED = pynvml.NVML_ERROR_UNKNOWN, pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+VERSION_MISMATCH = pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+
 
 class NVMLError(Exception):
     def __init__(self, value: int) -> None:
         self.value = value
 
     def __str__(self) -> str:
-        messages = {3: "Not Supported", 15: "GPU is lost", 999: "Unknown Error", 9: "Driver Not Loaded"}
+        messages = {NOT_SUPPORTED: "Not Supported", GPU_IS_LOST: "GPU is lost", UNKNOWN: "Unknown Error",
+                    DRIVER_NOT_LOADED: "Driver Not Loaded"}
         return messages.get(self.value, "err")
 
 
@@ -45,34 +55,34 @@ H100 = {
     # it apart, as nvidia-smi does (used 0 MiB, reserved 480 MiB).
     "memory": (480 << 20, 80 << 30), "memory_v2": (0, 480 << 20), "power_mw": 118_500, "cap_mw": 700_000,
     "limits_mw": (200_000, 700_000), "default_mw": 700_000, "sclk": 1980, "mclk": 2619,
-    "fan": NVMLError(3), "gen": 5, "width": 16, "max_gen": 5, "max_width": 16,
+    "fan": NVMLError(NOT_SUPPORTED), "gen": 5, "width": 16, "max_gen": 5, "max_width": 16,
 }
 RTX = {
     **H100, "bus": "00000000:28:00.0", "name": b"NVIDIA GeForce RTX 4090", "uuid": b"GPU-1111", "vbios": b"95.02",
-    "pci_device_id": 0x268410DE, "temp": 63, "slowdown": 88, "shutdown": 93, "mem_temp": NVMLError(3),
-    "fan": 55, "memory": (1 << 30, 24 << 30), "memory_v2": NVMLError(25), "gen": 4, "max_gen": 4,
+    "pci_device_id": 0x268410DE, "temp": 63, "slowdown": 88, "shutdown": 93, "mem_temp": NVMLError(NOT_SUPPORTED),
+    "fan": 55, "memory": (1 << 30, 24 << 30), "memory_v2": NVMLError(VERSION_MISMATCH), "gen": 4, "max_gen": 4,
     "power_mw": 310_250, "cap_mw": 450_000,
 }
 
 
 @dataclass
 class FakeNvml:
-    """The subset of pynvml that gpuwatch calls. A value that is an NVMLError is raised instead."""
+    """The subset of pynvml that gpuwatch calls. A value that is an NVMLError is raised instead.
+
+    Every ``NVML_*`` constant is the installed nvidia-ml-py's (``__getattr__``); ``bare`` hides them all, as
+    a pynvml older than a constant would, so gpuwatch's own fallback numbers are what reach the calls."""
 
     gpus: list[dict[str, Any]]
     init_error: NVMLError | None = None
     calls: list[str] = field(default_factory=list)
+    bare: bool = False
     NVMLError = NVMLError
-    NVML_ERROR_NOT_SUPPORTED = 3
-    NVML_ERROR_GPU_IS_LOST = 15
-    NVML_TEMPERATURE_GPU = 0
-    NVML_TEMPERATURE_THRESHOLD_SHUTDOWN = 0
-    NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1
-    NVML_TEMPERATURE_THRESHOLD_MEM_MAX = 5
-    NVML_CLOCK_GRAPHICS = 0
-    NVML_CLOCK_MEM = 2
-    NVML_FI_DEV_MEMORY_TEMP = 82
-    nvmlMemory_v2: Any = 0x02000028  # None: an nvidia-ml-py without the v2 memory query
+    nvmlMemory_v2: Any = pynvml.nvmlMemory_v2  # None: an nvidia-ml-py without the v2 memory query
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("NVML_") and not self.__dict__.get("bare", False):
+            return getattr(pynvml, name)
+        raise AttributeError(name)
 
     def _v(self, handle: int, key: str) -> Any:
         value = self.gpus[handle][key]
@@ -109,14 +119,16 @@ class FakeNvml:
         return self._v(h, "vbios")
 
     def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
-        assert sensor == self.NVML_TEMPERATURE_GPU
+        assert sensor == pynvml.NVML_TEMPERATURE_GPU
         return self._v(h, "temp")
 
     def nvmlDeviceGetTemperatureThreshold(self, h: int, kind: int) -> int:
-        return self._v(h, {0: "shutdown", 1: "slowdown", 5: "mem_max"}[kind])
+        return self._v(h, {pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: "shutdown",
+                           pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: "slowdown",
+                           pynvml.NVML_TEMPERATURE_THRESHOLD_MEM_MAX: "mem_max"}[kind])
 
     def nvmlDeviceGetFieldValues(self, h: int, ids: list[int]) -> list[Any]:
-        assert ids == [self.NVML_FI_DEV_MEMORY_TEMP]
+        assert ids == [pynvml.NVML_FI_DEV_MEMORY_TEMP]
         try:
             temp = self._v(h, "mem_temp")
         except NVMLError as exc:
@@ -131,7 +143,7 @@ class FakeNvml:
         used, total = self._v(h, "memory")
         if version is None:
             return SimpleNamespace(used=used, total=total, free=total - used)
-        assert version == self.nvmlMemory_v2
+        assert version == pynvml.nvmlMemory_v2
         used, reserved = self._v(h, "memory_v2")  # a driver without v2: NVML_ERROR_ARGUMENT_VERSION_MISMATCH
         return SimpleNamespace(version=version, total=total, reserved=reserved, free=total - used - reserved, used=used)
 
@@ -148,7 +160,7 @@ class FakeNvml:
         return self._v(h, "default_mw")
 
     def nvmlDeviceGetClockInfo(self, h: int, clock: int) -> int:
-        return self._v(h, {0: "sclk", 2: "mclk"}[clock])
+        return self._v(h, {pynvml.NVML_CLOCK_GRAPHICS: "sclk", pynvml.NVML_CLOCK_MEM: "mclk"}[clock])
 
     def nvmlDeviceGetFanSpeed(self, h: int) -> int:
         return self._v(h, "fan")
@@ -200,7 +212,7 @@ def test_board_without_fan_is_not_an_error() -> None:
 
 
 def test_unreadable_field_is_recorded_and_the_rest_is_read() -> None:
-    broken = {**RTX, "power_mw": NVMLError(999), "temp": NVMLError(999)}
+    broken = {**RTX, "power_mw": NVMLError(UNKNOWN), "temp": NVMLError(UNKNOWN)}
     (gpu,), _ = NvmlSource(FakeNvml([broken])).read_all()
     assert gpu.up and gpu.power_w is None and gpu.temp("edge").temp_c is None
     assert {(e.sensor, e.error) for e in gpu.errors} == {("power", "Unknown Error"), ("temp", "Unknown Error")}
@@ -211,10 +223,10 @@ def test_lost_gpu_reads_as_down_and_keeps_its_identity() -> None:
     fake = FakeNvml([dict(H100)])
     backend = NvmlSource(fake)
     backend.read_all()
-    fake.gpus[0]["power_mw"] = NVMLError(15)
+    fake.gpus[0]["power_mw"] = NVMLError(GPU_IS_LOST)
     (lost,), _ = backend.read_all()
     assert not lost.up and lost.gpu_id == "0000:1b:00.0" and lost.name == "NVIDIA H100 80GB HBM3"
-    fake.gpus[0]["handle_error"] = NVMLError(15)
+    fake.gpus[0]["handle_error"] = NVMLError(GPU_IS_LOST)
     (gone,), _ = backend.read_all()
     assert not gone.up and gone.errors[0].sensor == "device"
 
@@ -232,13 +244,13 @@ def test_bus_id_normalised_to_the_amdgpu_form(raw: str | None, expected: str | N
 
 def test_init_failure_raises_unavailable() -> None:
     with pytest.raises(NvmlUnavailable, match="Driver Not Loaded"):
-        NvmlSource(FakeNvml([], init_error=NVMLError(9)))
+        NvmlSource(FakeNvml([], init_error=NVMLError(DRIVER_NOT_LOADED)))
 
 
 def test_auto_without_nvml_keeps_amdgpu_only(fake_sysfs: Any) -> None:
     fake_sysfs.add_capture(capture("navi31-rx7900xtx-sapphire-nitro"), card=0, pci_slot="0000:03:00.0")
     config = parse_config({"sysfs_root": str(fake_sysfs.root)})
-    backends = build_sources(config, nvml=FakeNvml([dict(H100)], init_error=NVMLError(9)))
+    backends = build_sources(config, nvml=FakeNvml([dict(H100)], init_error=NVMLError(DRIVER_NOT_LOADED)))
     assert [b.name for b in backends] == ["amdgpu"]
     snapshot = Sampler(backends).sample()
     assert [g.backend for g in snapshot.gpus] == ["amdgpu"]
@@ -256,7 +268,7 @@ def test_backend_choice(tmp_path: Path) -> None:
     assert [b.name for b in build_sources(parse_config({"backend": "nvml"}), nvml=fake)] == ["nvml"]
     assert [b.name for b in build_sources(parse_config({"backend": "amdgpu"}), nvml=fake)] == ["amdgpu"]
     with pytest.raises(ConfigError, match='backend = "nvml": NVML cannot be initialised'):
-        build_sources(parse_config({"backend": "nvml"}), nvml=FakeNvml([], init_error=NVMLError(9)))
+        build_sources(parse_config({"backend": "nvml"}), nvml=FakeNvml([], init_error=NVMLError(DRIVER_NOT_LOADED)))
     with pytest.raises(ConfigError, match="backend"):
         parse_config({"backend": "cuda"})
 
@@ -318,3 +330,13 @@ def test_sensors_on_an_nvidia_gpu_name_nvml_as_the_source(tmp_path: Path, monkey
     assert "read from NVML" in header and "sysfs" not in header
     assert note == "gpuwatch daemon is not running"
     assert "  vram   0 MiB / 80.0 GiB   reserved by the driver 480 MiB" in rest
+
+
+def test_a_pynvml_without_the_named_constants_reads_the_same() -> None:
+    """gpuwatch's fallback numbers (used when a pynvml predates a constant) are nvidia-ml-py's: the bare
+    fake hides every NVML_* name, and each reading, HBM temperature limit included, is what the named
+    constants give. Fails with the old fallback of 5 for NVML_TEMPERATURE_THRESHOLD_MEM_MAX (it is 2)."""
+    named, _ = NvmlSource(FakeNvml([dict(H100), dict(RTX)])).read_all()
+    bare, _ = NvmlSource(FakeNvml([dict(H100), dict(RTX)], bare=True)).read_all()
+    assert bare == named
+    assert [(t.label, t.crit_c) for t in bare[0].temps] == [("edge", 90.0), ("mem", 95.0)]

@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pynvml
 import pytest
 
 from gpuwatch.config.file import parse_config
@@ -27,20 +28,28 @@ class NVMLError(Exception):
         self.value = value
 
     def __str__(self) -> str:
-        return {2: "Invalid Argument", 3: "Not Supported", 4: "Insufficient Permissions"}.get(self.value, "err")
+        return {pynvml.NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
+                pynvml.NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+                pynvml.NVML_ERROR_NO_PERMISSION: "Insufficient Permissions"}.get(self.value, "err")
 
 
 @dataclass
 class FakeNvml:
     """The power-limit subset of pynvml, in milliwatts, with the H100's numbers (docs/nvidia.md):
-    limits 200-700 W, default 700 W; ``enforced`` may sit under the set limit (an out-of-band limiter)."""
+    limits 200-700 W, default 700 W; ``enforced`` may sit under the set limit (an out-of-band limiter).
+    Its NVML_* constants are the installed nvidia-ml-py's; ``bare`` hides them (gpuwatch's fallbacks answer)."""
 
     limit_mw: int = 700_000
     enforced_mw: int = 650_000
     refuse: int | None = None
     sets: list[int] = field(default_factory=list)
+    bare: bool = False
     NVMLError = NVMLError
-    NVML_ERROR_NO_PERMISSION = 4
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("NVML_") and not self.__dict__.get("bare", False):
+            return getattr(pynvml, name)
+        raise AttributeError(name)
 
     def nvmlInit(self) -> None:
         pass
@@ -85,10 +94,14 @@ def test_write_is_milliwatts_and_read_back() -> None:
     assert NvmlCap(nvml, GPU).write(512.5) == 512.5 and nvml.sets == [512_500]
 
 
-@pytest.mark.parametrize("code, words", [(4, "needs root"), (3, "Not Supported"), (2, "Invalid Argument")])
-def test_refusals_make_it_unavailable(code: int, words: str) -> None:
+@pytest.mark.parametrize("bare", [False, True], ids=["named", "fallback"])
+@pytest.mark.parametrize("code, words", [(pynvml.NVML_ERROR_NO_PERMISSION, "needs root"),
+                                         (pynvml.NVML_ERROR_NOT_SUPPORTED, "Not Supported"),
+                                         (pynvml.NVML_ERROR_INVALID_ARGUMENT, "Invalid Argument")])
+def test_refusals_make_it_unavailable(code: int, words: str, bare: bool) -> None:
+    """The library's codes, named or (a pynvml without the names) through gpuwatch's own fallbacks."""
     with pytest.raises(CapUnavailable, match=words):
-        NvmlCap(FakeNvml(refuse=code), GPU).write(600)
+        NvmlCap(FakeNvml(refuse=code, bare=bare), GPU).write(600)
 
 
 def _reading(edge_c: float, power_w: float, enforced_w: float) -> Snapshot:
@@ -119,7 +132,7 @@ def test_an_nvidia_gpu_near_its_edge_limit_is_capped_then_given_back(tmp_path: P
 
 
 def test_without_root_it_falls_back_to_the_pause(tmp_path: Path) -> None:
-    nvml, now = FakeNvml(refuse=4), [0.0]
+    nvml, now = FakeNvml(refuse=pynvml.NVML_ERROR_NO_PERMISSION), [0.0]
     controller = _controller(tmp_path, nvml, now)
     for second in range(60):
         now[0] = second

@@ -78,13 +78,20 @@ def test_head_and_unknown_path(daemon: Daemon) -> None:
 
 
 @pytest.mark.parametrize(
-    "taken_monotonic, now, fresh",
-    [(100.0, 100.5, True), (100.0, 106.9, True), (100.0, 107.1, False)],  # 5 ticks of 1 s + 2 s slack
+    "interval_s, age_s, fresh",
+    [
+        (1.0, 0.5, True), (1.0, 6.9, True), (1.0, 7.1, False),  # 5 ticks of 1 s + 2 s slack = 7 s
+        (0.2, 3.0, True), (0.2, 3.1, False),  # 5 ticks of 0.2 s + 2 s = 3 s (not 5 / 0.2 + 2 = 27 s)
+        (10.0, 30.0, True), (10.0, 52.0, True), (10.0, 52.5, False),  # 5 x 10 s + 2 s = 52 s (not 2.5 s)
+    ],
 )
-def test_health_staleness(taken_monotonic: float, now: float, fresh: bool) -> None:
+def test_health_staleness(interval_s: float, age_s: float, fresh: bool) -> None:
+    """Stale means older than 5 of the daemon's own ticks + 2 s, whatever its interval_s."""
+    taken_monotonic = 100.0
+    now = taken_monotonic + age_s
     holder = StateHolder()
     holder.publish(PublishedState(snapshot=Snapshot(0.0, taken_monotonic, ()),
-                                  daemon=DaemonInfo(pid=1, version="x", started_unix=0.0, interval_s=1.0)), {})
+                                  daemon=DaemonInfo(pid=1, version="x", started_unix=0.0, interval_s=interval_s)), {})
     ok, reason = health(holder, now)
     assert ok is fresh
     assert fresh or "stuck" in reason

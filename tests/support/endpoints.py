@@ -37,6 +37,19 @@ def http_server(routes: Routes) -> Iterator[str]:
 
 
 @contextmanager
+def refused_address() -> Iterator[str]:
+    """``127.0.0.1:PORT`` where every connection is refused, for as long as the block runs.
+
+    The port is bound and not listening: the kernel answers a SYN with RST (ECONNREFUSED), and no
+    other socket can bind it meanwhile. A port that was merely free a moment ago (bound, closed, its
+    number kept) could be handed to the next server the test or a neighbour starts, and then answer.
+    """
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+@contextmanager
 def silent_listener() -> Iterator[str]:
     """Accepts connections (the kernel's backlog) and never answers: a client's timeout."""
     with socket.socket() as sock:
@@ -60,6 +73,15 @@ def banner_server(banner: bytes = b"SSH-2.0-OpenSSH_9.2\r\n") -> Iterator[str]:
                 return
             with conn:
                 conn.sendall(banner)
+                # Read what the client sent before closing: a close with unread bytes is a RST, which
+                # may reach the client before the banner does (it would see a reset, not the banner).
+                conn.shutdown(socket.SHUT_WR)
+                conn.settimeout(5)
+                try:
+                    while conn.recv(4096):
+                        pass
+                except OSError:
+                    pass
 
     threading.Thread(target=answer, daemon=True).start()
     try:
