@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import time
+from pathlib import Path
 
 from gpuwatch.cli.settings import cli_config_path, load_cli_config, setup_logging, with_runtime_dir, with_simulation
 from gpuwatch.cli.show import document_text, repeat, sensors_fetch, show, status_fetch
 from gpuwatch.cli.status import EXIT_USAGE
-from gpuwatch.config.base import ConfigError, pci_slot_problem
+from gpuwatch.config.base import ConfigError, default_runtime_dir, pci_slot_problem
 from gpuwatch.config.file import DEFAULT_CONFIG_PATH, Config, effective_config_toml, load_config
 from gpuwatch.config.sections import remote_base_url
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from gpuwatch.daemon.lock import Held, acquire
     from gpuwatch.daemon.loop import Daemon
     from gpuwatch.daemon.sdnotify import Notifier
     from gpuwatch.supervise.preflight import check_trainers
@@ -28,13 +31,40 @@ def cmd_run(args: argparse.Namespace) -> int:
                                                "power": config.power.model_copy(update={"mode": "dry-run"})})
         if args.simulate is not None:
             config = with_simulation(config, args.simulate)
+            if args.config is None:
+                # Not the service's directory: its lock, state file, control socket and restore files.
+                config = config.model_copy(update={"runtime_dir": simulation_runtime_dir()})
         return config
 
     config = load()
     check_trainers(config, str(cli_config_path(args) or "the default configuration"), as_daemon=True)
     setup_logging(config.log_level)
+    try:
+        # Held until this process exits (the kernel drops it on any exit, SIGKILL included).
+        runtime_lock = acquire(config.resolved_runtime_dir)
+    except Held as exc:
+        pid = f"kill -TERM {exc.pid}" if exc.pid else "kill -TERM <pid>"
+        print(f"gpuwatch run: {exc}; stop that one first (systemctl stop gpuwatch, or {pid})", file=sys.stderr)
+        return EXIT_USAGE
+    if runtime_lock.problem:
+        logging.getLogger("gpuwatch").warning("%s: a second daemon with this runtime directory would not be "
+                                              "refused", runtime_lock.problem)
+    if args.simulate is not None and args.config is None:
+        logging.getLogger("gpuwatch").info(
+            "simulating in %s (not the service's runtime directory): RUNTIME_DIRECTORY=%s gpuwatch status",
+            config.resolved_runtime_dir, config.resolved_runtime_dir)
     notifier = Notifier.from_env(unset=True)  # trainers we spawn must not inherit NOTIFY_SOCKET
-    return Daemon(config, config_path=cli_config_path(args), load=load, notifier=notifier).run()
+    try:
+        return Daemon(config, config_path=cli_config_path(args), load=load, notifier=notifier).run()
+    finally:
+        runtime_lock.release()
+
+
+def simulation_runtime_dir() -> Path:
+    """`gpuwatch run --simulate` without ``-c``: beside this user's own runtime directory, never in it
+    (as root that is the service's /run/gpuwatch): /run/gpuwatch-simulate, $XDG_RUNTIME_DIR/gpuwatch-simulate."""
+    own = default_runtime_dir(os.environ, os.geteuid())
+    return own.with_name(own.name + "-simulate")
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -57,6 +87,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_restore(args: argparse.Namespace) -> int:
     from gpuwatch.actuation import restore_file_path
     from gpuwatch.daemon.compose import restore_all
+    from gpuwatch.daemon.lock import holder
 
     try:
         config = load_cli_config(args)
@@ -66,6 +97,13 @@ def cmd_restore(args: argparse.Namespace) -> int:
         print(f"gpuwatch {args.verb}: {exc}\ngpuwatch {args.verb}: using the default settings", file=sys.stderr)
         config = with_runtime_dir(load_config(None, {"sysfs_root": str(args.sysfs_root)} if args.sysfs_root else None))
     setup_logging("debug" if config.log_level == "debug" else "warning")  # what was handed back is printed below
+    running = holder(config.resolved_runtime_dir)
+    if running is not None and not args.force:
+        # The daemon would lower the caps again, and its record of the originals would be gone (issue 31).
+        print(f"gpuwatch {args.verb}: the daemon (pid {running}) runs with {config.resolved_runtime_dir} and "
+              "gives fans and caps back itself when it stops: stop it (systemctl stop gpuwatch, or kill -TERM "
+              f"{running}); --force restores beside it (it records again before its next write)", file=sys.stderr)
+        return EXIT_USAGE
     config = config.with_effective_sysfs()  # the simulated tree when the config simulates, like the daemon
     result = restore_all(config)
     for line in result.done:
