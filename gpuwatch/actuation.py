@@ -176,6 +176,7 @@ class Actuator:
         # the daemon, a person) is written again before the next write (``_keep_recorded``).
         self._held: dict[str, dict[str, Any]] = {}
         self._seen: tuple[int, int, int] | None = None
+        self._unremovable: set[str] = set()  # handed back by this process, record left (read-only directory)
 
     def busy(self, gpu_id: str) -> bool:
         """Whether the GPU's worker is still inside a call that missed its deadline."""
@@ -196,6 +197,7 @@ class Actuator:
         with self.file.lock:
             stored = self.file.add(gpu_id, record.to_json(), adopt)
             self._held[gpu_id] = stored
+            self._unremovable.discard(gpu_id)
             self._seen = self.file.identity()
         if not self._atexit.is_set():
             # The daemon restores in its finally (the documented path). This covers an actuator used
@@ -206,10 +208,19 @@ class Actuator:
         return stored
 
     def forget(self, gpu_id: str) -> None:
-        """The original is in force again: nothing of ours to give back on this GPU."""
+        """The original is in force again: nothing of ours to give back on this GPU.
+
+        A record that cannot be removed (a read-only or vanished runtime directory) stays, with a warning:
+        the hardware is back, and giving an original back twice changes nothing."""
         with self.file.lock:
             self._held.pop(gpu_id, None)
-            self.file.remove(gpu_id)
+            try:
+                self.file.remove(gpu_id)
+            except OSError as exc:
+                self._unremovable.add(gpu_id)
+                log.warning("GPU %s: %s handed back, but its record stays in %s (%s); harmless: giving the "
+                            "original back again changes nothing", gpu_id, self.kind.name, self.file.path,
+                            exc.strerror or exc)
             self._seen = self.file.identity()
 
     def _keep_recorded(self) -> None:
@@ -244,7 +255,7 @@ class Actuator:
         ``without_records``: also the kind's fallback for what the file does not cover (`gpuwatch restore`
         only: the daemon gives back what it recorded and nothing else, such as a fan another tool drives)."""
         self._keep_recorded()  # what this daemon holds goes back even if its record was removed meanwhile
-        records = self.file.load()
+        records = {gpu_id: stored for gpu_id, stored in self.file.load().items() if gpu_id not in self._unremovable}
         result = Handback()
         calls = {gpu_id: partial(self._give_back, gpu_id, stored) for gpu_id, stored in sorted(records.items())}
         gone: set[str] = set()

@@ -1,7 +1,10 @@
 """Local control channel for `gpuwatch pause|resume|restart [NAME]`: a unix socket, JSON lines, no HTTP.
 
 Access is the socket file's permission (mode 0660: the daemon's user and group), checked by the kernel
-on connect. Requests: {"cmd": "pause", "name": null}; replies: {"ok": bool, "message": str}.
+on connect. Requests: {"cmd": "pause", "name": null}; replies: {"ok": bool, "message": str}. The request
+{"cmd": "status"} is answered by the server itself with the last published document ({"ok": true,
+"message": "", "document": {...}}): `gpuwatch status`'s way in when the state file cannot be written
+(a full or read-only runtime directory) and HTTP is off.
 
 Clients are served concurrently, each on its own short-lived thread, with a whole-request deadline
 (``REQUEST_DEADLINE_S`` from the accept, not per read): one stuck or trickling local client used to hold
@@ -19,12 +22,14 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("gpuwatch.control")
 
 Handler = Callable[[str, "str | None"], "tuple[bool, str]"]
+Document = Callable[[], "Mapping[str, Any] | None"]  # the last published status document
 MAX_REQUEST_BYTES = 4096
 REQUEST_DEADLINE_S = 2.0  # the whole request line, from the accept
 MAX_CLIENTS = 16  # connections being read at once
@@ -36,9 +41,11 @@ class ControlError(Exception):
 
 
 class ControlServer:
-    def __init__(self, path: Path, handler: Handler, request_deadline_s: float = REQUEST_DEADLINE_S) -> None:
+    def __init__(self, path: Path, handler: Handler, request_deadline_s: float = REQUEST_DEADLINE_S,
+                 document: Document | None = None) -> None:
         self.path = path
         self.handler = handler
+        self.document = document
         self.request_deadline_s = request_deadline_s
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
@@ -73,7 +80,10 @@ class ControlServer:
         with self._lock:
             for conn in self._reading:
                 _cut(conn)
-        self.path.unlink(missing_ok=True)
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError as exc:  # a read-only runtime directory: the socket file stays, nothing listens on it
+            log.warning("cannot remove %s: %s", self.path, exc.strerror or exc)
 
     def _serve(self) -> None:
         assert self._sock is not None
@@ -129,19 +139,28 @@ class ControlServer:
             self._reading.pop(conn, None)
         if not data.strip():
             return  # connected and went (or was cut off): nothing asked
+        reply = self._reply(conn, data)
+        if reply is not None:
+            conn.settimeout(self.request_deadline_s)
+            conn.sendall(json.dumps(reply).encode() + b"\n")
+
+    def _reply(self, conn: socket.socket, data: bytes) -> dict[str, Any] | None:
+        """The reply to a request; None for a command whose client no longer waits (not carried out)."""
         try:
             request = json.loads(data.split(b"\n", 1)[0] or b"{}")
             cmd, name = str(request["cmd"]), request.get("name")
         except (ValueError, KeyError, TypeError) as exc:
-            ok, message = False, f"bad request: {exc}"
-        else:
-            with self._handling:
-                if _gone(conn):
-                    log.warning("control socket: %r from a client that no longer waits for it: not carried out", cmd)
-                    return
-                ok, message = self.handler(cmd, None if name is None else str(name))
-        conn.settimeout(self.request_deadline_s)
-        conn.sendall(json.dumps({"ok": ok, "message": message}).encode() + b"\n")
+            return {"ok": False, "message": f"bad request: {exc}"}
+        if cmd == "status" and self.document is not None:
+            document = self.document()
+            return {"ok": document is not None, "message": "" if document else "no sample published yet",
+                    "document": document}
+        with self._handling:
+            if _gone(conn):
+                log.warning("control socket: %r from a client that no longer waits for it: not carried out", cmd)
+                return None
+            ok, message = self.handler(cmd, None if name is None else str(name))
+        return {"ok": ok, "message": message}
 
 
 def _gone(conn: socket.socket) -> bool:
@@ -165,6 +184,18 @@ def _cut(conn: socket.socket) -> None:
 
 def send_command(path: Path, cmd: str, name: str | None, timeout_s: float = CLIENT_TIMEOUT_S) -> tuple[bool, str]:
     """Ask the daemon; raises ControlError when it is not running or we may not talk to it."""
+    reply = _ask(path, cmd, name, timeout_s)
+    return bool(reply["ok"]), str(reply["message"])
+
+
+def fetch_document(path: Path, timeout_s: float = CLIENT_TIMEOUT_S) -> dict[str, Any] | None:
+    """The daemon's last published document through its control socket; None when it has none yet.
+    Raises ControlError as ``send_command`` does."""
+    document = _ask(path, "status", None, timeout_s).get("document")
+    return document if isinstance(document, dict) else None
+
+
+def _ask(path: Path, cmd: str, name: str | None, timeout_s: float) -> dict[str, Any]:
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout_s)
@@ -189,6 +220,8 @@ def send_command(path: Path, cmd: str, name: str | None, timeout_s: float = CLIE
         raise ControlError(f"cannot talk to the daemon at {path}: {exc}") from None
     try:
         reply = json.loads(data.decode())
-        return bool(reply["ok"]), str(reply["message"])
-    except (ValueError, KeyError, TypeError):
-        raise ControlError(f"unexpected reply from the daemon: {data[:200]!r}") from None
+        if isinstance(reply, dict) and "ok" in reply and "message" in reply:
+            return reply
+    except ValueError:
+        pass
+    raise ControlError(f"unexpected reply from the daemon: {data[:200]!r}") from None
