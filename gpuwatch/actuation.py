@@ -248,14 +248,17 @@ class Actuator:
     def recorded(self) -> dict[str, Any]:
         return self.file.load()
 
-    def restore_all(self, without_records: bool = False) -> Handback:
+    def restore_all(self, without_records: bool = False, held: bool = True) -> Handback:
         """Every record given back, each on its GPU's worker within the deadline; the ones that went back
         (or whose device is gone) are removed, the others kept for `gpuwatch restore` to try again.
 
         ``without_records``: also the kind's fallback for what the file does not cover (`gpuwatch restore`
-        only: the daemon gives back what it recorded and nothing else, such as a fan another tool drives)."""
-        self._keep_recorded()  # what this daemon holds goes back even if its record was removed meanwhile
-        records = {gpu_id: stored for gpu_id, stored in self.file.load().items() if gpu_id not in self._unremovable}
+        only: the daemon gives back what it recorded and nothing else, such as a fan another tool drives).
+        ``held``: also what this actuator recorded and still holds when the file lost it (removed beside the
+        daemon); the restore at exit, a backstop, goes by the file alone."""
+        with self.file.lock:
+            records = {**(self._held if held else {}), **self.file.load()}
+        records = {gpu_id: stored for gpu_id, stored in records.items() if gpu_id not in self._unremovable}
         result = Handback()
         calls = {gpu_id: partial(self._give_back, gpu_id, stored) for gpu_id, stored in sorted(records.items())}
         gone: set[str] = set()
@@ -290,5 +293,5 @@ class Actuator:
         return done
 
     def _restore_at_exit(self) -> None:
-        for problem in self.restore_all().problems:
+        for problem in self.restore_all(held=False).problems:
             log.error("at exit: %s", problem)

@@ -103,6 +103,7 @@ class ControlServer:
                 if len(self._reading) >= MAX_CLIENTS:
                     oldest = min(self._reading, key=self._reading.__getitem__)
                     log.warning("control socket: %d clients sending nothing: the oldest cut off", len(self._reading))
+                    del self._reading[oldest]  # not picked again while its thread winds down
                     _cut(oldest)
                 self._reading[conn] = time.monotonic()
             threading.Thread(target=self._client, args=(conn,), name="gpuwatch-control-client", daemon=True).start()
