@@ -6,18 +6,34 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
-# The training-patch tests run on PyTorch's CPU build (README "The two commands"). TORCH_SPEC is what
-# pip installs; this machine kind has 2.13.0's CPU wheel locally (pip's find-links), elsewhere PyPI's
-# torch is a CUDA build of several GB: TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu gets the CPU
-# build instead. Changing either after .venv exists: make clean first.
+# PyTorch for the training patches and their tests (README "PyTorch: which build, what it downloads"). TORCH_SPEC
+# is what pip installs; the build comes from, first match:
+# - TORCH_INDEX_URL=URL: that index beside PyPI (https://download.pytorch.org/whl/cpu: the CPU build);
+# - a machine with an amdgpu GPU (scripts/torch-build.sh reads $(TORCH_SYSFS_ROOT)): PyTorch's ROCm build,
+#   from TORCH_ROCM_INDEX_URL alone (--index-url: a TORCH_SPEC that index lacks fails, rather than bringing
+#   PyPI's CUDA build); TORCH_BUILD=default skips it;
+# - otherwise what pip finds: on CI and the developers' machines 2.13.0's CPU wheel, from pip's find-links;
+#   elsewhere PyPI's torch, a CUDA build of several GB.
+# Changing any of them after .venv exists: make clean first.
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX_URL ?=
+TORCH_ROCM ?= rocm7.1
+TORCH_ROCM_INDEX_URL ?= https://download.pytorch.org/whl/$(TORCH_ROCM)
+TORCH_SYSFS_ROOT ?= /sys
+ifeq ($(origin TORCH_BUILD),undefined)
+TORCH_BUILD := $(if $(TORCH_INDEX_URL),index,$(shell sh scripts/torch-build.sh '$(TORCH_SYSFS_ROOT)'))
+endif
 
 .PHONY: run daemon test check venv system-deps clean install uninstall
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+ifeq ($(TORCH_BUILD),rocm)
+	@echo "An amdgpu GPU is here: installing PyTorch's ROCm build ($(TORCH_SPEC), several GB) from $(TORCH_ROCM_INDEX_URL)."
+	@echo "(make clean, then TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu for the CPU build of about 200 MB.)"
+	$(PY) -m pip install -q '$(TORCH_SPEC)' --index-url '$(TORCH_ROCM_INDEX_URL)'
+endif
 	$(PY) -m pip install -q -e '.[test,train]' '$(TORCH_SPEC)' $(if $(TORCH_INDEX_URL),--extra-index-url '$(TORCH_INDEX_URL)')
 	touch $(STAMP)
 

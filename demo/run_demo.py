@@ -7,8 +7,9 @@ when 9840 is taken, and no [[trainer]] if this build has no supervisor yet), sta
 /metrics and `gpuwatch status` are, then redraws the status every second until Ctrl-C, which stops the
 daemon (trainer first, then the fans go back to the firmware) and says so.
 
-The redrawn screen fits the terminal (80x24 too): a two-line header, the status (header, GPU blocks,
-trainer lines) in full, and the newest daemon log lines in the rows that are left.
+The redrawn screen fits the terminal (80x24 too; demo/demo_screen.py lays it out): a fixed header with
+/metrics and the commands to try, the status (lines too wide wrapped at a space or cut on purpose, the
+least telling ones left out when two cards do not fit), and the newest daemon log lines in the rows left.
 
     .venv/bin/python demo/run_demo.py [--seconds N] [--plain] [more `gpuwatch run` arguments, e.g. --simulate 2]
 """
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import math
 import os
 import re
 import shutil
@@ -34,8 +34,13 @@ import tomli_w
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "demo"))  # demo_screen, also when run_demo is imported by the tests
 
+from demo_screen import Status, screen, split_status, wrap  # noqa: E402
+
+from gpuwatch.cli.gpu_block import gpu_block  # noqa: E402
 from gpuwatch.cli.status import render  # noqa: E402
+from gpuwatch.cli.text import painter  # noqa: E402
 from gpuwatch.config.base import ConfigError  # noqa: E402
 from gpuwatch.config.file import Config, parse_config  # noqa: E402
 from gpuwatch.publish.state import read_state_file  # noqa: E402
@@ -90,31 +95,52 @@ def simulated_cards(config: Config, extra: list[str]) -> int:
     return known.simulate or config.simulate.gpus
 
 
-def banner(config: Config, config_path: Path, log_path: Path, notes: list[str], cards: int) -> str:
+def banner(config: Config, config_path: Path, log_path: Path, notes: list[str], cards: int, columns: int = 80) -> str:
+    """What is printed once at the start (and stays in the scrollback): every line fits ``columns``."""
     url = f"http://{config.http.listen}:{config.http.port}"
-    cmd = _gpuwatch()
+    cmd, conf = _gpuwatch(), _short(config_path)
     what = "one simulated RX 5600 XT" if cards == 1 else f"{cards} simulated RX 5600 XT cards"
     lines = [
-        f"gpuwatch demo: {what} (no AMD GPU needed) in a hot case, a supervised trainer",
-        f"  metrics      {url}/metrics   (also /status, /healthz)" if config.http.enabled else
-        "  metrics      HTTP is off in this config",
-        f"  status       {cmd} status --watch 1 -c {_short(config_path)}",
-        f"  sensors      {cmd} sensors -c {_short(config_path)}   (reads the simulated tree directly)",
-        f"  state file   {_short(config.state_file)}",
-        f"  daemon log   {_short(log_path)}",
-        f"  processes    {cmd} status --processes -c {_short(config_path)}",
-        f"  GPU reset    {cmd} simulate-reset -c {_short(config_path)}   (the trainer resumes from a checkpoint)",
-        "  The fan curve takes the fan from the firmware and lifts it as the card heats; at the junction",
-        "  limit (100 °C) the trainer is paused, and resumed once the card has cooled. Ctrl-C stops it all.",
+        f"gpuwatch demo: {what} (no AMD GPU needed) and a trainer",
+        f"  metrics     {url}/metrics   (also /status, /healthz)" if config.http.enabled else
+        "  metrics     HTTP is off in this config",
+        f"  status      {cmd} status --watch 1 -c {conf}",
+        f"  processes   {cmd} status --processes -c {conf}",
+        f"  sensors     {cmd} sensors -c {conf}",
+        f"  GPU reset   {cmd} simulate-reset -c {conf}",
+        f"  state file  {_short(config.state_file)}",
+        f"  daemon log  {_short(log_path)}",
     ]
-    lines += [f"  note: {note}" for note in notes]
-    return "\n".join(lines) + "\n"
+    prose = [f"The card is in a hot case. {_story(config)} After a GPU reset (the command above) the trainer "
+             "restarts from its checkpoint once the card answers again. Ctrl-C stops it all: the trainer first, "
+             "then the fan goes back to the firmware."]
+    prose += [f"note: {note}" for note in notes]
+    rows = [row for line in lines for row in wrap(line, columns, indent=12)]
+    rows += [row for paragraph in prose for row in wrap("  " + paragraph, columns, indent=0)]
+    return "\n".join(rows) + "\n"
+
+
+def _story(config: Config) -> str:
+    """What happens as the card heats, with this config's power governor."""
+    if config.power.mode == "govern":
+        return ("The fan curve takes the fan from the firmware and lifts it as the card heats; at 100 % the power "
+                "governor lowers the cap to hold the junction under its 100 °C limit, so the trainer runs a few "
+                "percent slower instead of being paused (only if even the lowest cap cannot hold it is it paused).")
+    return ("The fan curve takes the fan from the firmware and lifts it as the card heats; with the power governor "
+            f"off ([power] mode = \"{config.power.mode}\") the trainer is paused at the junction limit (100 °C) "
+            "and resumed once the card has cooled.")
 
 
 def screen_header(config: Config, config_path: Path, cards: int) -> list[str]:
-    """The two lines that stay on top of the redrawn screen (80 columns at most from the checkout)."""
-    return [f"gpuwatch demo: {cards} simulated RX 5600 XT in a hot case, with a supervised trainer",
-            f"  Ctrl-C stops it. Also try: {_gpuwatch()} status -c {_short(config_path)}"]
+    """The lines that stay on top of the redrawn screen: where /metrics is and the commands to try (80
+    columns from the checkout)."""
+    cmd, conf = _gpuwatch(), _short(config_path)
+    what = "1 simulated RX 5600 XT" if cards == 1 else f"{cards} simulated RX 5600 XT"
+    url = f"http://{config.http.listen}:{config.http.port}/metrics" if config.http.enabled else "HTTP is off"
+    return [f"gpuwatch demo: {what}, a supervised trainer. Ctrl-C stops it.",
+            f"  metrics  {url}   (also /status)",
+            f"  status   {cmd} status --processes -c {conf}",
+            f"  reset    {cmd} simulate-reset -c {conf}"]
 
 
 def _gpuwatch() -> str:
@@ -148,8 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     config_path, log_path = runtime / "demo.toml", runtime / "daemon.log"
     config_path.write_text("# generated by demo/run_demo.py from config/demo.toml\n" + tomli_w.dumps(data))
     cards = simulated_cards(config, extra)
-    print(banner(config, config_path, log_path, notes, cards), flush=True)
     redraw = not args.plain and sys.stdout.isatty()
+    columns = shutil.get_terminal_size().columns if sys.stdout.isatty() else 80
+    print(banner(config, config_path, log_path, notes, cards, columns), flush=True)
     top = screen_header(config, config_path, cards)
     with open(log_path, "w") as log:
         # Its own session: a Ctrl-C in this terminal reaches only the demo, which stops the daemon with
@@ -165,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
             if redraw:
                 size = shutil.get_terminal_size()
-                rows = screen(top, _status(config), _log_lines(log_path), size.columns, size.lines)
+                rows = screen(top, status_parts(config), _log_lines(log_path), size.columns, size.lines)
                 print("\033[H\033[2J" + "\n".join(rows), end="", flush=True)
             elif time.monotonic() - last_print >= 5:
                 print(_status(config) + "\n".join(_log_lines(log_path)[-6:]) + "\n", flush=True)
@@ -181,38 +208,25 @@ def main(argv: list[str] | None = None) -> int:
     print("\n\ngpuwatch demo stopped: " + handed_back(log_path, stopping_at, config_path))
     print(f"Daemon log: {_short(log_path)}")
     if code not in (0, -signal.SIGTERM):
-        print(_tail(log_path, 15), file=sys.stderr)
+        print(f"The daemon exited with code {code}; the end of its log:\n{_tail(log_path, 15)}", file=sys.stderr)
         return 1
     return 0
 
 
-def screen(top: list[str], status: str, log: list[str], columns: int, lines: int) -> list[str]:
-    """The rows of one redraw: ``top`` and the whole status always, then as many of the newest log lines
-    as the terminal has rows left. A line wider than the terminal takes the rows it wraps to."""
-    rows = [*top, *status.rstrip("\n").splitlines()]
-    used = sum(_height(row, columns) for row in rows)
-    tail: list[str] = []
-    room = lines - used - 1  # one row for the log's title
-    for line in reversed(log):
-        room -= _height(line, columns)
-        if room < 0:
-            break
-        tail.insert(0, line)
-    if tail:
-        rows += ["-- daemon log --", *tail]
-    return rows
-
-
-_ANSI = re.compile(r"\033\[[0-9;]*m")
-
-
-def _height(row: str, columns: int) -> int:
-    return max(1, math.ceil(len(_ANSI.sub("", row)) / max(1, columns)))
-
-
 def _status(config: Config) -> str:
+    """The plain status (no colours: --plain is for logs and pipes)."""
     doc = read_state_file(config.state_file)
-    return render(doc, color=sys.stdout.isatty()) if doc else "waiting for the daemon's first tick...\n"
+    return render(doc) if doc else "waiting for the daemon's first tick...\n"
+
+
+def status_parts(config: Config) -> Status:
+    """The status, as the redrawn screen lays it out (demo_screen.py), coloured on a terminal."""
+    doc = read_state_file(config.state_file)
+    if not doc:
+        return Status(head=["waiting for the daemon's first tick..."])
+    color = sys.stdout.isatty()
+    sizes = [len(gpu_block(gpu, painter(color))) for gpu in doc.get("gpus", [])]
+    return split_status(render(doc, color=color), sizes)
 
 
 # "2026-11-23 17:52:52,518 INFO gpuwatch.fan: GPU 0000:28:00.0: ..." -> "17:52:52 GPU 0000:28:00.0: ..."
@@ -235,16 +249,19 @@ def handed_back(log_path: Path, since: int, config_path: Path) -> str:
     """What the daemon's stop did to the fans, from what it logged after ``since`` (bytes into its log)."""
     try:
         with open(log_path, "rb") as log:
-            log.seek(since)
+            took = any("took the fan" in line for line in log.read(since).decode(errors="replace").splitlines())
             said = log.read().decode(errors="replace").splitlines()
     except OSError:
-        said = []
+        took, said = False, []
     fans = [m.group(3) for line in said if (m := _LOG_LINE.match(line)) and "fan handed back" in m.group(3)]
     if fans:
         return "the trainer was stopped first, then\n" + "\n".join(f"  {fan}" for fan in fans)
+    if not took and not any("took the fan" in line for line in said):
+        # A start that failed (a bad argument, a config the daemon refuses...): it never wrote a fan.
+        return "the daemon stopped before it took the fan: nothing to hand back"
     problems = [line for line in said if "restore" in line or "fans-auto" in line]
-    return (f"the fan was not handed back: run `gpuwatch fans-auto -c {_short(config_path)}`\n"
-            + "\n".join(problems))
+    return "\n".join([f"the fan was not handed back: run `{_gpuwatch()} restore -c {_short(config_path)}`",
+                      *problems])
 
 
 def _log_size(path: Path) -> int:

@@ -9,6 +9,9 @@ The supervisor gives each trainer two paths through its environment:
 * ``GPUWATCH_PAUSE_FILE``: while this file exists the daemon asks for a cooperative pause: the trainer
   blocks at its next optimizer-step boundary and reports ``paused: true`` in its heartbeat until the
   file is gone. Its text is the reason (``pause_reason``), which a distributed job shows on every node.
+  While it holds the file, the daemon refreshes its mtime every ``PAUSE_REFRESH_S``; a file not
+  refreshed for ``PAUSE_STALE_S`` (``pause_age_s``) was left by a requester that is gone (the daemon
+  killed): the trainer side and ``gpuwatch status`` say so.
 
 ``GPUWATCH_NODE`` names this machine in a job that spans several (default: the host name).
 
@@ -34,6 +37,10 @@ NODE_ENV = "GPUWATCH_NODE"
 # or without gpuwatch; pytorch/pytorch#135712, #167288). A store of their own restarts cleanly.
 TRAINER_ENV_DEFAULTS = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 _RANK_INFIX = ".rank-"
+# The pause file's liveness: the daemon touches it this often while it asks for the pause, so a file
+# older than PAUSE_STALE_S (several refreshes missed, a loaded box's stalls included) has no requester.
+PAUSE_REFRESH_S = 10.0
+PAUSE_STALE_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -149,6 +156,29 @@ def request_pause(pause_file: str | os.PathLike[str], reason: str) -> None:
     with os.fdopen(fd, "w") as handle:
         handle.write(reason.strip()[:200] + "\n")
     os.replace(tmp, target)
+
+
+def pause_age_s(pause_file: str | os.PathLike[str] | None, now_unix: float) -> float | None:
+    """Seconds since the pause file was written or refreshed (None: there is none); at or over
+    ``PAUSE_STALE_S`` its requester is gone. Never negative (another clock may run ahead)."""
+    if pause_file is None:
+        return None
+    try:
+        return max(0.0, now_unix - os.stat(pause_file).st_mtime)
+    except OSError:
+        return None
+
+
+def refresh_pause(pause_file: str | os.PathLike[str], now_unix: float) -> bool:
+    """The requester's side: touch the pause file when it is ``PAUSE_REFRESH_S`` old; whether it was touched."""
+    age_s = pause_age_s(pause_file, now_unix)
+    if age_s is None or age_s < PAUSE_REFRESH_S:
+        return False
+    try:
+        os.utime(pause_file, (now_unix, now_unix), follow_symlinks=False)  # the trainer's user owns the dir
+    except OSError:
+        return False
+    return True
 
 
 def pause_reason(pause_file: str | os.PathLike[str] | None) -> str:

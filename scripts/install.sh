@@ -12,6 +12,10 @@
 #   PYTHON=python3              interpreter for the venv (3.11+)
 #   PIP_INSTALL_ARGS=           extra pip arguments (an offline wheelhouse: --no-index --find-links DIR)
 #   WITH_VENV=1                 0: only refresh the unit, config and docs; keep the venv at $PREFIX as is
+#   DATADIR=/usr/share          shell completion goes to $DATADIR/bash-completion/completions/gpuwatch,
+#                               $DATADIR/zsh/vendor-completions/_gpuwatch (ZSH_COMPLETIONDIR overrides the
+#                               folder: site-functions on distributions other than Debian's) and
+#                               $DATADIR/fish/vendor_completions.d/gpuwatch.fish; COMPLETION=0 skips it
 set -euo pipefail
 SRC="$(cd "$(dirname "$0")/.." && pwd)"
 PREFIX="${PREFIX:-/opt/gpuwatch}"
@@ -21,6 +25,9 @@ DESTDIR="${DESTDIR:-}"
 SYSTEMCTL="${SYSTEMCTL:-systemctl}"
 PYTHON="${PYTHON:-python3}"
 WITH_VENV="${WITH_VENV:-1}"
+DATADIR="${DATADIR:-/usr/share}"
+ZSH_COMPLETIONDIR="${ZSH_COMPLETIONDIR:-$DATADIR/zsh/vendor-completions}"
+COMPLETION="${COMPLETION:-1}"
 read -r -a pip_args <<<"${PIP_INSTALL_ARGS:-}"
 
 if [ -n "$DESTDIR" ] && [ "$WITH_VENV" = 1 ]; then
@@ -51,6 +58,17 @@ fi
 
 install -d -m 0755 "$venv/share/doc/gpuwatch"
 install -m 0644 "$SRC/docs/systemd.md" "$venv/share/doc/gpuwatch/systemd.md"
+
+if [ "$COMPLETION" = 1 ]; then
+  # The scripts the package ships (gpuwatch/cli/completions, generated from the parser; `gpuwatch completion
+  # SHELL` prints the same), where each shell's completion loader looks for a command's script.
+  comp="$SRC/gpuwatch/cli/completions"
+  install -D -m 0644 "$comp/gpuwatch.bash" "$DESTDIR$DATADIR/bash-completion/completions/gpuwatch"
+  install -D -m 0644 "$comp/_gpuwatch" "$DESTDIR$ZSH_COMPLETIONDIR/_gpuwatch"
+  install -D -m 0644 "$comp/gpuwatch.fish" "$DESTDIR$DATADIR/fish/vendor_completions.d/gpuwatch.fish"
+  echo "shell completion: $DESTDIR$DATADIR/bash-completion/completions/gpuwatch, $DESTDIR$ZSH_COMPLETIONDIR/_gpuwatch," \
+    "$DESTDIR$DATADIR/fish/vendor_completions.d/gpuwatch.fish"
+fi
 
 install -d -m 0755 "$unitdir"
 sed -e "s#/opt/gpuwatch#$PREFIX#g" -e "s#/etc/gpuwatch/#$SYSCONFDIR/gpuwatch/#g" \

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Removes what scripts/install.sh installed: stops and disables the service (the unit's ExecStopPost
 # gives the fans back), removes the unit and the venv. The config in $SYSCONFDIR/gpuwatch is kept
-# unless PURGE=1. Same variables as install.sh (PREFIX, SYSCONFDIR, UNITDIR, DESTDIR, SYSTEMCTL).
+# unless PURGE=1. Same variables as install.sh (PREFIX, SYSCONFDIR, UNITDIR, DESTDIR, SYSTEMCTL, DATADIR,
+# ZSH_COMPLETIONDIR); the shell completion goes too.
 set -euo pipefail
 PREFIX="${PREFIX:-/opt/gpuwatch}"
 SYSCONFDIR="${SYSCONFDIR:-/etc}"
@@ -9,6 +10,8 @@ UNITDIR="${UNITDIR:-/etc/systemd/system}"
 DESTDIR="${DESTDIR:-}"
 SYSTEMCTL="${SYSTEMCTL:-systemctl}"
 PURGE="${PURGE:-0}"
+DATADIR="${DATADIR:-/usr/share}"
+ZSH_COMPLETIONDIR="${ZSH_COMPLETIONDIR:-$DATADIR/zsh/vendor-completions}"
 
 unit="$DESTDIR$UNITDIR/gpuwatch.service"
 if [ -z "$DESTDIR" ] && [ -e "$unit" ]; then
@@ -17,6 +20,8 @@ if [ -z "$DESTDIR" ] && [ -e "$unit" ]; then
 fi
 rm -f "$unit"
 rm -rf "$DESTDIR$UNITDIR/gpuwatch.service.d"
+rm -f "$DESTDIR$DATADIR/bash-completion/completions/gpuwatch" "$DESTDIR$ZSH_COMPLETIONDIR/_gpuwatch" \
+  "$DESTDIR$DATADIR/fish/vendor_completions.d/gpuwatch.fish"
 if [ -x "$DESTDIR$PREFIX/bin/python" ] && [ -e "$DESTDIR$PREFIX/pyvenv.cfg" ]; then
   rm -rf "$DESTDIR$PREFIX"
 else

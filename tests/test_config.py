@@ -68,6 +68,22 @@ def test_check_config_prints_effective_config(tmp_path: Path) -> None:
     assert effective["http"]["port"] == 9840
 
 
+def test_check_config_takes_c_like_every_other_command(tmp_path: Path) -> None:
+    """Issue 32 point 11: `check-config -c FILE` (as run, status, curve take it); the positional FILE still works,
+    and two different files are a usage error, not one of them checked silently."""
+    path = _write(tmp_path, "interval_s = 2.5\n")
+    for args in (("-c", str(path)), ("--config", str(path)), (str(path),), ("-c", str(path), str(path))):
+        result = _cli("check-config", *args)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith(f"# {path}: valid.") and "interval_s = 2.5" in result.stdout
+    (tmp_path / "bad").mkdir()
+    bad = _write(tmp_path / "bad", "interval_s = -1\n")
+    assert _cli("check-config", "-c", str(bad)).returncode == 2
+    both = _cli("check-config", "-c", str(path), str(bad))
+    assert both.returncode == 2 and both.stdout == ""
+    assert f"two files named ({path} and {bad}): check one at a time" in both.stderr
+
+
 def test_bad_config_exits_2_and_daemon_does_not_start(tmp_path: Path) -> None:
     path = _write(tmp_path, "interval_s = -1\n")
     for args in (("check-config", str(path)), ("run", "-c", str(path), "--sysfs-root", str(tmp_path))):

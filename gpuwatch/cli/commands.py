@@ -9,11 +9,18 @@ import sys
 import time
 from pathlib import Path
 
-from gpuwatch.cli.settings import cli_config_path, load_cli_config, setup_logging, with_runtime_dir, with_simulation
+from gpuwatch.cli.settings import (
+    check_config_path,
+    cli_config_path,
+    load_cli_config,
+    load_daemon_config,
+    setup_logging,
+    with_runtime_dir,
+)
 from gpuwatch.cli.show import document_text, repeat, sensors_fetch, show, status_fetch
 from gpuwatch.cli.status import EXIT_USAGE
 from gpuwatch.config.base import ConfigError, default_runtime_dir, pci_slot_problem
-from gpuwatch.config.file import DEFAULT_CONFIG_PATH, Config, effective_config_toml, load_config
+from gpuwatch.config.file import Config, effective_config_toml, load_config
 from gpuwatch.config.sections import remote_base_url
 
 
@@ -21,23 +28,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gpuwatch.daemon.lock import Held, acquire
     from gpuwatch.daemon.loop import Daemon
     from gpuwatch.daemon.sdnotify import Notifier
-    from gpuwatch.supervise.preflight import check_trainers
 
-    def load() -> Config:
-        # Also what SIGHUP re-runs: same file, same command-line overrides.
-        config = load_cli_config(args)
-        if args.dry_run:
-            config = config.model_copy(update={"fan": config.fan.model_copy(update={"mode": "dry-run"}),
-                                               "power": config.power.model_copy(update={"mode": "dry-run"})})
-        if args.simulate is not None:
-            config = with_simulation(config, args.simulate)
-            if args.config is None:
-                # Not the service's directory: its lock, state file, control socket and restore files.
-                config = config.model_copy(update={"runtime_dir": simulation_runtime_dir()})
+    def load() -> Config:  # also what SIGHUP re-runs: same file, overrides and checks
+        config = load_daemon_config(args)
+        if args.simulate is not None and args.config is None:
+            # Not the service's directory: its lock, state file, control socket and restore files.
+            config = config.model_copy(update={"runtime_dir": simulation_runtime_dir()})
         return config
 
     config = load()
-    check_trainers(config, str(cli_config_path(args) or "the default configuration"), as_daemon=True)
     setup_logging(config.log_level)
     try:
         # Held until this process exits (the kernel drops it on any exit, SIGKILL included).
@@ -163,7 +162,7 @@ def cmd_control(args: argparse.Namespace) -> int:
 def cmd_check_config(args: argparse.Namespace) -> int:
     from gpuwatch.supervise.preflight import check_trainers
 
-    path = args.file or DEFAULT_CONFIG_PATH
+    path = check_config_path(args)
     config = load_config(path)
     # As root, check as the daemon (a root service) will run it; as a user, what holds for anyone.
     check_trainers(config, str(path), as_daemon=os.geteuid() == 0)
@@ -173,10 +172,17 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from gpuwatch.cli.leftovers import leftovers
+    from gpuwatch.daemon.lock import holder
+
     config = load_cli_config(args, client=True)
     if args.remote is not None:
+        if args.gpu:
+            args.parser.error("--gpu chooses among this machine's GPUs: not with --remote")
         return _show_remote(args, config)
-    return show(args, status_fetch(config, args.processes))
+    # A daemon that lives (its runtime directory's lock) owns its restore files, also when it cannot be asked.
+    return show(args, status_fetch(config, args.processes), lambda doc: [] if holder(config.resolved_runtime_dir)
+                else leftovers(doc, config.resolved_runtime_dir))
 
 
 def _show_remote(args: argparse.Namespace, config: Config) -> int:

@@ -132,15 +132,17 @@ def _temp(label: str, t: TemperatureDoc, over: bool, paint: Paint) -> str:
 
 
 def _limits(temperatures: dict[str, TemperatureDoc]) -> list[str]:
-    """The line the temperatures are judged against: each sensor's pause limit, then the card's crits."""
+    """The lines the temperatures are judged against: each sensor's pause limit, then the card's own crit of each
+    sensor, named (``crit   edge 100°C  junction 110°C  mem 105°C``; a sensor without a crit is left out, never a
+    bare ``-`` whose sensor the reader has to guess)."""
     limits = "  ".join(f"{label} {t['limit_c']:.0f}°C"
                        for label, t in temperatures.items() if t.get("limit_c") is not None)
-    crit = [t.get("crit_c") for t in temperatures.values()]
-    crits = "/".join("-" if c is None else f"{c:.0f}" for c in crit) if any(c is not None for c in crit) else ""
+    crits = "  ".join(f"{label} {crit:.0f}°C"
+                      for label, t in temperatures.items() if (crit := t.get("crit_c")) is not None)
     if not limits and not crits:
         return []
-    text = f"  limit  pause at {limits}" if limits else "  limit  no pause limit"
-    return [text + (f"   crit {crits}°C" if crits else "")]
+    return [f"  limit  pause at {limits}" if limits else "  limit  no pause limit",
+            *([f"  crit   {crits}"] if crits else [])]
 
 
 def _controller(fan: FanControllerDoc, paint: Paint) -> str:

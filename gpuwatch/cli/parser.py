@@ -17,6 +17,8 @@ from gpuwatch.cli.commands import (
     cmd_status,
     cmd_train,
 )
+from gpuwatch.cli.completion import SHELLS, cmd_completion
+from gpuwatch.cli.logs import cmd_logs
 from gpuwatch.cli.show import watch_seconds
 from gpuwatch.config.file import DEFAULT_CONFIG_PATH
 from gpuwatch.train.argv import FALLBACK_MODES
@@ -35,10 +37,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_views(sub, common)
     _add_restore_and_curve(sub, common)
     _add_control(sub, common)
+    _add_logs(sub, common)
     _add_train(sub)
     check = sub.add_parser("check-config", help="validate a config file and print the effective config")
-    check.add_argument("file", nargs="?", type=Path, help=f"default {DEFAULT_CONFIG_PATH}")
+    check.add_argument("-c", "--config", type=Path, metavar="FILE",
+                       help=f"the config file (default {DEFAULT_CONFIG_PATH})")
+    check.add_argument("file", nargs="?", type=Path, metavar="FILE",
+                       help="the config file, as -c names it (its first form)")
     check.set_defaults(handler=cmd_check_config)
+    completion = sub.add_parser("completion", help="print the shell completion script for bash, zsh or fish")
+    completion.add_argument("shell", choices=SHELLS, help="the shell the script is for")
+    completion.set_defaults(handler=cmd_completion, root=parser)  # the script is generated from this parser
     for command in sub.choices.values():
         command.set_defaults(parser=command)  # a usage error found later is said with the command's usage
     return parser
@@ -47,9 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _common_options() -> argparse.ArgumentParser:
     """The options every command that reads a config or the machine takes (a parent parser)."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-c", "--config", type=Path, help=f"config file (default {DEFAULT_CONFIG_PATH} if present)")
-    common.add_argument("--sysfs-root", type=Path, help="sysfs tree to read instead of /sys (tests, captures)")
-    common.add_argument("--proc-root", type=Path, help="proc tree to read instead of /proc (tests)")
+    common.add_argument("-c", "--config", type=Path, metavar="FILE",
+                        help=f"config file (default {DEFAULT_CONFIG_PATH} if present)")
+    common.add_argument("--sysfs-root", type=Path, metavar="DIR",
+                        help="sysfs tree to read instead of /sys (tests, captures)")
+    common.add_argument("--proc-root", type=Path, metavar="DIR", help="proc tree to read instead of /proc (tests)")
     return common
 
 
@@ -75,6 +86,9 @@ def _add_views(sub: Commands, common: argparse.ArgumentParser) -> None:
         p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
         p.add_argument("--processes", action="store_true",
                        help="also list the processes using each GPU (pid, user, VRAM, engine busy, command)")
+        p.add_argument("--gpu", action="append", metavar="SLOT|INDEX",
+                       help="only this GPU: its PCI slot (0000:28:00.0) or its index in the list, from 0 "
+                            "(repeatable)")
         p.set_defaults(handler=handler)
         if name == "status":
             p.add_argument("--remote", nargs="*", metavar="HOST",
@@ -106,13 +120,24 @@ def _add_control(sub: Commands, common: argparse.ArgumentParser) -> None:
         ("pause", "pause a supervised trainer (all when NAME is omitted) until `resume`"),
         ("resume", "resume a paused trainer"),
         ("restart", "stop a trainer gracefully and start it again (from its last checkpoint)"),
+        ("stop", "stop a trainer gracefully (SIGTERM, its grace_s to checkpoint, then SIGKILL) and keep it "
+                 "stopped until `restart` (or the daemon's restart)"),
         ("simulate-reset", "reset a simulated GPU (gpuwatch run --simulate): dump, outage, hung processes"),
     ):
         p = sub.add_parser(name, parents=[common], help=helptext)
-        what = "PCI slot of the simulated GPU (default: the first)" if name == "simulate-reset" else \
-            "trainer name from [[trainer]] (default: all)"
-        p.add_argument("name", nargs="?", help=what)
+        if name == "simulate-reset":
+            p.add_argument("name", nargs="?", metavar="GPU", help="PCI slot of the simulated GPU (default: the first)")
+        else:
+            p.add_argument("name", nargs="?", metavar="NAME", help="trainer name from [[trainer]] (default: all)")
         p.set_defaults(handler=cmd_control, verb=name)
+
+
+def _add_logs(sub: Commands, common: argparse.ArgumentParser) -> None:
+    logs = sub.add_parser("logs", parents=[common], help="print a trainer's output (its log file; no daemon needed)")
+    logs.add_argument("name", nargs="?", metavar="NAME", help="trainer name from [[trainer]] (default: the only one)")
+    logs.add_argument("-n", "--lines", type=_lines, default=10, metavar="N", help="the last N lines (default 10)")
+    logs.add_argument("-f", "--follow", action="store_true", help="then print new output as it comes, until Ctrl-C")
+    logs.set_defaults(handler=cmd_logs)
 
 
 def _add_train(sub: Commands) -> None:
@@ -139,6 +164,13 @@ def _add_train(sub: Commands) -> None:
                        help="python SCRIPT ARGS, python -m MODULE ARGS, or any command that starts Python "
                             "(torchrun ...)")
     train.set_defaults(handler=cmd_train)
+
+
+def _lines(text: str) -> int:
+    """`logs -n`: a count of lines, 0 or more."""
+    if not text.isdecimal():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of lines (0 or more)")
+    return int(text)
 
 
 def _positive_seconds(text: str) -> float:

@@ -36,6 +36,31 @@ def load_cli_config(args: argparse.Namespace, *, client: bool = False, **overrid
     return with_runtime_dir(load_config(path, overrides), client=client)
 
 
+def load_daemon_config(args: argparse.Namespace) -> Config:
+    """What `gpuwatch run` starts with and what every SIGHUP re-reads (the loader the Daemon is given): the
+    file with the command line's overrides (``--sysfs-root``, ``--dry-run``, ``--simulate`` win over the file),
+    and the start's checks of every ``[[trainer]]`` (supervise.preflight), so a reload refuses what a start
+    refuses. Raises ConfigError: exit 2 at start, the file rejected whole (running config kept) at a reload."""
+    from gpuwatch.supervise.preflight import check_trainers
+
+    config = load_cli_config(args)
+    if args.dry_run:
+        config = config.model_copy(update={"fan": config.fan.model_copy(update={"mode": "dry-run"}),
+                                           "power": config.power.model_copy(update={"mode": "dry-run"})})
+    if args.simulate is not None:
+        config = with_simulation(config, args.simulate)
+    check_trainers(config, str(cli_config_path(args) or "the default configuration"), as_daemon=True)
+    return config
+
+
+def check_config_path(args: argparse.Namespace) -> Path:
+    """`check-config`'s file: ``-c FILE`` like every other command, or the positional FILE of its first form."""
+    if args.file is not None and args.config is not None and args.file != args.config:
+        args.parser.error(f"two files named ({args.config} and {args.file}): check one at a time")
+    path: Path = args.file or args.config or DEFAULT_CONFIG_PATH
+    return path
+
+
 def with_runtime_dir(config: Config, *, client: bool = False) -> Config:
     """The runtime directory resolved once, here (environment and euid), instead of on every use."""
     if config.runtime_dir is not None:

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import cast
 
 from gpuwatch.cli.process_table import render_processes
-from gpuwatch.cli.status import exit_code, render
+from gpuwatch.cli.status import exit_code, render, select_gpus
 from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import Config
 from gpuwatch.limits import limits_in_force
@@ -27,6 +27,7 @@ from gpuwatch.model import PublishedState
 from gpuwatch.publish.document import to_document
 from gpuwatch.publish.schema import StatusDocument
 from gpuwatch.publish.state import is_stale, read_state_file
+from gpuwatch.supervise.leftovers import describe_all
 
 Fetch = Callable[[], tuple[StatusDocument, str | None]]  # the document and a note for the text view
 
@@ -36,7 +37,8 @@ FULL_BELOW_BYTES = 64 * 1024  # less free than a state file needs (a 16-GPU docu
 
 
 def status_fetch(config: Config, processes: bool = False) -> Fetch:
-    """The daemon's view when it runs, else a direct reading with a note saying so."""
+    """The daemon's view when it runs, else a direct reading with a note saying so (and naming the trainers
+    a dead daemon left running, stopped or held: supervise/leftovers.py)."""
 
     def fetch() -> tuple[StatusDocument, str | None]:
         found = daemon_document(config)
@@ -45,10 +47,12 @@ def status_fetch(config: Config, processes: bool = False) -> Fetch:
         from gpuwatch.daemon.lock import holder
 
         pid = holder(config.resolved_runtime_dir)
-        note = NOT_RUNNING if pid is None else (
-            f"gpuwatch daemon (pid {pid}) runs, but neither its state file nor HTTP nor its control socket "
-            f"answered{_dir_problem(config)}: values read directly")
-        return direct_document(config, processes), _direct_note(config, note)
+        if pid is not None:  # alive (its lock), so nothing it left is a leftover
+            note = (f"gpuwatch daemon (pid {pid}) runs, but neither its state file nor HTTP nor its control socket "
+                    f"answered{_dir_problem(config)}: values read directly")
+            return direct_document(config, processes), _direct_note(config, note)
+        return direct_document(config, processes), "\n".join(
+            [_direct_note(config, NOT_RUNNING), *describe_all(config.resolved_runtime_dir, time.time())])
 
     return fetch
 
@@ -170,13 +174,22 @@ def _direct_note(config: Config, note: str) -> str:
     return f"{note}; simulated cards: {tree}{where}"
 
 
-def show(args: argparse.Namespace, fetch: Fetch) -> int:
+def show(args: argparse.Namespace, fetch: Fetch, leftovers: Callable[[StatusDocument], list[str]] | None = None) -> int:
+    """``leftovers``: what a daemon that did not stop cleanly left behind (cli/leftovers.py), said and exit 1."""
     def once(color: bool) -> tuple[str, int]:
         doc, note = fetch()
-        text = document_text(doc, args) if args.json else render(doc, color=color, note=note)
+        if getattr(args, "gpu", None):  # --gpu SLOT|INDEX
+            try:
+                doc = select_gpus(doc, args.gpu)
+            except ValueError as exc:
+                args.parser.error(str(exc))
+        found = leftovers(doc) if leftovers else []
+        text = document_text(doc, args) if args.json else render(doc, color=color, note=note, leftovers=found)
+        for line in found if args.json else ():  # stdout stays one JSON document
+            print(f"gpuwatch: {line}", file=sys.stderr)
         if getattr(args, "processes", False) and not args.json:
             text += "\n" + render_processes(doc)
-        return text, exit_code(doc)
+        return text, exit_code(doc, found)
 
     return repeat(args, once)
 

@@ -6,6 +6,7 @@ Pure: takes the document, ``now`` and whether to colour; the CLI decides the col
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from gpuwatch.cli.gpu_block import gpu_block
 from gpuwatch.cli.text import BOLD, DIM, RED, YELLOW, Paint, duration, painter
@@ -15,11 +16,17 @@ from gpuwatch.publish.schema import StatusDocument
 EXIT_OK, EXIT_ALARM, EXIT_USAGE = 0, 1, 2
 
 
-def exit_code(doc: StatusDocument) -> int:
-    """1 when a GPU is over a limit, down, its fan in failsafe or uncontrolled, recovering from a reset, a trainer
-    failed or left a process stuck, or the daemon reports a failure."""
+NO_GPU = ("no GPU found: no amdgpu card in the sysfs tree read and no NVIDIA GPU through NVML "
+          "(--sysfs-root DIR reads another tree; `gpuwatch run --simulate` simulates cards)")
+LEFTOVERS_FIX = "  run `gpuwatch restore` to give them back (systemd's ExecStopPost does it after a crash)"
+
+
+def exit_code(doc: StatusDocument, leftovers: Sequence[str] = ()) -> int:
+    """1 when no GPU is found, a GPU is over a limit, down, its fan in failsafe or uncontrolled, recovering from a
+    reset, a trainer failed or left a process stuck, the daemon reports a failure, or ``leftovers`` (cli/leftovers.py:
+    what a daemon that did not stop cleanly left behind) is not empty."""
     daemon = doc.get("daemon")
-    if daemon and daemon.get("failures"):
+    if (daemon and daemon.get("failures")) or leftovers or not doc.get("gpus"):
         return EXIT_ALARM
     for gpu in doc.get("gpus", []):
         fan = gpu.get("fan_controller")
@@ -32,14 +39,38 @@ def exit_code(doc: StatusDocument) -> int:
     return EXIT_OK
 
 
-def render(doc: StatusDocument, now: float | None = None, color: bool = False, note: str | None = None) -> str:
+def select_gpus(doc: StatusDocument, wanted: Sequence[str]) -> StatusDocument:
+    """``status --gpu SLOT|INDEX`` (repeatable): only those GPUs, their processes and unsupported cards; an index
+    counts the GPUs in the order status lists them, from 0 (as nvidia-smi -i does). ValueError names what exists."""
+    gpus = doc.get("gpus", [])
+    slots = set()
+    for item in wanted:
+        if item.isdecimal() and int(item) < len(gpus):
+            slots.add(gpus[int(item)]["gpu_id"])
+        elif any(gpu["gpu_id"] == item for gpu in gpus):
+            slots.add(item)
+        else:
+            here = ", ".join(f"{i} {gpu['gpu_id']}" for i, gpu in enumerate(gpus)) or "none found"
+            raise ValueError(f"--gpu {item}: no such GPU here (index and slot: {here})")
+    chosen = dict(doc)
+    chosen["gpus"] = [gpu for gpu in gpus if gpu["gpu_id"] in slots]
+    chosen["processes"] = [p for p in doc.get("processes", []) if p.get("gpu_id") in slots]
+    chosen["unsupported"] = [card for card in doc.get("unsupported", []) if card.get("gpu_id") in slots]
+    return chosen  # type: ignore[return-value]  # the same keys: a StatusDocument
+
+
+def render(doc: StatusDocument, now: float | None = None, color: bool = False, note: str | None = None,
+           leftovers: Sequence[str] = ()) -> str:
     now = time.time() if now is None else now
     paint = painter(color)
     lines = [_header(doc, now, paint)]
     if note:
         lines.append(paint(note, YELLOW))
+    lines.extend(paint(f"LEFT BEHIND: {line}", RED) for line in leftovers)
+    if leftovers:
+        lines.append(paint(LEFTOVERS_FIX, RED))
     if not doc.get("gpus"):
-        lines.append("no GPU found")
+        lines.append(paint(NO_GPU, RED))
     for gpu in doc.get("gpus", []):
         lines.extend(gpu_block(gpu, paint))
     for card in doc.get("unsupported", []):
@@ -48,6 +79,8 @@ def render(doc: StatusDocument, now: float | None = None, color: bool = False, n
     for trainer in doc.get("trainers", []):
         lines.append(trainer_line(trainer, now, paint))
         lines.extend(trainer_gpu_lines(trainer, paint))
+        if trainer.get("log_path"):  # where to look when it failed (`gpuwatch logs NAME` prints it)
+            lines.append(f"  log    {trainer['log_path']}  (gpuwatch logs {trainer['name']})")
     return "\n".join(lines) + "\n"
 
 

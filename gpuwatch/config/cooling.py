@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from gpuwatch.config.base import PciSlot, Strict
+from gpuwatch.config.base import PciSlot, Strict, distinct_slots
 
 
 class ThermalConfig(Strict):
@@ -104,6 +104,13 @@ class FanConfig(Strict):
     def _curve_ok(cls, points: list[list[float]] | None) -> list[list[float]] | None:
         return _check_curve(points)
 
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _one_table_per_gpu(cls, gpus: object) -> object:
+        if isinstance(gpus, dict):
+            distinct_slots(gpus)
+        return gpus
+
     def for_gpu(self, gpu_id: str) -> FanConfig:
         """This config with the GPU's overrides applied (validated on their own when loaded)."""
         override = self.gpus.get(gpu_id)
@@ -162,6 +169,13 @@ class PowerConfig(Strict):
     # paused only after the limit has been exceeded this long (a firmware that ignores the cap).
     pause_backstop_s: float = Field(default=60.0, ge=0, le=3600)
     gpus: dict[PciSlot, PowerCapSettings] = Field(default_factory=dict)
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _one_table_per_gpu(cls, gpus: object) -> object:
+        if isinstance(gpus, dict):
+            distinct_slots(gpus)
+        return gpus
 
     @model_validator(mode="after")
     def _margins_and_steps_agree(self) -> PowerConfig:

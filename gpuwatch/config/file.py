@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Literal
 
@@ -69,6 +70,21 @@ class Config(Strict):
             raise ValueError("; ".join(f"trainer name {name!r} is used twice; names must be unique" for name in twice))
         return trainers
 
+    def slots_not_present(self, present: Collection[str], tables: bool = True) -> list[str]:
+        """One line for each GPU the config names by PCI slot that is not among ``present`` (the GPUs read this
+        tick): a ``[fan.gpus]``/``[power.gpus]`` table that applies to nothing (``tables``), or a trainer whose
+        limits watch no GPU. The daemon logs them all at start; a trainer's is also a daemon failure
+        (`gpuwatch status`, exit 1) while it lasts, since its protection is off there. A table is harmless (one
+        config for several machines may name every machine's GPUs), so it is not."""
+        found = ", ".join(sorted(present)) or "none found"
+        lines = []
+        for section, slots in (("fan", self.fan.gpus), ("power", self.power.gpus)) if tables else ():
+            lines += [f'[{section}.gpus."{slot}"]: no such GPU on this machine ({found}): its settings apply to nothing'
+                      for slot in slots if slot not in present]
+        lines += [f"trainer {trainer.name!r} gpus: no GPU {slot} on this machine ({found}): its thermal limits watch "
+                  "nothing there" for trainer in self.trainer for slot in trainer.gpus if slot not in present]
+        return lines
+
     @property
     def control_socket(self) -> Path:
         return self.resolved_runtime_dir / CONTROL_SOCKET_NAME
@@ -117,22 +133,41 @@ class Config(Strict):
 
 
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Config:
-    """Read and validate ``path`` (None: defaults only); ``overrides`` win over the file's keys."""
+    """Read and validate ``path`` (None: defaults only); ``overrides`` (the command line's) win over the file's keys.
+
+    Every way the file can fail to be a configuration is a ConfigError with one line naming the file: missing
+    (or gone since the start, at a reload), a directory, unreadable, not UTF-8 (TOML files are UTF-8: a Latin-1
+    ``°`` in a comment is a byte 0xb0), not TOML. The daemon then refuses to start, or keeps the running
+    configuration at a reload.
+    """
     data: dict[str, Any] = {}
     source = "defaults"
     if path is not None:
         source = str(path)
-        try:
-            with open(path, "rb") as handle:
-                data = tomllib.load(handle)
-        except FileNotFoundError:
-            raise ConfigError(f"{source}: no such config file") from None
-        except OSError as exc:
-            raise ConfigError(f"{source}: cannot read: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+        data = _parse_toml(Path(path), source)
     data.update(overrides or {})
     return parse_config(data, source)
+
+
+def _parse_toml(path: Path, source: str) -> dict[str, Any]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: no such config file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{source}: is a directory, not a config file") from None
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{source}: line {line}: byte 0x{raw[exc.start]:02x} is not UTF-8 text (TOML files are "
+                          "UTF-8: save the file as UTF-8)") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
 
 
 def parse_config(data: dict[str, Any], source: str = "config") -> Config:

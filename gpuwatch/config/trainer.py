@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from gpuwatch.config.base import Strict
+from gpuwatch.config.base import PciSlot, Strict, distinct_slots
 from gpuwatch.config.cooling import ThermalConfig
 
 
@@ -30,7 +30,9 @@ class TrainerConfig(Strict):
     node: str | None = Field(default=None, min_length=1, max_length=64)
     user: str | None = None
     group: str | None = None
-    gpus: list[str] = []
+    # The GPUs its thermal limits and reset watch apply to (empty: every GPU it uses), by PCI slot in any
+    # unambiguous spelling (28:00.0, 0000:28:00.0, upper case), kept as sysfs names them.
+    gpus: list[PciSlot] = []
     restart_command: list[str] | None = None
     checkpoint_glob: str | None = None
     # None: use [thermal]. Limits are the pause line; resume below limit - hysteresis.
@@ -62,6 +64,13 @@ class TrainerConfig(Strict):
     log_dir: Path | None = None
     log_max_bytes: int = Field(default=20 * 1024 * 1024, ge=4096)
     log_backups: int = Field(default=3, ge=0, le=100)
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _each_gpu_once(cls, gpus: object) -> object:
+        if isinstance(gpus, list):
+            distinct_slots(gpus)
+        return gpus
 
     def thermal(self, base: ThermalConfig) -> ThermalConfig:
         """The global thermal limits with this trainer's overrides applied."""

@@ -208,10 +208,10 @@ def build_power(config: Config, amdgpu: AmdgpuSource | None, sources: list[GpuSo
                            deadline_s=config.sysfs_deadline_s)
 
 
-def build_supervisor(config: Config) -> TrainerConsumer | None:
-    """The training supervisor for the configured `[[trainer]]`s, or None when there are none."""
-    if not config.trainer:
-        return None
+def build_supervisor(config: Config) -> TrainerConsumer:
+    """The training supervisor for the configured `[[trainer]]`s; built with none too, so that a reload
+    adding the first `[[trainer]]` starts it (reload.LIVE_KEYS) and a start finds an earlier daemon's
+    leftover runs even when the new file declares no trainer."""
     from gpuwatch.supervise.supervisor import Supervisor
 
     return Supervisor(list(config.trainer), config.resolved_runtime_dir / "trainers")

@@ -112,9 +112,11 @@ class Daemon:
             trainers = self._guard("supervisor", lambda: trainer_part.tick(snapshot, fans, powers, config), ())
         self.ticks_total += 1
         count_read_errors(self.read_errors, snapshot)
+        failures = tuple(f"{part}: {why}" for part, why in self.failures.items())
+        absent = config.slots_not_present({gpu.gpu_id for gpu in snapshot.gpus}, tables=False)  # trainers' only
         daemon = DaemonInfo(pid=os.getpid(), version=__version__, started_unix=self.started_unix,
                             ticks_total=self.ticks_total, interval_s=config.interval_s,
-                            failures=tuple(f"{part}: {why}" for part, why in self.failures.items()))
+                            failures=failures + (("config: " + "; ".join(absent),) if absent else ()))
         state = published_state(snapshot, daemon, fans, powers, trainers, self.read_errors, config)
         document = to_document(state, source="daemon")
         self.holder.publish(state, document)
@@ -193,9 +195,16 @@ class Daemon:
             return False
         self.notifier.reloading()
         try:
-            new = self._load()
+            # The running config is the effective one (compose.build: simulating, the simulator's tree is the
+            # sysfs root); the new file is compared in the same form, so only what the file changed is listed.
+            new = self._load().with_effective_sysfs()
         except ConfigError as exc:
             log.error("config reload rejected, still running the previous configuration:\n%s", exc)
+            self.notifier.ready()
+            return False
+        except Exception as exc:  # a loader's bug must not end the daemon (and every trainer) at a reload
+            log.error("config reload rejected, still running the previous configuration: %s: %s",
+                      type(exc).__name__, exc)
             self.notifier.ready()
             return False
         plan = plan_reload(self.config, new)

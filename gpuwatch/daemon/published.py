@@ -35,16 +35,13 @@ def count_read_errors(totals: Counter[tuple[str, str]], snapshot: Snapshot) -> N
 
 
 def log_discovery(config: Config, snapshot: Snapshot) -> None:
-    """The first sample, for the journal: each GPU, each card not read, each ``[fan.gpus]`` slot that is not here."""
+    """The first sample, for the journal: each GPU, each card not read, each slot the config names that is not here."""
     for gpu in snapshot.gpus:
         log.info("GPU %s (%s, %s): %s", gpu.gpu_id, gpu.card, gpu.backend, gpu.name or gpu.device_id)
     for card in snapshot.unsupported:
         log.info("card %s uses driver %s: not supported, not read", card.card, card.driver)
-    present = {gpu.gpu_id for gpu in snapshot.gpus}
-    for slot in config.fan.gpus:
-        if slot not in present:
-            log.warning("[fan.gpus.\"%s\"]: no such GPU on this machine (%s): its settings apply to nothing",
-                        slot, ", ".join(sorted(present)) or "none found")
+    for line in config.slots_not_present({gpu.gpu_id for gpu in snapshot.gpus}):
+        log.warning("%s", line)
     if not snapshot.gpus:
         log.warning(
             "no GPU found (backend %s; amdgpu under %s/class/drm). Point gpuwatch at another sysfs tree with "

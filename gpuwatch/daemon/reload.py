@@ -2,10 +2,10 @@
 
 Pure: given the running config and a freshly validated one, decide which top-level keys take effect
 now and which wait for a restart. Live (``LIVE_KEYS``, each with every consumer it reaches): the tick
-interval, the log level, the thermal limits and [status]. Everything else (sysfs_root, runtime_dir,
-sysfs_deadline_s, fan, http, trainers, ...) owns open files, sockets, hardware control or child
-processes; swapping those mid-run is riskier than a restart, so the running value is kept and the log
-says `systemctl restart gpuwatch` is needed.
+interval, the log level, the thermal limits, [fan] (all but its mode: ``RESTART_SUBKEYS``), [status] and
+[[trainer]]. Everything else (sysfs_root, runtime_dir, sysfs_deadline_s, power, http, ...) owns open files,
+sockets or hardware control; swapping those mid-run is riskier than a restart, so the running value is
+kept and the log says `systemctl restart gpuwatch` is needed.
 """
 
 from __future__ import annotations
@@ -22,9 +22,15 @@ LIVE_KEYS: dict[str, str] = {
     "interval_s": "the tick schedule",
     "log_level": "every logger",
     "thermal": "the state file, /metrics, the power governor and the supervisor",
+    "fan": "the fan controller, from its next tick",
     "status": "nothing in the daemon (`gpuwatch status --remote` reads it)",
+    "trainer": "the supervisor (adds and removes trainers; a changed one restarts alone, the others untouched)",
 }
 DAEMON_LIVE_KEYS = frozenset(LIVE_KEYS)
+# Settings of a live section that still wait for a restart. fan.mode decides whether the controller exists
+# (off), whether it may write at all (monitor-only, dry-run) and whether it records the way back: switching
+# it hands fans over between the firmware and gpuwatch, which is the start's and the shutdown's job.
+RESTART_SUBKEYS: dict[str, tuple[str, ...]] = {"fan": ("mode",)}
 
 
 @dataclass(frozen=True)
@@ -41,8 +47,22 @@ class ReloadPlan:
 
 def plan_reload(running: Config, new: Config, live_keys: Iterable[str] = DAEMON_LIVE_KEYS) -> ReloadPlan:
     live = set(live_keys)
-    changed = [key for key in type(running).model_fields if getattr(running, key) != getattr(new, key)]
-    applied = tuple(key for key in changed if key in live)
-    needs_restart = tuple(key for key in changed if key not in live)
-    config = running.model_copy(update={key: getattr(new, key) for key in applied})
-    return ReloadPlan(config=config, applied=applied, needs_restart=needs_restart)
+    update: dict[str, object] = {}
+    applied: list[str] = []
+    needs_restart: list[str] = []
+    for key in type(running).model_fields:
+        old_value, new_value = getattr(running, key), getattr(new, key)
+        if old_value == new_value:
+            continue
+        if key not in live:
+            needs_restart.append(key)
+            continue
+        kept = [sub for sub in RESTART_SUBKEYS.get(key, ()) if getattr(old_value, sub) != getattr(new_value, sub)]
+        if kept:
+            needs_restart += [f"{key}.{sub}" for sub in kept]
+            new_value = new_value.model_copy(update={sub: getattr(old_value, sub) for sub in kept})
+        if new_value != old_value:
+            applied.append(key)
+            update[key] = new_value
+    return ReloadPlan(config=running.model_copy(update=update), applied=tuple(applied),
+                      needs_restart=tuple(needs_restart))

@@ -12,7 +12,8 @@ hand it back even after a SIGKILL, and each GPU's fan I/O runs on its own worker
 apart from the readers' workers: a write that blocks costs the tick one deadline and the fan reads
 "uncontrolled" while it stays blocked; a GPU whose reads hang gets its fan at 100 % through this
 path all the same, and the shutdown's restore never waits behind a stuck read. A GPU found at a new
-place (``rebind``, from gpus/binding.py) gets a new backend on its next tick.
+place (``rebind``, from gpus/binding.py) gets a new backend on its next tick. A reload's new ``[fan]``
+(daemon/reload.py: live but for its mode) reaches every GPU's cached settings before its next step.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -113,6 +114,8 @@ class FanController:
         self.actuator = Actuator(kind(sysfs), runtime_dir, deadline_s)
         self.fans: dict[str, GpuFan] = {}
         self._renew: set[str] = set()  # moved or handed back: a fresh GpuFan on their next idle tick
+        self._fan_config: FanConfig | None = None  # the [fan] the GPUs' settings come from
+        self._resettle: set[str] = set()  # their settings to re-derive from a reloaded [fan] (when idle)
 
     def rebind(self, card: AmdCard) -> None:
         """The GPU came back at a new place (gpus/binding.py): a new backend on its next tick."""
@@ -123,10 +126,16 @@ class FanController:
         """Each amdgpu GPU's step on its fan worker; ``config`` is the live configuration."""
         now = self.clock()
         gpus = [gpu for gpu in snapshot.gpus if gpu.backend == "amdgpu"]  # NVIDIA: monitored only (docs/nvidia.md)
+        if config.fan is not self._fan_config and config.fan != self._fan_config:
+            self._fan_config = config.fan
+            self._resettle.update(self.fans)
         for gpu in gpus:
             if gpu.gpu_id in self._renew and not self.actuator.busy(gpu.gpu_id):
                 self._renew.discard(gpu.gpu_id)
                 self._fresh(gpu.gpu_id, config.fan)
+            if gpu.gpu_id in self._resettle and not self.actuator.busy(gpu.gpu_id):  # not under its worker's feet
+                self._resettle.discard(gpu.gpu_id)
+                self._settle(self.fans[gpu.gpu_id], config.fan)
         fans = {gpu.gpu_id: self.fans.get(gpu.gpu_id) or self._new(gpu.gpu_id, config.fan) for gpu in gpus}
         results = self.actuator.run({gpu.gpu_id: partial(self._tick_guarded, fans[gpu.gpu_id], gpu, now)
                                      for gpu in gpus})
@@ -148,6 +157,23 @@ class FanController:
         fan = self._new(gpu_id, config)
         fan.sensor, fan.mode_resets_total = old.sensor, old.mode_resets_total
         fan.write_errors_total, fan.stalls_total = old.write_errors_total, old.stalls_total
+
+    def _settle(self, fan: GpuFan, config: FanConfig) -> None:
+        """A reloaded ``[fan]``: everything a GpuFan keeps from its settings re-derived. The curve's parameters
+        are derived from ``settings`` every tick; the sensor is picked again when its rule changed; a changed
+        curve forgets the hysteresis (it held the old curve's speed), so the new curve applies at this tick;
+        pwm1's read-back tolerance is the backend's copy. The mode stays (RESTART_SUBKEYS)."""
+        settings = config.for_gpu(fan.gpu_id).model_copy(update={"mode": fan.settings.mode})
+        old, fan.settings = fan.settings, settings
+        if settings == old:
+            return
+        if settings.sensor != old.sensor:
+            fan.sensor = None  # picked again by this tick, by the new rule (and logged)
+        if fan.sensor is None or curve_params(settings) != curve_params(old):
+            fan.state = replace(fan.state, applied_percent=None, ref_temp_c=None, below_since=None, slewing=False)
+        if isinstance(fan.backend, Pwm1Backend):
+            fan.backend.tolerance_percent = settings.verify_tolerance_percent
+        log.info("GPU %s: fan settings reloaded", fan.gpu_id)
 
     def _probe(self, fan: GpuFan) -> None:
         """Choose the backend (reads sysfs: runs on the GPU's worker)."""
@@ -243,6 +269,10 @@ class FanController:
         backend.take_control()
         fan.controlling = True
         duty = "" if gpu.pwm_ratio is None else f" at {gpu.pwm_ratio * 100:.0f} %"
+        if fan.mode is FanMode.DRY_RUN:  # nothing was written: the fan stays with the firmware
+            log.info("GPU %s: dry run: would take the fan%s from the firmware via %s; nothing written, the "
+                     "firmware keeps it", fan.gpu_id, duty, backend.name)
+            return
         log.info("GPU %s: took the fan%s from the firmware via %s (handed back as %s)", fan.gpu_id, duty,
                  backend.name, record.handed_back())
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, TypeVar
 
+from gpuwatch.config.base import canonical_pci_slot
 from gpuwatch.model import GpuReading, ReadError, SourceName, TempReading, UnsupportedCard
 
 log = logging.getLogger("gpuwatch.nvml")  # the name log lines had before the move to gpus/
@@ -179,14 +180,14 @@ def read_gpu(nvml: Any, handle: Any, index: int) -> GpuReading:
 
 
 def normalise_bus_id(bus_id: str | None) -> str | None:
-    """NVML's ``00000000:28:00.0`` (8-digit domain, upper case) -> sysfs/amdgpu's ``0000:28:00.0``."""
+    """NVML's ``00000000:28:00.0`` (8-digit domain, upper case) -> sysfs/amdgpu's ``0000:28:00.0``, by the config's
+    one slot rule (a VMD domain 00010000 keeps its digits: sysfs prints 10000:...); anything else as given."""
     if not bus_id:
         return None
-    parts = bus_id.strip().lower().split(":")
-    if len(parts) != 3:
+    try:
+        return canonical_pci_slot(bus_id)
+    except ValueError:
         return bus_id.strip().lower()
-    domain, bus, devfn = parts
-    return f"{int(domain, 16) & 0xFFFF:04x}:{bus}:{devfn}" if _is_hex(domain) else ":".join(parts)
 
 
 def _temps(nvml: Any, handle: Any, f: _Fields) -> tuple[TempReading, ...]:
@@ -270,11 +271,3 @@ def _watts(milliwatts: float | None) -> float | None:
 
 def _hz(mhz: float | None) -> float | None:
     return None if mhz is None else float(mhz) * 1e6
-
-
-def _is_hex(text: str) -> bool:
-    try:
-        int(text, 16)
-    except ValueError:
-        return False
-    return True

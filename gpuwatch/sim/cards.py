@@ -134,8 +134,8 @@ class SimulatedGpus:
         for card in [c for c in self.cards if c.gpu_id == gpu_id or (gpu_id is None and c.index == 0)]:
             pid, task = self.clients.guilty(card.index)
             made.append(self.resets.inject(card.index, self.sim_time_s, self.faults.gpu_reset_outage_s, pid, task))
-            stuck = self.faults.gpu_reset_stuck_s
-            self.clients.hang(card.index, None if stuck is None else self.sim_time_s + stuck)
+            stuck, outage = self.faults.gpu_reset_stuck_s, self.faults.gpu_reset_outage_s
+            self.clients.hang(card.index, None if stuck is None else self.sim_time_s + stuck, self.sim_time_s + outage)
             log.warning("simulated GPU reset of %s (%s)", card.gpu_id, made[-1])
         return made
 

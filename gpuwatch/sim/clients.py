@@ -40,6 +40,7 @@ class SimClient:
     vram_bytes: int = 12 * MIB
     engine_ns: float = 0.0
     hung: bool = False
+    hung_until_s: float | None = None  # a hung process that leaves D state at this simulated time
     until_s: float | None = None  # a leftover that goes away at this simulated time
 
 
@@ -90,18 +91,28 @@ class SimulatedClients:
             if client.until_s is not None and sim_now_s >= client.until_s:
                 self._remove(pid)
                 continue
+            if client.hung and client.hung_until_s is not None and sim_now_s >= client.hung_until_s:
+                client.hung, client.hung_until_s = False, None
+                self.proc.set_state(pid, "S")
             if not client.hung and answering(client.card):
                 client.engine_ns += elapsed_s * client.gfx_busy_ratio * 1e9
             self._write(client)
 
-    def hang(self, card: int, stuck_until_s: float | None) -> list[int]:
+    def hang(self, card: int, stuck_until_s: float | None, reset_done_s: float) -> list[int]:
         """A reset of ``card``: its processes hang (SIGSTOP; D in the fake /proc); a leftover stays in D until
-        ``stuck_until_s``. Returns the real pids that were stopped."""
+        ``stuck_until_s``. Returns the real pids that were stopped.
+
+        A fake client that is not a leftover (the desktop compositor) leaves D at ``reset_done_s``, when the
+        reset is over: the driver signals the fences it was waiting on (with an error) and it goes on, as a
+        compositor does after a reset (it sees its context lost and makes a new one). A process in D *forever*
+        is only the leftover's case, and only for ``gpu_reset_stuck_s``."""
         stopped = []
         for client in [c for c in self.clients.values() if c.card == card]:
             client.hung = True
             self.proc.set_state(client.pid, "D")
-            if not client.fake:
+            if client.fake:
+                client.hung_until_s = reset_done_s if client.until_s is None else None
+            else:
                 try:
                     os.kill(client.pid, signal.SIGSTOP)
                     stopped.append(client.pid)

@@ -18,10 +18,11 @@ from gpuwatch.supervise.ranks import RankView
 TIMEOUT_SHARE = 0.9
 UNKNOWN_JOB_TIMEOUT_S = 600.0
 
-Command = Literal["pause", "resume", "restart"]  # manual, from `gpuwatch pause|resume|restart`
+Command = Literal["pause", "resume", "restart", "stop"]  # manual, from `gpuwatch pause|resume|restart|stop`
 # pause file (the launcher holds at a step), SIGSTOP, or held at another node's request (a job's ranks)
 PauseMode = Literal["cooperative", "sigstop", "remote"]
-AfterStop = Literal["restart", "max-pause", "hang", "crash", "emergency", "shutdown", "gpu_reset"]
+# "stop": `gpuwatch stop` (the trainer stays STOPPED until `gpuwatch restart`, so never a restart's reason).
+AfterStop = Literal["restart", "max-pause", "hang", "crash", "emergency", "shutdown", "gpu_reset", "stop"]
 # What a restart counts as (``restarts_by_reason``): the stop before it, a manual restart, or torchrun
 # restarting its workers within the run.
 RestartReason = AfterStop | Literal["manual", "torchrun"]

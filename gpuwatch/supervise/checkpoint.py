@@ -15,7 +15,10 @@ import time
 import zipfile
 from pathlib import Path
 
+from gpuwatch.config.trainer import TrainerConfig
+
 log = logging.getLogger("gpuwatch.checkpoint")
+_supervisor_log = logging.getLogger("gpuwatch.supervisor")
 
 ZIP_SUFFIXES = {".pt", ".pth", ".ckpt", ".zip"}
 
@@ -63,3 +66,19 @@ def incomplete_reason(path: Path, first_look: tuple[float, int] | None = None) -
         except (zipfile.BadZipFile, OSError) as exc:
             return f"not a complete zip archive (torch checkpoint truncated?): {exc}"
     return None
+
+
+def spawn_argv(cfg: TrainerConfig, resume: bool) -> list[str]:
+    """What a run starts: ``restart_command`` with ``{last_checkpoint}`` when resuming and a complete
+    checkpoint exists, else the original ``command``."""
+    if not resume or not cfg.restart_command:
+        return list(cfg.command)
+    checkpoint = None
+    if cfg.checkpoint_glob:
+        checkpoint = newest_complete_checkpoint(cfg.checkpoint_glob, cfg.cwd)
+    if checkpoint is None and any("{last_checkpoint}" in arg for arg in cfg.restart_command):
+        _supervisor_log.warning("trainer %s: no complete checkpoint matches %r: starting with the original command",
+                                cfg.name, cfg.checkpoint_glob)
+        return list(cfg.command)
+    _supervisor_log.info("trainer %s: resuming from %s", cfg.name, checkpoint)
+    return [arg.replace("{last_checkpoint}", str(checkpoint)) for arg in cfg.restart_command]

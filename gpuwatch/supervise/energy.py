@@ -32,8 +32,8 @@ class RunEnergy:
 
     def steps_per_kj(self, steps_total: int | None) -> float | None:
         used = self.used_j
-        if steps_total is None or self.steps_at_start is None or not used:
-            return None
+        if steps_total is None or self.steps_at_start is None or not used or steps_total < self.steps_at_start:
+            return None  # a count below the run's first one is not this run's (never a negative rate)
         return (steps_total - self.steps_at_start) / (used / 1000.0)
 
 

@@ -25,16 +25,22 @@ def backoff_delay_s(config: TrainerConfig, crashes: int, jitter: float) -> float
 def run_ended(machine: Machine, config: TrainerConfig, inputs: Inputs, actions: list[Action]) -> Transition:
     """The leader is gone (``inputs.exit_code``; None: unknown or abandoned): where the trainer goes next."""
     code, now = inputs.exit_code, inputs.now
-    machine = replace(machine, last_exit_code=code, last_exit_reason=inputs.exit_reason or _describe(code),
-                      paused_since=None, pause_mode=None, manual_pause=False, stop_sent=None, killed=False)
-    actions.append(CancelPause())
     after = machine.after_stop if machine.phase is TrainerPhase.STOPPING else None
+    # A manual pause lasts until `gpuwatch resume`: the next run of a paused trainer (after a GPU reset, a
+    # crash, an emergency, a restart) comes back held. Only its own bound (max_pause_s) ends it.
+    manual = machine.manual_pause and after != "max-pause"
+    machine = replace(machine, last_exit_code=code, last_exit_reason=inputs.exit_reason or _describe(code),
+                      paused_since=None, pause_mode=None, manual_pause=manual, stop_sent=None, killed=False)
+    actions.append(CancelPause())
     if inputs.spawn_failed:
         # A missing program, cwd or user does not come back by retrying: one clear failure, no loop.
         return enter(machine, TrainerPhase.FAILED, now, f"{inputs.exit_reason}; fix the [[trainer]] "
                      f"and run `gpuwatch restart {config.name}`"), actions
     if after is None and code == 0:
         return enter(machine, TrainerPhase.FINISHED, now, "finished (exit 0)"), actions
+    if after == "stop":  # `gpuwatch stop`: stays stopped until `gpuwatch restart`
+        why = f"stopped; `gpuwatch restart {config.name}` starts it"
+        return enter(machine, TrainerPhase.STOPPED, now, why), actions
     if after == "emergency":
         why = "emergency stop; restarts when cool" if config.restart_after_emergency else "emergency stop"
         return enter(machine, TrainerPhase.STOPPED, now, why), actions

@@ -78,3 +78,12 @@ def count_restart(machine: Machine, why: RestartReason) -> Machine:
 def paused_for_s(machine: Machine, now: float) -> float:
     """How long the current pause has lasted (from entering the phase when no pause start is known)."""
     return now - (machine.paused_since if machine.paused_since is not None else machine.since)
+
+
+def next_run_paused(machine: Machine, pause: bool) -> Machine:
+    """`gpuwatch pause|resume` with no run to hold now: the next run starts held (pause) or running (resume)."""
+    if pause == machine.manual_pause:
+        return machine
+    why = "paused: the next run starts held" if pause else "resumed: the next run starts running"
+    return note(replace(machine, manual_pause=pause, pauses_total=machine.pauses_total + int(pause),
+                        resumes_total=machine.resumes_total + int(not pause)), why)

@@ -53,6 +53,7 @@ from gpuwatch.supervise.machine import (
     count_restart,
     enter,
     new_run,
+    next_run_paused,
     note,
     paused_for_s,
 )
@@ -77,12 +78,16 @@ def step(machine: Machine, config: TrainerConfig, inputs: Inputs) -> Transition:
     if machine.phase in STOPPABLE and inputs.thermal.critical:
         return _stop(machine, inputs, actions, inputs.thermal.reason or "emergency", "emergency")
     if inputs.command == "restart":
-        return _manual_restart(machine, inputs, actions)
+        return _manual_restart(machine, config, inputs, actions)
+    if inputs.command == "stop":
+        return _manual_stop(machine, config, inputs, actions)
+    if machine.phase not in LIVE and inputs.command in ("pause", "resume"):
+        machine = next_run_paused(machine, inputs.command == "pause")
     handler = _HANDLERS.get(machine.phase)
     return handler(machine, config, inputs, actions) if handler else (machine, actions)
 
 
-def _manual_restart(machine: Machine, inputs: Inputs, actions: list[Action]) -> Transition:
+def _manual_restart(machine: Machine, config: TrainerConfig, inputs: Inputs, actions: list[Action]) -> Transition:
     """`gpuwatch restart`: a live run is stopped first (and restarted once gone); otherwise it starts now,
     from its checkpoint unless it had finished."""
     if machine.phase is TrainerPhase.STOPPING:
@@ -90,7 +95,19 @@ def _manual_restart(machine: Machine, inputs: Inputs, actions: list[Action]) -> 
     if machine.phase in LIVE:
         return _stop(machine, inputs, actions, "manual restart", "restart")
     resume = machine.phase is not TrainerPhase.FINISHED
-    return _spawn(replace(machine, crashes=0), inputs, actions, "manual", resume=resume)
+    return _spawn(replace(machine, crashes=0), config, inputs, actions, "manual", resume=resume)
+
+
+def _manual_stop(machine: Machine, config: TrainerConfig, inputs: Inputs, actions: list[Action]) -> Transition:
+    """`gpuwatch stop`: a live run is stopped as any stop is (CONT, TERM, its ``grace_s`` to checkpoint, KILL), and
+    the trainer stays STOPPED (exits.py) until `gpuwatch restart`; one not running is STOPPED at once."""
+    if machine.phase is TrainerPhase.STOPPING:
+        return replace(machine, after_stop="stop"), actions
+    if machine.phase in LIVE:
+        return _stop(machine, inputs, actions, "manual stop", "stop")
+    stopped = replace(machine, after_stop="stop", next_start=None)
+    why = f"stopped; `gpuwatch restart {config.name}` starts it"
+    return enter(stopped, TrainerPhase.STOPPED, inputs.now, why), actions
 
 
 def _starting(machine: Machine, config: TrainerConfig, inputs: Inputs, actions: list[Action]) -> Transition:
@@ -99,6 +116,8 @@ def _starting(machine: Machine, config: TrainerConfig, inputs: Inputs, actions: 
     if not inputs.gpus_ready:
         return replace(machine, reason=f"waiting to start: {inputs.gpus_wait}"), actions
     actions.append(Spawn(resume=False))
+    if machine.manual_pause:
+        return _pause(new_run(machine, inputs.now), config, inputs, actions, manual=True, again="started")
     return enter(new_run(machine, inputs.now), TrainerPhase.RUNNING, inputs.now, "started"), actions
 
 
@@ -174,14 +193,18 @@ def _waiting(machine: Machine, config: TrainerConfig, inputs: Inputs, actions: l
     if machine.next_start is not None and inputs.now < machine.next_start:
         return machine, actions
     why: RestartReason = "emergency" if stopped else (machine.after_stop or "crash")
-    return _spawn(machine, inputs, actions, why, resume=True)
+    return _spawn(machine, config, inputs, actions, why, resume=True)
 
 
-def _spawn(machine: Machine, inputs: Inputs, actions: list[Action], why: RestartReason,
+def _spawn(machine: Machine, config: TrainerConfig, inputs: Inputs, actions: list[Action], why: RestartReason,
            resume: bool) -> Transition:
     actions.append(Spawn(resume=resume))
     restarted = replace(count_restart(new_run(machine, inputs.now), why), next_start=None, after_stop=None,
-                        paused_since=None, pause_mode=None, manual_pause=False)
+                        paused_since=None, pause_mode=None)
+    if machine.manual_pause:
+        # Still paused by hand: the new run is asked to hold from its start (the pause file is written right
+        # after the spawn cleared the old one, so its first step holds), or frozen when it cannot cooperate.
+        return _pause(restarted, config, inputs, actions, manual=True, again=f"restarted ({why}), still paused")
     return enter(restarted, TrainerPhase.RUNNING, inputs.now, f"restarted ({why})"), actions
 
 
@@ -217,18 +240,20 @@ def _own_pause(machine: Machine, config: TrainerConfig, inputs: Inputs,
 
 
 def _pause(machine: Machine, config: TrainerConfig, inputs: Inputs, actions: list[Action],
-           manual: bool) -> Transition:
+           manual: bool, again: str | None = None) -> Transition:
+    """A new pause; ``again``: the same manual pause carried over to a new run (not counted twice)."""
     why = "manual pause" if manual else (inputs.thermal.reason or "hot")
-    machine = replace(machine, paused_since=inputs.now, manual_pause=manual, pauses_total=machine.pauses_total + 1,
-                      hot_since=None)
+    machine = replace(machine, paused_since=inputs.now, manual_pause=manual, hot_since=None,
+                      pauses_total=machine.pauses_total + (0 if again else 1))
+    prefix = f"{again}: " if again else ""
     auto_cooperative = config.cooperative_pause == "auto" and machine.heartbeat_seen
     if config.cooperative_pause == "always" or auto_cooperative:
         actions.append(RequestPause(why))
         asked = replace(machine, pause_mode="cooperative")
-        return enter(asked, TrainerPhase.PAUSING, inputs.now, f"pausing: {why}"), actions
+        return enter(asked, TrainerPhase.PAUSING, inputs.now, f"{prefix}pausing: {why}"), actions
     actions.append(Freeze())
     frozen = replace(machine, pause_mode="sigstop")
-    return enter(frozen, TrainerPhase.PAUSED, inputs.now, f"paused (SIGSTOP): {why}"), actions
+    return enter(frozen, TrainerPhase.PAUSED, inputs.now, f"{prefix}paused (SIGSTOP): {why}"), actions
 
 
 def _should_resume(machine: Machine, config: TrainerConfig, inputs: Inputs) -> bool:

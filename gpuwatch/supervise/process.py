@@ -6,7 +6,7 @@ process that carries the run's ``GPUWATCH_RUN_ID`` where orphans go (the unit's 
 own descendants: supervise/orphans.py), so a double-forked setsid grandchild is reached too.
 psutil.Process objects check the create time before
 signalling, which protects against a recycled pid. Output goes through one pipe into a size-capped
-RotatingFileHandler; a `\\r` progress bar keeps only its last segment per line so it cannot fill the disk.
+RotatingFileHandler (output.py); a `\\r` progress bar keeps only its last segment per line so it cannot fill the disk.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import collections
 import errno
 import grp
 import logging
-import logging.handlers
 import os
 import pwd
 import signal
@@ -28,6 +27,7 @@ from typing import TypedDict
 import psutil
 
 from gpuwatch.supervise.orphans import RUN_ENV, candidates, of_run
+from gpuwatch.supervise.output import OutputLog, file_logger
 
 log = logging.getLogger("gpuwatch.supervisor")
 STRIPPED_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
@@ -103,7 +103,8 @@ class TrainerProcess:
         self._cgroup = cgroup
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.log_bytes = 0
-        self._logger = _file_logger(log_path, log_max_bytes, log_backups)
+        self._logger = file_logger(log_path, log_max_bytes, log_backups)
+        self._output = next(h for h in self._logger.handlers if isinstance(h, OutputLog))
         self._logger.info("=== gpuwatch: %s started %s in %s", argv, time.strftime("%Y-%m-%d %H:%M:%S"), cwd or ".")
         try:
             ids = identity(user, group)
@@ -179,6 +180,11 @@ class TrainerProcess:
                 proc.wait(timeout=1.0)
             except (psutil.Error, psutil.TimeoutExpired):
                 pass
+
+    @property
+    def log_write_errors(self) -> int:
+        """Output lines its log could not take (a full disk): counted, said once (OutputLog)."""
+        return self._output.write_errors
 
     def close(self, timeout_s: float = 2.0) -> None:
         self._reader.join(timeout_s)
@@ -265,20 +271,6 @@ class TrainerProcess:
         for handler in list(self._logger.handlers):
             handler.close()
             self._logger.removeHandler(handler)
-
-
-def _file_logger(path: Path, max_bytes: int, backups: int) -> logging.Logger:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    logger = logging.getLogger(f"gpuwatch.trainer-output.{path}")
-    logger.propagate = False
-    logger.setLevel(logging.INFO)
-    for handler in list(logger.handlers):
-        handler.close()
-        logger.removeHandler(handler)
-    handler = logging.handlers.RotatingFileHandler(path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    logger.addHandler(handler)
-    return logger
 
 
 def _running(proc: psutil.Process) -> bool:

@@ -9,7 +9,7 @@ same run: that is counted as a restart (reason ``torchrun``), not as a crash.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.supervise.actions import Inputs
@@ -50,3 +50,35 @@ def _follow_job(machine: Machine, inputs: Inputs) -> Machine:
     if machine.seen_job is not None:
         machine = note(count_restart(machine, "torchrun"), "workers restarted by torchrun")
     return replace(machine, seen_job=job)
+
+
+@dataclass(frozen=True)
+class RunningRate:
+    """Steps per second over the current running span (pure): a pause ends the span, so paused time never
+    counts; the next span starts when the run steps again. The supervisor's own rate, for a trainer whose
+    heartbeat reports steps but no rate."""
+
+    start: tuple[float, int] | None = None  # (monotonic seconds, steps) where the span began
+    last: tuple[float, int] | None = None  # the latest sample of the span
+
+    def steps_per_s(self) -> float | None:
+        if self.start is None or self.last is None or self.last[0] <= self.start[0]:
+            return None
+        return (self.last[1] - self.start[1]) / (self.last[0] - self.start[0])
+
+
+def running_rate(prev: RunningRate, running: bool, now: float, steps: int | None) -> RunningRate:
+    """``prev`` after one more look: ``running`` is False while held (paused, frozen, stopped) or between runs."""
+    if not running or steps is None:
+        return RunningRate()
+    if prev.start is None or prev.last is None or steps < prev.last[1]:
+        return RunningRate(start=(now, steps), last=(now, steps))  # a new span (or a new run counting afresh)
+    return replace(prev, last=(now, steps))
+
+
+def published_rate(phase_paused: bool, reported_s: float | None, own: RunningRate) -> float | None:
+    """The rate to publish: 0 while held (a held run makes no steps, whatever its last heartbeat said),
+    else the trainer's own figure, else the supervisor's over the running span."""
+    if phase_paused:
+        return 0.0
+    return reported_s if reported_s is not None else own.steps_per_s()

@@ -14,6 +14,7 @@ import logging
 import os
 import secrets
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import get_args
 
@@ -22,9 +23,11 @@ from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.model import FanState, PowerState, Snapshot, TrainerState
 from gpuwatch.supervise import energy, orphans
 from gpuwatch.supervise.actions import Command, Thermal, thermal_verdict
+from gpuwatch.supervise.leftovers import LeftoverStop, find
 from gpuwatch.supervise.machine import LIVE
 from gpuwatch.supervise.orphans import reap_adopted, sweep, unit_cgroup
 from gpuwatch.supervise.policy import step
+from gpuwatch.supervise.reconcile import reconfigure
 from gpuwatch.supervise.trainer import Trainer
 
 log = logging.getLogger("gpuwatch.supervisor")
@@ -39,7 +42,14 @@ class Supervisor:
         # Every run's GPUWATCH_RUN_ID starts with this daemon's mark: its leftovers are found by it.
         self.runs_prefix = f"{os.getpid()}-{secrets.token_hex(4)}"
         self.cgroup = unit_cgroup()
+        self.state_dir = state_dir
         self.trainers = [Trainer(cfg, state_dir, self.runs_prefix, self.cgroup) for cfg in trainers]
+        # The [[trainer]] list of the configuration last seen: a reload that changes it is reconciled.
+        self.configured: list[TrainerConfig] | None = None
+        self.removed: list[Trainer] = []  # gone from the config at a reload: stopped, then dropped
+        # Runs an earlier daemon left (leftovers.py), by trainer name: stopped before that trainer starts.
+        self.leftovers: dict[str, LeftoverStop] = {}
+        self.looked_for_leftovers = False
         # The last readings seen: a tick without a snapshot judges, reports and gathers hang evidence on them.
         self.last_snapshot: Snapshot | None = None
         self.last_fans: tuple[FanState, ...] = ()
@@ -47,19 +57,81 @@ class Supervisor:
 
     def start(self) -> None:
         """Once, before the first tick, on the daemon's main thread: a trainer's double-forked setsid worker
-        comes back to us, not to init, so its leftovers can be reaped and swept (orphans.py)."""
+        comes back to us, not to init, so its leftovers can be reaped and swept (orphans.py); runs an
+        earlier daemon left are found (and stopped over the next ticks, before their trainers start)."""
         orphans.become_subreaper()
+        self._find_leftovers()
+
+    def _find_leftovers(self) -> None:
+        grace = {t.config.name: t.config.grace_s for t in self.trainers}
+        default_s = max(grace.values(), default=0.0)
+        self.looked_for_leftovers = True
+        for leftover in find(self.state_dir, own_daemon_pid=os.getpid()):
+            name = leftover.record.trainer
+            self.leftovers[name] = LeftoverStop(leftover, grace.get(name, default_s))  # said at its first step
 
     def tick(self, snapshot: Snapshot | None, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
              config: Config) -> tuple[TrainerState, ...]:
-        """Step every trainer against this tick's readings and the live ``config``."""
+        """Step every trainer against this tick's readings and the live ``config`` (its [[trainer]]s too)."""
         now = time.monotonic()
         if snapshot is not None:
             self.last_snapshot, self.last_fans, self.last_powers = snapshot, fans, powers
+        if not self.looked_for_leftovers:
+            self._find_leftovers()
+        if self.configured is None:
+            self.configured = list(config.trainer)  # the first tick's list is the one the trainers came from
+        elif config.trainer != self.configured:
+            self.configured = list(config.trainer)
+            self._reconcile(self.configured)
+        waiting = self._stop_leftovers(now)
         for trainer in self.trainers:
+            if trainer.config.name in waiting:
+                trainer.machine = replace(trainer.machine, reason=waiting[trainer.config.name])
+                continue
             self._step(trainer, snapshot, self._thermal_verdict(trainer, config), now, shutdown=False)
-        reap_adopted({t.proc.pid for t in self.trainers if t.proc is not None})
+            trainer.refresh_pause(time.time())
+        for trainer in list(self.removed):
+            self._step(trainer, None, Thermal(), now, shutdown=True)
+            if trainer.machine.phase not in LIVE:
+                self._close(trainer)
+                self.removed.remove(trainer)
+        reap_adopted({t.proc.pid for t in self.trainers + self.removed if t.proc is not None})
         return self.states(now)
+
+    def _stop_leftovers(self, now: float) -> dict[str, str]:
+        """One step of stopping each leftover run; the reason each trainer still waits for (by name)."""
+        waiting = {}
+        for name, stop in list(self.leftovers.items()):
+            if stop.step(now):
+                del self.leftovers[name]
+            else:
+                waiting[name] = stop.reason
+        return waiting
+
+    def _reconcile(self, wanted: list[TrainerConfig]) -> None:
+        """A reload's [[trainer]]s against the running ones: new ones start, removed ones are stopped (and
+        dropped once gone), changed ones restart alone (reconcile.py says which changes need that)."""
+        by_name = {t.config.name: t for t in self.trainers}
+        kept = []
+        for cfg in wanted:
+            trainer = by_name.pop(cfg.name, None)
+            back = next((t for t in self.removed if t.config.name == cfg.name), None)
+            if back is not None:  # removed by an earlier reload, still stopping: it restarts once stopped
+                self.removed.remove(back)
+                back.reconfigure(cfg)
+                back.commands.put("restart")
+                trainer = back
+            elif trainer is None:
+                log.info("trainer %s: added by a reload", cfg.name)
+                trainer = Trainer(cfg, self.state_dir, self.runs_prefix, self.cgroup)
+            elif trainer.config != cfg:
+                reconfigure(trainer, cfg)
+            kept.append(trainer)
+        for trainer in by_name.values():
+            log.info("trainer %s: removed by a reload: stopping it (SIGTERM, SIGKILL after %gs)",
+                     trainer.config.name, trainer.config.grace_s)
+            self.removed.append(trainer)
+        self.trainers = kept  # one assignment: the control thread sees the old list or the new one
 
     def _thermal_verdict(self, trainer: Trainer, config: Config) -> Thermal:
         """Hot, cool or critical for ``trainer``'s GPUs under the limits in force now (cool before any snapshot)."""
@@ -71,14 +143,15 @@ class Supervisor:
     def _shutdown_tick(self, now: float) -> None:
         """One tick of the daemon's shutdown: every trainer is being stopped, so no thermal verdict matters
         (policy.step's shutdown path never reads it) and the neutral one stands in."""
-        for trainer in self.trainers:
+        for trainer in self.trainers + self.removed:
             self._step(trainer, None, Thermal(), now, shutdown=True)
-        reap_adopted({t.proc.pid for t in self.trainers if t.proc is not None})
+        reap_adopted({t.proc.pid for t in self.trainers + self.removed if t.proc is not None})
 
     def _step(self, trainer: Trainer, snapshot: Snapshot | None, verdict: Thermal, now: float, shutdown: bool) -> None:
         """Observe ``trainer``, step its machine, carry out the actions, account its energy, log its events."""
         gpus = trainer.gpu_verdict(snapshot)
         inputs = trainer.observe(verdict, now, shutdown, gpus)
+        observed = trainer.proc  # the run whose heartbeat ``inputs`` read (a spawn below starts another)
         before = trainer.machine
         trainer.machine, actions = step(before, trainer.config, inputs)
         if before.phase in LIVE and trainer.machine.phase not in LIVE:
@@ -89,19 +162,22 @@ class Supervisor:
             trainer.machine, actions = step(trainer.machine, trainer.config, trainer.observe(verdict, now, shutdown))
             trainer.apply(actions, self.last_snapshot)
         if snapshot is not None and trainer.machine.phase in LIVE and trainer.proc and trainer.started_unix:
+            # Steps read before this tick's spawn are the previous run's (or a previous daemon's) heartbeat:
+            # never the new run's starting count (steps per kJ would go negative once it resumes lower).
+            steps = inputs.steps_total if trainer.proc is observed else None
             trainer.energy = energy.update(trainer.energy, trainer.started_unix,
-                                           energy.energies(snapshot, tuple(trainer.config.gpus)), inputs.steps_total)
+                                           energy.energies(snapshot, tuple(trainer.config.gpus)), steps)
         for event in trainer.machine.events:
             log.info("trainer %s: %s -> %s: %s", trainer.config.name, before.phase.value,
                      trainer.machine.phase.value, event)
 
     def states(self, now: float | None = None) -> tuple[TrainerState, ...]:
         now = time.monotonic() if now is None else now
-        return tuple(t.published(now, time.time(), self.last_snapshot) for t in self.trainers)
+        return tuple(t.published(now, time.time(), self.last_snapshot) for t in self.trainers + self.removed)
 
     def trees(self) -> dict[str, list[int]]:
         """Each trainer's process tree: the process monitor reads these every tick."""
-        return {t.config.name: t.pids() for t in self.trainers}
+        return {t.config.name: t.pids() for t in self.trainers + self.removed}
 
     def command(self, verb: str, name: str | None) -> tuple[bool, str]:
         """Queue a manual command for the next tick (called from the control thread)."""
@@ -118,20 +194,26 @@ class Supervisor:
 
     def stop(self, poll_s: float = 0.1) -> None:
         """Daemon shutdown: TERM every trainer (after CONT), wait out their grace, then KILL; never orphan."""
-        limit = max((t.config.grace_s for t in self.trainers), default=0.0) + 10.0
+        everyone = self.trainers + self.removed
+        limit = max((t.config.grace_s for t in everyone), default=0.0) + 10.0
         deadline = time.monotonic() + limit
         while time.monotonic() < deadline:
             self._shutdown_tick(time.monotonic())
-            if all(t.machine.phase not in LIVE for t in self.trainers):
+            if all(t.machine.phase not in LIVE for t in everyone):
                 break
             time.sleep(poll_s)
-        for trainer in self.trainers:
-            if trainer.proc is not None:
-                if trainer.proc.poll() is None:
-                    log.error("trainer %s: still running at the end of shutdown: SIGKILL", trainer.config.name)
-                    trainer.proc.kill()
-                    trainer.proc.popen.wait(5.0)
-                trainer.proc.reap_leftovers()
-                trainer.proc.close()
-            trainer.pause_file.unlink(missing_ok=True)
+        for trainer in everyone:
+            if trainer.proc is not None and trainer.proc.poll() is None:
+                log.error("trainer %s: still running at the end of shutdown: SIGKILL", trainer.config.name)
+                trainer.proc.kill()
+                trainer.proc.popen.wait(5.0)
+            self._close(trainer)
+        for stop in self.leftovers.values():
+            stop.kill()  # found at start, not gone yet: nothing this daemon saw is left running
         sweep(self.cgroup, self.runs_prefix)
+
+    @staticmethod
+    def _close(trainer: Trainer) -> None:
+        """A trainer whose run is over for good (shutdown, or removed by a reload): its files are closed."""
+        trainer.close_run()
+        trainer.pause_file.unlink(missing_ok=True)

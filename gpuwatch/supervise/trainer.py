@@ -25,10 +25,11 @@ from gpuwatch.heartbeat import (
     TRAINER_ENV_DEFAULTS,
     read_heartbeat,
     read_rank_heartbeats,
+    refresh_pause,
     remove_heartbeats,
     request_pause,
 )
-from gpuwatch.model import Snapshot, TrainerState
+from gpuwatch.model import Snapshot, TrainerPhase, TrainerState
 from gpuwatch.supervise import energy
 from gpuwatch.supervise.actions import (
     Abandon,
@@ -45,17 +46,25 @@ from gpuwatch.supervise.actions import (
     Thaw,
     Thermal,
 )
-from gpuwatch.supervise.checkpoint import newest_complete_checkpoint
+from gpuwatch.supervise.checkpoint import spawn_argv
 from gpuwatch.supervise.evidence import hang_evidence
 from gpuwatch.supervise.gpu_use import GpuVerdict, gpu_verdict, judged_gpus, trainer_use
+from gpuwatch.supervise.leftovers import PAUSE_FILE, clear_record, record_run
 from gpuwatch.supervise.machine import LIVE, Machine
 from gpuwatch.supervise.orphans import RUN_ENV
 from gpuwatch.supervise.process import STRIPPED_ENV, SpawnError, TrainerProcess
+from gpuwatch.supervise.progress import RunningRate, published_rate, running_rate
 from gpuwatch.supervise.ranks import RankView, aggregate, reported
 
 log = logging.getLogger("gpuwatch.supervisor")
 # observe()'s default: no reset, every GPU ready. One shared instance: GpuVerdict is frozen.
 _GPUS_READY = GpuVerdict()
+
+
+def log_path(config: TrainerConfig, state_dir: Path) -> Path:
+    """Where a trainer's output goes: ``log_dir``, else its folder in the supervisor's ``state_dir`` (also what
+    `gpuwatch logs` reads when no daemon says)."""
+    return (config.log_dir or state_dir / config.name) / f"{config.name}.log"
 
 
 class Trainer:
@@ -67,9 +76,9 @@ class Trainer:
         self.config = config
         self.runs_prefix, self.runs, self.cgroup = runs_prefix, 0, cgroup
         self.dir = state_dir / config.name
-        self.log_path = (config.log_dir or self.dir) / f"{config.name}.log"
+        self.log_path = log_path(config, state_dir)
         self.heartbeat_file = self.dir / "heartbeat.json"
-        self.pause_file = self.dir / "pause"
+        self.pause_file = self.dir / PAUSE_FILE
         self.machine = Machine()
         self.proc: TrainerProcess | None = None
         self.spawn_error: str | None = None
@@ -81,6 +90,14 @@ class Trainer:
         self.seen_resets: dict[str, int] = {}
         self.stuck: list[TrainerProcess] = []  # abandoned after SIGKILL: still holding their GPU
         self.ranks: RankView | None = None  # the job's ranks on this node, as of the last observe
+        self.rate = RunningRate()  # steps/s over the current running span (paused time never counts)
+        self.log_write_errors = 0  # output lines of its ended runs their log could not take (process.OutputLog)
+
+    def reconfigure(self, config: TrainerConfig) -> None:
+        """A reload's settings (same name): read from now on; a running process keeps its own until it is
+        restarted (reconcile.py decides when)."""
+        self.config = config
+        self.log_path = (config.log_dir or self.dir) / f"{config.name}.log"
 
     def gpus(self) -> tuple[str, ...]:
         """What its limits and resets are judged on: configured, else seen in use, else all (empty)."""
@@ -112,6 +129,8 @@ class Trainer:
         alive = self.proc is not None and code is None
         self.ranks = self._read_ranks() if alive else None
         progress = reported(self.ranks, read_heartbeat(self.heartbeat_file))
+        stepping = alive and self.machine.phase in (TrainerPhase.RUNNING, TrainerPhase.PAUSING)
+        self.rate = running_rate(self.rate, stepping and not progress.acknowledged, now, progress.steps_total)
         return Inputs(
             now=now, thermal=verdict, alive=alive, exit_code=code, exit_reason=self.spawn_error,
             spawn_failed=self.spawn_failed, steps_total=progress.steps_total,
@@ -171,11 +190,12 @@ class Trainer:
                       name, self.proc.pid, action.reason)
             self.stuck.append(self.proc)
             self.proc = None
+            clear_record(self.dir)  # it cannot be stopped: a later daemon need not try
 
     def _spawn(self, resume: bool) -> None:
         self._retire()
         self.spawn_error, self.spawn_failed = None, False
-        argv = self._argv(resume)
+        argv = spawn_argv(self.config, resume)
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             remove_heartbeats(self.heartbeat_file)
@@ -190,20 +210,11 @@ class Trainer:
             return
         self.started_unix = time.time()
         log.info("trainer %s: started pid %d: %s", self.config.name, self.proc.pid, " ".join(argv))
+        record_run(self.dir, self.config.name, self.proc.pid, self.proc.run_id or "", self.started_unix)
 
-    def _argv(self, resume: bool) -> list[str]:
-        cfg = self.config
-        if not resume or not cfg.restart_command:
-            return list(cfg.command)
-        checkpoint = None
-        if cfg.checkpoint_glob:
-            checkpoint = newest_complete_checkpoint(cfg.checkpoint_glob, cfg.cwd)
-        if checkpoint is None and any("{last_checkpoint}" in arg for arg in cfg.restart_command):
-            log.warning("trainer %s: no complete checkpoint matches %r: starting with the original command",
-                        cfg.name, cfg.checkpoint_glob)
-            return list(cfg.command)
-        log.info("trainer %s: resuming from %s", cfg.name, checkpoint)
-        return [arg.replace("{last_checkpoint}", str(checkpoint)) for arg in cfg.restart_command]
+    def refresh_pause(self, now_unix: float) -> None:
+        """While the pause file stands, its mtime says its requester (this daemon) is alive (heartbeat.py)."""
+        refresh_pause(self.pause_file, now_unix)
 
     def _env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in STRIPPED_ENV}
@@ -229,15 +240,24 @@ class Trainer:
 
     def _retire(self) -> None:
         if self.proc is not None:
+            self.close_run()
+
+    def close_run(self) -> None:
+        """Its run is over: what the leader left is killed, its log closed (its lost lines counted), its
+        record removed (no later daemon will look for it)."""
+        if self.proc is not None:
             self.proc.reap_leftovers()
             self.proc.close()
+            self.log_write_errors += self.proc.log_write_errors
             self.proc = None
+        clear_record(self.dir)
 
     def finish_exit(self) -> None:
         """The leader is gone: kill what it left behind and close its log (an abandoned one is not gone)."""
         if self.proc is not None and self.proc.popen.poll() is not None:
             self.proc.reap_leftovers()
             self.proc.close(timeout_s=1.0)  # the log holds the last words before the state says "exited"
+            clear_record(self.dir)
 
     def published(self, now_mono: float, now_unix: float, snapshot: Snapshot | None = None) -> TrainerState:
         """Its state for the status document and /metrics; monotonic times become Unix seconds."""
@@ -253,7 +273,10 @@ class Trainer:
             restarts_total=machine.restarts_total, restarts_by_reason=machine.restarts_by_reason,
             pauses_total=machine.pauses_total, resumes_total=machine.resumes_total,
             last_exit_code=machine.last_exit_code, last_exit_reason=machine.last_exit_reason,
-            steps_total=progress.steps_total, steps_per_s=progress.steps_per_s,
+            steps_total=progress.steps_total,
+            steps_per_s=published_rate(machine.phase is TrainerPhase.PAUSED or (
+                machine.phase is TrainerPhase.PAUSING and progress.acknowledged), progress.steps_per_s, self.rate)
+            if live else None,
             last_step_age_s=_age_s(progress.last_step_unix, now_unix), epoch=beat.epoch if beat else None,
             reason=machine.reason, ranks=ranks.ranks if ranks else None,
             ranks_held=ranks.ranks_held if ranks else None, world_size=ranks.world_size if ranks else None,

@@ -82,13 +82,13 @@ def test_a_root_daemon_needs_user_for_every_trainer(tmp_path: Path) -> None:
 
 
 def test_a_fan_table_that_names_no_pci_slot_is_an_error(tmp_path: Path) -> None:
-    config = _config(tmp_path, '[fan.gpus."bogus"]\nfloor_percent = 60\n[fan.gpus."28:00.0"]\nfloor_percent = 60\n')
+    config = _config(tmp_path, '[fan.gpus."bogus"]\nfloor_percent = 60\n[fan.gpus."28:00.8"]\nfloor_percent = 60\n')
     result = gpuwatch("check-config", str(config))
     assert result.returncode == 2
     assert _problems(result.stderr) == [
         "  fan.gpus.\"bogus\" = 'bogus': 'bogus' is not a PCI slot (domain:bus:device.function, like 0000:28:00.0; "
         "see gpuwatch sensors)",
-        "  fan.gpus.\"28:00.0\" = '28:00.0': '28:00.0' is a short PCI slot: write it with its domain, as 0000:28:00.0",
+        "  fan.gpus.\"28:00.8\" = '28:00.8': '28:00.8': function 8 is not a PCI function number (0 to 7)",
     ]
 
 

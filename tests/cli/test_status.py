@@ -170,7 +170,22 @@ def test_plain_status_marks_a_sensor_over_its_limit_and_shows_the_limits(setup: 
     assert result.returncode == 1
     block = result.stdout.split("[0000:28:00.0] card1")[1].splitlines()
     assert block[1] == "  temp   edge 58°C  junction 99°C OVER LIMIT  mem 62°C"
-    assert block[2] == "  limit  pause at edge 90°C  junction 98°C  mem 100°C   crit 100/108/105°C"
+    assert block[2] == "  limit  pause at edge 90°C  junction 98°C  mem 100°C"
+    assert block[3] == "  crit   edge 100°C  junction 108°C  mem 105°C"
+
+
+def test_the_crit_line_names_every_sensor_and_leaves_out_those_without_one(tmp_path: Path) -> None:
+    """Issue 32 point 10: ``crit 100/110/105/-/-/-°C`` named no sensor; the gpu_metrics-only VR sensors have none."""
+    from gpuwatch.cli.status import render
+    from gpuwatch.publish.document import to_document
+    from tests.support.published import example_state
+
+    doc = to_document(example_state(tmp_path / "sys"), "daemon")
+    assert set(doc["gpus"][0]["temperatures"]) >= {"vrgfx", "vrsoc", "vrmem"}  # the six sensors of the report
+    lines = render(doc, now=doc["taken_unix"]).splitlines()
+    assert "  crit   edge 100°C  junction 110°C  mem 100°C" in lines
+    assert not any("/" in line for line in lines if line.startswith("  crit "))
+    assert all(len(line) <= 80 for line in lines if line.startswith(("  limit ", "  crit ")))
 
 
 def test_status_and_sensors_read_the_simulated_tree_of_a_simulating_config(tmp_path: Path) -> None:

@@ -21,9 +21,11 @@ RUNNING = parse_config({"interval_s": 1.0, "thermal": {"edge_limit_c": 90}, "run
         ({"interval_s": 1.0, "thermal": {"edge_limit_c": 90}, "runtime_dir": "/run/b", "log_level": "debug"},
          None, ("log_level",), ("runtime_dir",)),
         ({"interval_s": 1.0, "thermal": {"edge_limit_c": 90}, "runtime_dir": "/run/a", "fan": {"mode": "off"}},
-         None, (), ("fan",)),
-        ({"interval_s": 1.0, "thermal": {"edge_limit_c": 90}, "runtime_dir": "/run/a", "fan": {"mode": "off"}},
-         {"fan"}, ("fan",), ()),
+         None, (), ("fan.mode",)),
+        ({"interval_s": 1.0, "thermal": {"edge_limit_c": 90}, "runtime_dir": "/run/a", "fan": {"floor_percent": 40}},
+         None, ("fan",), ()),
+        ({"interval_s": 1.0, "thermal": {"edge_limit_c": 90}, "runtime_dir": "/run/a", "log_level": "debug"},
+         {"interval_s"}, (), ("log_level",)),
     ],
 )
 def test_plan_reload(new: dict, live: set[str] | None, applied: tuple, restart: tuple) -> None:
@@ -91,3 +93,14 @@ def test_reload_hands_thermal_to_metrics_and_the_supervisor(tmp_path: Path) -> N
         assert supervisor.trainers[0].machine.hot_since is not None  # type: ignore[attr-defined]
     finally:
         daemon.shutdown()
+
+
+def test_a_reloaded_fan_section_applies_but_its_mode_waits_for_a_restart() -> None:
+    """Issue 32 point 9: [fan] is live (the controller re-derives its settings each tick from the config it is
+    given); fan.mode hands fans between the firmware and gpuwatch, so it keeps its running value."""
+    new = parse_config({"interval_s": 1.0, "thermal": {"edge_limit_c": 90}, "runtime_dir": "/run/a",
+                        "fan": {"mode": "monitor-only", "curve": [[30, 40], [80, 100]], "floor_percent": 30}})
+    plan = plan_reload(RUNNING, new)
+    assert (plan.applied, plan.needs_restart) == (("fan",), ("fan.mode",))
+    assert plan.config.fan == new.fan.model_copy(update={"mode": RUNNING.fan.mode})
+    assert plan.describe_applied() == "fan (the fan controller, from its next tick)"

@@ -142,8 +142,9 @@ def test_sighup_burst_is_coalesced_and_the_schedule_holds(tmp_path, navi10, proc
 
 
 STUBBORN = """
-import signal, time
+import pathlib, signal, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
+pathlib.Path("stubborn.ready").touch()  # only now does SIGTERM not end it: the test waits for this
 while True:
     time.sleep(0.05)
 """
@@ -158,6 +159,8 @@ def test_stubborn_trainer_is_killed_after_its_own_grace_at_shutdown(tmp_path, na
     pid = document["trainers"][0]["pid"]
     wait_for(lambda: psutil.Process(pid).cmdline()[-1].endswith("stubborn.py"), "the trainer's own program",
              ignore=(psutil.Error,))
+    # A SIGTERM before the script ignores it would end it at once, and no grace would be needed.
+    wait_for(lambda: (tmp_path / "stubborn.ready").exists(), "the trainer ignoring SIGTERM")
     assert daemon.stop() == 0
     log = daemon.log()
     assert "SIGKILL after 1s grace" in log

@@ -116,6 +116,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Pa
         PREFIX=str(root / "opt/gpuwatch"),
         SYSCONFDIR=str(root / "etc"),
         UNITDIR=str(root / "lib/systemd/system"),
+        DATADIR=str(root / "usr/share"),  # the shell completion: never the real /usr/share
         SYSTEMCTL=str(stub),
         PIP_INSTALL_ARGS="--no-deps",  # the venv only has to prove the package and entry point install
     )
@@ -124,6 +125,11 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Pa
     assert done.returncode == 0, done.stdout + done.stderr
     yield {"root": root, "calls": calls, "env": env, "stdout": done.stdout}  # type: ignore[dict-item]
     shutil.rmtree(REPO / "build", ignore_errors=True)
+
+
+COMPLETIONS = {"usr/share/bash-completion/completions/gpuwatch": "bash",
+               "usr/share/zsh/vendor-completions/_gpuwatch": "zsh",
+               "usr/share/fish/vendor_completions.d/gpuwatch.fish": "fish"}
 
 
 def test_install_lays_out_venv_unit_and_config(installed: dict) -> None:
@@ -140,6 +146,10 @@ def test_install_lays_out_venv_unit_and_config(installed: dict) -> None:
     assert (root / "etc/gpuwatch/gpuwatch.toml").read_text() == (REPO / "config/gpuwatch.toml").read_text()
     assert installed["calls"].read_text().splitlines() == ["daemon-reload"]
     assert "systemctl enable --now gpuwatch" in installed["stdout"]
+    from gpuwatch.cli.completion import shipped
+
+    for path, shell in COMPLETIONS.items():  # issue 32 point 12: completion installed with the package
+        assert (root / path).read_text() == shipped(shell)
 
 
 @needs_analyze
@@ -163,6 +173,7 @@ def test_reinstall_keeps_an_edited_config_then_uninstall_removes_all_but_it(inst
     assert gone.returncode == 0, gone.stderr
     assert not (root / "opt/gpuwatch").exists()
     assert not (root / "lib/systemd/system/gpuwatch.service").exists()
+    assert not any((root / path).exists() for path in COMPLETIONS)
     assert config.read_text() == "interval_s = 2.0\n"
     assert installed["calls"].read_text().splitlines()[-2:] == ["disable --now gpuwatch.service", "daemon-reload"]
 
@@ -184,7 +195,8 @@ def test_destdir_stages_the_unit_config_and_docs_and_refuses_a_venv(tmp_path: Pa
     assert staged.returncode == 0, staged.stderr
     assert sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file()) == [
         "etc/gpuwatch/gpuwatch.toml", "etc/systemd/system/gpuwatch.service",
-        "opt/gpuwatch/share/doc/gpuwatch/systemd.md"]
+        "opt/gpuwatch/share/doc/gpuwatch/systemd.md", "usr/share/bash-completion/completions/gpuwatch",
+        "usr/share/fish/vendor_completions.d/gpuwatch.fish", "usr/share/zsh/vendor-completions/_gpuwatch"]
     unit = stage / "etc/systemd/system/gpuwatch.service"
     assert "ExecStart=/opt/gpuwatch/bin/gpuwatch run --config /etc/gpuwatch/gpuwatch.toml" in unit.read_text()
     if ANALYZE:

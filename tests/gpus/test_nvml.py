@@ -280,7 +280,7 @@ def test_status_and_document_render_an_nvidia_gpu(tmp_path: Path) -> None:
     assert exit_code(doc) == 1
     text = render(doc, now=doc["taken_unix"])
     assert "[0000:1b:00.0] nvidia0  NVIDIA H100 80GB HBM3" in text
-    assert "temp   edge 41°C  mem 38°C\n  limit  pause at edge 60°C  mem 90°C   crit 90/95°C" in text
+    assert "temp   edge 41°C  mem 38°C\n  limit  pause at edge 60°C  mem 90°C\n  crit   edge 90°C  mem 95°C" in text
     assert "edge 63°C OVER LIMIT" in text  # the RTX, over the configured edge limit of 60 °C
     assert "vram   0 MiB / 80.0 GiB   reserved by the driver 480 MiB" in text
     assert "power  118 W / cap 700 W" in text and "sclk 1980 MHz" in text

@@ -110,3 +110,25 @@ def test_a_trainer_that_dies_at_once_never_opens_the_gpu(tmp_path: Path, child: 
     trainer = TrainerState(name="t", phase=TrainerPhase.RUNNING, pid=child.pid, started_unix=time.time())
     sim.observe(PublishedState(snapshot=Snapshot(0.0, 0.0, ()), trainers=(trainer,)))
     assert not (sim.proc_root / str(child.pid)).exists()
+
+
+def test_the_desktop_client_hangs_through_the_reset_and_leaves_d_state_once_it_is_over(tmp_path: Path) -> None:
+    """The compositor is in D while the card is in reset, not forever (a forever-D holder keeps the GPU
+    unusable, and the demo's trainer never came back): only the configured leftover stays stuck."""
+    sim = SimulatedGpus(root=tmp_path / "sim", desktop_client=True, faults=SimFaults(gpu_reset_outage_s=5.0))
+    desktop = sim.proc_root / "4194404"
+
+    def state() -> str:
+        return (desktop / "stat").read_text().split(") ")[1][0]
+
+    sim.advance_by(1.0)
+    assert state() == "S"
+    sim.inject_reset()
+    sim.advance_by(1.0)
+    assert state() == "D" and (desktop / "task/4194404/stat").read_text().split(") ")[1][0] == "D"
+    sim.advance_by(4.5)  # the outage is over: the driver signals the fences it waited on
+    assert state() == "S" and (desktop / "task/4194404/stat").read_text().split(") ")[1][0] == "S"
+    assert sim.clients.clients[4194404].hung is False
+    monitor = ProcessMonitor(Procfs(sim.proc_root), Sysfs(sim.root), 30.0)
+    rows = monitor.sample({}, now=0.0)[0]
+    assert [r.state for r in rows if r.pid == 4194404] == ["S"]

@@ -1,0 +1,162 @@
+# bash completion for gpuwatch (generated from gpuwatch's argument parser by gpuwatch/cli/completion.py: do not edit)
+_gpuwatch() {
+    local cur prev cmd="" i words
+    cur="${COMP_WORDS[COMP_CWORD]}"
+    prev="${COMP_WORDS[COMP_CWORD-1]}"
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        case "${COMP_WORDS[i]}" in
+            -*) ;;
+            *) cmd="${COMP_WORDS[i]}"; break ;;
+        esac
+    done
+    if [[ -z "$cmd" ]]; then
+        mapfile -t COMPREPLY < <(compgen -W "-h --help --version run status sensors restore fans-auto curve pause resume restart stop simulate-reset logs train check-config completion" -- "$cur")
+        return
+    fi
+    case "$cmd" in
+        run)
+            case "$prev" in
+                -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+            esac
+            words="-h --help -c --config --sysfs-root --proc-root --dry-run --simulate"
+            mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
+            ;;
+        status)
+            case "$prev" in
+                -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --watch) COMPREPLY=(); return ;;
+                --color) mapfile -t COMPREPLY < <(compgen -W "auto always never" -- "$cur"); return ;;
+                --gpu) COMPREPLY=(); return ;;
+                --remote) COMPREPLY=(); return ;;
+                --timeout) COMPREPLY=(); return ;;
+            esac
+            words="-h --help -c --config --sysfs-root --proc-root --json --watch --color --processes --gpu --remote --timeout"
+            mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
+            ;;
+        sensors)
+            case "$prev" in
+                -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --watch) COMPREPLY=(); return ;;
+                --color) mapfile -t COMPREPLY < <(compgen -W "auto always never" -- "$cur"); return ;;
+                --gpu) COMPREPLY=(); return ;;
+            esac
+            words="-h --help -c --config --sysfs-root --proc-root --json --watch --color --processes --gpu"
+            mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
+            ;;
+        restore)
+            case "$prev" in
+                -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+            esac
+            words="-h --help -c --config --sysfs-root --proc-root"
+            mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
+            ;;
+        fans-auto)
+            case "$prev" in
+                -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+            esac
+            words="-h --help -c --config --sysfs-root --proc-root"
+            mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
+            ;;
+        curve)
+            case "$prev" in
+                -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --gpu) COMPREPLY=(); return ;;
+            esac
+            words="-h --help -c --config --sysfs-root --proc-root --gpu"
+            mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
+            ;;
+        pause)
+            case "$prev" in
+                -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+            esac
+            words="-h --help -c --config --sysfs-root --proc-root"
+            mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
+            ;;
+        resume)
+            case "$prev" in
+                -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+            esac
+            words="-h --help -c --config --sysfs-root --proc-root"
+            mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
+            ;;
+        restart)
+            case "$prev" in
+                -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+            esac
+            words="-h --help -c --config --sysfs-root --proc-root"
+            mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
+            ;;
+        stop)
+            case "$prev" in
+                -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+            esac
+            words="-h --help -c --config --sysfs-root --proc-root"
+            mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
+            ;;
+        simulate-reset)
+            case "$prev" in
+                -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+            esac
+            words="-h --help -c --config --sysfs-root --proc-root"
+            mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
+            ;;
+        logs)
+            case "$prev" in
+                -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                -n|--lines) COMPREPLY=(); return ;;
+            esac
+            words="-h --help -c --config --sysfs-root --proc-root -n --lines -f --follow"
+            mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
+            ;;
+        train)
+            case "$prev" in
+                --conv2d-autotune) mapfile -t COMPREPLY < <(compgen -W "on off" -- "$cur"); return ;;
+                --conv2d-tune-cache) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --heartbeat-file) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --pause-file) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+            esac
+            [[ "$cur" != -* ]] && { compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return; }
+            words="-h --help --conv2d-fallback --conv2d-autotune --conv2d-tune-cache --spawn --heartbeat-file --pause-file"
+            mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
+            ;;
+        check-config)
+            case "$prev" in
+                -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+            esac
+            [[ "$cur" != -* ]] && { compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return; }
+            words="-h --help -c --config"
+            mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
+            ;;
+        completion)
+            case "$prev" in
+            esac
+            words="bash zsh fish"; [[ "$cur" == -* ]] && words="-h --help"
+            mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
+            ;;
+    esac
+}
+complete -o default -F _gpuwatch gpuwatch

@@ -1,0 +1,177 @@
+"""`gpuwatch logs NAME [-n N] [-f]`: a supervised trainer's captured output (stdout and stderr), like `tail`.
+
+It reads the trainer's log file and needs no daemon: the path is the one the daemon published for it in the
+state file, else the one the daemon would use (``supervise.trainer.log_path``: the trainer's ``log_dir``,
+else its folder in the runtime directory). The supervisor rotates the file at ``log_max_bytes``
+(``NAME.log.1``... up to ``log_backups``): the last N lines are taken across the rotated files too, and
+``-f`` follows the file across a rotation, as ``tail -F`` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from gpuwatch.cli.settings import load_cli_config
+from gpuwatch.cli.status import EXIT_ALARM, EXIT_OK, EXIT_USAGE
+from gpuwatch.config.file import Config
+from gpuwatch.config.trainer import TrainerConfig
+from gpuwatch.publish.state import read_state_file
+
+FOLLOW_POLL_S = 0.25  # how often -f looks for new output (tail -f's default is 1 s)
+BLOCK = 64 * 1024
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    config = load_cli_config(args, client=True)
+    trainer = _trainer(config, args.name)
+    if isinstance(trainer, str):
+        print(f"gpuwatch logs: {trainer}", file=sys.stderr)
+        return EXIT_USAGE
+    path = trainer_log_path(config, trainer)
+    try:
+        return _show(path, trainer.name, args.lines, args.follow)
+    except OSError as exc:  # a log only root may read (the daemon's user and group), a vanished folder...
+        print(f"gpuwatch logs: cannot read {exc.filename or path}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_ALARM
+
+
+def _show(path: Path, name: str, count: int, following: bool) -> int:
+    out = sys.stdout.buffer
+    current = _open(path)
+    if current is None and not following:
+        print(f"gpuwatch logs: no log of trainer {name} yet at {path} (it has not run with this runtime "
+              "directory; -f waits for it)", file=sys.stderr)
+        return EXIT_ALARM
+    if current is None:
+        print(f"gpuwatch logs: waiting for {path}", file=sys.stderr)
+    try:
+        out.writelines(last_lines(current, path, count))
+        out.flush()
+        if not following:
+            return EXIT_OK
+        # From where the last lines ended, in the same open file: nothing written meanwhile is lost.
+        for chunk in follow(path, current):
+            out.write(chunk)
+            out.flush()
+    finally:
+        if current is not None:
+            current.close()
+    return EXIT_OK  # follow() only ends on Ctrl-C (main: exit 130) or a closed pipe
+
+
+def trainer_log_path(config: Config, trainer: TrainerConfig) -> Path:
+    """The daemon's published path for the trainer when its state file names one, else the daemon's rule."""
+    from gpuwatch.supervise.trainer import log_path
+
+    doc = read_state_file(config.state_file)
+    for published in doc.get("trainers", []) if doc else []:
+        path = published.get("log_path")
+        if published.get("name") == trainer.name and path:
+            return Path(path)
+    # The supervisor's state directory, as daemon/compose.build_supervisor gives it.
+    return log_path(trainer, config.resolved_runtime_dir / "trainers")
+
+
+def last_lines(current: BinaryIO | None, path: Path, count: int) -> list[bytes]:
+    """The last ``count`` lines of the log (``current``: ``path`` open, left at the end of what was read), reaching
+    into its rotated files (``.1`` is the newest of them)."""
+    lines = _tail(current, count) if current is not None else []
+    for part in _rotated(path):
+        if len(lines) >= count:
+            break
+        try:
+            with part.open("rb") as f:
+                lines = _tail(f, count - len(lines)) + lines
+        except FileNotFoundError:  # rotated away meanwhile
+            continue
+    return lines[-count:] if count else []
+
+
+def follow(path: Path, f: BinaryIO | None, poll_s: float = FOLLOW_POLL_S) -> Iterator[bytes]:
+    """What is written to ``path`` from ``f``'s position on (``f``: ``path`` open, or None), forever. A file that
+    appears later, or that replaces it (a rotation) or was truncated, is read from its start. The files it opens
+    itself it closes; ``f`` is the caller's."""
+    given = f
+    try:
+        while True:
+            if f is None:
+                f = _open(path)
+                if f is None:
+                    time.sleep(poll_s)
+                    continue
+            chunk = f.read(BLOCK)
+            if chunk:
+                yield chunk
+                continue
+            if _replaced(f, path):
+                rest = f.read()  # what was written between the read above and the rotation
+                if rest:
+                    yield rest
+                if f is not given:
+                    f.close()
+                f = None
+                continue
+            time.sleep(poll_s)
+    finally:
+        if f is not None and f is not given:
+            f.close()
+
+
+def _open(path: Path) -> BinaryIO | None:
+    try:
+        return path.open("rb")
+    except FileNotFoundError:
+        return None
+
+
+def _replaced(f: BinaryIO, path: Path) -> bool:
+    """Another file is under the name now (rotated), none is (rotating), or this one was truncated."""
+    try:
+        now = path.stat()
+    except FileNotFoundError:
+        return True
+    return now.st_ino != os.fstat(f.fileno()).st_ino or now.st_size < f.tell()
+
+
+def _tail(f: BinaryIO, count: int) -> list[bytes]:
+    """The last ``count`` lines of an open file, read backwards in blocks (a 20 MB log is not read whole); the file
+    is left at the end that was read to (where -f goes on)."""
+    end = f.seek(0, os.SEEK_END)
+    if count <= 0:
+        return []
+    data = b""
+    position = end
+    while position > 0 and data.count(b"\n") <= count:
+        step = min(BLOCK, position)
+        position -= step
+        f.seek(position)
+        data = f.read(step) + data
+    f.seek(end)
+    return data.splitlines(keepends=True)[-count:]  # a line still being written: as far as it is, as tail does
+
+
+def _rotated(path: Path) -> Iterator[Path]:
+    """The rotated files of ``path`` that exist, newest first (RotatingFileHandler's ``.1``, ``.2``...)."""
+    index = 1
+    while (rotated := path.with_name(f"{path.name}.{index}")).exists():
+        yield rotated
+        index += 1
+
+
+def _trainer(config: Config, name: str | None) -> TrainerConfig | str:
+    """The configured trainer called ``name`` (without one: the only trainer), else why not."""
+    names = ", ".join(t.name for t in config.trainer) or "none configured"
+    if name is None:
+        if len(config.trainer) == 1:
+            return config.trainer[0]
+        return f"name the trainer (trainers: {names})"
+    for trainer in config.trainer:
+        if trainer.name == name:
+            return trainer
+    return f"no trainer named {name!r} in the configuration (trainers: {names})"
