@@ -96,7 +96,8 @@ def build(config: Config) -> tuple[Config, Parts]:
     amdgpu = amdgpu_source(config)
     sources = build_sources(config, amdgpu=amdgpu)
     parts = Parts(sources=sources, fans=build_fans(config, amdgpu), trainers=build_supervisor(config),
-                  gpu_use=build_gpu_use(config, simulator.take_uevents if simulator is not None else None),
+                  gpu_use=build_gpu_use(config, simulator.take_uevents if simulator is not None else None,
+                                        amdgpu.rediscover if amdgpu is not None else None),
                   power=build_power(config, amdgpu, sources, simulator))
     if simulator is not None:
         parts.sources = [SimulatedSource(simulator, source) for source in parts.sources]
@@ -172,9 +173,10 @@ def _nowhere(gpu_id: str) -> None:
     return None
 
 
-def build_gpu_use(config: Config, uevents: UeventFeed | None = None) -> GpuUseWatch | None:
+def build_gpu_use(config: Config, uevents: UeventFeed | None = None,
+                  on_cards_changed: Callable[[], None] | None = None) -> GpuUseWatch | None:
     """The process monitor and the reset watch ``[processes]``/``[resets]`` ask for; ``uevents`` stands in
-    for the kernel's uevent socket (the simulator's)."""
+    for the kernel's uevent socket (the simulator's); ``on_cards_changed`` hears a DRM card come or go."""
     if not (config.processes.enabled or config.resets.enabled):
         return None
     sysfs = Sysfs(config.sysfs_root)
@@ -189,7 +191,7 @@ def build_gpu_use(config: Config, uevents: UeventFeed | None = None) -> GpuUseWa
                 uevents, close = sock.drain, sock.close
         dumps = DevCoredumps(sysfs, config.reset_dump_dir, config.resets.dumps_kept, config.resets.dump_max_bytes,
                              config.resets.dismiss_dumps)
-        resets = ResetWatch(dumps, uevents, config.resets.answer_ticks)
+        resets = ResetWatch(dumps, uevents, config.resets.answer_ticks, on_cards_changed)
     return GpuUseWatch(monitor, resets, close)
 
 

@@ -10,13 +10,15 @@ pings and systemd restarts us), STOPPING=1 when shutdown starts. SIGHUP reloads 
 the same path between ticks, never adding one (bursts coalesced): RELOADING=1, the new configuration
 (its live keys, gpuwatch.daemon.reload) replaces the loop's one Config, which every tick passes to every
 part, then READY=1; an invalid file is logged and the running config stays.
+
+Signal handlers only set a flag and write a byte to a self-pipe the wait between ticks polls
+(wakeup.py); they log nothing: the loop logs what arrived.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 import time
 from collections import Counter
@@ -35,6 +37,7 @@ from gpuwatch.daemon.control import ControlServer
 from gpuwatch.daemon.published import count_read_errors, log_discovery, published_state
 from gpuwatch.daemon.reload import plan_reload
 from gpuwatch.daemon.sdnotify import Notifier
+from gpuwatch.daemon.wakeup import Flag, Signals, Wakeup
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.model import DaemonInfo, FanState, PowerState, PublishedState, TrainerState
 from gpuwatch.publish.document import to_document
@@ -72,9 +75,11 @@ class Daemon:
         self.holder = StateHolder()
         self.started_unix = time.time()
         self.ticks_total = 0
-        self.stop_requested = threading.Event()
-        self.reload_requested = threading.Event()
-        self._wake = threading.Event()  # interrupts the wait between ticks (stop or reload)
+        # Set by signal handlers: plain flags and a self-pipe, never a lock (see Wakeup).
+        self.stop_requested = Flag()
+        self.reload_requested = Flag()
+        self._wakeup = Wakeup()  # interrupts the wait between ticks (stop or reload)
+        self._signals = Signals()  # installs the handlers; the stop signals received, logged by the loop
         self._next_reload = 0.0  # monotonic time before which a requested reload waits (coalescing)
         self.failures: dict[str, str] = {}
         self.control: ControlServer | None = None
@@ -97,7 +102,9 @@ class Daemon:
         usage, config = self.parts.gpu_use, self.config  # this tick's configuration, reloads in between
         if usage is not None:
             trainer_trees = self.parts.trainers.trees if self.parts.trainers is not None else dict
-            snapshot = self._guard("processes and resets", lambda: usage.observe(snapshot, trainer_trees()), snapshot)
+            # Each stage (reset detection, the process scan, reset recovery) in a guard of its own.
+            snapshot = self._guard("processes and resets", lambda: usage.observe(snapshot, trainer_trees, self._guard),
+                                   snapshot)
         fans: tuple[FanState, ...] = ()
         powers: tuple[PowerState, ...] = ()
         trainers: tuple[TrainerState, ...] = ()
@@ -139,6 +146,7 @@ class Daemon:
             ready = False
             self.start_http()
             while not self.stop_requested.is_set():
+                self._signals.log_new(log)
                 state = self.tick()
                 self._notify_tick(state, first_tick=not ready)
                 ready = True
@@ -149,7 +157,11 @@ class Daemon:
                     deadline, delay = time.monotonic(), 0.0
                 self._wait(delay)
         finally:
+            self._signals.log_new(log)
             self.shutdown()
+            self._signals.uninstall()
+            self._signals.log_new(log)
+            self._wakeup.close()
         return 0
 
     def _notify_tick(self, state: PublishedState, first_tick: bool) -> None:
@@ -170,6 +182,7 @@ class Daemon:
         """
         end = time.monotonic() + delay_s
         while not self.stop_requested.is_set():
+            self._signals.log_new(log)
             now = time.monotonic()
             if self.reload_requested.is_set() and now >= self._next_reload:
                 self.reload()
@@ -183,8 +196,7 @@ class Daemon:
             ping_in = self.notifier.next_ping_in_s()
             if ping_in is not None:
                 wake_in.append(ping_in)
-            if self._wake.wait(max(0.0, min(wake_in))):
-                self._wake.clear()
+            self._wakeup.wait(max(0.0, min(wake_in)))
             self.notifier.watchdog()
 
     def reload(self) -> bool:
@@ -275,24 +287,20 @@ class Daemon:
         self.http.start()
 
     def request_stop(self, signum: int | None = None, frame: FrameType | None = None) -> None:
+        """SIGTERM/SIGINT (or any thread): a flag and a byte on the self-pipe, no lock (wakeup.py)."""
         if signum is not None:
-            # One line per stop: a Ctrl-C that also reaches a wrapper which then sends SIGTERM is one request.
-            level = logging.DEBUG if self.stop_requested.is_set() else logging.INFO
-            log.log(level, "received %s, %s", signal.Signals(signum).name,
-                    "already stopping" if self.stop_requested.is_set() else "stopping")
+            self._signals.received(signum)
         self.stop_requested.set()
-        self._wake.set()
+        self._wakeup.poke()
 
     def request_reload(self, signum: int | None = None, frame: FrameType | None = None) -> None:
         # Only a flag: the loop reloads between ticks, never inside a signal handler mid-tick.
         self.reload_requested.set()
-        self._wake.set()
+        self._wakeup.poke()
 
     def _install_signals(self) -> None:
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self.request_stop)
-            signal.signal(signal.SIGINT, self.request_stop)
-            signal.signal(signal.SIGHUP, self.request_reload)
+            self._signals.install(self.request_stop, self.request_reload)
 
     def _guard(self, part: str, action: Callable[[], T], fallback: T) -> T:
         try:
@@ -304,4 +312,3 @@ class Daemon:
             return fallback
         self.failures.pop(part, None)
         return result
-

@@ -1,7 +1,8 @@
 """The amdgpu GPU source: every amdgpu card below one sysfs root, read once per tick (amdgpu.py parses).
 
-Re-discovers every ``rediscover_s`` and whenever a card vanishes (it may come back under a new cardN
-or hwmonN). Each card is read on its own worker with a deadline (gpuwatch.deadline): a card whose
+Re-discovers every ``rediscover_s``, whenever a card vanishes (it may come back under a new cardN
+or hwmonN) and at the next read after ``rediscover()`` (the kernel announced a DRM card node: the reset
+watch hears its uevents). Each card is read on its own worker with a deadline (gpuwatch.deadline): a card whose
 reads hang is reported ``unresponsive`` within ``deadline_s`` while the others are read as usual, and
 at once on later ticks while its worker is still blocked; discovery is bounded the same way. A card
 found at a new place is announced through ``bindings`` (gpus/binding.py) to every part that drives it.
@@ -41,6 +42,7 @@ class AmdgpuSource:
         self._clock = clock or time.monotonic
         self._found: DiscoveryResult[AmdCard] | None = None
         self._found_at = 0.0
+        self._stale = False  # rediscover() asked for a discovery at the next read
         self._static: dict[str, dict[str, str | None]] = {}
         self._read: dict[str, AmdCard] = {}  # the cards of the last read_all, by gpu_id
         self._workers = Workers("gpuwatch-read")
@@ -48,13 +50,18 @@ class AmdgpuSource:
         self.bindings: Bindings[AmdCard] = Bindings()
         self.metrics = GpuMetricsReader()  # gpu_metrics, read inside read_card: on the card's worker too
 
+    def rediscover(self) -> None:
+        """Discover at the next read: a DRM card node came or went (a GPU back from a reset under another
+        number is bound within a tick or two, not at the periodic rediscovery up to 30 s later)."""
+        self._stale = True
+
     def discovered(self) -> DiscoveryResult[AmdCard]:
         now = self._clock()
-        if self._found is None or now - self._found_at >= self.rediscover_s:
+        if self._found is None or self._stale or now - self._found_at >= self.rediscover_s:
             found = self._bounded({"discovery": lambda: discover(self.sysfs)})["discovery"]
             if isinstance(found, Late):
                 return self._found or DiscoveryResult(cards=())  # the last cards known; retried next tick
-            self._found, self._found_at = found, now
+            self._found, self._found_at, self._stale = found, now, False
             self._static = {}
             self.bindings.update(found.cards)
         return self._found

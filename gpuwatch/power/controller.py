@@ -111,14 +111,26 @@ class PowerController:
         return g
 
     def _probe(self, g: GpuCap) -> None:
-        g.probed = True
         try:
             if g.backend is None:
                 raise CapUnavailable("NVML is not loaded")
             found = g.backend.probe()
         except CapUnavailable as exc:
+            g.probed = True
             self._give_up(g, str(exc))
             return
+        except CapWriteError as exc:
+            # A read that may work next tick (an empty power1_cap: the limit query failed): probed again
+            # then, never given up for good on one bad read.
+            reason = f"power cap not known yet: {exc}; probed again every tick"
+            if g.reason != reason:
+                log.warning("GPU %s: %s", g.gpu_id, reason)
+            g.reason = reason
+            return
+        g.probed = True
+        if g.reason is not None:
+            log.info("GPU %s: power cap readable again", g.gpu_id)
+            g.reason = None
         stored = self.actuator.recorded().get(g.gpu_id)
         kept = (RECORDS[g.backend.name](stored).original_w
                 if isinstance(stored, dict) and stored.get("backend") == g.backend.name else None)

@@ -10,7 +10,10 @@ drivers/gpu/drm/amd/pm/amdgpu_pm.c), checked on the 22 captures in tests/fixture
   reset or suspend; EINVAL on an SR-IOV VF; very old swsmu code ignored the SMU's answer, so a write
   could "succeed" and change nothing: hence the readback;
 * power1_cap_min reads 0 on many boards (Navi 21, RDNA4, Polaris, Vega): the floor comes from the default;
-* on VanGogh (Steam Deck) power1 is slowPPT, an APU package limit shared with the CPU: not governed.
+* on VanGogh (Steam Deck) power1 is slowPPT, an APU package limit shared with the CPU: not governed;
+* ``power1_cap`` prints an empty line when the SMU's limit query fails (SYSFS_FACTS.md §2,
+  ``amdgpu_hwmon_show_power_cap_generic``), e.g. while the SMU is busy at boot: the probe raises
+  CapWriteError (retried next tick, like any read error), where only a missing file is "no cap" for good.
 
 The card's directories come from the amdgpu source by PCI slot on every call (``locate``), so a GPU that
 comes back under another hwmon index after a reset is written where it now is.
@@ -81,7 +84,7 @@ class HwmonCap:
             cap_path = self.path()
         except CapWriteError:
             raise CapUnavailable("no hwmon node: nothing to cap") from None
-        cap_uw = self._number(cap_path)
+        cap_uw = self._cap_uw(cap_path)
         if cap_uw is None:
             raise CapUnavailable("the board exposes no power1_cap (no power limit to lower)")
         label = self._text(self.path("power1_label"))
@@ -120,6 +123,21 @@ class HwmonCap:
             return self.sysfs.read(path)
         except SysfsError:
             return None
+
+    def _cap_uw(self, path: str) -> int | None:
+        """The cap in force for the probe; None when the file is absent (the board has none). Empty, a read
+        error or garbage: CapWriteError, worth another try next tick."""
+        try:
+            text = self.sysfs.read(path)
+        except SysfsError as exc:
+            raise CapWriteError(f"power1_cap unreadable ({exc.reason})") from None
+        if text is None:
+            return None
+        if not text:
+            raise CapWriteError("power1_cap is empty (the driver's power limit query failed)")
+        if not (text.isascii() and text.isdigit()):
+            raise CapWriteError(f"power1_cap reads {text[:24]!r}, not a power limit")
+        return int(text)
 
     def _number(self, path: str) -> int | None:
         text = self._text(path)

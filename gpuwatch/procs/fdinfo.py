@@ -13,13 +13,19 @@ DRM fdinfo (kernel Documentation/gpu/drm-usage-stats.rst; drm_file.c, amdgpu_fdi
   is not time;
 * memory: ``drm-resident-<region>`` (6.13+) else ``drm-memory-<region>`` (its deprecated alias, KiB);
   a size is bytes, ``KiB`` or ``MiB`` (the 6.8+ printer picks the largest exact unit; ``0`` has none),
-  ``kB`` in the pre-5.19 format.
+  ``kB`` in the pre-5.19 format;
+* every number is a kernel ``u64`` printed with ``%llu``: ASCII digits, at most 2**64 - 1 (``u64``).
+  Anything else is no value: ``str.isdigit`` takes ``²`` and ``٣``, ``int`` a sign, ``_`` and blanks,
+  and a 400-digit value once overflowed ``float()`` further on (issue 31: the process scan raised, and
+  /metrics answered 500).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+U64_MAX = (1 << 64) - 1
+_U64_DIGITS = len(str(U64_MAX))
 _UNITS = {"": 1, "B": 1, "kB": 1024, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
 _ENGINE = "drm-engine-"
 _CAPACITY = "drm-engine-capacity-"
@@ -73,13 +79,22 @@ def parse_fdinfo(text: str) -> DrmClient | None:
     )
 
 
+def u64(text: str) -> int | None:
+    """A kernel ``u64`` printed in decimal; None for anything else (see the module's docstring)."""
+    if not (0 < len(text) <= _U64_DIGITS and text.isascii() and text.isdigit()):
+        return None
+    value = int(text)
+    return value if value <= U64_MAX else None
+
+
 def parse_size(value: str) -> int | None:
-    """``"44564 KiB"`` -> bytes; ``"0"`` -> 0; None for anything else."""
+    """``"44564 KiB"`` -> bytes; ``"0"`` -> 0; None for anything else (a size past a u64 of bytes too)."""
     number, _, unit = value.partition(" ")
     scale = _UNITS.get(unit.strip())
-    if scale is None or not number.isdigit():
+    count = u64(number)
+    if scale is None or count is None or count * scale > U64_MAX:
         return None
-    return int(number) * scale
+    return count * scale
 
 
 def _memory(fields: dict[str, str], region: str) -> int | None:
@@ -90,12 +105,11 @@ def _memory(fields: dict[str, str], region: str) -> int | None:
 
 
 def _engine_ns(value: str) -> int:
-    number = value.removesuffix("ns").strip()
-    return int(number) if number.isdigit() else 0
+    return u64(value.removesuffix("ns").strip()) or 0
 
 
 def _int(value: str | None) -> int | None:
-    return int(value) if value is not None and value.isdigit() else None
+    return None if value is None else u64(value)
 
 
 @dataclass(frozen=True)
@@ -115,12 +129,12 @@ def parse_stat(line: str) -> ProcStat | None:
     pid_text, _, comm = head.partition(" (")
     rest = tail.split()
     # After comm: state(3) ppid(4) ... starttime(22), i.e. rest[0], rest[1] and rest[19].
-    if not sep or len(rest) < 20 or not pid_text.strip().isdigit():
+    if not sep or len(rest) < 20:
         return None
-    try:
-        return ProcStat(pid=int(pid_text), comm=comm, state=rest[0], ppid=int(rest[1]), start_ticks=int(rest[19]))
-    except ValueError:
+    pid, ppid, start_ticks = u64(pid_text.strip()), u64(rest[1]), u64(rest[19])
+    if pid is None or ppid is None or start_ticks is None:
         return None
+    return ProcStat(pid=pid, comm=comm, state=rest[0], ppid=ppid, start_ticks=start_ticks)
 
 
 def parse_uid(status: str) -> int | None:
@@ -128,7 +142,7 @@ def parse_uid(status: str) -> int | None:
     for line in status.splitlines():
         if line.startswith("Uid:"):
             parts = line.split()
-            return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+            return u64(parts[1]) if len(parts) > 1 else None
     return None
 
 

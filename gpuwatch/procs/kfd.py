@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuwatch.procs.fdinfo import u64
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 BASE = "class/kfd/kfd"
@@ -54,7 +55,7 @@ def topology(sysfs: Sysfs) -> dict[str, KfdNode]:
 def pids(sysfs: Sysfs) -> set[int]:
     """Every process with /dev/kfd open: one listdir, the cheap way to find ROCm processes at once."""
     try:
-        return {int(name) for name in sysfs.list(f"{BASE}/proc") if name.isdigit()}
+        return {pid for name in sysfs.list(f"{BASE}/proc") if (pid := u64(name)) is not None}
     except SysfsError:
         return set()
 
@@ -67,16 +68,19 @@ def usage(sysfs: Sysfs, pid: int, nodes: dict[str, KfdNode], skip: frozenset[str
             continue
         try:
             vram = sysfs.read(f"{BASE}/proc/{pid}/vram_{kfd_id}")
-            if vram is None:
-                continue
-            cus = sysfs.read(f"{BASE}/proc/{pid}/stats_{kfd_id}/cu_occupancy")
         except SysfsError:
             continue
+        if vram is None:
+            continue
+        try:  # a bad occupancy costs the VRAM nothing
+            cus = sysfs.read(f"{BASE}/proc/{pid}/stats_{kfd_id}/cu_occupancy")
+        except SysfsError:
+            cus = None
         occupancy = None
-        if cus is not None and cus.isdigit() and node.compute_units:
-            occupancy = int(cus) / node.compute_units
-        found.append(KfdUse(gpu_id=node.gpu_id, vram_bytes=int(vram) if vram.isdigit() else None,
-                            cu_occupancy_ratio=occupancy))
+        busy_cus = None if cus is None else u64(cus)
+        if busy_cus is not None and node.compute_units:
+            occupancy = busy_cus / node.compute_units
+        found.append(KfdUse(gpu_id=node.gpu_id, vram_bytes=u64(vram), cu_occupancy_ratio=occupancy))
     return found
 
 
@@ -85,6 +89,7 @@ def _properties(text: str) -> dict[str, int]:
     props = {}
     for line in text.splitlines():
         key, _, value = line.partition(" ")
-        if value.strip().isdigit():
-            props[key] = int(value)
+        number = u64(value.strip())
+        if number is not None:
+            props[key] = number
     return props

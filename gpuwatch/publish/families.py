@@ -39,6 +39,17 @@ def gpu_gauges(table: Iterable[GpuGauge], gpus: Iterable[GpuReading]) -> list[Me
         for gpu in readings:
             value = getattr(gpu, attr)
             if value is not None:
-                family.add_metric([gpu.gpu_id], value * scale)
+                family.add_metric([gpu.gpu_id], _scaled(value, scale))
         out.append(family)
     return out
+
+
+def _scaled(value: float, scale: float) -> float:
+    """``value * scale``; an int too large for a float stays as it is, for the renderer to drop and count
+    (metrics.render: one absurd reading must not cost the other families)."""
+    if scale == 1.0:
+        return value
+    try:
+        return value * scale
+    except OverflowError:
+        return value

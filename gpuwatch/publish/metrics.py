@@ -7,10 +7,15 @@ Names are in base units with the ``gpuwatch_`` prefix (families.py); every per-G
 ``gpuwatch_gpu_info``. A value the GPU does not report is an absent series, never 0. This module
 renders the exporter's and the GPUs' own families; control_metrics.py, health_metrics.py and
 use_metrics.py the rest. docs/metrics.md is the reference.
+
+One bad series never costs the others (issue 31: a 400-digit fdinfo value made every scrape a 500):
+a value that no float can carry is left out of the exposition, and a part whose families fail to
+render is left out whole (logged once); both are counted in ``gpuwatch_metrics_dropped_series``.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.core import Metric
@@ -23,6 +28,7 @@ from gpuwatch.publish.families import GpuGauge, counter, gauge, gpu_gauges
 from gpuwatch.publish.health_metrics import health
 from gpuwatch.publish.use_metrics import process_families, reset_families
 
+log = logging.getLogger("gpuwatch.http")
 GPU_INFO_LABELS = ("gpu", "card", "backend", "name", "device_id", "subsystem_id", "unique_id", "vbios_version")
 
 _GPU_GAUGES: tuple[GpuGauge, ...] = (
@@ -82,10 +88,48 @@ class GpuwatchCollector(Collector):
 
 def render(state: PublishedState) -> list[Metric]:
     """Every family for one published state, in a fixed order (the golden file depends on it)."""
-    families = [*_exporter(state), *_gpus(state), *fan_families(state),
-                *trainer_families(state.trainers, [gpu.gpu_id for gpu in state.snapshot.gpus]), *power_families(state),
-                *reset_families(state), *process_families(state)]
-    return [family for family in families if family.samples]
+    parts: tuple[tuple[str, Callable[[], list[Metric]]], ...] = (
+        ("exporter", lambda: _exporter(state)), ("gpus", lambda: _gpus(state)), ("fans", lambda: fan_families(state)),
+        ("trainers", lambda: trainer_families(state.trainers, [gpu.gpu_id for gpu in state.snapshot.gpus])),
+        ("power", lambda: power_families(state)), ("resets", lambda: reset_families(state)),
+        ("processes", lambda: process_families(state)),
+    )
+    families: list[Metric] = []
+    dropped: dict[str, int] = {}
+    for part, build in parts:
+        try:
+            built = build()
+        except Exception:  # one part's bug must not cost the others their series
+            if part not in _failed_parts:
+                _failed_parts.add(part)
+                log.exception("/metrics: the %s families failed to render; left out", part)
+            dropped[f"render:{part}"] = 1
+            continue
+        for family in built:
+            kept = [sample for sample in family.samples if _carried(sample.value)]
+            if len(kept) < len(family.samples):
+                dropped[family.name] = dropped.get(family.name, 0) + len(family.samples) - len(kept)
+                family.samples = kept
+            families.append(family)
+    counted = gauge("metrics_dropped_series", "Series left out of this exposition because their value is no number "
+                    "a float can carry (per family), or because a part failed to render (family render:<part>).",
+                    ["family"])
+    for name, count in sorted(dropped.items()):
+        counted.add_metric([name], count)
+    return [family for family in [*families, counted] if family.samples]
+
+
+_failed_parts: set[str] = set()  # parts whose failure was logged (once per process: every scrape renders)
+
+
+def _carried(value: object) -> bool:
+    """Whether the exposition can print ``value``: a float or an int a float can hold (NaN and the
+    infinities are valid Prometheus values; ``10**400`` raises OverflowError in ``float()``)."""
+    try:
+        float(value)  # type: ignore[arg-type]
+    except (OverflowError, TypeError, ValueError):
+        return False
+    return True
 
 
 def _exporter(state: PublishedState) -> list[Metric]:

@@ -55,7 +55,23 @@ def wedged(datagram: bytes) -> Wedged | None:
         return None
     slot = devpath.rsplit("/drm/", 1)[0].rsplit("/", 1)[-1].lower()
     pid = env.get("PID", "")
-    return Wedged(gpu_id=slot, methods=env["WEDGED"], pid=int(pid) if pid.isdigit() else None, task=env.get("TASK"))
+    # ASCII digits only (str.isdigit takes "²", which int() refuses), no longer than a pid_t prints.
+    good_pid = pid.isascii() and pid.isdigit() and len(pid) <= 10
+    return Wedged(gpu_id=slot, methods=env["WEDGED"], pid=int(pid) if good_pid else None, task=env.get("TASK"))
+
+
+def card_changed(datagram: bytes) -> bool:
+    """An ``add`` or ``remove`` of a DRM card node (``.../drm/cardN``, not its connectors ``cardN-DP-1``
+    nor ``renderD*``): the driver probed a GPU, or let one go (a re-probe after a reset, a rebind,
+    hotplug); the card may be back under another number."""
+    parsed = parse(datagram)
+    if parsed is None:
+        return False
+    action, devpath, env = parsed
+    if action not in ("add", "remove") or env.get("SUBSYSTEM", "drm") != "drm" or "/drm/" not in devpath:
+        return False
+    node = devpath.rsplit("/", 1)[-1]
+    return node.startswith("card") and node[4:].isascii() and node[4:].isdigit()
 
 
 class UeventSocket:

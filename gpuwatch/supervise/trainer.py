@@ -97,7 +97,7 @@ class Trainer:
         """A reload's settings (same name): read from now on; a running process keeps its own until it is
         restarted (reconcile.py decides when)."""
         self.config = config
-        self.log_path = (config.log_dir or self.dir) / f"{config.name}.log"
+        self.log_path = log_path(config, self.dir.parent)
 
     def gpus(self) -> tuple[str, ...]:
         """What its limits and resets are judged on: configured, else seen in use, else all (empty)."""
