@@ -46,7 +46,7 @@ class RestoreFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._lock = threading.RLock()  # re-entered: remove() may clear()
+        self.lock = threading.RLock()  # re-entered: remove() may clear(); the Actuator holds it around its own
 
     def load(self) -> dict[str, Any]:
         """Every record; empty when there is no file, and (logged) when it cannot be read."""
@@ -66,7 +66,7 @@ class RestoreFile:
         ``adopt(existing)`` merges such a record with the new one instead (the fans: the original mode
         stays, the paths are the new ones); it is stored when it differs.
         """
-        with self._lock:
+        with self.lock:
             data = self.load()
             existing = data.get(gpu_id)
             if isinstance(existing, dict) and existing.get("backend") == record.get("backend"):
@@ -81,7 +81,7 @@ class RestoreFile:
 
     def remove(self, gpu_id: str) -> None:
         """Forget one GPU's record (given back); the file goes when the last one does."""
-        with self._lock:
+        with self.lock:
             data = self.load()
             if data.pop(gpu_id, None) is None:
                 return
@@ -90,8 +90,16 @@ class RestoreFile:
             else:
                 self.clear()
 
+    def identity(self) -> tuple[int, int, int] | None:
+        """(inode, mtime, size) of the file, None when it is absent: every save replaces it (a new inode)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
     def clear(self) -> None:
-        with self._lock:
+        with self.lock:
             self.path.unlink(missing_ok=True)
 
     def _save(self, data: dict[str, Any]) -> None:
@@ -163,20 +171,34 @@ class Actuator:
         self.deadline_s = deadline_s
         self._workers = Workers(f"gpuwatch-{kind.name}", monotonic)
         self._atexit = threading.Event()  # set once restore_all is registered (records are added on workers)
+        # What this actuator recorded and has not given back, and the file as it was when it last held all
+        # of it (inode, mtime, size): a record removed behind our back (`gpuwatch restore --force` beside
+        # the daemon, a person) is written again before the next write (``_keep_recorded``).
+        self._held: dict[str, dict[str, Any]] = {}
+        self._seen: tuple[int, int, int] | None = None
+        self._unremovable: set[str] = set()  # handed back by this process, record left (read-only directory)
 
     def busy(self, gpu_id: str) -> bool:
         """Whether the GPU's worker is still inside a call that missed its deadline."""
         return self._workers.busy(gpu_id)
 
     def run(self, calls: Mapping[str, Callable[[], T]]) -> dict[str, T | Late]:
-        """Each GPU's call on its worker, all at once, within the deadline (``deadline.Workers.run_all``)."""
+        """Each GPU's call on its worker, all at once, within the deadline (``deadline.Workers.run_all``).
+
+        Every write runs here, so this is where the records this actuator holds are made sure of first:
+        one stat of the file when nothing changed, the missing records written again when it did."""
+        self._keep_recorded()
         return self._workers.run_all(calls, self.deadline_s)
 
     def record(self, gpu_id: str, record: Record,
                adopt: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
         """Persist ``record`` before the first write (an earlier daemon's record of the same backend wins,
         or is merged by ``adopt``); returns the record in force. Registers the restore at exit once."""
-        stored = self.file.add(gpu_id, record.to_json(), adopt)
+        with self.file.lock:
+            stored = self.file.add(gpu_id, record.to_json(), adopt)
+            self._held[gpu_id] = stored
+            self._unremovable.discard(gpu_id)
+            self._seen = self.file.identity()
         if not self._atexit.is_set():
             # The daemon restores in its finally (the documented path). This covers an actuator used
             # without it, in tests or as a library, whose process exits without a restore; restore_all
@@ -186,23 +208,61 @@ class Actuator:
         return stored
 
     def forget(self, gpu_id: str) -> None:
-        """The original is in force again: nothing of ours to give back on this GPU."""
-        self.file.remove(gpu_id)
+        """The original is in force again: nothing of ours to give back on this GPU.
+
+        A record that cannot be removed (a read-only or vanished runtime directory) stays, with a warning:
+        the hardware is back, and giving an original back twice changes nothing."""
+        with self.file.lock:
+            self._held.pop(gpu_id, None)
+            try:
+                self.file.remove(gpu_id)
+            except OSError as exc:
+                self._unremovable.add(gpu_id)
+                log.warning("GPU %s: %s handed back, but its record stays in %s (%s); harmless: giving the "
+                            "original back again changes nothing", gpu_id, self.kind.name, self.file.path,
+                            exc.strerror or exc)
+            self._seen = self.file.identity()
+
+    def _keep_recorded(self) -> None:
+        """Write again every record this actuator holds that the file lost (issue 31: `gpuwatch restore`
+        beside a running daemon gave the original back and deleted the record, the daemon wrote again, and
+        a SIGKILL then left the lowered cap for good). Cheap when nothing changed: one stat."""
+        with self.file.lock:
+            if not self._held or self.file.identity() == self._seen:
+                return
+            on_file = self.file.load()
+            for gpu_id, stored in sorted(self._held.items()):
+                if gpu_id in on_file:
+                    continue
+                log.warning("GPU %s: the %s restore record was removed while this daemon drives it "
+                            "(gpuwatch restore beside the daemon?): recorded again before the next write",
+                            gpu_id, self.kind.name)
+                try:
+                    self._held[gpu_id] = self.file.add(gpu_id, stored)
+                except OSError as exc:
+                    log.error("GPU %s: cannot record the %s original again in %s: %s", gpu_id, self.kind.name,
+                              self.file.path, exc.strerror or exc)
+                    return  # the next run tries again (the file's identity is not taken as seen)
+            self._seen = self.file.identity()
 
     def recorded(self) -> dict[str, Any]:
         return self.file.load()
 
-    def restore_all(self, without_records: bool = False) -> Handback:
+    def restore_all(self, without_records: bool = False, held: bool = True) -> Handback:
         """Every record given back, each on its GPU's worker within the deadline; the ones that went back
         (or whose device is gone) are removed, the others kept for `gpuwatch restore` to try again.
 
         ``without_records``: also the kind's fallback for what the file does not cover (`gpuwatch restore`
-        only: the daemon gives back what it recorded and nothing else, such as a fan another tool drives)."""
-        records = self.file.load()
+        only: the daemon gives back what it recorded and nothing else, such as a fan another tool drives).
+        ``held``: also what this actuator recorded and still holds when the file lost it (removed beside the
+        daemon); the restore at exit, a backstop, goes by the file alone."""
+        with self.file.lock:
+            records = {**(self._held if held else {}), **self.file.load()}
+        records = {gpu_id: stored for gpu_id, stored in records.items() if gpu_id not in self._unremovable}
         result = Handback()
         calls = {gpu_id: partial(self._give_back, gpu_id, stored) for gpu_id, stored in sorted(records.items())}
         gone: set[str] = set()
-        for gpu_id, outcome in self.run(calls).items():
+        for gpu_id, outcome in self._workers.run_all(calls, self.deadline_s).items():
             if isinstance(outcome, Late):
                 outcome = NotHandedBack(f"{self.kind.name} writes blocked for {outcome.running_s:.1f} s")
             if isinstance(outcome, NotHandedBack):
@@ -213,7 +273,7 @@ class Actuator:
                 gone.add(gpu_id)
             else:
                 result.done.append(f"{gpu_id}: {outcome}")
-            self.file.remove(gpu_id)
+            self.forget(gpu_id)
         if without_records and self.kind.without_records is not None and (gone or not records):
             self.kind.without_records(result, gone or None)
         return result
@@ -233,5 +293,5 @@ class Actuator:
         return done
 
     def _restore_at_exit(self) -> None:
-        for problem in self.restore_all().problems:
+        for problem in self.restore_all(held=False).problems:
             log.error("at exit: %s", problem)

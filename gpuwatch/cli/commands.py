@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import time
-from functools import partial
+from pathlib import Path
 
 from gpuwatch.cli.settings import (
     check_config_path,
@@ -18,20 +19,51 @@ from gpuwatch.cli.settings import (
 )
 from gpuwatch.cli.show import document_text, repeat, sensors_fetch, show, status_fetch
 from gpuwatch.cli.status import EXIT_USAGE
-from gpuwatch.config.base import ConfigError, pci_slot_problem
+from gpuwatch.config.base import ConfigError, default_runtime_dir, pci_slot_problem
 from gpuwatch.config.file import Config, effective_config_toml, load_config
 from gpuwatch.config.sections import remote_base_url
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from gpuwatch.daemon.lock import Held, acquire
     from gpuwatch.daemon.loop import Daemon
     from gpuwatch.daemon.sdnotify import Notifier
 
-    load = partial(load_daemon_config, args)  # also what SIGHUP re-runs: same file, overrides and checks
+    def load() -> Config:  # also what SIGHUP re-runs: same file, overrides and checks
+        config = load_daemon_config(args)
+        if args.simulate is not None and args.config is None:
+            # Not the service's directory: its lock, state file, control socket and restore files.
+            config = config.model_copy(update={"runtime_dir": simulation_runtime_dir()})
+        return config
+
     config = load()
     setup_logging(config.log_level)
+    try:
+        # Held until this process exits (the kernel drops it on any exit, SIGKILL included).
+        runtime_lock = acquire(config.resolved_runtime_dir)
+    except Held as exc:
+        pid = f"kill -TERM {exc.pid}" if exc.pid else "kill -TERM <pid>"
+        print(f"gpuwatch run: {exc}; stop that one first (systemctl stop gpuwatch, or {pid})", file=sys.stderr)
+        return EXIT_USAGE
+    if runtime_lock.problem:
+        logging.getLogger("gpuwatch").warning("%s: a second daemon with this runtime directory would not be "
+                                              "refused", runtime_lock.problem)
+    if args.simulate is not None and args.config is None:
+        logging.getLogger("gpuwatch").info(
+            "simulating in %s (not the service's runtime directory): RUNTIME_DIRECTORY=%s gpuwatch status",
+            config.resolved_runtime_dir, config.resolved_runtime_dir)
     notifier = Notifier.from_env(unset=True)  # trainers we spawn must not inherit NOTIFY_SOCKET
-    return Daemon(config, config_path=cli_config_path(args), load=load, notifier=notifier).run()
+    try:
+        return Daemon(config, config_path=cli_config_path(args), load=load, notifier=notifier).run()
+    finally:
+        runtime_lock.release()
+
+
+def simulation_runtime_dir() -> Path:
+    """`gpuwatch run --simulate` without ``-c``: beside this user's own runtime directory, never in it
+    (as root that is the service's /run/gpuwatch): /run/gpuwatch-simulate, $XDG_RUNTIME_DIR/gpuwatch-simulate."""
+    own = default_runtime_dir(os.environ, os.geteuid())
+    return own.with_name(own.name + "-simulate")
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -54,6 +86,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_restore(args: argparse.Namespace) -> int:
     from gpuwatch.actuation import restore_file_path
     from gpuwatch.daemon.compose import restore_all
+    from gpuwatch.daemon.lock import holder
 
     try:
         config = load_cli_config(args)
@@ -63,6 +96,13 @@ def cmd_restore(args: argparse.Namespace) -> int:
         print(f"gpuwatch {args.verb}: {exc}\ngpuwatch {args.verb}: using the default settings", file=sys.stderr)
         config = with_runtime_dir(load_config(None, {"sysfs_root": str(args.sysfs_root)} if args.sysfs_root else None))
     setup_logging("debug" if config.log_level == "debug" else "warning")  # what was handed back is printed below
+    running = holder(config.resolved_runtime_dir)
+    if running is not None and not args.force:
+        # The daemon would lower the caps again, and its record of the originals would be gone (issue 31).
+        print(f"gpuwatch {args.verb}: the daemon (pid {running}) runs with {config.resolved_runtime_dir} and "
+              "gives fans and caps back itself when it stops: stop it (systemctl stop gpuwatch, or kill -TERM "
+              f"{running}); --force restores beside it (it records again before its next write)", file=sys.stderr)
+        return EXIT_USAGE
     config = config.with_effective_sysfs()  # the simulated tree when the config simulates, like the daemon
     result = restore_all(config)
     for line in result.done:
@@ -133,13 +173,16 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from gpuwatch.cli.leftovers import leftovers
+    from gpuwatch.daemon.lock import holder
 
     config = load_cli_config(args, client=True)
     if args.remote is not None:
         if args.gpu:
             args.parser.error("--gpu chooses among this machine's GPUs: not with --remote")
         return _show_remote(args, config)
-    return show(args, status_fetch(config, args.processes), lambda doc: leftovers(doc, config.resolved_runtime_dir))
+    # A daemon that lives (its runtime directory's lock) owns its restore files, also when it cannot be asked.
+    return show(args, status_fetch(config, args.processes), lambda doc: [] if holder(config.resolved_runtime_dir)
+                else leftovers(doc, config.resolved_runtime_dir))
 
 
 def _show_remote(args: argparse.Namespace, config: Config) -> int:

@@ -104,7 +104,11 @@ def _add_restore_and_curve(sub: Commands, common: argparse.ArgumentParser) -> No
                     "(systemd ExecStopPost; works after a SIGKILL)"),
         ("fans-auto", "the same as restore (its first name, kept for existing units)"),
     ):
-        sub.add_parser(name, parents=[common], help=helptext).set_defaults(handler=cmd_restore, verb=name)
+        restore = sub.add_parser(name, parents=[common], help=helptext)
+        restore.add_argument("--force", action="store_true",
+                             help="restore even while a daemon runs with this runtime directory (it records "
+                                  "again before its next write); refused without it, exit 2")
+        restore.set_defaults(handler=cmd_restore, verb=name)
     curve = sub.add_parser("curve", parents=[common], help="print the configured fan curve as a table and plot")
     curve.add_argument("--gpu", metavar="PCI_SLOT", help="the curve of one GPU (with its overrides)")
     curve.set_defaults(handler=cmd_curve)

@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import cast
 
 from gpuwatch.cli.process_table import render_processes
 from gpuwatch.cli.status import exit_code, render, select_gpus
@@ -32,14 +33,30 @@ from gpuwatch.supervise.leftovers import describe_all
 Fetch = Callable[[], tuple[StatusDocument, str | None]]  # the document and a note for the text view
 
 NOT_RUNNING = "gpuwatch daemon is not running: values read directly"
+ASK_TIMEOUT_S = 2.0  # asking a running daemon whose state file is stale or missing
+FULL_BELOW_BYTES = 64 * 1024  # less free than a state file needs (a 16-GPU document is ~40 KiB)
 
 
 def status_fetch(config: Config, processes: bool = False) -> Fetch:
     """The daemon's view when it runs, else a direct reading with a note saying so (and naming the trainers
     a dead daemon left running, stopped or held: supervise/leftovers.py)."""
     reader = DirectReader(config)
-    return lambda: daemon_document(config) or (reader.document(processes), "\n".join(
-        [_direct_note(config, NOT_RUNNING), *describe_all(config.resolved_runtime_dir, time.time())]))
+
+    def fetch() -> tuple[StatusDocument, str | None]:
+        found = daemon_document(config)
+        if found is not None:
+            return found
+        from gpuwatch.daemon.lock import holder
+
+        pid = holder(config.resolved_runtime_dir)
+        if pid is not None:  # alive (its lock), so nothing it left is a leftover
+            note = (f"gpuwatch daemon (pid {pid}) runs, but neither its state file nor HTTP nor its control socket "
+                    f"answered{_dir_problem(config)}: values read directly")
+            return reader.document(processes), _direct_note(config, note)
+        return reader.document(processes), "\n".join(
+            [_direct_note(config, NOT_RUNNING), *describe_all(config.resolved_runtime_dir, time.time())])
+
+    return fetch
 
 
 def sensors_fetch(config: Config, processes: bool = False) -> Fetch:
@@ -57,18 +74,78 @@ def sensors_fetch(config: Config, processes: bool = False) -> Fetch:
 
 
 def daemon_document(config: Config) -> tuple[StatusDocument, str | None] | None:
-    """The daemon's published state if it is running, else None; a stuck daemon gets a failure added."""
+    """The daemon's published state if it is running, else None; a stuck daemon gets a failure added.
+
+    When the state file is stale or missing while the daemon lives (its pid, or the runtime directory's
+    lock), the daemon is asked over HTTP, then over its control socket: a full or read-only runtime
+    directory stops the file, not the daemon (issue 31). The note says what is wrong with the file."""
+    from gpuwatch.daemon.lock import holder
+
     doc = read_state_file(config.state_file)
     daemon = doc.get("daemon") if doc else None
-    if not doc or not daemon:
+    pid = daemon.get("pid") if daemon else None
+    if doc and daemon and isinstance(pid, int) and _alive(pid):
+        age = time.time() - float(doc.get("taken_unix") or 0)
+        if not _stale(doc):
+            return doc, None
+        problem = f"its state file {config.state_file} is {age:.0f} s old"
+    else:
+        pid = holder(config.resolved_runtime_dir)
+        if pid is None:
+            return None
+        doc, problem = None, f"it has no state file {config.state_file}"
+    live = _ask_daemon(config, pid)
+    if live is not None and not _stale(live[0]):  # a stuck loop publishes nothing new anywhere
+        document, way = live
+        return document, f"{problem}{_dir_problem(config)}; shown: the daemon's own view, over {way}"
+    if doc is None or daemon is None:
         return None
-    pid = daemon.get("pid")
-    if not isinstance(pid, int) or not _alive(pid):
-        return None
-    age = time.time() - float(doc.get("taken_unix") or 0)
-    if is_stale(age, float(daemon.get("interval_s") or 1)):
-        daemon.setdefault("failures", []).append(f"state is {age:.0f}s old: the control loop is stuck")
+    daemon.setdefault("failures", []).append(f"state is {age:.0f}s old: the control loop is stuck")
     return doc, None
+
+
+def _stale(doc: StatusDocument) -> bool:
+    daemon = doc.get("daemon")
+    age = time.time() - float(doc.get("taken_unix") or 0)
+    return is_stale(age, float(daemon.get("interval_s") or 1) if daemon else 1.0)
+
+
+def _ask_daemon(config: Config, pid: int) -> tuple[StatusDocument, str] | None:
+    """The daemon's document over HTTP (when it serves it on a known port), else its control socket;
+    only that daemon's (``pid``): another one may serve the same port."""
+    from gpuwatch.cli.remote import fetch
+    from gpuwatch.daemon.control import ControlError, fetch_document
+
+    http = config.http
+    if http.enabled and http.port:
+        host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "[::1]"}.get(http.listen, http.listen)
+        host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        document = fetch(f"http://{host}:{http.port}", ASK_TIMEOUT_S).document
+        daemon = document.get("daemon") if document is not None else None
+        if document is not None and daemon is not None and daemon.get("pid") == pid:
+            return document, "HTTP"
+    try:
+        answer = fetch_document(config.control_socket, ASK_TIMEOUT_S)
+    except ControlError:
+        return None
+    if answer is not None and (answer.get("daemon") or {}).get("pid") == pid:
+        return cast(StatusDocument, answer), "its control socket"
+    return None
+
+
+def _dir_problem(config: Config) -> str:
+    """What is wrong with the runtime directory (full, read-only), as a clause; empty when nothing is."""
+    path = config.resolved_runtime_dir
+    try:
+        fs = os.statvfs(path)
+    except OSError as exc:
+        return f" (its runtime directory {path}: {exc.strerror or exc})"
+    if fs.f_flag & os.ST_RDONLY:
+        return f" (its runtime directory {path} is read-only)"
+    free = fs.f_bavail * fs.f_frsize
+    if free < FULL_BELOW_BYTES or fs.f_favail == 0:
+        return f" (its runtime directory {path} is full: {free} bytes free)"
+    return ""
 
 
 class DirectReader:

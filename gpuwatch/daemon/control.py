@@ -1,7 +1,17 @@
 """Local control channel for `gpuwatch pause|resume|restart [NAME]`: a unix socket, JSON lines, no HTTP.
 
 Access is the socket file's permission (mode 0660: the daemon's user and group), checked by the kernel
-on connect. Requests: {"cmd": "pause", "name": null}; replies: {"ok": bool, "message": str}.
+on connect. Requests: {"cmd": "pause", "name": null}; replies: {"ok": bool, "message": str}. The request
+{"cmd": "status"} is answered by the server itself with the last published document ({"ok": true,
+"message": "", "document": {...}}): `gpuwatch status`'s way in when the state file cannot be written
+(a full or read-only runtime directory) and HTTP is off.
+
+Clients are served concurrently, each on its own short-lived thread, with a whole-request deadline
+(``REQUEST_DEADLINE_S`` from the accept, not per read): one stuck or trickling local client used to hold
+the one serving thread, so eight silent connections made `gpuwatch pause` time out, and one client
+sending a byte a second blocked every command (issue 31). At most ``MAX_CLIENTS`` connections are read
+at once; one more cuts the oldest still reading. A request whose client has already gone (it gave up
+waiting) is not carried out: a command the user saw time out never happens later.
 """
 
 from __future__ import annotations
@@ -11,13 +21,19 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("gpuwatch.control")
 
 Handler = Callable[[str, "str | None"], "tuple[bool, str]"]
+Document = Callable[[], "Mapping[str, Any] | None"]  # the last published status document
 MAX_REQUEST_BYTES = 4096
+REQUEST_DEADLINE_S = 2.0  # the whole request line, from the accept
+MAX_CLIENTS = 16  # connections being read at once
+CLIENT_TIMEOUT_S = 5.0  # the CLI's wait for an answer
 
 
 class ControlError(Exception):
@@ -25,16 +41,22 @@ class ControlError(Exception):
 
 
 class ControlServer:
-    def __init__(self, path: Path, handler: Handler) -> None:
+    def __init__(self, path: Path, handler: Handler, request_deadline_s: float = REQUEST_DEADLINE_S,
+                 document: Document | None = None) -> None:
         self.path = path
         self.handler = handler
+        self.document = document
+        self.request_deadline_s = request_deadline_s
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._reading: dict[socket.socket, float] = {}  # connection -> when it was accepted (monotonic)
+        self._handling = threading.Lock()  # one command at a time: the handlers were written for one thread
 
     def start(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.unlink(missing_ok=True)  # left over from a daemon that was killed
+        self.path.unlink(missing_ok=True)  # left over from a daemon that was killed (the lock says none runs)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o117)  # no window in which the socket is world-connectable
         try:
@@ -42,7 +64,7 @@ class ControlServer:
         finally:
             os.umask(old)
         os.chmod(self.path, 0o660)
-        sock.listen(8)
+        sock.listen(64)
         sock.settimeout(0.2)
         self._sock = sock
         self._thread = threading.Thread(target=self._serve, name="gpuwatch-control", daemon=True)
@@ -55,7 +77,13 @@ class ControlServer:
             self._thread.join(2.0)
         if self._sock is not None:
             self._sock.close()
-        self.path.unlink(missing_ok=True)
+        with self._lock:
+            for conn in self._reading:
+                _cut(conn)
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError as exc:  # a read-only runtime directory: the socket file stays, nothing listens on it
+            log.warning("cannot remove %s: %s", self.path, exc.strerror or exc)
 
     def _serve(self) -> None:
         assert self._sock is not None
@@ -64,33 +92,111 @@ class ControlServer:
                 conn, _ = self._sock.accept()
             except TimeoutError:
                 continue
+            except OSError as exc:
+                if self._stop.is_set() or self._sock.fileno() < 0:
+                    break
+                # Out of descriptors (EMFILE) and the like: the server waits and goes on, never stops.
+                log.warning("control socket: accept failed: %s", exc.strerror or exc)
+                self._stop.wait(0.5)
+                continue
+            with self._lock:
+                if len(self._reading) >= MAX_CLIENTS:
+                    oldest = min(self._reading, key=self._reading.__getitem__)
+                    log.warning("control socket: %d clients sending nothing: the oldest cut off", len(self._reading))
+                    del self._reading[oldest]  # not picked again while its thread winds down
+                    _cut(oldest)
+                self._reading[conn] = time.monotonic()
+            threading.Thread(target=self._client, args=(conn,), name="gpuwatch-control-client", daemon=True).start()
+
+    def _client(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                self._answer(conn)
             except OSError:
-                break
-            with conn:
-                try:
-                    self._answer(conn)
-                except Exception:  # one bad client never stops the server
-                    log.exception("control request failed")
+                pass  # the client went away
+            except Exception:  # one bad client never stops the server
+                log.exception("control request failed")
+            finally:
+                with self._lock:
+                    self._reading.pop(conn, None)
 
     def _answer(self, conn: socket.socket) -> None:
-        conn.settimeout(2.0)
+        deadline = time.monotonic() + self.request_deadline_s
         data = b""
         while b"\n" not in data and len(data) < MAX_REQUEST_BYTES:
-            chunk = conn.recv(1024)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.warning("control socket: no whole request within %g s: client cut off", self.request_deadline_s)
+                return
+            conn.settimeout(left)
+            try:
+                chunk = conn.recv(1024)
+            except TimeoutError:
+                continue
             if not chunk:
                 break
             data += chunk
+        with self._lock:
+            self._reading.pop(conn, None)
+        if not data.strip():
+            return  # connected and went (or was cut off): nothing asked
+        reply = self._reply(conn, data)
+        if reply is not None:
+            conn.settimeout(self.request_deadline_s)
+            conn.sendall(json.dumps(reply).encode() + b"\n")
+
+    def _reply(self, conn: socket.socket, data: bytes) -> dict[str, Any] | None:
+        """The reply to a request; None for a command whose client no longer waits (not carried out)."""
         try:
             request = json.loads(data.split(b"\n", 1)[0] or b"{}")
             cmd, name = str(request["cmd"]), request.get("name")
-            ok, message = self.handler(cmd, None if name is None else str(name))
         except (ValueError, KeyError, TypeError) as exc:
-            ok, message = False, f"bad request: {exc}"
-        conn.sendall(json.dumps({"ok": ok, "message": message}).encode() + b"\n")
+            return {"ok": False, "message": f"bad request: {exc}"}
+        if cmd == "status" and self.document is not None:
+            document = self.document()
+            return {"ok": document is not None, "message": "" if document else "no sample published yet",
+                    "document": document}
+        with self._handling:
+            if _gone(conn):
+                log.warning("control socket: %r from a client that no longer waits for it: not carried out", cmd)
+                return None
+            ok, message = self.handler(cmd, None if name is None else str(name))
+        return {"ok": ok, "message": message}
 
 
-def send_command(path: Path, cmd: str, name: str | None, timeout_s: float = 5.0) -> tuple[bool, str]:
+def _gone(conn: socket.socket) -> bool:
+    """Whether the client closed its end (it gave up waiting): a peek that finds the end of the stream."""
+    conn.settimeout(0.0)  # with a timeout set, Python would wait out a recv that finds nothing
+    try:
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def _cut(conn: socket.socket) -> None:
+    """Wake the thread reading ``conn`` with the end of its stream (it closes the connection itself)."""
+    try:
+        conn.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def send_command(path: Path, cmd: str, name: str | None, timeout_s: float = CLIENT_TIMEOUT_S) -> tuple[bool, str]:
     """Ask the daemon; raises ControlError when it is not running or we may not talk to it."""
+    reply = _ask(path, cmd, name, timeout_s)
+    return bool(reply["ok"]), str(reply["message"])
+
+
+def fetch_document(path: Path, timeout_s: float = CLIENT_TIMEOUT_S) -> dict[str, Any] | None:
+    """The daemon's last published document through its control socket; None when it has none yet.
+    Raises ControlError as ``send_command`` does."""
+    document = _ask(path, "status", None, timeout_s).get("document")
+    return document if isinstance(document, dict) else None
+
+
+def _ask(path: Path, cmd: str, name: str | None, timeout_s: float) -> dict[str, Any]:
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout_s)
@@ -107,10 +213,16 @@ def send_command(path: Path, cmd: str, name: str | None, timeout_s: float = 5.0)
                            "or no [[trainer]] is configured") from None
     except PermissionError:
         raise ControlError(f"not permitted to use {path}: run as root or as a member of its group") from None
+    except TimeoutError:
+        # Closing the connection tells the daemon: a request it has not carried out yet never is.
+        raise ControlError(f"the daemon at {path} did not answer within {timeout_s:g} s: {cmd} not carried out") \
+            from None
     except OSError as exc:
         raise ControlError(f"cannot talk to the daemon at {path}: {exc}") from None
     try:
         reply = json.loads(data.decode())
-        return bool(reply["ok"]), str(reply["message"])
-    except (ValueError, KeyError, TypeError):
-        raise ControlError(f"unexpected reply from the daemon: {data[:200]!r}") from None
+        if isinstance(reply, dict) and "ok" in reply and "message" in reply:
+            return reply
+    except ValueError:
+        pass
+    raise ControlError(f"unexpected reply from the daemon: {data[:200]!r}") from None

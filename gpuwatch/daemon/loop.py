@@ -93,7 +93,7 @@ class Daemon:
         handler = self.parts.control or (trainers.command if trainers is not None else None)
         if handler is None:
             return
-        server = ControlServer(self.config.control_socket, handler)
+        server = ControlServer(self.config.control_socket, handler, document=self.holder.document)
         self._guard("control socket", server.start, None)
         self.control = server if "control socket" not in self.failures else None
 
@@ -258,7 +258,10 @@ class Daemon:
             self._guard("power cap restore", self.parts.power.restore, None)
         if self.parts.gpu_use is not None:
             self._guard("uevent socket close", self.parts.gpu_use.close, None)
-        Path(self.config.state_file).unlink(missing_ok=True)
+        try:
+            Path(self.config.state_file).unlink(missing_ok=True)
+        except OSError as exc:  # a read-only runtime directory: fans and caps went back, so still exit 0
+            log.warning("cannot remove the state file %s: %s", self.config.state_file, exc.strerror or exc)
         log.info("gpuwatch stopped")
         self.notifier.close()
 

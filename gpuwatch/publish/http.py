@@ -17,8 +17,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
 from gpuwatch.publish.metrics import GpuwatchCollector
-from gpuwatch.publish.serve import REQUEST_DEADLINE_S, Response, Server, bind
+from gpuwatch.publish.serve import REQUEST_DEADLINE_S, Server
 from gpuwatch.publish.state import StateHolder, is_stale
+from gpuwatch.publish.wire import Response, bind
 
 log = logging.getLogger("gpuwatch.http")  # the name log lines had before the move
 

@@ -1,13 +1,16 @@
 """A small HTTP/1.1 server on one asyncio event loop: one request per connection, bounded per client.
 
-Why not http.server's threads: every handler thread held its slot while a client sent nothing or
-trickled a byte a second, so 16 idle connections delayed a scrape by 19 s and 8 trickling ones
-blocked scrapes entirely (issue 24). Here a waiting connection costs a few KiB and no thread, and
-it gets a whole-request deadline (the request line and headers in ``request_deadline_s``, not
-per read), a write deadline, and caps: at most ``MAX_CONNECTIONS`` open, ``MAX_PER_CLIENT`` per
-client address. When a cap is reached the oldest connection still waiting for its request is cut
-to make room, so a flood of slow clients delays nobody's scrape. Cut-offs are logged at warning
-level, counted and summarised at most once every ``REPORT_EVERY_S``.
+Why not http.server's threads: a handler thread held its slot while its client sent nothing or
+trickled a byte a second (issue 24). Here a waiting connection costs a few KiB and no thread, and has a
+whole-request deadline (``request_deadline_s`` for line and headers, not per read), a write deadline,
+and caps: ``MAX_CONNECTIONS`` open, ``MAX_PER_CLIENT`` per address; at a cap the oldest connection
+still waiting for its request is cut to make room. Cut-offs are summarised every ``REPORT_EVERY_S``.
+
+The caps count descriptors (issue 31): the server accepts by itself, only while fewer than the cap
+are open, and a connection counts until its socket is closed, so a burst waits in the kernel's backlog
+(asyncio's accept loop took a backlog at once and a cut connection kept its descriptor: 1000 idle
+connections held 977). ``RESERVED_FDS`` of the open-file limit stay the daemon's; a failed accept
+(EMFILE) is logged and retried.
 
 The loop runs on its own thread: one thread, so scrapes never compete with the control loop's
 tick through a crowd of handler threads (docs/performance.md).
@@ -16,17 +19,16 @@ tick through a crowd of handler threads (docs/performance.md).
 from __future__ import annotations
 
 import asyncio
-import email.utils
-import http.client
-import io
 import logging
+import resource
 import socket
 import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http import HTTPStatus
+
+from gpuwatch.publish.wire import MAX_BODY_BYTES, MAX_HEAD_BYTES, Respond, Response, encode, parse_head
 
 log = logging.getLogger("gpuwatch.http")
 
@@ -34,29 +36,24 @@ REQUEST_DEADLINE_S = 5.0  # the whole request (line, headers, any body) must arr
 WRITE_DEADLINE_S = 10.0  # a client that does not read its response is cut after this
 MAX_CONNECTIONS = 512  # open at once, all clients together (LimitNOFILE is 65536)
 MAX_PER_CLIENT = 128  # open at once from one address
-MAX_HEAD_BYTES = 16 * 1024  # request line + headers
-MAX_BODY_BYTES = 64 * 1024  # a body is read (and ignored) so the close does not reset the response
+RESERVED_FDS = 256  # of the open-file limit, kept for the daemon's own files (the cap is lowered to keep them)
+MIN_CONNECTIONS = 8  # the cap however low the open-file limit (a scrape must still get in)
+ACCEPT_RETRY_S = 0.5  # after an accept that failed (out of descriptors)
 REPORT_EVERY_S = 10.0
 
 
-@dataclass(frozen=True)
-class Response:
-    status: int
-    content_type: str
-    body: bytes
-    headers: tuple[tuple[str, str], ...] = ()
-
-
-# (method, target) -> the response; HEAD is answered as GET without the body.
-Respond = Callable[[str, str], Response]
+def connection_cap(open_files_limit: int) -> int:
+    """The connections served at once under an open-file limit: ``MAX_CONNECTIONS``, lowered to leave
+    ``RESERVED_FDS`` descriptors to the daemon (pure)."""
+    return max(MIN_CONNECTIONS, min(MAX_CONNECTIONS, open_files_limit - RESERVED_FDS))
 
 
 @dataclass(eq=False)
 class _Connection:
     client: str
-    writer: asyncio.StreamWriter
-    task: asyncio.Task[None] | None = None
+    transport: asyncio.Transport | None = None  # None until the socket is wrapped
     waiting: bool = True  # still reading its request: the one to cut when a cap is reached
+    cut: bool = False  # cut to make room (its descriptor goes on the loop's next turn)
 
 
 @dataclass
@@ -68,24 +65,45 @@ class _CutOffs:
     reported_at: float = float("-inf")
 
 
+class _Protocol(asyncio.StreamReaderProtocol):
+    """asyncio's stream protocol, telling the server when the connection's socket is closed."""
+
+    def __init__(self, reader: asyncio.StreamReader, closed: Callable[[], None]) -> None:
+        super().__init__(reader)
+        self._on_closed = closed
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._on_closed()  # the transport closes the socket right after this, before the loop runs anything else
+
+
 class Server:
     """Serves ``respond`` on a bound listening socket from its own thread until ``stop()``."""
 
     def __init__(self, sock: socket.socket, respond: Respond, request_deadline_s: float = REQUEST_DEADLINE_S,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, max_connections: int | None = None) -> None:
         self._sock = sock
         self._respond = respond
         self.request_deadline_s = request_deadline_s
         self._mono = monotonic
-        self._open: OrderedDict[_Connection, None] = OrderedDict()  # oldest first
+        self.max_connections = max_connections or connection_cap(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        self.max_per_client = min(MAX_PER_CLIENT, self.max_connections)
+        self._open: OrderedDict[_Connection, None] = OrderedDict()  # oldest first; each holds a descriptor
         self._per_client: Counter[str] = Counter()
+        self._tasks: set[asyncio.Task[None]] = set()
         self._cut = _CutOffs()
         self._loop = asyncio.new_event_loop()
         self._stopping: asyncio.Event | None = None
+        self._room: asyncio.Event | None = None
+        self._accept_failed_at = float("-inf")
         self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._main(),),
                                         name="gpuwatch-http", daemon=True)
 
     def start(self) -> None:
+        if self.max_connections < MAX_CONNECTIONS:
+            log.warning("HTTP: at most %d connections at once (the open-file limit %d less %d kept for the "
+                        "daemon's own files)", self.max_connections,
+                        resource.getrlimit(resource.RLIMIT_NOFILE)[0], RESERVED_FDS)
         self._thread.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:
@@ -101,56 +119,124 @@ class Server:
             self._stopping.set()
 
     async def _main(self) -> None:
-        self._stopping = asyncio.Event()
-        server = await asyncio.start_server(self._accepted, sock=self._sock, limit=MAX_HEAD_BYTES)
+        self._stopping, self._room = asyncio.Event(), asyncio.Event()
+        self._sock.setblocking(False)
+        accepting = asyncio.create_task(self._accept_loop())
         reporter = asyncio.create_task(self._report_every())
-        async with server:
-            await self._stopping.wait()
+        await self._stopping.wait()
+        accepting.cancel()
         reporter.cancel()
-        tasks = [c.task for c in self._open if c.task is not None]
+        for connection in self._open:
+            if connection.transport is not None:
+                connection.transport.abort()
+        tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
-        await asyncio.gather(reporter, *tasks, return_exceptions=True)
+        await asyncio.gather(accepting, reporter, *tasks, return_exceptions=True)
+        await asyncio.sleep(0)  # the aborted transports close their sockets on this turn
         self._report()
 
     # ---- connections ----
-    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        connection = _Connection(str(peer[0]) if peer else "?", writer, asyncio.current_task())
-        self._make_room(connection.client)
-        self._open[connection] = None
-        self._per_client[connection.client] += 1
+    async def _accept_loop(self) -> None:
+        assert self._room is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._readable(loop)
+            while len(self._open) >= self.max_connections:
+                # Someone is waiting in the backlog: the oldest connection still waiting for its request
+                # makes room; the next is accepted only once its descriptor is closed.
+                self._cut_oldest(lambda c: True, "over the connection limit")
+                self._room.clear()
+                await self._room.wait()
+            try:
+                conn, address = self._sock.accept()
+            except BlockingIOError:
+                continue  # another waiter took it, or the client gave up
+            except OSError as exc:
+                self._accept_failed(exc)
+                await asyncio.sleep(ACCEPT_RETRY_S)
+                continue
+            self._admit(conn, str(address[0]) if address else "?")
+
+    async def _readable(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Until a connection waits to be accepted."""
+        ready: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        loop.add_reader(self._sock.fileno(), wake)
         try:
-            await self._serve(connection, reader)
-        except asyncio.CancelledError:
-            pass  # cut to make room, or the server stops
-        except (ConnectionError, OSError):
-            pass  # the client went away; nothing to answer
+            await ready
         finally:
+            loop.remove_reader(self._sock.fileno())
+
+    def _admit(self, conn: socket.socket, client: str) -> None:
+        if self._per_client[client] >= self.max_per_client and not self._cut_oldest(
+                lambda c: c.client == client, "over the per-client connection limit"):
+            # Every one of this client's connections is being answered: the new one is refused.
+            self._note_cut(client, "over the per-client connection limit")
+            conn.close()
+            return
+        connection = _Connection(client)
+        self._open[connection] = None
+        self._per_client[client] += 1
+        task = asyncio.create_task(self._connection(connection, conn))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _closed(self, connection: _Connection) -> None:
+        """The connection's socket is closed: its descriptor is free again."""
+        if connection in self._open:
             del self._open[connection]
             self._per_client[connection.client] -= 1
             if not self._per_client[connection.client]:
                 del self._per_client[connection.client]
-            writer.close()
+        if self._room is not None:
+            self._room.set()
 
-    def _make_room(self, client: str) -> None:
-        """Before admitting one more: cut the oldest waiting connection of a full client, or of a full server."""
-        if self._per_client[client] >= MAX_PER_CLIENT:
-            self._cut_oldest(lambda c: c.client == client, "over the per-client connection limit")
-        if len(self._open) >= MAX_CONNECTIONS:
-            self._cut_oldest(lambda c: True, "over the connection limit")
+    async def _connection(self, connection: _Connection, conn: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=MAX_HEAD_BYTES, loop=loop)
+        protocol = _Protocol(reader, lambda: self._closed(connection))
+        try:
+            transport, _ = await loop.connect_accepted_socket(lambda: protocol, conn)
+        except (OSError, asyncio.CancelledError):
+            conn.close()
+            self._closed(connection)
+            return
+        connection.transport = transport
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        try:
+            if not connection.cut:
+                await self._serve(connection, reader, writer)
+        except asyncio.CancelledError:
+            pass  # the server stops
+        except (ConnectionError, OSError):
+            pass  # the client went away; nothing to answer
+        finally:
+            if connection.cut or connection.waiting:
+                transport.abort()
+            else:
+                transport.close()
 
-    def _cut_oldest(self, which: Callable[[_Connection], bool], reason: str) -> None:
+    def _cut_oldest(self, which: Callable[[_Connection], bool], reason: str) -> bool:
+        """Cut the oldest connection still waiting for its request that ``which`` accepts; False if none."""
         for connection in self._open:
-            if connection.waiting and which(connection) and connection.task is not None:
+            if connection.waiting and not connection.cut and which(connection):
                 self._note_cut(connection.client, reason)
-                connection.task.cancel()
-                return
+                connection.cut = True
+                if connection.transport is not None:
+                    connection.transport.abort()  # its reader sees the end at once; the socket closes next turn
+                return True
+        return False
 
-    async def _serve(self, connection: _Connection, reader: asyncio.StreamReader) -> None:
+    async def _serve(self, connection: _Connection, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter) -> None:
         try:
             async with asyncio.timeout(self.request_deadline_s):
-                method, target, length = _parse_head(await reader.readuntil(b"\r\n\r\n"))
+                method, target, length = parse_head(await reader.readuntil(b"\r\n\r\n"))
                 if 0 < length <= MAX_BODY_BYTES:
                     await reader.readexactly(length)
         except TimeoutError:
@@ -160,18 +246,27 @@ class Server:
             self._note_cut(connection.client, f"request head over {MAX_HEAD_BYTES} bytes")
             return
         except asyncio.IncompleteReadError:
-            return  # closed before finishing its request
+            return  # closed before finishing its request (or cut to make room)
         except ValueError:
             method, target = "", ""
+        if connection.cut:
+            return
         connection.waiting = False
         response = self._answer(method, target)
         log.debug("%s %s %s %d", connection.client, method or "-", target or "-", response.status)
-        connection.writer.write(_encode(response, with_body=method != "HEAD"))
+        writer.write(encode(response, with_body=method != "HEAD"))
         try:
             async with asyncio.timeout(WRITE_DEADLINE_S):
-                await connection.writer.drain()
+                await writer.drain()
         except TimeoutError:
             self._note_cut(connection.client, f"response not read within {WRITE_DEADLINE_S:g} s")
+            connection.cut = True
+
+    def _accept_failed(self, exc: OSError) -> None:  # at most every REPORT_EVERY_S: EMFILE must not flood the log
+        if self._mono() - self._accept_failed_at >= REPORT_EVERY_S:
+            self._accept_failed_at = self._mono()
+            log.warning("HTTP: cannot accept a connection (%s, %d open); retrying in %g s",
+                        exc.strerror or exc, len(self._open), ACCEPT_RETRY_S)
 
     def _answer(self, method: str, target: str) -> Response:
         if not method:
@@ -205,39 +300,3 @@ class Server:
         more = f" and {len(cut.clients) - 5} more" if len(cut.clients) > 5 else ""
         log.warning("cut off %d slow HTTP client connection(s): %s; from %s%s", total, reasons, clients, more)
         self._cut = _CutOffs(reported_at=self._mono())
-
-
-def bind(listen: str, port: int) -> socket.socket:
-    """The listening socket (IPv4 or IPv6 by the address); raises OSError (port in use, bad address)."""
-    family = socket.AF_INET6 if ":" in listen else socket.AF_INET
-    # A deep backlog: connections are accepted at once by the loop, but a burst of SYNs must not be
-    # dropped (the clients would retry after 1 s, 3 s...).
-    return socket.create_server((listen, port), family=family, backlog=128)
-
-
-def _parse_head(head: bytes) -> tuple[str, str, int]:
-    """(method, target, content length) of a request head; ValueError when it is not HTTP/1.x."""
-    line, _, rest = head.partition(b"\r\n")
-    parts = line.decode("latin-1").split()
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        raise ValueError("not an HTTP/1.x request line")
-    headers = http.client.parse_headers(io.BytesIO(rest))
-    try:
-        length = int(headers.get("Content-Length") or 0)
-    except ValueError:
-        raise ValueError("bad Content-Length") from None
-    return parts[0], parts[1], length
-
-
-def _encode(response: Response, with_body: bool) -> bytes:
-    reason = HTTPStatus(response.status).phrase
-    headers = [
-        ("Server", "gpuwatch"),
-        ("Date", email.utils.formatdate(usegmt=True)),
-        ("Content-Type", response.content_type),
-        ("Content-Length", str(len(response.body))),
-        ("Connection", "close"),
-        *response.headers,
-    ]
-    head = f"HTTP/1.1 {response.status} {reason}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n"
-    return head.encode("latin-1") + (response.body if with_body else b"")

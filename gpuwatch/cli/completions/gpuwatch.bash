@@ -55,7 +55,7 @@ _gpuwatch() {
                 --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
             esac
-            words="-h --help -c --config --sysfs-root --proc-root"
+            words="-h --help -c --config --sysfs-root --proc-root --force"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
         fans-auto)
@@ -64,7 +64,7 @@ _gpuwatch() {
                 --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
             esac
-            words="-h --help -c --config --sysfs-root --proc-root"
+            words="-h --help -c --config --sysfs-root --proc-root --force"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
         curve)

@@ -1,0 +1,64 @@
+"""HTTP/1.1 on the wire for the server (serve.py): the listening socket, a request head parsed, a response
+encoded. Pure apart from ``bind``."""
+
+from __future__ import annotations
+
+import email.utils
+import http.client
+import io
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+
+MAX_HEAD_BYTES = 16 * 1024  # request line + headers
+MAX_BODY_BYTES = 64 * 1024  # a body is read (and ignored) so the close does not reset the response
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    content_type: str
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+# (method, target) -> the response; HEAD is answered as GET without the body.
+Respond = Callable[[str, str], Response]
+
+
+
+def bind(listen: str, port: int) -> socket.socket:
+    """The listening socket (IPv4 or IPv6 by the address); raises OSError (port in use, bad address)."""
+    family = socket.AF_INET6 if ":" in listen else socket.AF_INET
+    # A deep backlog: connections are accepted at once by the loop, but a burst of SYNs must not be
+    # dropped (the clients would retry after 1 s, 3 s...).
+    return socket.create_server((listen, port), family=family, backlog=128)
+
+
+def parse_head(head: bytes) -> tuple[str, str, int]:
+    """(method, target, content length) of a request head; ValueError when it is not HTTP/1.x."""
+    line, _, rest = head.partition(b"\r\n")
+    parts = line.decode("latin-1").split()
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise ValueError("not an HTTP/1.x request line")
+    headers = http.client.parse_headers(io.BytesIO(rest))
+    try:
+        length = int(headers.get("Content-Length") or 0)
+    except ValueError:
+        raise ValueError("bad Content-Length") from None
+    return parts[0], parts[1], length
+
+
+def encode(response: Response, with_body: bool) -> bytes:
+    reason = HTTPStatus(response.status).phrase
+    headers = [
+        ("Server", "gpuwatch"),
+        ("Date", email.utils.formatdate(usegmt=True)),
+        ("Content-Type", response.content_type),
+        ("Content-Length", str(len(response.body))),
+        ("Connection", "close"),
+        *response.headers,
+    ]
+    head = f"HTTP/1.1 {response.status} {reason}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n"
+    return head.encode("latin-1") + (response.body if with_body else b"")

@@ -1,0 +1,122 @@
+"""Issue 31 point 11: one stuck local client must not block the control socket, and a command whose
+client gave up is never carried out later. Real unix sockets; the first test through the real daemon."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from gpuwatch.daemon.control import MAX_CLIENTS, ControlError, ControlServer, send_command
+from gpuwatch.sim.tree import FakeSysfsTree
+from tests.support.processes import Processes
+from tests.support.stack import GPUWATCH
+from tests.support.trees import capture
+from tests.support.waiting import wait_for
+
+WORKER = """
+import sys, time
+open(sys.argv[1], "w").close()
+while True:
+    time.sleep(0.05)
+"""
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    # unix socket paths are limited to 107 bytes; pytest's tmp_path can be longer
+    with tempfile.TemporaryDirectory(prefix="gw-", dir="/tmp") as name:
+        yield Path(name)
+
+
+def _connect(path: Path) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(str(path))
+    return sock
+
+
+def test_silent_and_trickling_clients_do_not_block_pause(short_dir: Path, fake_sysfs: FakeSysfsTree) -> None:
+    fake_sysfs.add_capture(capture("navi21-rx6900xt-sapphire-nitro"), card="card0", pci_slot="0000:03:00.0")
+    worker = short_dir / "w.py"
+    worker.write_text(textwrap.dedent(WORKER))
+    config = short_dir / "g.toml"
+    run = short_dir / "run"
+    config.write_text(tomli_w.dumps({
+        "runtime_dir": str(run), "sysfs_root": str(fake_sysfs.root), "interval_s": 0.1,
+        "http": {"enabled": False}, "fan": {"mode": "monitor-only"},
+        "trainer": [{"name": "yolo", "command": [sys.executable, str(worker), str(short_dir / "ready")],
+                     "grace_s": 5, "user": pwd.getpwuid(os.geteuid()).pw_name}],
+    }))
+    stop = threading.Event()
+    held: list[socket.socket] = []
+    with Processes(short_dir / "logs") as processes:
+        daemon = processes.start("daemon", [*GPUWATCH, "run", "-c", str(config)])
+        wait_for((short_dir / "ready").exists, "the trainer to run", 60, detail=daemon.tail)
+        control = run / "control.sock"
+        # More silent connections than the server reads at once, and one that trickles a byte a second.
+        held.extend(_connect(control) for _ in range(MAX_CLIENTS + 8))
+        trickler = _connect(control)
+        held.append(trickler)
+
+        def trickle() -> None:
+            for byte in b'{"cmd": "pause", "name": "yolo"}':
+                if stop.wait(1.0):
+                    return
+                try:
+                    trickler.send(bytes([byte]))
+                except OSError:
+                    return
+
+        thread = threading.Thread(target=trickle, daemon=True)
+        thread.start()
+        try:
+            for verb in ("pause", "resume", "pause"):
+                done = subprocess.run([*GPUWATCH, verb, "yolo", "-c", str(config)], capture_output=True,
+                                      text=True, timeout=60)
+                assert done.returncode == 0, done.stderr
+                assert f"{verb} requested for yolo" in done.stdout
+        finally:
+            stop.set()
+            for sock in held:
+                sock.close()
+            thread.join(5)
+        assert "Traceback" not in daemon.tail(100_000)
+
+
+def test_a_command_whose_client_gave_up_is_not_carried_out_later(short_dir: Path) -> None:
+    calls: list[tuple[str, str | None]] = []
+    first_in, release = threading.Event(), threading.Event()
+
+    def handler(cmd: str, name: str | None) -> tuple[bool, str]:
+        calls.append((cmd, name))
+        if len(calls) == 1:
+            first_in.set()
+            release.wait(30)  # the daemon busy with the first command
+        return True, f"{cmd} done"
+
+    server = ControlServer(short_dir / "control.sock", handler)
+    server.start()
+    try:
+        first = threading.Thread(target=send_command, args=(short_dir / "control.sock", "restart", "a", 60.0))
+        first.start()
+        assert first_in.wait(30)
+        with pytest.raises(ControlError, match="did not answer within 0.5 s: pause not carried out"):
+            send_command(short_dir / "control.sock", "pause", "b", timeout_s=0.5)
+        release.set()
+        first.join(30)
+        # The pause reached the server but its client is gone: it is dropped, not carried out late.
+        assert send_command(short_dir / "control.sock", "resume", "c") == (True, "resume done")
+        assert calls == [("restart", "a"), ("resume", "c")]
+    finally:
+        release.set()
+        server.stop()
