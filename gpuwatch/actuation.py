@@ -137,6 +137,11 @@ class NotHandedBack(Exception):
     """A record could not be given back; the message says why (the record is kept for the next try)."""
 
 
+class RestoreFailed(RuntimeError):
+    """A controller's restore left records it could not give back (kept for `gpuwatch restore`); the message
+    names each. An expected outcome of a hung or refusing device, so the daemon logs it as one line."""
+
+
 class Gone(Exception):
     """The device the record belongs to is not there any more: nothing is left to give back."""
 

@@ -209,8 +209,7 @@ def _ask(path: Path, cmd: str, name: str | None, timeout_s: float) -> dict[str, 
                     break
                 data += chunk
     except (FileNotFoundError, ConnectionRefusedError):
-        raise ControlError(f"the daemon is not running (no control socket at {path}), "
-                           "or no [[trainer]] is configured") from None
+        raise ControlError(f"the daemon is not running (no control socket at {path})") from None
     except PermissionError:
         raise ControlError(f"not permitted to use {path}: run as root or as a member of its group") from None
     except TimeoutError:

@@ -29,6 +29,7 @@ from types import FrameType
 from typing import TypeVar
 
 from gpuwatch import __version__
+from gpuwatch.actuation import RestoreFailed
 from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import Config, load_config
 from gpuwatch.daemon import compose
@@ -305,9 +306,16 @@ class Daemon:
     def _guard(self, part: str, action: Callable[[], T], fallback: T) -> T:
         try:
             result = action()
+        except (OSError, RestoreFailed) as exc:
+            # What the environment does (a full or read-only disk, a hung or refusing device): one line,
+            # once per episode; the published failure says it on every tick while it lasts.
+            if part not in self.failures:
+                log.error("%s failed: %s", part, exc)
+            self.failures[part] = f"{type(exc).__name__}: {exc}"
+            return fallback
         except Exception as exc:
             if part not in self.failures:
-                log.exception("%s failed", part)
+                log.exception("%s failed", part)  # a defect: the traceback is for whoever fixes it
             self.failures[part] = f"{type(exc).__name__}: {exc}"
             return fallback
         self.failures.pop(part, None)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
-from gpuwatch.actuation import Actuator
+from gpuwatch.actuation import Actuator, RestoreFailed
 from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.cooling import FanConfig
 from gpuwatch.config.file import Config
@@ -298,4 +298,4 @@ class FanController:
                 fan.controlling = False
                 self._renew.add(fan.gpu_id)
         if result.problems:
-            raise RuntimeError("fan restore failed for " + ", ".join(result.problems))
+            raise RestoreFailed("fan restore failed for " + ", ".join(result.problems))

@@ -25,7 +25,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.actuation import Actuator
+from gpuwatch.actuation import Actuator, RestoreFailed
 from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.config.file import Config
@@ -281,7 +281,7 @@ class PowerController:
             if g.holding and g.gpu_id not in recorded:
                 g.holding, g.written_w, g.state = False, None, GovernorState()
         if result.problems:
-            raise RuntimeError("power cap restore failed for " + ", ".join(result.problems))
+            raise RestoreFailed("power cap restore failed for " + ", ".join(result.problems))
 
     def _give_back(self, g: GpuCap) -> str | None:
         """The original back if we hold a lowered cap; the problem when it did not stick (record kept)."""

@@ -332,7 +332,10 @@ def test_status_calls_the_daemon_stuck_by_its_own_interval(tmp_path: Path, inter
     doc = to_document(example_state(tmp_path / "sys"), "daemon")
     assert doc["daemon"]
     doc["daemon"].update(pid=os.getpid(), interval_s=interval_s, failures=[])
-    doc["gpus"], doc["trainers"] = [], []
+    # One healthy GPU and no trainer: a document without a GPU exits 1 for that alone ("no GPU found").
+    doc["gpus"] = [gpu for gpu in doc["gpus"] if exit_code({**doc, "gpus": [gpu], "trainers": []}) == 0][:1]
+    doc["trainers"] = []
+    assert doc["gpus"]
     doc["taken_unix"] = time.time() - age_s
     config = parse_config({"runtime_dir": str(tmp_path / "run")})
     config.state_file.parent.mkdir(parents=True)

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from gpuwatch.heartbeat import PAUSE_STALE_S, Heartbeat, read_rank_heartbeats, request_pause
@@ -49,8 +50,19 @@ class Job:
                                      start_new_session=True)
 
     def stop(self) -> None:
+        """The launcher and every rank it ever started. torchrun starts each rank in a session of its own, so
+        the launcher's process group misses them, and a rank whose agent died is init's: each is found by
+        the job's own folder on its command line (a rank left running waits on a store that is gone, for
+        ever, and costs every later test its CPU)."""
+        mine = [p for p in psutil.process_iter(["cmdline"]) if str(self.out) in " ".join(p.info["cmdline"] or ())]
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
+        for process in mine:
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(mine, timeout=30)
         self.proc.wait(60)
         self.log.close()
 

@@ -174,6 +174,7 @@ def test_sigterm_exits_with_power1_cap_hanging_and_leaves_the_record(
     assert SLOT in (daemon.runtime / "power-restore.json").read_text()  # kept for `gpuwatch restore`
     assert "power writes blocked" in daemon.log()
     assert "gpuwatch stopped" in daemon.log()
+    assert "Traceback" not in daemon.log()  # the cap that did not go back is one line, the record named
 
 
 # ---- a GPU back under a new card number, announced by a uevent (issue 31 "Also") ----
