@@ -32,7 +32,14 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "limits": ("gpuwatch/limits.py", ["tests/test_limits.py"]),
     "policy": ("gpuwatch/supervise/policy.py", ["tests/supervise/test_policy.py",
                                                 "tests/supervise/test_gpu_reset_policy.py",
-                                                "tests/supervise/test_policy_transitions.py"]),
+                                                "tests/supervise/test_policy_transitions.py",
+                                                "tests/supervise/test_stop_verb.py",
+                                                # its pure tests only (the first one runs a real trainer)
+                                                *(f"tests/supervise/test_manual_pause_kept.py::{t}" for t in (
+                                                    "test_every_restart_of_a_manually_paused_trainer_comes_back_held",
+                                                    "test_a_trainer_that_cannot_cooperate_is_frozen_at_its_restart",
+                                                    "test_max_pause_ends_a_manual_pause_and_resume_between_runs_drops_it",
+                                                ))]),
 }
 
 # Surviving mutants that cannot change behaviour, by mutmut's name (numbered in source order: a change
