@@ -25,6 +25,17 @@ ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / ".mutation"
 MUTMUT = str(Path(sys.executable).with_name("mutmut"))
 
+# tests/test_config.py's pure tests (the others run `gpuwatch` as a process, or read config/, not in the copy)
+PURE_CONFIG_TESTS = [f"tests/test_config.py::{t}" for t in (
+    "test_bad_config_names_key_value_and_rule",
+    "test_missing_file",
+    "test_defaults_are_the_seeds_curve_with_a_50_percent_floor",
+    "test_validation_messages_name_key_value_and_rule",
+    "test_per_gpu_override_merges_only_given_keys",
+    "test_client_runtime_dir_finds_the_system_service",
+    "test_daemon_files_in_names_the_state_file_and_the_socket",
+)]
+
 # name -> (the module, the tests that state its rules)
 MODULES: dict[str, tuple[str, list[str]]] = {
     "curve": ("gpuwatch/fan/curve.py", ["tests/fan/test_curve.py"]),
@@ -40,6 +51,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                                                     "test_a_trainer_that_cannot_cooperate_is_frozen_at_its_restart",
                                                     "test_max_pause_ends_a_manual_pause_and_resume_between_runs_drops_it",
                                                 ))]),
+    "slots": ("gpuwatch/config/base.py", ["tests/config/test_slots.py", "tests/config/test_rules.py",
+                                         *PURE_CONFIG_TESTS]),
 }
 
 # Surviving mutants that cannot change behaviour, by mutmut's name (numbered in source order: a change
@@ -86,6 +99,9 @@ EQUIVALENT: dict[str, str] = {
         "the reason set before _pause is overwritten by enter()'s \"paused ...\"/\"pausing ...\" reason",
     "gpuwatch.supervise.policy.x__own_pause__mutmut_49":
         "the reason set before _pause is overwritten by enter()'s \"paused ...\"/\"pausing ...\" reason",
+    # slots
+    "gpuwatch.config.base.x_canonical_pci_slot__mutmut_21":
+        "`int(function, 17)`: the function is one hex digit (the pattern's [0-9a-f]), the same value in base 17",
 }
 
 
