@@ -53,6 +53,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                                                 ))]),
     "slots": ("gpuwatch/config/base.py", ["tests/config/test_slots.py", "tests/config/test_rules.py",
                                          *PURE_CONFIG_TESTS]),
+    "config": ("gpuwatch/config/file.py", [*PURE_CONFIG_TESTS, "tests/config/test_slots.py",
+                                           "tests/config/test_rules.py",
+                                           "tests/config/test_unreadable.py::"
+                                           "test_an_unreadable_file_is_one_config_error_naming_it"]),
 }
 
 # Surviving mutants that cannot change behaviour, by mutmut's name (numbered in source order: a change
@@ -102,6 +106,23 @@ EQUIVALENT: dict[str, str] = {
     # slots
     "gpuwatch.config.base.x_canonical_pci_slot__mutmut_21":
         "`int(function, 17)`: the function is one hex digit (the pattern's [0-9a-f]), the same value in base 17",
+    # config
+    "gpuwatch.config.file.x__parse_toml__mutmut_9": "decode(\"UTF-8\"): codec names are case-insensitive",
+    "gpuwatch.config.file.x__parse_toml__mutmut_13": "`raw.count(b\"\\n\", None, ...)`: a start of None is 0",
+    "gpuwatch.config.file.x_format_validation_error__mutmut_13":
+        "`loc[:+2]` for `loc[:-2]`: a table-name error's loc is always 4 long ([fan|power, gpus, name, [key]]: "
+        "the only tables whose keys are validated), so both are its first two",
+    "gpuwatch.config.file.x_format_validation_error__mutmut_15":
+        "`loc[+2]` for `loc[-2]`: the loc is 4 long there (see _13), so both are the table's name",
+    "gpuwatch.config.file.x_format_validation_error__mutmut_21":
+        "the \"(top level)\" spelling: a dict never gets an error with an empty loc (Config has no model "
+        "validator; each section's errors name the section)",
+    "gpuwatch.config.file.x_format_validation_error__mutmut_22":
+        "the \"(top level)\" spelling: unreachable for a dict, see _21",
+    "gpuwatch.config.file.x_effective_config_toml__mutmut_6":
+        "model_dump(mode=\"XXjsonXX\"): pydantic-core serialises every mode but \"python\" as JSON",
+    "gpuwatch.config.file.x_effective_config_toml__mutmut_7":
+        "model_dump(mode=\"JSON\"): pydantic-core serialises every mode but \"python\" as JSON",
 }
 
 
