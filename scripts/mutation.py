@@ -25,6 +25,17 @@ ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / ".mutation"
 MUTMUT = str(Path(sys.executable).with_name("mutmut"))
 
+# tests/test_config.py's pure tests (the others run `gpuwatch` as a process, or read config/, not in the copy)
+PURE_CONFIG_TESTS = [f"tests/test_config.py::{t}" for t in (
+    "test_bad_config_names_key_value_and_rule",
+    "test_missing_file",
+    "test_defaults_are_the_seeds_curve_with_a_50_percent_floor",
+    "test_validation_messages_name_key_value_and_rule",
+    "test_per_gpu_override_merges_only_given_keys",
+    "test_client_runtime_dir_finds_the_system_service",
+    "test_daemon_files_in_names_the_state_file_and_the_socket",
+)]
+
 # name -> (the module, the tests that state its rules)
 MODULES: dict[str, tuple[str, list[str]]] = {
     "curve": ("gpuwatch/fan/curve.py", ["tests/fan/test_curve.py"]),
@@ -32,7 +43,20 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "limits": ("gpuwatch/limits.py", ["tests/test_limits.py"]),
     "policy": ("gpuwatch/supervise/policy.py", ["tests/supervise/test_policy.py",
                                                 "tests/supervise/test_gpu_reset_policy.py",
-                                                "tests/supervise/test_policy_transitions.py"]),
+                                                "tests/supervise/test_policy_transitions.py",
+                                                "tests/supervise/test_stop_verb.py",
+                                                # its pure tests only (the first one runs a real trainer)
+                                                *(f"tests/supervise/test_manual_pause_kept.py::{t}" for t in (
+                                                    "test_every_restart_of_a_manually_paused_trainer_comes_back_held",
+                                                    "test_a_trainer_that_cannot_cooperate_is_frozen_at_its_restart",
+                                                    "test_max_pause_ends_a_manual_pause_and_resume_between_runs_drops_it",
+                                                ))]),
+    "slots": ("gpuwatch/config/base.py", ["tests/config/test_slots.py", "tests/config/test_rules.py",
+                                         *PURE_CONFIG_TESTS]),
+    "config": ("gpuwatch/config/file.py", [*PURE_CONFIG_TESTS, "tests/config/test_slots.py",
+                                           "tests/config/test_rules.py",
+                                           "tests/config/test_unreadable.py::"
+                                           "test_an_unreadable_file_is_one_config_error_naming_it"]),
 }
 
 # Surviving mutants that cannot change behaviour, by mutmut's name (numbered in source order: a change
@@ -79,6 +103,26 @@ EQUIVALENT: dict[str, str] = {
         "the reason set before _pause is overwritten by enter()'s \"paused ...\"/\"pausing ...\" reason",
     "gpuwatch.supervise.policy.x__own_pause__mutmut_49":
         "the reason set before _pause is overwritten by enter()'s \"paused ...\"/\"pausing ...\" reason",
+    # slots
+    "gpuwatch.config.base.x_canonical_pci_slot__mutmut_21":
+        "`int(function, 17)`: the function is one hex digit (the pattern's [0-9a-f]), the same value in base 17",
+    # config
+    "gpuwatch.config.file.x__parse_toml__mutmut_9": "decode(\"UTF-8\"): codec names are case-insensitive",
+    "gpuwatch.config.file.x__parse_toml__mutmut_13": "`raw.count(b\"\\n\", None, ...)`: a start of None is 0",
+    "gpuwatch.config.file.x_format_validation_error__mutmut_13":
+        "`loc[:+2]` for `loc[:-2]`: a table-name error's loc is always 4 long ([fan|power, gpus, name, [key]]: "
+        "the only tables whose keys are validated), so both are its first two",
+    "gpuwatch.config.file.x_format_validation_error__mutmut_15":
+        "`loc[+2]` for `loc[-2]`: the loc is 4 long there (see _13), so both are the table's name",
+    "gpuwatch.config.file.x_format_validation_error__mutmut_21":
+        "the \"(top level)\" spelling: a dict never gets an error with an empty loc (Config has no model "
+        "validator; each section's errors name the section)",
+    "gpuwatch.config.file.x_format_validation_error__mutmut_22":
+        "the \"(top level)\" spelling: unreachable for a dict, see _21",
+    "gpuwatch.config.file.x_effective_config_toml__mutmut_6":
+        "model_dump(mode=\"XXjsonXX\"): pydantic-core serialises every mode but \"python\" as JSON",
+    "gpuwatch.config.file.x_effective_config_toml__mutmut_7":
+        "model_dump(mode=\"JSON\"): pydantic-core serialises every mode but \"python\" as JSON",
 }
 
 
