@@ -2,7 +2,7 @@
 # Lints (ruff) and type-checks (mypy --strict) the package, then runs the test suite in .venv; a finding
 # of either fails the run, and so does pytest's "no tests collected" (5). -rs lists every skipped test
 # with its reason in the log.
-#   scripts/run-tests.sh [PYTEST ARGS]   the whole suite (make test)
+#   scripts/run-tests.sh [PYTEST ARGS]   the whole suite on two workers (make test)
 #   scripts/run-tests.sh --check         the fast loop (make check): the same lint and types, then the
 #                                        unit tests on two workers, without tests/e2e (real services,
 #                                        containers, torchrun jobs) and tests/train (PyTorch)
@@ -13,6 +13,10 @@ cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--check" ]; then
   shift
   set -- -n 2 --ignore=tests/e2e --ignore=tests/train "$@"
+else
+  # Two workers: most e2e time is waiting on real children and services. The systemd container cases
+  # share one booted container, so they go to one worker together (their xdist_group).
+  set -- -n 2 --dist loadgroup "$@"
 fi
 .venv/bin/python -m pytest -q -rs "$@"
 rc=$?

@@ -20,7 +20,8 @@ from tests.support.waiting import wait_for
 
 # The first test's setup includes the session's cold root build (mmdebstrap: 50 s, up to minutes on 2
 # busy cores) and the install; every wait below is bounded on its own, well within this.
-CONTAINER_MARKS = [pytest.mark.systemd_container, pytest.mark.timeout(600)]
+# One worker runs every container case (`--dist loadgroup`): they share one booted systemd per session.
+CONTAINER_MARKS = [pytest.mark.systemd_container, pytest.mark.timeout(600), pytest.mark.xdist_group("systemd")]
 
 PREFIX = "/opt/gpuwatch"
 GPUWATCH = f"{PREFIX}/bin/gpuwatch"

@@ -90,7 +90,10 @@ def test_another_venvs_python_running_a_script(tmp_path: Path, train_python: Pat
 @pytest.mark.timeout(300)
 def test_another_venvs_python_running_torch_distributed_run(tmp_path: Path, train_python: Path) -> None:
     script, out = tmp_path / "train.py", tmp_path / "out.json"
-    script.write_text("import torch.distributed as dist\ndist.init_process_group('gloo')\n" + SCRIPT)
+    # A well-formed DDP script destroys its group: a gloo group left to the interpreter's exit can abort the
+    # rank ("terminate called without an active exception", pytorch/pytorch#190489), seen once here.
+    script.write_text("import torch.distributed as dist\ndist.init_process_group('gloo')\n" + SCRIPT
+                      + "dist.destroy_process_group()\n")
     done = gpuwatch_train(tmp_path, str(train_python), "-m", "torch.distributed.run", "--nproc-per-node", "1",
                           "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), str(script), str(out))
     assert done.returncode == 0, done.stderr
