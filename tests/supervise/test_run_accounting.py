@@ -6,18 +6,13 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from gpuwatch.heartbeat import Heartbeat, write_heartbeat
 from gpuwatch.model import TrainerPhase as P
-from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.supervise.progress import RunningRate, published_rate, running_rate
-from tests.supervise.test_supervisor import Harness, script
-from tests.support.trees import capture
-
-SLOT = "0000:03:00.0"
+from tests.supervise.test_supervisor import script
 
 # Counts steps from --start (a resumed run: its checkpoint's step), fast, a heartbeat per step; holds while
 # the pause file exists, still reporting the rate it had (as the launcher's hook does); crashes at --crash-at.
@@ -36,22 +31,6 @@ while True:
         sys.exit(3)
     time.sleep(0.01)
 """
-
-
-@pytest.fixture
-def make(tmp_path: Path, fake_sysfs: FakeSysfsTree):
-    made: list[Harness] = []
-    card = fake_sysfs.add_capture(capture("navi21-rx6900xt-sapphire-nitro"), card="card0", pci_slot=SLOT)
-
-    def build(**trainer: Any) -> Harness:
-        h = Harness(tmp_path, fake_sysfs, card.hwmon_dir, **trainer)
-        h.set_junction_c(60)
-        made.append(h)
-        return h
-
-    yield build
-    for h in made:
-        h.close()
 
 
 def test_steps_per_kj_of_a_resumed_run_never_counts_the_previous_runs_steps(make, tmp_path: Path) -> None:

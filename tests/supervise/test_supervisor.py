@@ -30,7 +30,6 @@ from gpuwatch.publish.metrics import GpuwatchCollector
 from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.supervise.supervisor import Supervisor
 from gpuwatch.sysfs import Sysfs
-from tests.support.trees import capture
 from tests.support.waiting import wait_for
 
 SLOT = "0000:03:00.0"
@@ -88,22 +87,6 @@ class Harness:
 
     def close(self) -> None:
         self.sup.stop(poll_s=0.02)
-
-
-@pytest.fixture
-def make(tmp_path: Path, fake_sysfs: FakeSysfsTree):
-    made: list[Harness] = []
-    card = fake_sysfs.add_capture(capture("navi21-rx6900xt-sapphire-nitro"), card="card0", pci_slot=SLOT)
-
-    def build(**trainer: Any) -> Harness:
-        h = Harness(tmp_path, fake_sysfs, card.hwmon_dir, **trainer)
-        h.set_junction_c(60)
-        made.append(h)
-        return h
-
-    yield build
-    for h in made:
-        h.close()
 
 
 def script(tmp: Path, name: str, body: str) -> list[str]:
