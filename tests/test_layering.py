@@ -23,7 +23,7 @@ from tests.support.paths import REPO
 
 PACKAGE = REPO / "gpuwatch"
 
-LEAVES = {"model", "states", "sysfs", "procfs", "heartbeat", "config", "limits", "actuation", "deadline"}
+LEAVES = {"model", "states", "sysfs", "procfs", "heartbeat", "attach", "config", "limits", "actuation", "deadline"}
 # unit -> the units it may import besides itself; "unit.module" allows that one module only.
 ALLOWED: dict[str, set[str]] = {
     "__init__": set(),
@@ -32,6 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "sysfs": set(),
     "procfs": set(),
     "heartbeat": set(),
+    "attach": set(),  # the attach protocol: shared by the wrapper (`gpuwatch train`) and the daemon
     "config": set(),
     "deadline": set(),
     "actuation": {"deadline"},  # every hardware write: restore records and the per-GPU deadline workers
@@ -43,7 +44,7 @@ ALLOWED: dict[str, set[str]] = {
     "fan": {"model", "sysfs", "config", "actuation", "deadline", "gpus"},
     # act on power caps (gpus: locate cards, NVML bus ids; limits: the headroom it holds)
     "power": {"model", "sysfs", "config", "limits", "actuation", "deadline", "gpus"},
-    "supervise": {"model", "config", "limits", "heartbeat"},  # act on trainers; FanState only via model
+    "supervise": {"model", "config", "limits", "heartbeat", "attach"},  # act on trainers; FanState only via model
     "publish": {"model", "config", "limits"},  # report: never hardware (no sysfs, gpus, fan, supervise)
     "sim": {"model", "config", "gpus", "fan.curve"},  # plays the kernel; borrows the pure interpolation
     "daemon": {"__init__", *LEAVES, "gpus", "procs", "resets", "fan", "power", "supervise", "publish", "sim"},  # wire
