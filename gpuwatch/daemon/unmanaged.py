@@ -95,13 +95,16 @@ def resume_recorded(procfs: Procfs, runtime_dir: Path) -> tuple[list[str], list[
     removed. Returns (lines said, problems)."""
     path = record_path(runtime_dir)
     try:
-        rows = json.loads(path.read_text())["stopped"]
-        entries = [(int(r["pid"]), int(r["start_ticks"])) for r in rows]
+        text = path.read_text()
     except FileNotFoundError:
         return [], []
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        path.unlink(missing_ok=True)
-        return [], [f"{path}: unreadable record of stopped processes, removed ({type(exc).__name__}: {exc})"]
+    except OSError as exc:
+        return [], [f"cannot read the record of stopped processes {path}: {exc.strerror or exc}"]
+    try:
+        entries = [(int(r["pid"]), int(r["start_ticks"])) for r in json.loads(text)["stopped"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        return [], [f"{path}: unreadable record of stopped processes ({type(exc).__name__}: {exc})",
+                    *_remove(path)]
     done = []
     for pid, start_ticks in entries:
         if send(procfs, pid, start_ticks, signal.SIGCONT):
@@ -110,8 +113,15 @@ def resume_recorded(procfs: Procfs, runtime_dir: Path) -> tuple[list[str], list[
         else:
             done.append(f"process {pid} a daemon left stopped is gone (or its pid is another process now): "
                         "not signalled")
-    path.unlink(missing_ok=True)
-    return done, []
+    return done, _remove(path)
+
+
+def _remove(path: Path) -> list[str]:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        return [f"cannot remove {path}: {exc.strerror or exc}"]
+    return []
 
 
 class UnmanagedProcesses:
@@ -123,6 +133,7 @@ class UnmanagedProcesses:
         self.clock = clock
         self.book = policy.Book()
         self._started = False
+        self._record_failed = False
 
     def start(self) -> None:
         """An earlier daemon's stops given back (it was killed before it could)."""
@@ -149,32 +160,48 @@ class UnmanagedProcesses:
             log.info("process %d (not run under gpuwatch) that gpuwatch stopped is gone or its pid was reused: "
                      "forgotten, not signalled", stop.pid)
         stopped = [s for s in decision.book.stopped if s not in decision.stop]
+        to_stop = decision.stop
         if decision.stop or decision.resume or decision.forget:
-            # Before the SIGSTOPs: a daemon killed right after them leaves them recorded.
-            write_record(self.runtime_dir, decision.book.stopped)
+            # Before the SIGSTOPs: a daemon killed right after them leaves them recorded. Without a record no
+            # SIGSTOP: a killed daemon would leave the process stopped with nothing to continue it.
+            if not self._record(decision.book.stopped):
+                to_stop = ()
         commands = {p.pid: p.command for p in snapshot.processes}
         totals = dict(decision.book.stops_total)
         for stop in decision.stop:
-            if not send(self.procfs, stop.pid, stop.start_ticks, signal.SIGSTOP):
-                for gpu_id in stop.gpu_ids:  # gone since: not a stop
-                    totals[gpu_id] -= 1
-            else:
+            if stop in to_stop and send(self.procfs, stop.pid, stop.start_ticks, signal.SIGSTOP):
                 stopped.append(stop)
                 log.warning("SIGSTOP to process %d (%s), not run under gpuwatch: %s, and neither the fan nor the "
                             "power cap can do more ([unmanaged] on_hot = \"stop\")", stop.pid,
                             commands.get(stop.pid, "?"), stop.reason)
-        if len(stopped) != len(decision.book.stopped):
-            write_record(self.runtime_dir, stopped)
+            else:
+                for gpu_id in stop.gpu_ids:  # gone since, or not recorded: not a stop
+                    totals[gpu_id] -= 1
+        if to_stop and len(stopped) != len(decision.book.stopped):
+            self._record(stopped)
         self.book = policy.Book(stopped=tuple(stopped), resting=decision.book.resting,
                                 stops_total=tuple(sorted(totals.items())))
         return policy.published(self.book, [g.gpu_id for g in snapshot.gpus], settings.on_hot)
+
+    def _record(self, stopped: Iterable[policy.Stopped]) -> bool:
+        """The record written; a failure (a full or read-only runtime directory) said once per episode."""
+        try:
+            write_record(self.runtime_dir, stopped)
+        except OSError as exc:
+            if not self._record_failed:
+                log.error("cannot record stopped processes in %s (%s): processes not run under gpuwatch are not "
+                          "stopped while it fails", record_path(self.runtime_dir), exc.strerror or exc)
+            self._record_failed = True
+            return False
+        self._record_failed = False
+        return True
 
     def stop(self) -> None:
         """The daemon's exit: every process it stopped continued, the record removed."""
         for stop in self.book.stopped:
             self._continue(stop, "the daemon stops")
         self.book = policy.without(self.book)
-        write_record(self.runtime_dir, ())
+        self._record(())
 
     def _continue(self, stop: policy.Stopped, why: str) -> None:
         if send(self.procfs, stop.pid, stop.start_ticks, signal.SIGCONT):

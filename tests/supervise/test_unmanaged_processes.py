@@ -173,7 +173,7 @@ def test_recorded_processes_continued_and_a_reused_pid_never_signalled(rig: Rig)
 def test_a_broken_record_is_one_problem_line(rig: Rig) -> None:
     (rig.runtime / RECORD_NAME).write_text("{not json")
     done, problems = resume_recorded(Procfs(rig.proc.root), rig.runtime)
-    assert done == [] and len(problems) == 1 and "unreadable" in problems[0]
+    assert done == [] and len(problems) == 1 and "unreadable record" in problems[0]
     assert not (rig.runtime / RECORD_NAME).exists()
 
 
@@ -184,3 +184,19 @@ def test_a_stopped_process_that_exits_is_forgotten(rig: Rig) -> None:
     os.kill(a, signal.SIGKILL)
     rig.proc.remove(a)
     assert rig.tick(115, STOP) == () and rig.record() == []
+
+
+def test_no_stop_without_a_record(rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
+    """A runtime directory the record cannot be written to (full, read-only; here: gone, a file in its place):
+    nothing is stopped, since a killed daemon would leave it stopped with nothing to continue it."""
+    a = rig.sleeper()
+    rig.runtime.rmdir()
+    rig.runtime.write_text("not a directory")
+    assert rig.tick(115, STOP) == ()
+    assert rig.tick(115, STOP) == ()
+    assert real_state(a) != "T"
+    assert sum("cannot record stopped processes" in r.message for r in caplog.records) == 1  # once per episode
+    rig.runtime.unlink()
+    rig.runtime.mkdir()
+    assert rig.tick(115, STOP) == (a,)
+    wait_for(lambda: real_state(a) == "T", "stopped once it can be recorded")
