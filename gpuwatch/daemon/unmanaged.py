@@ -116,6 +116,20 @@ def resume_recorded(procfs: Procfs, runtime_dir: Path) -> tuple[list[str], list[
     return done, _remove(path)
 
 
+def describe_recorded(runtime_dir: Path) -> list[str]:
+    """For `gpuwatch status` without a daemon: the processes a killed daemon's record holds stopped (read only)."""
+    path = record_path(runtime_dir)
+    try:
+        pids = [int(r["pid"]) for r in json.loads(path.read_text())["stopped"]]
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError, KeyError, TypeError):
+        pids = []
+    held = f" (pid {', '.join(str(p) for p in pids)})" if pids else ""
+    return [f"no daemon runs, yet {path} holds processes not run under gpuwatch that it SIGSTOPped{held}: "
+            "they were not continued"]
+
+
 def _remove(path: Path) -> list[str]:
     try:
         path.unlink(missing_ok=True)

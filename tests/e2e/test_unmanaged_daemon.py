@@ -169,6 +169,10 @@ def test_after_sigkill_restore_continues_them(box: Box) -> None:
     daemon.signal(signal.SIGKILL)
     daemon.proc.wait(30)
     assert real_state(a) == "T"  # nobody continued it
+    status = subprocess.run([*GPUWATCH, "status", "-c", str(box.tmp / "gpuwatch.toml"), "--sysfs-root",
+                             str(box.sys_root)], capture_output=True, text=True, timeout=120)
+    assert status.returncode == 1
+    assert f"holds processes not run under gpuwatch that it SIGSTOPped (pid {a})" in status.stdout + status.stderr
     done = box.restore()
     assert done.returncode == 0, done.stderr
     assert f"process {a} (not run under gpuwatch) continued" in done.stdout
