@@ -22,6 +22,7 @@ from gpuwatch.states import PowerState as PowerState
 from gpuwatch.states import TrainerGpuUse as TrainerGpuUse
 from gpuwatch.states import TrainerPhase as TrainerPhase
 from gpuwatch.states import TrainerState as TrainerState
+from gpuwatch.states import UnmanagedState as UnmanagedState
 
 # Which source read a GPU; published as the reading's "backend" (JSON document, gpuwatch_gpu_info).
 SourceName = Literal["amdgpu", "nvml"]
@@ -288,6 +289,7 @@ class PublishedState:
     powers: tuple[PowerState, ...] = ()
     read_errors_total: tuple[tuple[str, str, int], ...] = field(default=())
     limits_c: tuple[SensorLimit, ...] = ()
+    unmanaged: tuple[UnmanagedState, ...] = ()  # per GPU: processes not run under gpuwatch, stopped past crit
 
     def limit_c(self, gpu_id: str, sensor: str) -> float | None:
         """The limit in force for one sensor; None when it has none."""

@@ -150,6 +150,19 @@ class TrainerState:
 
 
 @dataclass(frozen=True)
+class UnmanagedState:
+    """GPU processes not run under gpuwatch that the daemon holds SIGSTOPped on one GPU past crit
+    (supervise/unmanaged.py); ``on_hot`` is the policy in force ("report" never stops any)."""
+
+    gpu_id: str
+    on_hot: str
+    stopped_pids: tuple[int, ...] = ()
+    stops_total: int = 0  # processes stopped on this GPU since the daemon started
+    stopped_since_unix: float | None = None  # the oldest stop in force
+    reason: str | None = None  # why they are stopped: the crit reading
+
+
+@dataclass(frozen=True)
 class DaemonInfo:
     """Health of the daemon itself, published with every tick."""
 

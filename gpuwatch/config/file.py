@@ -28,6 +28,7 @@ from gpuwatch.config.sections import (
     ResetsConfig,
     SimulateConfig,
     StatusConfig,
+    UnmanagedConfig,
 )
 from gpuwatch.config.trainer import TrainerConfig
 
@@ -59,6 +60,7 @@ class Config(Strict):
     amdgpuinfo: AmdgpuInfoConfig = AmdgpuInfoConfig()
     processes: ProcessesConfig = ProcessesConfig()
     resets: ResetsConfig = ResetsConfig()
+    unmanaged: UnmanagedConfig = UnmanagedConfig()
     trainer: list[TrainerConfig] = []
 
     @field_validator("trainer")

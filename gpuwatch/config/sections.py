@@ -1,5 +1,5 @@
 """The daemon's other sections: ``[http]``, ``[status]`` (remote machines), ``[simulate]``, ``[amdgpuinfo]``,
-``[processes]`` and ``[resets]``."""
+``[processes]``, ``[resets]`` and ``[unmanaged]``."""
 
 from __future__ import annotations
 
@@ -124,3 +124,18 @@ class ResetsConfig(Strict):
     uevents: bool = True
     # Consecutive ticks the GPU must answer (temperatures read) before it is used again.
     answer_ticks: int = Field(default=3, ge=1, le=3600)
+
+
+class UnmanagedConfig(Strict):
+    """GPU processes that are neither a trainer nor an attached run: reported, or SIGSTOPped past crit
+    (docs/supervisor.md, "Processes not run under gpuwatch")."""
+
+    # report: listed only. stop: SIGSTOP them while their GPU is at its crit and neither the fan nor the
+    # power cap can do more, SIGCONT when it is cool again (the last rung of the ladder).
+    on_hot: Literal["report", "stop"] = "report"
+    # The stop's own bound; the SIGSTOP bound of supervise.actions.pause_limit_s applies anyway.
+    max_pause_s: float | None = Field(default=None, gt=0)
+    # A process resumed because its stop reached the bound is not stopped again before this many seconds.
+    restop_after_s: float = Field(default=120.0, ge=0, le=86400)
+    # Processes of uid 0 (Xorg, a display manager, system services) are never stopped unless this is true.
+    stop_root: bool = False

@@ -23,6 +23,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from types import FrameType
@@ -40,7 +41,7 @@ from gpuwatch.daemon.reload import plan_reload
 from gpuwatch.daemon.sdnotify import Notifier
 from gpuwatch.daemon.wakeup import Flag, Signals, Wakeup
 from gpuwatch.gpus.sampler import Sampler
-from gpuwatch.model import DaemonInfo, FanState, PowerState, PublishedState, TrainerState
+from gpuwatch.model import DaemonInfo, FanState, PowerState, PublishedState, TrainerState, UnmanagedState
 from gpuwatch.publish.document import to_document
 from gpuwatch.publish.http import HttpServer
 from gpuwatch.publish.state import StateHolder, write_state_file
@@ -118,6 +119,9 @@ class Daemon:
             powers = self._guard("power governor", lambda: power_part.tick(snapshot, fans, config), ())
         if trainer_part is not None:
             trainers = self._guard("supervisor", lambda: trainer_part.tick(snapshot, fans, powers, config), ())
+        unmanaged_part = self.parts.unmanaged  # the last rung, after the trainers: processes not run under gpuwatch
+        unmanaged: tuple[UnmanagedState, ...] = () if unmanaged_part is None else self._guard(
+            "unmanaged processes", lambda: unmanaged_part.tick(snapshot, fans, powers, config), ())
         self.ticks_total += 1
         count_read_errors(self.read_errors, snapshot)
         failures = tuple(f"{part}: {why}" for part, why in self.failures.items())
@@ -125,7 +129,8 @@ class Daemon:
         daemon = DaemonInfo(pid=os.getpid(), version=__version__, started_unix=self.started_unix,
                             ticks_total=self.ticks_total, interval_s=config.interval_s,
                             failures=failures + (("config: " + "; ".join(absent),) if absent else ()))
-        state = published_state(snapshot, daemon, fans, powers, trainers, self.read_errors, config)
+        state = replace(published_state(snapshot, daemon, fans, powers, trainers, self.read_errors, config),
+                        unmanaged=unmanaged)
         document = to_document(state, source="daemon")
         self.holder.publish(state, document)
         self._guard("state file", lambda: write_state_file(self.config.state_file, document), None)
@@ -253,6 +258,8 @@ class Daemon:
             self.control = None
         if self.parts.trainers is not None:
             self._guard("supervisor stop", self.parts.trainers.stop, None)
+        if self.parts.unmanaged is not None:
+            self._guard("unmanaged processes resume", self.parts.unmanaged.stop, None)
         if self.parts.fans is not None:
             self._guard("fan restore", self.parts.fans.restore, None)
         if self.parts.power is not None:

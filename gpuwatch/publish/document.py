@@ -11,7 +11,7 @@ from enum import Enum
 from typing import Any, cast
 
 from gpuwatch.limits import over_limit
-from gpuwatch.model import GpuReading, GpuResetState, PublishedState
+from gpuwatch.model import GpuReading, GpuResetState, PublishedState, UnmanagedState
 from gpuwatch.publish.schema import (
     SCHEMA_VERSION,
     FanControllerDoc,
@@ -21,6 +21,7 @@ from gpuwatch.publish.schema import (
     Source,
     StatusDocument,
     TemperatureDoc,
+    UnmanagedDoc,
     UnsupportedDoc,
 )
 
@@ -32,6 +33,7 @@ def to_document(state: PublishedState, source: Source) -> StatusDocument:
     powers = {power.gpu_id: power for power in state.powers}
     snapshot = state.snapshot
     resets = {r.gpu_id: r for r in snapshot.resets}
+    unmanaged = {u.gpu_id: u for u in state.unmanaged}
     return {
         "schema": SCHEMA_VERSION,
         "source": source,
@@ -41,7 +43,8 @@ def to_document(state: PublishedState, source: Source) -> StatusDocument:
         "gpus": [
             _gpu(state, gpu, None if gpu.gpu_id not in fans else _plain(asdict(fans[gpu.gpu_id])),
                  None if gpu.gpu_id not in powers else _plain(asdict(powers[gpu.gpu_id])),
-                 None if gpu.gpu_id not in resets else _reset(resets[gpu.gpu_id]))
+                 None if gpu.gpu_id not in resets else _reset(resets[gpu.gpu_id]),
+                 None if gpu.gpu_id not in unmanaged else _unmanaged(unmanaged[gpu.gpu_id]))
             for gpu in snapshot.gpus
         ],
         "unsupported": [cast(UnsupportedDoc, asdict(card)) for card in snapshot.unsupported],
@@ -57,8 +60,14 @@ def _reset(state: GpuResetState) -> GpuResetDoc:
     return cast(GpuResetDoc, doc)
 
 
+def _unmanaged(state: UnmanagedState) -> UnmanagedDoc:
+    doc = _plain(asdict(state))
+    del doc["gpu_id"]
+    return cast(UnmanagedDoc, doc)
+
+
 def _gpu(state: PublishedState, gpu: GpuReading, fan: FanControllerDoc | None, power: PowerGovernorDoc | None,
-         reset: GpuResetDoc | None) -> GpuDoc:
+         reset: GpuResetDoc | None, unmanaged: UnmanagedDoc | None = None) -> GpuDoc:
     doc: dict[str, Any] = {f.name: getattr(gpu, f.name) for f in fields(gpu) if f.name not in _FLAT_SKIP}
     temperatures: dict[str, TemperatureDoc] = {
         t.label: {
@@ -82,6 +91,7 @@ def _gpu(state: PublishedState, gpu: GpuReading, fan: FanControllerDoc | None, p
     doc["power_governor"] = power
     doc["errors"] = [asdict(e) for e in gpu.errors]
     doc["reset"] = reset
+    doc["unmanaged"] = unmanaged
     return cast(GpuDoc, doc)
 
 

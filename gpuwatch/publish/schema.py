@@ -98,6 +98,14 @@ class TrainerGpuUseDoc(TypedDict):  # model.TrainerGpuUse
     kfd_cu_occupancy_ratio: float | None
 
 
+class UnmanagedDoc(TypedDict):  # model.UnmanagedState without gpu_id
+    on_hot: str  # "report" | "stop"
+    stopped_pids: list[int]  # processes not run under gpuwatch held SIGSTOPped past crit now
+    stops_total: int
+    stopped_since_unix: float | None
+    reason: str | None
+
+
 class GpuDoc(TypedDict):  # model.GpuReading without temps/errors, plus what is derived from it
     gpu_id: str
     card: str
@@ -170,6 +178,7 @@ class GpuDoc(TypedDict):  # model.GpuReading without temps/errors, plus what is 
     power_governor: PowerGovernorDoc | None
     errors: list[ErrorDoc]
     reset: GpuResetDoc | None  # None: reset detection is off (or not an amdgpu GPU)
+    unmanaged: UnmanagedDoc | None  # None: no daemon ([unmanaged], docs/supervisor.md)
 
 
 class DaemonDoc(TypedDict):  # model.DaemonInfo

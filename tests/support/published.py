@@ -27,6 +27,7 @@ from gpuwatch.model import (
     TrainerGpuUse,
     TrainerPhase,
     TrainerState,
+    UnmanagedState,
 )
 from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.sysfs import Sysfs
@@ -132,4 +133,9 @@ def example_state(root: Path) -> PublishedState:
                         interval_s=1.0, failures=("fan controller: OSError: [Errno 5] EIO",))
     return PublishedState(snapshot=snapshot, daemon=daemon, fans=fans, trainers=trainers, powers=powers,
                           read_errors_total=((GPU_B, "power1_average", 3),),
-                          limits_c=limits_in_force(snapshot, ThermalConfig()))
+                          limits_c=limits_in_force(snapshot, ThermalConfig()),
+                          # [unmanaged] on_hot = "stop": the desktop client on GPU A held stopped past crit.
+                          unmanaged=(UnmanagedState(gpu_id=GPU_A, on_hot="stop", stopped_pids=(1800,), stops_total=2,
+                                                    stopped_since_unix=NOW_UNIX - 30,
+                                                    reason="junction 110°C at crit 110°C"),
+                                     UnmanagedState(gpu_id=GPU_B, on_hot="stop")))
