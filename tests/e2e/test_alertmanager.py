@@ -6,10 +6,10 @@ a template name that is used and never defined). Then end to end, everything sta
 the test on 127.0.0.1: gpuwatch on a simulated card whose fan is stuck at 42 % while a supervised
 trainer keeps it loaded, a second gpuwatch whose card falls off the bus, Prometheus evaluating the
 shipped rules (only the provoked alerts' `for:` and `keep_firing_for:` shortened, in a copy),
-Alertmanager on the shipped config pointed at an in-process webhook and SMTP sink. The hot card's alert must arrive on every
-receiver with its labels and the one-line text, resolve when the trainer is paused and the card cools,
-and the gone card must page once: its fan failsafe is inhibited, and so are synthetic alerts that the
-inhibition rules cover.
+Alertmanager on the shipped config pointed at an in-process webhook and SMTP sink. The hot card's
+alert must arrive on every receiver with its labels and the one-line text, resolve when the trainer is
+paused and the card cools, and the gone card must page once: its fan failsafe is inhibited, and so are
+synthetic alerts that the inhibition rules cover. Every alert of config/alerts.yml has a route.
 """
 
 from __future__ import annotations
