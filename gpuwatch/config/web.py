@@ -187,8 +187,10 @@ class WebConfig(Strict):
     @property
     def warnings(self) -> list[str]:
         out = self.tls_server_config.warnings if self.tls_server_config is not None else []
-        if self.http_server_config.http2 and self.tls_server_config is not None:
-            out.append("http_server_config.http2 is ignored: gpuwatch speaks HTTP/1.1 only (clients fall back to it)")
+        http = self.http_server_config
+        if http.http2 and "http2" in http.model_fields_set and self.tls_server_config is not None:
+            out.append("http_server_config.http2 is ignored: gpuwatch speaks HTTP/1.1 only (clients fall back "
+                       "to it)")
         return out
 
     def files(self) -> list[Path]:
