@@ -126,8 +126,8 @@ class HttpServer:
 
     def start(self) -> None:
         self._server.start()
-        log.info("HTTP%s listening on %s:%d (/metrics, /healthz, /status)", "S" if self.tls else "", self.address,
-                 self.port)
+        log.info("HTTP listening on %s:%d (/metrics, /healthz, /status%s)", self.address, self.port,
+                 "; TLS" if self.tls else "")
 
     def reload(self) -> None:
         """SIGHUP: the web config and its certificates read again for new connections."""
