@@ -89,6 +89,9 @@ def build_context(tls: TlsServerConfig) -> ssl.SSLContext:
     except ssl.SSLError as exc:
         raise ConfigError(f"tls_server_config.cert_file/key_file ({tls.cert_file}, {tls.key_file}): not a "
                           f"certificate and its key ({exc.reason or exc})") from None
+    # No TLS 1.3 session tickets: scrapers make full handshakes (Go's and Python's clients keep no session
+    # cache by default), so the two tickets OpenSSL sends after each handshake were work for nobody.
+    context.num_tickets = 0
     context.verify_mode = _VERIFY[tls.client_auth_type]
     if tls.client_ca_file is not None or tls.client_ca is not None:
         if tls.client_ca_file is not None:

@@ -65,8 +65,9 @@ def test_prometheus_scrapes_over_tls_with_basic_auth_and_follows_a_new_certifica
     shutil.copy(cert, tls_dir / "gpuwatch.crt")
     shutil.copy(key, tls_dir / "gpuwatch.key")
     web = tmp_path / "web.yml"
+    hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(10)).decode()
     web.write_text("tls_server_config:\n  cert_file: tls/gpuwatch.crt\n  key_file: tls/gpuwatch.key\n"
-                   f"basic_auth_users:\n  prometheus: {bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(10)).decode()}\n")
+                   f"basic_auth_users:\n  prometheus: {hashed}\n")
     password_file = tmp_path / "password"
     password_file.write_text(PASSWORD + "\n")
     wrong_file = tmp_path / "wrong"
