@@ -187,6 +187,9 @@ class WebConfig(Strict):
     @property
     def warnings(self) -> list[str]:
         out = self.tls_server_config.warnings if self.tls_server_config is not None else []
+        if self.basic_auth_users and self.tls_server_config is None:
+            out.append("basic_auth_users without tls_server_config: passwords cross the network in clear "
+                       "(base64); add tls_server_config")
         http = self.http_server_config
         if http.http2 and "http2" in http.model_fields_set and self.tls_server_config is not None:
             out.append("http_server_config.http2 is ignored: gpuwatch speaks HTTP/1.1 only (clients fall back "

@@ -61,6 +61,12 @@ def test_what_ssl_cannot_honour_is_accepted_with_a_warning(tmp_path: Path) -> No
                                                  "tls_server_config.client_auth_type", "http_server_config.http2"]
 
 
+def test_basic_auth_without_tls_is_warned(tmp_path: Path) -> None:
+    path = tmp_path / "web.yml"
+    path.write_text(f"basic_auth_users:\n  alice: {HASH}\n")
+    assert [w.split()[0] for w in load_web_config(path).warnings] == ["basic_auth_users"]
+
+
 def test_relative_files_are_relative_to_the_web_config_and_every_key_builds(tmp_path: Path) -> None:
     ca = Authority(tmp_path / "tls")
     ca.issue("s")
