@@ -11,7 +11,7 @@ from pydantic import Field, field_validator
 
 from gpuwatch.config.base import DEFAULT_HTTP_PORT, Strict
 
-ExposeSensitive = Literal["local", "authenticated", "all"]
+ExposeSensitive = Literal["none", "local", "authenticated", "all"]
 
 
 class HttpConfig(Strict):
@@ -24,7 +24,8 @@ class HttpConfig(Strict):
     # docs/security.md); None: plain HTTP, no authentication.
     web_config: Path | None = None
     # Who gets /status with processes' command lines and users, trainers' log paths (publish/redact.py):
-    # "authenticated" loopback and authenticated clients, "local" loopback only, "all" everyone.
+    # "authenticated" loopback and authenticated clients, "local" loopback only, "all" everyone, "none" nobody
+    # over HTTP (behind a reverse proxy on this machine every client is loopback).
     expose_sensitive: ExposeSensitive = "authenticated"
 
 

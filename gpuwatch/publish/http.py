@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 from prometheus_client.exposition import generate_latest
 
-from gpuwatch.config.sections import ExposeSensitive
+from gpuwatch.config.sections import ExposeSensitive, HttpConfig
 from gpuwatch.publish.auth import BasicAuth, credentials
 from gpuwatch.publish.families import gauge
 from gpuwatch.publish.metrics import GpuwatchCollector
@@ -103,7 +103,9 @@ class HttpServer:
     def __init__(self, holder: StateHolder, listen: str, port: int,
                  monotonic: Callable[[], float] = time.monotonic,
                  request_deadline_s: float = REQUEST_DEADLINE_S, web_config: Path | None = None,
-                 expose_sensitive: ExposeSensitive = "authenticated") -> None:
+                 expose_sensitive: ExposeSensitive | None = None) -> None:
+        """``expose_sensitive`` None: ``[http]``'s default (config/sections.py, its one home)."""
+        expose = expose_sensitive or HttpConfig().expose_sensitive
         self._watch = GateWatch(web_config)
         self._auth = BasicAuth()
         registry = CollectorRegistry(auto_describe=False)
@@ -112,7 +114,7 @@ class HttpServer:
         self._metrics = MetricsCache(holder, registry)
         self._sock = bind(listen, port)
         gate = self._watch.gate
-        self._server = Server(self._sock, _routes(holder, self._metrics, monotonic, gate, expose_sensitive),
+        self._server = Server(self._sock, _routes(holder, self._metrics, monotonic, gate, expose),
                               request_deadline_s, tls=lambda: gate().context, admit=_admission(gate, self._auth))
         self.tls = gate().context is not None
 

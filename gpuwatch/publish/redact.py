@@ -44,7 +44,10 @@ def is_loopback(client: str) -> bool:
 
 def sees_sensitive(setting: ExposeSensitive, loopback: bool, authenticated: bool) -> bool:
     """Whether a client gets the full document: ``local`` loopback only, ``authenticated`` (the default)
-    loopback and authenticated clients (basic auth or a verified client certificate), ``all`` everyone."""
+    loopback and authenticated clients (basic auth or a verified client certificate), ``all`` everyone,
+    ``none`` nobody (a reverse proxy on this machine makes every client loopback)."""
+    if setting == "none":
+        return False
     if setting == "all":
         return True
     if setting == "authenticated":

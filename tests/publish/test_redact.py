@@ -157,6 +157,7 @@ def test_redact_blanks_every_sensitive_field_and_keeps_the_original(tmp_path: Pa
 @pytest.mark.parametrize(("setting", "loopback", "authenticated", "sees"), [
     ("authenticated", True, False, True), ("authenticated", False, True, True), ("authenticated", False, False, False),
     ("local", True, False, True), ("local", False, True, False), ("all", False, False, True),
+    ("none", True, True, False),
 ])
 def test_who_sees_sensitive_fields(setting: ExposeSensitive, loopback: bool, authenticated: bool, sees: bool) -> None:
     assert sees_sensitive(setting, loopback, authenticated) is sees

@@ -5,6 +5,8 @@ gpuwatch alike; a daemon with a bad one exits 2 at start and rejects it at a rel
 from __future__ import annotations
 
 import shutil
+import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -157,3 +159,40 @@ def test_a_daemon_with_a_bad_web_config_exits_2_naming_the_key(tmp_path: Path) -
     assert done.returncode == 2, done.stderr
     assert "tls_server_config.min_versoin: unknown key" in done.stderr and "Traceback" not in done.stderr
     assert done.stderr.strip().count("\n") == 0
+
+
+def test_a_reload_rejects_a_bad_web_config_and_rereads_a_good_one(tmp_path: Path) -> None:
+    from tests.support.processes import Processes, wait_up
+    from tests.support.published import two_gpu_tree
+    from tests.support.stack import daemon_config, start_gpuwatch
+
+    ca = Authority(tmp_path / "ca")
+    first_cert, first_key = ca.issue("first", not_after=time.time() + 86400)
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {first_cert}\n  key_file: {first_key}\n")
+    config = tmp_path / "gpuwatch.toml"
+    config.write_text(f'sysfs_root = "{two_gpu_tree(tmp_path / "sys").root}"\n'
+                      + daemon_config(tmp_path / "run", f'web_config = "{web}"\n[fan]\nmode = "off"\n'))
+
+    def served_expiry(address: str) -> float | None:
+        host, port = address.split(":")
+        context = ssl.create_default_context(cafile=ca.cert)
+        with context.wrap_socket(socket.create_connection((host, int(port)), timeout=20),
+                                 server_hostname=host) as sock:
+            der = sock.getpeercert(binary_form=True)
+        assert der is not None
+        return certificate_expiry_unix(ssl.DER_cert_to_PEM_cert(der).encode())
+
+    with Processes(tmp_path / "logs") as processes:
+        child, address = start_gpuwatch(processes, "gpuwatch", config)
+        first = served_expiry(address)
+        web.write_text(f"tls_server_config:\n  cert_file: {first_cert}\n  key_file: {first_key}\n  bogus: 1\n")
+        child.process.send_signal(signal.SIGHUP)
+        wait_up("the reload rejected", lambda: "config reload rejected" in child.log.read_text(), child)
+        assert "tls_server_config.bogus: unknown key" in child.log.read_text()
+        assert served_expiry(address) == first  # still served with the running web config
+        second_cert, second_key = ca.issue("second", not_after=time.time() + 2 * 86400)
+        web.write_text(f"tls_server_config:\n  cert_file: {second_cert}\n  key_file: {second_key}\n")
+        child.process.send_signal(signal.SIGHUP)
+        wait_up("the new certificate served", lambda: served_expiry(address) != first, child)
+        assert "Traceback" not in child.log.read_text()
