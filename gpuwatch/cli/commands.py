@@ -166,6 +166,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     config = load_config(path)
     # As root, check as the daemon (a root service) will run it; as a user, what holds for anyone.
     check_trainers(config, str(path), as_daemon=os.geteuid() == 0)
+    if config.http.web_config is not None:
+        from gpuwatch.publish.tls import load_gate
+
+        load_gate(config.http.web_config)  # the web config and the files it names, as the daemon's start reads them
     print(f"# {path}: valid. Effective configuration:")
     print(effective_config_toml(config), end="")
     return 0

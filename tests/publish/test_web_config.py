@@ -159,6 +159,8 @@ def test_a_daemon_with_a_bad_web_config_exits_2_naming_the_key(tmp_path: Path) -
     assert done.returncode == 2, done.stderr
     assert "tls_server_config.min_versoin: unknown key" in done.stderr and "Traceback" not in done.stderr
     assert done.stderr.strip().count("\n") == 0
+    checked = _gpuwatch("check-config", str(config))
+    assert checked.returncode == 2 and "tls_server_config.min_versoin: unknown key" in checked.stderr
 
 
 def test_a_reload_rejects_a_bad_web_config_and_rereads_a_good_one(tmp_path: Path) -> None:
