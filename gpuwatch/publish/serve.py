@@ -227,9 +227,8 @@ class Server:
         except (OSError, asyncio.CancelledError, TimeoutError) as exc:
             if isinstance(exc, TimeoutError):
                 self._note_cut(connection.client, f"no TLS handshake within {self.request_deadline_s:g} s")
-            elif isinstance(exc, OSError):
-                self._note_cut(connection.client, "TLS handshake failed" if isinstance(exc, ssl.SSLError)
-                               else "closed during the TLS handshake")
+            elif isinstance(exc, ssl.SSLError):  # one that went away by itself (a port probe) was not cut
+                self._note_cut(connection.client, "TLS handshake failed")
             conn.close()
             self._closed(connection)
             return
