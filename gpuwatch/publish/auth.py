@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import logging
@@ -29,8 +30,13 @@ log = logging.getLogger("gpuwatch.http")
 
 CACHE_SIZE = 256
 MAX_PENDING = 8
-# Verified against when the user is unknown (cost 10, as htpasswd -B makes them).
-_DUMMY_HASH = bcrypt.hashpw(b"gpuwatch: no such user", bcrypt.gensalt(10))
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    """Verified against when the user is unknown (cost 10, as htpasswd -B makes them); made on first use."""
+    return bcrypt.hashpw(b"gpuwatch: no such user", bcrypt.gensalt(10)).decode()
+
 
 Verdict = Literal["ok", "denied", "busy"]
 
@@ -85,7 +91,7 @@ class BasicAuth:
         self._pending += 1
         try:
             ok = await asyncio.get_running_loop().run_in_executor(
-                self._pool, _verify, password, hashed if hashed is not None else _DUMMY_HASH.decode())
+                self._pool, _verify, password, hashed)
         finally:
             self._pending -= 1
         if not ok or hashed is None:
@@ -97,8 +103,10 @@ class BasicAuth:
         return "ok"
 
 
-def _verify(password: str, hashed: str) -> bool:
+def _verify(password: str, hashed: str | None) -> bool:
+    """On the bcrypt worker: whether ``password`` matches ``hashed``; an unknown user (None) costs the same."""
     try:
-        return bcrypt.checkpw(password.encode("utf-8"), hashed.encode("ascii"))
-    except ValueError:  # a malformed hash (the web config's validation lets none through)
+        ok = bcrypt.checkpw(password.encode("utf-8"), (hashed or _dummy_hash()).encode("ascii"))
+    except ValueError:  # a malformed hash (the web config's validation lets none through), a password over 72 bytes
         return False
+    return ok and hashed is not None

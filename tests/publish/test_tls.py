@@ -12,6 +12,7 @@ import logging
 import shutil
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -176,6 +177,31 @@ def test_a_client_that_never_finishes_its_handshake_is_cut_and_counts_against_it
         finally:
             for sock in stalled:
                 sock.close()
+
+
+def test_a_flood_of_wrong_passwords_is_bounded_and_a_cached_scrape_still_gets_in(rig: Rig) -> None:
+    """bcrypt runs on one worker off the event loop; past MAX_PENDING waiting checks the answer is 429."""
+    slow = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(13)).decode()  # about a second a check, on purpose
+    rig.serve(tls(rig.ca) + f"basic_auth_users:\n  prometheus: {slow}\n")
+    assert rig.get(user="prometheus").status == 200  # verified once: cached from here on
+    statuses: list[int] = []
+    lock = threading.Lock()
+
+    def guess() -> None:
+        status = rig.get(user="prometheus", password="guess").status
+        with lock:
+            statuses.append(status)
+
+    guessers = [threading.Thread(target=guess) for _ in range(20)]
+    for thread in guessers:
+        thread.start()
+    try:
+        wait_for(lambda: len(statuses) >= 1, "a first answer to the guessers", timeout_s=60)
+        assert rig.get(user="prometheus").status == 200  # the cached password is answered meanwhile
+    finally:
+        for thread in guessers:
+            thread.join(120)
+    assert set(statuses) <= {401, 429} and 429 in statuses and 401 in statuses, statuses
 
 
 def _served_expiry(rig: Rig) -> float:
