@@ -1,6 +1,7 @@
 """End to end (issue 35): `gpuwatch run` with a web config (TLS and bcrypt basic auth) scraped by a real
 Prometheus through config/prometheus.yml's commented https job, uncommented as shipped; a job without
-credentials and one with a wrong password are refused (401); the server certificate replaced on disk is
+credentials and one with a wrong password are refused (401), one with a client certificate another CA
+signed is refused in the TLS handshake; the server certificate replaced on disk is
 served to the next scrapes without a restart (the expiry series Prometheus stores changes). Loopback only,
 bounded waits, every process stopped."""
 
@@ -66,8 +67,11 @@ def test_prometheus_scrapes_over_tls_with_basic_auth_and_follows_a_new_certifica
     shutil.copy(key, tls_dir / "gpuwatch.key")
     web = tmp_path / "web.yml"
     hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(10)).decode()
+    # Client certificates verified when given: the shipped job sends none; one signed by another CA is refused.
     web.write_text("tls_server_config:\n  cert_file: tls/gpuwatch.crt\n  key_file: tls/gpuwatch.key\n"
+                   f"  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: {ca.cert}\n"
                    f"basic_auth_users:\n  prometheus: {hashed}\n")
+    stranger_cert, stranger_key = Authority(tmp_path / "other-ca", "another CA").issue("prometheus", client=True)
     password_file = tmp_path / "password"
     password_file.write_text(PASSWORD + "\n")
     wrong_file = tmp_path / "wrong"
@@ -80,7 +84,10 @@ def test_prometheus_scrapes_over_tls_with_basic_auth_and_follows_a_new_certifica
         scrape = (shipped_tls_job(address, ca.cert, password_file)
                   + refused_job("anonymous", address, ca.cert, "")
                   + refused_job("wrong-password", address, ca.cert,
-                                f"    basic_auth:\n      username: prometheus\n      password_file: {wrong_file}\n"))
+                                f"    basic_auth:\n      username: prometheus\n      password_file: {wrong_file}\n")
+                  + refused_job("untrusted-certificate", address, ca.cert,
+                                f"      cert_file: {stranger_cert}\n      key_file: {stranger_key}\n"
+                                f"    basic_auth:\n      username: prometheus\n      password_file: {password_file}\n"))
         child, base = start_prometheus(processes, tmp_path / "prom", "global:\n  scrape_interval: 1s\n"
                                        "scrape_configs:\n" + scrape)
         up = wait_up("the https job to be up", lambda: (t := targets(base)).get("gpuwatch", {}).get("health") == "up"
@@ -92,6 +99,11 @@ def test_prometheus_scrapes_over_tls_with_basic_auth_and_follows_a_new_certifica
             refused = wait_up(f"{job} to be refused", lambda job=job: (t := targets(base)[job])["health"] == "down"
                               and t["lastError"], child, timeout_s=60)
             assert "401" in refused, refused
+        refused = wait_up("the untrusted certificate refused", lambda: (t := targets(base)["untrusted-certificate"])
+                          ["health"] == "down" and t["lastError"], child, timeout_s=60)
+        # Refused in the handshake, before HTTP: Prometheus sees the connection end (asyncio's TLS does not
+        # flush the alert), never an answer.
+        assert "401" not in refused and "status" not in refused, refused
 
         def expiry() -> float | None:
             rows = query(base, 'gpuwatch_web_certificate_expiry_timestamp_seconds{job="gpuwatch"}')
