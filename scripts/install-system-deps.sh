@@ -17,6 +17,8 @@ command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 || command -v alertmanager >/dev/null 2>&1 \
   || missing+=(prometheus-alertmanager)
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+# The TLS tests make their CA and certificates with the openssl command line (tests/support/certs.py).
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 # The conv2d fallback's compiled host code (gpuwatch/train/conv2d/host.py) is built with the C++ compiler.
 command -v c++ >/dev/null 2>&1 || missing+=(g++)
 # tests/cli/test_completion.py checks the zsh script with zsh and drives the fish one with fish (bash is here).

@@ -96,6 +96,14 @@ def _add_views(sub: Commands, common: argparse.ArgumentParser) -> None:
                                 "none named: [status] remote of the config")
             p.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS",
                            help="per-host timeout of --remote (default [status] timeout_s, 3)")
+            p.add_argument("--ca-file", type=Path, metavar="FILE",
+                           help="--remote over https: the CA that signs the hosts' certificates (default "
+                                "[status] ca_file, else the system's)")
+            p.add_argument("--user", metavar="NAME",
+                           help="--remote: the basic auth user (default [status] user); sent over https only")
+            p.add_argument("--password-file", type=Path, metavar="FILE",
+                           help="--remote: a file whose first line is the user's password (default [status] "
+                                "password_file); never the password itself on the command line")
 
 
 def _add_restore_and_curve(sub: Commands, common: argparse.ArgumentParser) -> None:

@@ -11,6 +11,8 @@ from pydantic import Field, field_validator
 
 from gpuwatch.config.base import DEFAULT_HTTP_PORT, Strict
 
+ExposeSensitive = Literal["none", "local", "authenticated", "all"]
+
 
 class HttpConfig(Strict):
     """The read-only HTTP endpoint: /metrics, /healthz, /status."""
@@ -18,6 +20,13 @@ class HttpConfig(Strict):
     enabled: bool = True
     listen: str = "0.0.0.0"
     port: int = Field(default=DEFAULT_HTTP_PORT, ge=0, le=65535)
+    # TLS, basic auth and response headers: the exporter-toolkit's web config file (config/web.py,
+    # docs/security.md); None: plain HTTP, no authentication.
+    web_config: Path | None = None
+    # Who gets /status with processes' command lines and users, trainers' log paths (publish/redact.py):
+    # "authenticated" loopback and authenticated clients, "local" loopback only, "all" everyone, "none" nobody
+    # over HTTP (behind a reverse proxy on this machine every client is loopback).
+    expose_sensitive: ExposeSensitive = "authenticated"
 
 
 def remote_base_url(host: str) -> str:
@@ -48,6 +57,12 @@ class StatusConfig(Strict):
 
     remote: list[str] = []  # each as remote_base_url accepts it; stored normalised
     timeout_s: float = Field(default=3.0, gt=0, le=60)
+    # https hosts: the CA that signs their certificates (None: the system's); basic auth: the user and a
+    # file holding the password (never the password itself: docs/security.md). GPUWATCH_REMOTE_USER,
+    # GPUWATCH_REMOTE_PASSWORD_FILE and GPUWATCH_REMOTE_CA_FILE win over these.
+    ca_file: Path | None = None
+    user: str | None = None
+    password_file: Path | None = None
 
     @field_validator("remote")
     @classmethod

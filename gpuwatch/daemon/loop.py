@@ -228,6 +228,8 @@ class Daemon:
         plan = plan_reload(self.config, new)
         self.config = plan.config
         self._apply_live(plan.applied)
+        if self.http is not None:  # the web config and its certificates, read again (docs/security.md)
+            self._guard("http reload", self.http.reload, None)
         log.info(
             "config reloaded from %s: %s",
             self.config_path or "its source",
@@ -287,7 +289,12 @@ class Daemon:
         if not http.enabled:
             return
         try:
-            self.http = HttpServer(self.holder, http.listen, http.port)
+            self.http = HttpServer(self.holder, http.listen, http.port, web_config=http.web_config,
+                                   expose_sensitive=http.expose_sensitive)
+        except ConfigError as exc:  # the web config broke after the start's check (load_daemon_config)
+            log.error("cannot serve HTTP: %s; metrics are off", exc)
+            self.failures["http"] = str(exc)
+            return
         except OSError as exc:
             log.error("cannot serve HTTP on %s:%d: %s; metrics are off", http.listen, http.port, exc.strerror)
             self.failures["http"] = f"cannot listen on {http.listen}:{http.port}: {exc.strerror}"

@@ -228,7 +228,13 @@ class TrainerDoc(TypedDict):  # model.TrainerState
     paused_by: str | None
 
 
-class StatusDocument(TypedDict):
+class _Optional(TypedDict, total=False):
+    # Present (true) only in a document whose sensitive fields were blanked for its reader (publish/redact.py).
+    # (A total=False base: NotRequired is not seen under ``from __future__ import annotations`` on 3.11.)
+    redacted: bool
+
+
+class StatusDocument(_Optional):
     schema: int
     source: Source
     taken_unix: float
