@@ -43,6 +43,7 @@ from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.model import DaemonInfo, FanState, PowerState, PublishedState, TrainerState
 from gpuwatch.publish.document import to_document
 from gpuwatch.publish.http import HttpServer
+from gpuwatch.publish.live_feed import LiveFeed
 from gpuwatch.publish.state import StateHolder, write_state_file
 from gpuwatch.publish.summary import status_line
 
@@ -74,6 +75,7 @@ class Daemon:
         # A longer gap between two readings (a stuck tick) adds no energy or time throttled.
         self.sampler = Sampler(self.parts.sources, max_gap_s=max(10.0, 5 * config.interval_s))
         self.holder = StateHolder()
+        self.live = LiveFeed(config.interval_s)  # the live page's summary, history and events (docs/page.md)
         self.started_unix = time.time()
         self.ticks_total = 0
         # Set by signal handlers: plain flags and a self-pipe, never a lock (see Wakeup).
@@ -128,6 +130,8 @@ class Daemon:
         state = published_state(snapshot, daemon, fans, powers, trainers, self.read_errors, config)
         document = to_document(state, source="daemon")
         self.holder.publish(state, document)
+        if self.http is not None:
+            self._guard("live page", lambda: self.live.publish(state, config), None)
         self._guard("state file", lambda: write_state_file(self.config.state_file, document), None)
         for hook in self.parts.on_tick:
             self._guard("tick hook", partial(hook, state), None)
@@ -280,7 +284,7 @@ class Daemon:
         if not http.enabled:
             return
         try:
-            self.http = HttpServer(self.holder, http.listen, http.port)
+            self.http = HttpServer(self.holder, http.listen, http.port, live=self.live)
         except OSError as exc:
             log.error("cannot serve HTTP on %s:%d: %s; metrics are off", http.listen, http.port, exc.strerror)
             self.failures["http"] = f"cannot listen on {http.listen}:{http.port}: {exc.strerror}"

@@ -1,4 +1,5 @@
-"""The read-only HTTP endpoint: /metrics, /healthz and /status, served from its own thread.
+"""The read-only HTTP endpoint: /metrics, /healthz and /status, and the live page (/ and /events,
+docs/page.md), served from its own thread.
 
 Every response is rendered from the StateHolder (what the last tick published); nothing here reads
 sysfs or changes anything, so a hung GPU read cannot hang a scrape and HTTP cannot control the
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
+from gpuwatch.publish.live_feed import LiveFeed, TooManyClients, page
 from gpuwatch.publish.metrics import GpuwatchCollector
 from gpuwatch.publish.serve import REQUEST_DEADLINE_S, Server
 from gpuwatch.publish.state import StateHolder, is_stale
@@ -72,12 +74,13 @@ class HttpServer:
 
     def __init__(self, holder: StateHolder, listen: str, port: int,
                  monotonic: Callable[[], float] = time.monotonic,
-                 request_deadline_s: float = REQUEST_DEADLINE_S) -> None:
+                 request_deadline_s: float = REQUEST_DEADLINE_S, live: LiveFeed | None = None) -> None:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(GpuwatchCollector(holder.latest))
         self._metrics = MetricsCache(holder, registry)
         self._sock = bind(listen, port)
-        self._server = Server(self._sock, _routes(holder, self._metrics, monotonic), request_deadline_s)
+        respond = _routes(holder, self._metrics, monotonic)
+        self._server = Server(self._sock, respond if live is None else _live_routes(live, respond), request_deadline_s)
 
     @property
     def port(self) -> int:
@@ -89,7 +92,7 @@ class HttpServer:
 
     def start(self) -> None:
         self._server.start()
-        log.info("HTTP listening on %s:%d (/metrics, /healthz, /status)", self.address, self.port)
+        log.info("HTTP listening on %s:%d (/metrics, /healthz, /status, the live page /)", self.address, self.port)
 
     def stop(self) -> None:
         self._server.stop()
@@ -114,6 +117,35 @@ def _routes(holder: StateHolder, metrics: MetricsCache,
             if document is None:
                 return Response(503, _TEXT, b"no sample published yet\n")
             return Response(200, "application/json", json.dumps(document, indent=2, sort_keys=True).encode())
-        return Response(404, _TEXT, b"not found: try /metrics, /healthz, /status\n")
+        return Response(404, _TEXT, b"not found: try /, /metrics, /healthz, /status\n")
 
     return respond
+
+
+# The page may load nothing from elsewhere (issue 37): the browser enforces it too.
+_PAGE_HEADERS = (
+    ("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                                "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'"),
+    ("Cache-Control", "no-cache"),
+    ("X-Content-Type-Options", "nosniff"),
+)
+
+
+def _live_routes(live: LiveFeed, respond: Callable[[str, str], Response]) -> Callable[[str, str], Response]:
+    """/ (the page) and /events (its Server-Sent Events) before the other routes."""
+    body = page()
+
+    def live_respond(method: str, target: str) -> Response:
+        path = target.split("?", 1)[0]
+        if method not in ("GET", "HEAD") or path not in ("/", "/index.html", "/events"):
+            return respond(method, target)
+        if path != "/events":
+            return Response(200, "text/html; charset=utf-8", body, _PAGE_HEADERS)
+        try:
+            stream = live.open()
+        except TooManyClients as exc:
+            return Response(503, _TEXT, f"{exc}; retry later\n".encode(), (("Retry-After", "5"),))
+        return Response(200, "text/event-stream; charset=utf-8", b"",
+                        (("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no")), stream=stream)
+
+    return live_respond
