@@ -82,10 +82,13 @@ class LiveFeed:
             return self._latest
 
     def snapshot(self) -> bytes:
-        """The first message of a stream: the summary, the whole history and the events."""
+        """The first message of a stream: the summary, the whole history and the events.
+
+        Encoded outside the lock (an hour of points is a few hundred KB, ~15 ms): the tick never waits on
+        a page connecting. Points and summaries are never changed once published."""
         with self._lock:
-            return sse({"summary": self._latest, "points": self._history.points(), "events": self._events.recent()},
-                       event="snapshot")
+            document = {"summary": self._latest, "points": self._history.points(), "events": self._events.recent()}
+        return sse(document, event="snapshot")
 
     def open(self) -> LiveStream:
         """A stream with its place taken now (TooManyClients over the cap); ``close`` gives it back."""
