@@ -51,7 +51,7 @@ class LiveFeed:
         self._latest: Summary | None = None
         self._message = b""
         self._seq = 0
-        self._config: Config | None = None
+        self._config: Config | None = None  # the last tick's, only to recognise a reload by identity; never read
         self._wakers: set[Callable[[], None]] = set()
         self.max_clients = max_clients
 

@@ -281,6 +281,8 @@ class Server:
                     await writer.drain()
         finally:
             gone.cancel()
+            if gone.done() and not gone.cancelled():
+                gone.exception()  # a reset connection: retrieved, so asyncio does not log it as unhandled
 
     def _accept_failed(self, exc: OSError) -> None:  # at most every REPORT_EVERY_S: EMFILE must not flood the log
         if self._mono() - self._accept_failed_at >= REPORT_EVERY_S:

@@ -164,3 +164,19 @@ def test_a_slow_client_gets_the_latest_tick_never_a_queue(tmp_path: Path) -> Non
     message = json.loads(second.removeprefix(b"data: "))
     assert len(feed._history) == 10 and message["summary"] == feed.latest()
     assert feed.clients == 0
+
+
+def test_a_reload_is_an_event_of_the_feed(tmp_path: Path) -> None:
+    """The loop swaps its whole Config at a reload: a new object is the reload, the same one every tick is not."""
+    feed = LiveFeed()
+    state = example_state(tmp_path / "sys")
+    config = Config(runtime_dir=tmp_path / "run")
+
+    def kinds() -> list[str]:
+        return [e["kind"] for e in json.loads(feed.snapshot().split(b"data: ", 1)[1])["events"]]
+
+    feed.publish(state, config)
+    feed.publish(state, config)
+    assert kinds() == ["start"]
+    feed.publish(state, config.model_copy())
+    assert kinds() == ["reload", "start"]
