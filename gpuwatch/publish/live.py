@@ -130,8 +130,10 @@ def _run(trainer: TrainerState) -> Summary:
     # attached runs (branch attachd) come through the same TrainerState list with an ``origin``.
     origin = str(getattr(trainer, "origin", "configured"))
     why = None
-    if trainer.phase in HELD_PHASES or trainer.phase in (TrainerPhase.BACKOFF, TrainerPhase.FAILED):
-        why = trainer.paused_by or trainer.reason or trainer.last_exit_reason
+    if trainer.phase in HELD_PHASES or trainer.phase is TrainerPhase.STARTING:
+        why = trainer.paused_by or trainer.reason  # thermal verdicts and "paused by NODE": no path in them
+    elif trainer.phase in (TrainerPhase.BACKOFF, TrainerPhase.FAILED):
+        why = _exit(trainer.last_exit_code)  # not the exit reason: a failed spawn's names the program's path
     return {
         "name": trainer.name,
         "origin": origin,
@@ -147,6 +149,12 @@ def _run(trainer: TrainerState) -> Summary:
         "restarts_total": trainer.restarts_total,
         "pauses_total": trainer.pauses_total,
     }
+
+
+def _exit(code: int | None) -> str:
+    if code is None:
+        return "ended without an exit code (see gpuwatch status on the box)"
+    return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
 
 
 def _r(value: float | None, digits: int = 1) -> float | None:

@@ -5,22 +5,21 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from gpuwatch.config.cooling import FanConfig
-from gpuwatch.model import FanMode, FanState, PowerMode, PowerState, TrainerPhase
+from gpuwatch.model import FanMode, FanState, PowerMode, PowerState, PublishedState, TrainerPhase
 from gpuwatch.publish.live import ladder_rung, summary
 from tests.support.published import GPU_A, GPU_B, GPU_GONE, example_state
 
 
 @pytest.fixture(scope="module")
-def example(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def example(tmp_path_factory: pytest.TempPathFactory) -> PublishedState:
     return example_state(tmp_path_factory.mktemp("sys"))
 
 
-def test_each_gpu_against_its_limits_curve_and_cap(example) -> None:  # type: ignore[no-untyped-def]
+def test_each_gpu_against_its_limits_curve_and_cap(example: PublishedState) -> None:
     s = summary(example, FanConfig())
     assert s["tick"] == 7200 and s["interval_s"] == 1.0 and s["failures"] == ["fan controller: OSError: [Errno 5] EIO"]
     a, b, gone = s["gpus"]
@@ -42,17 +41,31 @@ def test_each_gpu_against_its_limits_curve_and_cap(example) -> None:  # type: ig
     assert gone["id"] == GPU_GONE and gone["state"] == "down" and gone["temps"] == [] and gone["fan"]["curve"] == []
 
 
-def test_each_run_its_state_rate_gpus_energy_and_why(example) -> None:  # type: ignore[no-untyped-def]
+def test_each_run_its_state_rate_gpus_energy_and_why(example: PublishedState) -> None:
     resnet, bert, vit = summary(example, FanConfig())["runs"]
     assert resnet == {"name": "resnet", "origin": "configured", "phase": "running", "steps_per_s": 4.5,
                       "steps_total": 12345, "gpus": [GPU_A, GPU_B], "run_energy_j": 1_800_000.0,
                       "energy_total_j": 2_500_000.0, "steps_per_kj": 4.5, "why": None,
                       "paused_since_unix": None, "restarts_total": 2, "pauses_total": 3}
     assert bert["phase"] == "paused" and bert["why"] == "box3: hot: junction 101°C >= 100°C"
-    assert vit["phase"] == "backoff" and vit["gpus"] == []
+    assert vit["phase"] == "backoff" and vit["gpus"] == [] and vit["why"] == "exit code 1"
 
 
-def test_no_command_line_user_or_path_reaches_the_page(example) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("code", "why"), [
+    (1, "exit code 1"), (-9, "killed by signal 9"),
+    (None, "ended without an exit code (see gpuwatch status on the box)"),
+])
+def test_a_failed_run_says_its_exit_never_its_spawn_error(example: PublishedState, code: int | None,
+                                                          why: str) -> None:
+    """A failed spawn's reason names the program (a path): the page says the exit alone."""
+    failed = replace(example.trainers[2], phase=TrainerPhase.FAILED, last_exit_code=code,
+                     last_exit_reason="spawn failed: [Errno 2] No such file or directory: '/home/alice/train.py'",
+                     reason="spawn failed: [Errno 2] No such file or directory: '/home/alice/train.py'; fix it")
+    run = summary(replace(example, trainers=(failed,)), FanConfig())["runs"][0]
+    assert run["why"] == why and "alice" not in json.dumps(run)
+
+
+def test_no_command_line_user_or_path_reaches_the_page(example: PublishedState) -> None:
     """contracts.md: processes' commands and users, log and dump paths stay out of the stream."""
     state = replace(example, trainers=tuple(replace(t, log_path="/home/alice/runs/secret.log")
                                             for t in example.trainers))
@@ -61,7 +74,7 @@ def test_no_command_line_user_or_path_reaches_the_page(example) -> None:  # type
         assert secret not in text
 
 
-def test_a_per_gpu_curve_is_the_gpus_own(example, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_per_gpu_curve_is_the_gpus_own(example: PublishedState) -> None:
     fan = FanConfig.model_validate({"gpus": {GPU_A: {"curve": [[40, 30], [80, 100]]}}})
     a, b, _ = summary(example, fan)["gpus"]
     assert a["fan"]["curve"] == [[40.0, 30.0], [80.0, 100.0]] and b["fan"]["curve"] == [list(p) for p in fan.curve]
@@ -89,10 +102,10 @@ def test_the_ladder_rung_is_the_highest_in_use(fan: FanState | None, power: Powe
     assert ladder_rung(fan, 50.0, power, held, clock_limited=clock) == rung
 
 
-def test_a_pausing_run_holds_its_gpus_on_the_pause_rung(example) -> None:  # type: ignore[no-untyped-def]
+def test_a_pausing_run_holds_its_gpus_on_the_pause_rung(example: PublishedState) -> None:
+    """resnet runs on both GPUs: pausing, it puts both on the pause rung; without runs, neither is."""
     trainers = (replace(example.trainers[0], phase=TrainerPhase.PAUSING),)
     a, b, _ = summary(replace(example, trainers=trainers), FanConfig())["gpus"]
     assert a["rung"] == b["rung"] == "pause"
     assert {g["id"] for g in summary(replace(example, trainers=()), FanConfig())["gpus"]
             if g["rung"] == "pause"} == set()
-    assert GPU_B in trainers[0].gpus
