@@ -4,7 +4,7 @@ What one box's user watches: per GPU the temperatures against their limits, the 
 the power against its cap and floor, the ladder's rung, busy and VRAM; per run its phase, step rate,
 GPUs, energy and why it is paused. Built from an allow-list of fields: it never carries what the status
 document redacts for remote clients (command lines, users, log paths, dump paths: contracts.md), so the
-stream needs no redaction of its own. Numbers are rounded to what the page shows.
+stream needs no redaction of its own. Numbers are rounded here, once, to the digits the page shows.
 """
 
 from __future__ import annotations
@@ -79,8 +79,8 @@ def _gpu(state: PublishedState, gpu: GpuReading, fan: FanState | None, power: Po
         "id": gpu.gpu_id,
         "name": gpu.name or gpu.device_id or gpu.card,
         "state": _gpu_state(gpu, reset),
-        "temps": [{"label": t.label, "temp_c": _r(t.temp_c), "limit_c": _r(state.limit_c(gpu.gpu_id, t.label)),
-                   "crit_c": _r(t.crit_c)} for t in gpu.temps],
+        "temps": [{"label": t.label, "temp_c": _r(t.temp_c, 0), "limit_c": _r(state.limit_c(gpu.gpu_id, t.label), 0),
+                   "crit_c": _r(t.crit_c, 0)} for t in gpu.temps],
         "fan": _fan(gpu, fan, curve),
         "power": _power(gpu, power),
         "rung": ladder_rung(fan, floor_percent, power, held),
@@ -108,7 +108,7 @@ def _fan(gpu: GpuReading, fan: FanState | None, curve: list[list[float]]) -> Sum
         "target_pct": _pct(fan.target_ratio) if fan else None,
         "rpm": fan.rpm if fan and fan.rpm is not None else gpu.fan_rpm,
         "sensor": fan.sensor if fan else None,
-        "sensor_temp_c": _r(fan.sensor_temp_c) if fan else None,
+        "sensor_temp_c": _r(fan.sensor_temp_c, 1) if fan else None,
         "stalled": fan.stalled if fan else False,
         "message": fan.failsafe_reason or fan.message if fan else None,
         "curve": curve if fan is not None and fan.backend != "none" else [],
@@ -117,10 +117,10 @@ def _fan(gpu: GpuReading, fan: FanState | None, curve: list[list[float]]) -> Sum
 
 def _power(gpu: GpuReading, power: PowerState | None) -> Summary:
     return {
-        "w": _r(gpu.power_w),
-        "cap_w": _r(power.cap_w if power and power.cap_w is not None else gpu.power_cap_w),
-        "original_cap_w": _r(power.original_cap_w) if power else None,
-        "floor_cap_w": _r(power.floor_cap_w) if power else None,
+        "w": _r(gpu.power_w, 0),
+        "cap_w": _r(power.cap_w if power and power.cap_w is not None else gpu.power_cap_w, 0),
+        "original_cap_w": _r(power.original_cap_w, 0) if power else None,
+        "floor_cap_w": _r(power.floor_cap_w, 0) if power else None,
         "mode": power.mode.value if power else "none",
         "reason": power.reason if power else None,
     }
@@ -141,9 +141,9 @@ def _run(trainer: TrainerState) -> Summary:
         "steps_per_s": _r(trainer.steps_per_s, 2),
         "steps_total": trainer.steps_total,
         "gpus": list(trainer.gpus or trainer.gpus_used),
-        "run_energy_j": _r(trainer.run_energy_j, 0),
-        "energy_total_j": _r(trainer.energy_total_j, 0),
-        "steps_per_kj": _r(trainer.steps_per_kj, 2),
+        "run_energy_kj": _r(None if trainer.run_energy_j is None else trainer.run_energy_j / 1000, 1),
+        "energy_total_kj": _r(trainer.energy_total_j / 1000, 1),
+        "steps_per_kj": _r(trainer.steps_per_kj, 1),
         "why": why,
         "paused_since_unix": trainer.paused_since_unix,
         "restarts_total": trainer.restarts_total,
@@ -157,9 +157,11 @@ def _exit(code: int | None) -> str:
     return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
 
 
-def _r(value: float | None, digits: int = 1) -> float | None:
+def _r(value: float | None, digits: int) -> float | None:
+    """Rounded here to the digits the page shows, once: a page that rounded a rounded value again could show
+    149.49 W as 150 W."""
     return None if value is None else round(value, digits)
 
 
 def _pct(ratio: float | None) -> float | None:
-    return None if ratio is None else round(ratio * 100, 1)
+    return None if ratio is None else round(ratio * 100)

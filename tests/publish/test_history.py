@@ -25,7 +25,7 @@ def tick_summary(tick: int, interval_s: float = 1.0) -> dict[str, Any]:
                             "mode": "idle", "reason": None},
                   "rung": "fan", "busy_pct": 100.0, "vram_used_bytes": 1, "vram_total_bytes": 2, "resets_total": 0}],
         "runs": [{"name": "demo", "origin": "configured", "phase": "running", "steps_per_s": 5.0, "steps_total": tick,
-                  "gpus": ["0000:28:00.0"], "run_energy_j": 1.0, "energy_total_j": 1.0, "steps_per_kj": 1.0,
+                  "gpus": ["0000:28:00.0"], "run_energy_kj": 1.0, "energy_total_kj": 1.0, "steps_per_kj": 1.0,
                   "why": None, "paused_since_unix": None, "restarts_total": 0, "pauses_total": 0}],
     }
 

@@ -25,13 +25,13 @@ def test_each_gpu_against_its_limits_curve_and_cap(example: PublishedState) -> N
     a, b, gone = s["gpus"]
     reading = example.snapshot.gpu(GPU_A)
     junction = next(t for t in a["temps"] if t["label"] == "junction")
-    assert junction["temp_c"] == reading.temp("junction").temp_c
+    assert junction["temp_c"] == round(reading.temp("junction").temp_c)
     assert junction["limit_c"] == example.limit_c(GPU_A, "junction")
-    assert a["fan"] | {"curve": None} == {"mode": "curve", "duty_pct": round(reading.fan_duty * 100, 1),
+    assert a["fan"] | {"curve": None} == {"mode": "curve", "duty_pct": round(reading.fan_duty * 100),
                                           "target_pct": 40.0, "rpm": 1450, "sensor": "junction",
                                           "sensor_temp_c": 61.0, "stalled": False, "message": None, "curve": None}
     assert a["fan"]["curve"] == [list(p) for p in FanConfig().curve]
-    assert a["power"] == {"w": round(reading.power_w, 1), "cap_w": 245.0, "original_cap_w": 289.0,
+    assert a["power"] == {"w": round(reading.power_w), "cap_w": 245.0, "original_cap_w": 289.0,
                           "floor_cap_w": 174.0, "mode": "governing", "reason": None}
     assert a["rung"] == "cap" and a["state"] == "up" and a["resets_total"] == 0
     assert a["vram_total_bytes"] == reading.vram_total_bytes
@@ -44,8 +44,8 @@ def test_each_gpu_against_its_limits_curve_and_cap(example: PublishedState) -> N
 def test_each_run_its_state_rate_gpus_energy_and_why(example: PublishedState) -> None:
     resnet, bert, vit = summary(example, FanConfig())["runs"]
     assert resnet == {"name": "resnet", "origin": "configured", "phase": "running", "steps_per_s": 4.5,
-                      "steps_total": 12345, "gpus": [GPU_A, GPU_B], "run_energy_j": 1_800_000.0,
-                      "energy_total_j": 2_500_000.0, "steps_per_kj": 4.5, "why": None,
+                      "steps_total": 12345, "gpus": [GPU_A, GPU_B], "run_energy_kj": 1800.0,
+                      "energy_total_kj": 2500.0, "steps_per_kj": 4.5, "why": None,
                       "paused_since_unix": None, "restarts_total": 2, "pauses_total": 3}
     assert bert["phase"] == "paused" and bert["why"] == "box3: hot: junction 101°C >= 100°C"
     assert vit["phase"] == "backoff" and vit["gpus"] == [] and vit["why"] == "exit code 1"
@@ -109,3 +109,13 @@ def test_a_pausing_run_holds_its_gpus_on_the_pause_rung(example: PublishedState)
     assert a["rung"] == b["rung"] == "pause"
     assert {g["id"] for g in summary(replace(example, trainers=()), FanConfig())["gpus"]
             if g["rung"] == "pause"} == set()
+
+
+def test_numbers_are_rounded_once_to_the_digits_shown(example: PublishedState) -> None:
+    """149.4967 W is 149 W on the page: rounded to 149.5 first, the page showed 150 (found by the browser test)."""
+    gpus = tuple(replace(g, power_w=149.4967, fan_rpm=None) if g.gpu_id == GPU_A else g for g in example.snapshot.gpus)
+    state = replace(example, snapshot=replace(example.snapshot, gpus=gpus),
+                    trainers=(replace(example.trainers[0], steps_per_s=4.4949, run_energy_j=1_849_960.0),))
+    s = summary(state, FanConfig())
+    assert s["gpus"][0]["power"]["w"] == 149
+    assert s["runs"][0]["steps_per_s"] == 4.49 and s["runs"][0]["run_energy_kj"] == 1850.0
