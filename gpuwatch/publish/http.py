@@ -79,8 +79,7 @@ class HttpServer:
         registry.register(GpuwatchCollector(holder.latest))
         self._metrics = MetricsCache(holder, registry)
         self._sock = bind(listen, port)
-        respond = _routes(holder, self._metrics, monotonic)
-        self._server = Server(self._sock, respond if live is None else _live_routes(live, respond), request_deadline_s)
+        self._server = Server(self._sock, _routes(holder, self._metrics, monotonic, live), request_deadline_s)
 
     @property
     def port(self) -> int:
@@ -101,12 +100,16 @@ class HttpServer:
 _TEXT = "text/plain; charset=utf-8"
 
 
-def _routes(holder: StateHolder, metrics: MetricsCache,
-            monotonic: Callable[[], float]) -> Callable[[str, str], Response]:
+def _routes(holder: StateHolder, metrics: MetricsCache, monotonic: Callable[[], float],
+            live: LiveFeed | None = None) -> Callable[[str, str], Response]:
+    page_body = page() if live is not None else b""
+
     def respond(method: str, target: str) -> Response:
         if method not in ("GET", "HEAD"):
             return Response(405, _TEXT, b"read-only endpoint: GET or HEAD only\n", (("Allow", "GET, HEAD"),))
         path = target.split("?", 1)[0]
+        if live is not None and path in ("/", "/index.html", "/events"):
+            return _live(live, page_body, path)
         if path == "/metrics":
             return Response(200, METRICS_CONTENT_TYPE, metrics.body())
         if path == "/healthz":
@@ -131,21 +134,13 @@ _PAGE_HEADERS = (
 )
 
 
-def _live_routes(live: LiveFeed, respond: Callable[[str, str], Response]) -> Callable[[str, str], Response]:
-    """/ (the page) and /events (its Server-Sent Events) before the other routes."""
-    body = page()
-
-    def live_respond(method: str, target: str) -> Response:
-        path = target.split("?", 1)[0]
-        if method not in ("GET", "HEAD") or path not in ("/", "/index.html", "/events"):
-            return respond(method, target)
-        if path != "/events":
-            return Response(200, "text/html; charset=utf-8", body, _PAGE_HEADERS)
-        try:
-            stream = live.open()
-        except TooManyClients as exc:
-            return Response(503, _TEXT, f"{exc}; retry later\n".encode(), (("Retry-After", "5"),))
-        return Response(200, "text/event-stream; charset=utf-8", b"",
-                        (("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no")), stream=stream)
-
-    return live_respond
+def _live(live: LiveFeed, page_body: bytes, path: str) -> Response:
+    """/ (the page) or /events (its Server-Sent Events: a stream, or 503 over the cap on live pages)."""
+    if path != "/events":
+        return Response(200, "text/html; charset=utf-8", page_body, _PAGE_HEADERS)
+    try:
+        stream = live.open()
+    except TooManyClients as exc:
+        return Response(503, _TEXT, f"{exc}; retry later\n".encode(), (("Retry-After", "5"),))
+    return Response(200, "text/event-stream; charset=utf-8", b"",
+                    (("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no")), stream=stream)
