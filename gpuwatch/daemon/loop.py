@@ -44,6 +44,7 @@ from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.model import DaemonInfo, FanState, PowerState, PublishedState, TrainerState, UnmanagedState
 from gpuwatch.publish.document import to_document
 from gpuwatch.publish.http import HttpServer
+from gpuwatch.publish.live_feed import LiveFeed
 from gpuwatch.publish.state import StateHolder, write_state_file
 from gpuwatch.publish.summary import status_line
 
@@ -75,6 +76,7 @@ class Daemon:
         # A longer gap between two readings (a stuck tick) adds no energy or time throttled.
         self.sampler = Sampler(self.parts.sources, max_gap_s=max(10.0, 5 * config.interval_s))
         self.holder = StateHolder()
+        self.live = LiveFeed(config.interval_s)  # the live page's summary, history and events (docs/page.md)
         self.started_unix = time.time()
         self.ticks_total = 0
         # Set by signal handlers: plain flags and a self-pipe, never a lock (see Wakeup).
@@ -133,6 +135,8 @@ class Daemon:
                         unmanaged=unmanaged)
         document = to_document(state, source="daemon")
         self.holder.publish(state, document)
+        if self.http is not None:
+            self._guard("live page", lambda: self.live.publish(state, config), None)
         self._guard("state file", lambda: write_state_file(self.config.state_file, document), None)
         for hook in self.parts.on_tick:
             self._guard("tick hook", partial(hook, state), None)
@@ -290,7 +294,7 @@ class Daemon:
             return
         try:
             self.http = HttpServer(self.holder, http.listen, http.port, web_config=http.web_config,
-                                   expose_sensitive=http.expose_sensitive)
+                                   expose_sensitive=http.expose_sensitive, live=self.live)
         except ConfigError as exc:  # the web config broke after the start's check (load_daemon_config)
             log.error("cannot serve HTTP: %s; metrics are off", exc)
             self.failures["http"] = str(exc)

@@ -1,4 +1,5 @@
-"""The read-only HTTP endpoint: /metrics, /healthz and /status, served from its own thread.
+"""The read-only HTTP endpoint: /metrics, /healthz and /status, and the live page (/ and /events,
+docs/page.md), served from its own thread.
 
 Every response is rendered from the StateHolder (what the last tick published); nothing here reads
 sysfs or changes anything, so a hung GPU read cannot hang a scrape and HTTP cannot control the
@@ -28,6 +29,7 @@ from prometheus_client.exposition import generate_latest
 from gpuwatch.config.sections import ExposeSensitive, HttpConfig
 from gpuwatch.publish.auth import BasicAuth, credentials
 from gpuwatch.publish.families import gauge
+from gpuwatch.publish.live_feed import LiveFeed, TooManyClients, page
 from gpuwatch.publish.metrics import GpuwatchCollector
 from gpuwatch.publish.redact import is_loopback, redact, sees_sensitive
 from gpuwatch.publish.serve import REQUEST_DEADLINE_S, Server
@@ -103,7 +105,7 @@ class HttpServer:
     def __init__(self, holder: StateHolder, listen: str, port: int,
                  monotonic: Callable[[], float] = time.monotonic,
                  request_deadline_s: float = REQUEST_DEADLINE_S, web_config: Path | None = None,
-                 expose_sensitive: ExposeSensitive | None = None) -> None:
+                 expose_sensitive: ExposeSensitive | None = None, live: LiveFeed | None = None) -> None:
         """``expose_sensitive`` None: ``[http]``'s default (config/sections.py, its one home)."""
         expose = expose_sensitive or HttpConfig().expose_sensitive
         self._watch = GateWatch(web_config)
@@ -114,7 +116,7 @@ class HttpServer:
         self._metrics = MetricsCache(holder, registry)
         self._sock = bind(listen, port)
         gate = self._watch.gate
-        self._server = Server(self._sock, _routes(holder, self._metrics, monotonic, gate, expose),
+        self._server = Server(self._sock, _routes(holder, self._metrics, monotonic, gate, expose, live),
                               request_deadline_s, tls=lambda: gate().context, admit=_admission(gate, self._auth))
         self.tls = gate().context is not None
 
@@ -128,7 +130,7 @@ class HttpServer:
 
     def start(self) -> None:
         self._server.start()
-        log.info("HTTP listening on %s:%d (/metrics, /healthz, /status%s)", self.address, self.port,
+        log.info("HTTP listening on %s:%d (/metrics, /healthz, /status, the live page /%s)", self.address, self.port,
                  "; TLS" if self.tls else "")
 
     def reload(self) -> None:
@@ -181,7 +183,9 @@ def _san_allowed(request: Request, allowed: frozenset[str]) -> bool:
 
 
 def _routes(holder: StateHolder, metrics: MetricsCache, monotonic: Callable[[], float], gate: Callable[[], Gate],
-            expose_sensitive: ExposeSensitive) -> Callable[[Request], Response]:
+            expose_sensitive: ExposeSensitive, live: LiveFeed | None = None) -> Callable[[Request], Response]:
+    page_body = page() if live is not None else b""
+
     def respond(request: Request) -> Response:
         return _with_headers(route(request), gate())
 
@@ -189,6 +193,8 @@ def _routes(holder: StateHolder, metrics: MetricsCache, monotonic: Callable[[], 
         if request.method not in ("GET", "HEAD"):
             return Response(405, _TEXT, b"read-only endpoint: GET or HEAD only\n", (("Allow", "GET, HEAD"),))
         path = request.path
+        if live is not None and path in ("/", "/index.html", "/events"):
+            return _live(live, page_body, path)
         if path == "/metrics":
             return Response(200, METRICS_CONTENT_TYPE, metrics.body())
         if path == "/healthz":
@@ -201,6 +207,27 @@ def _routes(holder: StateHolder, metrics: MetricsCache, monotonic: Callable[[], 
             if not sees_sensitive(expose_sensitive, is_loopback(request.client), request.authenticated):
                 document = redact(document)
             return Response(200, "application/json", json.dumps(document, indent=2, sort_keys=True).encode())
-        return Response(404, _TEXT, b"not found: try /metrics, /healthz, /status\n")
+        return Response(404, _TEXT, b"not found: try /, /metrics, /healthz, /status\n")
 
     return respond
+
+
+# The page may load nothing from elsewhere (issue 37): the browser enforces it too.
+_PAGE_HEADERS = (
+    ("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                                "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'"),
+    ("Cache-Control", "no-cache"),
+    ("X-Content-Type-Options", "nosniff"),
+)
+
+
+def _live(live: LiveFeed, page_body: bytes, path: str) -> Response:
+    """/ (the page) or /events (its Server-Sent Events: a stream, or 503 over the cap on live pages)."""
+    if path != "/events":
+        return Response(200, "text/html; charset=utf-8", page_body, _PAGE_HEADERS)
+    try:
+        stream = live.open()
+    except TooManyClients as exc:
+        return Response(503, _TEXT, f"{exc}; retry later\n".encode(), (("Retry-After", "5"),))
+    return Response(200, "text/event-stream; charset=utf-8", b"",
+                    (("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no")), stream=stream)

@@ -36,7 +36,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from gpuwatch.publish.wire import MAX_BODY_BYTES, MAX_HEAD_BYTES, Request, Respond, Response, encode, parse_head
+from gpuwatch.publish.wire import MAX_BODY_BYTES, MAX_HEAD_BYTES, Request, Respond, Response, Stream, encode, parse_head
 
 log = logging.getLogger("gpuwatch.http")
 
@@ -285,13 +285,35 @@ class Server:
         request = Request(method, target, connection.client, headers, peer_cert or None)
         response = await self._answer(request)
         log.debug("%s %s %s %d", connection.client, method or "-", target or "-", response.status)
-        writer.write(encode(response, with_body=method != "HEAD"))
         try:
+            writer.write(encode(response, with_body=method != "HEAD"))
+            if response.stream is not None and method != "HEAD":
+                await self._stream(response.stream, reader, writer)
             async with asyncio.timeout(WRITE_DEADLINE_S):
                 await writer.drain()
         except TimeoutError:
             self._note_cut(connection.client, f"response not read within {WRITE_DEADLINE_S:g} s")
             connection.cut = True
+        finally:
+            if response.stream is not None:
+                response.stream.close()
+
+    async def _stream(self, stream: Stream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Write a streamed body (the live page's /events) until it ends or the client goes: each chunk
+        under the write deadline, and the client's end of the connection (EOF: it sends nothing after its
+        request) ends the stream at its next chunk. Through ``writer``, so the same under TLS."""
+        gone = asyncio.ensure_future(reader.read(1))
+        try:
+            async for chunk in stream.chunks():
+                if gone.done():
+                    return
+                writer.write(chunk)
+                async with asyncio.timeout(WRITE_DEADLINE_S):
+                    await writer.drain()
+        finally:
+            gone.cancel()
+            if gone.done() and not gone.cancelled():
+                gone.exception()  # a reset connection: retrieved, so asyncio does not log it as unhandled
 
     def _accept_failed(self, exc: OSError) -> None:  # at most every REPORT_EVERY_S: EMFILE must not flood the log
         if self._mono() - self._accept_failed_at >= REPORT_EVERY_S:

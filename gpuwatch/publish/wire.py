@@ -7,13 +7,22 @@ import email.utils
 import http.client
 import io
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Protocol
 
 MAX_HEAD_BYTES = 16 * 1024  # request line + headers
 MAX_BODY_BYTES = 64 * 1024  # a body is read (and ignored) so the close does not reset the response
+
+
+class Stream(Protocol):
+    """A body written chunk by chunk after the head until it ends or the client goes (the live page's
+    /events); ``close`` is called however the response ends, sent or not."""
+
+    def chunks(self) -> AsyncIterator[bytes]: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -22,6 +31,7 @@ class Response:
     content_type: str
     body: bytes
     headers: tuple[tuple[str, str], ...] = ()
+    stream: Stream | None = None  # written after ``body``; the head then has no Content-Length
 
 
 @dataclass(frozen=True)
@@ -75,7 +85,7 @@ def encode(response: Response, with_body: bool) -> bytes:
         ("Server", "gpuwatch"),
         ("Date", email.utils.formatdate(usegmt=True)),
         ("Content-Type", response.content_type),
-        ("Content-Length", str(len(response.body))),
+        *(() if response.stream is not None else (("Content-Length", str(len(response.body))),)),
         ("Connection", "close"),
         *response.headers,
     ]
