@@ -23,6 +23,8 @@ from gpuwatch.config.base import (
 from gpuwatch.config.cooling import FanConfig, PowerConfig, ThermalConfig
 from gpuwatch.config.sections import (
     AmdgpuInfoConfig,
+    AttachedConfig,
+    ControlConfig,
     HttpConfig,
     ProcessesConfig,
     ResetsConfig,
@@ -60,6 +62,8 @@ class Config(Strict):
     processes: ProcessesConfig = ProcessesConfig()
     resets: ResetsConfig = ResetsConfig()
     trainer: list[TrainerConfig] = []
+    control: ControlConfig = ControlConfig()
+    attached: AttachedConfig = AttachedConfig()
 
     @field_validator("trainer")
     @classmethod

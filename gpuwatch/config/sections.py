@@ -1,5 +1,5 @@
 """The daemon's other sections: ``[http]``, ``[status]`` (remote machines), ``[simulate]``, ``[amdgpuinfo]``,
-``[processes]`` and ``[resets]``."""
+``[processes]``, ``[resets]``, ``[control]`` and ``[attached]``."""
 
 from __future__ import annotations
 
@@ -124,3 +124,25 @@ class ResetsConfig(Strict):
     uevents: bool = True
     # Consecutive ticks the GPU must answer (temperatures read) before it is used again.
     answer_ticks: int = Field(default=3, ge=1, le=3600)
+
+
+class ControlConfig(Strict):
+    """The control socket (mode 0666: every local user may connect; each request is authorized from the
+    kernel's peer credentials, supervise/access.py)."""
+
+    # Members of this group may do what root may (pause, resume, stop any run; restart configured trainers).
+    admin_group: str | None = Field(default=None, min_length=1)
+
+
+class AttachedConfig(Strict):
+    """Runs attached by `gpuwatch train` from any user's shell (supervise/attached_runs.py, docs/attached-runs.md)."""
+
+    # As [[trainer]]'s: a hot GPU pauses after debounce_s; a pause lasts at least min_pause_s.
+    debounce_s: float = Field(default=5.0, ge=0)
+    min_pause_s: float = Field(default=30.0, ge=0)
+    # No new step in the run's heartbeats this long (while running): the run is reported hung, once.
+    hang_timeout_s: float | None = Field(default=1800.0, gt=0)
+    # An ended run (finished, failed, stopped, gone) stays listed this long, then it is dropped.
+    keep_ended_s: float = Field(default=300.0, ge=0)
+    max_runs: int = Field(default=256, ge=1, le=4096)
+    max_runs_per_user: int = Field(default=64, ge=1, le=4096)

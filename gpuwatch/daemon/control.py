@@ -1,7 +1,17 @@
-"""Local control channel for `gpuwatch pause|resume|restart [NAME]`: a unix socket, JSON lines, no HTTP.
+"""Local control channel for `gpuwatch pause|resume|restart|stop [NAME|PID]` and the attach sessions of
+`gpuwatch train`: a unix socket, JSON lines, no HTTP.
 
-Access is the socket file's permission (mode 0660: the daemon's user and group), checked by the kernel
-on connect. Requests: {"cmd": "pause", "name": null}; replies: {"ok": bool, "message": str}. The request
+Every local user may connect (mode 0666); each request is authorized from the kernel's peer credentials
+(SO_PEERCRED: pid, uid, gid, and the groups in the peer's /proc/<pid>/status), never from what the
+request claims, by the one rule in supervise/access.py: root, the daemon's user and ``[control]
+admin_group`` may do anything; any user may attach a run and pause, resume or stop their own attached
+runs, and reads the status with the sensitive fields left out. Requests: {"cmd": "pause", "name": null};
+replies: {"ok": bool, "message": str}. A first line ``{"cmd": "attach", ...}`` (gpuwatch/attach.py) makes
+the connection an attach session: validated (daemon/peers.py), registered with the supervisor, then
+read line by line (each at most ``attach.MAX_LINE_BYTES``; silent for ``SESSION_SILENCE_S``: gone) with
+no whole-request deadline, and the supervisor's events written back without ever blocking the loop.
+Sessions do not count against ``MAX_CLIENTS``; the supervisor bounds them (``[attached] max_runs``). The
+request
 {"cmd": "status"} is answered by the server itself with the last published document ({"ok": true,
 "message": "", "document": {...}}): `gpuwatch status`'s way in when the state file cannot be written
 (a full or read-only runtime directory) and HTTP is off.
@@ -16,15 +26,25 @@ waiting) is not carried out: a command the user saw time out never happens later
 
 from __future__ import annotations
 
+import grp
 import json
 import logging
 import os
+import pwd
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, get_args, runtime_checkable
+
+from gpuwatch import attach as proto
+from gpuwatch.config.file import REAL_PROC_ROOT
+from gpuwatch.daemon.peers import run_refusal, with_groups
+from gpuwatch.procfs import Procfs
+from gpuwatch.supervise.access import Peer, privileged, redacted, refusal
+from gpuwatch.supervise.actions import Command
 
 log = logging.getLogger("gpuwatch.control")
 
@@ -34,6 +54,19 @@ MAX_REQUEST_BYTES = 4096
 REQUEST_DEADLINE_S = 2.0  # the whole request line, from the accept
 MAX_CLIENTS = 16  # connections being read at once
 CLIENT_TIMEOUT_S = 5.0  # the CLI's wait for an answer
+SESSION_SILENCE_S = 10 * proto.BEAT_INTERVAL_S  # an attach session that sends nothing this long is gone
+SUPERVISOR_VERBS = frozenset(get_args(Command))  # authorized per run by the supervisor (it knows the owners)
+SOCKET_MODE = 0o666
+
+
+@runtime_checkable
+class Sessions(Protocol):
+    """The supervisor's side of attach sessions and of per-peer commands (supervise/supervisor.py)."""
+
+    def attach(self, request: proto.Attach, peer: Peer, user: str, link: Any) -> proto.Attached: ...
+    def receive(self, run_id: str, message: proto.Message) -> None: ...
+    def detach(self, run_id: str, link: Any) -> None: ...
+    def command_as(self, verb: str, name: str | None, peer: Peer, privileged: bool) -> tuple[bool, str]: ...
 
 
 class ControlError(Exception):
@@ -42,10 +75,17 @@ class ControlError(Exception):
 
 class ControlServer:
     def __init__(self, path: Path, handler: Handler, request_deadline_s: float = REQUEST_DEADLINE_S,
-                 document: Document | None = None) -> None:
+                 document: Document | None = None, sessions: Sessions | None = None,
+                 admin_group: Callable[[], str | None] = lambda: None, proc_root: Path = REAL_PROC_ROOT) -> None:
+        """``proc_root``: where the peers are read (the machine's own /proc: SO_PEERCRED's pids are its kernel's,
+        also when the daemon simulates its GPUs); ``admin_group``: the live ``[control] admin_group``."""
         self.path = path
         self.handler = handler
         self.document = document
+        self.sessions = sessions
+        self.admin_group = admin_group
+        self.procfs = Procfs(proc_root)
+        self._sessions: set[socket.socket] = set()
         self.request_deadline_s = request_deadline_s
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
@@ -58,18 +98,14 @@ class ControlServer:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.unlink(missing_ok=True)  # left over from a daemon that was killed (the lock says none runs)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o117)  # no window in which the socket is world-connectable
-        try:
-            sock.bind(str(self.path))
-        finally:
-            os.umask(old)
-        os.chmod(self.path, 0o660)
+        sock.bind(str(self.path))
+        os.chmod(self.path, SOCKET_MODE)  # every user may connect: each request is authorized from its peer
         sock.listen(64)
         sock.settimeout(0.2)
         self._sock = sock
         self._thread = threading.Thread(target=self._serve, name="gpuwatch-control", daemon=True)
         self._thread.start()
-        log.info("control socket %s (mode 0660)", self.path)
+        log.info("control socket %s (mode %o: requests authorized per peer)", self.path, SOCKET_MODE)
 
     def stop(self) -> None:
         self._stop.set()
@@ -78,7 +114,7 @@ class ControlServer:
         if self._sock is not None:
             self._sock.close()
         with self._lock:
-            for conn in self._reading:
+            for conn in list(self._reading) + list(self._sessions):
                 _cut(conn)
         try:
             self.path.unlink(missing_ok=True)
@@ -123,7 +159,7 @@ class ControlServer:
     def _answer(self, conn: socket.socket) -> None:
         deadline = time.monotonic() + self.request_deadline_s
         data = b""
-        while b"\n" not in data and len(data) < MAX_REQUEST_BYTES:
+        while b"\n" not in data and len(data) < proto.MAX_LINE_BYTES:
             left = deadline - time.monotonic()
             if left <= 0:
                 log.warning("control socket: no whole request within %g s: client cut off", self.request_deadline_s)
@@ -140,6 +176,14 @@ class ControlServer:
             self._reading.pop(conn, None)
         if not data.strip():
             return  # connected and went (or was cut off): nothing asked
+        line, _, rest = data.partition(b"\n")
+        if self.sessions is not None and _is_attach(line):
+            self._session(conn, line, rest)
+            return
+        if len(line) > MAX_REQUEST_BYTES:
+            conn.sendall(json.dumps({"ok": False, "message": f"request longer than {MAX_REQUEST_BYTES} bytes"}).encode()
+                         + b"\n")
+            return
         reply = self._reply(conn, data)
         if reply is not None:
             conn.settimeout(self.request_deadline_s)
@@ -152,16 +196,164 @@ class ControlServer:
             cmd, name = str(request["cmd"]), request.get("name")
         except (ValueError, KeyError, TypeError) as exc:
             return {"ok": False, "message": f"bad request: {exc}"}
+        peer = self._peer(conn)
+        allowed = privileged(peer, os.getuid(), self._admin_gid())
         if cmd == "status" and self.document is not None:
             document = self.document()
+            if document is not None and redacted(cmd, allowed):
+                document = redact_document(document)
             return {"ok": document is not None, "message": "" if document else "no sample published yet",
                     "document": document}
         with self._handling:
             if _gone(conn):
                 log.warning("control socket: %r from a client that no longer waits for it: not carried out", cmd)
                 return None
-            ok, message = self.handler(cmd, None if name is None else str(name))
+            target = None if name is None else str(name)
+            if self.sessions is not None and cmd in SUPERVISOR_VERBS:
+                ok, message = self.sessions.command_as(cmd, target, peer, allowed)
+            elif not allowed:
+                ok, message = False, refusal(cmd, peer, False, []) or "not permitted"
+            else:
+                ok, message = self.handler(cmd, target)
+        if not ok and message.startswith("not permitted"):
+            log.warning("control socket: %s %s from uid %d (pid %d): %s", cmd, target or "", peer.uid, peer.pid,
+                        message)
         return {"ok": ok, "message": message}
+
+    # ---- who is asking ----------------------------------------------------------------------------
+    def _peer(self, conn: socket.socket) -> Peer:
+        """The kernel's word on the client (SO_PEERCRED), with its supplementary groups."""
+        raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid, uid, gid = struct.unpack("3i", raw)
+        return with_groups(self.procfs, Peer(pid, uid, gid))
+
+    def _admin_gid(self) -> int | None:
+        name = self.admin_group()
+        if name is None:
+            return None
+        try:
+            return grp.getgrnam(name).gr_gid
+        except KeyError:
+            log.warning("control socket: [control] admin_group %r is no group on this machine", name)
+            return None
+
+    # ---- attach sessions ---------------------------------------------------------------------------
+    def _session(self, conn: socket.socket, line: bytes, rest: bytes) -> None:
+        """An attach session: validate, register, then read its lines until it ends (or goes silent)."""
+        assert self.sessions is not None
+        link = _Link(conn)
+        try:
+            request = proto.decode_request(line)
+        except proto.ProtocolError as exc:
+            link.reply(proto.Attached(ok=False, message=f"bad attach: {exc}"))
+            return
+        if not isinstance(request, proto.Attach):
+            return
+        peer = self._peer(conn)
+        why = run_refusal(self.procfs, peer, request.pid)
+        reply = proto.Attached(ok=False, message=why) if why else \
+            self.sessions.attach(request, peer, _user_name(peer.uid), link)
+        if not reply.ok:
+            log.warning("control socket: attach of pid %d from uid %d refused: %s", request.pid, peer.uid,
+                        reply.message)
+        if not link.reply(reply) or not reply.ok or reply.run_id is None:
+            return
+        with self._lock:
+            self._sessions.add(conn)
+        try:
+            self._read_session(conn, reply.run_id, rest)
+        finally:
+            with self._lock:
+                self._sessions.discard(conn)
+            self.sessions.detach(reply.run_id, link)
+
+    def _read_session(self, conn: socket.socket, run_id: str, data: bytes) -> None:
+        assert self.sessions is not None
+        conn.settimeout(None)  # blocking: the events are sent with MSG_DONTWAIT, the silence bounded below
+        seconds = int(SESSION_SILENCE_S)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                        struct.pack("ll", seconds, int((SESSION_SILENCE_S - seconds) * 1e6)))
+        while not self._stop.is_set():
+            while b"\n" in data:
+                line, _, data = data.partition(b"\n")
+                if not line.strip():
+                    continue
+                try:
+                    message = proto.decode_request(line)
+                except proto.ProtocolError as exc:
+                    log.warning("attach session %s: %s: session closed", run_id, exc)
+                    return
+                if isinstance(message, proto.Attach):
+                    log.warning("attach session %s: a second attach: session closed", run_id)
+                    return
+                self.sessions.receive(run_id, message)
+            if len(data) > proto.MAX_LINE_BYTES:
+                log.warning("attach session %s: a line over %d bytes: session closed", run_id, proto.MAX_LINE_BYTES)
+                return
+            try:
+                chunk = conn.recv(65536)
+            except (BlockingIOError, TimeoutError):
+                log.warning("attach session %s: silent for %g s: its run counts as detached", run_id,
+                            SESSION_SILENCE_S)
+                return
+            if not chunk:
+                return
+            data += chunk
+
+
+class _Link:
+    """An attach session's write side: events never block the loop (a wrapper that reads nothing breaks it)."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn = conn
+        self.lock = threading.Lock()
+
+    def reply(self, message: proto.Attached) -> bool:
+        try:
+            self.conn.settimeout(REQUEST_DEADLINE_S)
+            self.conn.sendall(proto.encode(message))
+            return True
+        except OSError:
+            return False
+
+    def send(self, event: proto.Event) -> bool:
+        data = proto.encode(event)
+        with self.lock:
+            try:
+                return self.conn.send(data, socket.MSG_DONTWAIT) == len(data)
+            except OSError:
+                return False
+
+
+def _is_attach(line: bytes) -> bool:
+    try:
+        request = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(request, dict) and request.get("cmd") == "attach"
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+# The fields an unprivileged peer's status leaves out (contracts.md: commands, users, log paths).
+# TODO(lead): point this at branch tls's one home for the redaction list (publish/redact.py) at the merge.
+_REDACTED = {"processes": ("command", "user"), "trainers": ("command", "user", "log_path")}
+
+
+def redact_document(document: Mapping[str, Any]) -> dict[str, Any]:
+    """``document`` without the sensitive fields of its processes and trainers (set to None)."""
+    out = dict(document)
+    for section, keys in _REDACTED.items():
+        rows = out.get(section)
+        if isinstance(rows, list):
+            out[section] = [{**row, **{k: None for k in keys if k in row}} if isinstance(row, dict) else row
+                            for row in rows]
+    return out
 
 
 def _gone(conn: socket.socket) -> bool:

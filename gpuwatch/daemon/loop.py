@@ -34,7 +34,7 @@ from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import Config, load_config
 from gpuwatch.daemon import compose
 from gpuwatch.daemon.compose import Parts
-from gpuwatch.daemon.control import ControlServer
+from gpuwatch.daemon.control import ControlServer, Sessions
 from gpuwatch.daemon.published import count_read_errors, log_discovery, published_state
 from gpuwatch.daemon.reload import plan_reload
 from gpuwatch.daemon.sdnotify import Notifier
@@ -94,7 +94,9 @@ class Daemon:
         handler = self.parts.control or (trainers.command if trainers is not None else None)
         if handler is None:
             return
-        server = ControlServer(self.config.control_socket, handler, document=self.holder.document)
+        sessions = trainers if isinstance(trainers, Sessions) else None  # attach sessions, per-peer commands
+        server = ControlServer(self.config.control_socket, handler, document=self.holder.document,
+                               sessions=sessions, admin_group=lambda: self.config.control.admin_group)
         self._guard("control socket", server.start, None)
         self.control = server if "control socket" not in self.failures else None
 

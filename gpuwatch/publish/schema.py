@@ -217,6 +217,10 @@ class TrainerDoc(TypedDict):  # model.TrainerState
     ranks_held: int | None
     world_size: int | None
     paused_by: str | None
+    origin: str
+    user: str | None
+    command: str | None
+    job_id: str | None
 
 
 class StatusDocument(TypedDict):

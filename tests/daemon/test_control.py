@@ -40,7 +40,7 @@ def test_round_trip_and_socket_mode(short_dir: Path) -> None:
     server = ControlServer(short_dir / "control.sock", handler)
     server.start()
     try:
-        assert (os.stat(short_dir / "control.sock").st_mode & 0o777) == 0o660
+        assert (os.stat(short_dir / "control.sock").st_mode & 0o777) == 0o666
         assert send_command(short_dir / "control.sock", "pause", "t") == (True, "pause t")
         assert send_command(short_dir / "control.sock", "resume", "bad") == (False, "resume bad")
         assert calls == [("pause", "t"), ("resume", "bad")]
