@@ -30,20 +30,18 @@ import grp
 import json
 import logging
 import os
-import pwd
 import socket
-import struct
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol, get_args, runtime_checkable
+from typing import Any, get_args
 
 from gpuwatch import attach as proto
 from gpuwatch.config.file import REAL_PROC_ROOT
-from gpuwatch.daemon.peers import run_refusal, with_groups
+from gpuwatch.daemon.attach_sessions import Sessions, is_attach, peer_of, serve_session
 from gpuwatch.procfs import Procfs
-from gpuwatch.supervise.access import Peer, privileged, redacted, refusal
+from gpuwatch.supervise.access import privileged, redacted, refusal
 from gpuwatch.supervise.actions import Command
 
 log = logging.getLogger("gpuwatch.control")
@@ -54,19 +52,8 @@ MAX_REQUEST_BYTES = 4096
 REQUEST_DEADLINE_S = 2.0  # the whole request line, from the accept
 MAX_CLIENTS = 16  # connections being read at once
 CLIENT_TIMEOUT_S = 5.0  # the CLI's wait for an answer
-SESSION_SILENCE_S = 10 * proto.BEAT_INTERVAL_S  # an attach session that sends nothing this long is gone
 SUPERVISOR_VERBS = frozenset(get_args(Command))  # authorized per run by the supervisor (it knows the owners)
 SOCKET_MODE = 0o666
-
-
-@runtime_checkable
-class Sessions(Protocol):
-    """The supervisor's side of attach sessions and of per-peer commands (supervise/supervisor.py)."""
-
-    def attach(self, request: proto.Attach, peer: Peer, user: str, link: Any) -> proto.Attached: ...
-    def receive(self, run_id: str, message: proto.Message) -> None: ...
-    def detach(self, run_id: str, link: Any) -> None: ...
-    def command_as(self, verb: str, name: str | None, peer: Peer, privileged: bool) -> tuple[bool, str]: ...
 
 
 class ControlError(Exception):
@@ -177,8 +164,14 @@ class ControlServer:
         if not data.strip():
             return  # connected and went (or was cut off): nothing asked
         line, _, rest = data.partition(b"\n")
-        if self.sessions is not None and _is_attach(line):
-            self._session(conn, line, rest)
+        if self.sessions is not None and is_attach(line):
+            with self._lock:
+                self._sessions.add(conn)
+            try:
+                serve_session(conn, line, rest, self.sessions, self.procfs, self._stop)
+            finally:
+                with self._lock:
+                    self._sessions.discard(conn)
             return
         if len(line) > MAX_REQUEST_BYTES:
             conn.sendall(json.dumps({"ok": False, "message": f"request longer than {MAX_REQUEST_BYTES} bytes"}).encode()
@@ -196,7 +189,7 @@ class ControlServer:
             cmd, name = str(request["cmd"]), request.get("name")
         except (ValueError, KeyError, TypeError) as exc:
             return {"ok": False, "message": f"bad request: {exc}"}
-        peer = self._peer(conn)
+        peer = peer_of(conn, self.procfs)
         allowed = privileged(peer, os.getuid(), self._admin_gid())
         if cmd == "status" and self.document is not None:
             document = self.document()
@@ -220,13 +213,6 @@ class ControlServer:
                         message)
         return {"ok": ok, "message": message}
 
-    # ---- who is asking ----------------------------------------------------------------------------
-    def _peer(self, conn: socket.socket) -> Peer:
-        """The kernel's word on the client (SO_PEERCRED), with its supplementary groups."""
-        raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        pid, uid, gid = struct.unpack("3i", raw)
-        return with_groups(self.procfs, Peer(pid, uid, gid))
-
     def _admin_gid(self) -> int | None:
         name = self.admin_group()
         if name is None:
@@ -236,109 +222,6 @@ class ControlServer:
         except KeyError:
             log.warning("control socket: [control] admin_group %r is no group on this machine", name)
             return None
-
-    # ---- attach sessions ---------------------------------------------------------------------------
-    def _session(self, conn: socket.socket, line: bytes, rest: bytes) -> None:
-        """An attach session: validate, register, then read its lines until it ends (or goes silent)."""
-        assert self.sessions is not None
-        link = _Link(conn)
-        try:
-            request = proto.decode_request(line)
-        except proto.ProtocolError as exc:
-            link.reply(proto.Attached(ok=False, message=f"bad attach: {exc}"))
-            return
-        if not isinstance(request, proto.Attach):
-            return
-        peer = self._peer(conn)
-        why = run_refusal(self.procfs, peer, request.pid)
-        reply = proto.Attached(ok=False, message=why) if why else \
-            self.sessions.attach(request, peer, _user_name(peer.uid), link)
-        if not reply.ok:
-            log.warning("control socket: attach of pid %d from uid %d refused: %s", request.pid, peer.uid,
-                        reply.message)
-        if not link.reply(reply) or not reply.ok or reply.run_id is None:
-            return
-        with self._lock:
-            self._sessions.add(conn)
-        try:
-            self._read_session(conn, reply.run_id, rest)
-        finally:
-            with self._lock:
-                self._sessions.discard(conn)
-            self.sessions.detach(reply.run_id, link)
-
-    def _read_session(self, conn: socket.socket, run_id: str, data: bytes) -> None:
-        assert self.sessions is not None
-        conn.settimeout(None)  # blocking: the events are sent with MSG_DONTWAIT, the silence bounded below
-        seconds = int(SESSION_SILENCE_S)
-        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
-                        struct.pack("ll", seconds, int((SESSION_SILENCE_S - seconds) * 1e6)))
-        while not self._stop.is_set():
-            while b"\n" in data:
-                line, _, data = data.partition(b"\n")
-                if not line.strip():
-                    continue
-                try:
-                    message = proto.decode_request(line)
-                except proto.ProtocolError as exc:
-                    log.warning("attach session %s: %s: session closed", run_id, exc)
-                    return
-                if isinstance(message, proto.Attach):
-                    log.warning("attach session %s: a second attach: session closed", run_id)
-                    return
-                self.sessions.receive(run_id, message)
-            if len(data) > proto.MAX_LINE_BYTES:
-                log.warning("attach session %s: a line over %d bytes: session closed", run_id, proto.MAX_LINE_BYTES)
-                return
-            try:
-                chunk = conn.recv(65536)
-            except (BlockingIOError, TimeoutError):
-                log.warning("attach session %s: silent for %g s: its run counts as detached", run_id,
-                            SESSION_SILENCE_S)
-                return
-            if not chunk:
-                return
-            data += chunk
-
-
-class _Link:
-    """An attach session's write side: events never block the loop (a wrapper that reads nothing breaks it)."""
-
-    def __init__(self, conn: socket.socket) -> None:
-        self.conn = conn
-        self.lock = threading.Lock()
-
-    def reply(self, message: proto.Attached) -> bool:
-        try:
-            self.conn.settimeout(REQUEST_DEADLINE_S)
-            self.conn.sendall(proto.encode(message))
-            return True
-        except OSError:
-            return False
-
-    def send(self, event: proto.Event) -> bool:
-        data = proto.encode(event)
-        with self.lock:
-            try:
-                return self.conn.send(data, socket.MSG_DONTWAIT) == len(data)
-            except OSError:
-                return False
-
-
-def _is_attach(line: bytes) -> bool:
-    try:
-        request = json.loads(line)
-    except ValueError:
-        return False
-    return isinstance(request, dict) and request.get("cmd") == "attach"
-
-
-def _user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
-
 
 # The fields an unprivileged peer's status leaves out (contracts.md: commands, users, log paths).
 # TODO(lead): point this at branch tls's one home for the redaction list (publish/redact.py) at the merge.

@@ -33,8 +33,9 @@ from gpuwatch.actuation import RestoreFailed
 from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import Config, load_config
 from gpuwatch.daemon import compose
+from gpuwatch.daemon.attach_sessions import Sessions
 from gpuwatch.daemon.compose import Parts
-from gpuwatch.daemon.control import ControlServer, Sessions
+from gpuwatch.daemon.control import ControlServer
 from gpuwatch.daemon.published import count_read_errors, log_discovery, published_state
 from gpuwatch.daemon.reload import plan_reload
 from gpuwatch.daemon.sdnotify import Notifier

@@ -227,3 +227,36 @@ def test_another_user_cannot_pause_a_run_root_can(short_dir: Path, tmp_path: Pat
                 theirs.process.terminate()
     finally:
         subprocess.run(["userdel", user], capture_output=True)
+
+
+def test_a_wrapper_gone_leaves_its_run_detached_until_its_pid_ends(short_dir: Path, tmp_path: Path) -> None:
+    with Processes(tmp_path / "logs") as processes:
+        daemon = Daemon(processes, short_dir, COOL)
+        child = subprocess.Popen(["sleep", "600"])
+        client = AttachClient(daemon.socket, "orphan", pid=child.pid)
+        try:
+            daemon.wait_run("orphan", lambda r: r["phase"] == "running", "attached")
+            client.close()  # the wrapper's connection ends without an Exited; the run's process lives on
+            daemon.wait_run("orphan", lambda r: (r["reason"] or "").startswith("detached"), "detached")
+            child.kill()
+            child.wait(WAIT_S)
+            gone = daemon.wait_run("orphan", lambda r: r["phase"] == "failed", "gone with its pid")
+            assert gone["reason"] == "gone: its wrapper went away without an exit status"
+        finally:
+            client.close()
+            if child.poll() is None:
+                child.kill()
+                child.wait(WAIT_S)
+
+
+def test_a_line_past_the_protocols_bound_ends_the_session(short_dir: Path, tmp_path: Path) -> None:
+    with Processes(tmp_path / "logs") as processes:
+        daemon = Daemon(processes, short_dir, COOL)
+        client = AttachClient(daemon.socket, "big")
+        try:
+            client.sock.sendall(b'{"cmd": "beat", "heartbeats": ["' + b"x" * 70_000 + b'"]}\n')
+            wait_for(client.closed.is_set, "the daemon to close the session", WAIT_S, detail=daemon.child.tail)
+            assert "(at most 65536): session closed" in daemon.child.tail()
+            daemon.wait_run("big", lambda r: (r["reason"] or "").startswith("detached"), "detached")
+        finally:
+            client.close()

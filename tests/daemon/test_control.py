@@ -119,3 +119,16 @@ def test_through_the_real_daemon(
     assert (short_dir / "out.term").exists(), err
     assert "paused (SIGSTOP): manual pause" in err
     assert not (short_dir / "run/control.sock").exists()
+
+
+def test_an_unprivileged_peers_status_leaves_commands_users_and_log_paths_out() -> None:
+    from gpuwatch.daemon.control import redact_document
+
+    document = {"schema": 1, "gpus": [{"gpu_id": "x"}],
+                "processes": [{"pid": 1, "command": "python secret.py --token t", "user": "alice", "gpu_id": "x"}],
+                "trainers": [{"name": "a", "command": "python a.py", "user": "alice", "log_path": "/home/alice/a.log",
+                              "phase": "running"}]}
+    out = redact_document(document)
+    assert out["processes"] == [{"pid": 1, "command": None, "user": None, "gpu_id": "x"}]
+    assert out["trainers"] == [{"name": "a", "command": None, "user": None, "log_path": None, "phase": "running"}]
+    assert out["gpus"] == document["gpus"] and document["trainers"][0]["user"] == "alice"  # the original is kept
