@@ -226,7 +226,8 @@ class Supervisor:
         if not targets:
             if name is None:
                 return False, "no trainer and no attached run of yours (name one: NAME or PID)"
-            return False, f"no trainer or attached run named {name!r} (see gpuwatch status)"
+            known = ", ".join([t.config.name for t in self.trainers] + sorted(self.attached.names())) or "none"
+            return False, f"no trainer named {name!r} (trainers: {known})"
         why = refusal(verb, peer, privileged, targets)
         if why is not None:
             return False, why

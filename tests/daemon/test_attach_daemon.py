@@ -222,6 +222,16 @@ def test_another_user_cannot_pause_a_run_root_can(short_dir: Path, tmp_path: Pat
                 daemon.wait_run("theirs", lambda r: r["phase"] in ("pausing", "paused"), "their run paused")
                 assert _gpuwatch("pause", "roots", "-c", str(daemon.config)).returncode == 0
                 wait_for(lambda: mine.kinds() == ["pause"], "root's pause of its run", WAIT_S)
+                # Through the socket, their status lists every run but leaves commands and users out.
+                seen = subprocess.run([sys.executable, "-m", "tests.support.as_user", user, "document",
+                                       str(daemon.socket)], capture_output=True, text=True, timeout=WAIT_S, cwd=REPO,
+                                      env={**os.environ, "PYTHONPATH": str(REPO)})
+                runs = {t["name"]: t for t in json.loads(seen.stdout)["trainers"]}
+                assert set(runs) == {"roots", "theirs"}, seen.stderr
+                assert (runs["roots"]["command"], runs["roots"]["user"], runs["roots"]["origin"]) == (None, None,
+                                                                                                    "attached")
+                full = json.loads(_gpuwatch("status", "--json", "-c", str(daemon.config)).stdout)
+                assert {t["name"]: t["user"] for t in full["trainers"]} == {"roots": "root", "theirs": user}
             finally:
                 mine.close()
                 theirs.process.terminate()
