@@ -174,7 +174,8 @@ class AttachedRuns:
         with self._lock:
             runs = list(self.runs.values())
         for run in runs:
-            self._tree(run)
+            if run.state.phase not in ENDED:
+                self._tree(run)
         with self._lock:
             for run in runs:
                 self._step(run, snapshot, verdict, config, now)

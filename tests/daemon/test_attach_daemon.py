@@ -270,3 +270,25 @@ def test_a_line_past_the_protocols_bound_ends_the_session(short_dir: Path, tmp_p
             daemon.wait_run("big", lambda r: (r["reason"] or "").startswith("detached"), "detached")
         finally:
             client.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="creating users and groups needs root")
+def test_a_member_of_the_admin_group_may_pause_any_run(short_dir: Path, tmp_path: Path) -> None:
+    user, group = f"gwa{os.getpid() % 100000}", f"gwadm{os.getpid() % 100000}"
+    subprocess.run(["groupadd", group], check=True, capture_output=True)
+    subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", "-G", group, user], check=True,
+                   capture_output=True)
+    try:
+        with Processes(tmp_path / "logs") as processes:
+            daemon = Daemon(processes, short_dir, COOL, attached=f'[control]\nadmin_group = "{group}"\n')
+            mine = AttachClient(daemon.socket, "roots")
+            try:
+                daemon.wait_run("roots", lambda r: r["phase"] == "running", "attached")
+                paused = _gpuwatch("pause", "roots", "-c", str(daemon.config), user=user)
+                assert paused.returncode == 0, paused.stderr
+                wait_for(lambda: mine.kinds() == ["pause"], "the admin's pause", WAIT_S)
+            finally:
+                mine.close()
+    finally:
+        subprocess.run(["userdel", user], capture_output=True)
+        subprocess.run(["groupdel", group], capture_output=True)

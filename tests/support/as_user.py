@@ -23,7 +23,7 @@ from tests.support import attach_client
 
 def main(argv: list[str]) -> int:
     entry = pwd.getpwnam(argv[0])
-    os.setgroups([])
+    os.initgroups(entry.pw_name, entry.pw_gid)  # its own groups from /etc/group, none of root's
     os.setgid(entry.pw_gid)
     os.setuid(entry.pw_uid)
     if argv[1] == "cli":
