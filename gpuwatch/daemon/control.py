@@ -6,13 +6,9 @@ Every local user may connect (mode 0666); each request is authorized from the ke
 request claims, by the one rule in supervise/access.py: root, the daemon's user and ``[control]
 admin_group`` may do anything; any user may attach a run and pause, resume or stop their own attached
 runs, and reads the status with the sensitive fields left out. Requests: {"cmd": "pause", "name": null};
-replies: {"ok": bool, "message": str}. A first line ``{"cmd": "attach", ...}`` (gpuwatch/attach.py) makes
-the connection an attach session: validated (daemon/peers.py), registered with the supervisor, then
-read line by line (each at most ``attach.MAX_LINE_BYTES``; silent for ``SESSION_SILENCE_S``: gone) with
-no whole-request deadline, and the supervisor's events written back without ever blocking the loop.
-Sessions do not count against ``MAX_CLIENTS``; the supervisor bounds them (``[attached] max_runs``). The
-request
-{"cmd": "status"} is answered by the server itself with the last published document ({"ok": true,
+replies: {"ok": bool, "message": str}. A first line ``{"cmd": "attach", ...}`` makes the connection an
+attach session (daemon/attach_sessions.py: no whole-request deadline, not counted in ``MAX_CLIENTS``). The
+request {"cmd": "status"} is answered by the server itself with the last published document ({"ok": true,
 "message": "", "document": {...}}): `gpuwatch status`'s way in when the state file cannot be written
 (a full or read-only runtime directory) and HTTP is off.
 

@@ -6,6 +6,10 @@ overrides) and the governor's backstop (``power.pause_backstop_s``) are read fro
 used, never copied, so a reload reaches the supervisor with no hand-over. Manual commands from the
 control socket arrive on another thread and are queued for the next tick, so every decision is still
 made by the pure state machine in policy.py. One trainer's effects live in trainer.py.
+
+Runs attached by `gpuwatch train` (attached_runs.py) are ticked after the trainers with the same thermal
+verdict and published beside them; the control socket's threads register them (``attach``, ``receive``,
+``detach``) and send commands for a peer (``command_as``, authorized by access.py).
 """
 
 from __future__ import annotations
