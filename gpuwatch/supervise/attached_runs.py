@@ -37,6 +37,7 @@ from gpuwatch.supervise.progress import RunningRate, published_rate, running_rat
 from gpuwatch.supervise.ranks import RankView, aggregate, reported
 
 log = logging.getLogger("gpuwatch.supervisor")
+COMMAND_MAX_CHARS = 1000  # the published command (an argv may fill a whole 64 KiB line)
 Verdict = Callable[[tuple[str, ...]], Thermal]  # the thermal verdict for a run's GPUs (empty: all)
 
 
@@ -258,5 +259,10 @@ class AttachedRuns:
             gpu_use=trainer_use(snapshot.processes, run.name) if snapshot is not None else (),
             ranks=ranks.ranks if ranks else None, ranks_held=ranks.ranks_held if ranks else None,
             world_size=ranks.world_size if ranks else None, paused_by=ranks.paused_by if ranks else None,
-            origin="attached", user=run.user, command=" ".join(run.argv), job_id=run.job_id,
+            origin="attached", user=run.user, command=_command(run.argv), job_id=run.job_id,
         )
+
+
+def _command(argv: list[str]) -> str:
+    text = " ".join(argv)
+    return text if len(text) <= COMMAND_MAX_CHARS else text[: COMMAND_MAX_CHARS - 3] + "..."
