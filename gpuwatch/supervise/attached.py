@@ -79,6 +79,16 @@ def start(now: float, paused: bool = False, reason: str | None = None) -> RunSta
                     events=(f"re-attached holding its pause: {why}",))
 
 
+def reattached(run: RunState, now: float, paused: bool, reason: str | None) -> RunState:
+    """A known run's wrapper back on a new session: the pause it holds wins where the two differ (it held on
+    while it had no daemon, or let go after ``attach.HOLD_WITHOUT_DAEMON_S``); the counters are kept."""
+    if paused == (run.phase in _HELD):
+        return replace(run, reason="re-attached")
+    fresh = start(now, paused, reason)
+    return replace(fresh, pauses_total=run.pauses_total, resumes_total=run.resumes_total,
+                   heartbeat_seen=run.heartbeat_seen, seen_steps=run.seen_steps)
+
+
 def step(run: RunState, config: AttachedConfig, inputs: RunInputs) -> tuple[RunState, list[Event]]:
     """Advance one attached run by one tick."""
     run = replace(run, events=())

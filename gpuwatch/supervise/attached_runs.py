@@ -19,7 +19,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import psutil
@@ -31,7 +31,17 @@ from gpuwatch.model import Snapshot, TrainerPhase, TrainerState
 from gpuwatch.supervise import energy
 from gpuwatch.supervise.access import Peer, Target
 from gpuwatch.supervise.actions import Command, Thermal
-from gpuwatch.supervise.attached import ENDED, RunInputs, RunState, default_name, sanitize, start, step, unique_name
+from gpuwatch.supervise.attached import (
+    ENDED,
+    RunInputs,
+    RunState,
+    default_name,
+    reattached,
+    sanitize,
+    start,
+    step,
+    unique_name,
+)
 from gpuwatch.supervise.gpu_use import judged_gpus, trainer_use
 from gpuwatch.supervise.progress import RunningRate, published_rate, running_rate
 from gpuwatch.supervise.ranks import RankView, aggregate, reported
@@ -90,7 +100,7 @@ class AttachedRuns:
         self.runs: dict[str, AttachedRun] = {}
 
     def attach(self, request: Attach, peer: Peer, user: str, link: Link, config: AttachedConfig,
-               taken: set[str], now: float) -> Attached:
+               taken: set[str], now: float, interval_s: float | None = None) -> Attached:
         """Register (or re-register) a validated run; the reply for its wrapper."""
         with self._lock:
             known = self.runs.get(request.run_id or "")
@@ -103,9 +113,9 @@ class AttachedRuns:
                 return Attached(ok=False, message=f"too many attached runs of {user} ({config.max_runs_per_user})")
             if known is not None:
                 known.link, known.pid, known.created = link, request.pid, _created(request.pid)
-                known.state = replace(known.state, reason="re-attached")  # its pause state is the daemon's own
+                known.state = reattached(known.state, now, request.paused, request.reason)
                 self._log(known, f"re-attached (pid {request.pid})")
-                return Attached(ok=True, run_id=known.run_id, name=known.name)
+                return Attached(ok=True, run_id=known.run_id, name=known.name, interval_s=interval_s)
             names = taken | {r.name for r in self.runs.values()}
             name = unique_name(sanitize(request.name) if request.name else default_name(request.argv), names)
             run = AttachedRun(run_id=request.run_id or secrets.token_hex(8), name=name, uid=peer.uid, user=user,
@@ -114,7 +124,7 @@ class AttachedRuns:
                               state=start(now, request.paused, request.reason))
             self.runs[run.run_id] = run
         log.info("attached run %s: pid %d of %s (uid %d): %s", name, run.pid, user, peer.uid, " ".join(run.argv))
-        return Attached(ok=True, run_id=run.run_id, name=name)
+        return Attached(ok=True, run_id=run.run_id, name=name, interval_s=interval_s)
 
     def receive(self, run_id: str, message: Message) -> None:
         """A line of the run's session (its connection's thread)."""
@@ -201,7 +211,8 @@ class AttachedRuns:
         run.ranks = aggregate(run.beats, None)
         single = max((b for b in run.beats if b.rank is None), key=lambda b: b.updated_unix, default=None)
         progress = reported(run.ranks, single)
-        command = run.commands.pop(0) if run.commands else None
+        # A detached run keeps its commands until its wrapper is back to carry them out.
+        command = run.commands.pop(0) if run.commands and run.link is not None else None
         inputs = RunInputs(now=now, thermal=verdict(self.gpus(run)), steps_total=progress.steps_total,
                            acknowledged=progress.acknowledged, heartbeat_seen=bool(run.beats),
                            connected=run.link is not None, alive=bool(run.tree), exit_code=run.exit_code,

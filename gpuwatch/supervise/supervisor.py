@@ -65,6 +65,7 @@ class Supervisor:
         # Runs `gpuwatch train` attached from users' shells (attached_runs.py), ticked with the trainers.
         self.attached = AttachedRuns()
         self.attached_config = AttachedConfig()  # the live [attached] of the last tick (attach() reads it)
+        self.interval_s: float | None = None  # the live tick, told to an attaching wrapper
 
     def start(self) -> None:
         """Once, before the first tick, on the daemon's main thread: a trainer's double-forked setsid worker
@@ -107,7 +108,7 @@ class Supervisor:
                 self._close(trainer)
                 self.removed.remove(trainer)
         reap_adopted({t.proc.pid for t in self.trainers + self.removed if t.proc is not None})
-        self.attached_config = config.attached
+        self.attached_config, self.interval_s = config.attached, config.interval_s
         self.attached.tick(snapshot, lambda gpus: self._verdict_on(gpus, config), config.attached, now)
         return self.states(now)
 
@@ -206,7 +207,8 @@ class Supervisor:
         """A validated ``Attach`` (daemon/control.py checked the peer and the pid): registered, named uniquely
         among the configured trainers and the attached runs."""
         taken = {t.config.name for t in self.trainers + self.removed}
-        return self.attached.attach(request, peer, user, link, self.attached_config, taken, time.monotonic())
+        return self.attached.attach(request, peer, user, link, self.attached_config, taken, time.monotonic(),
+                                    self.interval_s)
 
     def receive(self, run_id: str, message: Message) -> None:
         self.attached.receive(run_id, message)

@@ -92,6 +92,7 @@ def test_hot_card_pauses_an_attached_run_and_resumes_it_when_cool(short_dir: Pat
         try:
             assert client.reply.ok, client.reply.message
             assert client.reply.name == "my-job"  # sanitized
+            assert client.reply.interval_s == 0.2  # the daemon's tick
             run = daemon.wait_run("my-job", lambda r: r["phase"] == "running" and r["steps_total"], "running")
             me = pwd.getpwuid(os.geteuid()).pw_name
             assert (run["origin"], run["user"], run["command"], run["pid"]) == ("attached", me, "python train.py",

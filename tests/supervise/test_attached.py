@@ -10,7 +10,16 @@ from gpuwatch.attach import Event
 from gpuwatch.config.sections import AttachedConfig
 from gpuwatch.model import TrainerPhase
 from gpuwatch.supervise.actions import Thermal
-from gpuwatch.supervise.attached import RunInputs, RunState, default_name, sanitize, start, step, unique_name
+from gpuwatch.supervise.attached import (
+    RunInputs,
+    RunState,
+    default_name,
+    reattached,
+    sanitize,
+    start,
+    step,
+    unique_name,
+)
 
 CONFIG = AttachedConfig(debounce_s=5.0, min_pause_s=30.0, hang_timeout_s=100.0)
 HOT = Thermal(hot=True, cool=False, reason="hot: 0000:28:00.0 junction 101°C >= 100°C")
@@ -127,3 +136,25 @@ def test_names_sanitized_and_unique() -> None:
     assert len(sanitize("x" * 500)) == 64
     assert unique_name("train", {"train", "train-2"}) == "train-3"
     assert unique_name("x" * 64, {"x" * 64}) == "x" * 62 + "-2"
+
+
+PAUSED = replace(RUNNING, phase=TrainerPhase.PAUSED, paused_since=3.0, pauses_total=2, resumes_total=1)
+
+
+@pytest.mark.parametrize(("before", "paused", "phase", "paused_since"), [
+    (RUNNING, False, TrainerPhase.RUNNING, None),  # both agree: the daemon's state stays
+    (PAUSED, True, TrainerPhase.PAUSED, 3.0),
+    (PAUSED, False, TrainerPhase.RUNNING, None),  # the wrapper let go without a daemon: decided afresh
+    (RUNNING, True, TrainerPhase.PAUSING, 50.0),  # the wrapper holds: held until cool and min_pause_s
+])
+def test_a_known_run_reattached_follows_the_pause_its_wrapper_holds(before: RunState, paused: bool,
+                                                                    phase: TrainerPhase,
+                                                                    paused_since: float | None) -> None:
+    after = reattached(before, 50.0, paused, "hot: x" if paused else None)
+    assert (after.phase, after.paused_since) == (phase, paused_since)
+    assert (after.pauses_total, after.resumes_total) == (before.pauses_total, before.resumes_total)
+
+
+def test_a_detached_run_decides_nothing() -> None:
+    state, sent = _run(replace(RUNNING, hot_since=0.0), RunInputs(10.0, HOT, connected=False, command="pause"))
+    assert sent == [[]] and state.phase is TrainerPhase.RUNNING
