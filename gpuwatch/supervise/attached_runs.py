@@ -118,7 +118,11 @@ class AttachedRuns:
                 return Attached(ok=True, run_id=known.run_id, name=known.name, interval_s=interval_s)
             names = taken | {r.name for r in self.runs.values()}
             name = unique_name(sanitize(request.name) if request.name else default_name(request.argv), names)
-            run = AttachedRun(run_id=request.run_id or secrets.token_hex(8), name=name, uid=peer.uid, user=user,
+            # A run id kept across a daemon's restart is kept; one in use (another user's run) is never taken.
+            wanted = request.run_id or ""
+            usable = 0 < len(wanted) <= 64 and wanted.isascii() and wanted.isalnum() and wanted not in self.runs
+            run_id = wanted if usable else secrets.token_hex(8)
+            run = AttachedRun(run_id=run_id, name=name, uid=peer.uid, user=user,
                               pid=request.pid, argv=list(request.argv), gpus=tuple(request.gpus or ()),
                               job_id=request.job_id, link=link, created=_created(request.pid),
                               state=start(now, request.paused, request.reason))
