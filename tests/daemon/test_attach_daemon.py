@@ -293,3 +293,16 @@ def test_a_member_of_the_admin_group_may_pause_any_run(short_dir: Path, tmp_path
     finally:
         subprocess.run(["userdel", user], capture_output=True)
         subprocess.run(["groupdel", group], capture_output=True)
+
+
+def test_a_silent_session_is_gone_after_ten_beats(short_dir: Path, tmp_path: Path) -> None:
+    with Processes(tmp_path / "logs") as processes:
+        daemon = Daemon(processes, short_dir, COOL)
+        client = AttachClient(daemon.socket, "quiet", beat_s=3600.0)  # one Beat, then nothing
+        try:
+            daemon.wait_run("quiet", lambda r: r["phase"] == "running", "attached")
+            daemon.wait_run("quiet", lambda r: (r["reason"] or "").startswith("detached"), "detached by the silence")
+            assert "attach session" in daemon.child.tail() and "silent for 10 s" in daemon.child.tail()
+            wait_for(client.closed.is_set, "the daemon to close the session", WAIT_S)
+        finally:
+            client.close()
