@@ -235,9 +235,10 @@ def test_another_user_cannot_pause_a_run_root_can(short_dir: Path, tmp_path: Pat
                 assert {t["name"]: t["user"] for t in full["trainers"]} == {"roots": "root", "theirs": user}
             finally:
                 mine.close()
-                theirs.process.terminate()
+                theirs.process.terminate()  # its client kills its own child on the way out
+                theirs.process.wait(WAIT_S)
     finally:
-        subprocess.run(["userdel", user], capture_output=True)
+        subprocess.run(["userdel", user], check=True, capture_output=True)
 
 
 def test_a_wrapper_gone_leaves_its_run_detached_until_its_pid_ends(short_dir: Path, tmp_path: Path) -> None:
@@ -291,8 +292,8 @@ def test_a_member_of_the_admin_group_may_pause_any_run(short_dir: Path, tmp_path
             finally:
                 mine.close()
     finally:
-        subprocess.run(["userdel", user], capture_output=True)
-        subprocess.run(["groupdel", group], capture_output=True)
+        subprocess.run(["userdel", user], check=True, capture_output=True)
+        subprocess.run(["groupdel", group], check=True, capture_output=True)
 
 
 def test_a_silent_session_is_gone_after_ten_beats(short_dir: Path, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ another user (the test starts it through ``tests.support.as_user``) and prints e
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -118,6 +119,8 @@ class AttachClient:
 
 
 def main(argv: list[str]) -> int:
+    # SIGTERM (the test's Processes stopping it) ends through ``finally``: its child is killed, never left behind.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     client = AttachClient(Path(argv[0]), argv[1], ranks=int(argv[2]) if len(argv) > 2 else 1)
     print(json.dumps(asdict(client.reply)), flush=True)
     seen = 0
