@@ -147,6 +147,13 @@ class TrainerState:
     ranks_held: int | None = None  # of those, holding at the job's pause
     world_size: int | None = None  # the job's ranks on every machine
     paused_by: str | None = None  # "node-b: hot ..." while held: the node that asked and why
+    # Where the run comes from: "configured" ([[trainer]], started by the daemon) or "attached" (`gpuwatch
+    # train` from any user's shell, supervise/attached_runs.py); who runs it (the kernel's peer credentials,
+    # None for a configured trainer without `user`), its argv joined (attached only) and its Slurm job.
+    origin: str = "configured"
+    user: str | None = None
+    command: str | None = None
+    job_id: str | None = None
 
 
 @dataclass(frozen=True)

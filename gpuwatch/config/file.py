@@ -23,6 +23,8 @@ from gpuwatch.config.base import (
 from gpuwatch.config.cooling import FanConfig, PowerConfig, ThermalConfig
 from gpuwatch.config.sections import (
     AmdgpuInfoConfig,
+    AttachedConfig,
+    ControlConfig,
     HttpConfig,
     ProcessesConfig,
     ResetsConfig,
@@ -62,6 +64,8 @@ class Config(Strict):
     resets: ResetsConfig = ResetsConfig()
     unmanaged: UnmanagedConfig = UnmanagedConfig()
     trainer: list[TrainerConfig] = []
+    control: ControlConfig = ControlConfig()
+    attached: AttachedConfig = AttachedConfig()
 
     @field_validator("trainer")
     @classmethod

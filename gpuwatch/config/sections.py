@@ -1,5 +1,5 @@
 """The daemon's other sections: ``[http]``, ``[status]`` (remote machines), ``[simulate]``, ``[amdgpuinfo]``,
-``[processes]``, ``[resets]`` and ``[unmanaged]``."""
+``[processes]``, ``[resets]``, ``[unmanaged]``, ``[control]`` and ``[attached]``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from gpuwatch.config.base import DEFAULT_HTTP_PORT, Strict
+from gpuwatch.config.trainer import DEBOUNCE_S, HANG_TIMEOUT_S, MIN_PAUSE_S
 
 ExposeSensitive = Literal["none", "local", "authenticated", "all"]
 
@@ -154,3 +155,25 @@ class UnmanagedConfig(Strict):
     restop_after_s: float = Field(default=120.0, ge=0, le=86400)
     # Processes of uid 0 (Xorg, a display manager, system services) are never stopped unless this is true.
     stop_root: bool = False
+
+
+class ControlConfig(Strict):
+    """The control socket (mode 0666: every local user may connect; each request is authorized from the
+    kernel's peer credentials, supervise/access.py)."""
+
+    # Members of this group may do what root may (pause, resume, stop any run; restart configured trainers).
+    admin_group: str | None = Field(default=None, min_length=1)
+
+
+class AttachedConfig(Strict):
+    """Runs attached by `gpuwatch train` from any user's shell (supervise/attached_runs.py, docs/attached-runs.md)."""
+
+    # As [[trainer]]'s: a hot GPU pauses after debounce_s; a pause lasts at least min_pause_s.
+    debounce_s: float = Field(default=DEBOUNCE_S, ge=0)
+    min_pause_s: float = Field(default=MIN_PAUSE_S, ge=0)
+    # No new step in the run's heartbeats this long (while running): the run is reported hung, once.
+    hang_timeout_s: float | None = Field(default=HANG_TIMEOUT_S, gt=0)
+    # An ended run (finished, failed, stopped, gone) stays listed this long, then it is dropped.
+    keep_ended_s: float = Field(default=300.0, ge=0)
+    max_runs: int = Field(default=256, ge=1, le=4096)
+    max_runs_per_user: int = Field(default=64, ge=1, le=4096)

@@ -34,6 +34,7 @@ from gpuwatch.actuation import RestoreFailed
 from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import Config, load_config
 from gpuwatch.daemon import compose
+from gpuwatch.daemon.attach_sessions import Sessions
 from gpuwatch.daemon.compose import Parts
 from gpuwatch.daemon.control import ControlServer
 from gpuwatch.daemon.published import count_read_errors, log_discovery, published_state
@@ -97,7 +98,9 @@ class Daemon:
         handler = self.parts.control or (trainers.command if trainers is not None else None)
         if handler is None:
             return
-        server = ControlServer(self.config.control_socket, handler, document=self.holder.document)
+        sessions = trainers if isinstance(trainers, Sessions) else None  # attach sessions, per-peer commands
+        server = ControlServer(self.config.control_socket, handler, document=self.holder.document,
+                               sessions=sessions, admin_group=lambda: self.config.control.admin_group)
         self._guard("control socket", server.start, None)
         self.control = server if "control socket" not in self.failures else None
 

@@ -226,6 +226,10 @@ class TrainerDoc(TypedDict):  # model.TrainerState
     ranks_held: int | None
     world_size: int | None
     paused_by: str | None
+    origin: str
+    user: str | None
+    command: str | None
+    job_id: str | None
 
 
 class _Optional(TypedDict, total=False):
