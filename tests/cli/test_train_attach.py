@@ -1,0 +1,272 @@
+"""`gpuwatch train` as an attached run's parent (issue 33, the wrapper's side): real wrappers, real training
+loops (tests/support/pause_loop.py: the heartbeat and pause-file protocol without torch) and a real unix
+socket served by a stand-in for the daemon (tests/support/attach_server.py; branch attachd tests the daemon).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from gpuwatch.attach import Attach, Beat, Exited, Restarted
+from gpuwatch.cli.run_dir import RunDirError, make_run_dir
+from gpuwatch.heartbeat import read_heartbeat
+from tests.support.attach_server import AttachServer, Conn
+from tests.support.train_wrapper import Wrapper, Wrappers, loop_command
+from tests.support.waiting import wait_for
+
+WAIT_S = 60.0  # one bounded wait for anything a wrapper does on 2 busy cores
+
+
+def attached(server: AttachServer, wrapper: Wrapper, count: int = 1) -> Conn:
+    conns = wait_for(lambda: len(server.attached()) >= count and server.attached(), f"attach #{count}", WAIT_S,
+                     detail=wrapper.output)
+    return conns[count - 1]
+
+
+def beat(conn: Conn, wrapper: Wrapper, what: str, check: object) -> Beat:
+    """The first beat (from now on) whose heartbeats pass ``check``."""
+    start = len(conn.beats)
+
+    def found() -> Beat | None:
+        return next((b for b in conn.beats[start:] if check(b.heartbeats)), None)  # type: ignore[operator]
+
+    result: Beat = wait_for(found, what, WAIT_S, detail=wrapper.output)
+    return result
+
+
+def steps(heartbeats: list[dict[str, object]]) -> int:
+    return max((int(h["steps_total"]) for h in heartbeats), default=-1)  # type: ignore[call-overload]
+
+
+def test_attach_names_the_child_its_gpus_restart_and_job_then_relays_heartbeats(tmp_path: Path) -> None:
+    with Wrappers(tmp_path) as wrappers, AttachServer(wrappers.socket) as server:
+        command = loop_command("--steps", "0")
+        wrapper = wrappers.start(command, "--name", "resnet-a", "--gpu", "28:00.0", "--gpu", "0000:28:00.0",
+                                 "--gpu", "0000:2D:00.0", "--restart", "on-failure:2",
+                                 env={"SLURM_JOB_ID": "4711"})
+        conn = attached(server, wrapper)
+        request = conn.attach
+        assert isinstance(request, Attach)
+        child = psutil.Process(request.pid)
+        assert child.ppid() == wrapper.pid and request.pid != wrapper.pid  # the wrapper is the run's parent
+        assert request.argv == command and request.name == "resnet-a" and request.job_id == "4711"
+        assert request.gpus == ["0000:28:00.0", "0000:2d:00.0"] and request.restart == "on-failure:2"
+        assert request.run_id is None and not request.paused
+        relayed = beat(conn, wrapper, "a beat with the loop's steps", lambda hbs: steps(hbs) > 0)
+        assert relayed.heartbeats[0]["pid"] == request.pid
+        wait_for(lambda: "attached to the gpuwatch daemon as resnet-a" in wrapper.output(), "the attached line")
+        # The run's own directory, 0700, holds the files the command was given.
+        (run_dir,) = wrapper.run_dirs()
+        assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+        assert child.environ()["GPUWATCH_HEARTBEAT_FILE"] == str(run_dir / "heartbeat.json")
+        assert child.environ()["GPUWATCH_PAUSE_FILE"] == str(run_dir / "pause")
+        os.kill(request.pid, signal.SIGTERM)  # not the wrapper's doing: a failure, restarted (on-failure:2)
+        conn2_restart = wait_for(lambda: [m for m in conn.messages if isinstance(m, Restarted)], "Restarted",
+                                 WAIT_S, detail=wrapper.output)
+        exited = [m for m in conn.messages if isinstance(m, Exited)]
+        assert exited == [Exited(code=-signal.SIGTERM, restarting=True)] and conn2_restart[0].pid != request.pid
+    assert wrapper.process.returncode is not None and not wrapper.run_dirs()  # the run dir goes with the wrapper
+
+
+def test_pause_event_holds_the_loop_resume_releases_it(tmp_path: Path) -> None:
+    with Wrappers(tmp_path) as wrappers, AttachServer(wrappers.socket) as server:
+        wrapper = wrappers.start(loop_command())
+        conn = attached(server, wrapper)
+        beat(conn, wrapper, "stepping", lambda hbs: steps(hbs) > 0)
+        (run_dir,) = wrapper.run_dirs()
+        server.send(conn, "pause", "hot: junction 101 °C")
+        wait_for(lambda: (run_dir / "pause").exists(), "the pause file", WAIT_S, detail=wrapper.output)
+        assert (run_dir / "pause").read_text().strip() == "hot: junction 101 °C"
+        held = beat(conn, wrapper, "the loop held", lambda hbs: hbs and all(h["paused"] for h in hbs))
+        later = beat(conn, wrapper, "a later beat", lambda hbs: bool(hbs))
+        assert steps(later.heartbeats) == steps(held.heartbeats)  # held at the step boundary: no step since
+        server.send(conn, "resume")
+        wait_for(lambda: not (run_dir / "pause").exists(), "the pause file removed", WAIT_S)
+        beat(conn, wrapper, "stepping again", lambda hbs: steps(hbs) > steps(held.heartbeats))
+
+
+def test_daemon_killed_the_pause_is_held_then_re_attached_with_its_run_id(tmp_path: Path) -> None:
+    with Wrappers(tmp_path) as wrappers:
+        server = AttachServer(wrappers.socket).start()
+        wrapper = wrappers.start(loop_command())
+        conn = attached(server, wrapper)
+        (run_dir,) = wrapper.run_dirs()
+        server.send(conn, "pause", "hot")
+        beat(conn, wrapper, "the loop held", lambda hbs: hbs and all(h["paused"] for h in hbs))
+        server.kill()  # as a SIGKILL leaves it: end of stream, the socket file refuses
+        wait_for(lambda: "lost the gpuwatch daemon" in wrapper.output(), "the lost line", WAIT_S,
+                 detail=wrapper.output)
+        beat_file = run_dir / "heartbeat.json"
+        assert (run_dir / "pause").exists() and read_heartbeat(beat_file).paused  # type: ignore[union-attr]
+        first = conn.attach
+        assert first is not None
+        again = AttachServer(wrappers.socket).start()  # the daemon's restart
+        try:
+            conn2 = attached(again, wrapper)
+            assert conn2.attach is not None
+            assert conn2.attach.run_id == server.given_ids[0] and conn2.attach.paused
+            assert conn2.attach.reason == "hot"
+            assert conn2.attach.pid == first.pid
+            assert (run_dir / "pause").exists()
+            wait_for(lambda: "re-attached to the gpuwatch daemon" in wrapper.output(), "the re-attached line")
+            again.send(conn2, "resume")
+            wait_for(lambda: not (run_dir / "pause").exists(), "released by the new daemon", WAIT_S)
+        finally:
+            again.kill()
+
+
+def test_no_daemon_for_the_hold_window_releases_the_pause_with_one_line(tmp_path: Path) -> None:
+    with Wrappers(tmp_path) as wrappers:
+        server = AttachServer(wrappers.socket).start()
+        wrapper = wrappers.start(loop_command(), env={"GPUWATCH_HOLD_WITHOUT_DAEMON_S": "1"})
+        conn = attached(server, wrapper)
+        (run_dir,) = wrapper.run_dirs()
+        server.send(conn, "pause", "hot")
+        wait_for(lambda: (run_dir / "pause").exists(), "the pause file", WAIT_S)
+        server.kill()
+        wait_for(lambda: not (run_dir / "pause").exists(), "the pause released", WAIT_S, detail=wrapper.output)
+        wait_for(lambda: "no gpuwatch daemon for 1 s: the pause it asked for (hot) is released" in wrapper.output(),
+                 "the released line", WAIT_S, detail=wrapper.output)
+        wait_for(lambda: (read_heartbeat(run_dir / "heartbeat.json") or _NoBeat).steps_total > 0
+                 and not read_heartbeat(run_dir / "heartbeat.json").paused,  # type: ignore[union-attr]
+                 "training again", WAIT_S, ignore=(AttributeError,))
+
+
+class _NoBeat:
+    steps_total = 0
+
+
+def test_no_daemon_one_line_and_the_run_ends_with_its_exit_code(tmp_path: Path) -> None:
+    with Wrappers(tmp_path) as wrappers:
+        wrapper = wrappers.start(loop_command("--steps", "60", "--exit-code", "3"))
+        assert wrapper.wait(WAIT_S) == 3
+    said = [line for line in wrapper.output().splitlines() if line.startswith("gpuwatch train:")]
+    assert said == [f"gpuwatch train: no gpuwatch daemon at {wrappers.socket}: this run is not protected"]
+
+
+def test_a_refused_attach_one_line_and_the_run_trains(tmp_path: Path) -> None:
+    with Wrappers(tmp_path) as wrappers, AttachServer(wrappers.socket, refuse="too many attached runs (64)"):
+        wrapper = wrappers.start(loop_command("--steps", "60", "--exit-code", "0"))
+        assert wrapper.wait(WAIT_S) == 0
+    said = [line for line in wrapper.output().splitlines() if line.startswith("gpuwatch train:")]
+    assert said == ["gpuwatch train: the gpuwatch daemon refused this run (too many attached runs (64)): "
+                    "it trains unprotected"]
+
+
+def test_restart_on_failure_2_restarts_twice_then_exits_with_the_status(tmp_path: Path) -> None:
+    starts = tmp_path / "starts"
+    (tmp_path / "ckpt-1.bin").write_bytes(b"weights")
+    with Wrappers(tmp_path) as wrappers, AttachServer(wrappers.socket) as server:
+        wrapper = wrappers.start(loop_command("--steps", "3", "--exit-code", "3", "--starts", str(starts)),
+                                 "--restart", "on-failure:2", "--backoff-s", "0", "--checkpoint-glob", "ckpt-*.bin",
+                                 "--resume-args", "--resume {last_checkpoint}")
+        assert wrapper.wait(WAIT_S) == 3
+        conn = server.attached()[0]
+        wait_for(lambda: len([m for m in conn.messages if isinstance(m, Exited)]) == 3, "three Exited", WAIT_S)
+    lines = starts.read_text().splitlines()
+    assert lines[0].endswith("--starts " + str(starts)) and len(lines) == 3
+    assert all(line.endswith(f"--resume {tmp_path / 'ckpt-1.bin'}") for line in lines[1:]), lines
+    assert [m.restarting for m in conn.messages if isinstance(m, Exited)] == [True, True, False]
+    assert len([m for m in conn.messages if isinstance(m, Restarted)]) == 2
+    out = wrapper.output()
+    assert "the command exited with 3: restart 1 of 2" in out and "restart 2 of 2" in out
+    assert "resuming from" in out
+
+
+SIGINT_SCRIPT = """
+import os, signal, sys, time
+got = []
+signal.signal(signal.SIGINT, lambda *a: got.append(1))
+open(sys.argv[1], "w").write("ready")
+while not got:
+    time.sleep(0.01)
+time.sleep(1.0)  # a second SIGINT (the terminal's and the wrapper's both) would land here
+open(sys.argv[2], "w").write(str(len(got)))
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+os.kill(os.getpid(), signal.SIGINT)
+"""
+
+
+def test_ctrl_c_stops_the_run_once_and_it_is_not_restarted(tmp_path: Path) -> None:
+    script, ready, count = tmp_path / "int.py", tmp_path / "ready", tmp_path / "count"
+    script.write_text(SIGINT_SCRIPT)
+    with Wrappers(tmp_path) as wrappers:
+        wrapper = wrappers.start(["env", sys.executable, str(script), str(ready), str(count)],
+                                 "--restart", "on-failure", "--backoff-s", "0")
+        wait_for(ready.exists, "the command ready", WAIT_S, detail=wrapper.output)
+        os.killpg(wrapper.pid, signal.SIGINT)  # what a terminal does on Ctrl-C: its foreground group
+        assert wrapper.wait(WAIT_S) == 130
+    assert count.read_text() == "1"
+    assert "restart" not in wrapper.output()
+
+
+def test_stop_event_stops_gracefully_not_restarted_exit_143(tmp_path: Path) -> None:
+    with Wrappers(tmp_path) as wrappers, AttachServer(wrappers.socket) as server:
+        wrapper = wrappers.start(loop_command(), "--restart", "on-failure", "--backoff-s", "0")
+        conn = attached(server, wrapper)
+        server.send(conn, "stop", "gpuwatch stop by alice")
+        assert wrapper.wait(WAIT_S) == 143
+        assert [m for m in conn.messages if isinstance(m, Exited)] == [Exited(code=-signal.SIGTERM,
+                                                                             restarting=False)]
+    assert "stopped by the gpuwatch daemon" in wrapper.output() and "restart 1" not in wrapper.output()
+
+
+def test_hung_event_restarts_with_restart_and_is_said_without(tmp_path: Path) -> None:
+    with Wrappers(tmp_path) as wrappers, AttachServer(wrappers.socket) as server:
+        plain = wrappers.start(loop_command())
+        restarting = wrappers.start(loop_command(), "--restart", "on-failure:1", "--backoff-s", "0",
+                                    "--grace-s", "5")
+        conns = {c.attach.pid: c for c in wait_for(lambda: len(server.attached()) == 2 and server.attached(),
+                                                   "both attached", WAIT_S) if c.attach}
+        by_wrapper = {psutil.Process(pid).ppid(): conn for pid, conn in conns.items()}
+        server.send(by_wrapper[plain.pid], "hung", "no heartbeat for 1800 s")
+        server.send(by_wrapper[restarting.pid], "hung", "no heartbeat for 1800 s")
+        wait_for(lambda: [m for m in by_wrapper[restarting.pid].messages if isinstance(m, Restarted)],
+                 "the hung run restarted", WAIT_S, detail=restarting.output)
+        wait_for(lambda: "reports this run hung (no heartbeat for 1800 s); it goes on" in plain.output(),
+                 "the hung line", WAIT_S, detail=plain.output)
+        assert plain.process.poll() is None
+
+
+def test_under_a_configured_trainer_it_execs_and_does_not_attach(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    with Wrappers(tmp_path) as wrappers, AttachServer(wrappers.socket) as server:
+        wrapper = wrappers.start(["sh", "-c", f"echo $$ > {pid_file}"], env={"GPUWATCH_RUN_ID": "/r/ddp/1"})
+        assert wrapper.wait(WAIT_S) == 0
+        assert int(pid_file.read_text()) == wrapper.pid and not server.conns  # the same process: exec
+    assert not wrapper.run_dirs()
+
+
+def test_cannot_run_the_command_127(tmp_path: Path) -> None:
+    with Wrappers(tmp_path) as wrappers:
+        wrapper = wrappers.start(["no-such-program-gpuwatch"])
+        assert wrapper.wait(WAIT_S) == 127
+    assert "gpuwatch train: cannot run 'no-such-program-gpuwatch'" in wrapper.output() and not wrapper.run_dirs()
+
+
+def test_a_run_dir_only_where_nobody_else_can_reach_it(tmp_path: Path) -> None:
+    xdg = tmp_path / "xdg"
+    xdg.mkdir(mode=0o700)
+    made = make_run_dir({"XDG_RUNTIME_DIR": str(xdg)}, os.geteuid(), 42)
+    assert made.path.parent == xdg / "gpuwatch" / "runs" and made.path.name.startswith("42-")
+    assert stat.S_IMODE(made.path.stat().st_mode) == 0o700
+    made.remove()
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    hijacked = tmp_path / "xdg2"
+    hijacked.mkdir(mode=0o700)
+    (hijacked / "gpuwatch").symlink_to(other)
+    with pytest.raises(RunDirError, match="is a symlink"):
+        make_run_dir({"XDG_RUNTIME_DIR": str(hijacked)}, os.geteuid(), 42)
+    shared = tmp_path / "xdg3"
+    (shared / "gpuwatch").mkdir(parents=True)
+    (shared / "gpuwatch").chmod(0o777)
+    with pytest.raises(RunDirError, match="writable by others"):
+        make_run_dir({"XDG_RUNTIME_DIR": str(shared)}, os.geteuid(), 42)
