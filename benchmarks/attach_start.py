@@ -1,0 +1,102 @@
+"""What attaching adds to the start of a run (issue 33: target < 100 ms).
+
+Three ways to start the same tiny command, interleaved round by round so the box's load hits them alike:
+
+* ``exec``: ``gpuwatch train --no-attach -- CMD``, the wrapper replaces itself with the command (what
+  `gpuwatch train` did before attached runs);
+* ``no daemon``: ``gpuwatch train -- CMD`` with no daemon at ``--runtime-dir`` (the wrapper is the parent,
+  says "not protected" and keeps trying);
+* ``daemon``: ``gpuwatch train -- CMD`` with a daemon answering the attach at once (the stand-in of the
+  tests, tests/support/attach_server.py, on a real unix socket; the real daemon's answer is a lookup of the
+  peer's credentials and a dictionary insert).
+
+CMD (``env python -c ...``, run as given) prints the wall clock when its interpreter starts: "to command"
+is that minus the moment the benchmark started `gpuwatch train`; "whole" is until the wrapper exited.
+Then the attach's own round trip (connect, Attach, Attached) from a client in this process.
+
+    python benchmarks/attach_start.py [--rounds 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from gpuwatch.attach import Attach, decode_reply, encode  # noqa: E402
+from tests.support.attach_server import AttachServer  # noqa: E402
+
+CHILD = "import time; print(time.time(), flush=True)"
+
+
+def start_once(options: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Seconds from starting `gpuwatch train` to the command's start, and to the wrapper's exit."""
+    argv = [sys.executable, "-m", "gpuwatch.cli", "train", *options, "--", "env", sys.executable, "-c", CHILD]
+    started = time.time()
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    ended = time.time()
+    if done.returncode != 0:
+        raise SystemExit(f"{argv} failed ({done.returncode}): {done.stderr}")
+    return float(done.stdout.split()[0]) - started, ended - started
+
+
+def round_trip_s(path: Path) -> float:
+    started = time.perf_counter()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(str(path))
+        sock.sendall(encode(Attach(pid=os.getpid(), argv=["python", "train.py"])))
+        reply = b""
+        while not reply.endswith(b"\n"):
+            reply += sock.recv(4096)
+    decode_reply(reply)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="gpuwatch-attach-") as tmp:
+        base = Path(tmp)
+        (base / "none").mkdir()
+        (base / "daemon").mkdir()
+        (base / "xdg").mkdir(mode=0o700)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWATCH_")}
+        env |= {"PYTHONPATH": str(REPO), "XDG_RUNTIME_DIR": str(base / "xdg")}
+        variants = {"exec": ["--no-attach"], "no daemon": ["--runtime-dir", str(base / "none")],
+                    "daemon": ["--runtime-dir", str(base / "daemon")]}
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
+        with AttachServer(base / "daemon" / "control.sock") as server:
+            start_once(variants["daemon"], env)  # warm the page cache
+            for _ in range(args.rounds):
+                for name, options in variants.items():
+                    times[name].append(start_once(options, env))
+            trips = [round_trip_s(server.path) for _ in range(200)]
+            attached = len(server.attached())
+    print(f"gpuwatch train -- env python -c ... ({args.rounds} rounds, interleaved; load {os.getloadavg()[0]:.1f})")
+    print(f"{'variant':<10} {'to command (median)':>20} {'whole (median)':>16} {'whole (min)':>12}")
+    for name, rows in times.items():
+        to_command = statistics.median(r[0] for r in rows)
+        whole = [r[1] for r in rows]
+        print(f"{name:<10} {to_command * 1e3:>17.1f} ms {statistics.median(whole) * 1e3:>13.1f} ms "
+              f"{min(whole) * 1e3:>9.1f} ms")
+    base_cmd = statistics.median(r[0] for r in times["exec"])
+    for name in ("no daemon", "daemon"):
+        delta = statistics.median(r[0] for r in times[name]) - base_cmd
+        print(f"{name}: {delta * 1e3:+.1f} ms to the command's start against exec")
+    print(f"attach round trip (connect, Attach, Attached), 200 in this process: median "
+          f"{statistics.median(trips) * 1e3:.2f} ms, max {max(trips) * 1e3:.2f} ms; "
+          f"runs that attached during the rounds: {attached}")
+
+
+if __name__ == "__main__":
+    main()
