@@ -83,16 +83,16 @@ def main() -> None:
             trips = [round_trip_s(server.path) for _ in range(200)]
             attached = len(server.attached())
     print(f"gpuwatch train -- env python -c ... ({args.rounds} rounds, interleaved; load {os.getloadavg()[0]:.1f})")
-    print(f"{'variant':<10} {'to command (median)':>20} {'whole (median)':>16} {'whole (min)':>12}")
+    print(f"{'variant':<10} {'to command: median':>19} {'min':>9} {'whole: median':>14} {'min':>9}")
     for name, rows in times.items():
-        to_command = statistics.median(r[0] for r in rows)
-        whole = [r[1] for r in rows]
-        print(f"{name:<10} {to_command * 1e3:>17.1f} ms {statistics.median(whole) * 1e3:>13.1f} ms "
-              f"{min(whole) * 1e3:>9.1f} ms")
-    base_cmd = statistics.median(r[0] for r in times["exec"])
-    for name in ("no daemon", "daemon"):
-        delta = statistics.median(r[0] for r in times[name]) - base_cmd
-        print(f"{name}: {delta * 1e3:+.1f} ms to the command's start against exec")
+        to_command, whole = [r[0] for r in rows], [r[1] for r in rows]
+        print(f"{name:<10} {statistics.median(to_command) * 1e3:>16.1f} ms {min(to_command) * 1e3:>6.1f} ms "
+              f"{statistics.median(whole) * 1e3:>11.1f} ms {min(whole) * 1e3:>6.1f} ms")
+    for name, against in (("no daemon", "exec"), ("daemon", "exec"), ("daemon", "no daemon")):
+        delta = [statistics.median(r[0] for r in times[name]) - statistics.median(r[0] for r in times[against]),
+                 min(r[0] for r in times[name]) - min(r[0] for r in times[against])]
+        print(f"{name} against {against}: {delta[0] * 1e3:+.1f} ms (medians), {delta[1] * 1e3:+.1f} ms (minima) "
+              "to the command's start")
     print(f"attach round trip (connect, Attach, Attached), 200 in this process: median "
           f"{statistics.median(trips) * 1e3:.2f} ms, max {max(trips) * 1e3:.2f} ms; "
           f"runs that attached during the rounds: {attached}")

@@ -132,12 +132,18 @@ class AttachLink:
                 with self._lock:
                     self._sock = self._open = None
                 sock.close()
-            if not self._stop.is_set():
-                self._lost_at = time.monotonic()
+            if self._stop.is_set():
+                return
+            if self.attached:  # this connection was attached: the daemon went away
+                self.attached, self._lost_at = False, time.monotonic()
                 held = f"; the pause ({self.reason}) is held for up to {self.hold_s:g} s" if self.paused else ""
                 self._say(f"gpuwatch train: lost the gpuwatch daemon: reconnecting every {RECONNECT_S:g} s{held}")
-                said_missing = True
-                self._stop.wait(RECONNECT_S)
+            elif not said_missing:  # it accepted and never answered (or not in this protocol)
+                self._say(f"gpuwatch train: the gpuwatch daemon at {self.socket_path} did not answer the attach: "
+                          "this run is not protected")
+            said_missing = True
+            self._hold_without_daemon()
+            self._stop.wait(RECONNECT_S)
 
     def _connect(self) -> tuple[socket.socket | None, str]:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

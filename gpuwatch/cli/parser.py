@@ -148,9 +148,9 @@ def _add_train(sub: Commands) -> None:
                                          "(gpuwatch[train])",
                            usage="gpuwatch train [--conv2d-fallback [auto|on|off]] [--conv2d-autotune on|off] "
                                  "[--conv2d-tune-cache DIR] [--spawn] [--heartbeat-file FILE] [--pause-file FILE] "
-                                 "[--name NAME] [--gpu SLOT] [--restart no|on-failure|on-failure:N] [--grace-s SECONDS] "
-                                 "[--backoff-s SECONDS] [--checkpoint-glob GLOB] [--resume-args ARGS] "
-                                 "[--runtime-dir DIR] [--no-attach] -- python train.py ARGS\n"
+                                 "[--name NAME] [--gpu SLOT] [--restart no|on-failure|on-failure:N] "
+                                 "[--grace-s SECONDS] [--backoff-s SECONDS] [--checkpoint-glob GLOB] "
+                                 "[--resume-args ARGS] [--runtime-dir DIR] [--no-attach] -- python train.py ARGS\n"
                                  "       gpuwatch train [options] -- torchrun [TORCHRUN ARGS] train.py ARGS")
     train.add_argument("--conv2d-fallback", choices=FALLBACK_MODES, nargs="?", const="on", default="auto",
                        help="im2col Conv2d instead of MIOpen: auto = only where a native probe conv fails "
@@ -181,7 +181,8 @@ def _add_attach_options(train: argparse.ArgumentParser) -> None:
     train.add_argument("--gpu", action="append", metavar="SLOT",
                        help="a GPU the run uses, by PCI slot (repeatable; default: found from the processes' GPU "
                             "files)")
-    train.add_argument("--restart", type=_restart_policy, default=parse_restart("no"), metavar="no|on-failure|on-failure:N",
+    train.add_argument("--restart", type=_restart_policy, default=parse_restart("no"),
+                       metavar="no|on-failure|on-failure:N",
                        help="start the command again after a non-zero exit or a hang, N times at most (default no)")
     train.add_argument("--grace-s", type=_seconds, default=TrainerConfig.model_fields["grace_s"].default,
                        metavar="SECONDS",

@@ -3,7 +3,7 @@ status, and `--restart on-failure[:N]`.
 
 The command runs in a session of its own (like a configured trainer, supervise/process.py), so a Ctrl-C
 in the terminal reaches the wrapper alone, which passes it on once to the command's process group:
-SIGINT, SIGTERM and SIGHUP are forwarded, never doubled, and a command ended by one is not restarted.
+SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded, never doubled, and a command ended by one is not restarted.
 The wrapper's exit status is the command's (128+N for a signal N, as a shell reports it); a run stopped
 by the daemon (`gpuwatch stop`) exits 143 (128+SIGTERM) whatever the command returned.
 
@@ -39,7 +39,7 @@ from gpuwatch.train.argv import RestartPolicy
 if TYPE_CHECKING:
     from gpuwatch.config.trainer import TrainerConfig
 
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)  # a terminal's, a kill's, a hangup's
 EXIT_STOPPED = 128 + signal.SIGTERM  # `gpuwatch stop`: stopped gracefully, not restarted
 EXIT_CANNOT_RUN = 127  # as a shell says for a command it cannot run
 POLL_S = 0.25  # how often the wait looks at the signals received and the kill deadline

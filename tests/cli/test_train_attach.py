@@ -160,6 +160,16 @@ def test_a_refused_attach_one_line_and_the_run_trains(tmp_path: Path) -> None:
                     "it trains unprotected"]
 
 
+def test_a_daemon_that_never_answers_one_line_and_the_run_ends_with_its_exit_code(tmp_path: Path) -> None:
+    with Wrappers(tmp_path) as wrappers, AttachServer(wrappers.socket, silent=True) as server:
+        wrapper = wrappers.start(loop_command("--steps", "400", "--step-s", "0.05", "--exit-code", "4"))
+        assert wrapper.wait(WAIT_S) == 4
+        assert server.conns and all(c.attach is None for c in server.conns)  # it asked; nobody answered
+    said = [line for line in wrapper.output().splitlines() if line.startswith("gpuwatch train:")]
+    assert said == [f"gpuwatch train: the gpuwatch daemon at {wrappers.socket} did not answer the attach: "
+                    "this run is not protected"]
+
+
 def test_restart_on_failure_2_restarts_twice_then_exits_with_the_status(tmp_path: Path) -> None:
     starts = tmp_path / "starts"
     (tmp_path / "ckpt-1.bin").write_bytes(b"weights")
@@ -270,3 +280,20 @@ def test_a_run_dir_only_where_nobody_else_can_reach_it(tmp_path: Path) -> None:
     (shared / "gpuwatch").chmod(0o777)
     with pytest.raises(RunDirError, match="writable by others"):
         make_run_dir({"XDG_RUNTIME_DIR": str(shared)}, os.geteuid(), 42)
+
+
+@pytest.mark.parametrize("options, said", [
+    (["--gpu", "28:00.9"], "--gpu: '28:00.9': function 9 is not a PCI function number (0 to 7)"),
+    (["--restart", "always"], "argument --restart: 'always': give no, on-failure or on-failure:N"),
+    (["--restart", "on-failure:0"], "argument --restart: 'on-failure:0': give no, on-failure or on-failure:N"),
+    (["--resume-args", "--resume {last_checkpoint}"], "--resume-args uses {last_checkpoint}: give --checkpoint-glob"),
+    (["--name", "a\tb"], "--name: 1 to 64 printable characters"),
+    (["--grace-s", "-1"], "argument --grace-s: -1 must be 0 to 86400 seconds"),
+])
+def test_bad_options_are_usage_errors_with_trains_usage(tmp_path: Path, options: list[str], said: str) -> None:
+    with Wrappers(tmp_path) as wrappers:
+        wrapper = wrappers.start(loop_command(), *options)
+        assert wrapper.wait(WAIT_S) == 2
+    lines = wrapper.output().splitlines()
+    assert lines[0].startswith("usage: gpuwatch train") and said in lines[-1], lines
+    assert not wrapper.run_dirs()

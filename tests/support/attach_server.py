@@ -36,9 +36,10 @@ class Conn:
 class AttachServer:
     """Serves attach connections at ``path`` until ``kill``; a context manager that kills on exit."""
 
-    def __init__(self, path: Path, refuse: str | None = None) -> None:
+    def __init__(self, path: Path, refuse: str | None = None, silent: bool = False) -> None:
         self.path = path
         self.refuse = refuse
+        self.silent = silent  # accepts and reads, never answers (a daemon stuck in its tick)
         self.conns: list[Conn] = []
         self.errors: list[str] = []
         self.given_ids: list[str] = []  # the run ids handed out, in order
@@ -112,9 +113,15 @@ class AttachServer:
                     continue
                 conn.messages.append(message)
                 if isinstance(message, Attach):
-                    self._answer(conn, message)
+                    try:
+                        self._answer(conn, message)
+                    except OSError:  # the wrapper went away before the answer (a command that ended at once)
+                        conn.closed = True
+                        return
 
     def _answer(self, conn: Conn, message: Attach) -> None:
+        if self.silent:
+            return
         if self.refuse is not None:
             conn.sock.sendall(encode(Attached(ok=False, message=self.refuse)))
             conn.sock.close()
