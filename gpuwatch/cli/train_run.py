@@ -75,7 +75,8 @@ class TrainRun:
         self._link_factory = link_factory
         self._link: AttachLink | None = None
         self._child: subprocess.Popen[bytes] | None = None
-        self._signalled: int | None = None  # the last signal passed on (no restart after it)
+        self._signalled: int | None = None  # the last signal received (no restart after it)
+        self._pending: int | None = None  # received while no child could take it: passed on at the next start
         self._inbox: queue.Queue[tuple[str, object]] = queue.Queue()
         self._stopping: str | None = None  # "stop" | "hung": the wrapper ends this run itself
         self._trainer: TrainerConfig | None = None
@@ -96,6 +97,8 @@ class TrainRun:
     def _runs(self) -> int:
         command, restarts, crashes = list(self.settings.command), 0, 0
         while True:
+            if self._signalled is not None:  # stopped before the command started: it does not start
+                return 128 + self._signalled
             child = self._spawn(command)
             if child is None:
                 return EXIT_CANNOT_RUN
@@ -139,8 +142,9 @@ class TrainRun:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             self._say(f"gpuwatch train: cannot run {argv[0]!r}: {why}")
             return None
-        if self._signalled is not None:  # a Ctrl-C before the child existed
-            self._signal_group(self._signalled)
+        pending, self._pending = self._pending, None
+        if pending is not None:  # a Ctrl-C between the start and the child's pid known to the handler
+            self._signal_group(pending)
         return self._child
 
     def _wait(self, child: subprocess.Popen[bytes]) -> int:
@@ -244,16 +248,19 @@ class TrainRun:
     def _forward(self, signum: int, frame: FrameType | None) -> None:
         """A signal to the wrapper goes to the command's process group, once (no lock, no queue here)."""
         self._signalled = signum
-        self._signal_group(signum)
+        if not self._signal_group(signum):
+            self._pending = signum
 
-    def _signal_group(self, signum: int) -> None:
+    def _signal_group(self, signum: int) -> bool:
+        """Whether the command's group was there to take it."""
         child = self._child
         if child is None or child.returncode is not None:
-            return
+            return False
         try:
             os.killpg(child.pid, signum)  # its own session: the group id is its pid
         except (ProcessLookupError, PermissionError):
-            pass
+            return False
+        return True
 
     def _kill_tree(self, pid: int) -> None:
         """SIGKILL the group and every descendant (torchrun's ranks run in sessions of their own)."""

@@ -228,6 +228,30 @@ def test_stop_event_stops_gracefully_not_restarted_exit_143(tmp_path: Path) -> N
     assert "stopped by the gpuwatch daemon" in wrapper.output() and "restart 1" not in wrapper.output()
 
 
+STUBBORN = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+rank = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)  # like a torchrun rank
+open(sys.argv[1], "w").write(str(rank.pid))
+time.sleep(600)
+"""
+
+
+def test_a_stop_the_tree_ignores_is_killed_after_grace_ranks_in_their_own_sessions_too(tmp_path: Path) -> None:
+    script, rank_pid = tmp_path / "stubborn.py", tmp_path / "rank.pid"
+    script.write_text(STUBBORN)
+    with Wrappers(tmp_path) as wrappers, AttachServer(wrappers.socket) as server:
+        wrapper = wrappers.start(["env", sys.executable, str(script), str(rank_pid)], "--grace-s", "1")
+        conn = attached(server, wrapper)
+        rank = psutil.Process(int(wait_for(lambda: rank_pid.exists() and rank_pid.read_text(), "the rank", WAIT_S)))
+        server.send(conn, "stop")
+        assert wrapper.wait(WAIT_S) == 143
+        assert wait_for(lambda: not rank.is_running() or rank.status() == psutil.STATUS_ZOMBIE, "the rank killed",
+                        WAIT_S, ignore=(psutil.Error,))
+    assert "still running 1 s after SIGTERM: SIGKILL" in wrapper.output()
+
+
 def test_hung_event_restarts_with_restart_and_is_said_without(tmp_path: Path) -> None:
     with Wrappers(tmp_path) as wrappers, AttachServer(wrappers.socket) as server:
         plain = wrappers.start(loop_command())
