@@ -9,6 +9,7 @@ import os
 import signal
 import stat
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -87,9 +88,29 @@ def test_pause_event_holds_the_loop_resume_releases_it(tmp_path: Path) -> None:
         held = beat(conn, wrapper, "the loop held", lambda hbs: hbs and all(h["paused"] for h in hbs))
         later = beat(conn, wrapper, "a later beat", lambda hbs: bool(hbs))
         assert steps(later.heartbeats) == steps(held.heartbeats)  # held at the step boundary: no step since
+        # The requester refreshes the file while it asks (heartbeat.PAUSE_REFRESH_S): an old one is touched.
+        old = time.time() - 30
+        os.utime(run_dir / "pause", (old, old))
+        wait_for(lambda: (run_dir / "pause").stat().st_mtime > old + 20, "the pause file refreshed", WAIT_S)
         server.send(conn, "resume")
         wait_for(lambda: not (run_dir / "pause").exists(), "the pause file removed", WAIT_S)
         beat(conn, wrapper, "stepping again", lambda hbs: steps(hbs) > steps(held.heartbeats))
+
+
+def test_heartbeat_and_pause_files_given_are_the_ones_relayed_and_made(tmp_path: Path) -> None:
+    beat_file, pause_file = tmp_path / "mine" / "hb.json", tmp_path / "mine" / "pause"
+    beat_file.parent.mkdir()
+    with Wrappers(tmp_path) as wrappers, AttachServer(wrappers.socket) as server:
+        wrapper = wrappers.start(loop_command(), "--heartbeat-file", str(beat_file), "--pause-file", str(pause_file))
+        conn = attached(server, wrapper)
+        beat(conn, wrapper, "stepping", lambda hbs: steps(hbs) > 0)
+        assert beat_file.exists()
+        server.send(conn, "pause", "hot")
+        wait_for(pause_file.exists, "the given pause file", WAIT_S, detail=wrapper.output)
+        beat(conn, wrapper, "the loop held", lambda hbs: hbs and all(h["paused"] for h in hbs))
+        wrapper.process.terminate()  # the wrapper's end takes back the pause it made
+        assert wrapper.wait(WAIT_S) == 128 + signal.SIGTERM
+    assert not pause_file.exists() and beat_file.exists()
 
 
 def test_daemon_killed_the_pause_is_held_then_re_attached_with_its_run_id(tmp_path: Path) -> None:
