@@ -162,6 +162,7 @@ class TrainRun:
             if kind == "event" and isinstance(value, Event) and self._stopping is None:
                 if self._wants_stop(value):
                     self._stopping = "stop" if value.event == "stop" else "hung"
+                    self._signal_group(signal.SIGCONT)  # a stopped process acts on TERM only once continued
                     self._signal_group(signal.SIGTERM)
                     kill_at = time.monotonic() + self.settings.grace_s
             if kill_at is not None and time.monotonic() >= kill_at:

@@ -50,7 +50,7 @@ def test_attach_names_the_child_its_gpus_restart_and_job_then_relays_heartbeats(
     with Wrappers(tmp_path) as wrappers, AttachServer(wrappers.socket) as server:
         command = loop_command("--steps", "0")
         wrapper = wrappers.start(command, "--name", "resnet-a", "--gpu", "28:00.0", "--gpu", "0000:28:00.0",
-                                 "--gpu", "0000:2D:00.0", "--restart", "on-failure:2",
+                                 "--gpu", "0000:2D:00.0", "--restart", "on-failure:2", "--backoff-s", "0",
                                  env={"SLURM_JOB_ID": "4711"})
         conn = attached(server, wrapper)
         request = conn.attach
