@@ -5,10 +5,14 @@ socket served by a stand-in for the daemon (tests/support/attach_server.py; bran
 
 from __future__ import annotations
 
+import fcntl
 import os
+import select
 import signal
 import stat
+import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
@@ -236,6 +240,55 @@ def test_ctrl_c_stops_the_run_once_and_it_is_not_restarted(tmp_path: Path) -> No
         assert wrapper.wait(WAIT_S) == 130
     assert count.read_text() == "1"
     assert "restart" not in wrapper.output()
+
+
+def test_in_a_real_terminal_it_reads_the_terminal_and_ctrl_c_is_one_sigint(tmp_path: Path) -> None:
+    """A pseudo-terminal as the user's: its line discipline turns Ctrl-C into SIGINT for its foreground group."""
+    script = tmp_path / "int.py"
+    script.write_text("print('line:', input(), flush=True)\n" + SIGINT_SCRIPT)
+    ready, count = tmp_path / "ready", tmp_path / "count"
+    master, slave = os.openpty()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWATCH_")}
+    env |= {"PYTHONPATH": str(Path(__file__).resolve().parents[2]), "XDG_RUNTIME_DIR": str(tmp_path)}
+    wrapper = subprocess.Popen(
+        [sys.executable, "-m", "gpuwatch.cli", "train", "--restart", "on-failure", "--runtime-dir", str(tmp_path),
+         "--", "env", sys.executable, str(script), str(ready), str(count)],
+        stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
+        preexec_fn=_controlling_terminal)
+    os.close(slave)
+    seen = bytearray()
+    try:
+        os.write(master, b"typed\n")
+        wait_for(lambda: _read_into(master, seen) and b"line: typed" in seen and ready.exists(), "the command ready",
+                 WAIT_S, detail=lambda: seen.decode(errors="replace"))
+        os.write(master, b"\x03")  # Ctrl-C
+        assert wrapper.wait(WAIT_S) == 130
+        assert count.read_text() == "1"
+    finally:
+        if wrapper.poll() is None:
+            for proc in psutil.Process(wrapper.pid).children(recursive=True):
+                proc.kill()
+            wrapper.kill()
+            wrapper.wait(10)
+        os.close(master)
+
+
+def _controlling_terminal() -> None:
+    """In the child, after its setsid: the pty on stdin becomes its controlling terminal, as a login's is."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def _read_into(fd: int, seen: bytearray) -> bool:
+    while select.select([fd], [], [], 0.05)[0]:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            return True
+        if not chunk:
+            return True
+        seen += chunk
+    return True
 
 
 def test_stop_event_stops_gracefully_not_restarted_exit_143(tmp_path: Path) -> None:
