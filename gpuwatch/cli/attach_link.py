@@ -60,9 +60,12 @@ def hold_window_s(environ: Mapping[str, str]) -> float:
 class AttachLink:
     """The run's link to the daemon; ``start`` once the command runs, ``close`` at the wrapper's exit."""
 
-    def __init__(self, socket_path: Path, request: Attach, heartbeat_file: Path, pause_file: Path, say: Say,
-                 on_event: Callable[[Event], None], hold_s: float = HOLD_WITHOUT_DAEMON_S) -> None:
-        self.socket_path = socket_path
+    def __init__(self, locate: Callable[[], Path], request: Attach, heartbeat_file: Path, pause_file: Path,
+                 say: Say, on_event: Callable[[Event], None], hold_s: float = HOLD_WITHOUT_DAEMON_S) -> None:
+        # Where the daemon's socket is, asked before every connect: a run started while no daemon ran looks
+        # where a daemon is once one starts (the user's own, or the system service's).
+        self._locate = locate
+        self.socket_path = locate()
         self.heartbeat_file = heartbeat_file
         self.pause_file = pause_file
         self.hold_s = hold_s
@@ -146,6 +149,7 @@ class AttachLink:
             self._stop.wait(RECONNECT_S)
 
     def _connect(self) -> tuple[socket.socket | None, str]:
+        self.socket_path = self._locate()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(REPLY_TIMEOUT_S)
         try:

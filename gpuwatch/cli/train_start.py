@@ -59,13 +59,13 @@ def start_run(args: argparse.Namespace, command: list[str], gpus: list[str], bui
             env[name] = str(path)
     request = Attach(pid=0, argv=list(command), name=args.name, gpus=gpus or None, restart=str(args.restart),
                      job_id=os.environ.get(SLURM_JOB_ENV) or None)
-    where = socket_path(args.runtime_dir, os.environ, os.geteuid())
+    euid = os.geteuid()
 
     def link(pid: int, on_event: Callable[[Event], None]) -> AttachLink | None:
         if not attach or heartbeat is None or pause is None:
             return None
-        return AttachLink(where, replace(request, pid=pid), heartbeat, pause, say, on_event,
-                          hold_window_s(os.environ)).start()
+        return AttachLink(lambda: socket_path(args.runtime_dir, os.environ, euid), replace(request, pid=pid),
+                          heartbeat, pause, say, on_event, hold_window_s(os.environ)).start()
 
     settings = RunSettings(command=list(command), restart=args.restart, grace_s=args.grace_s,
                            backoff_s=args.backoff_s, checkpoint_glob=args.checkpoint_glob,

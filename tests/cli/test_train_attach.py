@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from gpuwatch.attach import Attach, Beat, Exited, Restarted
+from gpuwatch.cli.attach_link import AttachLink
 from gpuwatch.cli.run_dir import RunDirError, make_run_dir
 from gpuwatch.heartbeat import read_heartbeat
 from tests.support.attach_server import AttachServer, Conn
@@ -359,6 +360,31 @@ def test_cannot_run_the_command_127(tmp_path: Path) -> None:
     assert "gpuwatch train: cannot run 'no-such-program-gpuwatch'" in wrapper.output() and not wrapper.run_dirs()
 
 
+def test_a_run_that_started_without_a_daemon_attaches_where_one_starts_later(tmp_path: Path) -> None:
+    """The socket is looked up before every connect: no daemon at the start meant the user's own directory;
+    the system service's, started later, is found (``client_runtime_dir``'s choice, played here by ``where``)."""
+    own, system = tmp_path / "own" / "control.sock", tmp_path / "system" / "control.sock"
+    own.parent.mkdir()
+    system.parent.mkdir()
+
+    def where() -> Path:
+        return system if system.exists() else own
+
+    said: list[str] = []
+    link = AttachLink(where, Attach(pid=os.getpid(), argv=["python", "train.py"]), tmp_path / "hb.json",
+                      tmp_path / "pause", said.append, lambda event: None).start()
+    try:
+        wait_for(lambda: said, "the first line", WAIT_S)
+        assert said == [f"gpuwatch train: no gpuwatch daemon at {own}: this run is not protected"]
+        with AttachServer(system) as server:
+            conn = wait_for(lambda: server.attached(), "the attach at the system's socket", WAIT_S)[0]
+            assert conn.attach is not None and conn.attach.pid == os.getpid()
+            wait_for(lambda: len(said) == 2, "the attached line", WAIT_S)
+            assert said[1] == "gpuwatch train: attached to the gpuwatch daemon as python"
+    finally:
+        link.close()
+
+
 def test_a_run_dir_only_where_nobody_else_can_reach_it(tmp_path: Path) -> None:
     xdg = tmp_path / "xdg"
     xdg.mkdir(mode=0o700)
@@ -378,6 +404,12 @@ def test_a_run_dir_only_where_nobody_else_can_reach_it(tmp_path: Path) -> None:
     (shared / "gpuwatch").chmod(0o777)
     with pytest.raises(RunDirError, match="writable by others"):
         make_run_dir({"XDG_RUNTIME_DIR": str(shared)}, os.geteuid(), 42)
+    if os.geteuid() == 0:  # another user made the folder first (as in /tmp): refused, its owner named
+        theirs = tmp_path / "xdg4"
+        (theirs / "gpuwatch").mkdir(parents=True, mode=0o700)
+        os.chown(theirs / "gpuwatch", 65534, 65534)
+        with pytest.raises(RunDirError, match="belongs to uid 65534, not to you"):
+            make_run_dir({"XDG_RUNTIME_DIR": str(theirs)}, os.geteuid(), 42)
 
 
 @pytest.mark.parametrize("options, said", [
