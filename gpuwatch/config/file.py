@@ -23,6 +23,7 @@ from gpuwatch.config.base import (
 from gpuwatch.config.cooling import FanConfig, PowerConfig, ThermalConfig
 from gpuwatch.config.sections import (
     AmdgpuInfoConfig,
+    HealthConfig,
     HttpConfig,
     ProcessesConfig,
     ResetsConfig,
@@ -59,6 +60,7 @@ class Config(Strict):
     amdgpuinfo: AmdgpuInfoConfig = AmdgpuInfoConfig()
     processes: ProcessesConfig = ProcessesConfig()
     resets: ResetsConfig = ResetsConfig()
+    health: HealthConfig = HealthConfig()
     trainer: list[TrainerConfig] = []
 
     @field_validator("trainer")

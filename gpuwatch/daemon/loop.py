@@ -35,6 +35,7 @@ from gpuwatch.config.file import Config, load_config
 from gpuwatch.daemon import compose
 from gpuwatch.daemon.compose import Parts
 from gpuwatch.daemon.control import ControlServer
+from gpuwatch.daemon.health import NodeWatch
 from gpuwatch.daemon.published import count_read_errors, log_discovery, published_state
 from gpuwatch.daemon.reload import plan_reload
 from gpuwatch.daemon.sdnotify import Notifier
@@ -86,6 +87,7 @@ class Daemon:
         self.control: ControlServer | None = None
         self.read_errors: Counter[tuple[str, str]] = Counter()
         self.http: HttpServer | None = None
+        self.node = NodeWatch()  # mapped jobs, job receipts and the health verdict (daemon/health.py)
 
     def _start_control(self) -> None:
         """`gpuwatch pause|resume|restart` reach the supervisor (and `simulate-reset` the simulator) through a
@@ -126,6 +128,7 @@ class Daemon:
                             ticks_total=self.ticks_total, interval_s=config.interval_s,
                             failures=failures + (("config: " + "; ".join(absent),) if absent else ()))
         state = published_state(snapshot, daemon, fans, powers, trainers, self.read_errors, config)
+        state = self._guard("health verdict", partial(self.node.observe, state, config), state)
         document = to_document(state, source="daemon")
         self.holder.publish(state, document)
         self._guard("state file", lambda: write_state_file(self.config.state_file, document), None)

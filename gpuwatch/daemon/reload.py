@@ -24,6 +24,7 @@ LIVE_KEYS: dict[str, str] = {
     "thermal": "the state file, /metrics, the power governor and the supervisor",
     "fan": "the fan controller, from its next tick",
     "status": "nothing in the daemon (`gpuwatch status --remote` reads it)",
+    "health": "the health verdict and the job receipts (/metrics, the state file, `gpuwatch health`)",
     "trainer": "the supervisor (adds and removes trainers; a changed one restarts alone, the others untouched)",
 }
 DAEMON_LIVE_KEYS = frozenset(LIVE_KEYS)
