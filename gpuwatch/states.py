@@ -167,12 +167,7 @@ class HealthFault:
 
     code: str  # "G006"
     gpu_id: str | None  # None: the node (the daemon)
-    detail: str  # "junction 108C>105C fan failsafe"
-
-    @property
-    def line(self) -> str:
-        """``gpuwatch:G006 0000:03:00.0 junction 108C>105C fan failsafe``: the parseable form (drain reasons, NPD)."""
-        return " ".join(part for part in (f"gpuwatch:{self.code}", self.gpu_id, self.detail) if part)
+    detail: str  # "junction 108C>105C fan failsafe"; the line readers parse: publish.health_codes.fault_line
 
 
 @dataclass(frozen=True)

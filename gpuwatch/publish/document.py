@@ -12,6 +12,7 @@ from typing import Any, cast
 
 from gpuwatch.limits import over_limit
 from gpuwatch.model import GpuReading, GpuResetState, JobReceipt, NodeHealth, PublishedState
+from gpuwatch.publish.health_codes import fault_line
 from gpuwatch.publish.schema import (
     SCHEMA_VERSION,
     FanControllerDoc,
@@ -57,7 +58,7 @@ def to_document(state: PublishedState, source: Source) -> StatusDocument:
 
 def _health(health: NodeHealth) -> HealthDoc:
     doc = _plain(asdict(health))
-    doc["faults"] = [{**_plain(asdict(fault)), "line": fault.line} for fault in health.faults]
+    doc["faults"] = [{**_plain(asdict(f)), "line": fault_line(f.code, f.gpu_id, f.detail)} for f in health.faults]
     return cast(HealthDoc, doc)
 
 

@@ -11,9 +11,11 @@ import logging
 import os
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gpuwatch.model import PublishedState
-from gpuwatch.publish.schema import StatusDocument
+if TYPE_CHECKING:  # `gpuwatch health` imports this module for is_stale: the model's classes cost it 20-40 ms
+    from gpuwatch.model import PublishedState
+    from gpuwatch.publish.schema import StatusDocument
 
 log = logging.getLogger("gpuwatch.state")  # the name log lines had before the move
 

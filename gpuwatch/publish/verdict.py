@@ -1,13 +1,13 @@
 """The node's health verdict for a scheduler (pure): a PublishedState + the [health] settings -> NodeHealth.
 
-Each fault class has a stable code (docs/cluster.md is the table) and one line, e.g.
+Each fault class has a stable code (publish/health_codes.py, docs/cluster.md) and one line, e.g.
 ``gpuwatch:G006 0000:03:00.0 junction 108C>105C fan failsafe``, so a drain reason or an NPD condition
 can be matched by a regex. Normal operation is never a fault: a power cap governing (even at its floor)
 and a paused trainer are what gpuwatch does to keep a hot card in its limits; they are ``notes``
 (Nagios WARNING). Only "over crit" needs history (how long): ``over_crit_since`` carries it from tick
 to tick, and ``judge`` is given it with ``now``.
 
-G001 (stale state) and G002 (no daemon) are found by the reader of the state, not here: ``daemon_fault``.
+G001 (stale state) and G002 (no daemon) are found by the reader of the state (`gpuwatch health`), not here.
 """
 
 from __future__ import annotations
@@ -25,26 +25,19 @@ from gpuwatch.model import (
     TrainerPhase,
     at_crit,
 )
-
-# The codes, one per fault class; never renumbered (drain reasons and alert rules match them).
-STALE, NO_DAEMON = "G001", "G002"
-GPU_DOWN, FAN_UNCONTROLLED, FAN_FAILSAFE, FAN_STALLED, OVER_CRIT = "G004", "G005", "G006", "G007", "G008"
-RESET_STUCK, RESET_RECOVERING, PCIE_WIDTH, PCIE_SPEED, AER_FATAL = "G009", "G010", "G011", "G012", "G013"
-# code -> (the [health] switch, what it means): docs/cluster.md lists the same.
-CODES: dict[str, tuple[str, str]] = {
-    STALE: ("daemon_down", "the daemon's state is stale: its loop is stuck, nothing guards the GPUs"),
-    NO_DAEMON: ("daemon_down", "no daemon runs: nothing guards the GPUs"),
-    GPU_DOWN: ("gpu_down", "a GPU is gone or does not answer"),
-    FAN_UNCONTROLLED: ("fan_uncontrolled", "a fan should be driven and cannot be written"),
-    FAN_FAILSAFE: ("fan_failsafe", "a fan is at full speed: temperature missing, frozen or at crit"),
-    FAN_STALLED: ("fan_stalled", "a driven fan stopped"),
-    OVER_CRIT: ("over_crit", "a sensor at or above the card's crit for longer than over_crit_s"),
-    RESET_STUCK: ("reset_stuck", "processes stuck in D state hold a GPU after its reset"),
-    RESET_RECOVERING: ("reset_recovering", "a GPU reset and is not usable yet"),
-    PCIE_WIDTH: ("pcie_width", "the slot's PCIe link is narrower than both ends support"),
-    PCIE_SPEED: ("pcie_speed", "the slot's PCIe link is slower than both ends support"),
-    AER_FATAL: ("aer_fatal", "a fatal PCIe error (AER) on the path to the GPU"),
-}
+from gpuwatch.publish.health_codes import (
+    AER_FATAL,
+    CODES,
+    FAN_FAILSAFE,
+    FAN_STALLED,
+    FAN_UNCONTROLLED,
+    GPU_DOWN,
+    OVER_CRIT,
+    PCIE_SPEED,
+    PCIE_WIDTH,
+    RESET_RECOVERING,
+    RESET_STUCK,
+)
 
 
 def over_crit_since(previous: Mapping[str, float], state: PublishedState, now: float) -> dict[str, float]:
@@ -89,11 +82,6 @@ def judge(state: PublishedState, settings: HealthConfig, since: Mapping[str, flo
                    if getattr(settings, CODES[code][0])]
     return NodeHealth(healthy=not faults, faults=tuple(faults), notes=_notes(state),
                       drain_after_checks=settings.drain_after_checks, resume_after_checks=settings.resume_after_checks)
-
-
-def daemon_fault(code: str, detail: str) -> HealthFault:
-    """G001/G002: found by whoever reads the state (``gpuwatch health``), not by the daemon."""
-    return HealthFault(code, None, detail)
 
 
 def _lasted(since: float, now: float, minimum_s: float) -> bool:

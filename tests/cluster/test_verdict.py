@@ -21,7 +21,8 @@ from gpuwatch.model import (
     TrainerPhase,
     TrainerState,
 )
-from gpuwatch.publish.verdict import CODES, judge, over_crit_since
+from gpuwatch.publish.health_codes import CODES, fault_line
+from gpuwatch.publish.verdict import judge, over_crit_since
 
 SLOT = "0000:03:00.0"
 NOW = 1000.0
@@ -84,7 +85,7 @@ CASES: list[tuple[str, PublishedState, dict[str, float], list[str]]] = [
 @pytest.mark.parametrize(("name", "published", "since", "lines"), CASES, ids=[c[0] for c in CASES])
 def test_fault_table(name: str, published: PublishedState, since: dict[str, float], lines: list[str]) -> None:
     verdict = judge(published, HealthConfig(), since, NOW)
-    assert [fault.line for fault in verdict.faults] == lines
+    assert [fault_line(f.code, f.gpu_id, f.detail) for f in verdict.faults] == lines
     assert verdict.healthy is (not lines)
     assert all(len(line) <= 80 for line in lines)
 
