@@ -16,7 +16,6 @@ import json
 import os
 import sys
 import time
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -82,9 +81,16 @@ def _runtime_dir(config_path: Path | None) -> Path | None:
     if config_path is not None:
         try:
             with open(config_path, "rb") as handle:
-                configured = tomllib.load(handle).get("runtime_dir")
-        except (OSError, tomllib.TOMLDecodeError):
+                data = handle.read()
+        except OSError:
             return None
+        if b"runtime_dir" in data:  # else the default applies, and tomllib's import (8 ms) is not needed
+            import tomllib
+
+            try:
+                configured = tomllib.loads(data.decode()).get("runtime_dir")
+            except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+                return None
         if configured is not None and not isinstance(configured, str):
             return None
     if configured:

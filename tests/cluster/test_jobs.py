@@ -85,3 +85,17 @@ def test_the_monitor_reads_each_process_job_from_its_cgroup(tmp_path: Path) -> N
     proc.set_fd(1900, 3, RENDER_NODE, amdgpu_fdinfo(1900, A))
     rows, _ = ProcessMonitor(Procfs(proc.root), None, 30.0).sample({}, now=0.0)
     assert {r.pid: r.job_id for r in rows} == {4242: "4711", 1800: None, 1900: None}
+
+
+def test_status_processes_shows_a_job_column_only_on_a_schedulers_node() -> None:
+    from gpuwatch.cli.process_table import render_processes
+
+    row = {"pid": 7, "gpu_id": A, "command": "python3 train.py", "user": "alice", "trainer": None, "state": "S",
+           "vram_bytes": 1024, "gtt_bytes": None, "engine_busy_ratio": 0.5, "kfd": False, "kfd_vram_bytes": None,
+           "kfd_cu_occupancy_ratio": None, "sampled_unix": 1.0, "job_id": None}
+    plain = render_processes({"processes": [row]})  # type: ignore[typeddict-item]
+    assert "JOB" not in plain
+    table = render_processes({"processes": [{**row, "job_id": "4711"}]})  # type: ignore[typeddict-item]
+    header, line = table.splitlines()[:2]
+    assert header.split()[-3:] == ["TRAINER", "JOB", "COMMAND"]
+    assert line[header.index("JOB"):].split()[0] == "4711"
