@@ -2,8 +2,8 @@
 
 Pure: given the running config and a freshly validated one, decide which top-level keys take effect
 now and which wait for a restart. Live (``LIVE_KEYS``, each with every consumer it reaches): the tick
-interval, the log level, the thermal limits, [fan] (all but its mode: ``RESTART_SUBKEYS``), [status] and
-[[trainer]]. Everything else (sysfs_root, runtime_dir, sysfs_deadline_s, power, http, ...) owns open files,
+interval, the log level, the thermal limits, [fan] (all but its mode: ``RESTART_SUBKEYS``), [status],
+[health] and [[trainer]]. Everything else (sysfs_root, runtime_dir, sysfs_deadline_s, power, http, ...) owns open files,
 sockets or hardware control; swapping those mid-run is riskier than a restart, so the running value is
 kept and the log says `systemctl restart gpuwatch` is needed.
 """
