@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.cli.health_render import FORMATS, Answer, from_document, no_daemon, render
+from gpuwatch.cli.health_render import FORMATS, Answer, from_document, no_daemon, only, render
 from gpuwatch.cli.options import common_options
 from gpuwatch.config.runtime import (
     DEFAULT_CONFIG_PATH,
@@ -28,6 +28,7 @@ from gpuwatch.config.runtime import (
     client_runtime_dir,
     daemon_files_in,
 )
+from gpuwatch.publish.health_codes import CLASSES
 
 CONFIG_ERROR_EXIT = 2  # as config.file's (not imported here: it loads pydantic)
 
@@ -36,6 +37,9 @@ def add_health_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=FORMATS, default="nhc",
                         help="nhc: 0 healthy/1 not (default); npd: node-problem-detector plugin, 0 ok/1 problem/"
                              "2 unknown, at most 80 characters; nagios: 0/1/2/3; json: the verdict as an object")
+    parser.add_argument("--class", dest="fault_class", choices=sorted(CLASSES), metavar="CLASS",
+                        help=f"only this fault class ({', '.join(sorted(CLASSES))}) and the daemon's own faults: "
+                             "one node-problem-detector condition per class")
     parser.add_argument("--slurm", action="store_true",
                         help="for slurm.conf's HealthCheckProgram: drain this node after [health] "
                              "drain_after_checks unhealthy checks in a row (reason gpuwatch:...), resume a node "
@@ -68,8 +72,8 @@ def cmd_health(args: argparse.Namespace) -> int:
             print(f"gpuwatch health: cannot read the GPUs: {exc}", file=sys.stderr)
             return 3 if args.format == "nagios" else 2 if args.format == "npd" else 1
     if args.slurm:
-        return _slurm(answer, runtime_dir)
-    code, text = render(answer, args.format)
+        return _slurm(only(answer, args.fault_class), runtime_dir)
+    code, text = render(only(answer, args.fault_class), args.format)
     print(text)
     return code
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal, NamedTuple
 
-from gpuwatch.publish.health_codes import MAX_MESSAGE_CHARS, NO_DAEMON, PREFIX, STALE, fault_line
+from gpuwatch.publish.health_codes import CLASSES, MAX_MESSAGE_CHARS, NO_DAEMON, STALE, code_of, fault_line
 from gpuwatch.publish.state import is_stale
 
 Format = Literal["nhc", "npd", "nagios", "json"]
@@ -46,7 +46,7 @@ class Answer(NamedTuple):
         """unknown: the only faults are about the daemon (no fresh verdict), nothing about a GPU."""
         if not self.lines:
             return "healthy"
-        codes = {line[len(PREFIX):].split(" ", 1)[0] for line in self.lines}
+        codes = {code_of(line) for line in self.lines}
         return "unknown" if codes <= set(_DAEMON_CODES) else "unhealthy"
 
 
@@ -70,6 +70,14 @@ def no_daemon(lines: tuple[str, ...], notes: tuple[str, ...], daemon_down: bool,
     first = (fault_line(NO_DAEMON, None, "daemon not running"),) if daemon_down else ()
     return Answer(lines=first + lines, notes=notes, source="sysfs", drain_after_checks=drain_after_checks,
                   resume_after_checks=resume_after_checks)
+
+
+def only(answer: Answer, fault_class: str | None) -> Answer:
+    """The answer for one fault class (``CLASSES``): its faults and the daemon's; the notes dropped."""
+    if fault_class is None:
+        return answer
+    keep = set(CLASSES[fault_class]) | set(_DAEMON_CODES)
+    return answer._replace(lines=tuple(line for line in answer.lines if code_of(line) in keep), notes=())
 
 
 def summary(answer: Answer, limit: int = MAX_MESSAGE_CHARS) -> str:

@@ -31,7 +31,23 @@ CODES: dict[str, tuple[str, str]] = {
     AER_FATAL: ("aer_fatal", "a fatal PCIe error (AER) on the path to the GPU"),
 }
 
+# The fault classes a remediation maps one to one (`gpuwatch health --class`, one NPD condition each:
+# deploy/kubernetes). The daemon's own codes (G001, G002) belong to every class: without a fresh verdict no
+# class can be said healthy.
+CLASSES: dict[str, tuple[str, ...]] = {
+    "gpu": (GPU_DOWN,),
+    "fan": (FAN_UNCONTROLLED, FAN_FAILSAFE, FAN_STALLED),
+    "thermal": (OVER_CRIT,),
+    "reset": (RESET_STUCK, RESET_RECOVERING),
+    "pcie": (PCIE_WIDTH, PCIE_SPEED, AER_FATAL),
+}
+
 
 def fault_line(code: str, gpu_id: str | None, detail: str) -> str:
     """``gpuwatch:G006 0000:03:00.0 junction 108C>105C fan failsafe``; a node fault has no GPU."""
     return " ".join(part for part in (PREFIX + code, gpu_id, detail) if part)
+
+
+def code_of(line: str) -> str:
+    """``G006`` of ``gpuwatch:G006 0000:03:00.0 ...``."""
+    return line[len(PREFIX):].split(" ", 1)[0]

@@ -81,3 +81,20 @@ def test_a_fresh_document_gives_the_daemons_verdict_a_stale_one_g001() -> None:
 def test_the_summary_never_passes_the_limit() -> None:
     many = Answer(lines=tuple(f"gpuwatch:G004 0000:{i:02x}:00.0 gone" for i in range(12)))
     assert len(summary(many)) <= 80 and summary(many).endswith("(+11 more)")
+
+
+def test_every_gpu_code_is_in_exactly_one_class() -> None:
+    from gpuwatch.publish.health_codes import CLASSES, CODES, NO_DAEMON, STALE
+
+    classed = [code for codes in CLASSES.values() for code in codes]
+    assert sorted(classed) == sorted(set(CODES) - {STALE, NO_DAEMON})
+
+
+def test_one_class_keeps_its_faults_and_the_daemons() -> None:
+    from gpuwatch.cli.health_render import only
+
+    fan = only(FAULT, "fan")
+    assert fan.lines == (FAILSAFE,) and render(fan, "npd") == (1, FAILSAFE)
+    assert render(only(FAULT, "pcie"), "npd") == (0, "gpuwatch: healthy")
+    assert render(only(WARN, "fan"), "nagios")[0] == 0  # a class's check has no notes
+    assert render(only(DOWN_AND_HOT, "pcie"), "npd") == (2, "gpuwatch:G002 daemon not running")

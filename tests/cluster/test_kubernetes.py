@@ -13,6 +13,7 @@ import yaml
 
 from gpuwatch.cli.health import add_health_arguments
 from gpuwatch.cli.options import common_options
+from gpuwatch.publish.health_codes import CLASSES
 from tests.support.paths import REPO
 
 DEPLOY = REPO / "deploy/kubernetes"
@@ -65,6 +66,7 @@ def test_the_npd_plugin_contract() -> None:
     conditions = {c["type"] for c in plugin["conditions"]}
     parser = common_options()
     add_health_arguments(parser)
+    classes: dict[str, str | None] = {}
     for rule in plugin["rules"]:
         assert rule["path"].endswith("/gpuwatch") and rule["args"][0] == "health"
         args = parser.parse_args(rule["args"][1:])  # the rule's arguments are what `gpuwatch health` takes
@@ -72,6 +74,11 @@ def test_the_npd_plugin_contract() -> None:
         assert _seconds(rule["timeout"]) <= _seconds(settings["timeout"])
         if rule["type"] == "permanent":
             assert rule["condition"] in conditions
+            classes[rule["condition"]] = args.fault_class
+        else:
+            assert args.fault_class is None  # the event carries every fault
+    # One condition per fault class, each class once (a remediation maps them one to one).
+    assert sorted(c for c in classes.values() if c) == sorted(CLASSES) and set(classes) == conditions
     assert {rule["type"] for rule in plugin["rules"]} == {"permanent", "temporary"}
 
 

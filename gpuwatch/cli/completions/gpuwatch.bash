@@ -138,8 +138,9 @@ _gpuwatch() {
                 --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --format) mapfile -t COMPREPLY < <(compgen -W "nhc npd nagios json" -- "$cur"); return ;;
+                --class) mapfile -t COMPREPLY < <(compgen -W "fan gpu pcie reset thermal" -- "$cur"); return ;;
             esac
-            words="-h --help -c --config --sysfs-root --proc-root --format --slurm"
+            words="-h --help -c --config --sysfs-root --proc-root --format --class --slurm"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
         receipt)

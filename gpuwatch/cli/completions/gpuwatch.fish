@@ -91,6 +91,7 @@ complete -c gpuwatch -n "__fish_seen_subcommand_from health" -s c -l config -r -
 complete -c gpuwatch -n "__fish_seen_subcommand_from health" -l sysfs-root -r -F -d 'sysfs tree to read instead of /sys'
 complete -c gpuwatch -n "__fish_seen_subcommand_from health" -l proc-root -r -F -d 'proc tree to read instead of /proc'
 complete -c gpuwatch -n "__fish_seen_subcommand_from health" -l format -x -a 'nhc npd nagios json' -d 'nhc: 0 healthy/1 not'
+complete -c gpuwatch -n "__fish_seen_subcommand_from health" -l class -x -a 'fan gpu pcie reset thermal' -d 'only this fault class'
 complete -c gpuwatch -n "__fish_seen_subcommand_from health" -l slurm -d 'for slurm.confs HealthCheckProgram: drain this node after health drain_after_checks unhealthy checks in a row'
 complete -c gpuwatch -n "__fish_seen_subcommand_from receipt" -s h -l help -d 'show this help message and exit'
 complete -c gpuwatch -n "__fish_seen_subcommand_from receipt" -s c -l config -r -F -d 'config file'
