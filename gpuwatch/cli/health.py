@@ -30,8 +30,6 @@ from gpuwatch.config.runtime import (
 )
 from gpuwatch.publish.health_codes import CLASSES
 
-CONFIG_ERROR_EXIT = 2  # as config.file's (not imported here: it loads pydantic)
-
 
 def add_health_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=FORMATS, default="nhc",
@@ -65,6 +63,7 @@ def cmd_health(args: argparse.Namespace) -> int:
             answer, runtime_dir = _direct_answer(args)
         except Exception as exc:  # noqa: BLE001 - a health check answers, whatever went wrong
             from gpuwatch.config.base import ConfigError
+            from gpuwatch.config.file import CONFIG_ERROR_EXIT
 
             if isinstance(exc, ConfigError):
                 print(f"gpuwatch: {exc}", file=sys.stderr)
