@@ -3,7 +3,8 @@
 * slurmd's HealthCheckProgram is `gpuwatch health --slurm`: a simulated GPU reset (the card stops answering,
   the fan goes failsafe) drains the node with a ``gpuwatch:G0..`` reason after [health] drain_after_checks
   checks; the card answering again resumes it after resume_after_checks; an admin's drain (``maint``) is
-  left alone however healthy the node is.
+  left alone however healthy the node is; a card held under its limit by a lowered cap (normal operation,
+  a Nagios WARNING) never drains the node.
 * A batch job's prolog writes the DCGM-style mapping file: the simulated GPU's process carries the job id
   in /metrics while the job runs; the epilog's `gpuwatch receipt $SLURM_JOB_ID` prints its receipt.
 
@@ -115,3 +116,26 @@ def test_a_jobs_process_carries_its_job_id_and_the_epilog_prints_its_receipt(tmp
     doc = json.loads(out.read_text())
     assert doc["job_id"] == job and doc["gpus"][0]["gpu_id"] == SLOT and doc["gpus"][0]["energy_j"] > 0
     wait_for(lambda: "gpuwatch_gpu_job_info" not in metrics(), "the job's series gone after the epilog", 30)
+
+
+def test_a_governed_node_is_never_drained(tmp_path: Path, processes: Processes) -> None:
+    """A hot card held under its limit by a lowered power cap is gpuwatch doing its job: a note (Nagios
+    WARNING), never a drain."""
+    config = tmp_path / "gpuwatch.toml"
+    config.write_text(daemon_config(tmp_path / "run", f'[simulate]\nenabled = true\ntree_dir = "{tmp_path / "tree"}"\n'
+                                    "time_scale = 50.0\ncooling_scale = 0.4\n"
+                                    "[health]\ndrain_after_checks = 1\n", interval_s=0.25))
+    daemon, _ = start_gpuwatch(processes, "gpuwatch", config)
+    state = tmp_path / "run/state.json"
+    wait_for(lambda: "power capped" in " ".join(json.loads(state.read_text())["health"]["notes"]), "the cap governing",
+             90, ignore=(OSError, ValueError, KeyError, TypeError), detail=daemon.tail)
+    root = tmp_path / "slurm"
+    check = slurm.python_command("health", "--slurm", "-c", str(config))
+    cluster = slurm.start_slurm(processes, root, health_check=f"{check} >> {root / 'health.log'} 2>&1", interval_s=2)
+    wait_for(lambda: checks_run(root) >= 4, "four health checks", 60)
+    assert not drained(cluster), cluster.show_node()
+    lines = (root / "health.log").read_text().splitlines()
+    assert all("healthy check(s) in a row, nothing to do" in line for line in lines), lines
+    nagios = subprocess.run([*GPUWATCH, "health", "--format", "nagios", "-c", str(config)], capture_output=True,
+                            text=True, timeout=60)
+    assert nagios.returncode == 1 and nagios.stdout.startswith("GPUWATCH WARNING - gpuwatch: healthy ("), nagios.stdout
