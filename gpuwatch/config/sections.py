@@ -132,7 +132,7 @@ class HealthConfig(Strict):
 
     gpu_down: bool = True  # G004: a GPU gone or not answering
     fan_uncontrolled: bool = True  # G005: the fan should be driven and cannot be written
-    fan_failsafe: bool = True  # G006: the fan at 100 % because the temperature is missing, frozen or over crit
+    fan_failsafe: bool = True  # G006: the fan at 100 % (its temperature missing or frozen, the GPU gone)
     fan_stalled: bool = True  # G007: the fan stopped while driven
     over_crit: bool = True  # G008: a sensor at or above the card's crit for longer than over_crit_s
     over_crit_s: float = Field(default=30.0, ge=0, le=3600)

@@ -21,7 +21,7 @@ CODES: dict[str, tuple[str, str]] = {
     NO_DAEMON: ("daemon_down", "no daemon runs: nothing guards the GPUs"),
     GPU_DOWN: ("gpu_down", "a GPU is gone or does not answer"),
     FAN_UNCONTROLLED: ("fan_uncontrolled", "a fan should be driven and cannot be written"),
-    FAN_FAILSAFE: ("fan_failsafe", "a fan is at full speed: temperature missing, frozen or at crit"),
+    FAN_FAILSAFE: ("fan_failsafe", "a fan in failsafe (full speed): temperature missing or frozen, GPU gone"),
     FAN_STALLED: ("fan_stalled", "a driven fan stopped"),
     OVER_CRIT: ("over_crit", "a sensor at or above the card's crit for longer than over_crit_s"),
     RESET_STUCK: ("reset_stuck", "processes stuck in D state hold a GPU after its reset"),
