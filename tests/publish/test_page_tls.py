@@ -1,5 +1,6 @@
 """The live page behind the web config (issues 35 and 37): over TLS with ``basic_auth_users``, / and /events
 answer 401 without credentials and serve the page and its stream (the snapshot, then each tick) with them;
+with client certificates required, only a certificate the client CA signed gets the page and the stream;
 and the stream carries no sensitive field to a client that /status would give the redacted document (not
 loopback and unauthenticated, or authenticated under ``expose_sensitive = "local"``), while the full
 document of the same daemon does carry them. Real sockets, certificates made by openssl."""
@@ -59,8 +60,10 @@ class Client:
     """One HTTPS request on a raw TLS socket: the response head, then the body or one SSE message at a time."""
 
     def __init__(self, ca: Authority, port: int, path: str, host: str = "127.0.0.1", user: str | None = None,
-                 method: str = "GET") -> None:
+                 method: str = "GET", cert: tuple[Path, Path] | None = None) -> None:
         context = ssl.create_default_context(cafile=ca.cert)
+        if cert is not None:
+            context.load_cert_chain(*cert)
         raw = socket.create_connection((host, port), timeout=30)
         self.sock = context.wrap_socket(raw, server_hostname=host)
         auth = ("Authorization: Basic " + base64.b64encode(f"{user}:{PASSWORD}".encode()).decode() + "\r\n"
@@ -107,8 +110,8 @@ class Client:
 
 
 def fetch(ca: Authority, port: int, path: str, host: str = "127.0.0.1", user: str | None = None,
-          method: str = "GET") -> tuple[int, dict[str, str], bytes]:
-    client = Client(ca, port, path, host, user, method)
+          method: str = "GET", cert: tuple[Path, Path] | None = None) -> tuple[int, dict[str, str], bytes]:
+    client = Client(ca, port, path, host, user, method, cert)
     try:
         return client.status, client.headers, client.body()
     finally:
@@ -165,6 +168,36 @@ def test_with_credentials_the_page_and_its_stream_over_tls(tls_daemon: Daemon, c
     # Under TLS too, a page that went away gives its place back at the next tick's write.
     wait_for(lambda: tls_daemon.tick() and tls_daemon.live.clients == 0, "the closed stream to be let go",
              timeout_s=30)
+
+
+def test_with_client_certificates_the_page_needs_one_the_ca_signed(tmp_path: Path, ca: Authority) -> None:
+    state = example_state(tmp_path / "sys")
+    holder, feed = StateHolder(), LiveFeed()
+    config = Config(runtime_dir=tmp_path / "run")
+    holder.publish(state, to_document(state, source="daemon"))
+    feed.publish(state, config)
+    web = tmp_path / "web.yml"
+    web.write_text(web_config(tmp_path, ca, users=False).read_text()
+                   + f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {ca.cert}\n")
+    other_ca = Authority(tmp_path / "other-ca", name="someone else's CA")
+    server = HttpServer(holder, "127.0.0.1", 0, web_config=web, live=feed)
+    server.start()
+    client: Client | None = None
+    try:
+        for cert in (None, other_ca.issue("browser", "DNS:laptop.example", client=True)):
+            with pytest.raises((ssl.SSLError, ConnectionError, EOFError)):  # refused in the handshake
+                fetch(ca, server.port, "/", cert=cert)
+        signed = ca.issue("browser", "DNS:laptop.example", client=True)
+        code, _, body = fetch(ca, server.port, "/", cert=signed)
+        assert code == 200 and body == page()
+        client = Client(ca, server.port, "/events", cert=signed)
+        assert client.status == 200 and client.message()[0] == "snapshot"
+        feed.publish(state, config)
+        assert client.message()[0] is None
+    finally:
+        if client is not None:
+            client.close()
+        server.stop()
 
 
 # ---- nothing sensitive in the stream ----
