@@ -12,6 +12,10 @@ from typing import Literal
 
 # Every layer imports its shared types from here; the states are written in states.py only to keep
 # each module under 300 lines.
+from gpuwatch.states import LADDER_RUNGS as LADDER_RUNGS
+from gpuwatch.states import ClockBackendName as ClockBackendName
+from gpuwatch.states import ClockMode as ClockMode
+from gpuwatch.states import ClockState as ClockState
 from gpuwatch.states import DaemonInfo as DaemonInfo
 from gpuwatch.states import FanBackendName as FanBackendName
 from gpuwatch.states import FanMode as FanMode
@@ -288,6 +292,7 @@ class PublishedState:
     powers: tuple[PowerState, ...] = ()
     read_errors_total: tuple[tuple[str, str, int], ...] = field(default=())
     limits_c: tuple[SensorLimit, ...] = ()
+    clocks: tuple[ClockState, ...] = ()
 
     def limit_c(self, gpu_id: str, sensor: str) -> float | None:
         """The limit in force for one sensor; None when it has none."""
