@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpuwatch.actuation import Actuator, ActuatorKind, Handback
+from gpuwatch.clock import restore as clock_restore
 from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import REAL_SYSFS_ROOT, Config
 from gpuwatch.daemon.control import Handler
@@ -31,7 +32,7 @@ from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.amdgpuinfo import AmdgpuInfo, WithAmdgpuInfo
 from gpuwatch.gpus.nvml import NvmlSource, NvmlUnavailable
 from gpuwatch.gpus.source import GpuSource
-from gpuwatch.model import FanState, PowerState, PublishedState, Snapshot, TrainerState
+from gpuwatch.model import ClockState, FanState, PowerState, PublishedState, Snapshot, TrainerState
 from gpuwatch.power import restore as power_restore
 from gpuwatch.procfs import Procfs
 from gpuwatch.procs.monitor import ProcessMonitor
@@ -59,10 +60,16 @@ class PowerConsumer(Protocol):
     def restore(self) -> None: ...
 
 
+class ClockConsumer(Protocol):
+    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
+             config: Config) -> tuple[ClockState, ...]: ...
+    def restore(self) -> None: ...
+
+
 class TrainerConsumer(Protocol):
     def start(self) -> None: ...  # once, on the daemon's main thread, before the first tick
     def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
-             config: Config) -> tuple[TrainerState, ...]: ...
+             config: Config, clocks: tuple[ClockState, ...] = ()) -> tuple[TrainerState, ...]: ...
     def command(self, verb: str, name: str | None) -> tuple[bool, str]: ...  # the control socket's commands
     def trees(self) -> dict[str, list[int]]: ...  # each trainer's process tree (the process scan's input)
     def stop(self) -> None: ...
@@ -80,6 +87,7 @@ class Parts:
     simulator: SimulatedGpus | None = None  # the simulated cards, when simulating (tests step its clock)
     gpu_use: GpuUseWatch | None = None  # processes per GPU and resets, added to each tick's snapshot
     control: Handler | None = None  # the control socket's commands (default: the supervisor's)
+    clock: ClockConsumer | None = None  # the clock ceiling, the rung between the cap's floor and the pause
 
 
 def build(config: Config) -> tuple[Config, Parts]:
@@ -98,7 +106,8 @@ def build(config: Config) -> tuple[Config, Parts]:
     parts = Parts(sources=sources, fans=build_fans(config, amdgpu), trainers=build_supervisor(config),
                   gpu_use=build_gpu_use(config, simulator.take_uevents if simulator is not None else None,
                                         amdgpu.rediscover if amdgpu is not None else None),
-                  power=build_power(config, amdgpu, sources, simulator))
+                  power=build_power(config, amdgpu, sources, simulator),
+                  clock=build_clock(config, amdgpu, sources, simulator))
     if simulator is not None:
         parts.sources = [SimulatedSource(simulator, source) for source in parts.sources]
         parts.on_tick.append(simulator.observe)
@@ -210,6 +219,19 @@ def build_power(config: Config, amdgpu: AmdgpuSource | None, sources: list[GpuSo
                            deadline_s=config.sysfs_deadline_s)
 
 
+def build_clock(config: Config, amdgpu: AmdgpuSource | None, sources: list[GpuSource],
+                simulator: SimulatedGpus | None = None) -> ClockConsumer:
+    """The clock-ceiling rung for every GPU the sources read, built like the governor (``power.clock = "off"``
+    too: it publishes that, and gives back a ceiling a killed daemon left); simulating, on the simulated clock."""
+    from gpuwatch.clock.controller import ClockController
+
+    nvml = next((source.nvml for source in sources if isinstance(source, NvmlSource)), None)
+    clock = (lambda: simulator.sim_time_s) if simulator is not None else time.monotonic
+    return ClockController(Sysfs(config.sysfs_root), config.resolved_runtime_dir,
+                           locate=amdgpu.locate if amdgpu is not None else _nowhere, nvml=nvml, clock=clock,
+                           deadline_s=config.sysfs_deadline_s)
+
+
 def build_supervisor(config: Config) -> TrainerConsumer:
     """The training supervisor for the configured `[[trainer]]`s; built with none too, so that a reload
     adding the first `[[trainer]]` starts it (reload.LIVE_KEYS) and a start finds an earlier daemon's
@@ -226,13 +248,14 @@ def actuator_kinds(config: Config) -> tuple[ActuatorKind, ...]:
     return (
         fan_restore.kind(sysfs),
         power_restore.kind(sysfs, _load_nvml),
+        clock_restore.kind(sysfs, _load_nvml),
     )
 
 
 def restore_all(config: Config) -> Handback:
     """Every record any actuator left in ``config``'s runtime directory given back (`gpuwatch restore`,
     systemd's ExecStopPost, so after a SIGKILL or a watchdog kill too): each GPU on its own worker
-    within ``sysfs_deadline_s``, in the order of ``actuator_kinds`` (fans before caps, as at shutdown)."""
+    within ``sysfs_deadline_s``, in the order of ``actuator_kinds`` (fans, caps, clocks, as at shutdown)."""
     result = Handback()
     for kind in actuator_kinds(config):
         part = Actuator(kind, config.resolved_runtime_dir, config.sysfs_deadline_s).restore_all(without_records=True)

@@ -20,7 +20,7 @@ from typing import get_args
 
 from gpuwatch.config.file import Config
 from gpuwatch.config.trainer import TrainerConfig
-from gpuwatch.model import FanState, PowerState, Snapshot, TrainerState
+from gpuwatch.model import ClockState, FanState, PowerState, Snapshot, TrainerState
 from gpuwatch.supervise import energy, orphans
 from gpuwatch.supervise.actions import Command, Thermal, thermal_verdict
 from gpuwatch.supervise.leftovers import LeftoverStop, find
@@ -54,6 +54,7 @@ class Supervisor:
         self.last_snapshot: Snapshot | None = None
         self.last_fans: tuple[FanState, ...] = ()
         self.last_powers: tuple[PowerState, ...] = ()
+        self.last_clocks: tuple[ClockState, ...] = ()
 
     def start(self) -> None:
         """Once, before the first tick, on the daemon's main thread: a trainer's double-forked setsid worker
@@ -71,11 +72,12 @@ class Supervisor:
             self.leftovers[name] = LeftoverStop(leftover, grace.get(name, default_s))  # said at its first step
 
     def tick(self, snapshot: Snapshot | None, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
-             config: Config) -> tuple[TrainerState, ...]:
+             config: Config, clocks: tuple[ClockState, ...] = ()) -> tuple[TrainerState, ...]:
         """Step every trainer against this tick's readings and the live ``config`` (its [[trainer]]s too)."""
         now = time.monotonic()
         if snapshot is not None:
             self.last_snapshot, self.last_fans, self.last_powers = snapshot, fans, powers
+            self.last_clocks = clocks
         if not self.looked_for_leftovers:
             self._find_leftovers()
         if self.configured is None:
@@ -138,7 +140,7 @@ class Supervisor:
         if self.last_snapshot is None:
             return Thermal()
         return thermal_verdict(self.last_snapshot, trainer.gpus(), trainer.config.thermal(config.thermal),
-                               self.last_fans, self.last_powers, config.power.pause_backstop_s)
+                               self.last_fans, self.last_powers, config.power.pause_backstop_s, self.last_clocks)
 
     def _shutdown_tick(self, now: float) -> None:
         """One tick of the daemon's shutdown: every trainer is being stopped, so no thermal verdict matters
