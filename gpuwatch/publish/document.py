@@ -14,6 +14,7 @@ from gpuwatch.limits import over_limit
 from gpuwatch.model import GpuReading, GpuResetState, PublishedState
 from gpuwatch.publish.schema import (
     SCHEMA_VERSION,
+    ClockCeilingDoc,
     FanControllerDoc,
     GpuDoc,
     GpuResetDoc,
@@ -30,6 +31,7 @@ _FLAT_SKIP = {"temps", "errors", "throttled_s", "sources"}
 def to_document(state: PublishedState, source: Source) -> StatusDocument:
     fans = {fan.gpu_id: fan for fan in state.fans}
     powers = {power.gpu_id: power for power in state.powers}
+    clocks = {clock.gpu_id: clock for clock in state.clocks}
     snapshot = state.snapshot
     resets = {r.gpu_id: r for r in snapshot.resets}
     return {
@@ -41,7 +43,8 @@ def to_document(state: PublishedState, source: Source) -> StatusDocument:
         "gpus": [
             _gpu(state, gpu, None if gpu.gpu_id not in fans else _plain(asdict(fans[gpu.gpu_id])),
                  None if gpu.gpu_id not in powers else _plain(asdict(powers[gpu.gpu_id])),
-                 None if gpu.gpu_id not in resets else _reset(resets[gpu.gpu_id]))
+                 None if gpu.gpu_id not in resets else _reset(resets[gpu.gpu_id]),
+                 None if gpu.gpu_id not in clocks else _plain(asdict(clocks[gpu.gpu_id])))
             for gpu in snapshot.gpus
         ],
         "unsupported": [cast(UnsupportedDoc, asdict(card)) for card in snapshot.unsupported],
@@ -58,7 +61,7 @@ def _reset(state: GpuResetState) -> GpuResetDoc:
 
 
 def _gpu(state: PublishedState, gpu: GpuReading, fan: FanControllerDoc | None, power: PowerGovernorDoc | None,
-         reset: GpuResetDoc | None) -> GpuDoc:
+         reset: GpuResetDoc | None, clock: ClockCeilingDoc | None = None) -> GpuDoc:
     doc: dict[str, Any] = {f.name: getattr(gpu, f.name) for f in fields(gpu) if f.name not in _FLAT_SKIP}
     temperatures: dict[str, TemperatureDoc] = {
         t.label: {
@@ -80,6 +83,7 @@ def _gpu(state: PublishedState, gpu: GpuReading, fan: FanControllerDoc | None, p
     doc["over_limit"] = [label for label, t in temperatures.items() if over_limit(t["temp_c"], t["limit_c"])]
     doc["fan_controller"] = fan
     doc["power_governor"] = power
+    doc["clock_ceiling"] = clock
     doc["errors"] = [asdict(e) for e in gpu.errors]
     doc["reset"] = reset
     return cast(GpuDoc, doc)

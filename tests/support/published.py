@@ -14,6 +14,8 @@ from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.limits import limits_in_force
 from gpuwatch.model import (
+    ClockMode,
+    ClockState,
     DaemonInfo,
     FanMode,
     FanState,
@@ -128,8 +130,14 @@ def example_state(root: Path) -> PublishedState:
         PowerState(gpu_id=GPU_B, mode=PowerMode.UNAVAILABLE, backend="hwmon", original_cap_w=290.0,
                    write_errors_total=1, reason="power1_cap refuses writes (EACCES)"),
     )
+    clocks = (  # issue 36: the clock rung holds GPU_A's ceiling; GPU_B has none it can set
+        ClockState(gpu_id=GPU_A, mode=ClockMode.LIMITING, backend="od_table", ceiling_mhz=2300.0,
+                   target_ceiling_mhz=2300.0, original_mhz=2500.0, floor_mhz=1500.0, pause_allowed=False,
+                   limited_seconds_total=600.0, writes_total=9, resets_total=1),
+        ClockState(gpu_id=GPU_B, mode=ClockMode.UNAVAILABLE, reason="no pp_od_clk_voltage; 0 usable level(s)"),
+    )
     daemon = DaemonInfo(pid=1234, version="0.1.0", started_unix=NOW_UNIX - 7200, ticks_total=7200,
                         interval_s=1.0, failures=("fan controller: OSError: [Errno 5] EIO",))
     return PublishedState(snapshot=snapshot, daemon=daemon, fans=fans, trainers=trainers, powers=powers,
                           read_errors_total=((GPU_B, "power1_average", 3),),
-                          limits_c=limits_in_force(snapshot, ThermalConfig()))
+                          limits_c=limits_in_force(snapshot, ThermalConfig()), clocks=clocks)
