@@ -48,7 +48,8 @@ ALLOWED: dict[str, set[str]] = {
     "clock": {"model", "sysfs", "config", "limits", "actuation", "deadline", "gpus"},
     "supervise": {"model", "config", "limits", "heartbeat", "attach"},  # act on trainers; FanState only via model
     "publish": {"model", "config", "limits"},  # report: never hardware (no sysfs, gpus, fan, supervise)
-    "sim": {"model", "config", "gpus", "fan.curve"},  # plays the kernel; borrows the pure interpolation
+    # plays the kernel (sysfs: the clock files' writes, sim/kernel.py); borrows the pure interpolation
+    "sim": {"model", "config", "gpus", "sysfs", "fan.curve"},
     "daemon": {"__init__", *LEAVES, "gpus", "procs", "resets", "fan", "power", "clock", "supervise", "publish",
                "sim"},  # wire
     "cli": {"__init__", *LEAVES, "gpus", "procs", "resets", "fan", "power", "clock", "supervise", "publish", "sim",

@@ -40,6 +40,7 @@ from gpuwatch.resets.devcoredump import DevCoredumps
 from gpuwatch.resets.uevent import UeventFeed, open_uevents
 from gpuwatch.resets.watch import ResetWatch
 from gpuwatch.sim.cards import SimulatedGpus
+from gpuwatch.sim.profiles import PROFILES
 from gpuwatch.sim.start import SimulatedSource, start_simulator
 from gpuwatch.sysfs import Sysfs
 
@@ -99,8 +100,8 @@ def build(config: Config) -> tuple[Config, Parts]:
         simulator = start_simulator(config)
     config = config.with_effective_sysfs()
     if simulator is not None:
-        log.info("simulating %d RX 5600 XT card(s) in %s (time x%g)", config.simulate.gpus,
-                 simulator.root, config.simulate.time_scale)
+        log.info("simulating %d %s card(s) in %s (time x%g)", config.simulate.gpus,
+                 PROFILES[config.simulate.card].name, simulator.root, config.simulate.time_scale)
     amdgpu = amdgpu_source(config)
     sources = build_sources(config, amdgpu=amdgpu)
     parts = Parts(sources=sources, fans=build_fans(config, amdgpu), trainers=build_supervisor(config),
@@ -227,7 +228,10 @@ def build_clock(config: Config, amdgpu: AmdgpuSource | None, sources: list[GpuSo
 
     nvml = next((source.nvml for source in sources if isinstance(source, NvmlSource)), None)
     clock = (lambda: simulator.sim_time_s) if simulator is not None else time.monotonic
-    return ClockController(Sysfs(config.sysfs_root), config.resolved_runtime_dir,
+    # Simulating, the clock files are written through the simulated kernel (sim/kernel.py: the OD edit and
+    # commit, the mask), which a plain file cannot play.
+    sysfs = simulator.kernel if simulator is not None else Sysfs(config.sysfs_root)
+    return ClockController(sysfs, config.resolved_runtime_dir,
                            locate=amdgpu.locate if amdgpu is not None else _nowhere, nvml=nvml, clock=clock,
                            deadline_s=config.sysfs_deadline_s)
 
