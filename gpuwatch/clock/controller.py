@@ -225,7 +225,8 @@ class ClockController:
 
     def _write(self, g: GpuClock, ceiling_mhz: float) -> None:
         assert g.backend is not None
-        if not g.holding:
+        first = not g.holding
+        if first:
             try:
                 g.found = g.backend.probe()  # the original in force now (a user's new maximum is the one to give back)
             except (ClockUnavailable, ClockWriteError) as exc:
@@ -237,6 +238,9 @@ class ClockController:
         try:
             back = g.backend.write(ceiling_mhz)
         except ClockUnavailable as exc:
+            if first:  # refused outright: nothing of ours is in force
+                g.holding = False
+                self.actuator.forget(g.gpu_id)
             self._give_up(g, str(exc))
             return
         except ClockWriteError as exc:

@@ -166,3 +166,12 @@ def test_the_supervisor_waits_while_the_clock_holds_and_pauses_at_its_floor() ->
     assert held.hot and held.governed_backstop_s == 60.0 and "clock ceiling governed" in (held.reason or "")
     free = thermal_verdict(snapshot, (), ThermalConfig(), (), at_floor, 60.0, clock_floor)
     assert free.hot and free.governed_backstop_s is None
+
+
+def test_a_first_write_refused_outright_leaves_nothing_to_give_back(tmp_path: Path) -> None:
+    rig = ClockRig(tmp_path, capture(NAVI21))
+    rig.sysfs.refuse = "EACCES"  # the file is writable, the driver still refuses (a locked-down kernel)
+    state = rig.tick(100.0)
+    assert state.mode is ClockMode.UNAVAILABLE and "EACCES" in (state.reason or "")
+    assert rig.sysfs.take_log() == [(OD, "s 1 2475\n")]  # nothing else tried: nothing of ours is in force
+    assert not clock_records(rig.runtime_dir).path.exists() and rig.od_max_mhz() == 2500
