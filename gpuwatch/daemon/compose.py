@@ -40,6 +40,7 @@ from gpuwatch.resets.devcoredump import DevCoredumps
 from gpuwatch.resets.uevent import UeventFeed, open_uevents
 from gpuwatch.resets.watch import ResetWatch
 from gpuwatch.sim.cards import SimulatedGpus
+from gpuwatch.sim.kernel import KernelSysfs
 from gpuwatch.sim.profiles import PROFILES
 from gpuwatch.sim.start import SimulatedSource, start_simulator
 from gpuwatch.sysfs import Sysfs
@@ -249,10 +250,12 @@ def actuator_kinds(config: Config) -> tuple[ActuatorKind, ...]:
     """Every actuator gpuwatch drives, as `gpuwatch restore` knows it: adding an actuator is one line here
     (and its module: its records, ``kind`` and the controller that holds an Actuator of it)."""
     sysfs = Sysfs(config.sysfs_root)
+    # A simulated tree's clock files are played by the simulated kernel (the OD edit and commit).
+    clock_sysfs = KernelSysfs(config.sysfs_root) if config.simulating else sysfs
     return (
         fan_restore.kind(sysfs),
         power_restore.kind(sysfs, _load_nvml),
-        clock_restore.kind(sysfs, _load_nvml),
+        clock_restore.kind(clock_sysfs, _load_nvml),
     )
 
 
