@@ -70,3 +70,10 @@ def test_the_rung_follows_the_highest_part_in_use(tmp_path: Path) -> None:
     assert got[f'gpuwatch_ladder_rung{{gpu="{GPU_A}",rung="cap"}}'] == 1.0  # the cap governs GPU_A
     idle = replace(state, powers=(PowerState(GPU_A, PowerMode.IDLE),))
     assert _samples(idle)[f'gpuwatch_ladder_rung{{gpu="{GPU_A}",rung="fan"}}'] == 1.0  # the fan curve drives it
+
+
+def test_status_names_a_ceiling_a_killed_daemon_left(tmp_path: Path) -> None:
+    from gpuwatch.cli.leftovers import leftover_lines
+    path = tmp_path / "clock-restore.json"
+    (line,) = leftover_lines({"gpus": []}, {path: [GPU_A]})  # type: ignore[typeddict-item]
+    assert line == f"no daemon runs, yet {path} holds a lowered shader clock ceiling ({GPU_A}): it was not given back"
