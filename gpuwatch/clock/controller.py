@@ -11,10 +11,9 @@ recorded before the first write of every episode, and a step that touches the ha
 give-back, the readback of a ceiling we hold) runs on the GPU's own worker within the sysfs deadline: a
 write stuck in the driver costs one deadline (published as blocked), never the loop or the shutdown.
 
-A ceiling we hold is read back every tick: one that reads otherwise (a GPU reset puts the firmware's table
-back; another tool) is logged, counted (``resets_total``) and written again, as the fan controller takes a
-pwm1_enable reset back. A GPU whose ceiling cannot be set is published as unavailable with the reason,
-logged once, and paused at the cap's floor as before this rung existed.
+A ceiling we hold is read back every tick: one that reads otherwise (a GPU reset, another tool) is logged,
+counted (``resets_total``) and written again, as the fan controller takes a pwm1_enable reset back. A GPU
+whose ceiling cannot be set is published as unavailable with the reason, and paused at the cap's floor.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ from gpuwatch.clock.backend import (
     ClockWriteError,
 )
 from gpuwatch.clock.dpm_mask import DpmMaskClock
-from gpuwatch.clock.gpu_clock import GpuClock, cap_exhausted
+from gpuwatch.clock.gpu_clock import GpuClock, cap_exhausted, probe_backend, touches_hardware
 from gpuwatch.clock.law import ClockInputs, ClockLawState, ClockParams, ceilings
 from gpuwatch.clock.nvml_clock import NvmlClock
 from gpuwatch.clock.od_table import Locate, OdTableClock
@@ -84,7 +83,7 @@ class ClockController:
             exhausted = cap_exhausted(power_of.get(gpu.gpu_id), fan_of.get(gpu.gpu_id))
             room = headroom_c(gpu, thermals_on(config, gpu.gpu_id))
             step = steps[gpu.gpu_id] = partial(self._tick_one, g, gpu, params, now, room, exhausted)
-            if self.actuator.busy(gpu.gpu_id) or self._touches_hardware(g, gpu, params, now, room, exhausted):
+            if self.actuator.busy(gpu.gpu_id) or touches_hardware(g, gpu, params, now, room, exhausted):
                 on_workers[gpu.gpu_id] = step
         ran = self.actuator.run(on_workers) if on_workers else {}
         states = []
@@ -118,33 +117,13 @@ class ClockController:
         mask = isinstance(stored, dict) and stored.get("backend") == "dpm_mask"  # a killed daemon's, given back
         return (DpmMaskClock if mask else OdTableClock)(self.sysfs, gpu.gpu_id, self.locate, self.check_access)
 
-    def _touches_hardware(self, g: GpuClock, gpu: GpuReading, params: ClockParams, now: float,
-                          headroom: float | None, exhausted: bool) -> bool:
-        """Whether this tick's step may do I/O: a probe, a readback of a ceiling we hold, a give-back, a write."""
-        if g.mode is ClockMode.UNAVAILABLE or not gpu.up or gpu.suspended:
-            return False
-        if not g.probed:
-            return g.backend is not None
-        if g.holding:
-            return True
-        if g.mode is ClockMode.OFF or not g.governable or g.mode is ClockMode.DRY_RUN:
-            return False
-        return g.decide(params, ClockInputs(now, headroom, exhausted, g.ceilings_mhz)).write
-
     def _probe(self, g: GpuClock, params: ClockParams) -> None:
         """Find the backend the card offers: the OD table, else the level mask (never guessed)."""
         assert g.backend is not None
+        if not self._adopt(g):
+            return
         try:
-            try:
-                found = g.backend.probe()
-            except ClockUnavailable as od_problem:
-                if not isinstance(g.backend, OdTableClock):
-                    raise
-                g.backend = DpmMaskClock(self.sysfs, g.gpu_id, self.locate, self.check_access)
-                try:
-                    found = g.backend.probe()
-                except ClockUnavailable as mask_problem:
-                    raise ClockUnavailable(f"{od_problem}; {mask_problem}") from None
+            g.backend, found = probe_backend(g.backend, self.sysfs, self.locate, self.check_access)
         except ClockUnavailable as exc:
             g.probed = True
             self._give_up(g, str(exc))
@@ -156,20 +135,6 @@ class ClockController:
             g.reason = reason
             return
         g.probed, g.reason, g.found = True, None, found
-        stored = self.actuator.recorded().get(g.gpu_id)
-        if isinstance(stored, dict) and stored.get("backend") == g.backend.name:
-            # A daemon that did not exit cleanly left its ceiling: the record holds the true original.
-            record = RECORDS[g.backend.name](stored)
-            log.warning("GPU %s: a clock ceiling left by a daemon that did not exit cleanly (%s): given back",
-                        g.gpu_id, self.actuator.file.path)
-            problem = give_back(g.backend, record)
-            if problem:
-                g.holding = True
-                self._give_up(g, problem)
-                return
-            self.actuator.forget(g.gpu_id)
-            found = g.backend.probe()
-            g.found = found
         g.ceilings_mhz = ceilings(found.original_mhz, found.min_mhz, params.floor_ratio, found.levels_mhz)
         if len(g.ceilings_mhz) < 2:
             self._give_up(g, f"no ceiling between the floor ({params.floor_ratio:.0%} of {found.original_mhz:g} MHz) "
@@ -179,6 +144,25 @@ class ClockController:
             log.info("GPU %s: shader clock %g MHz (%s), lowered down to %g MHz when the cap is at its floor%s",
                      g.gpu_id, found.original_mhz, g.backend.name, g.ceilings_mhz[0],
                      " (dry-run)" if g.mode is ClockMode.DRY_RUN else "")
+
+    def _adopt(self, g: GpuClock) -> bool:
+        """A ceiling a daemon that did not exit cleanly left (its record, the true original) goes back before the
+        probe: the probe would take what it left for the card's own (a level mask left ``manual``, say). False:
+        it could not be given back (given up, the record kept for `gpuwatch restore`)."""
+        assert g.backend is not None
+        stored = self.actuator.recorded().get(g.gpu_id)
+        if not isinstance(stored, dict) or stored.get("backend") != g.backend.name:
+            return True
+        record = RECORDS[g.backend.name](stored)
+        log.warning("GPU %s: a clock ceiling left by a daemon that did not exit cleanly (%s): given back",
+                    g.gpu_id, self.actuator.file.path)
+        problem = give_back(g.backend, record)
+        if problem:
+            g.probed, g.holding = True, True
+            self._give_up(g, problem)
+            return False
+        self.actuator.forget(g.gpu_id)
+        return True
 
     def _tick_one(self, g: GpuClock, gpu: GpuReading, params: ClockParams, now: float, headroom: float | None,
                   exhausted: bool) -> ClockState:

@@ -175,3 +175,16 @@ def test_a_first_write_refused_outright_leaves_nothing_to_give_back(tmp_path: Pa
     assert state.mode is ClockMode.UNAVAILABLE and "EACCES" in (state.reason or "")
     assert rig.sysfs.take_log() == [(OD, "s 1 2475\n")]  # nothing else tried: nothing of ours is in force
     assert not clock_records(rig.runtime_dir).path.exists() and rig.od_max_mhz() == 2500
+
+
+def test_a_killed_daemons_level_mask_goes_back_at_the_next_start(tmp_path: Path) -> None:
+    """The mask a killed daemon left reads "manual": the next start gives the recorded level back before it
+    probes, instead of taking "manual" for a person's choice."""
+    rig = ClockRig(tmp_path, capture(VEGA56), od=False)
+    rig.hot(20)
+    level = rig.device("power_dpm_force_performance_level")
+    assert Sysfs(rig.tree.root).read(level) == "manual"
+    rig.controller = rig.new_controller()
+    state = rig.tick(60.0)
+    assert Sysfs(rig.tree.root).read(level) == "auto" and state.backend == "dpm_mask" and state.mode is ClockMode.IDLE
+    assert not clock_records(rig.runtime_dir).path.exists()
