@@ -32,8 +32,9 @@ DOWN_BAND_C = 0.5
 # Step up only with this much room: a step of STEP_RATIO of the clock is ~3 % of the board's power, which
 # warms a card at its thermal limit by 1-3 °C; a band wider than that step cannot limit-cycle.
 UP_BAND_C = 3.0
-# A step down may follow the last change this soon (the junction answers within seconds)...
-DWELL_DOWN_S = 8.0
+# A step down may follow the last change this soon (the junction answers within seconds; 8 s let a card
+# whose fan is stuck from the start overshoot its limit once)...
+DWELL_DOWN_S = 4.0
 # ...a step up only this late (the heatsink's time constant at full fan is about a minute).
 DWELL_UP_S = 45.0
 # One step of an overdrive ceiling, share of the card's maximum (25 MHz on a 2500 MHz card).
