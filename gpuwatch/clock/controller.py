@@ -1,16 +1,11 @@
 """The clock controller the daemon runs: per GPU and tick, probe -> law -> write (verified) -> publish.
 
-Implements the daemon's ClockConsumer (``tick(snapshot, fans, powers, config)``, ``restore()``): the third rung
-of fan -> power cap -> clock -> pause. Per GPU it finds a ceiling backend, probed, never guessed: the overdrive
-table where ``pp_od_clk_voltage`` is there and parses in the min/max form (od_table.py), else a DPM level mask
-where ``pp_dpm_sclk`` has more than one real level and the performance level is writable (dpm_mask.py);
-NVML's locked clocks for NVIDIA GPUs (nvml_clock.py). The law (law.py) runs with this tick's headroom and
-whether the cap is exhausted (the power governor at its floor, unavailable or off, and the fan at its top).
-The writes go through the clocks' Actuator (gpuwatch.actuation; the kind in restore.py): the original is
-recorded before the first write of every episode, and a step that touches the hardware (a probe, a write, a
-give-back, the readback of a ceiling we hold) runs on the GPU's own worker within the sysfs deadline: a
-write stuck in the driver costs one deadline (published as blocked), never the loop or the shutdown.
-
+Implements the daemon's ClockConsumer (``tick(snapshot, fans, powers, config)``, ``restore()``), the third rung
+of fan -> power cap -> clock -> pause. Per GPU: a backend probed, never guessed (the OD table, else the level
+mask: gpu_clock.probe_backend; NVML's locked clocks for NVIDIA GPUs), the law (law.py) with this tick's
+headroom and whether the rungs below are exhausted, the writes through the clocks' Actuator (the original
+recorded before the first write of every episode; every step that touches the hardware on the GPU's worker
+within the sysfs deadline: a stuck write costs one deadline, published as blocked, never the loop).
 A ceiling we hold is read back every tick: one that reads otherwise (a GPU reset, another tool) is logged,
 counted (``resets_total``) and written again, as the fan controller takes a pwm1_enable reset back. A GPU
 whose ceiling cannot be set is published as unavailable with the reason, and paused at the cap's floor.
@@ -216,8 +211,14 @@ class ClockController:
             except (ClockUnavailable, ClockWriteError) as exc:
                 self._failed(g, f"clock ceiling probe before the first write failed: {exc}")
                 return
-            # Persisted before the first write, so a SIGKILL right after still leaves the way back.
-            self.actuator.record(g.gpu_id, g.backend.record())
+            # Persisted before the first write, so a SIGKILL right after still leaves the way back; never a write
+            # without it (a full or read-only runtime directory: nothing is written, the card pauses instead).
+            try:
+                self.actuator.record(g.gpu_id, g.backend.record())
+            except OSError as exc:
+                self._failed(g, f"cannot record the original clock in {self.actuator.file.path} "
+                                f"({exc.strerror or exc}): nothing written")
+                return
             g.holding = True
         try:
             back = g.backend.write(ceiling_mhz)
