@@ -24,7 +24,7 @@ ifeq ($(origin TORCH_BUILD),undefined)
 TORCH_BUILD := $(if $(TORCH_INDEX_URL),index,$(shell sh scripts/torch-build.sh '$(TORCH_SYSFS_ROOT)'))
 endif
 
-.PHONY: run daemon test check mutation venv system-deps clean install uninstall
+.PHONY: run daemon test check mutation venv system-deps clean install uninstall screenshot
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,11 @@ test: $(STAMP) system-deps
 # ruff, mypy --strict, and every test outside tests/e2e and tests/train on two workers (under a minute).
 check: $(STAMP)
 	scripts/run-tests.sh --check
+
+# The README's picture of the live page (docs/page.png, docs/page.md): taken by its browser test in headless
+# Chromium against a simulated daemon, which also prints the page's first paint.
+screenshot: $(STAMP) system-deps
+	GPUWATCH_UPDATE_SCREENSHOT=1 $(PY) -m pytest -q -s -p no:randomly tests/e2e/test_page.py -k status
 
 # Mutation testing of the pure modules (mutmut, from the test extra; scripts/mutation.py, docs/testing.md): each
 # module in its own copy under .mutation/ with only its own tests, one test process at a time (the machine may be

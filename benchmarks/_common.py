@@ -171,8 +171,10 @@ def wait_state(path: Path, proc: subprocess.Popen[bytes], timeout_s: float = 30.
     raise TimeoutError(f"no state file at {path} after {timeout_s}s")
 
 
-def node_exporter(sysfs_root: Path, port: int, log_path: Path) -> subprocess.Popen[bytes]:
-    """Debian's prometheus-node-exporter reading the same fake tree, hwmon and drm collectors only."""
+def node_exporter(sysfs_root: Path, port: int, log_path: Path,
+                  web_config: Path | None = None) -> subprocess.Popen[bytes]:
+    """Debian's prometheus-node-exporter reading the same fake tree, hwmon and drm collectors only
+    (``web_config``: its --web.config.file, TLS and basic auth)."""
     binary = shutil.which("prometheus-node-exporter") or "/usr/bin/prometheus-node-exporter"
     return subprocess.Popen(
         [
@@ -182,6 +184,7 @@ def node_exporter(sysfs_root: Path, port: int, log_path: Path) -> subprocess.Pop
             "--collector.hwmon",
             "--collector.drm",
             f"--web.listen-address=127.0.0.1:{port}",
+            *([f"--web.config.file={web_config}"] if web_config is not None else []),
         ],
         stdout=open(log_path, "wb"),
         stderr=subprocess.STDOUT,

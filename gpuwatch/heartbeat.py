@@ -98,7 +98,15 @@ def write_heartbeat(path: str | os.PathLike[str], heartbeat: Heartbeat) -> None:
 def read_heartbeat(path: str | os.PathLike[str]) -> Heartbeat | None:
     """The last heartbeat, or None when there is none yet or it cannot be parsed."""
     try:
-        raw = json.loads(Path(path).read_text())
+        return heartbeat_from_json(json.loads(Path(path).read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def heartbeat_from_json(raw: Any) -> Heartbeat:
+    """A heartbeat's JSON object (a file's, or one an attached run's wrapper sent: attach.Beat); raises
+    ValueError for anything else."""
+    try:
         known: dict[str, Any] = {}
         for name in _OPTIONAL_INT:
             known[name] = None if raw.get(name) is None else int(raw[name])
@@ -116,8 +124,8 @@ def read_heartbeat(path: str | os.PathLike[str]) -> Heartbeat | None:
             pg_timeout_s=_opt_float(raw.get("pg_timeout_s")),
             **known,
         )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"not a heartbeat: {exc!r}") from None
 
 
 def rank_heartbeat_path(heartbeat_file: str | os.PathLike[str], rank: int) -> Path:

@@ -12,7 +12,6 @@ from typing import Literal
 
 # Every layer imports its shared types from here; the states are written in states.py only to keep
 # each module under 300 lines.
-from gpuwatch.states import LADDER_RUNGS as LADDER_RUNGS
 from gpuwatch.states import ClockBackendName as ClockBackendName
 from gpuwatch.states import ClockMode as ClockMode
 from gpuwatch.states import ClockState as ClockState
@@ -26,6 +25,7 @@ from gpuwatch.states import PowerState as PowerState
 from gpuwatch.states import TrainerGpuUse as TrainerGpuUse
 from gpuwatch.states import TrainerPhase as TrainerPhase
 from gpuwatch.states import TrainerState as TrainerState
+from gpuwatch.states import UnmanagedState as UnmanagedState
 
 # Which source read a GPU; published as the reading's "backend" (JSON document, gpuwatch_gpu_info).
 SourceName = Literal["amdgpu", "nvml"]
@@ -292,7 +292,11 @@ class PublishedState:
     powers: tuple[PowerState, ...] = ()
     read_errors_total: tuple[tuple[str, str, int], ...] = field(default=())
     limits_c: tuple[SensorLimit, ...] = ()
-    clocks: tuple[ClockState, ...] = ()
+    unmanaged: tuple[UnmanagedState, ...] = ()  # per GPU: processes not run under gpuwatch, stopped past crit
+    clocks: tuple[ClockState, ...] = ()  # per GPU: the clock rung (issue 36)
+    # (gpu_id, rung) per GPU that is up: the highest rung of fan -> cap -> clock -> pause in use (publish.live.rung_of,
+    # which needs the tick's fan settings: computed when the state is built, daemon/published.py)
+    ladder_rungs: tuple[tuple[str, str], ...] = ()
 
     def limit_c(self, gpu_id: str, sensor: str) -> float | None:
         """The limit in force for one sensor; None when it has none."""

@@ -17,8 +17,6 @@ PowerCapBackendName = Literal["hwmon", "nvml"]
 # How the clock ceiling is set (gpuwatch/clock/): amdgpu's overdrive table, a pp_dpm_sclk level mask, NVML's
 # locked clocks.
 ClockBackendName = Literal["od_table", "dpm_mask", "nvml"]
-# The escalation ladder's rungs, lowest first: the highest one in use is published (gpuwatch_ladder_rung).
-LADDER_RUNGS = ("none", "fan", "cap", "clock", "pause")
 
 
 class FanMode(str, Enum):
@@ -182,6 +180,26 @@ class TrainerState:
     ranks_held: int | None = None  # of those, holding at the job's pause
     world_size: int | None = None  # the job's ranks on every machine
     paused_by: str | None = None  # "node-b: hot ..." while held: the node that asked and why
+    # Where the run comes from: "configured" ([[trainer]], started by the daemon) or "attached" (`gpuwatch
+    # train` from any user's shell, supervise/attached_runs.py); who runs it (the kernel's peer credentials,
+    # None for a configured trainer without `user`), its argv joined (attached only) and its Slurm job.
+    origin: str = "configured"
+    user: str | None = None
+    command: str | None = None
+    job_id: str | None = None
+
+
+@dataclass(frozen=True)
+class UnmanagedState:
+    """GPU processes not run under gpuwatch that the daemon holds SIGSTOPped on one GPU past crit
+    (supervise/unmanaged.py); ``on_hot`` is the policy in force ("report" never stops any)."""
+
+    gpu_id: str
+    on_hot: str
+    stopped_pids: tuple[int, ...] = ()
+    stops_total: int = 0  # processes stopped on this GPU since the daemon started
+    stopped_since_unix: float | None = None  # the oldest stop in force
+    reason: str | None = None  # why they are stopped: the crit reading
 
 
 @dataclass(frozen=True)

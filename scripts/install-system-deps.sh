@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests use for real, when they are missing (needs root or sudo):
 # prometheus (promtool), prometheus-node-exporter, prometheus-alertmanager (amtool), systemd-analyze, g++,
-# zsh and fish (their shells check gpuwatch's completion scripts), and for the container tests (tests/e2e/systemd) mmdebstrap and systemd-container (systemd-nspawn).
+# zsh and fish (their shells check gpuwatch's completion scripts), chromium (the live page's browser test), and for the container tests (tests/e2e/systemd) mmdebstrap and systemd-container (systemd-nspawn).
 #
 # None of their services may start: prometheus, prometheus-node-exporter and prometheus-alertmanager
 # each ship an init script and a systemd unit, and their postinst starts them (`invoke-rc.d NAME
@@ -17,11 +17,15 @@ command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 || command -v alertmanager >/dev/null 2>&1 \
   || missing+=(prometheus-alertmanager)
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+# The TLS tests make their CA and certificates with the openssl command line (tests/support/certs.py).
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 # The conv2d fallback's compiled host code (gpuwatch/train/conv2d/host.py) is built with the C++ compiler.
 command -v c++ >/dev/null 2>&1 || missing+=(g++)
 # tests/cli/test_completion.py checks the zsh script with zsh and drives the fish one with fish (bash is here).
 command -v zsh >/dev/null 2>&1 || missing+=(zsh)
 command -v fish >/dev/null 2>&1 || missing+=(fish)
+# tests/e2e/test_page.py loads the live page in Debian's headless Chromium (driven by Playwright).
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
 # The container tests run as root only (nspawn, cgroups, mounts): elsewhere they skip, needing neither.
 if [ "$(id -u)" -eq 0 ]; then
   command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)

@@ -166,6 +166,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     config = load_config(path)
     # As root, check as the daemon (a root service) will run it; as a user, what holds for anyone.
     check_trainers(config, str(path), as_daemon=os.geteuid() == 0)
+    if config.http.web_config is not None:
+        from gpuwatch.publish.tls import load_gate
+
+        load_gate(config.http.web_config)  # the web config and the files it names, as the daemon's start reads them
     print(f"# {path}: valid. Effective configuration:")
     print(effective_config_toml(config), end="")
     return 0
@@ -187,10 +191,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def _show_remote(args: argparse.Namespace, config: Config) -> int:
     from gpuwatch.cli import fleet
-    from gpuwatch.cli.remote import fetch_all
+    from gpuwatch.cli.remote import access, fetch_all
 
     try:
         urls = [remote_base_url(url) for url in args.remote] or config.status.remote
+        reach = access(config.status, os.environ, args.ca_file, args.user, args.password_file)
     except ValueError as exc:
         print(f"gpuwatch status --remote: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -201,7 +206,7 @@ def _show_remote(args: argparse.Namespace, config: Config) -> int:
     timeout_s = args.timeout or config.status.timeout_s
 
     def once(color: bool) -> tuple[str, int]:
-        results = fetch_all(urls, timeout_s)
+        results = fetch_all(urls, timeout_s, reach)
         now = time.time()
         text = document_text(fleet.to_json(results, now), args) if args.json else fleet.render(results, now, color)
         return text, fleet.fleet_exit_code(results)

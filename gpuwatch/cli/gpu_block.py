@@ -20,7 +20,7 @@ def gpu_block(gpu: GpuDoc, paint: Paint) -> list[str]:
     if down is not None:
         return down
     return [paint(title, BOLD), *_reading_lines(gpu, paint), *_control_lines(gpu, paint), *_error_lines(gpu, paint),
-            *_reset_lines(gpu, paint)]
+            *_reset_lines(gpu, paint), *_unmanaged_lines(gpu, paint)]
 
 
 def _title(gpu: GpuDoc) -> str:
@@ -117,6 +117,18 @@ def _reset_lines(gpu: GpuDoc, paint: Paint) -> list[str]:
     elif reset.get("recovering"):
         lines.append("  " + paint("RECOVERING: not answering since its reset", RED))
     return lines
+
+
+def _unmanaged_lines(gpu: GpuDoc, paint: Paint) -> list[str]:
+    """Processes not run under gpuwatch the daemon holds SIGSTOPped past crit ([unmanaged] on_hot = "stop")."""
+    unmanaged = gpu.get("unmanaged")  # absent in an older daemon's document
+    held = unmanaged.get("stopped_pids") or [] if unmanaged else []
+    if not unmanaged or not held:
+        return []
+    noun = "process" if len(held) == 1 else "processes"
+    pids = ", ".join(str(p) for p in held[:8]) + (", ..." if len(held) > 8 else "")
+    return ["  " + paint(f"stopped {len(held)} {noun} not run under gpuwatch (past crit)", RED)
+            + f": pid {pids}; {unmanaged.get('reason') or NA}"]
 
 
 def _memory_line(gpu: GpuDoc) -> str:

@@ -96,6 +96,14 @@ def _add_views(sub: Commands, common: argparse.ArgumentParser) -> None:
                                 "none named: [status] remote of the config")
             p.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS",
                            help="per-host timeout of --remote (default [status] timeout_s, 3)")
+            p.add_argument("--ca-file", type=Path, metavar="FILE",
+                           help="--remote over https: the CA that signs the hosts' certificates (default "
+                                "[status] ca_file, else the system's)")
+            p.add_argument("--user", metavar="NAME",
+                           help="--remote: the basic auth user (default [status] user); sent over https only")
+            p.add_argument("--password-file", type=Path, metavar="FILE",
+                           help="--remote: a file whose first line is the user's password (default [status] "
+                                "password_file); never the password itself on the command line")
 
 
 def _add_restore_and_curve(sub: Commands, common: argparse.ArgumentParser) -> None:
@@ -117,18 +125,21 @@ def _add_restore_and_curve(sub: Commands, common: argparse.ArgumentParser) -> No
 def _add_control(sub: Commands, common: argparse.ArgumentParser) -> None:
     """The commands a running daemon carries out (through its control socket)."""
     for name, helptext in (
-        ("pause", "pause a supervised trainer (all when NAME is omitted) until `resume`"),
-        ("resume", "resume a paused trainer"),
+        ("pause", "pause a supervised trainer or attached run (all, or a user's own runs, when NAME is omitted) "
+                  "until `resume`"),
+        ("resume", "resume a paused trainer or attached run"),
         ("restart", "stop a trainer gracefully and start it again (from its last checkpoint)"),
         ("stop", "stop a trainer gracefully (SIGTERM, its grace_s to checkpoint, then SIGKILL) and keep it "
-                 "stopped until `restart` (or the daemon's restart)"),
+                 "stopped until `restart` (or the daemon's restart); an attached run is stopped by its wrapper"),
         ("simulate-reset", "reset a simulated GPU (gpuwatch run --simulate): dump, outage, hung processes"),
     ):
         p = sub.add_parser(name, parents=[common], help=helptext)
         if name == "simulate-reset":
             p.add_argument("name", nargs="?", metavar="GPU", help="PCI slot of the simulated GPU (default: the first)")
         else:
-            p.add_argument("name", nargs="?", metavar="NAME", help="trainer name from [[trainer]] (default: all)")
+            p.add_argument("name", nargs="?", metavar="NAME",
+                           help="a [[trainer]]'s or an attached run's name, or any pid of an attached run (default: "
+                                "all; a user who is not root or in [control] admin_group: their own runs)")
         p.set_defaults(handler=cmd_control, verb=name)
 
 

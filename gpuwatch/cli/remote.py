@@ -7,19 +7,28 @@ that is not a gpuwatch document) becomes a one-line reason in its HostResult.
 Freshness comes from the host's /healthz, which the daemon computes on its own monotonic clock: the
 document's ``taken_unix`` compared with this machine's clock would call every host "stale" whose
 clock is a few seconds off.
+
+A host behind a web config (docs/security.md) is reached with ``Access``: the CA that signs the hosts'
+certificates and basic auth credentials, the password read from a file (never the command line: every
+user sees another's argv in ps). Credentials go to https hosts only; a host that answers 401 is said
+plainly ("wants credentials (401)").
 """
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import socket
+import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
+from gpuwatch.config.sections import StatusConfig
 from gpuwatch.publish.schema import SCHEMA_VERSION, StatusDocument
 
 MAX_BODY_BYTES = 16 << 20  # a 16-GPU document is ~40 KiB; anything near this is not one
@@ -39,30 +48,87 @@ class HostResult:
         return self.url.split("://", 1)[-1]
 
 
+ENV_USER = "GPUWATCH_REMOTE_USER"
+ENV_PASSWORD_FILE = "GPUWATCH_REMOTE_PASSWORD_FILE"
+ENV_CA_FILE = "GPUWATCH_REMOTE_CA_FILE"
+
+
+@dataclass(frozen=True)
+class Access:
+    """How https hosts are reached: the TLS context (the CA that signs them) and basic auth credentials."""
+
+    context: ssl.SSLContext | None = None  # None: the system's CAs
+    user: str | None = None
+    password: str = ""
+
+    def authorization(self, url: str) -> str | None:
+        """The Authorization header for ``url``: only over https (plain http would show the password)."""
+        if self.user is None or not url.startswith("https://"):
+            return None
+        return "Basic " + base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
+
+
+def access(status: StatusConfig, env: Mapping[str, str], ca_file: Path | None = None, user: str | None = None,
+           password_file: Path | None = None) -> Access:
+    """The Access of the command line's options, else the environment's, else ``[status]``'s; ValueError with
+    a one-line reason when a file cannot be read."""
+    ca = ca_file or (Path(env[ENV_CA_FILE]) if env.get(ENV_CA_FILE) else None) or status.ca_file
+    who = user or env.get(ENV_USER) or status.user
+    secret = password_file or (Path(env[ENV_PASSWORD_FILE]) if env.get(ENV_PASSWORD_FILE) else None) \
+        or status.password_file
+    context = None
+    if ca is not None:
+        try:
+            context = ssl.create_default_context(cafile=str(ca))
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(f"CA file {ca}: {getattr(exc, 'strerror', None) or exc}") from None
+    password = ""
+    if secret is not None:
+        if who is None:
+            raise ValueError(f"a password file ({secret}) but no user: set [status] user or {ENV_USER}")
+        try:
+            password = secret.read_text(encoding="utf-8").splitlines()[0] if secret.stat().st_size else ""
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"password file {secret}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    return Access(context, who, password)
+
+
 class _Failed(Exception):
     """One request failed; the message is the one-line reason."""
 
 
-def fetch_all(urls: Sequence[str], timeout_s: float) -> list[HostResult]:
+def fetch_all(urls: Sequence[str], timeout_s: float, access: Access | None = None) -> list[HostResult]:
     """Every host's result, in the order given."""
     if not urls:
         return []
     with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(urls))) as pool:
-        return list(pool.map(lambda url: fetch(url, timeout_s), urls))
+        return list(pool.map(lambda url: fetch(url, timeout_s, access), urls))
 
 
-def fetch(url: str, timeout_s: float) -> HostResult:
+def fetch(url: str, timeout_s: float, access: Access | None = None) -> HostResult:
+    reach = access or Access()
     try:
-        status, body = _get(f"{url}/status", timeout_s)
+        status, body = _get(f"{url}/status", timeout_s, reach)
     except _Failed as exc:
         return HostResult(url, None, str(exc))
+    if status == 401:
+        return HostResult(url, None, _unauthorized(url, reach))
     if status != 200:
         return HostResult(url, None, f"HTTP {status}: {_first_line(body)}")
     try:
         document = parse_document(body)
     except ValueError as exc:
         return HostResult(url, None, f"bad response: {exc}")
-    return HostResult(url, document, stale=_staleness(url, timeout_s))
+    return HostResult(url, document, stale=_staleness(url, timeout_s, reach))
+
+
+def _unauthorized(url: str, reach: Access) -> str:
+    if reach.user is None:
+        return (f"wants credentials (401): set [status] user and password_file (or {ENV_USER} and "
+                f"{ENV_PASSWORD_FILE})")
+    if not url.startswith("https://"):
+        return "wants credentials (401): they are sent over https only (name the host https://...)"
+    return f"wants credentials (401): user {reach.user!r} and its password were refused"
 
 
 def parse_document(body: bytes) -> StatusDocument:
@@ -78,10 +144,10 @@ def parse_document(body: bytes) -> StatusDocument:
     return document  # type: ignore[return-value]  # checked above as far as the table needs
 
 
-def _staleness(url: str, timeout_s: float) -> str | None:
+def _staleness(url: str, timeout_s: float, reach: Access) -> str | None:
     """None when the host's /healthz says its last tick is fresh, else the reason."""
     try:
-        status, body = _get(f"{url}/healthz", timeout_s)
+        status, body = _get(f"{url}/healthz", timeout_s, reach)
     except _Failed as exc:
         return f"/healthz: {exc}"
     if status == 200:
@@ -89,11 +155,15 @@ def _staleness(url: str, timeout_s: float) -> str | None:
     return _first_line(body) if status == 503 else f"/healthz: HTTP {status}"
 
 
-def _get(url: str, timeout_s: float) -> tuple[int, bytes]:
+def _get(url: str, timeout_s: float, reach: Access) -> tuple[int, bytes]:
     """(HTTP status, body) of a GET; _Failed with a one-line reason when there is no HTTP answer."""
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    headers = {"Accept": "application/json"}
+    authorization = reach.authorization(url)
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    request = urllib.request.Request(url, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        with urllib.request.urlopen(request, timeout=timeout_s, context=reach.context) as response:
             return int(response.status), response.read(MAX_BODY_BYTES)
     except urllib.error.HTTPError as exc:
         with exc:
@@ -111,6 +181,10 @@ def _reason(error: object, timeout_s: float) -> str:
         return "unreachable: unknown host"
     if isinstance(error, ConnectionRefusedError):
         return "unreachable: connection refused"
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return f"TLS: the host's certificate is not trusted ({error.verify_message}; [status] ca_file)"
+    if isinstance(error, ssl.SSLError):
+        return f"TLS handshake failed ({error.reason or error}; an http:// host named https://, or the reverse?)"
     if isinstance(error, http.client.RemoteDisconnected):
         return "unreachable: closed the connection without answering"
     if isinstance(error, http.client.HTTPException):

@@ -50,6 +50,10 @@ def load_daemon_config(args: argparse.Namespace) -> Config:
     if args.simulate is not None:
         config = with_simulation(config, args.simulate)
     check_trainers(config, str(cli_config_path(args) or "the default configuration"), as_daemon=True)
+    if config.http.enabled and config.http.web_config is not None:
+        from gpuwatch.publish.tls import load_gate
+
+        load_gate(config.http.web_config)  # a web config that cannot be used: exit 2, or the reload rejected
     return config
 
 

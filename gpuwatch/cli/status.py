@@ -34,7 +34,9 @@ def exit_code(doc: StatusDocument, leftovers: Sequence[str] = ()) -> int:
         reset = gpu.get("reset")
         if gpu.get("over_limit") or not gpu.get("up", True) or fan_bad or (reset and reset.get("recovering")):
             return EXIT_ALARM
-    if any(t.get("phase") == "failed" or t.get("stuck_pids") for t in doc.get("trainers", [])):
+    # An attached run that failed is its user's script exiting non-zero, not the box needing attention.
+    if any((t.get("phase") == "failed" and t.get("origin") != "attached") or t.get("stuck_pids")
+           for t in doc.get("trainers", [])):
         return EXIT_ALARM
     return EXIT_OK
 

@@ -11,8 +11,18 @@ PHASE_COLOURS = {"running": GREEN, "paused": YELLOW, "pausing": YELLOW, "failed"
 def trainer_line(t: TrainerDoc, now: float, paint: Paint) -> str:
     phase = t.get("phase") or NA
     colour = PHASE_COLOURS.get(phase)
-    text = f"trainer {t['name']}: {paint(phase, colour) if colour else phase}"
+    text = f"trainer {t['name']}: {paint(phase, colour) if colour else phase}" + _origin(t)
     return text + _run(t, now) + _progress(t) + _ranks(t, phase) + (f"  ({t['reason']})" if t.get("reason") else "")
+
+
+def _origin(t: TrainerDoc) -> str:
+    """An attached run (`gpuwatch train` from a user's shell): who runs it and its Slurm job; a configured
+    trainer's line stays as it was."""
+    if t.get("origin") != "attached":
+        return ""
+    who = ", ".join(part for part in ("attached", t.get("user"), f"job {t['job_id']}" if t.get("job_id") else None)
+                    if part)
+    return f"  [{who}]"
 
 
 def _run(t: TrainerDoc, now: float) -> str:

@@ -23,11 +23,14 @@ from gpuwatch.config.base import (
 from gpuwatch.config.cooling import FanConfig, PowerConfig, ThermalConfig
 from gpuwatch.config.sections import (
     AmdgpuInfoConfig,
+    AttachedConfig,
+    ControlConfig,
     HttpConfig,
     ProcessesConfig,
     ResetsConfig,
     SimulateConfig,
     StatusConfig,
+    UnmanagedConfig,
 )
 from gpuwatch.config.trainer import TrainerConfig
 
@@ -59,7 +62,10 @@ class Config(Strict):
     amdgpuinfo: AmdgpuInfoConfig = AmdgpuInfoConfig()
     processes: ProcessesConfig = ProcessesConfig()
     resets: ResetsConfig = ResetsConfig()
+    unmanaged: UnmanagedConfig = UnmanagedConfig()
     trainer: list[TrainerConfig] = []
+    control: ControlConfig = ControlConfig()
+    attached: AttachedConfig = AttachedConfig()
 
     @field_validator("trainer")
     @classmethod

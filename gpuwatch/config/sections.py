@@ -1,5 +1,5 @@
 """The daemon's other sections: ``[http]``, ``[status]`` (remote machines), ``[simulate]``, ``[amdgpuinfo]``,
-``[processes]`` and ``[resets]``."""
+``[processes]``, ``[resets]``, ``[unmanaged]``, ``[control]`` and ``[attached]``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from gpuwatch.config.base import DEFAULT_HTTP_PORT, Strict
+from gpuwatch.config.trainer import DEBOUNCE_S, HANG_TIMEOUT_S, MIN_PAUSE_S
+
+ExposeSensitive = Literal["none", "local", "authenticated", "all"]
 
 
 class HttpConfig(Strict):
@@ -18,6 +21,13 @@ class HttpConfig(Strict):
     enabled: bool = True
     listen: str = "0.0.0.0"
     port: int = Field(default=DEFAULT_HTTP_PORT, ge=0, le=65535)
+    # TLS, basic auth and response headers: the exporter-toolkit's web config file (config/web.py,
+    # docs/security.md); None: plain HTTP, no authentication.
+    web_config: Path | None = None
+    # Who gets /status with processes' command lines and users, trainers' log paths (publish/redact.py):
+    # "authenticated" loopback and authenticated clients, "local" loopback only, "all" everyone, "none" nobody
+    # over HTTP (behind a reverse proxy on this machine every client is loopback).
+    expose_sensitive: ExposeSensitive = "authenticated"
 
 
 def remote_base_url(host: str) -> str:
@@ -48,6 +58,12 @@ class StatusConfig(Strict):
 
     remote: list[str] = []  # each as remote_base_url accepts it; stored normalised
     timeout_s: float = Field(default=3.0, gt=0, le=60)
+    # https hosts: the CA that signs their certificates (None: the system's); basic auth: the user and a
+    # file holding the password (never the password itself: docs/security.md). GPUWATCH_REMOTE_USER,
+    # GPUWATCH_REMOTE_PASSWORD_FILE and GPUWATCH_REMOTE_CA_FILE win over these.
+    ca_file: Path | None = None
+    user: str | None = None
+    password_file: Path | None = None
 
     @field_validator("remote")
     @classmethod
@@ -127,3 +143,40 @@ class ResetsConfig(Strict):
     uevents: bool = True
     # Consecutive ticks the GPU must answer (temperatures read) before it is used again.
     answer_ticks: int = Field(default=3, ge=1, le=3600)
+
+
+class UnmanagedConfig(Strict):
+    """GPU processes that are neither a trainer nor an attached run: reported, or SIGSTOPped past crit
+    (docs/supervisor.md, "Processes not run under gpuwatch")."""
+
+    # report: listed only. stop: SIGSTOP them while their GPU is at its crit and neither the fan nor the
+    # power cap can do more, SIGCONT when it is cool again (the last rung of the ladder).
+    on_hot: Literal["report", "stop"] = "report"
+    # The stop's own bound; the SIGSTOP bound of supervise.actions.pause_limit_s applies anyway.
+    max_pause_s: float | None = Field(default=None, gt=0)
+    # A process resumed because its stop reached the bound is not stopped again before this many seconds.
+    restop_after_s: float = Field(default=120.0, ge=0, le=86400)
+    # Processes of uid 0 (Xorg, a display manager, system services) are never stopped unless this is true.
+    stop_root: bool = False
+
+
+class ControlConfig(Strict):
+    """The control socket (mode 0666: every local user may connect; each request is authorized from the
+    kernel's peer credentials, supervise/access.py)."""
+
+    # Members of this group may do what root may (pause, resume, stop any run; restart configured trainers).
+    admin_group: str | None = Field(default=None, min_length=1)
+
+
+class AttachedConfig(Strict):
+    """Runs attached by `gpuwatch train` from any user's shell (supervise/attached_runs.py, docs/attached-runs.md)."""
+
+    # As [[trainer]]'s: a hot GPU pauses after debounce_s; a pause lasts at least min_pause_s.
+    debounce_s: float = Field(default=DEBOUNCE_S, ge=0)
+    min_pause_s: float = Field(default=MIN_PAUSE_S, ge=0)
+    # No new step in the run's heartbeats this long (while running): the run is reported hung, once.
+    hang_timeout_s: float | None = Field(default=HANG_TIMEOUT_S, gt=0)
+    # An ended run (finished, failed, stopped, gone) stays listed this long, then it is dropped.
+    keep_ended_s: float = Field(default=300.0, ge=0)
+    max_runs: int = Field(default=256, ge=1, le=4096)
+    max_runs_per_user: int = Field(default=64, ge=1, le=4096)

@@ -10,6 +10,11 @@ from pydantic import Field, field_validator
 from gpuwatch.config.base import PciSlot, Strict, distinct_slots
 from gpuwatch.config.cooling import ThermalConfig
 
+# Shared with [attached] (config/sections.py): a run attached from a shell is paused, held and judged hung
+# as a configured trainer is.
+DEBOUNCE_S = 5.0
+MIN_PAUSE_S = 30.0
+HANG_TIMEOUT_S = 1800.0
 
 class BackoffConfig(Strict):
     """Crash restart delay: initial_s * 2**(crashes-1), capped at max_s, +/- jitter_ratio."""
@@ -40,13 +45,13 @@ class TrainerConfig(Strict):
     junction_limit_c: float | None = Field(default=None, gt=0, le=150)
     mem_limit_c: float | None = Field(default=None, gt=0, le=150)
     hysteresis_c: float | None = Field(default=None, ge=0, le=30)
-    debounce_s: float = Field(default=5.0, ge=0)
+    debounce_s: float = Field(default=DEBOUNCE_S, ge=0)
     # None: a cooperative hold is unbounded (nothing is in flight); a SIGSTOP pause is bounded by the
     # job's own process-group timeout where that matters (supervise/actions.pause_limit_s).
     max_pause_s: float | None = Field(default=None, gt=0)
     # A hot card cools ~15 °C within seconds of a pause (simulator, H200 run in docs/nvidia.md), so
     # without a minimum a card that cannot hold its limit flaps between pause and resume.
-    min_pause_s: float = Field(default=30.0, ge=0)
+    min_pause_s: float = Field(default=MIN_PAUSE_S, ge=0)
     cooperative_pause: Literal["auto", "always", "never"] = "auto"
     pause_ack_timeout_s: float = Field(default=60.0, gt=0)
     grace_s: float = Field(default=120.0, ge=0)
@@ -57,7 +62,7 @@ class TrainerConfig(Strict):
     # Still there this long after SIGKILL (uninterruptible sleep in the driver): reported and left behind.
     stuck_after_s: float = Field(default=30.0, gt=0)
     stable_after_s: float = Field(default=1800.0, gt=0)
-    hang_timeout_s: float | None = Field(default=1800.0, gt=0)
+    hang_timeout_s: float | None = Field(default=HANG_TIMEOUT_S, gt=0)
     progress_file: Path | None = None
     log_is_progress: bool = True
     restart_after_emergency: bool = True

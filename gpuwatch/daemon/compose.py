@@ -10,7 +10,8 @@ CLI reads sysfs once for `gpuwatch status`/`sensors` with ``build_sources``.
 
 Every actuator (gpuwatch.actuation) is registered in ``actuator_kinds``: the controllers give their own
 records back at shutdown through the same kinds, and ``restore_all`` (`gpuwatch restore`, systemd's
-ExecStopPost) gives back every record any of them left.
+ExecStopPost) gives back every record any of them left, and continues the processes not run under gpuwatch a
+killed daemon left SIGSTOPped (``[unmanaged] on_hot = "stop"``).
 """
 
 from __future__ import annotations
@@ -27,12 +28,13 @@ from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import REAL_SYSFS_ROOT, Config
 from gpuwatch.daemon.control import Handler
 from gpuwatch.daemon.gpu_use import GpuUseWatch
+from gpuwatch.daemon.unmanaged import UnmanagedProcesses, resume_recorded
 from gpuwatch.fan import restore as fan_restore
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.amdgpuinfo import AmdgpuInfo, WithAmdgpuInfo
 from gpuwatch.gpus.nvml import NvmlSource, NvmlUnavailable
 from gpuwatch.gpus.source import GpuSource
-from gpuwatch.model import ClockState, FanState, PowerState, PublishedState, Snapshot, TrainerState
+from gpuwatch.model import ClockState, FanState, PowerState, PublishedState, Snapshot, TrainerState, UnmanagedState
 from gpuwatch.power import restore as power_restore
 from gpuwatch.procfs import Procfs
 from gpuwatch.procs.monitor import ProcessMonitor
@@ -77,6 +79,12 @@ class TrainerConsumer(Protocol):
     def stop(self) -> None: ...
 
 
+class UnmanagedConsumer(Protocol):  # GPU processes not run under gpuwatch: SIGSTOP past crit, SIGCONT when cool
+    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
+             config: Config) -> tuple[UnmanagedState, ...]: ...
+    def stop(self) -> None: ...  # every process it stopped continued
+
+
 @dataclass
 class Parts:
     """What the composition root built; tests may pass their own."""
@@ -89,6 +97,7 @@ class Parts:
     simulator: SimulatedGpus | None = None  # the simulated cards, when simulating (tests step its clock)
     gpu_use: GpuUseWatch | None = None  # processes per GPU and resets, added to each tick's snapshot
     control: Handler | None = None  # the control socket's commands (default: the supervisor's)
+    unmanaged: UnmanagedConsumer | None = None  # [unmanaged]: processes not run under gpuwatch, past crit
     clock: ClockConsumer | None = None  # the clock ceiling, the rung between the cap's floor and the pause
 
 
@@ -109,6 +118,7 @@ def build(config: Config) -> tuple[Config, Parts]:
                   gpu_use=build_gpu_use(config, simulator.take_uevents if simulator is not None else None,
                                         amdgpu.rediscover if amdgpu is not None else None),
                   power=build_power(config, amdgpu, sources, simulator),
+                  unmanaged=UnmanagedProcesses(Procfs(config.proc_root), config.resolved_runtime_dir),
                   clock=build_clock(config, amdgpu, sources, simulator))
     if simulator is not None:
         parts.sources = [SimulatedSource(simulator, source) for source in parts.sources]
@@ -268,6 +278,10 @@ def restore_all(config: Config) -> Handback:
         part = Actuator(kind, config.resolved_runtime_dir, config.sysfs_deadline_s).restore_all(without_records=True)
         result.done += part.done
         result.problems += part.problems
+    # Processes not run under gpuwatch that a killed daemon left SIGSTOPped (daemon/unmanaged.py).
+    done, problems = resume_recorded(Procfs(config.proc_root), config.resolved_runtime_dir)
+    result.done += done
+    result.problems += problems
     return result
 
 

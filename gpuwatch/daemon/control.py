@@ -1,8 +1,14 @@
-"""Local control channel for `gpuwatch pause|resume|restart [NAME]`: a unix socket, JSON lines, no HTTP.
+"""Local control channel for `gpuwatch pause|resume|restart|stop [NAME|PID]` and the attach sessions of
+`gpuwatch train`: a unix socket, JSON lines, no HTTP.
 
-Access is the socket file's permission (mode 0660: the daemon's user and group), checked by the kernel
-on connect. Requests: {"cmd": "pause", "name": null}; replies: {"ok": bool, "message": str}. The request
-{"cmd": "status"} is answered by the server itself with the last published document ({"ok": true,
+Every local user may connect (mode 0666); each request is authorized from the kernel's peer credentials
+(SO_PEERCRED: pid, uid, gid, and the groups in the peer's /proc/<pid>/status), never from what the
+request claims, by the one rule in supervise/access.py: root, the daemon's user and ``[control]
+admin_group`` may do anything; any user may attach a run and pause, resume or stop their own attached
+runs, and reads the status with the sensitive fields left out. Requests: {"cmd": "pause", "name": null};
+replies: {"ok": bool, "message": str}. A first line ``{"cmd": "attach", ...}`` makes the connection an
+attach session (daemon/attach_sessions.py: no whole-request deadline, not counted in ``MAX_CLIENTS``). The
+request {"cmd": "status"} is answered by the server itself with the last published document ({"ok": true,
 "message": "", "document": {...}}): `gpuwatch status`'s way in when the state file cannot be written
 (a full or read-only runtime directory) and HTTP is off.
 
@@ -16,6 +22,7 @@ waiting) is not carried out: a command the user saw time out never happens later
 
 from __future__ import annotations
 
+import grp
 import json
 import logging
 import os
@@ -24,7 +31,16 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast, get_args
+
+from gpuwatch import attach as proto
+from gpuwatch.config.file import REAL_PROC_ROOT
+from gpuwatch.daemon.attach_sessions import Sessions, is_attach, peer_of, serve_session
+from gpuwatch.procfs import Procfs
+from gpuwatch.publish.redact import redact
+from gpuwatch.publish.schema import StatusDocument
+from gpuwatch.supervise.access import privileged, redacted, refusal
+from gpuwatch.supervise.actions import Command
 
 log = logging.getLogger("gpuwatch.control")
 
@@ -34,6 +50,8 @@ MAX_REQUEST_BYTES = 4096
 REQUEST_DEADLINE_S = 2.0  # the whole request line, from the accept
 MAX_CLIENTS = 16  # connections being read at once
 CLIENT_TIMEOUT_S = 5.0  # the CLI's wait for an answer
+SUPERVISOR_VERBS = frozenset(get_args(Command))  # authorized per run by the supervisor (it knows the owners)
+SOCKET_MODE = 0o666
 
 
 class ControlError(Exception):
@@ -42,10 +60,17 @@ class ControlError(Exception):
 
 class ControlServer:
     def __init__(self, path: Path, handler: Handler, request_deadline_s: float = REQUEST_DEADLINE_S,
-                 document: Document | None = None) -> None:
+                 document: Document | None = None, sessions: Sessions | None = None,
+                 admin_group: Callable[[], str | None] = lambda: None, proc_root: Path = REAL_PROC_ROOT) -> None:
+        """``proc_root``: where the peers are read (the machine's own /proc: SO_PEERCRED's pids are its kernel's,
+        also when the daemon simulates its GPUs); ``admin_group``: the live ``[control] admin_group``."""
         self.path = path
         self.handler = handler
         self.document = document
+        self.sessions = sessions
+        self.admin_group = admin_group
+        self.procfs = Procfs(proc_root)
+        self._sessions: set[socket.socket] = set()
         self.request_deadline_s = request_deadline_s
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
@@ -58,18 +83,14 @@ class ControlServer:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.unlink(missing_ok=True)  # left over from a daemon that was killed (the lock says none runs)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o117)  # no window in which the socket is world-connectable
-        try:
-            sock.bind(str(self.path))
-        finally:
-            os.umask(old)
-        os.chmod(self.path, 0o660)
+        sock.bind(str(self.path))
+        os.chmod(self.path, SOCKET_MODE)  # every user may connect: each request is authorized from its peer
         sock.listen(64)
         sock.settimeout(0.2)
         self._sock = sock
         self._thread = threading.Thread(target=self._serve, name="gpuwatch-control", daemon=True)
         self._thread.start()
-        log.info("control socket %s (mode 0660)", self.path)
+        log.info("control socket %s (mode %o: requests authorized per peer)", self.path, SOCKET_MODE)
 
     def stop(self) -> None:
         self._stop.set()
@@ -78,7 +99,7 @@ class ControlServer:
         if self._sock is not None:
             self._sock.close()
         with self._lock:
-            for conn in self._reading:
+            for conn in list(self._reading) + list(self._sessions):
                 _cut(conn)
         try:
             self.path.unlink(missing_ok=True)
@@ -123,7 +144,7 @@ class ControlServer:
     def _answer(self, conn: socket.socket) -> None:
         deadline = time.monotonic() + self.request_deadline_s
         data = b""
-        while b"\n" not in data and len(data) < MAX_REQUEST_BYTES:
+        while b"\n" not in data and len(data) < proto.MAX_LINE_BYTES:
             left = deadline - time.monotonic()
             if left <= 0:
                 log.warning("control socket: no whole request within %g s: client cut off", self.request_deadline_s)
@@ -140,6 +161,20 @@ class ControlServer:
             self._reading.pop(conn, None)
         if not data.strip():
             return  # connected and went (or was cut off): nothing asked
+        line, _, rest = data.partition(b"\n")
+        if self.sessions is not None and is_attach(line):
+            with self._lock:
+                self._sessions.add(conn)
+            try:
+                serve_session(conn, line, rest, self.sessions, self.procfs, self._stop)
+            finally:
+                with self._lock:
+                    self._sessions.discard(conn)
+            return
+        if len(line) > MAX_REQUEST_BYTES:
+            conn.sendall(json.dumps({"ok": False, "message": f"request longer than {MAX_REQUEST_BYTES} bytes"}).encode()
+                         + b"\n")
+            return
         reply = self._reply(conn, data)
         if reply is not None:
             conn.settimeout(self.request_deadline_s)
@@ -152,17 +187,39 @@ class ControlServer:
             cmd, name = str(request["cmd"]), request.get("name")
         except (ValueError, KeyError, TypeError) as exc:
             return {"ok": False, "message": f"bad request: {exc}"}
+        peer = peer_of(conn, self.procfs)
+        allowed = privileged(peer, os.getuid(), self._admin_gid())
         if cmd == "status" and self.document is not None:
             document = self.document()
+            if document is not None and redacted(cmd, allowed):
+                document = redact(cast(StatusDocument, document))  # the one list: publish/redact.py
             return {"ok": document is not None, "message": "" if document else "no sample published yet",
                     "document": document}
         with self._handling:
             if _gone(conn):
                 log.warning("control socket: %r from a client that no longer waits for it: not carried out", cmd)
                 return None
-            ok, message = self.handler(cmd, None if name is None else str(name))
+            target = None if name is None else str(name)
+            if self.sessions is not None and cmd in SUPERVISOR_VERBS:
+                ok, message = self.sessions.command_as(cmd, target, peer, allowed)
+            elif not allowed:
+                ok, message = False, refusal(cmd, peer, False, []) or "not permitted"
+            else:
+                ok, message = self.handler(cmd, target)
+        if not ok and message.startswith("not permitted"):
+            log.warning("control socket: %s %s from uid %d (pid %d): %s", cmd, target or "", peer.uid, peer.pid,
+                        message)
         return {"ok": ok, "message": message}
 
+    def _admin_gid(self) -> int | None:
+        name = self.admin_group()
+        if name is None:
+            return None
+        try:
+            return grp.getgrnam(name).gr_gid
+        except KeyError:
+            log.warning("control socket: [control] admin_group %r is no group on this machine", name)
+            return None
 
 def _gone(conn: socket.socket) -> bool:
     """Whether the client closed its end (it gave up waiting): a peek that finds the end of the stream."""

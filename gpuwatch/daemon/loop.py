@@ -23,6 +23,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from types import FrameType
@@ -33,6 +34,7 @@ from gpuwatch.actuation import RestoreFailed
 from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import Config, load_config
 from gpuwatch.daemon import compose
+from gpuwatch.daemon.attach_sessions import Sessions
 from gpuwatch.daemon.compose import Parts
 from gpuwatch.daemon.control import ControlServer
 from gpuwatch.daemon.published import count_read_errors, log_discovery, published_state
@@ -40,9 +42,10 @@ from gpuwatch.daemon.reload import plan_reload
 from gpuwatch.daemon.sdnotify import Notifier
 from gpuwatch.daemon.wakeup import Flag, Signals, Wakeup
 from gpuwatch.gpus.sampler import Sampler
-from gpuwatch.model import ClockState, DaemonInfo, FanState, PowerState, PublishedState, TrainerState
+from gpuwatch.model import ClockState, DaemonInfo, FanState, PowerState, PublishedState, TrainerState, UnmanagedState
 from gpuwatch.publish.document import to_document
 from gpuwatch.publish.http import HttpServer
+from gpuwatch.publish.live_feed import LiveFeed
 from gpuwatch.publish.state import StateHolder, write_state_file
 from gpuwatch.publish.summary import status_line
 
@@ -74,6 +77,7 @@ class Daemon:
         # A longer gap between two readings (a stuck tick) adds no energy or time throttled.
         self.sampler = Sampler(self.parts.sources, max_gap_s=max(10.0, 5 * config.interval_s))
         self.holder = StateHolder()
+        self.live = LiveFeed(config.interval_s)  # the live page's summary, history and events (docs/page.md)
         self.started_unix = time.time()
         self.ticks_total = 0
         # Set by signal handlers: plain flags and a self-pipe, never a lock (see Wakeup).
@@ -94,7 +98,9 @@ class Daemon:
         handler = self.parts.control or (trainers.command if trainers is not None else None)
         if handler is None:
             return
-        server = ControlServer(self.config.control_socket, handler, document=self.holder.document)
+        sessions = trainers if isinstance(trainers, Sessions) else None  # attach sessions, per-peer commands
+        server = ControlServer(self.config.control_socket, handler, document=self.holder.document,
+                               sessions=sessions, admin_group=lambda: self.config.control.admin_group)
         self._guard("control socket", server.start, None)
         self.control = server if "control socket" not in self.failures else None
 
@@ -124,6 +130,9 @@ class Daemon:
             clocks = self._guard("clock ceiling", lambda: clock_part.tick(snapshot, fans, powers, config), ())
         if trainer_part is not None:
             trainers = self._guard("supervisor", lambda: trainer_part.tick(snapshot, fans, powers, config, clocks), ())
+        unmanaged_part = self.parts.unmanaged  # the last rung, after the trainers: processes not run under gpuwatch
+        unmanaged: tuple[UnmanagedState, ...] = () if unmanaged_part is None else self._guard(
+            "unmanaged processes", lambda: unmanaged_part.tick(snapshot, fans, powers, config), ())
         self.ticks_total += 1
         count_read_errors(self.read_errors, snapshot)
         failures = tuple(f"{part}: {why}" for part, why in self.failures.items())
@@ -131,9 +140,12 @@ class Daemon:
         daemon = DaemonInfo(pid=os.getpid(), version=__version__, started_unix=self.started_unix,
                             ticks_total=self.ticks_total, interval_s=config.interval_s,
                             failures=failures + (("config: " + "; ".join(absent),) if absent else ()))
-        state = published_state(snapshot, daemon, fans, powers, trainers, self.read_errors, config, clocks)
+        state = replace(published_state(snapshot, daemon, fans, powers, trainers, self.read_errors, config, clocks),
+                        unmanaged=unmanaged)
         document = to_document(state, source="daemon")
         self.holder.publish(state, document)
+        if self.http is not None:
+            self._guard("live page", lambda: self.live.publish(state, config), None)
         self._guard("state file", lambda: write_state_file(self.config.state_file, document), None)
         for hook in self.parts.on_tick:
             self._guard("tick hook", partial(hook, state), None)
@@ -229,6 +241,8 @@ class Daemon:
         plan = plan_reload(self.config, new)
         self.config = plan.config
         self._apply_live(plan.applied)
+        if self.http is not None:  # the web config and its certificates, read again (docs/security.md)
+            self._guard("http reload", self.http.reload, None)
         log.info(
             "config reloaded from %s: %s",
             self.config_path or "its source",
@@ -259,6 +273,8 @@ class Daemon:
             self.control = None
         if self.parts.trainers is not None:
             self._guard("supervisor stop", self.parts.trainers.stop, None)
+        if self.parts.unmanaged is not None:
+            self._guard("unmanaged processes resume", self.parts.unmanaged.stop, None)
         if self.parts.fans is not None:
             self._guard("fan restore", self.parts.fans.restore, None)
         if self.parts.power is not None:
@@ -288,7 +304,12 @@ class Daemon:
         if not http.enabled:
             return
         try:
-            self.http = HttpServer(self.holder, http.listen, http.port)
+            self.http = HttpServer(self.holder, http.listen, http.port, web_config=http.web_config,
+                                   expose_sensitive=http.expose_sensitive, live=self.live)
+        except ConfigError as exc:  # the web config broke after the start's check (load_daemon_config)
+            log.error("cannot serve HTTP: %s; metrics are off", exc)
+            self.failures["http"] = str(exc)
+            return
         except OSError as exc:
             log.error("cannot serve HTTP on %s:%d: %s; metrics are off", http.listen, http.port, exc.strerror)
             self.failures["http"] = f"cannot listen on {http.listen}:{http.port}: {exc.strerror}"

@@ -25,6 +25,7 @@ LIVE_KEYS: dict[str, str] = {
     "fan": "the fan controller, from its next tick",
     "status": "nothing in the daemon (`gpuwatch status --remote` reads it)",
     "trainer": "the supervisor (adds and removes trainers; a changed one restarts alone, the others untouched)",
+    "unmanaged": "the processes not run under gpuwatch (\"report\" continues every one stopped)",
 }
 DAEMON_LIVE_KEYS = frozenset(LIVE_KEYS)
 # Settings of a live section that still wait for a restart. fan.mode decides whether the controller exists

@@ -7,7 +7,8 @@
 * ``gpuwatch_clock_ceiling_writes_total``, ``..._write_errors_total``, ``..._resets_total`` (our ceiling
   found gone, a GPU reset or another tool, and taken again);
 * ``gpuwatch_ladder_rung{gpu, rung}``: the highest rung of fan -> cap -> clock -> pause in use on the GPU
-  (``ladder_rung``), 1 for that rung and 0 for the others.
+  (``PublishedState.ladder_rungs``: ``publish.live.rung_of``, as the live page shows it), 1 for that rung
+  and 0 for the others.
 
 Built from the PublishedState only (no I/O, no clock).
 """
@@ -16,25 +17,9 @@ from __future__ import annotations
 
 from prometheus_client.core import Metric
 
-from gpuwatch.model import LADDER_RUNGS, ClockMode, FanMode, PowerMode, PublishedState, TrainerPhase
+from gpuwatch.model import ClockMode, PublishedState
 from gpuwatch.publish.families import counter, gauge
-
-_HELD = {TrainerPhase.PAUSING, TrainerPhase.PAUSED}
-
-
-def ladder_rung(state: PublishedState, gpu_id: str) -> str:
-    """The highest rung in use on ``gpu_id``: pause (a trainer on it paused or pausing), clock (a ceiling of
-    ours), cap (the governor lowers the cap), fan (gpuwatch drives the fan), else none."""
-    for trainer in state.trainers:
-        if trainer.phase in _HELD and (not trainer.gpus or gpu_id in trainer.gpus or gpu_id in trainer.gpus_used):
-            return "pause"
-    if any(c.gpu_id == gpu_id and c.mode in (ClockMode.LIMITING, ClockMode.FLOOR) for c in state.clocks):
-        return "clock"
-    if any(p.gpu_id == gpu_id and p.mode in (PowerMode.GOVERNING, PowerMode.FLOOR) for p in state.powers):
-        return "cap"
-    if any(f.gpu_id == gpu_id and f.mode in (FanMode.CURVE, FanMode.FAILSAFE) for f in state.fans):
-        return "fan"
-    return "none"
+from gpuwatch.publish.live import RUNGS
 
 
 def clock_families(state: PublishedState) -> list[Metric]:
@@ -61,10 +46,7 @@ def clock_families(state: PublishedState) -> list[Metric]:
         writes.add_metric(labels, clock.writes_total)
         errors.add_metric(labels, clock.write_errors_total)
         resets.add_metric(labels, clock.resets_total)
-    for gpu in state.snapshot.gpus:
-        if not gpu.up:
-            continue  # a GPU that is gone keeps its identity only (gpu_info, gpu_up 0)
-        used = ladder_rung(state, gpu.gpu_id)
-        for name in LADDER_RUNGS:
-            rung.add_metric([gpu.gpu_id, name], 1 if name == used else 0)
+    for gpu_id, used in state.ladder_rungs:  # publish.live.rung_of, per GPU that is up
+        for name in RUNGS:
+            rung.add_metric([gpu_id, name], 1 if name == used else 0)
     return [ceiling, floor, limited, mode, writes, errors, resets, rung]

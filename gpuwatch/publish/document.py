@@ -11,7 +11,7 @@ from enum import Enum
 from typing import Any, cast
 
 from gpuwatch.limits import over_limit
-from gpuwatch.model import GpuReading, GpuResetState, PublishedState
+from gpuwatch.model import GpuReading, GpuResetState, PublishedState, UnmanagedState
 from gpuwatch.publish.schema import (
     SCHEMA_VERSION,
     ClockCeilingDoc,
@@ -22,6 +22,7 @@ from gpuwatch.publish.schema import (
     Source,
     StatusDocument,
     TemperatureDoc,
+    UnmanagedDoc,
     UnsupportedDoc,
 )
 
@@ -34,6 +35,7 @@ def to_document(state: PublishedState, source: Source) -> StatusDocument:
     clocks = {clock.gpu_id: clock for clock in state.clocks}
     snapshot = state.snapshot
     resets = {r.gpu_id: r for r in snapshot.resets}
+    unmanaged = {u.gpu_id: u for u in state.unmanaged}
     return {
         "schema": SCHEMA_VERSION,
         "source": source,
@@ -44,6 +46,7 @@ def to_document(state: PublishedState, source: Source) -> StatusDocument:
             _gpu(state, gpu, None if gpu.gpu_id not in fans else _plain(asdict(fans[gpu.gpu_id])),
                  None if gpu.gpu_id not in powers else _plain(asdict(powers[gpu.gpu_id])),
                  None if gpu.gpu_id not in resets else _reset(resets[gpu.gpu_id]),
+                 None if gpu.gpu_id not in unmanaged else _unmanaged(unmanaged[gpu.gpu_id]),
                  None if gpu.gpu_id not in clocks else _plain(asdict(clocks[gpu.gpu_id])))
             for gpu in snapshot.gpus
         ],
@@ -60,8 +63,15 @@ def _reset(state: GpuResetState) -> GpuResetDoc:
     return cast(GpuResetDoc, doc)
 
 
+def _unmanaged(state: UnmanagedState) -> UnmanagedDoc:
+    doc = _plain(asdict(state))
+    del doc["gpu_id"]
+    return cast(UnmanagedDoc, doc)
+
+
 def _gpu(state: PublishedState, gpu: GpuReading, fan: FanControllerDoc | None, power: PowerGovernorDoc | None,
-         reset: GpuResetDoc | None, clock: ClockCeilingDoc | None = None) -> GpuDoc:
+         reset: GpuResetDoc | None, unmanaged: UnmanagedDoc | None = None,
+         clock: ClockCeilingDoc | None = None) -> GpuDoc:
     doc: dict[str, Any] = {f.name: getattr(gpu, f.name) for f in fields(gpu) if f.name not in _FLAT_SKIP}
     temperatures: dict[str, TemperatureDoc] = {
         t.label: {
@@ -86,6 +96,7 @@ def _gpu(state: PublishedState, gpu: GpuReading, fan: FanControllerDoc | None, p
     doc["clock_ceiling"] = clock
     doc["errors"] = [asdict(e) for e in gpu.errors]
     doc["reset"] = reset
+    doc["unmanaged"] = unmanaged
     return cast(GpuDoc, doc)
 
 

@@ -1,25 +1,41 @@
-"""The read-only HTTP endpoint: /metrics, /healthz and /status, served from its own thread.
+"""The read-only HTTP endpoint: /metrics, /healthz and /status, and the live page (/ and /events,
+docs/page.md), served from its own thread.
 
 Every response is rendered from the StateHolder (what the last tick published); nothing here reads
 sysfs or changes anything, so a hung GPU read cannot hang a scrape and HTTP cannot control the
 machine. Only GET and HEAD are allowed. The connections, their deadlines and limits are serve.py's.
+
+With ``[http] web_config`` (docs/security.md): TLS from the Gate in force (publish/tls.py, re-read when
+its files change), every request authenticated when the web config has ``basic_auth_users`` (401 with
+``WWW-Authenticate`` otherwise; publish/auth.py), the configured response headers on every answer. /status
+gives the full document only to the clients ``[http] expose_sensitive`` names, a redacted one to the
+others (publish/redact.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import Metric
 from prometheus_client.exposition import generate_latest
 
+from gpuwatch.config.sections import ExposeSensitive, HttpConfig
+from gpuwatch.publish.auth import BasicAuth, credentials
+from gpuwatch.publish.families import gauge
+from gpuwatch.publish.live_feed import LiveFeed, TooManyClients, page
 from gpuwatch.publish.metrics import GpuwatchCollector
+from gpuwatch.publish.redact import is_loopback, redact, sees_sensitive
 from gpuwatch.publish.serve import REQUEST_DEADLINE_S, Server
 from gpuwatch.publish.state import StateHolder, is_stale
-from gpuwatch.publish.wire import Response, bind
+from gpuwatch.publish.tls import Gate, GateWatch
+from gpuwatch.publish.wire import Request, Response, bind
 
 log = logging.getLogger("gpuwatch.http")  # the name log lines had before the move
 
@@ -64,20 +80,45 @@ class MetricsCache:
             return self._body
 
 
+class WebCollector:
+    """The web configuration's own series: the server certificate's expiry (absent without TLS)."""
+
+    def __init__(self, watch: GateWatch) -> None:
+        self._watch = watch
+
+    def collect(self) -> Iterator[Metric]:
+        expiry = self._watch.gate().certificate_expiry_unix
+        if expiry is not None:
+            family = gauge("web_certificate_expiry_timestamp_seconds", "When the HTTP endpoint's TLS server "
+                           "certificate expires (its notAfter), Unix seconds.", labels=())
+            family.add_metric([], expiry)
+            yield family
+
+
 class HttpServer:
     """Owns the listening socket and its thread; ``port`` is the bound port (useful with port 0).
 
-    The constructor binds (OSError when the port is taken); ``start()`` serves, ``stop()`` closes.
+    The constructor reads the web config (ConfigError when it cannot be used) and binds (OSError when the
+    port is taken); ``start()`` serves, ``reload()`` re-reads the web config's files, ``stop()`` closes.
     """
 
     def __init__(self, holder: StateHolder, listen: str, port: int,
                  monotonic: Callable[[], float] = time.monotonic,
-                 request_deadline_s: float = REQUEST_DEADLINE_S) -> None:
+                 request_deadline_s: float = REQUEST_DEADLINE_S, web_config: Path | None = None,
+                 expose_sensitive: ExposeSensitive | None = None, live: LiveFeed | None = None) -> None:
+        """``expose_sensitive`` None: ``[http]``'s default (config/sections.py, its one home)."""
+        expose = expose_sensitive or HttpConfig().expose_sensitive
+        self._watch = GateWatch(web_config)
+        self._auth = BasicAuth()
         registry = CollectorRegistry(auto_describe=False)
         registry.register(GpuwatchCollector(holder.latest))
+        registry.register(WebCollector(self._watch))
         self._metrics = MetricsCache(holder, registry)
         self._sock = bind(listen, port)
-        self._server = Server(self._sock, _routes(holder, self._metrics, monotonic), request_deadline_s)
+        gate = self._watch.gate
+        self._server = Server(self._sock, _routes(holder, self._metrics, monotonic, gate, expose, live),
+                              request_deadline_s, tls=lambda: gate().context, admit=_admission(gate, self._auth))
+        self.tls = gate().context is not None
 
     @property
     def port(self) -> int:
@@ -89,21 +130,71 @@ class HttpServer:
 
     def start(self) -> None:
         self._server.start()
-        log.info("HTTP listening on %s:%d (/metrics, /healthz, /status)", self.address, self.port)
+        log.info("HTTP listening on %s:%d (/metrics, /healthz, /status, the live page /%s)", self.address, self.port,
+                 "; TLS" if self.tls else "")
+
+    def reload(self) -> None:
+        """SIGHUP: the web config and its certificates read again for new connections."""
+        self._watch.reload()
 
     def stop(self) -> None:
         self._server.stop()
+        self._auth.close()
 
 
 _TEXT = "text/plain; charset=utf-8"
 
 
-def _routes(holder: StateHolder, metrics: MetricsCache,
-            monotonic: Callable[[], float]) -> Callable[[str, str], Response]:
-    def respond(method: str, target: str) -> Response:
-        if method not in ("GET", "HEAD"):
+def _with_headers(response: Response, gate: Gate) -> Response:
+    """The web config's ``http_server_config.headers`` added to an answer."""
+    return dataclasses.replace(response, headers=response.headers + gate.headers) if gate.headers else response
+
+
+def _admission(gate: Callable[[], Gate], auth: BasicAuth) -> Callable[[Request], Awaitable[Request | Response]]:
+    """serve.py's ``admit``: the client certificate's names and the basic auth credentials checked."""
+
+    async def admit(request: Request) -> Request | Response:
+        now = gate()
+        if now.allowed_sans and not _san_allowed(request, now.allowed_sans):
+            return _with_headers(Response(403, _TEXT, b"client certificate not allowed\n"), now)
+        if not now.users:
+            return request
+        given = credentials(request.headers.get("authorization"))
+        if given is None:
+            return _with_headers(_UNAUTHORIZED, now)
+        verdict = await auth.check(now.users, *given)
+        if verdict == "busy":
+            return _with_headers(Response(429, _TEXT, b"too many password checks at once; retry\n",
+                                          (("Retry-After", "1"),)), now)
+        if verdict == "denied":
+            return _with_headers(_UNAUTHORIZED, now)
+        return dataclasses.replace(request, user=given[0])
+
+    return admit
+
+
+_UNAUTHORIZED = Response(401, _TEXT, b"credentials required\n", (("WWW-Authenticate", 'Basic realm="gpuwatch"'),))
+
+
+def _san_allowed(request: Request, allowed: frozenset[str]) -> bool:
+    """exporter-toolkit's client_allowed_sans: one of the certificate's subjectAltNames is in the list."""
+    names = (request.peer_cert or {}).get("subjectAltName", ())
+    return any(str(value) in allowed for _, value in names)
+
+
+def _routes(holder: StateHolder, metrics: MetricsCache, monotonic: Callable[[], float], gate: Callable[[], Gate],
+            expose_sensitive: ExposeSensitive, live: LiveFeed | None = None) -> Callable[[Request], Response]:
+    page_body = page() if live is not None else b""
+
+    def respond(request: Request) -> Response:
+        return _with_headers(route(request), gate())
+
+    def route(request: Request) -> Response:
+        if request.method not in ("GET", "HEAD"):
             return Response(405, _TEXT, b"read-only endpoint: GET or HEAD only\n", (("Allow", "GET, HEAD"),))
-        path = target.split("?", 1)[0]
+        path = request.path
+        if live is not None and path in ("/", "/index.html", "/events"):
+            return _live(live, page_body, path)
         if path == "/metrics":
             return Response(200, METRICS_CONTENT_TYPE, metrics.body())
         if path == "/healthz":
@@ -113,7 +204,30 @@ def _routes(holder: StateHolder, metrics: MetricsCache,
             document = holder.document()
             if document is None:
                 return Response(503, _TEXT, b"no sample published yet\n")
+            if not sees_sensitive(expose_sensitive, is_loopback(request.client), request.authenticated):
+                document = redact(document)
             return Response(200, "application/json", json.dumps(document, indent=2, sort_keys=True).encode())
-        return Response(404, _TEXT, b"not found: try /metrics, /healthz, /status\n")
+        return Response(404, _TEXT, b"not found: try /, /metrics, /healthz, /status\n")
 
     return respond
+
+
+# The page may load nothing from elsewhere (issue 37): the browser enforces it too.
+_PAGE_HEADERS = (
+    ("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                                "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'"),
+    ("Cache-Control", "no-cache"),
+    ("X-Content-Type-Options", "nosniff"),
+)
+
+
+def _live(live: LiveFeed, page_body: bytes, path: str) -> Response:
+    """/ (the page) or /events (its Server-Sent Events: a stream, or 503 over the cap on live pages)."""
+    if path != "/events":
+        return Response(200, "text/html; charset=utf-8", page_body, _PAGE_HEADERS)
+    try:
+        stream = live.open()
+    except TooManyClients as exc:
+        return Response(503, _TEXT, f"{exc}; retry later\n".encode(), (("Retry-After", "5"),))
+    return Response(200, "text/event-stream; charset=utf-8", b"",
+                    (("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no")), stream=stream)

@@ -114,6 +114,14 @@ class TrainerGpuUseDoc(TypedDict):  # model.TrainerGpuUse
     kfd_cu_occupancy_ratio: float | None
 
 
+class UnmanagedDoc(TypedDict):  # model.UnmanagedState without gpu_id
+    on_hot: str  # "report" | "stop"
+    stopped_pids: list[int]  # processes not run under gpuwatch held SIGSTOPped past crit now
+    stops_total: int
+    stopped_since_unix: float | None
+    reason: str | None
+
+
 class GpuDoc(TypedDict):  # model.GpuReading without temps/errors, plus what is derived from it
     gpu_id: str
     card: str
@@ -187,6 +195,7 @@ class GpuDoc(TypedDict):  # model.GpuReading without temps/errors, plus what is 
     clock_ceiling: ClockCeilingDoc | None  # the clock rung (issue 36); None: no clock controller
     errors: list[ErrorDoc]
     reset: GpuResetDoc | None  # None: reset detection is off (or not an amdgpu GPU)
+    unmanaged: UnmanagedDoc | None  # None: no daemon ([unmanaged], docs/supervisor.md)
 
 
 class DaemonDoc(TypedDict):  # model.DaemonInfo
@@ -234,9 +243,19 @@ class TrainerDoc(TypedDict):  # model.TrainerState
     ranks_held: int | None
     world_size: int | None
     paused_by: str | None
+    origin: str
+    user: str | None
+    command: str | None
+    job_id: str | None
 
 
-class StatusDocument(TypedDict):
+class _Optional(TypedDict, total=False):
+    # Present (true) only in a document whose sensitive fields were blanked for its reader (publish/redact.py).
+    # (A total=False base: NotRequired is not seen under ``from __future__ import annotations`` on 3.11.)
+    redacted: bool
+
+
+class StatusDocument(_Optional):
     schema: int
     source: Source
     taken_unix: float

@@ -12,6 +12,13 @@ are open, and a connection counts until its socket is closed, so a burst waits i
 connections held 977). ``RESERVED_FDS`` of the open-file limit stay the daemon's; a failed accept
 (EMFILE) is logged and retried.
 
+With TLS (``tls`` gives the context for each new connection, publish/tls.py), the handshake happens
+after the connection is admitted, so it counts against the same caps, and inside the same whole-request
+deadline: a client that opens TLS and never finishes the handshake is cut like one that never sends its
+request (issue 35). A failed handshake (plain HTTP to the TLS port, an untrusted client certificate) is
+counted with the cut-offs. ``admit`` (authentication, publish/http.py) may answer a request itself (401)
+before ``respond`` sees it.
+
 The loop runs on its own thread: one thread, so scrapes never compete with the control loop's
 tick through a crowd of handler threads (docs/performance.md).
 """
@@ -22,13 +29,14 @@ import asyncio
 import logging
 import resource
 import socket
+import ssl
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from gpuwatch.publish.wire import MAX_BODY_BYTES, MAX_HEAD_BYTES, Respond, Response, encode, parse_head
+from gpuwatch.publish.wire import MAX_BODY_BYTES, MAX_HEAD_BYTES, Request, Respond, Response, Stream, encode, parse_head
 
 log = logging.getLogger("gpuwatch.http")
 
@@ -40,6 +48,9 @@ RESERVED_FDS = 256  # of the open-file limit, kept for the daemon's own files (t
 MIN_CONNECTIONS = 8  # the cap however low the open-file limit (a scrape must still get in)
 ACCEPT_RETRY_S = 0.5  # after an accept that failed (out of descriptors)
 REPORT_EVERY_S = 10.0
+
+# A request -> the request with who sent it (authenticated), or the answer that ends it (401).
+Admit = Callable[[Request], Awaitable[Request | Response]]
 
 
 def connection_cap(open_files_limit: int) -> int:
@@ -54,6 +65,7 @@ class _Connection:
     transport: asyncio.Transport | None = None  # None until the socket is wrapped
     waiting: bool = True  # still reading its request: the one to cut when a cap is reached
     cut: bool = False  # cut to make room (its descriptor goes on the loop's next turn)
+    task: asyncio.Task[None] | None = None  # cancelled when cut before its socket is wrapped (a TLS handshake)
 
 
 @dataclass
@@ -81,9 +93,12 @@ class Server:
     """Serves ``respond`` on a bound listening socket from its own thread until ``stop()``."""
 
     def __init__(self, sock: socket.socket, respond: Respond, request_deadline_s: float = REQUEST_DEADLINE_S,
-                 monotonic: Callable[[], float] = time.monotonic, max_connections: int | None = None) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, max_connections: int | None = None,
+                 tls: Callable[[], ssl.SSLContext | None] | None = None, admit: Admit | None = None) -> None:
         self._sock = sock
         self._respond = respond
+        self._tls = tls
+        self._admit_request = admit
         self.request_deadline_s = request_deadline_s
         self._mono = monotonic
         self.max_connections = max_connections or connection_cap(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
@@ -183,6 +198,7 @@ class Server:
         self._open[connection] = None
         self._per_client[client] += 1
         task = asyncio.create_task(self._connection(connection, conn))
+        connection.task = task
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -198,11 +214,21 @@ class Server:
 
     async def _connection(self, connection: _Connection, conn: socket.socket) -> None:
         loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.request_deadline_s  # the handshake and the request, together
         reader = asyncio.StreamReader(limit=MAX_HEAD_BYTES, loop=loop)
         protocol = _Protocol(reader, lambda: self._closed(connection))
+        context = self._tls() if self._tls is not None else None
         try:
-            transport, _ = await loop.connect_accepted_socket(lambda: protocol, conn)
-        except (OSError, asyncio.CancelledError):
+            async with asyncio.timeout_at(deadline):
+                # asyncio's own handshake timeout is a backstop: the deadline above cuts first.
+                transport, _ = await loop.connect_accepted_socket(
+                    lambda: protocol, conn, ssl=context,
+                    ssl_handshake_timeout=2 * self.request_deadline_s if context is not None else None)
+        except (OSError, asyncio.CancelledError, TimeoutError) as exc:
+            if isinstance(exc, TimeoutError):
+                self._note_cut(connection.client, f"no TLS handshake within {self.request_deadline_s:g} s")
+            elif isinstance(exc, ssl.SSLError):  # one that went away by itself (a port probe) was not cut
+                self._note_cut(connection.client, "TLS handshake failed")
             conn.close()
             self._closed(connection)
             return
@@ -210,7 +236,7 @@ class Server:
         writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         try:
             if not connection.cut:
-                await self._serve(connection, reader, writer)
+                await self._serve(connection, reader, writer, deadline)
         except asyncio.CancelledError:
             pass  # the server stops
         except (ConnectionError, OSError):
@@ -229,14 +255,17 @@ class Server:
                 connection.cut = True
                 if connection.transport is not None:
                     connection.transport.abort()  # its reader sees the end at once; the socket closes next turn
+                elif connection.task is not None:
+                    connection.task.cancel()  # still in its TLS handshake: closes its socket
                 return True
         return False
 
     async def _serve(self, connection: _Connection, reader: asyncio.StreamReader,
-                     writer: asyncio.StreamWriter) -> None:
+                     writer: asyncio.StreamWriter, deadline: float) -> None:
+        headers: dict[str, str] = {}
         try:
-            async with asyncio.timeout(self.request_deadline_s):
-                method, target, length = parse_head(await reader.readuntil(b"\r\n\r\n"))
+            async with asyncio.timeout_at(deadline):
+                method, target, length, headers = parse_head(await reader.readuntil(b"\r\n\r\n"))
                 if 0 < length <= MAX_BODY_BYTES:
                     await reader.readexactly(length)
         except TimeoutError:
@@ -252,15 +281,39 @@ class Server:
         if connection.cut:
             return
         connection.waiting = False
-        response = self._answer(method, target)
+        peer_cert = writer.get_extra_info("peercert")  # None without TLS, {} without a verified certificate
+        request = Request(method, target, connection.client, headers, peer_cert or None)
+        response = await self._answer(request)
         log.debug("%s %s %s %d", connection.client, method or "-", target or "-", response.status)
-        writer.write(encode(response, with_body=method != "HEAD"))
         try:
+            writer.write(encode(response, with_body=method != "HEAD"))
+            if response.stream is not None and method != "HEAD":
+                await self._stream(response.stream, reader, writer)
             async with asyncio.timeout(WRITE_DEADLINE_S):
                 await writer.drain()
         except TimeoutError:
             self._note_cut(connection.client, f"response not read within {WRITE_DEADLINE_S:g} s")
             connection.cut = True
+        finally:
+            if response.stream is not None:
+                response.stream.close()
+
+    async def _stream(self, stream: Stream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Write a streamed body (the live page's /events) until it ends or the client goes: each chunk
+        under the write deadline, and the client's end of the connection (EOF: it sends nothing after its
+        request) ends the stream at its next chunk. Through ``writer``, so the same under TLS."""
+        gone = asyncio.ensure_future(reader.read(1))
+        try:
+            async for chunk in stream.chunks():
+                if gone.done():
+                    return
+                writer.write(chunk)
+                async with asyncio.timeout(WRITE_DEADLINE_S):
+                    await writer.drain()
+        finally:
+            gone.cancel()
+            if gone.done() and not gone.cancelled():
+                gone.exception()  # a reset connection: retrieved, so asyncio does not log it as unhandled
 
     def _accept_failed(self, exc: OSError) -> None:  # at most every REPORT_EVERY_S: EMFILE must not flood the log
         if self._mono() - self._accept_failed_at >= REPORT_EVERY_S:
@@ -268,13 +321,18 @@ class Server:
             log.warning("HTTP: cannot accept a connection (%s, %d open); retrying in %g s",
                         exc.strerror or exc, len(self._open), ACCEPT_RETRY_S)
 
-    def _answer(self, method: str, target: str) -> Response:
-        if not method:
+    async def _answer(self, request: Request) -> Response:
+        if not request.method:
             return Response(400, "text/plain; charset=utf-8", b"bad request\n")
         try:
-            return self._respond(method, target)
+            if self._admit_request is not None:
+                admitted = await self._admit_request(request)
+                if isinstance(admitted, Response):
+                    return admitted
+                request = admitted
+            return self._respond(request)
         except Exception:  # a rendering bug answers 500, never takes the server down
-            log.exception("answering %s %s failed", method, target)
+            log.exception("answering %s %s failed", request.method, request.target)
             return Response(500, "text/plain; charset=utf-8", b"internal error (see the daemon's log)\n")
 
     # ---- cut-off warnings ----

@@ -1,5 +1,5 @@
 """HTTP/1.1 on the wire for the server (serve.py): the listening socket, a request head parsed, a response
-encoded. Pure apart from ``bind``."""
+encoded, the request as the routes see it (with who sent it). Pure apart from ``bind``."""
 
 from __future__ import annotations
 
@@ -7,12 +7,22 @@ import email.utils
 import http.client
 import io
 import socket
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
 from http import HTTPStatus
+from typing import Any, Protocol
 
 MAX_HEAD_BYTES = 16 * 1024  # request line + headers
 MAX_BODY_BYTES = 64 * 1024  # a body is read (and ignored) so the close does not reset the response
+
+
+class Stream(Protocol):
+    """A body written chunk by chunk after the head until it ends or the client goes (the live page's
+    /events); ``close`` is called however the response ends, sent or not."""
+
+    def chunks(self) -> AsyncIterator[bytes]: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -21,11 +31,30 @@ class Response:
     content_type: str
     body: bytes
     headers: tuple[tuple[str, str], ...] = ()
+    stream: Stream | None = None  # written after ``body``; the head then has no Content-Length
 
 
-# (method, target) -> the response; HEAD is answered as GET without the body.
-Respond = Callable[[str, str], Response]
+@dataclass(frozen=True)
+class Request:
+    method: str
+    target: str
+    client: str = "?"  # the peer's address
+    headers: Mapping[str, str] = field(default_factory=dict)  # names lower-case, the last value of each
+    peer_cert: dict[str, Any] | None = None  # the client's certificate, verified by the TLS handshake
+    user: str | None = None  # the basic auth user, once the credentials were verified
 
+    @property
+    def path(self) -> str:
+        return self.target.split("?", 1)[0]
+
+    @property
+    def authenticated(self) -> bool:
+        """Basic auth passed, or a certificate the configured client CA signed."""
+        return self.user is not None or bool(self.peer_cert)
+
+
+# The request -> the response; HEAD is answered as GET without the body.
+Respond = Callable[[Request], Response]
 
 
 def bind(listen: str, port: int) -> socket.socket:
@@ -36,8 +65,8 @@ def bind(listen: str, port: int) -> socket.socket:
     return socket.create_server((listen, port), family=family, backlog=128)
 
 
-def parse_head(head: bytes) -> tuple[str, str, int]:
-    """(method, target, content length) of a request head; ValueError when it is not HTTP/1.x."""
+def parse_head(head: bytes) -> tuple[str, str, int, dict[str, str]]:
+    """(method, target, content length, headers) of a request head; ValueError when it is not HTTP/1.x."""
     line, _, rest = head.partition(b"\r\n")
     parts = line.decode("latin-1").split()
     if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
@@ -47,7 +76,7 @@ def parse_head(head: bytes) -> tuple[str, str, int]:
         length = int(headers.get("Content-Length") or 0)
     except ValueError:
         raise ValueError("bad Content-Length") from None
-    return parts[0], parts[1], length
+    return parts[0], parts[1], length, {name.lower(): value for name, value in headers.items()}
 
 
 def encode(response: Response, with_body: bool) -> bytes:
@@ -56,7 +85,7 @@ def encode(response: Response, with_body: bool) -> bytes:
         ("Server", "gpuwatch"),
         ("Date", email.utils.formatdate(usegmt=True)),
         ("Content-Type", response.content_type),
-        ("Content-Length", str(len(response.body))),
+        *(() if response.stream is not None else (("Content-Length", str(len(response.body))),)),
         ("Connection", "close"),
         *response.headers,
     ]

@@ -6,6 +6,10 @@ overrides) and the governor's backstop (``power.pause_backstop_s``) are read fro
 used, never copied, so a reload reaches the supervisor with no hand-over. Manual commands from the
 control socket arrive on another thread and are queued for the next tick, so every decision is still
 made by the pure state machine in policy.py. One trainer's effects live in trainer.py.
+
+Runs attached by `gpuwatch train` (attached_runs.py) are ticked after the trainers with the same thermal
+verdict and published beside them; the control socket's threads register them (``attach``, ``receive``,
+``detach``) and send commands for a peer (``command_as``, authorized by access.py).
 """
 
 from __future__ import annotations
@@ -18,11 +22,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import get_args
 
+from gpuwatch.attach import Attach, Attached, Message
 from gpuwatch.config.file import Config
+from gpuwatch.config.sections import AttachedConfig
 from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.model import ClockState, FanState, PowerState, Snapshot, TrainerState
 from gpuwatch.supervise import energy, orphans
+from gpuwatch.supervise.access import Peer, Target, refusal
 from gpuwatch.supervise.actions import Command, Thermal, thermal_verdict
+from gpuwatch.supervise.attached_runs import AttachedRuns, Link
 from gpuwatch.supervise.leftovers import LeftoverStop, find
 from gpuwatch.supervise.machine import LIVE
 from gpuwatch.supervise.orphans import reap_adopted, sweep, unit_cgroup
@@ -55,6 +63,10 @@ class Supervisor:
         self.last_fans: tuple[FanState, ...] = ()
         self.last_powers: tuple[PowerState, ...] = ()
         self.last_clocks: tuple[ClockState, ...] = ()
+        # Runs `gpuwatch train` attached from users' shells (attached_runs.py), ticked with the trainers.
+        self.attached = AttachedRuns()
+        self.attached_config = AttachedConfig()  # the live [attached] of the last tick (attach() reads it)
+        self.interval_s: float | None = None  # the live tick, told to an attaching wrapper
 
     def start(self) -> None:
         """Once, before the first tick, on the daemon's main thread: a trainer's double-forked setsid worker
@@ -98,6 +110,8 @@ class Supervisor:
                 self._close(trainer)
                 self.removed.remove(trainer)
         reap_adopted({t.proc.pid for t in self.trainers + self.removed if t.proc is not None})
+        self.attached_config, self.interval_s = config.attached, config.interval_s
+        self.attached.tick(snapshot, lambda gpus: self._verdict_on(gpus, config), config.attached, now)
         return self.states(now)
 
     def _stop_leftovers(self, now: float) -> dict[str, str]:
@@ -142,6 +156,13 @@ class Supervisor:
         return thermal_verdict(self.last_snapshot, trainer.gpus(), trainer.config.thermal(config.thermal),
                                self.last_fans, self.last_powers, config.power.pause_backstop_s, self.last_clocks)
 
+    def _verdict_on(self, gpus: tuple[str, ...], config: Config) -> Thermal:
+        """An attached run's verdict: the [thermal] limits on ``gpus`` (all when empty), as a trainer's."""
+        if self.last_snapshot is None:
+            return Thermal()
+        return thermal_verdict(self.last_snapshot, gpus, config.thermal, self.last_fans, self.last_powers,
+                               config.power.pause_backstop_s, self.last_clocks)
+
     def _shutdown_tick(self, now: float) -> None:
         """One tick of the daemon's shutdown: every trainer is being stopped, so no thermal verdict matters
         (policy.step's shutdown path never reads it) and the neutral one stands in."""
@@ -175,11 +196,57 @@ class Supervisor:
 
     def states(self, now: float | None = None) -> tuple[TrainerState, ...]:
         now = time.monotonic() if now is None else now
-        return tuple(t.published(now, time.time(), self.last_snapshot) for t in self.trainers + self.removed)
+        now_unix = time.time()
+        configured = tuple(t.published(now, now_unix, self.last_snapshot) for t in self.trainers + self.removed)
+        return configured + tuple(self.attached.states(now, now_unix, self.last_snapshot))
 
     def trees(self) -> dict[str, list[int]]:
-        """Each trainer's process tree: the process monitor reads these every tick."""
-        return {t.config.name: t.pids() for t in self.trainers + self.removed}
+        """Each trainer's and attached run's process tree: the process monitor reads these every tick."""
+        return {t.config.name: t.pids() for t in self.trainers + self.removed} | self.attached.trees()
+
+    # ---- attached runs: the control socket's side (its threads) ----------------------------------
+    def attach(self, request: Attach, peer: Peer, user: str, link: Link) -> Attached:
+        """A validated ``Attach`` (daemon/control.py checked the peer and the pid): registered, named uniquely
+        among the configured trainers and the attached runs."""
+        taken = {t.config.name for t in self.trainers + self.removed}
+        return self.attached.attach(request, peer, user, link, self.attached_config, taken, time.monotonic(),
+                                    self.interval_s)
+
+    def receive(self, run_id: str, message: Message) -> None:
+        self.attached.receive(run_id, message)
+
+    def detach(self, run_id: str, link: Link) -> None:
+        self.attached.detach(run_id, link)
+
+    def command_as(self, verb: str, name: str | None, peer: Peer, privileged: bool) -> tuple[bool, str]:
+        """A command from ``peer``, authorized by access.refusal: NAME is a trainer's or an attached run's
+        name, or any pid of an attached run's tree; an unprivileged peer without NAME means its own runs."""
+        command = COMMANDS.get(verb)
+        if command is None:
+            return False, f"unknown command {verb!r} (use {', '.join(COMMANDS)})"
+        if name is None:  # every trainer and run (privileged), else the caller's own runs
+            trainers = list(self.trainers) if privileged else []
+            runs = [] if command == "restart" else self.attached.of_user(None if privileged else peer.uid)
+        else:
+            trainers = [t for t in self.trainers if t.config.name == name]
+            runs = self.attached.find(name)
+        targets = [Target(t.config.name, attached=False, uid=None) for t in trainers] + [r.target() for r in runs]
+        if not targets:
+            if name is None:
+                return False, "no trainer and no attached run of yours (name one: NAME or PID)"
+            known = ", ".join([t.config.name for t in self.trainers] + sorted(self.attached.names())) or "none"
+            return False, f"no trainer named {name!r} (trainers: {known})"
+        why = refusal(verb, peer, privileged, targets)
+        if why is not None:
+            return False, why
+        if runs and command == "restart":
+            return False, (f"run {runs[0].name} was attached: its wrapper restarts it (gpuwatch train --restart), "
+                           "the daemon cannot")
+        for trainer in trainers:
+            trainer.commands.put(command)
+        for run in runs:
+            self.attached.command(run, command)
+        return True, f"{verb} requested for {', '.join(t.name for t in targets)}"
 
     def command(self, verb: str, name: str | None) -> tuple[bool, str]:
         """Queue a manual command for the next tick (called from the control thread)."""

@@ -287,7 +287,7 @@ class Trainer:
             steps_per_kj=self.energy.steps_per_kj(progress.steps_total),
             gpus_used=tuple(sorted(self.used_gpus)),
             gpu_use=trainer_use(snapshot.processes, self.config.name) if snapshot is not None else (),
-            stuck_pids=tuple(pid for proc in self.stuck for pid in proc.pids()),
+            stuck_pids=tuple(pid for proc in self.stuck for pid in proc.pids()), user=self.config.user,
         )
 
 

@@ -153,3 +153,107 @@ def test_host_names_become_base_urls(given: str, base: str) -> None:
 def test_bad_host_names_are_rejected(bad: str) -> None:
     with pytest.raises(ValueError):
         remote_base_url(bad)
+
+
+# ---- https and basic auth (issue 35): a real gpuwatch endpoint with a web config ----
+
+@pytest.fixture
+def secured(tmp_path: Path) -> Iterator[tuple[str, Path, Path]]:
+    """(https base URL, the CA file, a password file) of a daemon's endpoint with TLS and basic auth."""
+    import bcrypt
+
+    from gpuwatch.config.cooling import FanConfig
+    from gpuwatch.config.file import Config
+    from gpuwatch.config.sections import HttpConfig
+    from gpuwatch.daemon.loop import Daemon
+    from gpuwatch.publish.http import HttpServer
+    from tests.support.certs import Authority
+    from tests.support.published import two_gpu_tree
+
+    ca = Authority(tmp_path / "ca")
+    cert, key = ca.issue("server")
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\nbasic_auth_users:\n"
+                   f"  ops: {bcrypt.hashpw(b'fleet-pass', bcrypt.gensalt(4)).decode()}\n")
+    password = tmp_path / "password"
+    password.write_text("fleet-pass\n")
+    daemon = Daemon(Config(sysfs_root=two_gpu_tree(tmp_path / "sys").root, runtime_dir=tmp_path / "run",
+                           fan=FanConfig(mode="off"), http=HttpConfig(enabled=False)))
+    daemon.tick()
+    server = HttpServer(daemon.holder, "127.0.0.1", 0, web_config=web)
+    server.start()
+    try:
+        yield f"https://127.0.0.1:{server.port}", ca.cert, password
+    finally:
+        server.stop()
+        daemon.shutdown()
+
+
+def test_https_with_a_ca_file_and_credentials_reads_the_host(secured: tuple[str, Path, Path]) -> None:
+    from gpuwatch.cli.remote import access
+    from gpuwatch.config.sections import StatusConfig
+
+    url, ca, password = secured
+    good = access(StatusConfig(ca_file=ca, user="ops", password_file=password), {})
+    result = fetch(url, 10.0, good)
+    assert result.error is None and result.document is not None and result.stale is None
+    anonymous = fetch(url, 10.0, access(StatusConfig(ca_file=ca), {}))
+    assert anonymous.error is not None and anonymous.error.startswith("wants credentials (401): set [status] user")
+    wrong = access(StatusConfig(ca_file=ca, user="ops"), {"GPUWATCH_REMOTE_PASSWORD_FILE": str(ca)})
+    assert fetch(url, 10.0, wrong).error == "wants credentials (401): user 'ops' and its password were refused"
+    untrusted = fetch(url, 10.0, access(StatusConfig(user="ops", password_file=password), {}))
+    assert untrusted.error is not None and untrusted.error.startswith("TLS: the host's certificate is not trusted")
+    plain = fetch(url.replace("https://", "http://"), 10.0, good)  # the TLS port spoken to in plain HTTP
+    assert plain.error == "unreachable: closed the connection without answering"
+
+
+def test_credentials_never_go_over_plain_http(serve: Serve, document: bytes) -> None:
+    from gpuwatch.cli.remote import Access
+
+    url = serve({"/status": (401, b"credentials required\n")})
+    result = fetch(url, 5.0, Access(None, "ops", "fleet-pass"))
+    assert result.error == "wants credentials (401): they are sent over https only (name the host https://...)"
+    assert Access(None, "ops", "x").authorization("http://box3:9840") is None
+    assert Access(None, "ops", "x").authorization("https://box3:9840") == "Basic b3BzOng="
+
+
+@pytest.mark.parametrize(("status", "env", "message"), [
+    ({"password_file": "/nonexistent/pw", "user": "ops"}, {}, "password file /nonexistent/pw: cannot read"),
+    ({"password_file": "/dev/null"}, {}, "but no user"),
+    ({"ca_file": "/nonexistent/ca.pem"}, {}, "CA file /nonexistent/ca.pem"),
+    ({}, {"GPUWATCH_REMOTE_CA_FILE": "/nonexistent/env-ca.pem"}, "CA file /nonexistent/env-ca.pem"),
+])
+def test_unusable_access_settings_are_one_line(status: dict[str, str], env: dict[str, str], message: str) -> None:
+    from gpuwatch.cli.remote import access
+    from gpuwatch.config.sections import StatusConfig
+
+    with pytest.raises(ValueError, match=message):
+        access(StatusConfig.model_validate(status), env)
+
+
+def test_the_command_line_wins_over_the_environment_over_the_config(tmp_path: Path) -> None:
+    from gpuwatch.cli.remote import access
+    from gpuwatch.config.sections import StatusConfig
+
+    files = {name: tmp_path / name for name in ("config-pw", "env-pw", "cli-pw")}
+    for name, path in files.items():
+        path.write_text(f"{name}\n")
+    config = StatusConfig(user="cfg", password_file=files["config-pw"])
+    assert (access(config, {}).user, access(config, {}).password) == ("cfg", "config-pw")
+    env = {"GPUWATCH_REMOTE_USER": "envuser", "GPUWATCH_REMOTE_PASSWORD_FILE": str(files["env-pw"])}
+    assert (access(config, env).user, access(config, env).password) == ("envuser", "env-pw")
+    given = access(config, env, user="cliuser", password_file=files["cli-pw"])
+    assert (given.user, given.password) == ("cliuser", "cli-pw")
+
+
+def test_the_command_says_plainly_that_a_host_wants_credentials(secured: tuple[str, Path, Path],
+                                                                tmp_path: Path) -> None:
+    url, ca, password = secured
+    config = tmp_path / "gpuwatch.toml"
+    config.write_text(f'[status]\nca_file = "{ca}"\n')
+    host = url.removeprefix("https://")
+    refused = gpuwatch("status", "-c", str(config), "--remote", url)
+    assert refused.returncode == 1 and f"{host}" in refused.stdout and "wants credentials (401)" in refused.stdout
+    done = gpuwatch("status", "-c", str(config), "--remote", url, "--user", "ops", "--password-file", str(password))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "wants credentials" not in done.stdout and host in done.stdout

@@ -12,7 +12,7 @@ from gpuwatch.cli.status import render
 from gpuwatch.model import ClockMode, ClockState, PowerMode, PowerState
 from gpuwatch.publish.document import to_document
 from gpuwatch.publish.metrics import render as metrics
-from tests.support.published import GPU_A, GPU_B, example_state
+from tests.support.published import GPU_A, GPU_B, example_state, with_rungs
 
 
 def test_status_shows_the_ceiling_in_force(tmp_path: Path) -> None:
@@ -65,11 +65,14 @@ def test_the_metric_names_of_the_contract(tmp_path: Path) -> None:
 
 
 def test_the_rung_follows_the_highest_part_in_use(tmp_path: Path) -> None:
+    """The same rule as the live page's (publish.live.rung_of), computed when the state is built."""
     state = replace(example_state(tmp_path / "sys"), trainers=(), clocks=())
-    got = _samples(state)
+    got = _samples(with_rungs(state))
     assert got[f'gpuwatch_ladder_rung{{gpu="{GPU_A}",rung="cap"}}'] == 1.0  # the cap governs GPU_A
     idle = replace(state, powers=(PowerState(GPU_A, PowerMode.IDLE),))
-    assert _samples(idle)[f'gpuwatch_ladder_rung{{gpu="{GPU_A}",rung="fan"}}'] == 1.0  # the fan curve drives it
+    assert _samples(with_rungs(idle))[f'gpuwatch_ladder_rung{{gpu="{GPU_A}",rung="none"}}'] == 1.0  # fan at 40 %
+    blowing = replace(idle, fans=tuple(replace(f, target_ratio=0.8) for f in idle.fans))
+    assert _samples(with_rungs(blowing))[f'gpuwatch_ladder_rung{{gpu="{GPU_A}",rung="fan"}}'] == 1.0
 
 
 def test_status_names_a_ceiling_a_killed_daemon_left(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import tempfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tomli_w
@@ -40,7 +41,7 @@ def test_round_trip_and_socket_mode(short_dir: Path) -> None:
     server = ControlServer(short_dir / "control.sock", handler)
     server.start()
     try:
-        assert (os.stat(short_dir / "control.sock").st_mode & 0o777) == 0o660
+        assert (os.stat(short_dir / "control.sock").st_mode & 0o777) == 0o666
         assert send_command(short_dir / "control.sock", "pause", "t") == (True, "pause t")
         assert send_command(short_dir / "control.sock", "resume", "bad") == (False, "resume bad")
         assert calls == [("pause", "t"), ("resume", "bad")]
@@ -119,3 +120,16 @@ def test_through_the_real_daemon(
     assert (short_dir / "out.term").exists(), err
     assert "paused (SIGSTOP): manual pause" in err
     assert not (short_dir / "run/control.sock").exists()
+
+
+def test_an_unprivileged_peers_status_leaves_commands_users_and_log_paths_out() -> None:
+    from gpuwatch.publish.redact import REDACTED, redact
+
+    document = {"schema": 1, "gpus": [{"gpu_id": "x"}],
+                "processes": [{"pid": 1, "command": "python secret.py --token t", "user": "alice", "gpu_id": "x"}],
+                "trainers": [{"name": "a", "command": "python a.py", "user": "alice", "log_path": "/home/alice/a.log",
+                              "phase": "running"}]}
+    out: dict[str, Any] = dict(redact(document))  # type: ignore[arg-type]  # a partial document
+    assert out["processes"] == [{"pid": 1, "command": REDACTED, "user": None, "gpu_id": "x"}]
+    assert out["trainers"] == [{"name": "a", "command": None, "user": None, "log_path": None, "phase": "running"}]
+    assert out["gpus"] == document["gpus"] and document["trainers"][0]["user"] == "alice"  # the original is kept

@@ -180,8 +180,9 @@ def prometheus(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     wait_up("prometheus to scrape both machines", lambda: targets_up(base) == set(fleet.hosts), child)
     wait_up("three scrapes of each",
             lambda: len(query(base, "count_over_time(gpuwatch_ticks_total[1m]) >= 3")) == 2, child)
-    wait_up("alerts firing on both machines", lambda: {
-        r["metric"]["instance"] for r in query(base, 'ALERTS{alertstate="firing"}')} == set(fleet.hosts), child)
+    # <=: 127.0.0.1:1 (nothing listens) fires GpuwatchDown too, 30 s after the start (issue 39 made it fast).
+    wait_up("alerts firing on both machines", lambda: set(fleet.hosts) <= {
+        r["metric"]["instance"] for r in query(base, 'ALERTS{alertstate="firing"}')}, child)
     yield base
 
 

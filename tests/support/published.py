@@ -7,9 +7,10 @@ limits in force are the default [thermal]'s, as the daemon's tick computes them.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-from gpuwatch.config.cooling import ThermalConfig
+from gpuwatch.config.cooling import FanConfig, ThermalConfig
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.limits import limits_in_force
@@ -29,7 +30,9 @@ from gpuwatch.model import (
     TrainerGpuUse,
     TrainerPhase,
     TrainerState,
+    UnmanagedState,
 )
+from gpuwatch.publish.live import rung_of
 from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.sysfs import Sysfs
 from tests.support.gpu_metrics import CARD_TABLES
@@ -138,6 +141,18 @@ def example_state(root: Path) -> PublishedState:
     )
     daemon = DaemonInfo(pid=1234, version="0.1.0", started_unix=NOW_UNIX - 7200, ticks_total=7200,
                         interval_s=1.0, failures=("fan controller: OSError: [Errno 5] EIO",))
-    return PublishedState(snapshot=snapshot, daemon=daemon, fans=fans, trainers=trainers, powers=powers,
+    return with_rungs(PublishedState(snapshot=snapshot, daemon=daemon, fans=fans, trainers=trainers, powers=powers,
                           read_errors_total=((GPU_B, "power1_average", 3),),
-                          limits_c=limits_in_force(snapshot, ThermalConfig()), clocks=clocks)
+                          limits_c=limits_in_force(snapshot, ThermalConfig()), clocks=clocks,
+                          # [unmanaged] on_hot = "stop": the desktop client on GPU A held stopped past crit.
+                          unmanaged=(UnmanagedState(gpu_id=GPU_A, on_hot="stop", stopped_pids=(1800,), stops_total=2,
+                                                    stopped_since_unix=NOW_UNIX - 30,
+                                                    reason="junction 110°C at crit 110°C"),
+                                     UnmanagedState(gpu_id=GPU_B, on_hot="stop"))))
+
+
+def with_rungs(state: PublishedState, fan: FanConfig | None = None) -> PublishedState:
+    """``state`` with its ladder rungs as the daemon computes them (daemon/published.py) under ``fan``."""
+    fan = fan or FanConfig()
+    return replace(state, ladder_rungs=tuple((gpu.gpu_id, rung_of(state, gpu.gpu_id, fan.for_gpu(gpu.gpu_id)))
+                                             for gpu in state.snapshot.gpus if gpu.up))

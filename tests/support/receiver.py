@@ -12,6 +12,7 @@ import email
 import json
 import socketserver
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -25,6 +26,7 @@ class Delivery:
     body: Any = None  # http: the JSON body (text when not JSON)
     recipients: tuple[str, ...] = ()  # smtp
     data: str = ""  # smtp: the message as sent (headers, quoted-printable parts)
+    at: float = field(default_factory=time.monotonic)  # when it arrived (time.monotonic())
 
     @property
     def route(self) -> str:

@@ -104,23 +104,55 @@ def targets_up(base: str, job: str = "gpuwatch") -> set[str]:
     return {t["labels"]["instance"] for t in targets if t["labels"].get("job") == job and t["health"] == "up"}
 
 
-def shorten_for(rules: str, for_: str, alerts: set[str]) -> str:
-    """alerts.yml text with the `for:` of ``alerts`` set to ``for_``; every other byte unchanged.
+def shorten_for(rules: str, for_: str, alerts: set[str], keep_firing_for: str | None = None) -> str:
+    """alerts.yml text with the `for:` of ``alerts`` set to ``for_`` (and their `keep_firing_for:` to
+    ``keep_firing_for`` when given); every other byte unchanged.
 
     Only the alerts a test provokes: shortening all would turn "paused for 15 minutes"
     (TrainerPausedTooLong) into "paused for 2 s" for a test that pauses a trainer. The shipped
     durations are pinned by the promtool unit tests.
     """
-    out, alert, changed = [], None, set()
+    out, alert, changed, kept = [], None, set(), set()
     for line in rules.splitlines(keepends=True):
         if m := re.match(r"^\s+- alert: (\w+)", line):
             alert = m.group(1)
         if (m := re.match(r"^(\s+)for: \S+$", line)) and alert in alerts:
             line = f"{m.group(1)}for: {for_}\n"
             changed.add(alert)
+        if keep_firing_for and (m := re.match(r"^(\s+)keep_firing_for: \S+$", line)) and alert in alerts:
+            line = f"{m.group(1)}keep_firing_for: {keep_firing_for}\n"
+            kept.add(alert)
         out.append(line)
     assert changed == alerts, f"no `for:` found for {alerts - changed}"
+    assert not keep_firing_for or kept == alerts, f"no `keep_firing_for:` found for {alerts - kept}"
     return "".join(out)
+
+
+_DURATION = re.compile(r"(\d+)(ms|s|m|h|d)")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration_s(text: str) -> float:
+    """A Prometheus duration (``1m30s``) in seconds."""
+    parts = _DURATION.findall(text)
+    assert parts and "".join(n + u for n, u in parts) == text, f"not a duration: {text!r}"
+    return sum(int(n) * _UNIT_S[u] for n, u in parts)
+
+
+def scaled(text: str, factor: float) -> str:
+    """A duration (``2m``) times ``factor``, in milliseconds (``12000ms``), as Prometheus and Alertmanager read it."""
+    return f"{round(duration_s(text) * factor * 1000)}ms"
+
+
+def scale_rule_timers(rules: str, factor: float) -> str:
+    """alerts.yml text with every `for:` and `keep_firing_for:` multiplied by ``factor``; every other byte
+    unchanged. A test copy with the shipped structure and proportions, so it cannot drift from the file
+    (expression windows such as [2m] stay: they are about the data, not the timing of alerts)."""
+    def scale(m: re.Match[str]) -> str:
+        return f"{m.group(1)}{scaled(m.group(2), factor)}"
+    out, count = re.subn(r"(?m)^(\s+(?:for|keep_firing_for): )(\S+)$", scale, rules)
+    assert count, "no `for:` or `keep_firing_for:` in the rules"
+    return out
 
 
 def shipped_relabeling() -> str:
@@ -130,3 +162,25 @@ def shipped_relabeling() -> str:
     end = next((i for i in range(start + 1, len(lines))
                 if lines[i].strip() and len(lines[i]) - len(lines[i].lstrip()) <= 4), len(lines))
     return "".join(lines[start:end])
+
+
+def local_alertmanager(text: str, http_port: int, smtp_port: int, group_wait: str = "1s",
+                       group_interval: str = "1s") -> str:
+    """The shipped config pointed at the test's sink, with short group timings (1 s unless given); each
+    rewrite must hit."""
+    subs = [
+        (r"(?m)^(\s+- url: )http://alert-sink\.example\.org\S*", rf"\g<1>http://127.0.0.1:{http_port}/webhook"),
+        (r"(?m)^(\s+- url: )'https://ntfy\.example\.org/gpu-alerts\?", rf"\g<1>'http://127.0.0.1:{http_port}/ntfy?"),
+        (r"(?m)^(\s+- api_url: )https://chat\.example\.org\S*", rf"\g<1>http://127.0.0.1:{http_port}/chat"),
+        (r"(?m)^(\s+smtp_smarthost: )\S+", rf"\g<1>127.0.0.1:{smtp_port}"),
+        (r"(?m)^(\s+smtp_require_tls: )true", r"\g<1>false"),  # the sink offers no STARTTLS
+        (r"(?m)^\s+smtp_auth_\w+: .*\n", ""),  # and no AUTH
+        (r"(?m)^(\s+group_wait: )\S+", rf"\g<1>{group_wait}"),
+        (r"(?m)^(\s+group_interval: )\S+", rf"\g<1>{group_interval}"),
+        (r"(?m)^(\s+repeat_interval: )\S+", r"\g<1>1h"),
+    ]
+    for pattern, replacement in subs:
+        text, count = re.subn(pattern, replacement, text)
+        assert count, f"the shipped alertmanager.yml no longer has {pattern!r}"
+    assert not re.search(r"(?m)^[^#]*https?://[^'\s]*example\.org", text), "a receiver still points outside"
+    return text

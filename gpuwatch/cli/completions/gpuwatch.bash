@@ -33,8 +33,11 @@ _gpuwatch() {
                 --gpu) COMPREPLY=(); return ;;
                 --remote) COMPREPLY=(); return ;;
                 --timeout) COMPREPLY=(); return ;;
+                --ca-file) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --user) COMPREPLY=(); return ;;
+                --password-file) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
             esac
-            words="-h --help -c --config --sysfs-root --proc-root --json --watch --color --processes --gpu --remote --timeout"
+            words="-h --help -c --config --sysfs-root --proc-root --json --watch --color --processes --gpu --remote --timeout --ca-file --user --password-file"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
         sensors)

@@ -1,0 +1,137 @@
+"""The live page's memory (docs/page.md): the last hour of chart points and the recent events (pure).
+
+Kept by the daemon in memory only, bounded whatever the interval: ``capacity(interval_s)`` points
+(an hour at the tick interval, at most ``MAX_POINTS``) and the last ``MAX_EVENTS`` events. Events are
+derived by comparing consecutive summaries (publish/live.py): pauses, resumes, restarts, resets,
+failsafe, a GPU lost or back, reloads. Every timestamp comes from the summaries; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from gpuwatch.publish.live import Summary
+
+HISTORY_S = 3600.0  # what the charts cover at the tick interval
+MAX_POINTS = 3600  # the ring's cap whatever the interval (a 0.1 s interval keeps 6 minutes)
+MAX_EVENTS = 30
+
+Point = dict[str, Any]
+Event = dict[str, Any]
+MakeEvent = Callable[..., Event]  # (kind, text, gpu=, run=) -> the event at this tick
+
+
+def capacity(interval_s: float) -> int:
+    """Points kept: an hour at ``interval_s``, within 1..MAX_POINTS."""
+    if not interval_s > 0:
+        return MAX_POINTS
+    return max(1, min(MAX_POINTS, math.ceil(HISTORY_S / interval_s)))
+
+
+def point(summary: Summary) -> Point:
+    """One tick's chart values, compact: per GPU [hottest °C, fan duty %, power W, busy %], per run steps/s."""
+    gpus = {}
+    for gpu in summary["gpus"]:
+        temps = [t["temp_c"] for t in gpu["temps"] if t["temp_c"] is not None]
+        gpus[gpu["id"]] = [max(temps) if temps else None, gpu["fan"]["duty_pct"], gpu["power"]["w"], gpu["busy_pct"]]
+    return {"t": summary["taken_unix"], "g": gpus, "r": {run["name"]: run["steps_per_s"] for run in summary["runs"]}}
+
+
+class History:
+    """The ring of points; resized (newest kept) when a reload changes the interval."""
+
+    def __init__(self, interval_s: float) -> None:
+        self._points: deque[Point] = deque(maxlen=capacity(interval_s))
+
+    def add(self, summary: Summary) -> Point:
+        wanted = capacity(summary["interval_s"] or 0.0)
+        if wanted != self._points.maxlen:
+            self._points = deque(self._points, maxlen=wanted)
+        new = point(summary)
+        self._points.append(new)
+        return new
+
+    def points(self) -> list[Point]:
+        return list(self._points)
+
+    def __len__(self) -> int:
+        return len(self._points)
+
+
+def events(before: Summary | None, after: Summary, reloaded: bool) -> list[Event]:
+    """What changed from one tick's summary to the next, oldest rule first."""
+    tick, unix = after["tick"], after["taken_unix"]
+
+    def event(kind: str, text: str, gpu: str | None = None, run: str | None = None) -> Event:
+        return {"tick": tick, "unix": unix, "kind": kind, "text": text, "gpu": gpu, "run": run}
+
+    found: list[Event] = []
+    if before is None:
+        found.append(event("start", f"daemon started (version {after['version']})"))
+    if reloaded:
+        found.append(event("reload", "configuration reloaded"))
+    old_gpus = {g["id"]: g for g in before["gpus"]} if before else {}
+    for gpu in after["gpus"]:
+        found += _gpu_events(old_gpus.get(gpu["id"]), gpu, event)
+    old_runs = {r["name"]: r for r in before["runs"]} if before else {}
+    for run in after["runs"]:
+        found += _run_events(old_runs.get(run["name"]), run, event)
+    return found
+
+
+def _gpu_events(old: Summary | None, new: Summary, event: MakeEvent) -> list[Event]:
+    gpu = new["id"]
+    found: list[Event] = []
+    if old is None:
+        return found
+    if new["resets_total"] > old["resets_total"]:
+        found.append(event("reset", f"GPU {gpu} reset (reset {new['resets_total']} since start)", gpu=gpu))
+    if new["state"] != old["state"] and (new["state"] != "up" or old["state"] != "asleep") and (
+            new["state"] != "asleep" or old["state"] != "up"):
+        found.append(event("gpu", f"GPU {gpu} {new['state']} (was {old['state']})", gpu=gpu))
+    was_failsafe, failsafe = old["fan"]["mode"] == "failsafe", new["fan"]["mode"] == "failsafe"
+    if failsafe and not was_failsafe:
+        why = new["fan"]["message"]
+        found.append(event("failsafe", f"fan of {gpu} in failsafe (100 %)" + (f": {why}" if why else ""), gpu=gpu))
+    elif was_failsafe and not failsafe:
+        found.append(event("failsafe", f"fan of {gpu} back on the curve ({new['fan']['mode']})", gpu=gpu))
+    return found
+
+
+def _run_events(old: Summary | None, new: Summary, event: MakeEvent) -> list[Event]:
+    name, phase = new["name"], new["phase"]
+    if old is None or old["phase"] == phase:
+        return []
+    held = ("pausing", "paused")
+    if phase in held and old["phase"] not in held:
+        why = new["why"]
+        return [event("pause", f"run {name} paused" + (f": {why}" if why else ""), run=name)]
+    if old["phase"] in held and phase == "running":
+        return [event("resume", f"run {name} resumed", run=name)]
+    if new["restarts_total"] > old["restarts_total"]:
+        return [event("restart", f"run {name} restarted ({new['restarts_total']} restarts)", run=name)]
+    if phase in ("failed", "finished", "stopped", "backoff"):
+        why = new["why"]
+        return [event("run", f"run {name} {phase}" + (f": {why}" if why else ""), run=name)]
+    return []
+
+
+class EventLog:
+    """The last ``MAX_EVENTS`` events and the summary they were derived from."""
+
+    def __init__(self) -> None:
+        self._events: deque[Event] = deque(maxlen=MAX_EVENTS)
+        self._last: Summary | None = None
+
+    def add(self, summary: Summary, reloaded: bool) -> list[Event]:
+        new = events(self._last, summary, reloaded)
+        self._events.extend(new)
+        self._last = summary
+        return new
+
+    def recent(self) -> list[Event]:
+        """Newest first."""
+        return list(reversed(self._events))

@@ -1,0 +1,176 @@
+"""The live page's per-tick summary (docs/page.md): a PublishedState -> a small JSON-ready dict (pure).
+
+What one box's user watches: per GPU the temperatures against their limits, the fan against its curve,
+the power against its cap and floor, the ladder's rung, busy and VRAM; per run its phase, step rate,
+GPUs, energy and why it is paused. Built from an allow-list of fields: it never carries what the status
+document redacts for remote clients (command lines, users, log paths, dump paths: contracts.md), so the
+stream needs no redaction of its own. Numbers are rounded here, once, to the digits the page shows.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from gpuwatch.config.cooling import FanConfig
+from gpuwatch.model import (
+    ClockMode,
+    FanMode,
+    FanState,
+    GpuReading,
+    GpuResetState,
+    PowerMode,
+    PowerState,
+    PublishedState,
+    TrainerPhase,
+    TrainerState,
+)
+
+# The escalation ladder, lowest first (docs/power.md): more air, a lower power cap, a clock ceiling, then the pause.
+Rung = Literal["none", "fan", "cap", "clock", "pause"]
+RUNGS: tuple[Rung, ...] = ("none", "fan", "cap", "clock", "pause")
+HELD_PHASES = (TrainerPhase.PAUSING, TrainerPhase.PAUSED)
+ABOVE_FLOOR_PERCENT = 0.5  # a fan target this far above the curve's lowest speed is the fan answering heat
+
+Summary = dict[str, Any]
+
+
+def ladder_rung(fan: FanState | None, fan_floor_percent: float, power: PowerState | None,
+                trainers_held: bool, clock_limited: bool = False) -> Rung:
+    """The highest rung in use on one GPU: a held run (pause), a clock ceiling, a lowered cap, a fan
+    driven above its lowest speed, else none."""
+    if trainers_held:
+        return "pause"
+    if clock_limited:
+        return "clock"
+    if power is not None and power.mode in (PowerMode.GOVERNING, PowerMode.FLOOR):
+        return "cap"
+    if fan is not None and (fan.mode is FanMode.FAILSAFE or (
+            fan.mode is FanMode.CURVE and fan.target_ratio is not None
+            and fan.target_ratio * 100 > fan_floor_percent + ABOVE_FLOOR_PERCENT)):
+        return "fan"
+    return "none"
+
+
+def rung_of(state: PublishedState, gpu_id: str, fan_config: FanConfig) -> Rung:
+    """``ladder_rung`` of one GPU of ``state`` under its own fan settings (``fan_config``: already for_gpu):
+    the live page and ``gpuwatch_ladder_rung`` (daemon/published.py) alike."""
+    curve = [[float(t), float(s)] for t, s in fan_config.curve]
+    floor_percent = max(fan_config.floor_percent, curve[0][1] if curve else 0.0)
+    held = any(t.phase in HELD_PHASES and gpu_id in (t.gpus or t.gpus_used) for t in state.trainers)
+    clock = any(c.gpu_id == gpu_id and c.mode in (ClockMode.LIMITING, ClockMode.FLOOR) for c in state.clocks)
+    return ladder_rung(next((f for f in state.fans if f.gpu_id == gpu_id), None), floor_percent,
+                       next((p for p in state.powers if p.gpu_id == gpu_id), None), held, clock)
+
+
+def summary(state: PublishedState, fan_config: FanConfig) -> Summary:
+    """The tick's summary; ``fan_config`` gives each GPU's curve (the tick's own configuration)."""
+    fans = {f.gpu_id: f for f in state.fans}
+    powers = {p.gpu_id: p for p in state.powers}
+    resets = {r.gpu_id: r for r in state.snapshot.resets}
+    daemon = state.daemon
+    return {
+        "tick": daemon.ticks_total if daemon else 0,
+        "taken_unix": round(state.snapshot.taken_unix, 3),
+        "interval_s": daemon.interval_s if daemon else None,
+        "version": daemon.version if daemon else None,
+        "started_unix": daemon.started_unix if daemon else None,
+        "failures": list(daemon.failures) if daemon else [],
+        "gpus": [_gpu(state, gpu, fans.get(gpu.gpu_id), powers.get(gpu.gpu_id), resets.get(gpu.gpu_id),
+                      fan_config.for_gpu(gpu.gpu_id)) for gpu in state.snapshot.gpus],
+        "runs": [_run(t) for t in state.trainers],
+    }
+
+
+def _gpu(state: PublishedState, gpu: GpuReading, fan: FanState | None, power: PowerState | None,
+         reset: GpuResetState | None, fan_config: FanConfig) -> Summary:
+    curve = [[float(t), float(s)] for t, s in fan_config.curve]
+    return {
+        "id": gpu.gpu_id,
+        "name": gpu.name or gpu.device_id or gpu.card,
+        "state": _gpu_state(gpu, reset),
+        "temps": [{"label": t.label, "temp_c": _r(t.temp_c, 0), "limit_c": _r(state.limit_c(gpu.gpu_id, t.label), 0),
+                   "crit_c": _r(t.crit_c, 0)} for t in gpu.temps],
+        "fan": _fan(gpu, fan, curve),
+        "power": _power(gpu, power),
+        "rung": rung_of(state, gpu.gpu_id, fan_config),
+        "busy_pct": _pct(gpu.gpu_busy_ratio),
+        "vram_used_bytes": gpu.vram_used_bytes,
+        "vram_total_bytes": gpu.vram_total_bytes,
+        "resets_total": reset.resets_total if reset else 0,
+    }
+
+
+def _gpu_state(gpu: GpuReading, reset: GpuResetState | None) -> str:
+    if reset is not None and reset.recovering:
+        return "recovering"
+    if gpu.unresponsive:
+        return "unresponsive"
+    if not gpu.up:
+        return "down"
+    return "asleep" if gpu.suspended else "up"
+
+
+def _fan(gpu: GpuReading, fan: FanState | None, curve: list[list[float]]) -> Summary:
+    return {
+        "mode": fan.mode.value if fan else "none",
+        "duty_pct": _pct(gpu.fan_duty),
+        "target_pct": _pct(fan.target_ratio) if fan else None,
+        "rpm": fan.rpm if fan and fan.rpm is not None else gpu.fan_rpm,
+        "sensor": fan.sensor if fan else None,
+        "sensor_temp_c": _r(fan.sensor_temp_c, 1) if fan else None,
+        "stalled": fan.stalled if fan else False,
+        "message": fan.failsafe_reason or fan.message if fan else None,
+        "curve": curve if fan is not None and fan.backend != "none" else [],
+    }
+
+
+def _power(gpu: GpuReading, power: PowerState | None) -> Summary:
+    return {
+        "w": _r(gpu.power_w, 0),
+        "cap_w": _r(power.cap_w if power and power.cap_w is not None else gpu.power_cap_w, 0),
+        "original_cap_w": _r(power.original_cap_w, 0) if power else None,
+        "floor_cap_w": _r(power.floor_cap_w, 0) if power else None,
+        "mode": power.mode.value if power else "none",
+        "reason": power.reason if power else None,
+    }
+
+
+def _run(trainer: TrainerState) -> Summary:
+    # attached runs (branch attachd) come through the same TrainerState list with an ``origin``.
+    origin = str(getattr(trainer, "origin", "configured"))
+    why = None
+    if trainer.phase in HELD_PHASES or trainer.phase is TrainerPhase.STARTING:
+        why = trainer.paused_by or trainer.reason  # thermal verdicts and "paused by NODE": no path in them
+    elif trainer.phase in (TrainerPhase.BACKOFF, TrainerPhase.FAILED):
+        why = _exit(trainer.last_exit_code)  # not the exit reason: a failed spawn's names the program's path
+    return {
+        "name": trainer.name,
+        "origin": origin,
+        "phase": trainer.phase.value,
+        "steps_per_s": _r(trainer.steps_per_s, 2),
+        "steps_total": trainer.steps_total,
+        "gpus": list(trainer.gpus or trainer.gpus_used),
+        "run_energy_kj": _r(None if trainer.run_energy_j is None else trainer.run_energy_j / 1000, 1),
+        "energy_total_kj": _r(trainer.energy_total_j / 1000, 1),
+        "steps_per_kj": _r(trainer.steps_per_kj, 1),
+        "why": why,
+        "paused_since_unix": trainer.paused_since_unix,
+        "restarts_total": trainer.restarts_total,
+        "pauses_total": trainer.pauses_total,
+    }
+
+
+def _exit(code: int | None) -> str:
+    if code is None:
+        return "ended without an exit code (see gpuwatch status on the box)"
+    return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+
+
+def _r(value: float | None, digits: int) -> float | None:
+    """Rounded here to the digits the page shows, once: a page that rounded a rounded value again could show
+    149.49 W as 150 W."""
+    return None if value is None else round(value, digits)
+
+
+def _pct(ratio: float | None) -> float | None:
+    return None if ratio is None else round(ratio * 100)

@@ -1,0 +1,147 @@
+"""The live page's feed (docs/page.md): each tick's summary, the history and events, and the
+Server-Sent Events stream of /events.
+
+The daemon's tick calls ``publish`` (its thread); each /events client is an async iterator on the
+HTTP server's loop (publish/serve.py writes it). A client never has a queue: it is woken after a
+tick and sends the latest message, so a slow one skips ticks and costs no memory. At most
+``MAX_CLIENTS`` streams at once (each also counts against the server's connection caps); one more
+is answered 503 and its page retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import AsyncIterator, Callable
+from importlib import resources
+
+from gpuwatch.config.file import Config
+from gpuwatch.model import PublishedState
+from gpuwatch.publish.history import EventLog, History
+from gpuwatch.publish.live import Summary, summary
+
+MAX_CLIENTS = 32
+RETRY_MS = 1000  # how soon a page's EventSource reconnects after the stream ends (the daemon restarts)
+PAGE_MAX_BYTES = 60 * 1024  # the page's budget (issue 37), checked by a test
+
+
+def page() -> bytes:
+    """The live page: one self-contained HTML file shipped as package data."""
+    return resources.files("gpuwatch.publish").joinpath("page/index.html").read_bytes()
+
+
+def sse(data: object, event: str | None = None) -> bytes:
+    """One Server-Sent Events message: compact JSON on one ``data:`` line (JSON has no raw newline)."""
+    head = f"event: {event}\n" if event else ""
+    return (head + "data: " + json.dumps(data, separators=(",", ":")) + "\n\n").encode()
+
+
+class TooManyClients(Exception):
+    pass
+
+
+class LiveFeed:
+    """The latest tick message, the history and events; thread-safe between the tick and the server."""
+
+    def __init__(self, interval_s: float = 1.0, max_clients: int = MAX_CLIENTS) -> None:
+        self._lock = threading.Lock()
+        self._history = History(interval_s)
+        self._events = EventLog()
+        self._latest: Summary | None = None
+        self._message = b""
+        self._seq = 0
+        self._config: Config | None = None  # the last tick's, only to recognise a reload by identity; never read
+        self._wakers: set[Callable[[], None]] = set()
+        self.max_clients = max_clients
+
+    def publish(self, state: PublishedState, config: Config) -> None:
+        """The tick's part (the daemon's thread): summary, point, events, then every client woken.
+
+        ``config`` is the tick's: a reload shows as a new object (the loop swaps its Config, never edits one)."""
+        tick = summary(state, config.fan)
+        with self._lock:
+            reloaded = self._config is not None and config is not self._config
+            self._config = config
+            point = self._history.add(tick)
+            self._events.add(tick, reloaded)
+            self._latest = tick
+            self._message = sse({"summary": tick, "point": point, "events": self._events.recent()})
+            self._seq += 1
+            wakers = list(self._wakers)
+        for wake in wakers:
+            wake()
+
+    @property
+    def clients(self) -> int:
+        with self._lock:
+            return len(self._wakers)
+
+    def latest(self) -> Summary | None:
+        with self._lock:
+            return self._latest
+
+    def snapshot(self) -> bytes:
+        """The first message of a stream: the summary, the whole history and the events.
+
+        Encoded outside the lock (an hour of points is a few hundred KB, ~15 ms): the tick never waits on
+        a page connecting. Points and summaries are never changed once published."""
+        with self._lock:
+            document = {"summary": self._latest, "points": self._history.points(), "events": self._events.recent()}
+        return sse(document, event="snapshot")
+
+    def open(self) -> LiveStream:
+        """A stream with its place taken now (TooManyClients over the cap); ``close`` gives it back."""
+        return LiveStream(self)
+
+    def _join(self, wake: Callable[[], None]) -> None:
+        with self._lock:
+            if len(self._wakers) >= self.max_clients:
+                raise TooManyClients(f"{self.max_clients} live pages are open already")
+            self._wakers.add(wake)
+
+    def _leave(self, wake: Callable[[], None]) -> None:
+        with self._lock:
+            self._wakers.discard(wake)
+
+    def _after(self, seen: int) -> tuple[int, bytes]:
+        with self._lock:
+            return self._seq, self._message if self._seq != seen else b""
+
+
+class LiveStream:
+    """One /events client: ``chunks()`` yields the snapshot, then the latest message after each tick."""
+
+    def __init__(self, feed: LiveFeed) -> None:
+        self._feed = feed
+        self._event = asyncio.Event()
+        try:  # opened by a route, on the server's loop
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
+        self._closed = False
+        feed._join(self._wake)
+
+    def _wake(self) -> None:  # the tick's thread
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            loop.call_soon_threadsafe(self._event.set)
+        except RuntimeError:
+            pass  # the server's loop is closed: the server is stopping
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        self._loop = asyncio.get_running_loop()
+        seen, _ = self._feed._after(-1)
+        yield f"retry: {RETRY_MS}\n\n".encode() + self._feed.snapshot()
+        while not self._closed:
+            await self._event.wait()
+            self._event.clear()
+            seen, message = self._feed._after(seen)
+            if message:
+                yield message
+
+    def close(self) -> None:
+        self._closed = True
+        self._feed._leave(self._wake)

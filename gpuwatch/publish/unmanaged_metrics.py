@@ -1,0 +1,21 @@
+"""The families of GPU processes not run under gpuwatch that the daemon stops past crit (``[unmanaged]``,
+supervise/unmanaged.py), from the PublishedState only. Per GPU, never per pid (docs/metrics.md)."""
+
+from __future__ import annotations
+
+from prometheus_client.core import Metric
+
+from gpuwatch.model import PublishedState
+from gpuwatch.publish.families import counter, gauge
+
+
+def unmanaged_families(state: PublishedState) -> list[Metric]:
+    stopped = gauge("unmanaged_stopped_processes", "Processes not run under gpuwatch held SIGSTOPped now because "
+                    "the GPU is past crit and neither fan nor power cap can do more ([unmanaged] on_hot = \"stop\").",
+                    ["gpu"])
+    stops = counter("unmanaged_stops", "Processes not run under gpuwatch SIGSTOPped past crit since the daemon "
+                    "started.", ["gpu"])
+    for gpu in state.unmanaged:
+        stopped.add_metric([gpu.gpu_id], len(gpu.stopped_pids))
+        stops.add_metric([gpu.gpu_id], gpu.stops_total)
+    return [stopped, stops]

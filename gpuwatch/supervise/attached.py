@@ -1,0 +1,213 @@
+"""One attached run's supervisor state (pure): (state, inputs incl. now) -> (state, events to send).
+
+A run started by `gpuwatch train` from a user's shell is governed like a configured trainer, but the
+daemon is not its parent: it never spawns, signals or restarts it. What it decides reaches the run as
+``attach.Event`` lines on the run's session, which its wrapper carries out (the pause file, a graceful
+stop, a restart on ``hung`` when ``--restart`` allows). The rules it shares with configured trainers
+are theirs, called here: the thermal verdict (``actions.thermal_verdict``, the governor's backstop
+included), a job's ranks (``ranks.aggregate``: paused only once every local rank holds).
+
+* A GPU it uses hot for ``[attached] debounce_s`` (or past the power governor's backstop) -> ``pause``;
+  PAUSED once the heartbeats acknowledge it; ``resume`` once every sensor is below limit - hysteresis
+  and the pause lasted ``min_pause_s``. Crit or fan failsafe pauses at once (no debounce): the daemon
+  cannot stop a run it did not start, and a held run no longer heats the card.
+* No new step in its heartbeats for ``hang_timeout_s`` while running -> ``hung`` once (the phase stays
+  running, the step age grows: the TrainerHung alert); a run that never wrote a heartbeat is never judged
+  hung (nothing tells its progress).
+* ``Exited`` (not restarting) -> FINISHED (code 0), FAILED, or STOPPED after a `gpuwatch stop`.
+* The session ended without ``Exited``: while its pid lives the run is *detached* (kept, its phase
+  unchanged, waiting for the wrapper to re-attach); once the pid is gone it is FAILED ("gone").
+* A re-attach holding the pause (a new daemon) starts PAUSING with that pause: it is never released
+  before the card is cool and ``min_pause_s`` passed, and acknowledged by the heartbeats it becomes PAUSED.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import PurePath
+
+from gpuwatch.attach import NAME_MAX_CHARS, Event
+from gpuwatch.config.sections import AttachedConfig
+from gpuwatch.model import TrainerPhase
+from gpuwatch.supervise.actions import Command, Thermal
+
+ENDED = (TrainerPhase.FINISHED, TrainerPhase.FAILED, TrainerPhase.STOPPED)
+_HELD = (TrainerPhase.PAUSING, TrainerPhase.PAUSED)
+_LAUNCHERS = {"python", "python3", "torchrun", "accelerate", "deepspeed", "env", "uv", "srun"}
+
+
+@dataclass(frozen=True)
+class RunState:
+    phase: TrainerPhase = TrainerPhase.RUNNING
+    since: float = 0.0
+    hot_since: float | None = None
+    paused_since: float | None = None
+    manual_pause: bool = False
+    last_progress: float = 0.0  # when its step counter last moved (or it attached, or resumed)
+    seen_steps: int | None = None
+    heartbeat_seen: bool = False
+    hung: bool = False  # ``hung`` was sent for the current silence
+    pauses_total: int = 0
+    resumes_total: int = 0
+    last_exit_code: int | None = None
+    ended: float | None = None  # when it ended (monotonic): dropped ``keep_ended_s`` later
+    reason: str | None = None
+    events: tuple[str, ...] = field(default=(), compare=False)  # this tick's, for the log
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    now: float
+    thermal: Thermal = Thermal()
+    steps_total: int | None = None  # from the Beats (a job: the minimum over its ranks)
+    acknowledged: bool = False  # it holds for our pause (a job: every local rank)
+    heartbeat_seen: bool = False
+    connected: bool = True  # its session is open
+    alive: bool = True  # its pid still lives
+    exit_code: int | None = None  # the wrapper's final Exited (not restarting)
+    command: Command | None = None
+
+
+def start(now: float, paused: bool = False, reason: str | None = None) -> RunState:
+    """A new attachment; a re-attach that holds the pause keeps it (a manual one stays manual)."""
+    if not paused:
+        return RunState(since=now, last_progress=now, reason="attached", events=("attached",))
+    why = reason or "paused"
+    return RunState(phase=TrainerPhase.PAUSING, since=now, paused_since=now, last_progress=now,
+                    manual_pause=why.startswith("manual"), reason=f"re-attached holding its pause: {why}",
+                    events=(f"re-attached holding its pause: {why}",))
+
+
+def reattached(run: RunState, now: float, paused: bool, reason: str | None) -> RunState:
+    """A known run's wrapper back on a new session: the pause it holds wins where the two differ (it held on
+    while it had no daemon, or let go after ``attach.HOLD_WITHOUT_DAEMON_S``); the counters are kept."""
+    if paused == (run.phase in _HELD):
+        return replace(run, reason="re-attached")
+    fresh = start(now, paused, reason)
+    return replace(fresh, pauses_total=run.pauses_total, resumes_total=run.resumes_total,
+                   heartbeat_seen=run.heartbeat_seen, seen_steps=run.seen_steps)
+
+
+def step(run: RunState, config: AttachedConfig, inputs: RunInputs) -> tuple[RunState, list[Event]]:
+    """Advance one attached run by one tick."""
+    run = replace(run, events=())
+    if run.phase in ENDED:
+        return run, []
+    run = _progress(run, inputs)
+    if inputs.exit_code is not None:
+        return _exited(run, inputs.now, inputs.exit_code), []
+    if not inputs.connected:
+        if inputs.alive:
+            why = "detached: its wrapper's connection ended; waiting for it to re-attach"
+            return (run if run.reason == why else _note(replace(run, reason=why))), []
+        return _end(run, TrainerPhase.FAILED, inputs.now, "gone: its wrapper went away without an exit status"), []
+    if inputs.command == "stop":
+        stopping = _enter(run, TrainerPhase.STOPPING, inputs.now, "stopping: gpuwatch stop")
+        return stopping, [Event("stop", "gpuwatch stop")]
+    if run.phase is TrainerPhase.STOPPING:
+        return run, []
+    if run.phase in _HELD:
+        return _held(run, config, inputs)
+    return _running(run, config, inputs)
+
+
+def _progress(run: RunState, inputs: RunInputs) -> RunState:
+    """A new step count is progress: the hang timer restarts and a reported hang is over."""
+    run = replace(run, heartbeat_seen=run.heartbeat_seen or inputs.heartbeat_seen)
+    if inputs.steps_total is not None and inputs.steps_total != run.seen_steps:
+        return replace(run, seen_steps=inputs.steps_total, last_progress=inputs.now, hung=False)
+    return run
+
+
+def _running(run: RunState, config: AttachedConfig, inputs: RunInputs) -> tuple[RunState, list[Event]]:
+    if inputs.command == "pause":
+        return _pause(run, inputs.now, "manual pause", manual=True)
+    thermal = inputs.thermal
+    if thermal.critical:
+        return _pause(run, inputs.now, thermal.reason or "emergency", manual=False)
+    if thermal.hot:
+        hot_since = run.hot_since if run.hot_since is not None else inputs.now
+        run = replace(run, hot_since=hot_since)
+        if inputs.now - hot_since >= max(config.debounce_s, thermal.governed_backstop_s or 0.0):
+            return _pause(run, inputs.now, thermal.reason or "hot", manual=False)
+    else:
+        run = replace(run, hot_since=None)
+    quiet_s = inputs.now - run.last_progress
+    hang_s = config.hang_timeout_s
+    if hang_s is not None and run.heartbeat_seen and not run.hung and quiet_s >= hang_s:
+        why = f"hung: no step for {quiet_s:.0f}s"
+        return _note(replace(run, hung=True, reason=why)), [Event("hung", why)]
+    return run, []
+
+
+def _held(run: RunState, config: AttachedConfig, inputs: RunInputs) -> tuple[RunState, list[Event]]:
+    cooled = inputs.thermal.cool and not inputs.thermal.hot and not inputs.thermal.critical
+    held_s = inputs.now - (run.paused_since if run.paused_since is not None else run.since)
+    if inputs.command == "resume" or (not run.manual_pause and cooled and held_s >= config.min_pause_s):
+        resumed = replace(run, paused_since=None, manual_pause=False, hot_since=None, last_progress=inputs.now,
+                          resumes_total=run.resumes_total + 1, hung=False)
+        return _enter(resumed, TrainerPhase.RUNNING, inputs.now, "resumed"), [Event("resume")]
+    if inputs.command == "pause" and not run.manual_pause:
+        return _note(replace(run, manual_pause=True), "held by hand from now on"), []
+    if run.phase is TrainerPhase.PAUSING and inputs.acknowledged:
+        return _enter(run, TrainerPhase.PAUSED, inputs.now, "paused at a step boundary"), []
+    return replace(run, last_progress=inputs.now), []  # held is not hung
+
+
+def _pause(run: RunState, now: float, why: str, manual: bool) -> tuple[RunState, list[Event]]:
+    paused = replace(run, paused_since=now, manual_pause=manual, hot_since=None, pauses_total=run.pauses_total + 1)
+    return _enter(paused, TrainerPhase.PAUSING, now, f"pausing: {why}"), [Event("pause", why)]
+
+
+def _exited(run: RunState, now: float, code: int) -> RunState:
+    if run.phase is TrainerPhase.STOPPING:
+        return _end(replace(run, last_exit_code=code), TrainerPhase.STOPPED, now, f"stopped (exit {code})")
+    if code == 0:
+        return _end(replace(run, last_exit_code=code), TrainerPhase.FINISHED, now, "finished")
+    return _end(replace(run, last_exit_code=code), TrainerPhase.FAILED, now, f"failed: exit {code}")
+
+
+def _end(run: RunState, phase: TrainerPhase, now: float, why: str) -> RunState:
+    return _enter(replace(run, ended=now, paused_since=None), phase, now, why)
+
+
+def _enter(run: RunState, phase: TrainerPhase, now: float, why: str) -> RunState:
+    return _note(replace(run, phase=phase, since=now, reason=why))
+
+
+def _note(run: RunState, event: str | None = None) -> RunState:
+    return replace(run, events=run.events + (event or run.reason or "",))
+
+
+# ---- names ---------------------------------------------------------------------------------------
+def sanitize(name: str) -> str:
+    """[A-Za-z0-9._-] only (anything else becomes ``-``), at most ``NAME_MAX_CHARS``; "run" when nothing is left."""
+    clean = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:NAME_MAX_CHARS].strip("-.")
+    return clean or "run"
+
+
+def default_name(argv: list[str]) -> str:
+    """The script's stem (``torchrun --nproc-per-node 2 train.py`` -> ``train``), a ``-m`` module's last
+    part, else the program's own name."""
+    for i, arg in enumerate(argv):
+        if arg.endswith(".py"):
+            return sanitize(PurePath(arg).stem)
+        if arg == "-m" and i + 1 < len(argv):
+            return sanitize(argv[i + 1].rsplit(".", 1)[-1])
+    programs = [PurePath(a).name for a in argv if a and not a.startswith("-") and "=" not in a]
+    named = [p for p in programs if p not in _LAUNCHERS and not p.startswith("python")]
+    return sanitize(named[0] if named else programs[0] if programs else "run")
+
+
+def unique_name(wanted: str, taken: set[str]) -> str:
+    """``wanted``, or ``wanted-2``, ``wanted-3``... the first not in ``taken`` (trimmed to fit the length)."""
+    if wanted not in taken:
+        return wanted
+    n = 2
+    while True:
+        suffix = f"-{n}"
+        candidate = wanted[: NAME_MAX_CHARS - len(suffix)] + suffix
+        if candidate not in taken:
+            return candidate
+        n += 1

@@ -1,0 +1,121 @@
+"""The live page's summary (publish/live.py): values from the published state, the ladder's rung, and no
+field that the status document redacts for remote clients."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from gpuwatch.config.cooling import FanConfig
+from gpuwatch.model import FanMode, FanState, PowerMode, PowerState, PublishedState, TrainerPhase
+from gpuwatch.publish.live import ladder_rung, summary
+from tests.support.published import GPU_A, GPU_B, GPU_GONE, example_state
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory: pytest.TempPathFactory) -> PublishedState:
+    return example_state(tmp_path_factory.mktemp("sys"))
+
+
+def test_each_gpu_against_its_limits_curve_and_cap(example: PublishedState) -> None:
+    s = summary(example, FanConfig())
+    assert s["tick"] == 7200 and s["interval_s"] == 1.0 and s["failures"] == ["fan controller: OSError: [Errno 5] EIO"]
+    a, b, gone = s["gpus"]
+    reading = example.snapshot.gpu(GPU_A)
+    junction = next(t for t in a["temps"] if t["label"] == "junction")
+    assert junction["temp_c"] == round(reading.temp("junction").temp_c)
+    assert junction["limit_c"] == example.limit_c(GPU_A, "junction")
+    assert a["fan"] | {"curve": None} == {"mode": "curve", "duty_pct": round(reading.fan_duty * 100),
+                                          "target_pct": 40.0, "rpm": 1450, "sensor": "junction",
+                                          "sensor_temp_c": 61.0, "stalled": False, "message": None, "curve": None}
+    assert a["fan"]["curve"] == [list(p) for p in FanConfig().curve]
+    assert a["power"] == {"w": round(reading.power_w), "cap_w": 245.0, "original_cap_w": 289.0,
+                          "floor_cap_w": 174.0, "mode": "governing", "reason": None}
+    assert a["rung"] == "cap" and a["state"] == "up" and a["resets_total"] == 0
+    assert a["vram_total_bytes"] == reading.vram_total_bytes
+    # GPU B: its fan in failsafe, recovering from its second reset, and bert held on it.
+    assert b["state"] == "recovering" and b["resets_total"] == 2 and b["fan"]["mode"] == "failsafe"
+    assert b["fan"]["message"] == "junction unreadable: failsafe" and b["rung"] == "pause"
+    assert gone["id"] == GPU_GONE and gone["state"] == "down" and gone["temps"] == [] and gone["fan"]["curve"] == []
+
+
+def test_each_run_its_state_rate_gpus_energy_and_why(example: PublishedState) -> None:
+    resnet, bert, vit = summary(example, FanConfig())["runs"]
+    assert resnet == {"name": "resnet", "origin": "configured", "phase": "running", "steps_per_s": 4.5,
+                      "steps_total": 12345, "gpus": [GPU_A, GPU_B], "run_energy_kj": 1800.0,
+                      "energy_total_kj": 2500.0, "steps_per_kj": 4.5, "why": None,
+                      "paused_since_unix": None, "restarts_total": 2, "pauses_total": 3}
+    assert bert["phase"] == "paused" and bert["why"] == "box3: hot: junction 101°C >= 100°C"
+    assert vit["phase"] == "backoff" and vit["gpus"] == [] and vit["why"] == "exit code 1"
+
+
+@pytest.mark.parametrize(("code", "why"), [
+    (1, "exit code 1"), (-9, "killed by signal 9"),
+    (None, "ended without an exit code (see gpuwatch status on the box)"),
+])
+def test_a_failed_run_says_its_exit_never_its_spawn_error(example: PublishedState, code: int | None,
+                                                          why: str) -> None:
+    """A failed spawn's reason names the program (a path): the page says the exit alone."""
+    failed = replace(example.trainers[2], phase=TrainerPhase.FAILED, last_exit_code=code,
+                     last_exit_reason="spawn failed: [Errno 2] No such file or directory: '/home/alice/train.py'",
+                     reason="spawn failed: [Errno 2] No such file or directory: '/home/alice/train.py'; fix it")
+    run = summary(replace(example, trainers=(failed,)), FanConfig())["runs"][0]
+    assert run["why"] == why and "alice" not in json.dumps(run)
+
+
+def test_no_command_line_user_or_path_reaches_the_page(example: PublishedState) -> None:
+    """contracts.md: processes' commands and users, log and dump paths stay out of the stream."""
+    state = replace(example, trainers=tuple(replace(t, log_path="/home/alice/runs/secret.log")
+                                            for t in example.trainers))
+    text = json.dumps(summary(state, FanConfig()))
+    for secret in ("alice", "bob", "python3", "gnome-shell", "/var/lib", "secret.log", "devcd", "31337", "4242"):
+        assert secret not in text
+
+
+def test_a_per_gpu_curve_is_the_gpus_own(example: PublishedState) -> None:
+    fan = FanConfig.model_validate({"gpus": {GPU_A: {"curve": [[40, 30], [80, 100]]}}})
+    a, b, _ = summary(example, fan)["gpus"]
+    assert a["fan"]["curve"] == [[40.0, 30.0], [80.0, 100.0]] and b["fan"]["curve"] == [list(p) for p in fan.curve]
+
+
+FAN = FanState(gpu_id=GPU_A, backend="pwm1", mode=FanMode.CURVE, target_ratio=0.5)
+CAP = PowerState(gpu_id=GPU_A, mode=PowerMode.GOVERNING)
+
+
+@pytest.mark.parametrize(("fan", "power", "held", "clock", "rung"), [
+    (None, None, False, False, "none"),
+    (FAN, None, False, False, "none"),  # at the curve's lowest speed: nothing to escalate
+    (replace(FAN, target_ratio=0.7), None, False, False, "fan"),
+    (replace(FAN, mode=FanMode.FAILSAFE, target_ratio=1.0), None, False, False, "fan"),
+    (replace(FAN, mode=FanMode.MONITOR_ONLY, target_ratio=0.9), None, False, False, "none"),
+    (replace(FAN, target_ratio=1.0), replace(CAP, mode=PowerMode.IDLE), False, False, "fan"),
+    (replace(FAN, target_ratio=1.0), CAP, False, False, "cap"),
+    (replace(FAN, target_ratio=1.0), replace(CAP, mode=PowerMode.FLOOR), False, False, "cap"),
+    (replace(FAN, target_ratio=1.0), CAP, False, True, "clock"),
+    (replace(FAN, target_ratio=1.0), CAP, True, True, "pause"),
+    (None, None, True, False, "pause"),
+])
+def test_the_ladder_rung_is_the_highest_in_use(fan: FanState | None, power: PowerState | None, held: bool,
+                                               clock: bool, rung: str) -> None:
+    assert ladder_rung(fan, 50.0, power, held, clock_limited=clock) == rung
+
+
+def test_a_pausing_run_holds_its_gpus_on_the_pause_rung(example: PublishedState) -> None:
+    """resnet runs on both GPUs: pausing, it puts both on the pause rung; without runs, neither is."""
+    trainers = (replace(example.trainers[0], phase=TrainerPhase.PAUSING),)
+    a, b, _ = summary(replace(example, trainers=trainers), FanConfig())["gpus"]
+    assert a["rung"] == b["rung"] == "pause"
+    assert {g["id"] for g in summary(replace(example, trainers=()), FanConfig())["gpus"]
+            if g["rung"] == "pause"} == set()
+
+
+def test_numbers_are_rounded_once_to_the_digits_shown(example: PublishedState) -> None:
+    """149.4967 W is 149 W on the page: rounded to 149.5 first, the page showed 150 (found by the browser test)."""
+    gpus = tuple(replace(g, power_w=149.4967, fan_rpm=None) if g.gpu_id == GPU_A else g for g in example.snapshot.gpus)
+    state = replace(example, snapshot=replace(example.snapshot, gpus=gpus),
+                    trainers=(replace(example.trainers[0], steps_per_s=4.4949, run_energy_j=1_849_960.0),))
+    s = summary(state, FanConfig())
+    assert s["gpus"][0]["power"]["w"] == 149
+    assert s["runs"][0]["steps_per_s"] == 4.49 and s["runs"][0]["run_energy_kj"] == 1850.0

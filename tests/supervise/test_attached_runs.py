@@ -1,0 +1,96 @@
+"""The registry of attached runs (supervise/attached_runs.py) without a socket: names, bounds, re-attach,
+commands, events on the session, ended runs dropped. The run's pid is this test's own process (real)."""
+
+from __future__ import annotations
+
+import os
+
+from gpuwatch.attach import Attach, Beat, Event, Exited
+from gpuwatch.config.sections import AttachedConfig
+from gpuwatch.model import TrainerPhase
+from gpuwatch.supervise.access import Peer
+from gpuwatch.supervise.actions import Thermal
+from gpuwatch.supervise.attached_runs import AttachedRuns
+
+CONFIG = AttachedConfig(debounce_s=0, min_pause_s=0, keep_ended_s=10, max_runs=4, max_runs_per_user=3)
+ALICE = Peer(os.getpid(), 1001, 1001)
+BOB = Peer(os.getpid(), 1002, 1002)
+HOT = Thermal(hot=True, cool=False, reason="hot")
+
+
+class Session:
+    def __init__(self, works: bool = True) -> None:
+        self.events: list[Event] = []
+        self.works = works
+
+    def send(self, event: Event) -> bool:
+        self.events.append(event)
+        return self.works
+
+
+def _attach(runs: AttachedRuns, peer: Peer, name: str | None = None, link: Session | None = None,
+            **kw: object) -> tuple[Session, object]:
+    session = link or Session()
+    reply = runs.attach(Attach(pid=os.getpid(), argv=["python", "train.py"], name=name, **kw),  # type: ignore[arg-type]
+                        peer, "alice" if peer is ALICE else "bob", session, CONFIG, {"resnet"}, 0.0, 1.0)
+    return session, reply
+
+
+def test_names_are_unique_among_trainers_and_runs_and_the_bounds_hold() -> None:
+    runs = AttachedRuns()
+    replies = [_attach(runs, ALICE, name)[1] for name in ("resnet", None, None, None)]
+    assert [r.name for r in replies[:3]] == ["resnet-2", "train", "train-2"]  # type: ignore[attr-defined]
+    assert replies[3].message == "too many attached runs of alice (3)"  # type: ignore[attr-defined]
+    assert _attach(runs, BOB)[1].ok  # type: ignore[attr-defined]
+    assert _attach(runs, BOB)[1].message == "too many attached runs (4)"  # type: ignore[attr-defined]
+
+
+def test_a_hot_tick_sends_pause_on_the_session_and_a_broken_session_detaches_the_run() -> None:
+    runs = AttachedRuns()
+    session, reply = _attach(runs, ALICE, "a", Session(works=False))
+    runs.tick(None, lambda gpus: HOT, CONFIG, 1.0)
+    assert session.events == [Event("pause", "hot")]
+    (run,) = runs.runs.values()
+    assert run.link is None  # the send failed: detached from now on
+    (state,) = runs.states(1.0, 1000.0, None)
+    assert (state.origin, state.user, state.command, state.phase) == ("attached", "alice", "python train.py",
+                                                                      TrainerPhase.PAUSING)
+
+
+def test_commands_wait_for_a_detached_runs_wrapper_and_a_known_run_id_reattaches() -> None:
+    runs = AttachedRuns()
+    first, reply = _attach(runs, ALICE, "a")
+    run_id = reply.run_id  # type: ignore[attr-defined]
+    runs.detach(run_id, first)
+    (run,) = runs.find("a")
+    runs.command(run, "pause")
+    runs.tick(None, lambda gpus: Thermal(), CONFIG, 1.0)
+    assert first.events == [] and run.commands == ["pause"]
+    second, again = _attach(runs, ALICE, "a", run_id=run_id)
+    assert again.ok and again.run_id == run_id and again.name == "a"  # type: ignore[attr-defined]
+    runs.tick(None, lambda gpus: Thermal(), CONFIG, 2.0)
+    assert second.events == [Event("pause", "manual pause")]
+    assert runs.find(str(os.getpid())) == [run]  # by pid
+
+
+def test_another_users_run_id_is_not_taken_over() -> None:
+    runs = AttachedRuns()
+    _, reply = _attach(runs, ALICE, "a")
+    _, theirs = _attach(runs, BOB, "b", run_id=reply.run_id)  # type: ignore[attr-defined]
+    assert theirs.ok and theirs.name == "b" and len(runs.runs) == 2  # type: ignore[attr-defined]
+    assert theirs.run_id != reply.run_id  # type: ignore[attr-defined]
+    _, odd = _attach(runs, BOB, "c", run_id="../" + "x" * 100)
+    assert odd.ok and odd.run_id.isalnum() and len(odd.run_id) == 16  # type: ignore[attr-defined]
+
+
+def test_an_ended_run_stays_listed_keep_ended_s_then_is_dropped() -> None:
+    runs = AttachedRuns()
+    _, reply = _attach(runs, ALICE, "a")
+    run_id = reply.run_id  # type: ignore[attr-defined]
+    runs.receive(run_id, Beat(heartbeats=[{"pid": os.getpid(), "steps_total": 7, "updated_unix": 1.0}, {"x": 1}]))
+    runs.receive(run_id, Exited(code=0, restarting=False))
+    runs.tick(None, lambda gpus: Thermal(), CONFIG, 1.0)
+    (state,) = runs.states(1.0, 1000.0, None)
+    assert (state.phase, state.steps_total, state.pid) == (TrainerPhase.FINISHED, 7, None)
+    runs.tick(None, lambda gpus: Thermal(), CONFIG, 11.5)
+    assert runs.states(11.5, 1000.0, None) == [] and runs.trees() == {}

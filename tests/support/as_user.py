@@ -1,0 +1,38 @@
+"""Run gpuwatch's CLI or the attach client as another (unprivileged) user, for the who-may-do-what tests.
+
+``python -m tests.support.as_user USER cli ARGS...``, ``... USER attach SOCKET NAME`` or ``... USER document SOCKET``
+(the status document through the control socket, printed as JSON). Started as root,
+it imports what it runs first, then drops to USER (groups, gid, uid) and runs it: the test's interpreter
+may live where USER cannot read (a root-only pyenv), and what runs needs no further import then.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import sys
+from pathlib import Path
+
+import gpuwatch.cli
+import gpuwatch.cli.commands
+import gpuwatch.cli.settings
+import gpuwatch.daemon.control  # imported before the privileges go
+from tests.support import attach_client
+
+
+def main(argv: list[str]) -> int:
+    entry = pwd.getpwnam(argv[0])
+    os.initgroups(entry.pw_name, entry.pw_gid)  # its own groups from /etc/group, none of root's
+    os.setgid(entry.pw_gid)
+    os.setuid(entry.pw_uid)
+    if argv[1] == "cli":
+        return gpuwatch.cli.main(argv[2:])
+    if argv[1] == "document":
+        print(json.dumps(gpuwatch.daemon.control.fetch_document(Path(argv[2]))))
+        return 0
+    return attach_client.main(argv[2:])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
