@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from gpuwatch.cli.settings import (
@@ -19,7 +20,7 @@ from gpuwatch.cli.settings import (
 )
 from gpuwatch.cli.show import document_text, repeat, sensors_fetch, show, status_fetch
 from gpuwatch.cli.status import EXIT_USAGE
-from gpuwatch.config.base import ConfigError, default_runtime_dir, pci_slot_problem
+from gpuwatch.config.base import ConfigError, canonical_pci_slot, default_runtime_dir, pci_slot_problem
 from gpuwatch.config.file import Config, effective_config_toml, load_config
 from gpuwatch.config.sections import remote_base_url
 
@@ -67,20 +68,48 @@ def simulation_runtime_dir() -> Path:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    """`gpuwatch train`: the run's parent, attached to the daemon (docs/attached-runs.md). Under a configured
+    trainer (the daemon is its parent already, ``GPUWATCH_RUN_ID``), or with ``--no-attach`` and no
+    ``--restart``, it execs the command as before: there is nothing for a parent to do."""
+    from gpuwatch.supervise.orphans import RUN_ENV
     from gpuwatch.train.argv import LaunchCommandError, build_train_command
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
+
+    def build(cmd: list[str], environ: Mapping[str, str] = os.environ) -> tuple[list[str], dict[str, str]]:
+        return build_train_command(args.conv2d_fallback, args.spawn, cmd, environ,
+                                   autotune=args.conv2d_autotune == "on", tune_cache=args.conv2d_tune_cache,
+                                   heartbeat_file=args.heartbeat_file, pause_file=args.pause_file)
+
     try:
-        argv, env = build_train_command(args.conv2d_fallback, args.spawn, command, os.environ,
-                                        autotune=args.conv2d_autotune == "on", tune_cache=args.conv2d_tune_cache,
-                                        heartbeat_file=args.heartbeat_file, pause_file=args.pause_file)
+        argv, env = build(command)
     except LaunchCommandError as exc:
         args.parser.error(str(exc))  # train's usage, exit 2
+    gpus = _train_gpus(args)
+    if os.environ.get(RUN_ENV) or (args.no_attach and not args.restart.on_failure):
+        try:
+            os.execvpe(argv[0], argv, env)  # the launcher, or the command itself, replaces this process
+        except OSError as exc:
+            print(f"gpuwatch train: cannot run {argv[0]!r}: {exc.strerror}", file=sys.stderr)
+            return 127
+    from gpuwatch.cli.train_start import start_run
+
+    return start_run(args, command, gpus, build)
+
+
+def _train_gpus(args: argparse.Namespace) -> list[str]:
+    """`--gpu` slots as sysfs names them, each once; `--name` checked; `--resume-args` needs its glob."""
+    from gpuwatch.attach import NAME_MAX_CHARS
+
     try:
-        os.execvpe(argv[0], argv, env)  # the launcher, or the command itself, replaces this process
-    except OSError as exc:
-        print(f"gpuwatch train: cannot run {argv[0]!r}: {exc.strerror}", file=sys.stderr)
-        return 127
+        gpus = list(dict.fromkeys(canonical_pci_slot(slot) for slot in args.gpu or []))
+    except ValueError as exc:
+        args.parser.error(f"--gpu: {exc}")
+    if args.name is not None and not (0 < len(args.name) <= NAME_MAX_CHARS and args.name.isprintable()):
+        args.parser.error(f"--name: 1 to {NAME_MAX_CHARS} printable characters, got {args.name!r}")
+    if "{last_checkpoint}" in (args.resume_args or "") and not args.checkpoint_glob:
+        args.parser.error("--resume-args uses {last_checkpoint}: give --checkpoint-glob to find it")
+    return gpus
 
 
 def cmd_restore(args: argparse.Namespace) -> int:

@@ -21,7 +21,8 @@ from gpuwatch.cli.completion import SHELLS, cmd_completion
 from gpuwatch.cli.logs import cmd_logs
 from gpuwatch.cli.show import watch_seconds
 from gpuwatch.config.file import DEFAULT_CONFIG_PATH
-from gpuwatch.train.argv import FALLBACK_MODES
+from gpuwatch.config.trainer import BackoffConfig, TrainerConfig
+from gpuwatch.train.argv import FALLBACK_MODES, RestartPolicy, parse_restart
 
 # argparse's type for the subcommands' registry (private, but what add_subparsers returns).
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -152,11 +153,15 @@ def _add_logs(sub: Commands, common: argparse.ArgumentParser) -> None:
 
 
 def _add_train(sub: Commands) -> None:
-    """`gpuwatch train`: no config options (it only execs the launcher); its usage spelled out for the `--` form."""
-    train = sub.add_parser("train", help="run a training script with the training patches (gpuwatch[train])",
+    """`gpuwatch train`: no config options (it finds the daemon like `status` does); its usage spelled out for
+    the `--` form."""
+    train = sub.add_parser("train", help="run a training command attached to the daemon, with the training patches "
+                                         "(gpuwatch[train])",
                            usage="gpuwatch train [--conv2d-fallback [auto|on|off]] [--conv2d-autotune on|off] "
                                  "[--conv2d-tune-cache DIR] [--spawn] [--heartbeat-file FILE] [--pause-file FILE] "
-                                 "-- python train.py ARGS\n"
+                                 "[--name NAME] [--gpu SLOT] [--restart no|on-failure|on-failure:N] "
+                                 "[--grace-s SECONDS] [--backoff-s SECONDS] [--checkpoint-glob GLOB] "
+                                 "[--resume-args ARGS] [--runtime-dir DIR] [--no-attach] -- python train.py ARGS\n"
                                  "       gpuwatch train [options] -- torchrun [TORCHRUN ARGS] train.py ARGS")
     train.add_argument("--conv2d-fallback", choices=FALLBACK_MODES, nargs="?", const="on", default="auto",
                        help="im2col Conv2d instead of MIOpen: auto = only where a native probe conv fails "
@@ -168,13 +173,60 @@ def _add_train(sub: Commands) -> None:
                             "default: $XDG_CACHE_HOME/gpuwatch)")
     train.add_argument("--spawn", action="store_true", help="spawn start method, persistent DataLoader workers")
     train.add_argument("--heartbeat-file", metavar="FILE",
-                       help="heartbeat JSON path (default $GPUWATCH_HEARTBEAT_FILE)")
+                       help="heartbeat JSON path (default $GPUWATCH_HEARTBEAT_FILE, else in the run's own "
+                            "directory)")
     train.add_argument("--pause-file", metavar="FILE",
-                       help="hold at the step boundary while it exists (default $GPUWATCH_PAUSE_FILE)")
+                       help="hold at the step boundary while it exists (default $GPUWATCH_PAUSE_FILE, else in the "
+                            "run's own directory)")
+    _add_attach_options(train)
     train.add_argument("command", nargs=argparse.REMAINDER,
                        help="python SCRIPT ARGS, python -m MODULE ARGS, or any command that starts Python "
                             "(torchrun ...)")
     train.set_defaults(handler=cmd_train)
+
+
+def _add_attach_options(train: argparse.ArgumentParser) -> None:
+    """The attached run's options (docs/attached-runs.md); the defaults are a configured trainer's."""
+    train.add_argument("--name", metavar="NAME", help="the run's name in status and /metrics (default: from the "
+                                                      "command; the daemon keeps names unique)")
+    train.add_argument("--gpu", action="append", metavar="SLOT",
+                       help="a GPU the run uses, by PCI slot (repeatable; default: found from the processes' GPU "
+                            "files)")
+    train.add_argument("--restart", type=_restart_policy, default=parse_restart("no"),
+                       metavar="no|on-failure|on-failure:N",
+                       help="start the command again after a non-zero exit or a hang, N times at most (default no)")
+    train.add_argument("--grace-s", type=_seconds, default=TrainerConfig.model_fields["grace_s"].default,
+                       metavar="SECONDS",
+                       help="a stop or a hang: SIGTERM, then SIGKILL after this (default %(default)g)")
+    train.add_argument("--backoff-s", type=_seconds, default=BackoffConfig.model_fields["initial_s"].default,
+                       metavar="SECONDS", help="the first restart's delay, doubled per failure in a row without "
+                                               "progress (default %(default)g)")
+    train.add_argument("--checkpoint-glob", metavar="GLOB",
+                       help="a restart resumes from the newest complete checkpoint matching it")
+    train.add_argument("--resume-args", metavar="ARGS",
+                       help="added to the command on a restart, {last_checkpoint} replaced "
+                            "(\"--resume {last_checkpoint}\")")
+    train.add_argument("--runtime-dir", type=Path, metavar="DIR",
+                       help="the daemon's runtime directory (default: where `gpuwatch status` finds it)")
+    train.add_argument("--no-attach", action="store_true", help="do not attach to the daemon (unprotected)")
+
+
+def _restart_policy(text: str) -> RestartPolicy:
+    try:
+        return parse_restart(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _seconds(text: str) -> float:
+    """`--grace-s`, `--backoff-s`: seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"{text} must be 0 to 86400 seconds")
+    return value
 
 
 def _lines(text: str) -> int:

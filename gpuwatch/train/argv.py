@@ -149,3 +149,31 @@ def user_cache_dir() -> str:
     Here because the launcher and the conv2d package share it, and this module is torch-free."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "gpuwatch")
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """`gpuwatch train --restart`: ``no``, or ``on-failure`` (unbounded) / ``on-failure:N`` (N restarts at most)."""
+
+    on_failure: bool = False
+    max_restarts: int | None = None
+
+    def __str__(self) -> str:  # as Attach.restart carries it, and as the user wrote it
+        if not self.on_failure:
+            return "no"
+        return "on-failure" if self.max_restarts is None else f"on-failure:{self.max_restarts}"
+
+    def allows(self, restarts_done: int) -> bool:
+        return self.on_failure and (self.max_restarts is None or restarts_done < self.max_restarts)
+
+
+def parse_restart(text: str) -> RestartPolicy:
+    """``no`` | ``on-failure`` | ``on-failure:N`` (N >= 1); ValueError saying what is accepted otherwise."""
+    if text == "no":
+        return RestartPolicy()
+    kind, sep, count = text.partition(":")
+    if kind == "on-failure" and not sep:
+        return RestartPolicy(on_failure=True)
+    if kind == "on-failure" and count.isdecimal() and int(count) >= 1:
+        return RestartPolicy(on_failure=True, max_restarts=int(count))
+    raise ValueError(f"{text!r}: give no, on-failure or on-failure:N (N restarts at most, N >= 1)")

@@ -88,15 +88,15 @@ def test_cli_train_execs_the_launcher_or_the_command(monkeypatch):
 
     monkeypatch.setattr(cli.os, "execvpe", fake_execvpe)
     with pytest.raises(Exec) as execed:
-        cli.main(["train", "--spawn", "--", "python", "train.py", "--epochs", "2"])
+        cli.main(["train", "--no-attach", "--spawn", "--", "python", "train.py", "--epochs", "2"])
     expected = [sys.executable, *LAUNCH, "auto", "--spawn", "train.py", "--epochs", "2"]
     assert execed.value.args[:2] == (sys.executable, expected)
     with pytest.raises(Exec) as execed:
-        cli.main(["train", "--", "torchrun", "--nproc-per-node", "2", "train.py"])
+        cli.main(["train", "--no-attach", "--", "torchrun", "--nproc-per-node", "2", "train.py"])
     assert execed.value.args[:2] == ("torchrun", ["torchrun", "--nproc-per-node", "2", "train.py"])
     assert execed.value.args[2]["GPUWATCH_INJECT"] == "1"
     monkeypatch.undo()
-    assert cli.main(["train", "--", "no-such-program-gpuwatch"]) == 127
+    assert cli.main(["train", "--no-attach", "--", "no-such-program-gpuwatch"]) == 127
 
 
 def test_autotune_options_are_passed_only_when_given(monkeypatch):
@@ -109,7 +109,8 @@ def test_autotune_options_are_passed_only_when_given(monkeypatch):
 
     monkeypatch.setattr(cli.os, "execvpe", fake_execvpe)
     with pytest.raises(Exec) as execed:
-        cli.main(["train", "--conv2d-autotune", "off", "--conv2d-tune-cache", "/tmp/c", "--", "python", "t.py"])
+        cli.main(["train", "--no-attach", "--conv2d-autotune", "off", "--conv2d-tune-cache", "/tmp/c", "--", "python",
+                  "t.py"])
     assert execed.value.args[0][-5:] == ["--conv2d-autotune", "off", "--conv2d-tune-cache", "/tmp/c", "t.py"]
 
 
@@ -122,7 +123,7 @@ def test_cli_train_takes_every_option_the_docs_list(monkeypatch):
                           "--heartbeat-file", "--pause-file"]
     monkeypatch.setattr(cli.os, "execvpe", lambda file, argv, env: (_ for _ in ()).throw(Exec(argv)))
     with pytest.raises(Exec) as execed:
-        cli.main(["train", "--conv2d-autotune", "off", "--conv2d-tune-cache", "none", "--spawn",
+        cli.main(["train", "--no-attach", "--conv2d-autotune", "off", "--conv2d-tune-cache", "none", "--spawn",
                   "--heartbeat-file", "hb.json", "--pause-file", "p", "--conv2d-fallback", "--", "python", "train.py"])
     assert execed.value.args[0] == [sys.executable, *LAUNCH, "on", "--spawn", "--conv2d-autotune", "off",
                                     "--conv2d-tune-cache", "none", "--heartbeat-file", "hb.json", "--pause-file", "p",

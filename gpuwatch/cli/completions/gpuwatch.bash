@@ -141,9 +141,17 @@ _gpuwatch() {
                 --conv2d-tune-cache) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --heartbeat-file) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --pause-file) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --name) COMPREPLY=(); return ;;
+                --gpu) COMPREPLY=(); return ;;
+                --restart) COMPREPLY=(); return ;;
+                --grace-s) COMPREPLY=(); return ;;
+                --backoff-s) COMPREPLY=(); return ;;
+                --checkpoint-glob) COMPREPLY=(); return ;;
+                --resume-args) COMPREPLY=(); return ;;
+                --runtime-dir) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
             esac
             [[ "$cur" != -* ]] && { compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return; }
-            words="-h --help --conv2d-fallback --conv2d-autotune --conv2d-tune-cache --spawn --heartbeat-file --pause-file"
+            words="-h --help --conv2d-fallback --conv2d-autotune --conv2d-tune-cache --spawn --heartbeat-file --pause-file --name --gpu --restart --grace-s --backoff-s --checkpoint-glob --resume-args --runtime-dir --no-attach"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
         check-config)

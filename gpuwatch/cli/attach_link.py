@@ -1,0 +1,286 @@
+"""The attached run's connection to the daemon (`gpuwatch train`'s side of gpuwatch/attach.py).
+
+One background thread: it connects to the daemon's control socket, sends ``Attach``, then a ``Beat``
+every ``attach.BEAT_INTERVAL_S`` with the ranks' heartbeats as it reads them from the run's own files
+(the daemon never opens a user's files), and carries out the daemon's events: ``pause`` creates the
+pause file (refreshed every ``heartbeat.PAUSE_REFRESH_S`` while held), ``resume`` removes it, ``stop``
+and ``hung`` go to the run (cli/train_run.py). The run never waits for it: the command starts before the
+first connect, and nothing the daemon does or fails to do stops the training.
+
+Without a daemon it says so once and tries again every ``attach.RECONNECT_S``, quietly; the first
+attach says one line. A daemon that goes away: the pause it asked for is held for the hold window
+(``attach.HOLD_WITHOUT_DAEMON_S``), while the link reconnects and re-attaches with the run's id and its
+pause; none in time, the pause is released with one line. A refused attach (not permitted, too many
+runs): one line, and the run trains unattached (the link stops trying).
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from gpuwatch.attach import (
+    BEAT_INTERVAL_S,
+    HOLD_WITHOUT_DAEMON_S,
+    MAX_LINE_BYTES,
+    RECONNECT_S,
+    Attach,
+    Attached,
+    Beat,
+    Event,
+    Exited,
+    ProtocolError,
+    Restarted,
+    decode_reply,
+    encode,
+)
+from gpuwatch.heartbeat import read_heartbeat, read_rank_heartbeats, refresh_pause, request_pause
+
+# Tests only: a hold window of a few seconds instead of a minute (docs/attached-runs.md says so).
+HOLD_ENV = "GPUWATCH_HOLD_WITHOUT_DAEMON_S"
+REPLY_TIMEOUT_S = 5.0  # a daemon that accepts and never answers the Attach counts as none
+SEND_TIMEOUT_S = 5.0
+DEFAULT_PAUSE_REASON = "paused by the gpuwatch daemon"
+
+Say = Callable[[str], None]
+
+
+def hold_window_s(environ: Mapping[str, str]) -> float:
+    try:
+        return max(0.0, float(environ[HOLD_ENV]))
+    except (KeyError, ValueError):
+        return HOLD_WITHOUT_DAEMON_S
+
+
+class AttachLink:
+    """The run's link to the daemon; ``start`` once the command runs, ``close`` at the wrapper's exit."""
+
+    def __init__(self, locate: Callable[[], Path], request: Attach, heartbeat_file: Path, pause_file: Path,
+                 say: Say, on_event: Callable[[Event], None], hold_s: float = HOLD_WITHOUT_DAEMON_S) -> None:
+        # Where the daemon's socket is, asked before every connect: a run started while no daemon ran looks
+        # where a daemon is once one starts (the user's own, or the system service's).
+        self._locate = locate
+        self.socket_path = locate()
+        self.heartbeat_file = heartbeat_file
+        self.pause_file = pause_file
+        self.hold_s = hold_s
+        self._say = say
+        self._on_event = on_event
+        self._request = request
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._sock: socket.socket | None = None  # attached: what Beat, Exited and Restarted go out on
+        self._open: socket.socket | None = None  # connected (attached or not): what close() shuts down
+        self._thread = threading.Thread(target=self._run, name="attach-link", daemon=True)
+        self.run_id: str | None = None
+        self.name: str | None = None
+        self.paused = False
+        self.reason: str | None = None
+        self.attached = False
+        self._lost_at: float | None = None  # monotonic: since when no daemon holds this run's pause
+
+    # ---- the run's side (main thread) ----
+    def start(self) -> AttachLink:
+        self._thread.start()
+        return self
+
+    def restarted(self, pid: int) -> None:
+        """The command started again (``--restart``): later attaches name the new process."""
+        with self._lock:
+            self._request = replace(self._request, pid=pid)
+        self._send(Restarted(pid=pid))
+
+    def exited(self, code: int, restarting: bool) -> None:
+        self._send(Exited(code=code, restarting=restarting))
+
+    def close(self) -> None:
+        """Stop the thread; a pause this link made is taken back (the file goes with the run)."""
+        self._stop.set()
+        with self._lock:
+            sock = self._open
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the thread (its select, or a wait for the reply)
+            except OSError:
+                pass
+        if self._thread.is_alive():
+            self._thread.join(REPLY_TIMEOUT_S + 1.0)
+        if self.paused:
+            self.pause_file.unlink(missing_ok=True)
+
+    # ---- the thread ----
+    def _run(self) -> None:
+        said_missing = False
+        self._lost_at = time.monotonic()
+        while not self._stop.is_set():
+            sock, problem = self._connect()
+            if sock is None:
+                if not said_missing:
+                    self._say(problem)
+                    said_missing = True
+                self._hold_without_daemon()
+                self._stop.wait(RECONNECT_S)
+                continue
+            with self._lock:
+                self._open = sock
+            try:
+                if self._stop.is_set() or not self._serve(sock):
+                    return  # closing, or refused: the run trains unattached
+            finally:
+                with self._lock:
+                    self._sock = self._open = None
+                sock.close()
+            if self._stop.is_set():
+                return
+            if self.attached:  # this connection was attached: the daemon went away
+                self.attached, self._lost_at = False, time.monotonic()
+                held = f"; the pause ({self.reason}) is held for up to {self.hold_s:g} s" if self.paused else ""
+                self._say(f"gpuwatch train: lost the gpuwatch daemon: reconnecting every {RECONNECT_S:g} s{held}")
+            elif not said_missing:  # it accepted and never answered (or not in this protocol)
+                self._say(f"gpuwatch train: the gpuwatch daemon at {self.socket_path} did not answer the attach: "
+                          "this run is not protected")
+            said_missing = True
+            self._hold_without_daemon()
+            self._stop.wait(RECONNECT_S)
+
+    def _connect(self) -> tuple[socket.socket | None, str]:
+        self.socket_path = self._locate()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(REPLY_TIMEOUT_S)
+        try:
+            sock.connect(str(self.socket_path))
+        except (FileNotFoundError, ConnectionRefusedError):
+            sock.close()
+            return None, f"gpuwatch train: no gpuwatch daemon at {self.socket_path}: this run is not protected"
+        except OSError as exc:
+            sock.close()
+            return None, (f"gpuwatch train: cannot reach the gpuwatch daemon at {self.socket_path} "
+                          f"({exc.strerror or exc}): this run is not protected")
+        return sock, ""
+
+    def _serve(self, sock: socket.socket) -> bool:
+        """One connection: Attach, then beats and events until it ends; False when the daemon refused."""
+        with self._lock:
+            request = replace(self._request, run_id=self.run_id, paused=self.paused,
+                              reason=self.reason if self.paused else None)
+        buffer = b""
+        try:
+            sock.sendall(encode(request))
+            while b"\n" not in buffer:
+                chunk = sock.recv(65536)
+                if not chunk or len(buffer) > MAX_LINE_BYTES:
+                    return True  # gone before it answered: try again
+                buffer += chunk
+            line, _, buffer = buffer.partition(b"\n")
+            reply = decode_reply(line)
+        except (OSError, ProtocolError):
+            return True
+        if not isinstance(reply, Attached):
+            return True
+        if not reply.ok:
+            self._refused(reply.message)
+            return False
+        self._attached(reply)
+        with self._lock:
+            self._sock = sock
+        if self._stop.is_set():
+            return True
+        return self._stream(sock, buffer)
+
+    def _attached(self, reply: Attached) -> None:
+        again = self.run_id is not None
+        self.run_id, self.name = reply.run_id, reply.name or self._request.name
+        self.attached, self._lost_at = True, None
+        kept = f" (the pause kept: {self.reason})" if again and self.paused else ""
+        word = "re-attached" if again else "attached"
+        self._say(f"gpuwatch train: {word} to the gpuwatch daemon as {self.name or '?'}{kept}")
+
+    def _refused(self, message: str) -> None:
+        self.attached = False
+        self._say(f"gpuwatch train: the gpuwatch daemon refused this run ({message or 'no reason given'}): "
+                  "it trains unprotected")
+        if self.paused:
+            self._release("the daemon refused this run")
+
+    def _stream(self, sock: socket.socket, buffer: bytes) -> bool:
+        """Beats out, events in, until the connection ends or the link closes."""
+        next_beat = time.monotonic()
+        while not self._stop.is_set():
+            while b"\n" in buffer:
+                line, _, buffer = buffer.partition(b"\n")
+                self._event_line(line)
+            if len(buffer) > MAX_LINE_BYTES:
+                return True  # not this protocol: reconnect
+            now = time.monotonic()
+            if now >= next_beat:
+                if not self._send(Beat(heartbeats=self._heartbeats())):
+                    return True
+                next_beat = now + BEAT_INTERVAL_S
+            if self.paused:
+                refresh_pause(self.pause_file, time.time())
+            try:
+                readable, _, _ = select.select([sock], [], [], max(0.0, next_beat - time.monotonic()))
+                if readable:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        return True
+                    buffer += chunk
+            except OSError:
+                return True
+        return True
+
+    def _event_line(self, line: bytes) -> None:
+        try:
+            event = decode_reply(line)
+        except ProtocolError as exc:
+            self._say(f"gpuwatch train: a line from the daemon ignored: {exc}")
+            return
+        if not isinstance(event, Event):
+            return
+        if event.event == "pause":
+            reason = event.reason or DEFAULT_PAUSE_REASON
+            try:
+                request_pause(self.pause_file, reason)
+            except OSError as exc:
+                self._say(f"gpuwatch train: cannot make the pause file {self.pause_file}: {exc.strerror}")
+                return
+            self.paused, self.reason = True, reason
+        elif event.event == "resume":
+            self.pause_file.unlink(missing_ok=True)
+            self.paused, self.reason = False, None
+        else:
+            self._on_event(event)
+
+    def _hold_without_daemon(self) -> None:
+        if self.paused and self._lost_at is not None and time.monotonic() - self._lost_at >= self.hold_s:
+            self._release(f"no gpuwatch daemon for {self.hold_s:g} s")
+
+    def _release(self, why: str) -> None:
+        self.pause_file.unlink(missing_ok=True)
+        self._say(f"gpuwatch train: {why}: the pause it asked for ({self.reason}) is released")
+        self.paused, self.reason = False, None
+
+    def _heartbeats(self) -> list[dict[str, object]]:
+        """The run's heartbeats as the ranks (or the single process) last wrote them."""
+        beats = read_rank_heartbeats(self.heartbeat_file)
+        single = read_heartbeat(self.heartbeat_file)
+        if single is not None:
+            beats.append(single)
+        return [asdict(beat) for beat in beats]
+
+    def _send(self, message: Beat | Exited | Restarted) -> bool:
+        with self._lock:
+            sock = self._sock
+            if sock is None:
+                return False
+            try:
+                sock.settimeout(SEND_TIMEOUT_S)
+                sock.sendall(encode(message))
+            except OSError:
+                return False
+        return True

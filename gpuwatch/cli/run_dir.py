@@ -1,0 +1,90 @@
+"""An attached run's own directory: where `gpuwatch train` keeps the run's heartbeat and pause files.
+
+$XDG_RUNTIME_DIR/gpuwatch/runs/<run>/ (else /tmp/gpuwatch-<uid>/runs/<run>/), mode 0700, owned by the
+user who trains. The daemon never opens it (the wrapper relays the heartbeats over the attach socket and
+makes the pause file itself), so nobody else needs to read it. Under /tmp another user could have made
+the parent folders first (to read the heartbeats or to swap a folder for a symlink to their own): every
+level this module makes or finds must be a real directory, not a symlink, owned by the user and not
+writable by anyone else, or there is no run directory and the run trains unattached (one line).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+HEARTBEAT_NAME = "heartbeat.json"  # the ranks' files go beside it (heartbeat.rank_heartbeat_path)
+PAUSE_NAME = "pause"
+
+
+class RunDirError(Exception):
+    """No safe run directory; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @property
+    def heartbeat_file(self) -> Path:
+        return self.path / HEARTBEAT_NAME
+
+    @property
+    def pause_file(self) -> Path:
+        return self.path / PAUSE_NAME
+
+    def remove(self) -> None:
+        """At the wrapper's exit: the run's files go with it."""
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def runs_base(environ: Mapping[str, str], euid: int) -> tuple[Path, list[Path]]:
+    """The folder that holds every run directory, and the levels under the user's own base to check."""
+    xdg = environ.get("XDG_RUNTIME_DIR")
+    if xdg:
+        top = Path(xdg) / "gpuwatch"
+        return top / "runs", [top, top / "runs"]
+    top = Path(f"/tmp/gpuwatch-{euid}")
+    return top / "runs", [top, top / "runs"]
+
+
+def make_run_dir(environ: Mapping[str, str], euid: int, pid: int) -> RunDir:
+    """A fresh run directory (mode 0700, its name starts with the wrapper's pid); RunDirError saying why not."""
+    base, levels = runs_base(environ, euid)
+    for level in levels:
+        try:
+            os.mkdir(level, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise RunDirError(f"cannot make {level}: {exc.strerror}") from None
+        problem = unsafe_reason(level, euid)
+        if problem:
+            raise RunDirError(problem)
+    try:
+        return RunDir(Path(tempfile.mkdtemp(prefix=f"{pid}-", dir=base)))  # mkdtemp makes it 0700
+    except OSError as exc:
+        raise RunDirError(f"cannot make a run directory in {base}: {exc.strerror}") from None
+
+
+def unsafe_reason(path: Path, euid: int) -> str | None:
+    """Why ``path`` may not hold a run's files (another user could read or replace them), or None."""
+    try:
+        info = os.lstat(path)
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    if stat.S_ISLNK(info.st_mode):
+        return f"{path} is a symlink: refusing to keep the run's files behind it"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{path} is not a directory"
+    if info.st_uid != euid:
+        return f"{path} belongs to uid {info.st_uid}, not to you (uid {euid}): refusing to keep the run's files there"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        mode = f"{stat.S_IMODE(info.st_mode):o}"
+        return f"{path} is writable by others (mode {mode}): refusing to keep the run's files there"
+    return None

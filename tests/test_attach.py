@@ -1,0 +1,111 @@
+"""The attach protocol (gpuwatch/attach.py): every message through its encoding and back, and the lines a
+wrapper or a daemon must refuse, each with a one-line reason."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpuwatch.attach import (
+    MAX_LINE_BYTES,
+    Attach,
+    Attached,
+    Beat,
+    Event,
+    Exited,
+    ProtocolError,
+    Restarted,
+    decode_reply,
+    decode_request,
+    encode,
+)
+from gpuwatch.heartbeat import Heartbeat
+
+HEARTBEAT = {"pid": 7, "steps_total": 12, "last_step_unix": 1.5, "steps_per_s": None, "updated_unix": 2.0,
+             "paused": False, "rank": 1}
+
+
+@pytest.mark.parametrize("message", [
+    Attach(pid=42, argv=["python", "train.py", "--lr", "0.1"]),
+    Attach(pid=42, argv=["torchrun", "x.py"], name="yolo", gpus=["0000:28:00.0"], restart="on-failure:3",
+           run_id="r-1", paused=True, reason="hot: junction 101 °C", job_id="4711"),
+    Beat(),
+    Beat(heartbeats=[HEARTBEAT, HEARTBEAT | {"rank": 0}]),
+    Exited(code=3, restarting=True),
+    Exited(code=-9, restarting=False),
+    Restarted(pid=43),
+], ids=lambda m: type(m).__name__)
+def test_requests_round_trip(message: object) -> None:
+    line = encode(message)  # type: ignore[arg-type]
+    assert line.endswith(b"\n") and line.count(b"\n") == 1  # one JSON line, whatever the reason's text
+    assert decode_request(line.rstrip(b"\n")) == message
+
+
+@pytest.mark.parametrize("message", [
+    Attached(ok=True, run_id="r-1", name="yolo", interval_s=1.0),
+    Attached(ok=False, message="not permitted: pid 42 is not yours"),
+    Event(event="pause", reason="hot"),
+    Event(event="resume"),
+    Event(event="stop", reason="gpuwatch stop by alice"),
+    Event(event="hung", reason="no heartbeat for 1800 s"),
+], ids=lambda m: f"{type(m).__name__}-{getattr(m, 'event', getattr(m, 'ok', ''))}")
+def test_replies_round_trip(message: Attached | Event) -> None:
+    assert decode_reply(encode(message)) == message
+
+
+def test_a_heartbeat_as_the_wrapper_relays_it_fits_a_beat() -> None:
+    from dataclasses import asdict
+
+    beat = Beat(heartbeats=[asdict(Heartbeat(pid=1, steps_total=5, last_step_unix=None, steps_per_s=None,
+                                             updated_unix=3.0, rank=r, world_size=64)) for r in range(64)])
+    line = encode(beat)
+    assert len(line) < MAX_LINE_BYTES and decode_request(line) == beat
+
+
+def test_unknown_keys_are_ignored_a_newer_peer_still_understood() -> None:
+    assert decode_request(b'{"cmd":"restarted","pid":5,"extra":1}') == Restarted(pid=5)
+    assert decode_reply(b'{"event":"resume","since":3}') == Event(event="resume")
+    attach = decode_request(b'{"cmd":"attach","pid":5,"argv":["a"],"v":2,"future":true}')
+    assert isinstance(attach, Attach) and attach.v == 2 and attach.restart == "no" and attach.gpus is None
+
+
+@pytest.mark.parametrize("line, said", [
+    (b"", "not JSON"),
+    (b"{not json", "not JSON"),
+    (b"[1, 2]", "not a JSON object"),
+    (b'{"cmd":"launch"}', "unknown cmd 'launch'"),
+    (b'{"pid":1}', "unknown cmd None"),
+    (b'{"cmd":"attach","argv":["a"]}', "attach: KeyError('pid')"),
+    (b'{"cmd":"attach","pid":"many","argv":["a"]}', "attach: ValueError"),
+    (b'{"cmd":"attach","pid":1,"argv":5}', "attach: TypeError"),
+    (b'{"cmd":"beat","heartbeats":{"pid":1}}', "beat: heartbeats is not a list of objects"),
+    (b'{"cmd":"beat","heartbeats":[1]}', "beat: heartbeats is not a list of objects"),
+    (b'{"cmd":"exited","code":1}', "exited: KeyError('restarting')"),
+    (b'{"cmd":"restarted"}', "restarted: KeyError('pid')"),
+    (b'"attach"', "not a JSON object"),
+])
+def test_bad_requests_raise_one_line(line: bytes, said: str) -> None:
+    with pytest.raises(ProtocolError) as raised:
+        decode_request(line)
+    assert said in str(raised.value) and "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("line, said", [
+    (b'{"event":"explode"}', "unknown event 'explode'"),
+    (b'{"message":"hello"}', "reply: KeyError('ok')"),
+    (b'{"ok":true,"interval_s":"soon"}', "reply: ValueError"),
+    (b"null", "not a JSON object"),
+])
+def test_bad_replies_raise_one_line(line: bytes, said: str) -> None:
+    with pytest.raises(ProtocolError) as raised:
+        decode_reply(line)
+    assert said in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_line_longer_than_the_bound_is_refused_before_parsing() -> None:
+    long = json.dumps({"cmd": "beat", "heartbeats": [{"x": "y" * MAX_LINE_BYTES}]}).encode()
+    with pytest.raises(ProtocolError, match=f"at most {MAX_LINE_BYTES}"):
+        decode_request(long)
+    with pytest.raises(ProtocolError, match="bytes"):
+        decode_reply(long)
