@@ -19,6 +19,10 @@ from gpuwatch.states import DaemonInfo as DaemonInfo
 from gpuwatch.states import FanBackendName as FanBackendName
 from gpuwatch.states import FanMode as FanMode
 from gpuwatch.states import FanState as FanState
+from gpuwatch.states import HealthFault as HealthFault
+from gpuwatch.states import JobGpuReceipt as JobGpuReceipt
+from gpuwatch.states import JobReceipt as JobReceipt
+from gpuwatch.states import NodeHealth as NodeHealth
 from gpuwatch.states import PowerCapBackendName as PowerCapBackendName
 from gpuwatch.states import PowerMode as PowerMode
 from gpuwatch.states import PowerState as PowerState
@@ -228,6 +232,7 @@ class GpuProcess:
     kfd_vram_bytes: int | None = None  # /sys/class/kfd/kfd/proc/<pid>/vram_<gpu_id>
     kfd_cu_occupancy_ratio: float | None = None  # stats_<gpu_id>/cu_occupancy over the GPU's compute units
     sampled_unix: float | None = None  # when read; unsupervised processes are re-read every scan_all_every_s
+    job_id: str | None = None  # the scheduler job it runs in: its Slurm cgroup, else the GPU's job mapping file
 
 
 @dataclass(frozen=True)
@@ -293,6 +298,8 @@ class PublishedState:
     read_errors_total: tuple[tuple[str, str, int], ...] = field(default=())
     limits_c: tuple[SensorLimit, ...] = ()
     unmanaged: tuple[UnmanagedState, ...] = ()  # per GPU: processes not run under gpuwatch, stopped past crit
+    health: NodeHealth | None = None  # the node's verdict (publish/verdict.py); None: not judged (a direct read)
+    jobs: tuple[JobReceipt, ...] = ()  # the receipts of the jobs seen on the GPUs, the last [health] jobs_kept
     clocks: tuple[ClockState, ...] = ()  # per GPU: the clock rung (issue 36)
     # (gpu_id, rung) per GPU that is up: the highest rung of fan -> cap -> clock -> pause in use (publish.live.rung_of,
     # which needs the tick's fan settings: computed when the state is built, daemon/published.py)

@@ -212,3 +212,49 @@ class DaemonInfo:
     ticks_total: int = 0
     interval_s: float = 1.0
     failures: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HealthFault:
+    """One reason the node is not healthy (publish/verdict.py): a stable code per fault class (docs/cluster.md)."""
+
+    code: str  # "G006"
+    gpu_id: str | None  # None: the node (the daemon)
+    detail: str  # "junction 108C>105C fan failsafe"; the line readers parse: publish.health_codes.fault_line
+
+
+@dataclass(frozen=True)
+class NodeHealth:
+    """The node's verdict for a scheduler: healthy unless a fault class that is on found a fault. ``notes``
+    are normal operation worth a warning (a cap governing, a trainer paused): never unhealthy."""
+
+    healthy: bool
+    faults: tuple[HealthFault, ...] = ()
+    notes: tuple[str, ...] = ()
+    drain_after_checks: int = 2  # the [health] settings `gpuwatch health --slurm` counts with
+    resume_after_checks: int = 2
+
+
+@dataclass(frozen=True)
+class JobGpuReceipt:
+    """What one job's time on one GPU cost and saw (publish/receipts.py): counters are increases while it ran."""
+
+    gpu_id: str
+    energy_j: float = 0.0
+    max_temps_c: tuple[tuple[str, float], ...] = ()  # (sensor, highest temperature seen)
+    governed_s: float = 0.0  # with a power cap below the original in force
+    throttled_s: tuple[tuple[str, float], ...] = ()  # (reason, seconds the card throttled itself)
+    resets: int = 0
+
+
+@dataclass(frozen=True)
+class JobReceipt:
+    """A scheduler job's thermal and energy receipt, kept while its processes use a GPU and after (the last K)."""
+
+    job_id: str
+    user: str | None = None
+    first_seen_unix: float = 0.0
+    last_seen_unix: float = 0.0
+    active: bool = True  # a process of the job used a GPU at the last tick
+    paused_s: float = 0.0  # its trainer held at a pause
+    gpus: tuple[JobGpuReceipt, ...] = ()

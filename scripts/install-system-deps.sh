@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests use for real, when they are missing (needs root or sudo):
 # prometheus (promtool), prometheus-node-exporter, prometheus-alertmanager (amtool), systemd-analyze, g++,
-# zsh and fish (their shells check gpuwatch's completion scripts), chromium (the live page's browser test), and for the container tests (tests/e2e/systemd) mmdebstrap and systemd-container (systemd-nspawn).
+# zsh and fish (their shells check gpuwatch's completion scripts), chromium (the live page's browser test), and for the container tests (tests/e2e/systemd) mmdebstrap and systemd-container (systemd-nspawn),
+# and for the real Slurm of tests/cluster (root only) slurm-wlm (slurmctld, slurmd, scontrol) and munge.
 #
 # None of their services may start: prometheus, prometheus-node-exporter and prometheus-alertmanager
 # each ship an init script and a systemd unit, and their postinst starts them (`invoke-rc.d NAME
@@ -30,6 +31,10 @@ command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>
 if [ "$(id -u)" -eq 0 ]; then
   command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
   command -v systemd-nspawn >/dev/null 2>&1 || missing+=(systemd-container)
+  # tests/cluster/test_slurm_e2e.py starts its own munged, slurmctld and slurmd (tests/support/slurm.py);
+  # their postinst would start the services: the policy-rc.d below forbids it, as for Prometheus.
+  command -v slurmd >/dev/null 2>&1 && command -v slurmctld >/dev/null 2>&1 || missing+=(slurm-wlm)
+  command -v munged >/dev/null 2>&1 || missing+=(munge)
 fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 sudo=""

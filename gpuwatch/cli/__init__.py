@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
-
-from gpuwatch.cli.parser import build_parser
-from gpuwatch.cli.status import EXIT_USAGE
-from gpuwatch.config.base import ConfigError
-from gpuwatch.config.file import CONFIG_ERROR_EXIT
+from collections.abc import Callable, Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else list(argv)
+    if words[:1] == ["health"]:
+        # Every node's health check runs this: it must not build the other commands (pydantic, the daemon's
+        # modules); cli/health.py has its own parser from the same definitions (docs/cluster.md).
+        from gpuwatch.cli import health
+
+        return _guarded(lambda: health.main(words[1:]))
+    from gpuwatch.cli.parser import build_parser
+    from gpuwatch.cli.status import EXIT_USAGE
+    from gpuwatch.config.base import ConfigError
+    from gpuwatch.config.file import CONFIG_ERROR_EXIT
+
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # said with the command's own usage, not gpuwatch's
@@ -21,12 +28,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        code = int(args.handler(args))
-        sys.stdout.flush()  # here, so that a reader that went away is handled below
-        return code
+        return _guarded(lambda: int(args.handler(args)))
     except ConfigError as exc:
         print(f"gpuwatch: {exc}", file=sys.stderr)
         return CONFIG_ERROR_EXIT
+
+
+def _guarded(run: Callable[[], int]) -> int:
+    try:
+        code = run()
+        sys.stdout.flush()  # here, so that a reader that went away is handled below
+        return code
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

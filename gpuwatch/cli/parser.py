@@ -18,7 +18,10 @@ from gpuwatch.cli.commands import (
     cmd_train,
 )
 from gpuwatch.cli.completion import SHELLS, cmd_completion
+from gpuwatch.cli.health import add_health_arguments, cmd_health
 from gpuwatch.cli.logs import cmd_logs
+from gpuwatch.cli.options import common_options
+from gpuwatch.cli.receipt import add_receipt_arguments, cmd_receipt
 from gpuwatch.cli.show import watch_seconds
 from gpuwatch.config.file import DEFAULT_CONFIG_PATH
 from gpuwatch.config.trainer import BackoffConfig, TrainerConfig
@@ -39,6 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_restore_and_curve(sub, common)
     _add_control(sub, common)
     _add_logs(sub, common)
+    health = sub.add_parser("health", parents=[common], help="the node's health verdict for a scheduler (Slurm, "
+                            "node-problem-detector, Nagios): exit code and one line")
+    add_health_arguments(health)
+    health.set_defaults(handler=cmd_health)
+    receipt = sub.add_parser("receipt", parents=[common], help="a scheduler job's thermal and energy receipt "
+                             "(for a Slurm epilog): energy per GPU, max temperatures, time governed, paused and "
+                             "throttled, resets")
+    add_receipt_arguments(receipt)
+    receipt.set_defaults(handler=cmd_receipt)
     _add_train(sub)
     check = sub.add_parser("check-config", help="validate a config file and print the effective config")
     check.add_argument("-c", "--config", type=Path, metavar="FILE",
@@ -55,14 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _common_options() -> argparse.ArgumentParser:
-    """The options every command that reads a config or the machine takes (a parent parser)."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-c", "--config", type=Path, metavar="FILE",
-                        help=f"config file (default {DEFAULT_CONFIG_PATH} if present)")
-    common.add_argument("--sysfs-root", type=Path, metavar="DIR",
-                        help="sysfs tree to read instead of /sys (tests, captures)")
-    common.add_argument("--proc-root", type=Path, metavar="DIR", help="proc tree to read instead of /proc (tests)")
-    return common
+    """The options every command that reads a config or the machine takes (a parent parser: cli/options.py)."""
+    return common_options()
 
 
 def _add_run(sub: Commands, common: argparse.ArgumentParser) -> None:

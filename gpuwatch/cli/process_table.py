@@ -18,12 +18,16 @@ def render_processes(doc: StatusDocument, width: int = 160) -> str:
     kernel reports that.
     """
     rows = sorted(doc.get("processes", []), key=lambda r: (r["gpu_id"], -_vram(r), r["pid"]))
-    table = [HEADER] + [
+    table: list[tuple[str, ...]] = [HEADER]
+    table += [
         (str(r["pid"]), r.get("user") or NA, r["gpu_id"], _memory(_vram(r) if _held(r) else None),
          _memory(r.get("gtt_bytes")), _busy(r), r.get("state") or NA, r.get("trainer") or "-", r["command"])
         for r in rows
     ]
-    widths = [max(len(row[i]) for row in table) for i in range(len(HEADER) - 1)]
+    if any(r.get("job_id") for r in rows):  # a scheduler's node (docs/cluster.md): the job beside the trainer
+        jobs = ["JOB"] + [r.get("job_id") or "-" for r in rows]
+        table = [(*row[:-1], job, row[-1]) for row, job in zip(table, jobs, strict=True)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
     lines = []
     for row in table:
         line = "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])) + "  " + row[-1]

@@ -4,11 +4,19 @@ a GPU everywhere, and where a daemon publishes (the runtime directory, its state
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
+from collections.abc import Iterable
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
+
+# Where gpuwatch's files are lives in runtime.py (pydantic-free, for `gpuwatch health`); re-exported here.
+from gpuwatch.config.runtime import CONTROL_SOCKET_NAME as CONTROL_SOCKET_NAME
+from gpuwatch.config.runtime import DEFAULT_CONFIG_PATH as DEFAULT_CONFIG_PATH
+from gpuwatch.config.runtime import STATE_FILE_NAME as STATE_FILE_NAME
+from gpuwatch.config.runtime import SYSTEM_RUNTIME_DIR as SYSTEM_RUNTIME_DIR
+from gpuwatch.config.runtime import client_runtime_dir as client_runtime_dir
+from gpuwatch.config.runtime import daemon_files_in as daemon_files_in
+from gpuwatch.config.runtime import default_runtime_dir as default_runtime_dir
 
 DEFAULT_HTTP_PORT = 9840
 
@@ -83,41 +91,3 @@ def distinct_slots(slots: Iterable[object]) -> None:
 # A slot in the config ([fan.gpus], [power.gpus], a trainer's gpus): any unambiguous spelling, kept as sysfs
 # names it, so that it matches the GPU it names (a trainer's thermal limits watch the GPUs by this id).
 PciSlot = Annotated[str, AfterValidator(canonical_pci_slot)]
-
-# The systemd unit's RuntimeDirectory=gpuwatch, and root's default runtime_dir.
-SYSTEM_RUNTIME_DIR = Path("/run/gpuwatch")
-
-# In the runtime directory: the published state (`gpuwatch status`) and the supervisor's control socket.
-STATE_FILE_NAME = "state.json"
-
-CONTROL_SOCKET_NAME = "control.sock"
-
-
-def default_runtime_dir(environ: Mapping[str, str], euid: int) -> Path:
-    """Where a daemon started this way publishes when the config sets no ``runtime_dir``: systemd's
-    RuntimeDirectory, /run/gpuwatch for root, else a per-user directory."""
-    if environ.get("RUNTIME_DIRECTORY"):
-        return Path(environ["RUNTIME_DIRECTORY"].split(":")[0])
-    if euid == 0:
-        return SYSTEM_RUNTIME_DIR
-    base = environ.get("XDG_RUNTIME_DIR") or f"/tmp/gpuwatch-{euid}"
-    return Path(base) / "gpuwatch" if environ.get("XDG_RUNTIME_DIR") else Path(base)
-
-
-def client_runtime_dir(environ: Mapping[str, str], euid: int, holds_daemon: Callable[[Path], bool]) -> Path:
-    """Where `status`, `pause`, `resume` and `restart` look for the daemon when the config sets no
-    ``runtime_dir``: where this user's own daemon would publish (``default_runtime_dir``) if one is
-    there, else the system service's /run/gpuwatch if one is there (a non-root user on a machine with
-    the installed unit), else the user's own directory (and "daemon not running" is the truth).
-
-    ``holds_daemon(dir)`` says whether a daemon publishes in ``dir`` (``daemon_files_in``).
-    """
-    own = default_runtime_dir(environ, euid)
-    if own != SYSTEM_RUNTIME_DIR and not holds_daemon(own) and holds_daemon(SYSTEM_RUNTIME_DIR):
-        return SYSTEM_RUNTIME_DIR
-    return own
-
-
-def daemon_files_in(runtime_dir: Path) -> bool:
-    """A daemon's state file or control socket is in ``runtime_dir`` (a clean stop removes both)."""
-    return (runtime_dir / STATE_FILE_NAME).exists() or (runtime_dir / CONTROL_SOCKET_NAME).exists()

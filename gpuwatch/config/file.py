@@ -21,10 +21,14 @@ from gpuwatch.config.base import (
     default_runtime_dir,
 )
 from gpuwatch.config.cooling import FanConfig, PowerConfig, ThermalConfig
+
+# The config file's default path lives in runtime.py (pydantic-free: `gpuwatch health`); its old name here stays.
+from gpuwatch.config.runtime import DEFAULT_CONFIG_PATH as DEFAULT_CONFIG_PATH
 from gpuwatch.config.sections import (
     AmdgpuInfoConfig,
     AttachedConfig,
     ControlConfig,
+    HealthConfig,
     HttpConfig,
     ProcessesConfig,
     ResetsConfig,
@@ -34,7 +38,6 @@ from gpuwatch.config.sections import (
 )
 from gpuwatch.config.trainer import TrainerConfig
 
-DEFAULT_CONFIG_PATH = Path("/etc/gpuwatch/gpuwatch.toml")
 # The machine's own kernel trees: the defaults of the injected roots (sysfs.Sysfs, procfs.Procfs).
 REAL_SYSFS_ROOT = Path("/sys")
 REAL_PROC_ROOT = Path("/proc")
@@ -63,6 +66,7 @@ class Config(Strict):
     processes: ProcessesConfig = ProcessesConfig()
     resets: ResetsConfig = ResetsConfig()
     unmanaged: UnmanagedConfig = UnmanagedConfig()
+    health: HealthConfig = HealthConfig()
     trainer: list[TrainerConfig] = []
     control: ControlConfig = ControlConfig()
     attached: AttachedConfig = AttachedConfig()

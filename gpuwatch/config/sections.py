@@ -1,5 +1,5 @@
 """The daemon's other sections: ``[http]``, ``[status]`` (remote machines), ``[simulate]``, ``[amdgpuinfo]``,
-``[processes]``, ``[resets]``, ``[unmanaged]``, ``[control]`` and ``[attached]``."""
+``[processes]``, ``[resets]``, ``[unmanaged]``, ``[control]``, ``[attached]`` and ``[health]``."""
 
 from __future__ import annotations
 
@@ -180,3 +180,32 @@ class AttachedConfig(Strict):
     keep_ended_s: float = Field(default=300.0, ge=0)
     max_runs: int = Field(default=256, ge=1, le=4096)
     max_runs_per_user: int = Field(default=64, ge=1, le=4096)
+
+
+class HealthConfig(Strict):
+    """`gpuwatch health` and the Slurm gate (docs/cluster.md): which conditions make the node unhealthy (each
+    fault class on or off), how long over crit counts, the drain/resume hysteresis, where jobs are mapped."""
+
+    gpu_down: bool = True  # G004: a GPU gone or not answering
+    fan_uncontrolled: bool = True  # G005: the fan should be driven and cannot be written
+    fan_failsafe: bool = True  # G006: the fan at 100 % (its temperature missing or frozen, the GPU gone)
+    fan_stalled: bool = True  # G007: the fan stopped while driven
+    over_crit: bool = True  # G008: a sensor at or above the card's crit for longer than over_crit_s
+    over_crit_s: float = Field(default=30.0, ge=0, le=3600)
+    reset_stuck: bool = True  # G009: processes stuck in D state holding a GPU after its reset
+    reset_recovering: bool = True  # G010: a GPU reset and not yet usable again
+    pcie_width: bool = True  # G011: the slot's PCIe link narrower than both ends support
+    # G012: the slot's link slower than its maximum. Off by default: amdgpu's PCIe DPM lowers the speed at
+    # idle, so a lower speed alone is normal; a lower width is not (a badly seated card, a bad riser).
+    pcie_speed: bool = False
+    aer_fatal: bool = True  # G013: a fatal PCIe error (AER) on the path to the GPU
+    daemon_down: bool = True  # G001/G002: no fresh state (stuck daemon) or no daemon: no thermal protection
+    # `gpuwatch health --slurm`: drain after this many consecutive unhealthy checks, resume a node drained
+    # by gpuwatch after this many consecutive healthy ones.
+    drain_after_checks: int = Field(default=2, ge=1, le=100)
+    resume_after_checks: int = Field(default=2, ge=1, le=100)
+    # Directories of per-GPU job files written by a prolog, <dir>/<gpu index>: DCGM's (job ids, one per
+    # line) or AMD device-metrics-exporter's (a JSON object of SLURM_* variables); both forms are read.
+    job_mapping_dirs: list[Path] = []
+    # Receipts of the last this many jobs kept (`gpuwatch receipt JOBID`).
+    jobs_kept: int = Field(default=32, ge=1, le=1000)

@@ -37,6 +37,7 @@ from gpuwatch.daemon import compose
 from gpuwatch.daemon.attach_sessions import Sessions
 from gpuwatch.daemon.compose import Parts
 from gpuwatch.daemon.control import ControlServer
+from gpuwatch.daemon.health import NodeWatch
 from gpuwatch.daemon.published import count_read_errors, log_discovery, published_state
 from gpuwatch.daemon.reload import plan_reload
 from gpuwatch.daemon.sdnotify import Notifier
@@ -90,6 +91,7 @@ class Daemon:
         self.control: ControlServer | None = None
         self.read_errors: Counter[tuple[str, str]] = Counter()
         self.http: HttpServer | None = None
+        self.node = NodeWatch()  # mapped jobs, job receipts and the health verdict (daemon/health.py)
 
     def _start_control(self) -> None:
         """`gpuwatch pause|resume|restart` reach the supervisor (and `simulate-reset` the simulator) through a
@@ -142,6 +144,7 @@ class Daemon:
                             failures=failures + (("config: " + "; ".join(absent),) if absent else ()))
         state = replace(published_state(snapshot, daemon, fans, powers, trainers, self.read_errors, config, clocks),
                         unmanaged=unmanaged)
+        state = self._guard("health verdict", partial(self.node.observe, state, config), state)
         document = to_document(state, source="daemon")
         self.holder.publish(state, document)
         if self.http is not None:

@@ -2,8 +2,8 @@
 
 Pure: given the running config and a freshly validated one, decide which top-level keys take effect
 now and which wait for a restart. Live (``LIVE_KEYS``, each with every consumer it reaches): the tick
-interval, the log level, the thermal limits, [fan] (all but its mode: ``RESTART_SUBKEYS``), [status] and
-[[trainer]]. Everything else (sysfs_root, runtime_dir, sysfs_deadline_s, power, http, ...) owns open files,
+interval, the log level, the thermal limits, [fan] (all but its mode: ``RESTART_SUBKEYS``), [status],
+[health] and [[trainer]]. Everything else (sysfs_root, runtime_dir, sysfs_deadline_s, power, http, ...) owns open files,
 sockets or hardware control; swapping those mid-run is riskier than a restart, so the running value is
 kept and the log says `systemctl restart gpuwatch` is needed.
 """
@@ -24,6 +24,7 @@ LIVE_KEYS: dict[str, str] = {
     "thermal": "the state file, /metrics, the power governor and the supervisor",
     "fan": "the fan controller, from its next tick",
     "status": "nothing in the daemon (`gpuwatch status --remote` reads it)",
+    "health": "the health verdict and the job receipts (/metrics, the state file, `gpuwatch health`)",
     "trainer": "the supervisor (adds and removes trainers; a changed one restarts alone, the others untouched)",
     "unmanaged": "the processes not run under gpuwatch (\"report\" continues every one stopped)",
 }

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from gpuwatch.model import GpuProcess
 from gpuwatch.procfs import ProcError, Procfs
-from gpuwatch.procs import kfd
+from gpuwatch.procs import jobs, kfd
 from gpuwatch.procs.fdinfo import DrmClient, parse_fdinfo, parse_stat
 from gpuwatch.procs.index import TREE_EVERY_S, FdIndex, Holder
 from gpuwatch.sysfs import Sysfs
@@ -40,6 +40,7 @@ class _Reading:
     full_at: float  # when every fd was last read (a client also open in another pid may be reused in between)
     clients: dict[int, tuple[DrmClient, float | None]] = field(default_factory=dict)  # fd -> (client, busy ratio)
     kfd: list[kfd.KfdUse] = field(default_factory=list)
+    job_id: str | None = None  # its Slurm job (procs/jobs.py), read once per process: a cgroup move is rare
 
 
 class ProcessMonitor:
@@ -86,7 +87,8 @@ class ProcessMonitor:
         # A DataLoader worker's inherited fd is the client its parent's read gave this tick: reused, except
         # on a full read every TREE_EVERY_S (the fd may have been closed and its number reused since).
         full = last is None or now - last.full_at >= TREE_EVERY_S
-        reading = _Reading(at=now, state=stat.state, full_at=now if full or last is None else last.full_at)
+        reading = _Reading(at=now, state=stat.state, full_at=now if full or last is None else last.full_at,
+                           job_id=last.job_id if last is not None else _job(self._text(pid, "cgroup")))
         for fd in holder.drm_fds:
             previous = last.clients.get(fd) if last else None
             if previous is not None and previous[0].pdev in careful:
@@ -154,6 +156,7 @@ class ProcessMonitor:
                     engine_busy_ratio=sum(ratios) if ratios else None,
                     kfd=holder.kfd, kfd_vram_bytes=use.vram_bytes if use else None,
                     kfd_cu_occupancy_ratio=use.cu_occupancy_ratio if use else None, sampled_unix=reading.at + to_unix,
+                    job_id=reading.job_id,
                 ))
         return tuple(rows)
 
@@ -168,6 +171,11 @@ def _gpus(reading: _Reading | None) -> set[str]:
     if reading is None:
         return set()
     return {c.pdev for c, _ in reading.clients.values() if c.pdev} | {use.gpu_id for use in reading.kfd}
+
+
+def _job(cgroup: str | None) -> str | None:
+    ref = jobs.job_of_cgroup(cgroup) if cgroup else None
+    return ref.job_id if ref is not None else None
 
 
 def _total(values: Iterable[int | None]) -> int | None:

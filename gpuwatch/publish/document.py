@@ -11,13 +11,16 @@ from enum import Enum
 from typing import Any, cast
 
 from gpuwatch.limits import over_limit
-from gpuwatch.model import GpuReading, GpuResetState, PublishedState, UnmanagedState
+from gpuwatch.model import GpuReading, GpuResetState, JobReceipt, NodeHealth, PublishedState, UnmanagedState
+from gpuwatch.publish.health_codes import fault_line
 from gpuwatch.publish.schema import (
     SCHEMA_VERSION,
     ClockCeilingDoc,
     FanControllerDoc,
     GpuDoc,
     GpuResetDoc,
+    HealthDoc,
+    JobReceiptDoc,
     PowerGovernorDoc,
     Source,
     StatusDocument,
@@ -54,7 +57,22 @@ def to_document(state: PublishedState, source: Source) -> StatusDocument:
         "trainers": [_plain(asdict(trainer)) for trainer in state.trainers],
         "processes": [_plain(asdict(process)) for process in snapshot.processes],
         "processes_unreadable": snapshot.processes_unreadable,
+        "health": None if state.health is None else _health(state.health),
+        "jobs": [_job(job) for job in state.jobs],
     }
+
+
+def _health(health: NodeHealth) -> HealthDoc:
+    doc = _plain(asdict(health))
+    doc["faults"] = [{**_plain(asdict(f)), "line": fault_line(f.code, f.gpu_id, f.detail)} for f in health.faults]
+    return cast(HealthDoc, doc)
+
+
+def _job(job: JobReceipt) -> JobReceiptDoc:
+    doc = _plain(asdict(job))
+    doc["gpus"] = [{**_plain(asdict(gpu)), "max_temps_c": dict(gpu.max_temps_c), "throttled_s": dict(gpu.throttled_s)}
+                   for gpu in job.gpus]
+    return cast(JobReceiptDoc, doc)
 
 
 def _reset(state: GpuResetState) -> GpuResetDoc:

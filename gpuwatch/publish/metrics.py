@@ -27,6 +27,7 @@ from gpuwatch.publish.clock_metrics import clock_families
 from gpuwatch.publish.control_metrics import fan_families, power_families, trainer_families
 from gpuwatch.publish.families import GpuGauge, counter, gauge, gpu_gauges
 from gpuwatch.publish.health_metrics import health
+from gpuwatch.publish.node_metrics import node_families
 from gpuwatch.publish.unmanaged_metrics import unmanaged_families
 from gpuwatch.publish.use_metrics import process_families, reset_families
 
@@ -95,7 +96,8 @@ def render(state: PublishedState) -> list[Metric]:
         ("trainers", lambda: trainer_families(state.trainers, [gpu.gpu_id for gpu in state.snapshot.gpus])),
         ("power", lambda: power_families(state)), ("resets", lambda: reset_families(state)),
         ("processes", lambda: process_families(state)),
-        ("unmanaged", lambda: unmanaged_families(state)), ("clock", lambda: clock_families(state)),
+        ("unmanaged", lambda: unmanaged_families(state)),
+        ("health", lambda: node_families(state)), ("clock", lambda: clock_families(state)),
     )
     families: list[Metric] = []
     dropped: dict[str, int] = {}

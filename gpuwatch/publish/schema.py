@@ -102,6 +102,7 @@ class ProcessDoc(TypedDict):  # model.GpuProcess
     kfd_vram_bytes: int | None
     kfd_cu_occupancy_ratio: float | None
     sampled_unix: float | None
+    job_id: str | None  # the scheduler job (Slurm cgroup, else the GPU's job mapping file)
 
 
 class TrainerGpuUseDoc(TypedDict):  # model.TrainerGpuUse
@@ -249,6 +250,40 @@ class TrainerDoc(TypedDict):  # model.TrainerState
     job_id: str | None
 
 
+class HealthFaultDoc(TypedDict):  # model.HealthFault
+    code: str
+    gpu_id: str | None
+    detail: str
+    line: str  # gpuwatch:G006 0000:03:00.0 junction 108C>105C fan failsafe
+
+
+class HealthDoc(TypedDict):  # model.NodeHealth
+    healthy: bool
+    faults: list[HealthFaultDoc]
+    notes: list[str]
+    drain_after_checks: int
+    resume_after_checks: int
+
+
+class JobGpuReceiptDoc(TypedDict):  # model.JobGpuReceipt
+    gpu_id: str
+    energy_j: float
+    max_temps_c: dict[str, float]
+    governed_s: float
+    throttled_s: dict[str, float]
+    resets: int
+
+
+class JobReceiptDoc(TypedDict):  # model.JobReceipt
+    job_id: str
+    user: str | None
+    first_seen_unix: float
+    last_seen_unix: float
+    active: bool
+    paused_s: float
+    gpus: list[JobGpuReceiptDoc]
+
+
 class _Optional(TypedDict, total=False):
     # Present (true) only in a document whose sensitive fields were blanked for its reader (publish/redact.py).
     # (A total=False base: NotRequired is not seen under ``from __future__ import annotations`` on 3.11.)
@@ -266,3 +301,5 @@ class StatusDocument(_Optional):
     trainers: list[TrainerDoc]
     processes: list[ProcessDoc]
     processes_unreadable: int
+    health: HealthDoc | None  # None: not judged (a direct read without a daemon)
+    jobs: list[JobReceiptDoc]

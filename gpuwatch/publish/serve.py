@@ -4,7 +4,10 @@ Why not http.server's threads: a handler thread held its slot while its client s
 trickled a byte a second (issue 24). Here a waiting connection costs a few KiB and no thread, and has a
 whole-request deadline (``request_deadline_s`` for line and headers, not per read), a write deadline,
 and caps: ``MAX_CONNECTIONS`` open, ``MAX_PER_CLIENT`` per address; at a cap the oldest connection
-still waiting for its request is cut to make room. Cut-offs are summarised every ``REPORT_EVERY_S``.
+still waiting for its request is cut to make room, and the cut-offs are summarised in one warning at
+most every 10 s. Which connections are open, the cutting and those warnings are publish/connections.py's;
+the sockets, the TLS handshake, the request, the response and its stream, the deadlines and the caps'
+values are here.
 
 The caps count descriptors (issue 31): the server accepts by itself, only while fewer than the cap
 are open, and a connection counts until its socket is closed, so a burst waits in the kernel's backlog
@@ -32,10 +35,9 @@ import socket
 import ssl
 import threading
 import time
-from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 
+from gpuwatch.publish.connections import Connection, Connections
 from gpuwatch.publish.wire import MAX_BODY_BYTES, MAX_HEAD_BYTES, Request, Respond, Response, Stream, encode, parse_head
 
 log = logging.getLogger("gpuwatch.http")
@@ -47,7 +49,6 @@ MAX_PER_CLIENT = 128  # open at once from one address
 RESERVED_FDS = 256  # of the open-file limit, kept for the daemon's own files (the cap is lowered to keep them)
 MIN_CONNECTIONS = 8  # the cap however low the open-file limit (a scrape must still get in)
 ACCEPT_RETRY_S = 0.5  # after an accept that failed (out of descriptors)
-REPORT_EVERY_S = 10.0
 
 # A request -> the request with who sent it (authenticated), or the answer that ends it (401).
 Admit = Callable[[Request], Awaitable[Request | Response]]
@@ -57,24 +58,6 @@ def connection_cap(open_files_limit: int) -> int:
     """The connections served at once under an open-file limit: ``MAX_CONNECTIONS``, lowered to leave
     ``RESERVED_FDS`` descriptors to the daemon (pure)."""
     return max(MIN_CONNECTIONS, min(MAX_CONNECTIONS, open_files_limit - RESERVED_FDS))
-
-
-@dataclass(eq=False)
-class _Connection:
-    client: str
-    transport: asyncio.Transport | None = None  # None until the socket is wrapped
-    waiting: bool = True  # still reading its request: the one to cut when a cap is reached
-    cut: bool = False  # cut to make room (its descriptor goes on the loop's next turn)
-    task: asyncio.Task[None] | None = None  # cancelled when cut before its socket is wrapped (a TLS handshake)
-
-
-@dataclass
-class _CutOffs:
-    """Cut-off clients since the last warning, by reason and by address."""
-
-    reasons: Counter[str] = field(default_factory=Counter)
-    clients: Counter[str] = field(default_factory=Counter)
-    reported_at: float = float("-inf")
 
 
 class _Protocol(asyncio.StreamReaderProtocol):
@@ -100,17 +83,13 @@ class Server:
         self._tls = tls
         self._admit_request = admit
         self.request_deadline_s = request_deadline_s
-        self._mono = monotonic
         self.max_connections = max_connections or connection_cap(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         self.max_per_client = min(MAX_PER_CLIENT, self.max_connections)
-        self._open: OrderedDict[_Connection, None] = OrderedDict()  # oldest first; each holds a descriptor
-        self._per_client: Counter[str] = Counter()
+        self._connections = Connections(self.max_connections, self.max_per_client, monotonic)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._cut = _CutOffs()
         self._loop = asyncio.new_event_loop()
         self._stopping: asyncio.Event | None = None
         self._room: asyncio.Event | None = None
-        self._accept_failed_at = float("-inf")
         self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._main(),),
                                         name="gpuwatch-http", daemon=True)
 
@@ -141,7 +120,7 @@ class Server:
         await self._stopping.wait()
         accepting.cancel()
         reporter.cancel()
-        for connection in self._open:
+        for connection in self._connections:
             if connection.transport is not None:
                 connection.transport.abort()
         tasks = list(self._tasks)
@@ -149,7 +128,7 @@ class Server:
             task.cancel()
         await asyncio.gather(accepting, reporter, *tasks, return_exceptions=True)
         await asyncio.sleep(0)  # the aborted transports close their sockets on this turn
-        self._report()
+        self._connections.report()
 
     # ---- connections ----
     async def _accept_loop(self) -> None:
@@ -157,10 +136,10 @@ class Server:
         loop = asyncio.get_running_loop()
         while True:
             await self._readable(loop)
-            while len(self._open) >= self.max_connections:
+            while self._connections.full:
                 # Someone is waiting in the backlog: the oldest connection still waiting for its request
                 # makes room; the next is accepted only once its descriptor is closed.
-                self._cut_oldest(lambda c: True, "over the connection limit")
+                self._connections.cut_oldest(lambda c: True, "over the connection limit")
                 self._room.clear()
                 await self._room.wait()
             try:
@@ -168,7 +147,7 @@ class Server:
             except BlockingIOError:
                 continue  # another waiter took it, or the client gave up
             except OSError as exc:
-                self._accept_failed(exc)
+                self._connections.accept_failed(exc, ACCEPT_RETRY_S)
                 await asyncio.sleep(ACCEPT_RETRY_S)
                 continue
             self._admit(conn, str(address[0]) if address else "?")
@@ -188,31 +167,22 @@ class Server:
             loop.remove_reader(self._sock.fileno())
 
     def _admit(self, conn: socket.socket, client: str) -> None:
-        if self._per_client[client] >= self.max_per_client and not self._cut_oldest(
-                lambda c: c.client == client, "over the per-client connection limit"):
-            # Every one of this client's connections is being answered: the new one is refused.
-            self._note_cut(client, "over the per-client connection limit")
+        connection = self._connections.add(client)
+        if connection is None:  # every one of this client's connections is being answered: this one is refused
             conn.close()
             return
-        connection = _Connection(client)
-        self._open[connection] = None
-        self._per_client[client] += 1
         task = asyncio.create_task(self._connection(connection, conn))
         connection.task = task
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _closed(self, connection: _Connection) -> None:
+    def _closed(self, connection: Connection) -> None:
         """The connection's socket is closed: its descriptor is free again."""
-        if connection in self._open:
-            del self._open[connection]
-            self._per_client[connection.client] -= 1
-            if not self._per_client[connection.client]:
-                del self._per_client[connection.client]
+        self._connections.closed(connection)
         if self._room is not None:
             self._room.set()
 
-    async def _connection(self, connection: _Connection, conn: socket.socket) -> None:
+    async def _connection(self, connection: Connection, conn: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.request_deadline_s  # the handshake and the request, together
         reader = asyncio.StreamReader(limit=MAX_HEAD_BYTES, loop=loop)
@@ -226,9 +196,10 @@ class Server:
                     ssl_handshake_timeout=2 * self.request_deadline_s if context is not None else None)
         except (OSError, asyncio.CancelledError, TimeoutError) as exc:
             if isinstance(exc, TimeoutError):
-                self._note_cut(connection.client, f"no TLS handshake within {self.request_deadline_s:g} s")
+                self._connections.note_cut(connection.client,
+                                           f"no TLS handshake within {self.request_deadline_s:g} s")
             elif isinstance(exc, ssl.SSLError):  # one that went away by itself (a port probe) was not cut
-                self._note_cut(connection.client, "TLS handshake failed")
+                self._connections.note_cut(connection.client, "TLS handshake failed")
             conn.close()
             self._closed(connection)
             return
@@ -247,20 +218,7 @@ class Server:
             else:
                 transport.close()
 
-    def _cut_oldest(self, which: Callable[[_Connection], bool], reason: str) -> bool:
-        """Cut the oldest connection still waiting for its request that ``which`` accepts; False if none."""
-        for connection in self._open:
-            if connection.waiting and not connection.cut and which(connection):
-                self._note_cut(connection.client, reason)
-                connection.cut = True
-                if connection.transport is not None:
-                    connection.transport.abort()  # its reader sees the end at once; the socket closes next turn
-                elif connection.task is not None:
-                    connection.task.cancel()  # still in its TLS handshake: closes its socket
-                return True
-        return False
-
-    async def _serve(self, connection: _Connection, reader: asyncio.StreamReader,
+    async def _serve(self, connection: Connection, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter, deadline: float) -> None:
         headers: dict[str, str] = {}
         try:
@@ -269,10 +227,11 @@ class Server:
                 if 0 < length <= MAX_BODY_BYTES:
                     await reader.readexactly(length)
         except TimeoutError:
-            self._note_cut(connection.client, f"no complete request within {self.request_deadline_s:g} s")
+            self._connections.note_cut(connection.client,
+                                       f"no complete request within {self.request_deadline_s:g} s")
             return
         except asyncio.LimitOverrunError:
-            self._note_cut(connection.client, f"request head over {MAX_HEAD_BYTES} bytes")
+            self._connections.note_cut(connection.client, f"request head over {MAX_HEAD_BYTES} bytes")
             return
         except asyncio.IncompleteReadError:
             return  # closed before finishing its request (or cut to make room)
@@ -292,7 +251,7 @@ class Server:
             async with asyncio.timeout(WRITE_DEADLINE_S):
                 await writer.drain()
         except TimeoutError:
-            self._note_cut(connection.client, f"response not read within {WRITE_DEADLINE_S:g} s")
+            self._connections.note_cut(connection.client, f"response not read within {WRITE_DEADLINE_S:g} s")
             connection.cut = True
         finally:
             if response.stream is not None:
@@ -315,12 +274,6 @@ class Server:
             if gone.done() and not gone.cancelled():
                 gone.exception()  # a reset connection: retrieved, so asyncio does not log it as unhandled
 
-    def _accept_failed(self, exc: OSError) -> None:  # at most every REPORT_EVERY_S: EMFILE must not flood the log
-        if self._mono() - self._accept_failed_at >= REPORT_EVERY_S:
-            self._accept_failed_at = self._mono()
-            log.warning("HTTP: cannot accept a connection (%s, %d open); retrying in %g s",
-                        exc.strerror or exc, len(self._open), ACCEPT_RETRY_S)
-
     async def _answer(self, request: Request) -> Response:
         if not request.method:
             return Response(400, "text/plain; charset=utf-8", b"bad request\n")
@@ -336,25 +289,7 @@ class Server:
             return Response(500, "text/plain; charset=utf-8", b"internal error (see the daemon's log)\n")
 
     # ---- cut-off warnings ----
-    def _note_cut(self, client: str, reason: str) -> None:
-        self._cut.reasons[reason] += 1
-        self._cut.clients[client] += 1
-        if self._mono() - self._cut.reported_at >= REPORT_EVERY_S:
-            self._report()
-
     async def _report_every(self) -> None:
         while True:
             await asyncio.sleep(1.0)
-            if self._cut.reasons and self._mono() - self._cut.reported_at >= REPORT_EVERY_S:
-                self._report()
-
-    def _report(self) -> None:
-        cut = self._cut
-        if not cut.reasons:
-            return
-        total = sum(cut.reasons.values())
-        reasons = ", ".join(f"{n} {why}" for why, n in cut.reasons.most_common())
-        clients = ", ".join(f"{address} ({n})" for address, n in cut.clients.most_common(5))
-        more = f" and {len(cut.clients) - 5} more" if len(cut.clients) > 5 else ""
-        log.warning("cut off %d slow HTTP client connection(s): %s; from %s%s", total, reasons, clients, more)
-        self._cut = _CutOffs(reported_at=self._mono())
+            self._connections.report_if_due()

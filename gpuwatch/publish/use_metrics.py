@@ -33,13 +33,13 @@ def reset_families(state: PublishedState) -> list[Metric]:
 def process_families(state: PublishedState) -> list[Metric]:
     snap = state.snapshot
     count = gauge("gpu_processes", "Processes with the GPU open (DRM or KFD), supervised (in a trainer's tree) "
-                  "or not.", ["gpu", "scope"])
+                  "or not, by scheduler job (\"\": none).", ["gpu", "scope", "job_id"])
     vram = gauge("gpu_processes_vram_bytes", "VRAM their DRM clients hold (resident; each client once).",
-                 ["gpu", "scope"])
-    pids: dict[tuple[str, str], set[int]] = {}
-    held: dict[tuple[str, str], int] = {}
+                 ["gpu", "scope", "job_id"])
+    pids: dict[tuple[str, str, str], set[int]] = {}
+    held: dict[tuple[str, str, str], int] = {}
     for row in snap.processes:
-        key = (row.gpu_id, "supervised" if row.trainer else "unsupervised")
+        key = (row.gpu_id, "supervised" if row.trainer else "unsupervised", row.job_id or "")
         pids.setdefault(key, set()).add(row.pid)
         held[key] = held.get(key, 0) + (row.vram_bytes or 0)
     for key in sorted(pids):

@@ -124,8 +124,8 @@ def test_a_hostile_fdinfo_costs_neither_the_reset_the_restart_the_process_rows_n
     assert rows[4243]["vram_bytes"] == 1 << 30
     text = _metrics(port)
     assert f'gpuwatch_gpu_resets_total{{gpu="{SLOT}"}} 1.0' in text
-    assert f'gpuwatch_gpu_processes{{gpu="{SLOT}",scope="unsupervised"}} 2.0' in text
-    assert f'gpuwatch_gpu_processes_vram_bytes{{gpu="{SLOT}",scope="unsupervised"}} 1.073741824e+09' in text
+    assert f'gpuwatch_gpu_processes{{gpu="{SLOT}",job_id="",scope="unsupervised"}} 2.0' in text
+    assert f'gpuwatch_gpu_processes_vram_bytes{{gpu="{SLOT}",job_id="",scope="unsupervised"}} 1.073741824e+09' in text
     assert not after["daemon"]["failures"], after["daemon"]["failures"]
     assert daemon.stop() == 0
     assert "Traceback" not in daemon.log()

@@ -3,13 +3,15 @@
 
 What a person would check: the page paints at once, its values are /status's, a simulated GPU reset shows
 within two ticks, a restarted daemon is found again by the page without a reload, and the page asks
-nothing of another host and logs no console error. ``make screenshot`` runs the first case with
+nothing of another host and logs no console error; behind a web config (TLS, basic auth) the page and its stream
+come over https with the credentials, 401 without. ``make screenshot`` runs the first case with
 GPUWATCH_UPDATE_SCREENSHOT=1, which writes the README's picture (docs/page.png).
 Skipped with the reason where no browser can run (no Playwright, no chromium, a launch that fails).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -23,8 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import bcrypt
 import pytest
 
+from tests.support.certs import Authority
 from tests.support.paths import REPO
 from tests.support.processes import Processes, Started, free_port, get_json, wait_up
 from tests.support.stack import GPUWATCH, daemon_config, start_gpuwatch
@@ -38,6 +42,7 @@ INTERVAL_S = 1.0
 WIDE, NARROW = {"width": 1280, "height": 900}, {"width": 360, "height": 780}
 # What Chromium logs itself while the daemon is away (the EventSource's failed reconnects): expected only
 # in the restart case, and only while the daemon is down.
+PASSWORD = "page-pass"  # of the https case's basic auth user
 NETWORK_ERRORS = ("net::ERR_CONNECTION_REFUSED", "net::ERR_CONNECTION_RESET", "net::ERR_EMPTY_RESPONSE",
                   "Failed to load resource")
 
@@ -67,8 +72,9 @@ class Browser:
             ".map((e) => [e.dataset.field, e.textContent]))"))
 
 
-@pytest.fixture
-def browser() -> Iterator[Browser]:
+@contextlib.contextmanager
+def _open_browser(**options: Any) -> Iterator[Browser]:
+    """One page in headless Chromium (``options``: Playwright's context options)."""
     sync_playwright = _playwright()
     with sync_playwright() as playwright:
         try:
@@ -77,7 +83,7 @@ def browser() -> Iterator[Browser]:
         except Exception as exc:  # noqa: BLE001 - any launch failure means: no browser can run here
             pytest.skip(f"headless chromium does not start here: {str(exc).splitlines()[0]}")
         try:
-            page = chromium.new_page(viewport=WIDE)
+            page = chromium.new_page(viewport=WIDE, **options)
             seen = Browser(page)
             page.on("request", lambda request: seen.requests.append(request.url))
             page.on("console", lambda message: message.type == "error" and seen.errors.append(message.text))
@@ -85,6 +91,19 @@ def browser() -> Iterator[Browser]:
             yield seen
         finally:
             chromium.close()
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    with _open_browser() as seen:
+        yield seen
+
+
+@pytest.fixture
+def https_browser() -> Iterator[Browser]:
+    """The same page, taking any certificate (the test CA is not the browser's) and answering basic auth."""
+    with _open_browser(ignore_https_errors=True, http_credentials={"username": "viewer", "password": PASSWORD}) as seen:
+        yield seen
 
 
 def config_text(runtime: Path, port: int = 0) -> str:
@@ -236,3 +255,39 @@ def test_the_page_recovers_when_the_daemon_restarts(browser: Browser, tmp_path: 
         assert second.process.poll() is None
     unexpected = [e for e in browser.errors if not any(n in e for n in NETWORK_ERRORS)]
     assert not unexpected and len(browser.errors) == errors_while_down, browser.errors
+
+
+def test_the_page_over_tls_behind_basic_auth(https_browser: Browser, tmp_path: Path) -> None:
+    """``[http] web_config`` with TLS and ``basic_auth_users`` (docs/security.md): the browser gets the page and
+    its stream over https with the credentials and follows the ticks; without them it gets 401."""
+    ca = Authority(tmp_path / "ca")
+    ca.issue("server")
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {ca.dir / 'server.pem'}\n"
+                   f"  key_file: {ca.dir / 'server-key.pem'}\n"
+                   f"basic_auth_users:\n  viewer: {bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()}\n")
+    config = tmp_path / "gpuwatch.toml"
+    config.write_text(config_text(tmp_path / "run").replace("port = 0\n", f'port = 0\nweb_config = "{web}"\n', 1))
+    with Processes(tmp_path / "logs") as processes:
+        child, address = start_gpuwatch(processes, "gpuwatch", config)
+        base = f"https://{address}"
+        page = https_browser.page
+        response = page.goto(f"{base}/")
+        assert response is not None and response.status == 200
+        page.wait_for_function("() => document.querySelector('[data-field=connection]')?.textContent === 'live'",
+                               timeout=60_000)
+        tick = int(https_browser.fields()["tick"])
+        page.wait_for_function(f"() => Number(document.body.dataset.tick) >= {tick + 2}", timeout=60_000)
+        assert not https_browser.errors, https_browser.errors
+
+        # Without credentials (a browser's navigation then fails with ERR_INVALID_AUTH_CREDENTIALS).
+        anonymous = page.context.browser.new_context(ignore_https_errors=True)
+        try:
+            for path in ("/", "/events"):
+                refused = anonymous.request.get(f"{base}{path}")
+                assert refused.status == 401 and refused.headers["www-authenticate"] == 'Basic realm="gpuwatch"'
+        finally:
+            anonymous.close()
+        assert child.process.poll() is None
+    assert {urllib.parse.urlsplit(url)[:2] for url in https_browser.requests} == {("https", address)}
+    assert {urllib.parse.urlsplit(url).path for url in https_browser.requests} <= {"/", "/events"}

@@ -71,7 +71,8 @@ def test_gone_gpu_keeps_info_with_up_zero_and_no_values(tmp_path: Path) -> None:
     assert got[f'gpuwatch_gpu_up{{gpu="{GPU_GONE}"}}'] == 0
     assert any(k.startswith("gpuwatch_gpu_info{") and GPU_GONE in k for k in got)
     # Identity stays: the GPU's info, up 0, and which trainer is configured on it (vit uses every GPU).
-    identity = ("gpuwatch_gpu_info", "gpuwatch_gpu_up", "gpuwatch_trainer_gpu_info")
+    # and the health verdict's fault (G004: the GPU is down).
+    identity = ("gpuwatch_gpu_info", "gpuwatch_gpu_up", "gpuwatch_trainer_gpu_info", "gpuwatch_health_fault")
     assert [k for k in got if GPU_GONE in k and not k.startswith(identity)] == []
 
 

@@ -43,12 +43,12 @@ def test_a_value_no_float_can_carry_is_dropped_and_counted(tmp_path: Path) -> No
     status, text = _scrape(state)
     assert status == 200
     assert f'gpuwatch_gpu_vram_used_bytes{{gpu="{gpu.gpu_id}"}}' not in text
-    assert f'gpuwatch_gpu_processes_vram_bytes{{gpu="{gpu.gpu_id}",scope="unsupervised"}}' not in text
+    assert f'gpuwatch_gpu_processes_vram_bytes{{gpu="{gpu.gpu_id}",job_id="",scope="unsupervised"}}' not in text
     assert 'gpuwatch_metrics_dropped_series{family="gpuwatch_gpu_vram_used_bytes"} 1.0' in text
     assert 'gpuwatch_metrics_dropped_series{family="gpuwatch_gpu_processes_vram_bytes"} 1.0' in text
     # Everything else is there: the same GPU's other values, the process count, the other GPUs.
     assert f'gpuwatch_gpu_up{{gpu="{gpu.gpu_id}"}} 1.0' in text
-    assert f'gpuwatch_gpu_processes{{gpu="{gpu.gpu_id}",scope="unsupervised"}} 1.0' in text
+    assert f'gpuwatch_gpu_processes{{gpu="{gpu.gpu_id}",job_id="",scope="unsupervised"}} 1.0' in text
     for other in state.snapshot.gpus[1:]:
         assert f'gpuwatch_gpu_up{{gpu="{other.gpu_id}"}}' in text
 

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpuwatch.config.cooling import FanConfig, ThermalConfig
+from gpuwatch.config.sections import HealthConfig
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.limits import limits_in_force
@@ -23,6 +24,8 @@ from gpuwatch.model import (
     GpuProcess,
     GpuReading,
     GpuResetState,
+    JobGpuReceipt,
+    JobReceipt,
     PowerMode,
     PowerState,
     PublishedState,
@@ -33,6 +36,7 @@ from gpuwatch.model import (
     UnmanagedState,
 )
 from gpuwatch.publish.live import rung_of
+from gpuwatch.publish.verdict import judge
 from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.sysfs import Sysfs
 from tests.support.gpu_metrics import CARD_TABLES
@@ -82,9 +86,9 @@ def example_state(root: Path) -> PublishedState:
     processes = (
         GpuProcess(pid=4242, gpu_id=GPU_A, command="python3 train.py", user="alice", trainer="resnet", state="S",
                    vram_bytes=12 * 2**20, gtt_bytes=20 * 2**20, engine_busy_ratio=0.0, kfd=True,
-                   kfd_vram_bytes=6 * 2**30, kfd_cu_occupancy_ratio=0.75, sampled_unix=NOW_UNIX - 0.5),
+                   kfd_vram_bytes=6 * 2**30, kfd_cu_occupancy_ratio=0.75, sampled_unix=NOW_UNIX - 0.5, job_id="4711"),
         GpuProcess(pid=4300, gpu_id=GPU_A, command="python3 train.py", user="alice", trainer="resnet", state="S",
-                   kfd=True, sampled_unix=NOW_UNIX - 0.5),
+                   kfd=True, sampled_unix=NOW_UNIX - 0.5, job_id="4711"),
         GpuProcess(pid=1800, gpu_id=GPU_A, command="/usr/bin/gnome-shell", user="bob", state="S",
                    vram_bytes=180 * 2**20, gtt_bytes=30 * 2**20, engine_busy_ratio=0.04, sampled_unix=NOW_UNIX - 6),
         GpuProcess(pid=31337, gpu_id=GPU_B, command="python3 old_job.py", user="alice", state="D",
@@ -141,14 +145,20 @@ def example_state(root: Path) -> PublishedState:
     )
     daemon = DaemonInfo(pid=1234, version="0.1.0", started_unix=NOW_UNIX - 7200, ticks_total=7200,
                         interval_s=1.0, failures=("fan controller: OSError: [Errno 5] EIO",))
-    return with_rungs(PublishedState(snapshot=snapshot, daemon=daemon, fans=fans, trainers=trainers, powers=powers,
-                          read_errors_total=((GPU_B, "power1_average", 3),),
-                          limits_c=limits_in_force(snapshot, ThermalConfig()), clocks=clocks,
-                          # [unmanaged] on_hot = "stop": the desktop client on GPU A held stopped past crit.
-                          unmanaged=(UnmanagedState(gpu_id=GPU_A, on_hot="stop", stopped_pids=(1800,), stops_total=2,
-                                                    stopped_since_unix=NOW_UNIX - 30,
-                                                    reason="junction 110°C at crit 110°C"),
-                                     UnmanagedState(gpu_id=GPU_B, on_hot="stop"))))
+    state = PublishedState(snapshot=snapshot, daemon=daemon, fans=fans, trainers=trainers, powers=powers,
+                           read_errors_total=((GPU_B, "power1_average", 3),),
+                           limits_c=limits_in_force(snapshot, ThermalConfig()), clocks=clocks,
+                           # [unmanaged] on_hot = "stop": the desktop client on GPU A held stopped past crit.
+                           unmanaged=(UnmanagedState(gpu_id=GPU_A, on_hot="stop", stopped_pids=(1800,), stops_total=2,
+                                                     stopped_since_unix=NOW_UNIX - 30,
+                                                     reason="junction 110°C at crit 110°C"),
+                                      UnmanagedState(gpu_id=GPU_B, on_hot="stop")))
+    # The verdict (GPU B's fan failsafe and stuck reset, the GPU that is gone) and job 4711's receipt on GPU A.
+    job = JobReceipt(job_id="4711", user="alice", first_seen_unix=NOW_UNIX - 600, last_seen_unix=NOW_UNIX,
+                     gpus=(JobGpuReceipt(gpu_id=GPU_A, energy_j=90_000.0, max_temps_c=(("junction", 71.0),),
+                                         governed_s=300.0, throttled_s=(("thermal", 12.5),)),))
+    state = with_rungs(state)
+    return replace(state, health=judge(state, HealthConfig(), {}, snapshot.taken_monotonic), jobs=(job,))
 
 
 def with_rungs(state: PublishedState, fan: FanConfig | None = None) -> PublishedState:

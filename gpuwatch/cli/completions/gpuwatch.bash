@@ -10,7 +10,7 @@ _gpuwatch() {
         esac
     done
     if [[ -z "$cmd" ]]; then
-        mapfile -t COMPREPLY < <(compgen -W "-h --help --version run status sensors restore fans-auto curve pause resume restart stop simulate-reset logs train check-config completion" -- "$cur")
+        mapfile -t COMPREPLY < <(compgen -W "-h --help --version run status sensors restore fans-auto curve pause resume restart stop simulate-reset logs health receipt train check-config completion" -- "$cur")
         return
     fi
     case "$cmd" in
@@ -133,6 +133,26 @@ _gpuwatch() {
                 -n|--lines) COMPREPLY=(); return ;;
             esac
             words="-h --help -c --config --sysfs-root --proc-root -n --lines -f --follow"
+            mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
+            ;;
+        health)
+            case "$prev" in
+                -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --format) mapfile -t COMPREPLY < <(compgen -W "nhc npd nagios json" -- "$cur"); return ;;
+                --class) mapfile -t COMPREPLY < <(compgen -W "fan gpu pcie reset thermal" -- "$cur"); return ;;
+            esac
+            words="-h --help -c --config --sysfs-root --proc-root --format --class --slurm"
+            mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
+            ;;
+        receipt)
+            case "$prev" in
+                -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+            esac
+            words="-h --help -c --config --sysfs-root --proc-root --json"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
         train)

@@ -1,0 +1,157 @@
+"""`gpuwatch health [--format nhc|npd|nagios|json] [--slurm]`: the node's verdict for a scheduler.
+
+The fast path, taken whenever a daemon publishes: find the runtime directory (config/runtime.py: the config
+file is read for ``runtime_dir`` alone, with tomllib), read the state file, render the daemon's own verdict
+(``health`` in the document, judged every tick with its live [health] settings), or G001 when the state is
+stale. No pydantic, no GPU I/O, none of the other commands: `gpuwatch` dispatches here before building its
+full parser (cli/__init__.py), and benchmarks/health_latency.py measures it end to end. Only when no daemon
+runs (no state file, or a stale one with nobody holding the runtime directory's lock) is the whole config
+loaded and the GPUs read directly, the verdict judged here, and G002 added (``[health] daemon_down``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gpuwatch.cli.health_render import FORMATS, Answer, from_document, no_daemon, only, render
+from gpuwatch.cli.options import common_options
+from gpuwatch.config.runtime import (
+    DEFAULT_CONFIG_PATH,
+    STATE_FILE_NAME,
+    client_runtime_dir,
+    daemon_files_in,
+)
+from gpuwatch.publish.health_codes import CLASSES
+
+
+def add_health_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--format", choices=FORMATS, default="nhc",
+                        help="nhc: 0 healthy/1 not (default); npd: node-problem-detector plugin, 0 ok/1 problem/"
+                             "2 unknown, at most 80 characters; nagios: 0/1/2/3; json: the verdict as an object")
+    parser.add_argument("--class", dest="fault_class", choices=sorted(CLASSES), metavar="CLASS",
+                        help=f"only this fault class ({', '.join(sorted(CLASSES))}) and the daemon's own faults: "
+                             "one node-problem-detector condition per class")
+    parser.add_argument("--slurm", action="store_true",
+                        help="for slurm.conf's HealthCheckProgram: drain this node after [health] "
+                             "drain_after_checks unhealthy checks in a row (reason gpuwatch:...), resume a node "
+                             "gpuwatch drained after resume_after_checks healthy ones")
+
+
+def main(argv: Sequence[str]) -> int:
+    """`gpuwatch health ARGS` (the fast entry, before gpuwatch's full parser is built)."""
+    parser = argparse.ArgumentParser(prog="gpuwatch health", parents=[common_options()],
+                                     description="The node's health verdict for a scheduler.")
+    add_health_arguments(parser)
+    return cmd_health(parser.parse_args(argv))
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    config_path: Path | None = args.config or (DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.exists() else None)
+    runtime_dir = _runtime_dir(config_path)
+    answer = None
+    if runtime_dir is not None:
+        answer = _daemon_answer(runtime_dir)
+    if answer is None:  # no daemon (or a config the quick read cannot take): the whole config, a direct read
+        try:
+            answer, runtime_dir = _direct_answer(args)
+        except Exception as exc:  # noqa: BLE001 - a health check answers, whatever went wrong
+            from gpuwatch.config.base import ConfigError
+            from gpuwatch.config.file import CONFIG_ERROR_EXIT
+
+            if isinstance(exc, ConfigError):
+                print(f"gpuwatch: {exc}", file=sys.stderr)
+                return CONFIG_ERROR_EXIT
+            print(f"gpuwatch health: cannot read the GPUs: {exc}", file=sys.stderr)
+            return 3 if args.format == "nagios" else 2 if args.format == "npd" else 1
+    if args.slurm:
+        return _slurm(only(answer, args.fault_class), runtime_dir)
+    code, text = render(only(answer, args.fault_class), args.format)
+    print(text)
+    return code
+
+
+def _runtime_dir(config_path: Path | None) -> Path | None:
+    """The runtime directory a client looks in; None when the config file cannot be read quickly (the slow
+    path then loads it and says what is wrong)."""
+    configured: Any = None
+    if config_path is not None:
+        try:
+            with open(config_path, "rb") as handle:
+                data = handle.read()
+        except OSError:
+            return None
+        if b"runtime_dir" in data:  # else the default applies, and tomllib's import (8 ms) is not needed
+            import tomllib
+
+            try:
+                configured = tomllib.loads(data.decode()).get("runtime_dir")
+            except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+                return None
+        if configured is not None and not isinstance(configured, str):
+            return None
+    if configured:
+        return Path(configured)
+    return client_runtime_dir(os.environ, os.geteuid(), daemon_files_in)
+
+
+def _daemon_answer(runtime_dir: Path) -> Answer | None:
+    """The daemon's verdict from its state file; None when no daemon runs there."""
+    try:
+        document = json.loads((runtime_dir / STATE_FILE_NAME).read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(document, dict):
+        return None
+    answer = from_document(document, time.time())
+    if answer.status == "unknown":  # stale: a stuck daemon (G001), or a dead one that left its file behind
+        from gpuwatch.daemon.lock import holder
+
+        if holder(runtime_dir) is None:
+            return None
+    return answer
+
+
+def _direct_answer(args: argparse.Namespace) -> tuple[Answer, Path]:
+    from gpuwatch.cli.settings import load_cli_config
+    from gpuwatch.daemon.compose import build_sources
+    from gpuwatch.gpus.sampler import Sampler
+    from gpuwatch.limits import limits_in_force
+    from gpuwatch.model import PublishedState
+    from gpuwatch.publish.health_codes import fault_line
+    from gpuwatch.publish.verdict import judge, over_crit_since
+
+    config = load_cli_config(args, client=True)
+    settings = config.health
+    effective = config.with_effective_sysfs()
+    snapshot = Sampler(build_sources(effective)).sample()
+    state = PublishedState(snapshot=snapshot, limits_c=limits_in_force(snapshot, config.thermal))
+    now = snapshot.taken_monotonic
+    # One reading cannot say for how long a sensor has been over crit: it counts at once.
+    verdict = judge(state, settings, over_crit_since({}, state, now - settings.over_crit_s), now)
+    lines = tuple(fault_line(f.code, f.gpu_id, f.detail) for f in verdict.faults)
+    return no_daemon(lines, verdict.notes, settings.daemon_down, settings.drain_after_checks,
+                     settings.resume_after_checks), config.resolved_runtime_dir
+
+
+def _slurm(answer: Answer, runtime_dir: Path | None) -> int:
+    from gpuwatch.cli import slurm
+
+    if runtime_dir is None:  # pragma: no cover - the direct path always resolves one
+        print("gpuwatch health --slurm: no runtime directory to count checks in", file=sys.stderr)
+        return 1
+    reason = answer.lines[0] if answer.lines else ""
+    try:
+        done = slurm.gate(runtime_dir / slurm.CHECKS_FILE_NAME, answer.healthy, reason, answer.drain_after_checks,
+                          answer.resume_after_checks, slurm.node_name(os.environ))
+    except (slurm.ScontrolError, OSError) as exc:
+        print(f"gpuwatch health --slurm: {exc}", file=sys.stderr)
+        return 1
+    print(done)
+    return 0

@@ -1,0 +1,112 @@
+"""`gpuwatch health`'s answer in each format (pure): a status document (or none) and ``now`` -> exit code and text.
+
+The formats and their contracts (docs/cluster.md):
+
+* ``nhc``: 0 healthy, 1 not; one line (LBNL NHC, Slurm's HealthCheckProgram).
+* ``npd``: node-problem-detector's custom plugin: 0 ok, 1 problem, 2 unknown (no fresh verdict from a daemon:
+  stale or down, and no GPU fault found otherwise); the message one line of at most 80 characters.
+* ``nagios``: 0 OK, 1 WARNING (healthy, but a cap governs or a trainer is paused: normal operation worth a
+  look), 2 CRITICAL (a fault), 3 UNKNOWN (as npd's 2); ``GPUWATCH OK - ...`` then one fault per line.
+* ``json``: the verdict as an object; the exit code is nhc's.
+
+Imports nothing heavy: this runs on every health check of every node (docs/cluster.md, benchmarks/health_latency.py).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, NamedTuple
+
+from gpuwatch.publish.health_codes import CLASSES, MAX_MESSAGE_CHARS, NO_DAEMON, STALE, code_of, fault_line
+from gpuwatch.publish.state import is_stale
+
+Format = Literal["nhc", "npd", "nagios", "json"]
+FORMATS: tuple[Format, ...] = ("nhc", "npd", "nagios", "json")
+Status = Literal["healthy", "unhealthy", "unknown"]
+_DAEMON_CODES = (STALE, NO_DAEMON)
+
+
+class Answer(NamedTuple):
+    """What the check found: the fault lines (``gpuwatch:G006 ...``), the notes, where the verdict came from (a
+    NamedTuple, not a dataclass: importing dataclasses is a tenth of this command's time)."""
+
+    lines: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+    source: str = "daemon"  # "daemon": its published verdict; "sysfs": judged here from a direct read
+    age_s: float | None = None
+    drain_after_checks: int = 2
+    resume_after_checks: int = 2
+
+    @property
+    def healthy(self) -> bool:
+        return not self.lines
+
+    @property
+    def status(self) -> Status:
+        """unknown: the only faults are about the daemon (no fresh verdict), nothing about a GPU."""
+        if not self.lines:
+            return "healthy"
+        codes = {code_of(line) for line in self.lines}
+        return "unknown" if codes <= set(_DAEMON_CODES) else "unhealthy"
+
+
+def from_document(document: Any, now: float) -> Answer:
+    """The daemon's published verdict, or G001 when its state is stale (or has no verdict: an older daemon)."""
+    daemon = document.get("daemon") or {}
+    age_s = now - float(document.get("taken_unix", 0.0))
+    health = document.get("health")
+    if is_stale(age_s, float(daemon.get("interval_s", 1.0))) or not isinstance(health, dict):
+        why = f"daemon state {age_s:.0f}s old" if health is not None else "daemon publishes no verdict"
+        return Answer(lines=(fault_line(STALE, None, why),), age_s=age_s)
+    return Answer(lines=tuple(str(f["line"]) for f in health.get("faults", [])),
+                  notes=tuple(str(n) for n in health.get("notes", [])), age_s=age_s,
+                  drain_after_checks=int(health.get("drain_after_checks", 2)),
+                  resume_after_checks=int(health.get("resume_after_checks", 2)))
+
+
+def no_daemon(lines: tuple[str, ...], notes: tuple[str, ...], daemon_down: bool, drain_after_checks: int,
+              resume_after_checks: int) -> Answer:
+    """A direct read's verdict (no daemon runs): its faults, and G002 first unless ``[health] daemon_down`` is off."""
+    first = (fault_line(NO_DAEMON, None, "daemon not running"),) if daemon_down else ()
+    return Answer(lines=first + lines, notes=notes, source="sysfs", drain_after_checks=drain_after_checks,
+                  resume_after_checks=resume_after_checks)
+
+
+def only(answer: Answer, fault_class: str | None) -> Answer:
+    """The answer for one fault class (``CLASSES``): its faults and the daemon's; the notes dropped."""
+    if fault_class is None:
+        return answer
+    keep = set(CLASSES[fault_class]) | set(_DAEMON_CODES)
+    return answer._replace(lines=tuple(line for line in answer.lines if code_of(line) in keep), notes=())
+
+
+def summary(answer: Answer, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """One line of at most ``limit`` characters: the first fault (+ how many more), else healthy (and why not quiet)."""
+    if answer.lines:
+        more = f" (+{len(answer.lines) - 1} more)" if len(answer.lines) > 1 else ""
+        return _cut(answer.lines[0], limit - len(more)) + more
+    text = "gpuwatch: healthy" + (f" ({'; '.join(answer.notes)})" if answer.notes else "")
+    return _cut(text, limit)
+
+
+def render(answer: Answer, fmt: Format) -> tuple[int, str]:
+    """(exit code, text to print) in ``fmt``."""
+    status = answer.status
+    if fmt == "npd":
+        return {"healthy": 0, "unhealthy": 1, "unknown": 2}[status], summary(answer)
+    if fmt == "nagios":
+        if status == "healthy":
+            code, word = (1, "WARNING") if answer.notes else (0, "OK")
+        else:
+            code, word = (2, "CRITICAL") if status == "unhealthy" else (3, "UNKNOWN")
+        rest = [*answer.lines[1:], *answer.notes] if answer.lines else []
+        return code, "\n".join([f"GPUWATCH {word} - {summary(answer, 200)}", *rest])
+    if fmt == "json":
+        doc = {"status": status, "healthy": answer.healthy, "faults": list(answer.lines), "notes": list(answer.notes),
+               "source": answer.source, "age_s": answer.age_s}
+        return (0 if answer.healthy else 1), json.dumps(doc)
+    return (0 if answer.healthy else 1), summary(answer)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."

@@ -1,0 +1,56 @@
+"""`gpuwatch receipt JOBID [--json]` (for a Slurm epilog): a job's thermal and energy receipt from the daemon.
+
+The daemon keeps one receipt per job seen on a GPU (publish/receipts.py; the last ``[health] jobs_kept``) in
+its published state, so an epilog that runs after the job's processes ended still finds it in the state file.
+Rendering is pure (``render``); a job the daemon never saw is exit 1 with one line, no daemon exit 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from gpuwatch.cli.settings import load_cli_config
+from gpuwatch.publish.state import read_state_file
+
+EXIT_NOT_FOUND = 1
+EXIT_NO_DAEMON = 3
+
+
+def add_receipt_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job_id", metavar="JOBID", help="the scheduler's job id (Slurm: $SLURM_JOB_ID)")
+    parser.add_argument("--json", action="store_true", help="the receipt as a JSON object")
+
+
+def cmd_receipt(args: argparse.Namespace) -> int:
+    config = load_cli_config(args, client=True)
+    document = read_state_file(config.state_file)
+    if document is None:
+        print(f"gpuwatch receipt: no daemon publishes in {config.resolved_runtime_dir}: no receipts", file=sys.stderr)
+        return EXIT_NO_DAEMON
+    job = next((j for j in document.get("jobs", []) if j.get("job_id") == args.job_id), None)
+    if job is None:
+        known = ", ".join(j["job_id"] for j in document.get("jobs", [])) or "none"
+        print(f"gpuwatch receipt: job {args.job_id} was not seen on a GPU (receipts kept: {known})", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    print(json.dumps(job) if args.json else render(job), end="" if not args.json else "\n")
+    return 0
+
+
+def render(job: Any) -> str:
+    """The receipt as text: the job, then one block per GPU."""
+    seconds = max(0.0, float(job["last_seen_unix"]) - float(job["first_seen_unix"]))
+    gpus = job.get("gpus", [])
+    total_j = sum(float(g["energy_j"]) for g in gpus)
+    lines = [f"job {job['job_id']}" + (f" ({job['user']})" if job.get("user") else "")
+             + f": {seconds:.0f} s on {len(gpus)} GPU(s), {total_j / 1000:.1f} kJ"
+             + ("" if not job.get("active") else " (still running)"),
+             f"  paused {float(job['paused_s']):.0f} s"]
+    for gpu in gpus:
+        temps = ", ".join(f"{label} {temp:.0f}°C" for label, temp in sorted(gpu["max_temps_c"].items())) or "n/a"
+        throttled = ", ".join(f"{reason} {s:.0f} s" for reason, s in sorted(gpu["throttled_s"].items()) if s) or "none"
+        lines += [f"  {gpu['gpu_id']}: {float(gpu['energy_j']) / 1000:.1f} kJ, max {temps}",
+                  f"    governed {float(gpu['governed_s']):.0f} s, throttled {throttled}, resets {gpu['resets']}"]
+    return "\n".join(lines) + "\n"

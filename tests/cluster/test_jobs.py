@@ -1,0 +1,101 @@
+"""Job attribution (procs/jobs.py): Slurm's cgroup layouts, the prologs' mapping files, the monitor's rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.model import GpuProcess
+from gpuwatch.procfs import Procfs
+from gpuwatch.procs.jobs import JobRef, attribute, job_of_cgroup, parse_mapping, read_mappings
+from gpuwatch.procs.monitor import ProcessMonitor
+from gpuwatch.sim.proctree import RENDER_NODE, FakeProcTree, amdgpu_fdinfo
+
+A, B = "0000:03:00.0", "0000:0c:00.0"
+
+CGROUPS = [
+    # cgroup v2 (Slurm 22.05+ cgroup/v2: slurmstepd's scope, the job, the step, the user's tasks)
+    ("0::/system.slice/slurmstepd.scope/job_123/step_0/user/task_0\n", JobRef("123", "0")),
+    ("0::/system.slice/slurmstepd.scope/job_77/step_batch/user/task_0\n", JobRef("77", "batch")),
+    # cgroup v1: one line per hierarchy; the freezer's and memory's paths name the job
+    ("12:pids:/user.slice\n11:memory:/slurm/uid_1000/job_4711/step_0/task_0\n7:freezer:/slurm/uid_1000/job_4711/"
+     "step_0\n", JobRef("4711", "0")),
+    # several slurmd per host: slurm_<nodename>
+    ("4:cpuset:/slurm_node1/uid_0/job_9/step_extern\n", JobRef("9", "extern")),
+    ("0::/system.slice/slurmstepd.scope/job_5\n", JobRef("5", None)),
+    ("0::/user.slice/user-1000.slice/session-3.scope\n", None),
+    ("0::/system.slice/gpuwatch.service\n", None),
+    ("", None),
+    ("garbage without colons /job_12\n", None),
+    ("0::/kubepods/burstable/podjob_1/x\n", None),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), CGROUPS)
+def test_the_job_of_a_cgroup(text: str, expected: JobRef | None) -> None:
+    assert job_of_cgroup(text) == expected
+
+
+MAPPINGS = [
+    ("123\n", ("123",)),  # DCGM: one job id per line
+    ("123\n456\n\n", ("123", "456")),
+    ("# written by prolog\n77_3\n", ("77_3",)),  # an array job's id
+    (json.dumps({"SLURM_JOB_ID": "742", "SLURM_JOB_USER": "alice", "SLURM_JOB_GPUS": "0,1",
+                 "SLURM_SCRIPT_CONTEXT": "prolog_slurmd"}), ("742",)),  # device-metrics-exporter
+    ('{"SLURM_JOB_ID": 9}', ("9",)),
+    ('{"SLURM_JOB_USER": "alice"}', ()),
+    ("{not json", ()),
+    ("", ()),
+    ("rm -rf /; echo\n", ()),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), MAPPINGS)
+def test_a_mapping_file(text: str, expected: tuple[str, ...]) -> None:
+    assert parse_mapping(text) == expected
+
+
+def test_mapping_dirs_by_gpu_index_first_directory_wins(tmp_path: Path) -> None:
+    dcgm, dme = tmp_path / "dcgm", tmp_path / "dme"
+    dcgm.mkdir()
+    dme.mkdir()
+    (dcgm / "1").write_text("55\n")
+    (dme / "0").write_text(json.dumps({"SLURM_JOB_ID": "742"}))
+    (dme / "1").write_text(json.dumps({"SLURM_JOB_ID": "999"}))
+    # the index is the GPU's place among the sorted slots, whatever order they come in
+    assert read_mappings([dcgm, dme, tmp_path / "missing"], [B, A]) == {A: ("742",), B: ("55",)}
+
+
+def test_attribution_fills_only_rows_without_a_cgroup_job_and_only_one_job_per_gpu() -> None:
+    rows = (GpuProcess(1, A, "x"), GpuProcess(2, A, "y", job_id="8"), GpuProcess(3, B, "z"))
+    got = attribute(rows, {A: ("742",), B: ("1", "2")})
+    assert [r.job_id for r in got] == ["742", "8", None]
+
+
+def test_the_monitor_reads_each_process_job_from_its_cgroup(tmp_path: Path) -> None:
+    proc = FakeProcTree(tmp_path / "proc")
+    for pid, cgroup in ((4242, "0::/system.slice/slurmstepd.scope/job_4711/step_0/user/task_0\n"),
+                        (1800, "0::/user.slice/user-1000.slice/session-2.scope\n")):
+        proc.add_process(pid, cmdline=["python3", "train.py"])
+        proc.set_fd(pid, 7, RENDER_NODE, amdgpu_fdinfo(pid, A, vram_bytes=4096))
+        (proc.root / str(pid) / "cgroup").write_text(cgroup)
+    proc.add_process(1900, cmdline=["a.out"])  # no cgroup file (a kernel without cgroups): no job
+    proc.set_fd(1900, 3, RENDER_NODE, amdgpu_fdinfo(1900, A))
+    rows, _ = ProcessMonitor(Procfs(proc.root), None, 30.0).sample({}, now=0.0)
+    assert {r.pid: r.job_id for r in rows} == {4242: "4711", 1800: None, 1900: None}
+
+
+def test_status_processes_shows_a_job_column_only_on_a_schedulers_node() -> None:
+    from gpuwatch.cli.process_table import render_processes
+
+    row = {"pid": 7, "gpu_id": A, "command": "python3 train.py", "user": "alice", "trainer": None, "state": "S",
+           "vram_bytes": 1024, "gtt_bytes": None, "engine_busy_ratio": 0.5, "kfd": False, "kfd_vram_bytes": None,
+           "kfd_cu_occupancy_ratio": None, "sampled_unix": 1.0, "job_id": None}
+    plain = render_processes({"processes": [row]})  # type: ignore[typeddict-item]
+    assert "JOB" not in plain
+    table = render_processes({"processes": [{**row, "job_id": "4711"}]})  # type: ignore[typeddict-item]
+    header, line = table.splitlines()[:2]
+    assert header.split()[-3:] == ["TRAINER", "JOB", "COMMAND"]
+    assert line[header.index("JOB"):].split()[0] == "4711"

@@ -1,0 +1,141 @@
+"""Issue 34 on a real Slurm (munged + slurmctld + slurmd, Debian's 22.05; tests/support/slurm.py), as root.
+
+* slurmd's HealthCheckProgram is `gpuwatch health --slurm`: a simulated GPU reset (the card stops answering,
+  the fan goes failsafe) drains the node with a ``gpuwatch:G0..`` reason after [health] drain_after_checks
+  checks; the card answering again resumes it after resume_after_checks; an admin's drain (``maint``) is
+  left alone however healthy the node is; a card held under its limit by a lowered cap (normal operation,
+  a Nagios WARNING) never drains the node.
+* A batch job's prolog writes the DCGM-style mapping file: the simulated GPU's process carries the job id
+  in /metrics while the job runs; the epilog's `gpuwatch receipt $SLURM_JOB_ID` prints its receipt.
+
+Not here yet (issue 33's attached runs, built on other branches): a job running `gpuwatch train` paused when
+hot, and the receipt against Prometheus' integrals (tests/cluster/test_receipt_promql.py covers the latter
+without Slurm).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import slurm
+from tests.support.processes import Processes
+from tests.support.stack import GPUWATCH, daemon_config, start_gpuwatch
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.skipif(bool(slurm.missing()), reason=slurm.missing() or "runs")
+SLOT = "0000:28:00.0"
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    with Processes(tmp_path / "logs") as started:
+        yield started
+
+
+def reason(cluster: slurm.Slurm) -> str | None:
+    found = re.search(r"^\s*Reason=(.*?)(?: \[[^]]*\])?$", cluster.show_node(), re.M)
+    return found.group(1) if found else None
+
+
+def drained(cluster: slurm.Slurm) -> bool:
+    state = re.search(r"State=(\S+)", cluster.show_node())
+    return state is not None and "DRAIN" in state.group(1)
+
+
+def checks_run(root: Path) -> int:
+    log = root / "health.log"
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def test_a_gpu_fault_drains_healing_resumes_an_admin_drain_stays(tmp_path: Path, processes: Processes) -> None:
+    config = tmp_path / "gpuwatch.toml"
+    config.write_text(daemon_config(tmp_path / "run", f'[simulate]\nenabled = true\ntree_dir = "{tmp_path / "tree"}"\n'
+                                    "[simulate.faults]\ngpu_reset_outage_s = 12.0\n"
+                                    "[health]\ndrain_after_checks = 2\nresume_after_checks = 2\n"))
+    daemon, _ = start_gpuwatch(processes, "gpuwatch", config)
+    root = tmp_path / "slurm"
+    check = slurm.python_command("health", "--slurm", "-c", str(config))
+    cluster = slurm.start_slurm(processes, root, health_check=f"{check} >> {root / 'health.log'} 2>&1", interval_s=2)
+    wait_for(lambda: checks_run(root) >= 2, "slurmd to run the health check", 60)
+    assert not drained(cluster), cluster.show_node()
+    assert "nothing to do" in (root / "health.log").read_text()
+
+    reset = subprocess.run([*GPUWATCH, "simulate-reset", "-c", str(config)], capture_output=True, text=True,
+                           timeout=60)
+    assert reset.returncode == 0, reset.stderr
+    wait_for(lambda: drained(cluster), "the node drained by gpuwatch", 90, detail=lambda: cluster.show_node())
+    why = reason(cluster)
+    assert why is not None and re.match(rf"gpuwatch:G0(06|10) {SLOT} ", why), cluster.show_node()
+    assert "drained " in (root / "health.log").read_text()
+    # The outage ends, the card answers: two healthy checks later the node is back.
+    wait_for(lambda: not drained(cluster), "the node resumed", 120, detail=lambda: cluster.show_node() + daemon.tail())
+    assert "resumed " in (root / "health.log").read_text()
+
+    cluster.scontrol("update", f"nodename={cluster.node}", "state=drain", "reason=maint: new PSU")
+    seen = checks_run(root)
+    wait_for(lambda: checks_run(root) >= seen + 4, "four more healthy checks", 60)
+    assert drained(cluster) and reason(cluster) == "maint: new PSU", cluster.show_node()
+    assert "left alone" in (root / "health.log").read_text()
+
+
+def test_a_jobs_process_carries_its_job_id_and_the_epilog_prints_its_receipt(tmp_path: Path,
+                                                                             processes: Processes) -> None:
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    config = tmp_path / "gpuwatch.toml"
+    config.write_text(daemon_config(tmp_path / "run", f'[simulate]\nenabled = true\ndesktop_client = true\n'
+                                    f'tree_dir = "{tmp_path / "tree"}"\n[health]\njob_mapping_dirs = ["{jobs}"]\n',
+                                    interval_s=0.25))
+    _, address = start_gpuwatch(processes, "gpuwatch", config)
+    root = tmp_path / "slurm"
+    receipt = slurm.python_command("receipt", "-c", str(config), "--json")
+    cluster = slurm.start_slurm(
+        processes, root,
+        # The prolog maps the job onto GPU index 0 (DCGM's form); the epilog takes the mapping away, then asks
+        # for the receipt (the daemon keeps it after the job's last tick).
+        prolog=f'echo "$SLURM_JOB_ID" > {jobs}/0',
+        epilog=f'rm -f {jobs}/0; sleep 1; {receipt} "$SLURM_JOB_ID" > {root}/receipt-$SLURM_JOB_ID.json 2>&1')
+
+    def metrics() -> str:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
+            return str(response.read().decode())
+
+    job = cluster.sbatch("-o", str(root / "job.out"), "--wrap", "sleep 8")
+    wait_for(lambda: f'gpuwatch_gpu_job_info{{gpu="{SLOT}",job_id="{job}"}} 1.0' in metrics(),
+             "the job's id in /metrics", 60)
+    assert f'gpuwatch_gpu_processes{{gpu="{SLOT}",job_id="{job}",scope="unsupervised"}} 1.0' in metrics()
+    out = root / f"receipt-{job}.json"
+    wait_for(lambda: out.exists() and out.read_text().strip(), "the epilog's receipt", 90)
+    doc = json.loads(out.read_text())
+    assert doc["job_id"] == job and doc["gpus"][0]["gpu_id"] == SLOT and doc["gpus"][0]["energy_j"] > 0
+    wait_for(lambda: "gpuwatch_gpu_job_info" not in metrics(), "the job's series gone after the epilog", 30)
+
+
+def test_a_governed_node_is_never_drained(tmp_path: Path, processes: Processes) -> None:
+    """A hot card held under its limit by a lowered power cap is gpuwatch doing its job: a note (Nagios
+    WARNING), never a drain."""
+    config = tmp_path / "gpuwatch.toml"
+    config.write_text(daemon_config(tmp_path / "run", f'[simulate]\nenabled = true\ntree_dir = "{tmp_path / "tree"}"\n'
+                                    "time_scale = 50.0\ncooling_scale = 0.4\n"
+                                    "[health]\ndrain_after_checks = 1\n", interval_s=0.25))
+    daemon, _ = start_gpuwatch(processes, "gpuwatch", config)
+    state = tmp_path / "run/state.json"
+    wait_for(lambda: "power capped" in " ".join(json.loads(state.read_text())["health"]["notes"]), "the cap governing",
+             90, ignore=(OSError, ValueError, KeyError, TypeError), detail=daemon.tail)
+    root = tmp_path / "slurm"
+    check = slurm.python_command("health", "--slurm", "-c", str(config))
+    cluster = slurm.start_slurm(processes, root, health_check=f"{check} >> {root / 'health.log'} 2>&1", interval_s=2)
+    wait_for(lambda: checks_run(root) >= 4, "four health checks", 60)
+    assert not drained(cluster), cluster.show_node()
+    lines = (root / "health.log").read_text().splitlines()
+    assert all("healthy check(s) in a row, nothing to do" in line for line in lines), lines
+    nagios = subprocess.run([*GPUWATCH, "health", "--format", "nagios", "-c", str(config)], capture_output=True,
+                            text=True, timeout=60)
+    assert nagios.returncode == 1 and nagios.stdout.startswith("GPUWATCH WARNING - gpuwatch: healthy ("), nagios.stdout
