@@ -6,9 +6,11 @@ temperature (crit minus a margin), since crit differs per board (SYSFS_FACTS.md 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpuwatch.config.cooling import ThermalConfig
+from gpuwatch.config.file import Config
 from gpuwatch.model import GpuReading, SensorLimit, Snapshot, TempReading
 
 
@@ -72,3 +74,21 @@ def _limit(configured: float | None, crit_c: float | None, margin_c: float) -> f
     if configured is not None:
         return configured
     return None if crit_c is None else crit_c - margin_c
+
+
+def thermals_on(config: Config, gpu_id: str) -> list[ThermalConfig]:
+    """[thermal] and the limits of every trainer on this GPU: the governor and the clock rung hold the strictest."""
+    base = config.thermal
+    return [base] + [t.thermal(base) for t in config.trainer if not t.gpus or gpu_id in t.gpus]
+
+
+def headroom_c(gpu: GpuReading, thermals: Iterable[ThermalConfig]) -> float | None:
+    """The smallest (pause limit - reading) over the GPU's sensors and every limit set that applies to
+    it ([thermal] and each trainer's on this GPU); None without a usable temperature."""
+    room = [
+        limit - temp.temp_c
+        for thermal in thermals
+        for temp in gpu.temps
+        if temp.temp_c is not None and (limit := sensor_limit_c(temp, thermal)) is not None
+    ]
+    return min(room, default=None)

@@ -12,6 +12,9 @@ from typing import Literal
 
 # Every layer imports its shared types from here; the states are written in states.py only to keep
 # each module under 300 lines.
+from gpuwatch.states import ClockBackendName as ClockBackendName
+from gpuwatch.states import ClockMode as ClockMode
+from gpuwatch.states import ClockState as ClockState
 from gpuwatch.states import DaemonInfo as DaemonInfo
 from gpuwatch.states import FanBackendName as FanBackendName
 from gpuwatch.states import FanMode as FanMode
@@ -297,6 +300,10 @@ class PublishedState:
     unmanaged: tuple[UnmanagedState, ...] = ()  # per GPU: processes not run under gpuwatch, stopped past crit
     health: NodeHealth | None = None  # the node's verdict (publish/verdict.py); None: not judged (a direct read)
     jobs: tuple[JobReceipt, ...] = ()  # the receipts of the jobs seen on the GPUs, the last [health] jobs_kept
+    clocks: tuple[ClockState, ...] = ()  # per GPU: the clock rung (issue 36)
+    # (gpu_id, rung) per GPU that is up: the highest rung of fan -> cap -> clock -> pause in use (publish.live.rung_of,
+    # which needs the tick's fan settings: computed when the state is built, daemon/published.py)
+    ladder_rungs: tuple[tuple[str, str], ...] = ()
 
     def limit_c(self, gpu_id: str, sensor: str) -> float | None:
         """The limit in force for one sensor; None when it has none."""

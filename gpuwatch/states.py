@@ -14,6 +14,9 @@ from typing import Literal
 FanBackendName = Literal["pwm1", "gpu_od", "none"]
 # Where the power governor sets a GPU's cap: amdgpu's hwmon power1_cap, or NVML's power management limit.
 PowerCapBackendName = Literal["hwmon", "nvml"]
+# How the clock ceiling is set (gpuwatch/clock/): amdgpu's overdrive table, a pp_dpm_sclk level mask, NVML's
+# locked clocks.
+ClockBackendName = Literal["od_table", "dpm_mask", "nvml"]
 
 
 class FanMode(str, Enum):
@@ -40,6 +43,17 @@ class PowerMode(str, Enum):
     UNAVAILABLE = "unavailable"  # no writable cap on this GPU (``PowerState.reason`` says why): pause only
     DRY_RUN = "dry-run"  # decisions are logged, nothing is written: pause only
     OFF = "off"  # power.mode = "off" for this GPU
+
+
+class ClockMode(str, Enum):
+    """What the clock-ceiling rung is doing for one GPU (docs/power.md, "The clock rung")."""
+
+    IDLE = "idle"  # no ceiling of ours in force
+    LIMITING = "limiting"  # a ceiling below the card's own maximum is in force
+    FLOOR = "floor"  # the ceiling is at its own floor: a card still over its limit is paused
+    UNAVAILABLE = "unavailable"  # no settable ceiling (``ClockState.reason`` says why): pause at the cap floor
+    DRY_RUN = "dry-run"  # decisions are logged, nothing is written
+    OFF = "off"  # power.clock = "off" for this GPU
 
 
 class TrainerPhase(str, Enum):
@@ -96,6 +110,25 @@ class PowerState:
     throughput_kept_ratio: float | None = None  # estimate: (cap / original) ** (1/3) while the cap binds
     writes_total: int = 0
     write_errors_total: int = 0
+    reason: str | None = None  # why unavailable, or what the last write did wrong
+
+
+@dataclass(frozen=True)
+class ClockState:
+    """What the clock-ceiling rung decided and observed for one GPU this tick (MHz throughout)."""
+
+    gpu_id: str
+    mode: ClockMode
+    backend: ClockBackendName | None = None
+    ceiling_mhz: float | None = None  # the ceiling of ours in force, as read back (None: none of ours)
+    target_ceiling_mhz: float | None = None  # the one the law wants (what dry-run would write)
+    original_mhz: float | None = None  # the card's own maximum found at start; restored on exit
+    floor_mhz: float | None = None  # the lowest ceiling it sets; still hot there: pause
+    pause_allowed: bool = True  # False while it holds a hot card above its floor: the supervisor waits
+    limited_seconds_total: float = 0.0  # time with a ceiling of ours in force
+    writes_total: int = 0
+    write_errors_total: int = 0
+    resets_total: int = 0  # our ceiling found gone (a GPU reset, another tool) and taken again
     reason: str | None = None  # why unavailable, or what the last write did wrong
 
 

@@ -115,6 +115,21 @@ ROWS: list[tuple[str, list[Panel]]] = [
              "{{host}} {{gpu}} write errors")],
          {}),
     ]),
+    ("Clock ceiling (the cap at its floor, then the clock, then pause)", [
+        ("Ladder rung in use, clock rung state", "state-timeline", "none", [
+            (f'gpuwatch_ladder_rung{{{G}}} == 1', "{{host}} {{gpu}} rung {{rung}}"),
+            (f'gpuwatch_clock_state{{{G}}} == 1', "{{host}} {{gpu}} clock {{state}}")],
+         {"mappings": {"1": ("active", "blue")}}),
+        ("Shader clock: ceiling in force, its floor, the clock", "timeseries", "none", [
+            (f'gpuwatch_clock_ceiling_mhz{{{G}}}', "{{host}} {{gpu}} ceiling (MHz)"),
+            (f'gpuwatch_clock_ceiling_floor_mhz{{{G}}}', "{{host}} {{gpu}} floor (MHz)"),
+            (f'gpuwatch_gpu_clock_hertz{{{G},clock="sclk"}} / 1e6', "{{host}} {{gpu}} sclk (MHz)")], {}),
+        ("Share of time clock-limited, ceiling writes and resets", "timeseries", "short", [
+            (f'rate(gpuwatch_clock_limited_seconds_total{{{G}}}[$__rate_interval])', "{{host}} {{gpu}} time limited"),
+            (f'increase(gpuwatch_clock_ceiling_writes_total{{{G}}}[$__rate_interval])', "{{host}} {{gpu}} writes"),
+            (f'increase(gpuwatch_clock_ceiling_resets_total{{{G}}}[$__rate_interval])',
+             "{{host}} {{gpu}} taken again after a reset")], {}),
+    ]),
     ("Power, load and memory", [
         ("Power vs cap", "timeseries", "watt", [
             (f'gpuwatch_gpu_power_watts{{{G}}}', "{{host}} {{gpu}}"),
@@ -298,7 +313,8 @@ def dashboard() -> dict[str, Any]:
         y += line_h
     return {
         "title": "gpuwatch", "uid": "gpuwatch", "tags": ["gpuwatch", "gpu", "amdgpu"],
-        "description": "GPU health, fan controller, power governor and training supervisor (gpuwatch). docs/metrics.md",
+        "description": "GPU health, fan controller, power governor, clock ceiling and training supervisor (gpuwatch). "
+                       "docs/metrics.md",
         "schemaVersion": 39, "version": 1, "editable": True, "graphTooltip": 1,
         "time": {"from": "now-6h", "to": "now"}, "refresh": "30s", "timezone": "",
         "templating": {"list": [

@@ -136,7 +136,7 @@ def test_restore_all_gives_back_every_actuators_records(tmp_path: Path) -> None:
 
 def test_every_kind_has_its_own_file() -> None:
     names = [kind.name for kind in actuator_kinds(parse_config({}))]
-    assert names == ["fan", "power"] and len(set(names)) == len(names)
+    assert names == ["fan", "power", "clock"] and len(set(names)) == len(names)
 
 
 def test_restore_file_path_is_per_actuator(tmp_path: Path) -> None:

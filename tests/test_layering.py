@@ -44,18 +44,22 @@ ALLOWED: dict[str, set[str]] = {
     "fan": {"model", "sysfs", "config", "actuation", "deadline", "gpus"},
     # act on power caps (gpus: locate cards, NVML bus ids; limits: the headroom it holds)
     "power": {"model", "sysfs", "config", "limits", "actuation", "deadline", "gpus"},
+    # act on the clock ceiling (gpus: locate cards, NVML bus ids; limits: the headroom it holds)
+    "clock": {"model", "sysfs", "config", "limits", "actuation", "deadline", "gpus"},
     "supervise": {"model", "config", "limits", "heartbeat", "attach"},  # act on trainers; FanState only via model
     "publish": {"model", "config", "limits"},  # report: never hardware (no sysfs, gpus, fan, supervise)
-    "sim": {"model", "config", "gpus", "fan.curve"},  # plays the kernel; borrows the pure interpolation
-    "daemon": {"__init__", *LEAVES, "gpus", "procs", "resets", "fan", "power", "supervise", "publish", "sim"},  # wire
-    "cli": {"__init__", *LEAVES, "gpus", "procs", "resets", "fan", "power", "supervise", "publish", "sim", "daemon",
-            "train.argv"},  # face
+    # plays the kernel (sysfs: the clock files' writes, sim/kernel.py); borrows the pure interpolation
+    "sim": {"model", "config", "gpus", "sysfs", "fan.curve"},
+    "daemon": {"__init__", *LEAVES, "gpus", "procs", "resets", "fan", "power", "clock", "supervise", "publish",
+               "sim"},  # wire
+    "cli": {"__init__", *LEAVES, "gpus", "procs", "resets", "fan", "power", "clock", "supervise", "publish", "sim",
+            "daemon", "train.argv"},  # face
     "train": {"heartbeat"},  # the optional torch extra
     "launch": {"train"},  # `python -m gpuwatch.launch`: a shim into train.launch
     "__main__": {"cli"},
 }
 # Packages on one floor: none may import another.
-FLOORS = [{"fan", "power", "supervise", "publish"}]
+FLOORS = [{"fan", "power", "clock", "supervise", "publish"}]
 TORCH_FREE_TRAIN = {"gpuwatch.train", "gpuwatch.train.argv"}
 
 

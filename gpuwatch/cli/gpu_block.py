@@ -65,7 +65,30 @@ def _control_lines(gpu: GpuDoc, paint: Paint) -> list[str]:
     power = gpu.get("power_governor")
     if power and power.get("mode") == "unavailable":
         lines.append("  govern " + paint(f"power cap not governed: {power.get('reason') or NA}", YELLOW))
+    clock = _clock_line(gpu, paint)
+    if clock:
+        lines.append(clock)
     return lines
+
+
+def _clock_line(gpu: GpuDoc, paint: Paint) -> str | None:
+    """The clock rung (issue 36) while it holds a ceiling (or would, in dry-run); why it cannot act only where
+    it would have to (the cap at its floor): ``clock  ceiling 2300/2500 MHz, floor 1500 MHz``."""
+    clock = gpu.get("clock_ceiling")
+    if not clock:
+        return None
+    mode = clock.get("mode")
+    floor = f", floor {num(clock.get('floor_mhz'), 'MHz')}"
+    if mode in ("limiting", "floor"):
+        held = clock.get("ceiling_mhz")
+        text = f"ceiling {NA if held is None else f'{held:.0f}'}/{num(clock.get('original_mhz'), 'MHz')}{floor}"
+        return "  clock  " + paint(text + (" (at its floor: pause allowed)" if mode == "floor" else ""), YELLOW)
+    if mode == "dry-run" and clock.get("target_ceiling_mhz") is not None:
+        return f"  clock  dry-run: would set {num(clock.get('target_ceiling_mhz'), 'MHz')}{floor}"
+    power = gpu.get("power_governor")
+    if mode == "unavailable" and power and power.get("mode") == "floor":
+        return "  clock  " + paint(f"clock ceiling not governed: {clock.get('reason') or NA}", YELLOW)
+    return None
 
 
 def _error_lines(gpu: GpuDoc, paint: Paint) -> list[str]:

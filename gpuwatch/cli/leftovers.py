@@ -17,7 +17,8 @@ from gpuwatch.actuation import restore_file_path
 from gpuwatch.publish.schema import StatusDocument
 
 # What each actuator's restore file holds, in words (its name is ``restore_file_path``'s).
-WHAT = {"fan": "a fan taken from the firmware", "power": "a lowered power cap"}
+WHAT = {"fan": "a fan taken from the firmware", "power": "a lowered power cap",
+        "clock": "a lowered shader clock ceiling"}
 
 
 def leftovers(doc: StatusDocument, runtime_dir: Path) -> list[str]:

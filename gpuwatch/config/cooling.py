@@ -120,6 +120,7 @@ class FanConfig(Strict):
 
 
 PowerConfigMode = Literal["govern", "dry-run", "off"]  # what the power-cap governor may do
+ClockConfigMode = Literal["govern", "dry-run", "off"]  # what the clock rung may do (docs/power.md)
 
 
 class PowerCapSettings(Strict):
@@ -134,6 +135,8 @@ class PowerCapSettings(Strict):
     raise_percent_per_s: float | None = Field(default=None, gt=0, le=100)
     release_after_s: float | None = Field(default=None, ge=0, le=86400)
     idle_restore_after_s: float | None = Field(default=None, ge=0, le=86400)
+    clock: ClockConfigMode | None = None
+    clock_floor_percent: float | None = Field(default=None, ge=20, le=100)
 
 
 class PowerConfig(Strict):
@@ -168,6 +171,13 @@ class PowerConfig(Strict):
     # The supervisor's safety net: while the governor holds a hot GPU above its floor cap, a trainer is
     # paused only after the limit has been exceeded this long (a firmware that ignores the cap).
     pause_backstop_s: float = Field(default=60.0, ge=0, le=3600)
+    # The clock rung above the cap (fan -> cap -> clock -> pause): govern lowers the shader clock's ceiling
+    # once the cap is at its floor and the card is still over its set point (default: like the cap, it acts
+    # only where the alternative is a pause and is restored on every exit path); dry-run logs; off: never.
+    clock: ClockConfigMode = "govern"
+    # Never below this share of the card's maximum shader clock: there the ceiling costs as much speed as
+    # the pause cycles it replaces (docs/power.md).
+    clock_floor_percent: float = Field(default=60.0, ge=20, le=100)
     gpus: dict[PciSlot, PowerCapSettings] = Field(default_factory=dict)
 
     @field_validator("gpus", mode="before")

@@ -105,6 +105,9 @@ class SimulateConfig(Strict):
     fan1_input: bool = True
     # An unsupervised desktop client (a compositor) on the first card, for `gpuwatch status --processes`.
     desktop_client: bool = False
+    # The simulated card: "rx5600xt" (cap floor 50 %) or "navi31", a Navi 31-like card whose cap floor is 90 %
+    # and whose shader clock ceiling is set through the overdrive table (gpuwatch/sim/navi31.py, issue 36).
+    card: Literal["rx5600xt", "navi31"] = "rx5600xt"
     faults: SimulatedFaultsConfig = SimulatedFaultsConfig()
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpuwatch.actuation import Actuator, ActuatorKind, Handback
+from gpuwatch.clock import restore as clock_restore
 from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import REAL_SYSFS_ROOT, Config
 from gpuwatch.daemon.control import Handler
@@ -33,7 +34,7 @@ from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.amdgpuinfo import AmdgpuInfo, WithAmdgpuInfo
 from gpuwatch.gpus.nvml import NvmlSource, NvmlUnavailable
 from gpuwatch.gpus.source import GpuSource
-from gpuwatch.model import FanState, PowerState, PublishedState, Snapshot, TrainerState, UnmanagedState
+from gpuwatch.model import ClockState, FanState, PowerState, PublishedState, Snapshot, TrainerState, UnmanagedState
 from gpuwatch.power import restore as power_restore
 from gpuwatch.procfs import Procfs
 from gpuwatch.procs.monitor import ProcessMonitor
@@ -41,6 +42,8 @@ from gpuwatch.resets.devcoredump import DevCoredumps
 from gpuwatch.resets.uevent import UeventFeed, open_uevents
 from gpuwatch.resets.watch import ResetWatch
 from gpuwatch.sim.cards import SimulatedGpus
+from gpuwatch.sim.kernel import KernelSysfs
+from gpuwatch.sim.profiles import PROFILES
 from gpuwatch.sim.start import SimulatedSource, start_simulator
 from gpuwatch.sysfs import Sysfs
 
@@ -61,10 +64,16 @@ class PowerConsumer(Protocol):
     def restore(self) -> None: ...
 
 
+class ClockConsumer(Protocol):
+    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
+             config: Config) -> tuple[ClockState, ...]: ...
+    def restore(self) -> None: ...
+
+
 class TrainerConsumer(Protocol):
     def start(self) -> None: ...  # once, on the daemon's main thread, before the first tick
     def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
-             config: Config) -> tuple[TrainerState, ...]: ...
+             config: Config, clocks: tuple[ClockState, ...] = ()) -> tuple[TrainerState, ...]: ...
     def command(self, verb: str, name: str | None) -> tuple[bool, str]: ...  # the control socket's commands
     def trees(self) -> dict[str, list[int]]: ...  # each trainer's process tree (the process scan's input)
     def stop(self) -> None: ...
@@ -89,6 +98,7 @@ class Parts:
     gpu_use: GpuUseWatch | None = None  # processes per GPU and resets, added to each tick's snapshot
     control: Handler | None = None  # the control socket's commands (default: the supervisor's)
     unmanaged: UnmanagedConsumer | None = None  # [unmanaged]: processes not run under gpuwatch, past crit
+    clock: ClockConsumer | None = None  # the clock ceiling, the rung between the cap's floor and the pause
 
 
 def build(config: Config) -> tuple[Config, Parts]:
@@ -100,15 +110,16 @@ def build(config: Config) -> tuple[Config, Parts]:
         simulator = start_simulator(config)
     config = config.with_effective_sysfs()
     if simulator is not None:
-        log.info("simulating %d RX 5600 XT card(s) in %s (time x%g)", config.simulate.gpus,
-                 simulator.root, config.simulate.time_scale)
+        log.info("simulating %d %s card(s) in %s (time x%g)", config.simulate.gpus,
+                 PROFILES[config.simulate.card].name, simulator.root, config.simulate.time_scale)
     amdgpu = amdgpu_source(config)
     sources = build_sources(config, amdgpu=amdgpu)
     parts = Parts(sources=sources, fans=build_fans(config, amdgpu), trainers=build_supervisor(config),
                   gpu_use=build_gpu_use(config, simulator.take_uevents if simulator is not None else None,
                                         amdgpu.rediscover if amdgpu is not None else None),
                   power=build_power(config, amdgpu, sources, simulator),
-                  unmanaged=UnmanagedProcesses(Procfs(config.proc_root), config.resolved_runtime_dir))
+                  unmanaged=UnmanagedProcesses(Procfs(config.proc_root), config.resolved_runtime_dir),
+                  clock=build_clock(config, amdgpu, sources, simulator))
     if simulator is not None:
         parts.sources = [SimulatedSource(simulator, source) for source in parts.sources]
         parts.on_tick.append(simulator.observe)
@@ -220,6 +231,22 @@ def build_power(config: Config, amdgpu: AmdgpuSource | None, sources: list[GpuSo
                            deadline_s=config.sysfs_deadline_s)
 
 
+def build_clock(config: Config, amdgpu: AmdgpuSource | None, sources: list[GpuSource],
+                simulator: SimulatedGpus | None = None) -> ClockConsumer:
+    """The clock-ceiling rung for every GPU the sources read, built like the governor (``power.clock = "off"``
+    too: it publishes that, and gives back a ceiling a killed daemon left); simulating, on the simulated clock."""
+    from gpuwatch.clock.controller import ClockController
+
+    nvml = next((source.nvml for source in sources if isinstance(source, NvmlSource)), None)
+    clock = (lambda: simulator.sim_time_s) if simulator is not None else time.monotonic
+    # Simulating, the clock files are written through the simulated kernel (sim/kernel.py: the OD edit and
+    # commit, the mask), which a plain file cannot play.
+    sysfs = simulator.kernel if simulator is not None else Sysfs(config.sysfs_root)
+    return ClockController(sysfs, config.resolved_runtime_dir,
+                           locate=amdgpu.locate if amdgpu is not None else _nowhere, nvml=nvml, clock=clock,
+                           deadline_s=config.sysfs_deadline_s)
+
+
 def build_supervisor(config: Config) -> TrainerConsumer:
     """The training supervisor for the configured `[[trainer]]`s; built with none too, so that a reload
     adding the first `[[trainer]]` starts it (reload.LIVE_KEYS) and a start finds an earlier daemon's
@@ -233,16 +260,19 @@ def actuator_kinds(config: Config) -> tuple[ActuatorKind, ...]:
     """Every actuator gpuwatch drives, as `gpuwatch restore` knows it: adding an actuator is one line here
     (and its module: its records, ``kind`` and the controller that holds an Actuator of it)."""
     sysfs = Sysfs(config.sysfs_root)
+    # A simulated tree's clock files are played by the simulated kernel (the OD edit and commit).
+    clock_sysfs = KernelSysfs(config.sysfs_root) if config.simulating else sysfs
     return (
         fan_restore.kind(sysfs),
         power_restore.kind(sysfs, _load_nvml),
+        clock_restore.kind(clock_sysfs, _load_nvml),
     )
 
 
 def restore_all(config: Config) -> Handback:
     """Every record any actuator left in ``config``'s runtime directory given back (`gpuwatch restore`,
     systemd's ExecStopPost, so after a SIGKILL or a watchdog kill too): each GPU on its own worker
-    within ``sysfs_deadline_s``, in the order of ``actuator_kinds`` (fans before caps, as at shutdown)."""
+    within ``sysfs_deadline_s``, in the order of ``actuator_kinds`` (fans, caps, clocks, as at shutdown)."""
     result = Handback()
     for kind in actuator_kinds(config):
         part = Actuator(kind, config.resolved_runtime_dir, config.sysfs_deadline_s).restore_all(without_records=True)

@@ -43,7 +43,7 @@ from gpuwatch.daemon.reload import plan_reload
 from gpuwatch.daemon.sdnotify import Notifier
 from gpuwatch.daemon.wakeup import Flag, Signals, Wakeup
 from gpuwatch.gpus.sampler import Sampler
-from gpuwatch.model import DaemonInfo, FanState, PowerState, PublishedState, TrainerState, UnmanagedState
+from gpuwatch.model import ClockState, DaemonInfo, FanState, PowerState, PublishedState, TrainerState, UnmanagedState
 from gpuwatch.publish.document import to_document
 from gpuwatch.publish.http import HttpServer
 from gpuwatch.publish.live_feed import LiveFeed
@@ -116,6 +116,7 @@ class Daemon:
                                    snapshot)
         fans: tuple[FanState, ...] = ()
         powers: tuple[PowerState, ...] = ()
+        clocks: tuple[ClockState, ...] = ()
         trainers: tuple[TrainerState, ...] = ()
         fan_part, power_part, trainer_part = self.parts.fans, self.parts.power, self.parts.trainers
         if fan_part is not None:
@@ -124,8 +125,13 @@ class Daemon:
             # After the fans (it needs to know whether they can still rise), before the trainers (they
             # pause only where the governor cannot hold the limit).
             powers = self._guard("power governor", lambda: power_part.tick(snapshot, fans, config), ())
+        clock_part = self.parts.clock
+        if clock_part is not None:
+            # After the caps (it acts only once the cap is at its floor), before the trainers (they pause only
+            # where the clock is at its own floor too).
+            clocks = self._guard("clock ceiling", lambda: clock_part.tick(snapshot, fans, powers, config), ())
         if trainer_part is not None:
-            trainers = self._guard("supervisor", lambda: trainer_part.tick(snapshot, fans, powers, config), ())
+            trainers = self._guard("supervisor", lambda: trainer_part.tick(snapshot, fans, powers, config, clocks), ())
         unmanaged_part = self.parts.unmanaged  # the last rung, after the trainers: processes not run under gpuwatch
         unmanaged: tuple[UnmanagedState, ...] = () if unmanaged_part is None else self._guard(
             "unmanaged processes", lambda: unmanaged_part.tick(snapshot, fans, powers, config), ())
@@ -136,7 +142,7 @@ class Daemon:
         daemon = DaemonInfo(pid=os.getpid(), version=__version__, started_unix=self.started_unix,
                             ticks_total=self.ticks_total, interval_s=config.interval_s,
                             failures=failures + (("config: " + "; ".join(absent),) if absent else ()))
-        state = replace(published_state(snapshot, daemon, fans, powers, trainers, self.read_errors, config),
+        state = replace(published_state(snapshot, daemon, fans, powers, trainers, self.read_errors, config, clocks),
                         unmanaged=unmanaged)
         state = self._guard("health verdict", partial(self.node.observe, state, config), state)
         document = to_document(state, source="daemon")
@@ -276,6 +282,8 @@ class Daemon:
             self._guard("fan restore", self.parts.fans.restore, None)
         if self.parts.power is not None:
             self._guard("power cap restore", self.parts.power.restore, None)
+        if self.parts.clock is not None:
+            self._guard("clock ceiling restore", self.parts.clock.restore, None)
         if self.parts.gpu_use is not None:
             self._guard("uevent socket close", self.parts.gpu_use.close, None)
         try:

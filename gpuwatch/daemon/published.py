@@ -6,24 +6,29 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from dataclasses import replace
 
 from gpuwatch.config.file import Config
 from gpuwatch.limits import limits_in_force
-from gpuwatch.model import DaemonInfo, FanState, PowerState, PublishedState, Snapshot, TrainerState
+from gpuwatch.model import ClockState, DaemonInfo, FanState, PowerState, PublishedState, Snapshot, TrainerState
+from gpuwatch.publish.live import rung_of
 
 log = logging.getLogger("gpuwatch")
 
 
 def published_state(snapshot: Snapshot, daemon: DaemonInfo, fans: tuple[FanState, ...],
                     powers: tuple[PowerState, ...], trainers: tuple[TrainerState, ...],
-                    read_errors: Counter[tuple[str, str]], config: Config) -> PublishedState:
+                    read_errors: Counter[tuple[str, str]], config: Config,
+                    clocks: tuple[ClockState, ...] = ()) -> PublishedState:
     """The tick's state as /metrics, /status and the state file read it; the limits from ``config`` (the
     tick's own configuration: a reload shows from the next tick on)."""
-    return PublishedState(
+    state = PublishedState(
         snapshot=snapshot, daemon=daemon, fans=fans, trainers=trainers, powers=powers,
         read_errors_total=tuple((gpu, sensor, n) for (gpu, sensor), n in sorted(read_errors.items())),
-        limits_c=limits_in_force(snapshot, config.thermal),
+        limits_c=limits_in_force(snapshot, config.thermal), clocks=clocks,
     )
+    return replace(state, ladder_rungs=tuple((gpu.gpu_id, rung_of(state, gpu.gpu_id, config.fan.for_gpu(gpu.gpu_id)))
+                                             for gpu in snapshot.gpus if gpu.up))
 
 
 def count_read_errors(totals: Counter[tuple[str, str]], snapshot: Snapshot) -> None:

@@ -7,31 +7,12 @@ ticks and does the I/O. The control law itself is governor.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from gpuwatch.config.cooling import ThermalConfig
-from gpuwatch.config.file import Config
-from gpuwatch.limits import sensor_limit_c
-from gpuwatch.model import FanState, GpuReading
+# The limits that apply to a GPU and the headroom under them live in gpuwatch.limits (one home: the clock rung
+# holds the same headroom); re-exported here, where the governor's callers find them.
+from gpuwatch.limits import headroom_c as headroom_c
+from gpuwatch.limits import thermals_on as thermals_on
+from gpuwatch.model import FanState
 from gpuwatch.power.governor import BOUND_TOLERANCE_RATIO
-
-
-def thermals_on(config: Config, gpu_id: str) -> list[ThermalConfig]:
-    """[thermal] and the limits of every trainer on this GPU: the governor holds the strictest."""
-    base = config.thermal
-    return [base] + [t.thermal(base) for t in config.trainer if not t.gpus or gpu_id in t.gpus]
-
-
-def headroom_c(gpu: GpuReading, thermals: Iterable[ThermalConfig]) -> float | None:
-    """The smallest (pause limit - reading) over the GPU's sensors and every limit set that applies to
-    it ([thermal] and each trainer's on this GPU); None without a usable temperature."""
-    room = [
-        limit - temp.temp_c
-        for thermal in thermals
-        for temp in gpu.temps
-        if temp.temp_c is not None and (limit := sensor_limit_c(temp, thermal)) is not None
-    ]
-    return min(room, default=None)
 
 
 def fan_can_rise(fan: FanState | None) -> bool:

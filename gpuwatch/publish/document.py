@@ -15,6 +15,7 @@ from gpuwatch.model import GpuReading, GpuResetState, JobReceipt, NodeHealth, Pu
 from gpuwatch.publish.health_codes import fault_line
 from gpuwatch.publish.schema import (
     SCHEMA_VERSION,
+    ClockCeilingDoc,
     FanControllerDoc,
     GpuDoc,
     GpuResetDoc,
@@ -34,6 +35,7 @@ _FLAT_SKIP = {"temps", "errors", "throttled_s", "sources"}
 def to_document(state: PublishedState, source: Source) -> StatusDocument:
     fans = {fan.gpu_id: fan for fan in state.fans}
     powers = {power.gpu_id: power for power in state.powers}
+    clocks = {clock.gpu_id: clock for clock in state.clocks}
     snapshot = state.snapshot
     resets = {r.gpu_id: r for r in snapshot.resets}
     unmanaged = {u.gpu_id: u for u in state.unmanaged}
@@ -47,7 +49,8 @@ def to_document(state: PublishedState, source: Source) -> StatusDocument:
             _gpu(state, gpu, None if gpu.gpu_id not in fans else _plain(asdict(fans[gpu.gpu_id])),
                  None if gpu.gpu_id not in powers else _plain(asdict(powers[gpu.gpu_id])),
                  None if gpu.gpu_id not in resets else _reset(resets[gpu.gpu_id]),
-                 None if gpu.gpu_id not in unmanaged else _unmanaged(unmanaged[gpu.gpu_id]))
+                 None if gpu.gpu_id not in unmanaged else _unmanaged(unmanaged[gpu.gpu_id]),
+                 None if gpu.gpu_id not in clocks else _plain(asdict(clocks[gpu.gpu_id])))
             for gpu in snapshot.gpus
         ],
         "unsupported": [cast(UnsupportedDoc, asdict(card)) for card in snapshot.unsupported],
@@ -85,7 +88,8 @@ def _unmanaged(state: UnmanagedState) -> UnmanagedDoc:
 
 
 def _gpu(state: PublishedState, gpu: GpuReading, fan: FanControllerDoc | None, power: PowerGovernorDoc | None,
-         reset: GpuResetDoc | None, unmanaged: UnmanagedDoc | None = None) -> GpuDoc:
+         reset: GpuResetDoc | None, unmanaged: UnmanagedDoc | None = None,
+         clock: ClockCeilingDoc | None = None) -> GpuDoc:
     doc: dict[str, Any] = {f.name: getattr(gpu, f.name) for f in fields(gpu) if f.name not in _FLAT_SKIP}
     temperatures: dict[str, TemperatureDoc] = {
         t.label: {
@@ -107,6 +111,7 @@ def _gpu(state: PublishedState, gpu: GpuReading, fan: FanControllerDoc | None, p
     doc["over_limit"] = [label for label, t in temperatures.items() if over_limit(t["temp_c"], t["limit_c"])]
     doc["fan_controller"] = fan
     doc["power_governor"] = power
+    doc["clock_ceiling"] = clock
     doc["errors"] = [asdict(e) for e in gpu.errors]
     doc["reset"] = reset
     doc["unmanaged"] = unmanaged

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from gpuwatch.config.cooling import FanConfig
 from gpuwatch.model import (
+    ClockMode,
     FanMode,
     FanState,
     GpuReading,
@@ -24,8 +25,7 @@ from gpuwatch.model import (
     TrainerState,
 )
 
-# The escalation ladder, lowest first (docs/power.md): more air, a lower power cap, a clock ceiling
-# (branch clock adds its state; until then the rung is never "clock"), then the pause.
+# The escalation ladder, lowest first (docs/power.md): more air, a lower power cap, a clock ceiling, then the pause.
 Rung = Literal["none", "fan", "cap", "clock", "pause"]
 RUNGS: tuple[Rung, ...] = ("none", "fan", "cap", "clock", "pause")
 HELD_PHASES = (TrainerPhase.PAUSING, TrainerPhase.PAUSED)
@@ -51,6 +51,17 @@ def ladder_rung(fan: FanState | None, fan_floor_percent: float, power: PowerStat
     return "none"
 
 
+def rung_of(state: PublishedState, gpu_id: str, fan_config: FanConfig) -> Rung:
+    """``ladder_rung`` of one GPU of ``state`` under its own fan settings (``fan_config``: already for_gpu):
+    the live page and ``gpuwatch_ladder_rung`` (daemon/published.py) alike."""
+    curve = [[float(t), float(s)] for t, s in fan_config.curve]
+    floor_percent = max(fan_config.floor_percent, curve[0][1] if curve else 0.0)
+    held = any(t.phase in HELD_PHASES and gpu_id in (t.gpus or t.gpus_used) for t in state.trainers)
+    clock = any(c.gpu_id == gpu_id and c.mode in (ClockMode.LIMITING, ClockMode.FLOOR) for c in state.clocks)
+    return ladder_rung(next((f for f in state.fans if f.gpu_id == gpu_id), None), floor_percent,
+                       next((p for p in state.powers if p.gpu_id == gpu_id), None), held, clock)
+
+
 def summary(state: PublishedState, fan_config: FanConfig) -> Summary:
     """The tick's summary; ``fan_config`` gives each GPU's curve (the tick's own configuration)."""
     fans = {f.gpu_id: f for f in state.fans}
@@ -73,8 +84,6 @@ def summary(state: PublishedState, fan_config: FanConfig) -> Summary:
 def _gpu(state: PublishedState, gpu: GpuReading, fan: FanState | None, power: PowerState | None,
          reset: GpuResetState | None, fan_config: FanConfig) -> Summary:
     curve = [[float(t), float(s)] for t, s in fan_config.curve]
-    floor_percent = max(fan_config.floor_percent, curve[0][1] if curve else 0.0)
-    held = any(t.phase in HELD_PHASES and gpu.gpu_id in (t.gpus or t.gpus_used) for t in state.trainers)
     return {
         "id": gpu.gpu_id,
         "name": gpu.name or gpu.device_id or gpu.card,
@@ -83,7 +92,7 @@ def _gpu(state: PublishedState, gpu: GpuReading, fan: FanState | None, power: Po
                    "crit_c": _r(t.crit_c, 0)} for t in gpu.temps],
         "fan": _fan(gpu, fan, curve),
         "power": _power(gpu, power),
-        "rung": ladder_rung(fan, floor_percent, power, held),
+        "rung": rung_of(state, gpu.gpu_id, fan_config),
         "busy_pct": _pct(gpu.gpu_busy_ratio),
         "vram_used_bytes": gpu.vram_used_bytes,
         "vram_total_bytes": gpu.vram_total_bytes,

@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 
 from gpuwatch.limits import over_limit
 from gpuwatch.model import GpuReading, PublishedState
+from gpuwatch.publish.clock_metrics import clock_families
 from gpuwatch.publish.control_metrics import fan_families, power_families, trainer_families
 from gpuwatch.publish.families import GpuGauge, counter, gauge, gpu_gauges
 from gpuwatch.publish.health_metrics import health
@@ -96,7 +97,7 @@ def render(state: PublishedState) -> list[Metric]:
         ("power", lambda: power_families(state)), ("resets", lambda: reset_families(state)),
         ("processes", lambda: process_families(state)),
         ("unmanaged", lambda: unmanaged_families(state)),
-        ("health", lambda: node_families(state)),
+        ("health", lambda: node_families(state)), ("clock", lambda: clock_families(state)),
     )
     families: list[Metric] = []
     dropped: dict[str, int] = {}

@@ -57,6 +57,22 @@ class PowerGovernorDoc(TypedDict):  # model.PowerState
     reason: str | None
 
 
+class ClockCeilingDoc(TypedDict):  # model.ClockState
+    gpu_id: str
+    mode: str
+    backend: str | None
+    ceiling_mhz: float | None
+    target_ceiling_mhz: float | None
+    original_mhz: float | None
+    floor_mhz: float | None
+    pause_allowed: bool
+    limited_seconds_total: float
+    writes_total: int
+    write_errors_total: int
+    resets_total: int
+    reason: str | None
+
+
 class ErrorDoc(TypedDict):
     sensor: str
     error: str
@@ -177,6 +193,7 @@ class GpuDoc(TypedDict):  # model.GpuReading without temps/errors, plus what is 
     over_limit: list[str]
     fan_controller: FanControllerDoc | None
     power_governor: PowerGovernorDoc | None
+    clock_ceiling: ClockCeilingDoc | None  # the clock rung (issue 36); None: no clock controller
     errors: list[ErrorDoc]
     reset: GpuResetDoc | None  # None: reset detection is off (or not an amdgpu GPU)
     unmanaged: UnmanagedDoc | None  # None: no daemon ([unmanaged], docs/supervisor.md)

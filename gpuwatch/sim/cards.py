@@ -29,9 +29,11 @@ from pathlib import Path
 from gpuwatch.model import PublishedState, TrainerPhase, TrainerState
 from gpuwatch.sim import navi10
 from gpuwatch.sim.clients import SimulatedClients
-from gpuwatch.sim.driver import SimCard, fan_duty, power_cap_w, write_outputs
+from gpuwatch.sim.driver import SimCard, clock_ratio, fan_duty, power_cap_w, write_outputs
 from gpuwatch.sim.faults import SimFaults, apply_faults, arm, schedule
+from gpuwatch.sim.kernel import KernelSysfs
 from gpuwatch.sim.physics import ThermalInputs, ThermalParams, idle_state, step
+from gpuwatch.sim.profiles import PROFILES
 from gpuwatch.sim.resets import SimulatedResets
 from gpuwatch.sim.tree import FakeSysfsTree
 
@@ -63,6 +65,7 @@ class SimulatedGpus:
     proc_root: Path | None = None  # the fake /proc; default: beside the tree, "<root>-proc"
     cards: list[SimCard] = field(default_factory=list)
     sim_time_s: float = 0.0
+    card: str = "rx5600xt"  # the profile (sim/profiles.py): the RX 5600 XT or the Navi 31-like card
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -70,16 +73,20 @@ class SimulatedGpus:
         _prepare_dir(self.root)
         _prepare_dir(self.proc_root)
         tree = FakeSysfsTree(self.root)
+        profile = PROFILES[self.card]
+        # The kernel's side of the clock files (sim/kernel.py): the clock rung writes through it.
+        self.kernel = KernelSysfs(self.root)
         for index in range(self.count):
             slot = f"0000:{0x28 + index * 3:02x}:00.0"
-            placed = tree.add_card(navi10.card_files(self.fan1_input), card=f"card{index}", pci_slot=slot,
+            placed = tree.add_card(profile.files(self.fan1_input), card=f"card{index}", pci_slot=slot,
                                    hwmon=f"hwmon{index + 1}", source_hwmon=navi10.HWMON)
             assert placed.hwmon_dir is not None
             next_reset_s, gpu_resets_at_s = schedule(self.faults, index)
             self.cards.append(SimCard(
                 index=index, gpu_id=slot, card=placed.card, device_dir=placed.device_dir,
                 hwmon_dir=placed.hwmon_dir, state=idle_state(self.params), load_ratio=self.load_without_trainer,
-                next_reset_s=next_reset_s, gpu_resets_at_s=gpu_resets_at_s,
+                next_reset_s=next_reset_s, gpu_resets_at_s=gpu_resets_at_s, profile=profile,
+                power_cap_uw=profile.cap_uw,
             ))
         self._random = random.Random(self.seed)
         self._requested: queue.SimpleQueue[str | None] = queue.SimpleQueue()
@@ -112,8 +119,10 @@ class SimulatedGpus:
             if card.gone or not apply_faults(self.root, card, self.faults, self.sim_time_s, self.inject_reset):
                 continue
             card.duty_ratio = fan_duty(self.root, card, self.faults.stuck_ratio(card.index))
+            card.clock_ratio = clock_ratio(self.kernel, card)
             inputs = ThermalInputs(fan_duty_ratio=card.duty_ratio, load_ratio=card.load_ratio,
-                                   power_cap_w=power_cap_w(self.root, card, self.faults.cap_readonly(card.index)))
+                                   power_cap_w=power_cap_w(self.root, card, self.faults.cap_readonly(card.index)),
+                                   clock_ratio=card.clock_ratio)
             remaining = dt_s
             while remaining > 1e-9:
                 chunk = min(MAX_STEP_S, remaining)
@@ -134,6 +143,7 @@ class SimulatedGpus:
         for card in [c for c in self.cards if c.gpu_id == gpu_id or (gpu_id is None and c.index == 0)]:
             pid, task = self.clients.guilty(card.index)
             made.append(self.resets.inject(card.index, self.sim_time_s, self.faults.gpu_reset_outage_s, pid, task))
+            self.kernel.reset(card.device_dir)  # the firmware's clock table and DPM back, as a real reset
             stuck, outage = self.faults.gpu_reset_stuck_s, self.faults.gpu_reset_outage_s
             self.clients.hang(card.index, None if stuck is None else self.sim_time_s + stuck, self.sim_time_s + outage)
             log.warning("simulated GPU reset of %s (%s)", card.gpu_id, made[-1])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -9,7 +10,9 @@ from pathlib import Path
 
 from gpuwatch.fan.curve import interpolate
 from gpuwatch.sim import navi10
+from gpuwatch.sim.kernel import SCLK, KernelSysfs
 from gpuwatch.sim.physics import ThermalParams, ThermalState, speed_ratio
+from gpuwatch.sim.profiles import PROFILES, CardProfile
 
 # Firmware auto curve (junction °C, duty): the stock Navi 10 behaviour people complain about,
 # ~33 % until it is already hot.
@@ -33,6 +36,8 @@ class SimCard:
     gone: bool = False
     next_reset_s: float | None = None
     gpu_resets_at_s: list[float] = field(default_factory=list)
+    profile: CardProfile = PROFILES["rx5600xt"]
+    clock_ratio: float = 1.0  # the shader clock's ceiling in force, share of the card's maximum
 
 
 def fan_duty(root: Path, card: SimCard, stuck_ratio: float | None) -> float:
@@ -61,11 +66,28 @@ def power_cap_w(root: Path, card: SimCard, readonly: bool) -> float:
     watts, anything else (or any write, when ``readonly``) reverted to the last valid one."""
     path = root / card.hwmon_dir / "power1_cap"
     written = read_int(path)
-    if written is not None and navi10.POWER_CAP_MIN_UW <= written <= navi10.POWER_CAP_MAX_UW and not readonly:
+    low, high = card.profile.cap_min_uw, card.profile.cap_max_uw
+    if written is not None and low <= written <= high and not readonly:
         card.power_cap_uw = written // 1_000_000 * 1_000_000
     if written != card.power_cap_uw:
         write(path, str(card.power_cap_uw))
     return card.power_cap_uw / 1e6
+
+
+def clock_ratio(kernel: KernelSysfs, card: SimCard) -> float:
+    """The shader clock's ceiling in force as the SMU keeps it, share of the card's maximum: the committed
+    overdrive maximum, or, while the performance level is manual, the highest level of the mask."""
+    if not card.profile.clock_files:
+        return 1.0
+    top = card.profile.sclk_max_mhz
+    ceiling = kernel.od_max_mhz(card.device_dir) or top
+    mask = kernel.masks.get(card.device_dir)
+    if mask:
+        levels = [int(m) for m in re.findall(r"^\d+: (\d+)Mhz", kernel.read(f"{card.device_dir}/{SCLK}") or "",
+                                              re.MULTILINE)]
+        chosen = [levels[index] for index in mask if index < len(levels)]
+        ceiling = min(ceiling, max(chosen)) if chosen else ceiling
+    return min(1.0, max(0.0, ceiling / top))
 
 
 def write_outputs(root: Path, card: SimCard, params: ThermalParams, *, noise_c: Callable[[], float], garbage: bool,
@@ -88,12 +110,12 @@ def write_outputs(root: Path, card: SimCard, params: ThermalParams, *, noise_c: 
         write(hw / "fan1_target", str(round(s.fan_rpm)))
     # A capped card is still 100 % busy, only slower: busy follows the load, the clock the power.
     busy = min(1.0, max(0.0, card.load_ratio))
-    speed = speed_ratio(params, card.load_ratio, card.power_cap_uw / 1e6)
+    speed = speed_ratio(params, card.load_ratio, card.power_cap_uw / 1e6, card.clock_ratio)
     write(dev / "gpu_busy_percent", UNREADABLE if resetting else str(round(busy * 100)))
     write(dev / "mem_busy_percent", str(round(busy * 60)))
     vram_used = 300 * 1024**2 + card.load_ratio * 4 * 1024**3
     write(dev / "mem_info_vram_used", str(int(vram_used)))
-    sclk_mhz = navi10.SCLK_IDLE_MHZ + busy * speed * (navi10.SCLK_MAX_MHZ - navi10.SCLK_IDLE_MHZ)
+    sclk_mhz = navi10.SCLK_IDLE_MHZ + busy * speed * (card.profile.sclk_max_mhz - navi10.SCLK_IDLE_MHZ)
     vddgfx_mv = 775 + busy * speed * 300
     write(hw / "freq1_input", str(round(sclk_mhz * 1e6)))
     write(hw / "in0_input", str(round(vddgfx_mv)))

@@ -16,7 +16,12 @@ stable):
   the board's memory, fabric and leakage power does not scale with the core clock, so a cut of the
   board's power costs the clock more than the cube root says; and a memory-bound step loses less
   than its clock. Published power-limit sweeps of training fall between 1/3 and 1 (docs/power.md,
-  "How much speed a cap costs", with the sources and the sensitivity of the results to it).
+  "How much speed a cap costs", with the sources and the sensitivity of the results to it);
+* a shader clock ceiling at ``clock_ratio`` of the card's maximum (gpuwatch/clock/) lowers the load's
+  demand: the core's dynamic power goes as f*V^2 and V falls with f down to ``voltage_floor_ratio`` of its
+  top (``dynamic_ratio``), so a small clock cut buys a large power cut; the step rate goes with the clock,
+  times what a cap below that lower demand still takes (the rule above). Without a ceiling (1.0) every
+  formula is the one of a card without clock control.
 
 Default constants are picked so that an RX 5600 XT-like card (150 W under load, ~25 W idle) with
 ~30 °C case air idles around 42-45 °C, settles at a junction of ~84 °C under full load with gpuwatch's
@@ -52,6 +57,8 @@ class ThermalParams:
     fan_start_ratio: float = 0.08
     # Step rate under a cap = (P / P_demand) ** speed_exponent (see the module docstring); 1/3..1 bound it.
     speed_exponent: float = 0.5
+    # The core voltage at the lowest clocks, share of its top: below the V/F curve's knee only f falls.
+    voltage_floor_ratio: float = 0.7
 
 
 @dataclass(frozen=True)
@@ -72,25 +79,36 @@ class ThermalInputs:
     fan_duty_ratio: float
     load_ratio: float
     power_cap_w: float | None = None
+    clock_ratio: float = 1.0  # the shader clock's ceiling, share of the card's maximum
 
 
-def demand_w(params: ThermalParams, load_ratio: float) -> float:
-    """What the workload would draw without a cap."""
+def dynamic_ratio(params: ThermalParams, clock_ratio: float) -> float:
+    """The core's dynamic power at ``clock_ratio`` of the top clock, share of its top: f * V^2, V with f
+    down to the voltage floor."""
+    f = min(1.0, max(0.0, clock_ratio))
+    return f * max(params.voltage_floor_ratio, f) ** 2
+
+
+def demand_w(params: ThermalParams, load_ratio: float, clock_ratio: float = 1.0) -> float:
+    """What the workload would draw without a cap (under a clock ceiling: with its lower clock)."""
     load = min(1.0, max(0.0, load_ratio))
-    return params.idle_power_w + (params.load_power_w - params.idle_power_w) * load
+    return params.idle_power_w + (params.load_power_w - params.idle_power_w) * load * dynamic_ratio(params, clock_ratio)
 
 
-def steady_power_w(params: ThermalParams, load_ratio: float, power_cap_w: float | None = None) -> float:
-    demand = demand_w(params, load_ratio)
+def steady_power_w(params: ThermalParams, load_ratio: float, power_cap_w: float | None = None,
+                   clock_ratio: float = 1.0) -> float:
+    demand = demand_w(params, load_ratio, clock_ratio)
     return demand if power_cap_w is None else min(demand, power_cap_w)
 
 
-def speed_ratio(params: ThermalParams, load_ratio: float, power_cap_w: float | None) -> float:
-    """The step rate under the cap, as a share of full speed: (P / P_demand) ** speed_exponent."""
-    demand = demand_w(params, load_ratio)
+def speed_ratio(params: ThermalParams, load_ratio: float, power_cap_w: float | None, clock_ratio: float = 1.0) -> float:
+    """The step rate as a share of full speed: the clock ceiling's ratio, times (P / P_demand) ** speed_exponent
+    of a cap below the demand at that clock."""
+    clock = min(1.0, max(0.0, clock_ratio))
+    demand = demand_w(params, load_ratio, clock)
     if demand <= 0:
-        return 1.0
-    return float((steady_power_w(params, load_ratio, power_cap_w) / demand) ** params.speed_exponent)
+        return clock
+    return float(clock * (steady_power_w(params, load_ratio, power_cap_w, clock) / demand) ** params.speed_exponent)
 
 
 def steady_rpm(params: ThermalParams, fan_duty_ratio: float) -> float:
@@ -105,7 +123,7 @@ def conductance_w_per_k(params: ThermalParams, fan_rpm: float) -> float:
 
 def equilibrium(params: ThermalParams, inputs: ThermalInputs) -> ThermalState:
     """Where the card settles if the inputs stay as they are."""
-    power = steady_power_w(params, inputs.load_ratio, inputs.power_cap_w)
+    power = steady_power_w(params, inputs.load_ratio, inputs.power_cap_w, inputs.clock_ratio)
     rpm = steady_rpm(params, inputs.fan_duty_ratio)
     edge = params.ambient_c + power / conductance_w_per_k(params, rpm)
     return ThermalState(
@@ -126,7 +144,8 @@ def step(params: ThermalParams, state: ThermalState, inputs: ThermalInputs, dt_s
     """The card ``dt_s`` seconds later; inputs are held constant over the step."""
     if dt_s <= 0:
         return state
-    power = _lag(state.power_w, steady_power_w(params, inputs.load_ratio, inputs.power_cap_w), params.power_tau_s, dt_s)
+    power = _lag(state.power_w, steady_power_w(params, inputs.load_ratio, inputs.power_cap_w, inputs.clock_ratio),
+                 params.power_tau_s, dt_s)
     rpm = _lag(state.fan_rpm, steady_rpm(params, inputs.fan_duty_ratio), params.fan_tau_s, dt_s)
     conductance = conductance_w_per_k(params, rpm)
     edge = _lag(

@@ -7,13 +7,14 @@ source so each read first catches the model up with the clock (cards.py plays th
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from gpuwatch.config.file import Config
 from gpuwatch.gpus.source import GpuSource
 from gpuwatch.model import GpuReading, SourceName, UnsupportedCard
 from gpuwatch.sim.cards import SimulatedGpus
 from gpuwatch.sim.faults import SimFaults
-from gpuwatch.sim.physics import ThermalParams
+from gpuwatch.sim.profiles import PROFILES
 
 log = logging.getLogger("gpuwatch.simulator")
 
@@ -42,7 +43,8 @@ def start_simulator(config: Config) -> SimulatedGpus:
     return SimulatedGpus(
         root=config.simulated_tree_dir,
         count=sim.gpus,
-        params=ThermalParams(ambient_c=sim.ambient_c, cooling_scale=sim.cooling_scale),
+        params=replace(PROFILES[sim.card].params, ambient_c=sim.ambient_c, cooling_scale=sim.cooling_scale),
+        card=sim.card,
         faults=SimFaults(
             fan_stuck_ratio=None if stuck is None else stuck / 100.0,
             sensor_garbage=sim.faults.sensor_garbage,

@@ -10,7 +10,7 @@ from typing import Literal
 
 from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.limits import breaches
-from gpuwatch.model import FanMode, FanState, PowerState, Snapshot, at_crit
+from gpuwatch.model import ClockState, FanMode, FanState, PowerState, Snapshot, at_crit
 from gpuwatch.supervise.ranks import RankView
 
 # A SIGSTOP pause of a job stays this share below its process-group timeout; of a program that never
@@ -114,11 +114,11 @@ class Inputs:
 
 def thermal_verdict(
     snapshot: Snapshot, gpus: tuple[str, ...], thermal: ThermalConfig, fans: tuple[FanState, ...],
-    powers: tuple[PowerState, ...], backstop_s: float,
+    powers: tuple[PowerState, ...], backstop_s: float, clocks: tuple[ClockState, ...] = (),
 ) -> Thermal:
     """Hot/cool/critical for the GPUs a trainer uses (all GPUs when ``gpus`` is empty), and whether the
-    power governor still holds every hot one (then the pause waits up to ``backstop_s``, the live
-    ``power.pause_backstop_s``: no default here, its one home is the config)."""
+    power governor or the clock rung above it still holds every hot one (then the pause waits up to
+    ``backstop_s``, the live ``power.pause_backstop_s``: no default here, its one home is the config)."""
     readings = [g for g in snapshot.gpus if not gpus or g.gpu_id in gpus]
     hot = [b for g in readings for b in breaches(g, thermal)]
     warm = [b for g in readings for b in breaches(g, thermal, margin_c=thermal.hysteresis_c)]
@@ -131,14 +131,17 @@ def thermal_verdict(
     used = {g.gpu_id for g in readings}
     crit += [f"{f.gpu_id} fan failsafe" for f in fans if f.mode == FanMode.FAILSAFE and f.gpu_id in used]
     holding = {p.gpu_id for p in powers if not p.pause_allowed}
-    governed = bool(hot) and {b.gpu_id for b in hot} <= holding
+    clocked = {c.gpu_id for c in clocks if not c.pause_allowed}  # the cap at its floor, the clock above its own
+    governed = bool(hot) and {b.gpu_id for b in hot} <= holding | clocked
     reason = None
     if crit:
         reason = "emergency: " + ", ".join(crit)
     elif hot:
         reason = "hot: " + ", ".join(f"{b.gpu_id} {b.sensor} {b.temp_c:.0f}°C >= {b.limit_c:.0f}°C" for b in hot)
         if governed:
-            reason += " (power cap governed above its floor)"
+            hot_gpus = {b.gpu_id for b in hot}
+            reason += (" (power cap governed above its floor)" if hot_gpus <= holding
+                       else " (clock ceiling governed above its floor)")
     return Thermal(hot=bool(hot), cool=not warm, critical=bool(crit), reason=reason,
                    governed_backstop_s=backstop_s if governed else None)
 

@@ -26,7 +26,7 @@ from gpuwatch.attach import Attach, Attached, Message
 from gpuwatch.config.file import Config
 from gpuwatch.config.sections import AttachedConfig
 from gpuwatch.config.trainer import TrainerConfig
-from gpuwatch.model import FanState, PowerState, Snapshot, TrainerState
+from gpuwatch.model import ClockState, FanState, PowerState, Snapshot, TrainerState
 from gpuwatch.supervise import energy, orphans
 from gpuwatch.supervise.access import Peer, Target, refusal
 from gpuwatch.supervise.actions import Command, Thermal, thermal_verdict
@@ -62,6 +62,7 @@ class Supervisor:
         self.last_snapshot: Snapshot | None = None
         self.last_fans: tuple[FanState, ...] = ()
         self.last_powers: tuple[PowerState, ...] = ()
+        self.last_clocks: tuple[ClockState, ...] = ()
         # Runs `gpuwatch train` attached from users' shells (attached_runs.py), ticked with the trainers.
         self.attached = AttachedRuns()
         self.attached_config = AttachedConfig()  # the live [attached] of the last tick (attach() reads it)
@@ -83,11 +84,12 @@ class Supervisor:
             self.leftovers[name] = LeftoverStop(leftover, grace.get(name, default_s))  # said at its first step
 
     def tick(self, snapshot: Snapshot | None, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
-             config: Config) -> tuple[TrainerState, ...]:
+             config: Config, clocks: tuple[ClockState, ...] = ()) -> tuple[TrainerState, ...]:
         """Step every trainer against this tick's readings and the live ``config`` (its [[trainer]]s too)."""
         now = time.monotonic()
         if snapshot is not None:
             self.last_snapshot, self.last_fans, self.last_powers = snapshot, fans, powers
+            self.last_clocks = clocks
         if not self.looked_for_leftovers:
             self._find_leftovers()
         if self.configured is None:
@@ -152,14 +154,14 @@ class Supervisor:
         if self.last_snapshot is None:
             return Thermal()
         return thermal_verdict(self.last_snapshot, trainer.gpus(), trainer.config.thermal(config.thermal),
-                               self.last_fans, self.last_powers, config.power.pause_backstop_s)
+                               self.last_fans, self.last_powers, config.power.pause_backstop_s, self.last_clocks)
 
     def _verdict_on(self, gpus: tuple[str, ...], config: Config) -> Thermal:
         """An attached run's verdict: the [thermal] limits on ``gpus`` (all when empty), as a trainer's."""
         if self.last_snapshot is None:
             return Thermal()
         return thermal_verdict(self.last_snapshot, gpus, config.thermal, self.last_fans, self.last_powers,
-                               config.power.pause_backstop_s)
+                               config.power.pause_backstop_s, self.last_clocks)
 
     def _shutdown_tick(self, now: float) -> None:
         """One tick of the daemon's shutdown: every trainer is being stopped, so no thermal verdict matters

@@ -8,6 +8,7 @@ from pathlib import Path
 from gpuwatch.model import GpuReading, PublishedState, SensorLimit, Snapshot, TempReading, UnsupportedCard
 from gpuwatch.publish.document import to_document
 from gpuwatch.publish.schema import (
+    ClockCeilingDoc,
     DaemonDoc,
     ErrorDoc,
     FanControllerDoc,
@@ -33,6 +34,8 @@ def test_typed_dicts_name_every_key_of_the_document(tmp_path: Path) -> None:
     assert fans and all(set(fan) == FanControllerDoc.__required_keys__ for fan in fans)
     powers = [gpu["power_governor"] for gpu in doc["gpus"] if gpu["power_governor"] is not None]
     assert powers and all(set(power) == PowerGovernorDoc.__required_keys__ for power in powers)
+    clocks = [gpu["clock_ceiling"] for gpu in doc["gpus"] if gpu["clock_ceiling"] is not None]
+    assert clocks and all(set(clock) == ClockCeilingDoc.__required_keys__ for clock in clocks)
     temps = [t for gpu in doc["gpus"] for t in gpu["temperatures"].values()]
     assert temps and all(set(t) == TemperatureDoc.__required_keys__ for t in temps)
     gone = next(gpu for gpu in doc["gpus"] if gpu["gpu_id"] == GPU_GONE)

@@ -33,7 +33,8 @@ def test_each_gpu_against_its_limits_curve_and_cap(example: PublishedState) -> N
     assert a["fan"]["curve"] == [list(p) for p in FanConfig().curve]
     assert a["power"] == {"w": round(reading.power_w), "cap_w": 245.0, "original_cap_w": 289.0,
                           "floor_cap_w": 174.0, "mode": "governing", "reason": None}
-    assert a["rung"] == "cap" and a["state"] == "up" and a["resets_total"] == 0
+    # The cap governs GPU A and the clock rung holds a ceiling above it (issue 36): the rung in use is the clock.
+    assert a["rung"] == "clock" and a["state"] == "up" and a["resets_total"] == 0
     assert a["vram_total_bytes"] == reading.vram_total_bytes
     # GPU B: its fan in failsafe, recovering from its second reset, and bert held on it.
     assert b["state"] == "recovering" and b["resets_total"] == 2 and b["fan"]["mode"] == "failsafe"

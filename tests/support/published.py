@@ -10,12 +10,14 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from gpuwatch.config.cooling import ThermalConfig
+from gpuwatch.config.cooling import FanConfig, ThermalConfig
 from gpuwatch.config.sections import HealthConfig
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.limits import limits_in_force
 from gpuwatch.model import (
+    ClockMode,
+    ClockState,
     DaemonInfo,
     FanMode,
     FanState,
@@ -33,6 +35,7 @@ from gpuwatch.model import (
     TrainerState,
     UnmanagedState,
 )
+from gpuwatch.publish.live import rung_of
 from gpuwatch.publish.verdict import judge
 from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.sysfs import Sysfs
@@ -134,11 +137,17 @@ def example_state(root: Path) -> PublishedState:
         PowerState(gpu_id=GPU_B, mode=PowerMode.UNAVAILABLE, backend="hwmon", original_cap_w=290.0,
                    write_errors_total=1, reason="power1_cap refuses writes (EACCES)"),
     )
+    clocks = (  # issue 36: the clock rung holds GPU_A's ceiling; GPU_B has none it can set
+        ClockState(gpu_id=GPU_A, mode=ClockMode.LIMITING, backend="od_table", ceiling_mhz=2300.0,
+                   target_ceiling_mhz=2300.0, original_mhz=2500.0, floor_mhz=1500.0, pause_allowed=False,
+                   limited_seconds_total=600.0, writes_total=9, resets_total=1),
+        ClockState(gpu_id=GPU_B, mode=ClockMode.UNAVAILABLE, reason="no pp_od_clk_voltage; 0 usable level(s)"),
+    )
     daemon = DaemonInfo(pid=1234, version="0.1.0", started_unix=NOW_UNIX - 7200, ticks_total=7200,
                         interval_s=1.0, failures=("fan controller: OSError: [Errno 5] EIO",))
     state = PublishedState(snapshot=snapshot, daemon=daemon, fans=fans, trainers=trainers, powers=powers,
                            read_errors_total=((GPU_B, "power1_average", 3),),
-                           limits_c=limits_in_force(snapshot, ThermalConfig()),
+                           limits_c=limits_in_force(snapshot, ThermalConfig()), clocks=clocks,
                            # [unmanaged] on_hot = "stop": the desktop client on GPU A held stopped past crit.
                            unmanaged=(UnmanagedState(gpu_id=GPU_A, on_hot="stop", stopped_pids=(1800,), stops_total=2,
                                                      stopped_since_unix=NOW_UNIX - 30,
@@ -148,4 +157,12 @@ def example_state(root: Path) -> PublishedState:
     job = JobReceipt(job_id="4711", user="alice", first_seen_unix=NOW_UNIX - 600, last_seen_unix=NOW_UNIX,
                      gpus=(JobGpuReceipt(gpu_id=GPU_A, energy_j=90_000.0, max_temps_c=(("junction", 71.0),),
                                          governed_s=300.0, throttled_s=(("thermal", 12.5),)),))
+    state = with_rungs(state)
     return replace(state, health=judge(state, HealthConfig(), {}, snapshot.taken_monotonic), jobs=(job,))
+
+
+def with_rungs(state: PublishedState, fan: FanConfig | None = None) -> PublishedState:
+    """``state`` with its ladder rungs as the daemon computes them (daemon/published.py) under ``fan``."""
+    fan = fan or FanConfig()
+    return replace(state, ladder_rungs=tuple((gpu.gpu_id, rung_of(state, gpu.gpu_id, fan.for_gpu(gpu.gpu_id)))
+                                             for gpu in state.snapshot.gpus if gpu.up))

@@ -1,0 +1,87 @@
+"""The clock ceilings as an actuator kind: their restore records and how a stored one is given back.
+
+Before the clock rung first lowers a GPU's ceiling it records what it found in
+``<runtime_dir>/clock-restore.json`` (gpuwatch.actuation; ``{pci slot: {"backend": "od_table",
+"sclk_max_mhz": ...}}``, ``{"backend": "dpm_mask", "level": "auto", ...}`` or ``{"backend": "nvml", ...}``) and
+removes the record once the original is back. Giving a record back writes the original through the same
+backends the daemon uses, verified by a readback: the daemon's shutdown and `gpuwatch restore` (systemd's
+ExecStopPost, so after a SIGKILL, a watchdog kill or a crash too) alike. Without a record it writes nothing:
+a ceiling gpuwatch never set is the user's.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gpuwatch.actuation import ActuatorKind, NotHandedBack
+from gpuwatch.clock.backend import ClockBackend, ClockRecord, ClockUnavailable, ClockWriteError
+from gpuwatch.clock.dpm_mask import DpmMaskClock, DpmMaskRestore
+from gpuwatch.clock.nvml_clock import NvmlClock, NvmlClockRestore
+from gpuwatch.clock.od_table import Locate, OdTableClock, OdTableRestore
+from gpuwatch.gpus.amdgpu import discover
+from gpuwatch.sysfs import Sysfs
+
+NAME = "clock"
+NvmlLoader = Callable[[], Any]  # returns an initialised pynvml module, raises when there is none
+
+# The file's "backend" key -> its record type.
+RECORDS: dict[str, Callable[[Mapping[str, Any]], ClockRecord]] = {
+    OdTableRestore.backend: OdTableRestore.from_json,
+    DpmMaskRestore.backend: DpmMaskRestore.from_json,
+    NvmlClockRestore.backend: NvmlClockRestore.from_json,
+}
+
+
+def kind(sysfs: Sysfs, load_nvml: NvmlLoader, locate: Locate | None = None) -> ActuatorKind:
+    """``locate`` finds a card by slot now (the daemon's amdgpu source); None: discovered at the first record."""
+    return ActuatorKind(NAME, ClockHandback(sysfs, load_nvml, locate))
+
+
+class ClockHandback:
+    """Gives one stored ceiling record back (on the GPU's worker)."""
+
+    def __init__(self, sysfs: Sysfs, load_nvml: NvmlLoader, locate: Locate | None) -> None:
+        self.sysfs = sysfs
+        self.load_nvml = load_nvml
+        self.locate = locate
+        self._lock = threading.Lock()
+        self._nvml: Any = None
+
+    def __call__(self, gpu_id: str, stored: Mapping[str, Any]) -> str:
+        parse = RECORDS.get(str(stored.get("backend")))
+        if parse is None:
+            raise NotHandedBack(f"unknown clock restore record {dict(stored)!r}")
+        record = parse(stored)
+        if record.original_mhz is None:
+            raise NotHandedBack(f"clock restore record without an original: {dict(stored)!r}")
+        problem = give_back(self._backend(gpu_id, record), record)
+        if problem:
+            raise NotHandedBack(problem)
+        return record.handed_back()
+
+    def _backend(self, gpu_id: str, record: ClockRecord) -> ClockBackend:
+        if isinstance(record, NvmlClockRestore):
+            with self._lock:
+                try:
+                    self._nvml = self._nvml or self.load_nvml()
+                except Exception as exc:
+                    raise NotHandedBack(f"NVML unavailable, clocks not unlocked: {exc}") from None
+            return NvmlClock(self._nvml, gpu_id)
+        with self._lock:
+            if self.locate is None:
+                cards = {card.gpu_id: card for card in discover(self.sysfs).cards}
+                self.locate = cards.get
+        if isinstance(record, DpmMaskRestore):
+            return DpmMaskClock(self.sysfs, gpu_id, self.locate, check_access=False)
+        return OdTableClock(self.sysfs, gpu_id, self.locate, check_access=False)
+
+
+def give_back(backend: ClockBackend, record: ClockRecord) -> str | None:
+    """Put the recorded original back, verified; the problem when it did not stick."""
+    try:
+        backend.give_back(record)
+    except (ClockUnavailable, ClockWriteError) as exc:
+        return f"clock ceiling not restored ({record.backend}, original {record.original_mhz:g} MHz): {exc}"
+    return None
