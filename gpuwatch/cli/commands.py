@@ -177,6 +177,7 @@ def _amdgpu_slots(config: Config) -> list[str]:
 
 def cmd_control(args: argparse.Namespace) -> int:
     from gpuwatch.daemon.control import ControlError, send_command
+    from gpuwatch.supervise.access import NOT_PERMITTED
 
     config = load_cli_config(args, client=True)
     try:
@@ -185,7 +186,9 @@ def cmd_control(args: argparse.Namespace) -> int:
         print(f"gpuwatch: {exc}", file=sys.stderr)
         return 1
     print(message if ok else f"gpuwatch: {message}", file=sys.stdout if ok else sys.stderr)
-    return 0 if ok else EXIT_USAGE
+    if ok:
+        return 0
+    return 1 if message.startswith(NOT_PERMITTED) else EXIT_USAGE
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

@@ -39,7 +39,7 @@ from gpuwatch.daemon.attach_sessions import Sessions, is_attach, peer_of, serve_
 from gpuwatch.procfs import Procfs
 from gpuwatch.publish.redact import redact
 from gpuwatch.publish.schema import StatusDocument
-from gpuwatch.supervise.access import privileged, redacted, refusal
+from gpuwatch.supervise.access import NOT_PERMITTED, privileged, redacted, refusal
 from gpuwatch.supervise.actions import Command
 
 log = logging.getLogger("gpuwatch.control")
@@ -203,10 +203,10 @@ class ControlServer:
             if self.sessions is not None and cmd in SUPERVISOR_VERBS:
                 ok, message = self.sessions.command_as(cmd, target, peer, allowed)
             elif not allowed:
-                ok, message = False, refusal(cmd, peer, False, []) or "not permitted"
+                ok, message = False, refusal(cmd, peer, False, []) or NOT_PERMITTED
             else:
                 ok, message = self.handler(cmd, target)
-        if not ok and message.startswith("not permitted"):
+        if not ok and message.startswith(NOT_PERMITTED):
             log.warning("control socket: %s %s from uid %d (pid %d): %s", cmd, target or "", peer.uid, peer.pid,
                         message)
         return {"ok": ok, "message": message}

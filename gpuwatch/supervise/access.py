@@ -17,6 +17,9 @@ from dataclasses import dataclass
 OWN_RUN_VERBS = frozenset({"pause", "resume", "stop"})
 # Anyone may send these (attach is validated on its own: attached_runs.py).
 PUBLIC_VERBS = frozenset({"status", "attach"})
+# Every refusal starts with this: `gpuwatch pause|resume|stop` exits 1 on it, as it did when the socket's
+# permissions refused (2 stays for a command that names nothing to act on).
+NOT_PERMITTED = "not permitted"
 
 
 @dataclass(frozen=True)
@@ -59,12 +62,12 @@ def refusal(verb: str, peer: Peer, is_privileged: bool, targets: list[Target]) -
     if is_privileged or verb in PUBLIC_VERBS:
         return None
     if verb not in OWN_RUN_VERBS:
-        return f"not permitted: {verb} needs root or the daemon's admin group"
+        return f"{NOT_PERMITTED}: {verb} needs root or the daemon's admin group"
     for target in targets:
         if not target.attached:
-            return f"not permitted: {target.name} is a configured trainer (root or the admin group only)"
+            return f"{NOT_PERMITTED}: {target.name} is a configured trainer (root or the admin group only)"
         if target.uid != peer.uid:
-            return f"not permitted: run {target.name} belongs to {target.user or target.uid}"
+            return f"{NOT_PERMITTED}: run {target.name} belongs to {target.user or target.uid}"
     return None
 
 

@@ -141,7 +141,7 @@ def prepare(box: Container) -> None:
     """Once per container: users, directories, the trainer, the test drop-in."""
     box.sh("useradd", "-m", "-s", "/bin/sh", "trainer")
     box.sh("useradd", "-m", "-s", "/bin/sh", "alice")  # only in her own group
-    box.sh("useradd", "-m", "-s", "/bin/sh", "-G", "root", "bob")  # in the control socket's group
+    box.sh("useradd", "-m", "-s", "/bin/sh", "-G", "root", "bob")  # in group root (test_users: the admin group)
     for d in ("/srv/ckpt", "/srv/outside", "/var/lib/gpuwatch/t1"):
         box.sh("install", "-d", "-o", "trainer", "-g", "trainer", d)
     box.write("/srv/trainer.py", TRAINER)
