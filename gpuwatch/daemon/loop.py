@@ -1,6 +1,6 @@
 """The daemon's loop: ticks the parts compose.py built, handles signals, and cleans up on every exit path.
 
-Each tick: sample every GPU into one Snapshot, let the consumers act on that same snapshot, then
+Each tick: sample every GPU into one Snapshot, let the rungs act on that same snapshot (ladder.py), then
 publish the result (memory for HTTP, an atomic JSON file for the CLI). A consumer that raises is
 logged and reported as a daemon failure; it never stops the loop.
 
@@ -11,8 +11,7 @@ the same path between ticks, never adding one (bursts coalesced): RELOADING=1, t
 (its live keys, gpuwatch.daemon.reload) replaces the loop's one Config, which every tick passes to every
 part, then READY=1; an invalid file is logged and the running config stays.
 
-Signal handlers only set a flag and write a byte to a self-pipe the wait between ticks polls
-(wakeup.py); they log nothing: the loop logs what arrived.
+Signal handlers only set a flag and poke a self-pipe (wakeup.py); the loop logs what arrived.
 """
 
 from __future__ import annotations
@@ -27,10 +26,8 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from types import FrameType
-from typing import TypeVar
 
 from gpuwatch import __version__
-from gpuwatch.actuation import RestoreFailed
 from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import Config, load_config
 from gpuwatch.daemon import compose
@@ -38,12 +35,13 @@ from gpuwatch.daemon.attach_sessions import Sessions
 from gpuwatch.daemon.compose import Parts
 from gpuwatch.daemon.control import ControlServer
 from gpuwatch.daemon.health import NodeWatch
+from gpuwatch.daemon.ladder import Guard, act, hand_back
 from gpuwatch.daemon.published import count_read_errors, log_discovery, published_state
 from gpuwatch.daemon.reload import plan_reload
 from gpuwatch.daemon.sdnotify import Notifier
 from gpuwatch.daemon.wakeup import Flag, Signals, Wakeup
 from gpuwatch.gpus.sampler import Sampler
-from gpuwatch.model import ClockState, DaemonInfo, FanState, PowerState, PublishedState, TrainerState, UnmanagedState
+from gpuwatch.model import DaemonInfo, PublishedState
 from gpuwatch.publish.document import to_document
 from gpuwatch.publish.http import HttpServer
 from gpuwatch.publish.live_feed import LiveFeed
@@ -51,7 +49,6 @@ from gpuwatch.publish.state import StateHolder, write_state_file
 from gpuwatch.publish.summary import status_line
 
 log = logging.getLogger("gpuwatch")
-T = TypeVar("T")
 # SIGHUPs closer together than this share one reload (a burst of 20 is two reloads, not 21).
 RELOAD_GAP_S = 1.0
 
@@ -87,7 +84,8 @@ class Daemon:
         self._wakeup = Wakeup()  # interrupts the wait between ticks (stop or reload)
         self._signals = Signals()  # installs the handlers; the stop signals received, logged by the loop
         self._next_reload = 0.0  # monotonic time before which a requested reload waits (coalescing)
-        self.failures: dict[str, str] = {}
+        self._guard = Guard()  # each part of the daemon run in a guard of its own (ladder.py)
+        self.failures = self._guard.failures  # published with every tick while they last
         self.control: ControlServer | None = None
         self.read_errors: Counter[tuple[str, str]] = Counter()
         self.http: HttpServer | None = None
@@ -114,27 +112,7 @@ class Daemon:
             # Each stage (reset detection, the process scan, reset recovery) in a guard of its own.
             snapshot = self._guard("processes and resets", lambda: usage.observe(snapshot, trainer_trees, self._guard),
                                    snapshot)
-        fans: tuple[FanState, ...] = ()
-        powers: tuple[PowerState, ...] = ()
-        clocks: tuple[ClockState, ...] = ()
-        trainers: tuple[TrainerState, ...] = ()
-        fan_part, power_part, trainer_part = self.parts.fans, self.parts.power, self.parts.trainers
-        if fan_part is not None:
-            fans = self._guard("fan controller", lambda: fan_part.tick(snapshot, config), ())
-        if power_part is not None:
-            # After the fans (it needs to know whether they can still rise), before the trainers (they
-            # pause only where the governor cannot hold the limit).
-            powers = self._guard("power governor", lambda: power_part.tick(snapshot, fans, config), ())
-        clock_part = self.parts.clock
-        if clock_part is not None:
-            # After the caps (it acts only once the cap is at its floor), before the trainers (they pause only
-            # where the clock is at its own floor too).
-            clocks = self._guard("clock ceiling", lambda: clock_part.tick(snapshot, fans, powers, config), ())
-        if trainer_part is not None:
-            trainers = self._guard("supervisor", lambda: trainer_part.tick(snapshot, fans, powers, config, clocks), ())
-        unmanaged_part = self.parts.unmanaged  # the last rung, after the trainers: processes not run under gpuwatch
-        unmanaged: tuple[UnmanagedState, ...] = () if unmanaged_part is None else self._guard(
-            "unmanaged processes", lambda: unmanaged_part.tick(snapshot, fans, powers, config), ())
+        acted = act(self.parts, snapshot, config, self._guard)
         self.ticks_total += 1
         count_read_errors(self.read_errors, snapshot)
         failures = tuple(f"{part}: {why}" for part, why in self.failures.items())
@@ -142,8 +120,8 @@ class Daemon:
         daemon = DaemonInfo(pid=os.getpid(), version=__version__, started_unix=self.started_unix,
                             ticks_total=self.ticks_total, interval_s=config.interval_s,
                             failures=failures + (("config: " + "; ".join(absent),) if absent else ()))
-        state = replace(published_state(snapshot, daemon, fans, powers, trainers, self.read_errors, config, clocks),
-                        unmanaged=unmanaged)
+        state = replace(published_state(snapshot, daemon, acted.fans, acted.powers, acted.trainers, self.read_errors,
+                                        config, acted.clocks), unmanaged=acted.unmanaged)
         state = self._guard("health verdict", partial(self.node.observe, state, config), state)
         document = to_document(state, source="daemon")
         self.holder.publish(state, document)
@@ -232,13 +210,9 @@ class Daemon:
             # The running config is the effective one (compose.build: simulating, the simulator's tree is the
             # sysfs root); the new file is compared in the same form, so only what the file changed is listed.
             new = self._load().with_effective_sysfs()
-        except ConfigError as exc:
-            log.error("config reload rejected, still running the previous configuration:\n%s", exc)
-            self.notifier.ready()
-            return False
-        except Exception as exc:  # a loader's bug must not end the daemon (and every trainer) at a reload
-            log.error("config reload rejected, still running the previous configuration: %s: %s",
-                      type(exc).__name__, exc)
+        except Exception as exc:  # besides ConfigError, a loader's bug must not end the daemon at a reload
+            why = f"\n{exc}" if isinstance(exc, ConfigError) else f" {type(exc).__name__}: {exc}"
+            log.error("config reload rejected, still running the previous configuration:%s", why)
             self.notifier.ready()
             return False
         plan = plan_reload(self.config, new)
@@ -266,7 +240,7 @@ class Daemon:
             logging.getLogger().setLevel(getattr(logging, self.config.log_level.upper()))
 
     def shutdown(self) -> None:
-        """Trainers first (they get their checkpoint time), then fans back to the firmware, then the caps."""
+        """The servers stop, then every rung is handed back (ladder.hand_back), then the state file goes."""
         self.notifier.stopping()
         if self.http is not None:
             self._guard("http stop", self.http.stop, None)
@@ -274,16 +248,7 @@ class Daemon:
         if self.control is not None:
             self._guard("control socket stop", self.control.stop, None)
             self.control = None
-        if self.parts.trainers is not None:
-            self._guard("supervisor stop", self.parts.trainers.stop, None)
-        if self.parts.unmanaged is not None:
-            self._guard("unmanaged processes resume", self.parts.unmanaged.stop, None)
-        if self.parts.fans is not None:
-            self._guard("fan restore", self.parts.fans.restore, None)
-        if self.parts.power is not None:
-            self._guard("power cap restore", self.parts.power.restore, None)
-        if self.parts.clock is not None:
-            self._guard("clock ceiling restore", self.parts.clock.restore, None)
+        hand_back(self.parts, self._guard)
         if self.parts.gpu_use is not None:
             self._guard("uevent socket close", self.parts.gpu_use.close, None)
         try:
@@ -334,21 +299,3 @@ class Daemon:
     def _install_signals(self) -> None:
         if threading.current_thread() is threading.main_thread():
             self._signals.install(self.request_stop, self.request_reload)
-
-    def _guard(self, part: str, action: Callable[[], T], fallback: T) -> T:
-        try:
-            result = action()
-        except (OSError, RestoreFailed) as exc:
-            # What the environment does (a full or read-only disk, a hung or refusing device): one line,
-            # once per episode; the published failure says it on every tick while it lasts.
-            if part not in self.failures:
-                log.error("%s failed: %s", part, exc)
-            self.failures[part] = f"{type(exc).__name__}: {exc}"
-            return fallback
-        except Exception as exc:
-            if part not in self.failures:
-                log.exception("%s failed", part)  # a defect: the traceback is for whoever fixes it
-            self.failures[part] = f"{type(exc).__name__}: {exc}"
-            return fallback
-        self.failures.pop(part, None)
-        return result
