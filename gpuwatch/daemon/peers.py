@@ -10,8 +10,8 @@ its cgroup's when it runs in one (a wrapper without SLURM_JOB_ID, or with a stal
 from __future__ import annotations
 
 from gpuwatch.procfs import ProcError, Procfs
-from gpuwatch.procs.jobs import job_of_cgroup
 from gpuwatch.procs.fdinfo import parse_stat, parse_uid
+from gpuwatch.procs.jobs import job_of_cgroup
 from gpuwatch.supervise.access import Peer, parse_groups
 
 MAX_ANCESTRY = 256  # ppid hops before a chain counts as not the peer's (pid namespaces nest far less)

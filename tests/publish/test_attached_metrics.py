@@ -1,4 +1,4 @@
-"""An attached run on /metrics: the trainer families; `origin`, `user`, `job_id` on gpuwatch_trainer_info (contracts)."""
+"""An attached run on /metrics: the trainer families; origin, user, job_id on gpuwatch_trainer_info (contracts)."""
 
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import gpuwatch.cli
 import gpuwatch.cli.commands
 import gpuwatch.cli.parser  # main() imports the parser lazily (the fast `health` path): load it here
-import gpuwatch.cli.status
 import gpuwatch.cli.settings
+import gpuwatch.cli.status
 import gpuwatch.daemon.control  # imported before the privileges go
 from tests.support import attach_client
 
