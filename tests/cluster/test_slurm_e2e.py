@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
+import sys
+import tempfile
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import slurm
+from tests.support.paths import REPO
 from tests.support.processes import Processes
 from tests.support.stack import GPUWATCH, daemon_config, start_gpuwatch
 from tests.support.waiting import wait_for
@@ -139,3 +143,88 @@ def test_a_governed_node_is_never_drained(tmp_path: Path, processes: Processes) 
     nagios = subprocess.run([*GPUWATCH, "health", "--format", "nagios", "-c", str(config)], capture_output=True,
                             text=True, timeout=60)
     assert nagios.returncode == 1 and nagios.stdout.startswith("GPUWATCH WARNING - gpuwatch: healthy ("), nagios.stdout
+
+
+HOT = "[thermal]\nedge_limit_c = 20\n"  # ambient 30 °C: every simulated card is over it
+COOL = "[thermal]\nedge_limit_c = 140\njunction_limit_c = 140\nmem_limit_c = 140\n"
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    # The control socket's path must fit a sockaddr_un (107 bytes); pytest's tmp_path for this test does not.
+    with tempfile.TemporaryDirectory(prefix="gw-", dir="/tmp") as name:
+        yield Path(name)
+
+
+def test_srun_gpuwatch_train_carries_its_job_is_paused_when_hot_and_its_receipt_covers_it(
+        short_dir: Path, tmp_path: Path, processes: Processes) -> None:
+    """A batch job's `srun gpuwatch train -- python pause_loop.py` attaches to the node's daemon: the run carries
+    the job's id (status, gpuwatch_trainer_info) and its GPU process too (the prolog's mapping: this Slurm runs
+    proctrack/linuxproc); a hot card pauses it, cool resumes it; the epilog's receipt has the job's GPU, its
+    energy and the seconds its run was held."""
+    jobs, run = short_dir / "jobs", short_dir / "run"
+    jobs.mkdir()
+    config = short_dir / "gpuwatch.toml"
+
+    def write(thermal: str) -> None:
+        config.write_text(daemon_config(run, f'[simulate]\nenabled = true\ntree_dir = "{short_dir / "tree"}"\n'
+                                        "[attached]\ndebounce_s = 0\nmin_pause_s = 0\n"
+                                        f'[health]\njob_mapping_dirs = ["{jobs}"]\n{thermal}', interval_s=0.25))
+
+    write(COOL)
+    daemon, address = start_gpuwatch(processes, "gpuwatch", config)
+    root = tmp_path / "slurm"
+    receipt = slurm.python_command("receipt", "-c", str(config), "--json")
+    cluster = slurm.start_slurm(
+        processes, root, prolog=f'echo "$SLURM_JOB_ID" > {jobs}/0',
+        epilog=f'rm -f {jobs}/0; sleep 1; {receipt} "$SLURM_JOB_ID" > {root}/receipt-$SLURM_JOB_ID.json 2>&1')
+    train = slurm.python_command("train", "--runtime-dir", str(run), "--name", "loop", "--", sys.executable,
+                                 str(REPO / "tests/support/pause_loop.py"), "--step-s", "0.05", launcher="srun")
+    # Slurm hands the job the submitting shell's environment (--export=ALL): its XDG_RUNTIME_DIR is the login
+    # node's /run/user/<uid>, which the compute node does not have; the wrapper's run directory goes to /tmp.
+    job = cluster.sbatch("-o", str(root / "job.out"), f"--export=ALL,XDG_RUNTIME_DIR={short_dir / 'login-node'}",
+                         "--wrap", train)
+
+    def metrics() -> str:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
+            return str(response.read().decode())
+
+    def loop() -> dict[str, object] | None:
+        try:
+            trainers = json.loads((run / "state.json").read_text())["trainers"]
+        except (OSError, ValueError, KeyError):
+            return None
+        return next((t for t in trainers if t["name"] == "loop"), None)
+
+    def detail() -> str:
+        out = root / "job.out"
+        return f"{loop()}\n{out.read_text() if out.exists() else ''}\n{daemon.tail()}"
+
+    wait_for(lambda: (t := loop()) is not None and t["phase"] == "running" and t["steps_total"],
+             "the job's run attached and stepping", 90, detail=detail)
+    attached = loop()
+    assert attached is not None and (attached["origin"], attached["job_id"]) == ("attached", job), attached
+    wait_for(lambda: f'gpuwatch_gpu_processes{{gpu="{SLOT}",job_id="{job}",scope="supervised"}} 1.0' in metrics(),
+             "the run's GPU process under the job's id in /metrics", 60, detail=detail)
+    assert re.search(rf'gpuwatch_trainer_info{{gpus="",job_id="{job}",origin="attached",trainer="loop",'
+                     r'user="root"} 1\.0', metrics()), metrics()
+    status = subprocess.run([*GPUWATCH, "status", "-c", str(config)], capture_output=True, text=True, timeout=60)
+    assert f"[attached, root, job {job}]" in status.stdout, status.stdout + status.stderr
+
+    write(HOT)  # [thermal] is live: a SIGHUP and the card is over its limit
+    daemon.process.send_signal(signal.SIGHUP)
+    wait_for(lambda: (t := loop()) is not None and t["phase"] == "paused", "the run held for the hot card", 60,
+             detail=detail)
+    write(COOL)
+    daemon.process.send_signal(signal.SIGHUP)
+    wait_for(lambda: (t := loop()) is not None and t["phase"] == "running" and t["resumes_total"] == 1,
+             "the run resumed once the card is cool", 60, detail=detail)
+
+    stop = subprocess.run([*GPUWATCH, "stop", "loop", "-c", str(config)], capture_output=True, text=True, timeout=60)
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    out = root / f"receipt-{job}.json"
+    wait_for(lambda: out.exists() and out.read_text().strip(), "the epilog's receipt", 90, detail=detail)
+    doc = json.loads(out.read_text())
+    assert doc["job_id"] == job and [g["gpu_id"] for g in doc["gpus"]] == [SLOT], doc
+    assert doc["gpus"][0]["energy_j"] > 0 and doc["paused_s"] > 0, doc
+    assert doc["user"] == "root", doc
