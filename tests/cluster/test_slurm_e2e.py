@@ -8,9 +8,13 @@
 * A batch job's prolog writes the DCGM-style mapping file: the simulated GPU's process carries the job id
   in /metrics while the job runs; the epilog's `gpuwatch receipt $SLURM_JOB_ID` prints its receipt.
 
-Not here yet (issue 33's attached runs, built on other branches): a job running `gpuwatch train` paused when
-hot, and the receipt against Prometheus' integrals (tests/cluster/test_receipt_promql.py covers the latter
-without Slurm).
+* A batch job's `srun gpuwatch train -- python pause_loop.py` (issue 33's attached runs) attaches to the node's
+  daemon with the job's id (the state, `gpuwatch status`, gpuwatch_trainer_info; its GPU process through the
+  prolog's mapping), is paused when the card is over its limit and resumed under it, and the epilog's receipt
+  counts its GPU, its energy and the seconds it was held.
+
+The receipt against Prometheus' integrals is tests/cluster/test_receipt_promql.py's (without Slurm); a job
+across nodes is tests/cluster/test_srun_pause.py's (this Slurm has one node).
 """
 
 from __future__ import annotations
