@@ -7,11 +7,10 @@
   a Nagios WARNING) never drains the node.
 * A batch job's prolog writes the DCGM-style mapping file: the simulated GPU's process carries the job id
   in /metrics while the job runs; the epilog's `gpuwatch receipt $SLURM_JOB_ID` prints its receipt.
-
-* A batch job's `srun gpuwatch train -- python pause_loop.py` (issue 33's attached runs) attaches to the node's
-  daemon with the job's id (the state, `gpuwatch status`, gpuwatch_trainer_info; its GPU process through the
-  prolog's mapping), is paused when the card is over its limit and resumed under it, and the epilog's receipt
-  counts its GPU, its energy and the seconds it was held.
+* A batch job of two tasks, `srun gpuwatch train -- python pause_loop.py` (issue 33's attached runs): both
+  attach to the node's daemon with the job's id (the state, `gpuwatch status`, gpuwatch_trainer_info; their
+  GPU processes through the prolog's mapping), are paused when the card is over its limit and resumed under
+  it, and the epilog's receipt counts the job's GPU, its energy and the seconds its runs were held.
 
 The receipt against Prometheus' integrals is tests/cluster/test_receipt_promql.py's (without Slurm); a job
 across nodes is tests/cluster/test_srun_pause.py's (this Slurm has one node).
@@ -26,8 +25,9 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -162,10 +162,10 @@ def short_dir() -> Iterator[Path]:
 
 def test_srun_gpuwatch_train_carries_its_job_is_paused_when_hot_and_its_receipt_covers_it(
         short_dir: Path, tmp_path: Path, processes: Processes) -> None:
-    """A batch job's `srun gpuwatch train -- python pause_loop.py` attaches to the node's daemon: the run carries
-    the job's id (status, gpuwatch_trainer_info) and its GPU process too (the prolog's mapping: this Slurm runs
-    proctrack/linuxproc); a hot card pauses it, cool resumes it; the epilog's receipt has the job's GPU, its
-    energy and the seconds its run was held."""
+    """A batch job of two tasks, `srun gpuwatch train -- python pause_loop.py`: each task's wrapper attaches to the
+    node's daemon (runs ``loop`` and ``loop-2``); each carries the job's id (status, gpuwatch_trainer_info), so
+    do their GPU processes (the prolog's mapping: this Slurm runs proctrack/linuxproc); a hot card pauses both,
+    cool resumes both; the epilog's receipt has the job's GPU, its energy and the seconds its runs were held."""
     jobs, run = short_dir / "jobs", short_dir / "run"
     jobs.mkdir()
     config = short_dir / "gpuwatch.toml"
@@ -187,45 +187,52 @@ def test_srun_gpuwatch_train_carries_its_job_is_paused_when_hot_and_its_receipt_
     # Slurm hands the job the submitting shell's environment (--export=ALL): its XDG_RUNTIME_DIR is the login
     # node's /run/user/<uid>, which the compute node does not have; the wrapper's run directory goes to /tmp.
     job = cluster.sbatch("-o", str(root / "job.out"), f"--export=ALL,XDG_RUNTIME_DIR={short_dir / 'login-node'}",
-                         "--wrap", train)
+                         "--ntasks=2", "--overcommit", "--wrap", train)  # the node has one CPU: two tasks on it
 
     def metrics() -> str:
         with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
             return str(response.read().decode())
 
-    def loop() -> dict[str, object] | None:
+    names = ("loop", "loop-2")
+
+    def runs() -> dict[str, dict[str, Any]]:
         try:
             trainers = json.loads((run / "state.json").read_text())["trainers"]
         except (OSError, ValueError, KeyError):
-            return None
-        return next((t for t in trainers if t["name"] == "loop"), None)
+            return {}
+        return {t["name"]: t for t in trainers if t["name"] in names}
+
+    def all_runs(check: Callable[[dict[str, Any]], object]) -> bool:
+        found = runs()
+        return len(found) == 2 and all(check(t) for t in found.values())
 
     def detail() -> str:
         out = root / "job.out"
-        return f"{loop()}\n{out.read_text() if out.exists() else ''}\n{daemon.tail()}"
+        return f"{runs()}\n{out.read_text() if out.exists() else ''}\n{daemon.tail()}"
 
-    wait_for(lambda: (t := loop()) is not None and t["phase"] == "running" and t["steps_total"],
-             "the job's run attached and stepping", 90, detail=detail)
-    attached = loop()
-    assert attached is not None and (attached["origin"], attached["job_id"]) == ("attached", job), attached
-    wait_for(lambda: f'gpuwatch_gpu_processes{{gpu="{SLOT}",job_id="{job}",scope="supervised"}} 1.0' in metrics(),
-             "the run's GPU process under the job's id in /metrics", 60, detail=detail)
-    assert re.search(rf'gpuwatch_trainer_info{{gpus="",job_id="{job}",origin="attached",trainer="loop",'
-                     r'user="root"} 1\.0', metrics()), metrics()
+    wait_for(lambda: all_runs(lambda t: t["phase"] == "running" and t["steps_total"]),
+             "both tasks' runs attached and stepping", 90, detail=detail)
+    assert {(t["origin"], t["job_id"]) for t in runs().values()} == {("attached", job)}, runs()
+    wait_for(lambda: f'gpuwatch_gpu_processes{{gpu="{SLOT}",job_id="{job}",scope="supervised"}} 2.0' in metrics(),
+             "the runs' GPU processes under the job's id in /metrics", 60, detail=detail)
+    for name in names:
+        assert re.search(rf'gpuwatch_trainer_info{{gpus="",job_id="{job}",origin="attached",trainer="{name}",'
+                         r'user="root"} 1\.0', metrics()), metrics()
     status = subprocess.run([*GPUWATCH, "status", "-c", str(config)], capture_output=True, text=True, timeout=60)
-    assert f"[attached, root, job {job}]" in status.stdout, status.stdout + status.stderr
+    assert status.stdout.count(f"[attached, root, job {job}]") == 2, status.stdout + status.stderr
 
     write(HOT)  # [thermal] is live: a SIGHUP and the card is over its limit
     daemon.process.send_signal(signal.SIGHUP)
-    wait_for(lambda: (t := loop()) is not None and t["phase"] == "paused", "the run held for the hot card", 60,
-             detail=detail)
+    wait_for(lambda: all_runs(lambda t: t["phase"] == "paused"), "both runs held for the hot card", 60, detail=detail)
     write(COOL)
     daemon.process.send_signal(signal.SIGHUP)
-    wait_for(lambda: (t := loop()) is not None and t["phase"] == "running" and t["resumes_total"] == 1,
-             "the run resumed once the card is cool", 60, detail=detail)
+    wait_for(lambda: all_runs(lambda t: t["phase"] == "running" and t["resumes_total"] == 1),
+             "both runs resumed once the card is cool", 60, detail=detail)
 
-    stop = subprocess.run([*GPUWATCH, "stop", "loop", "-c", str(config)], capture_output=True, text=True, timeout=60)
-    assert stop.returncode == 0, stop.stdout + stop.stderr
+    for name in names:
+        stop = subprocess.run([*GPUWATCH, "stop", name, "-c", str(config)], capture_output=True, text=True,
+                              timeout=60)
+        assert stop.returncode == 0, stop.stdout + stop.stderr
     out = root / f"receipt-{job}.json"
     wait_for(lambda: out.exists() and out.read_text().strip(), "the epilog's receipt", 90, detail=detail)
     doc = json.loads(out.read_text())
