@@ -1,6 +1,7 @@
 """An attached run's own directory: where `gpuwatch train` keeps the run's heartbeat and pause files.
 
-$XDG_RUNTIME_DIR/gpuwatch/runs/<run>/ (else /tmp/gpuwatch-<uid>/runs/<run>/), mode 0700, owned by the
+$XDG_RUNTIME_DIR/gpuwatch/runs/<run>/ (else, or when that directory does not exist here, as under a Slurm job
+whose environment came from a login node: /tmp/gpuwatch-<uid>/runs/<run>/), mode 0700, owned by the
 user who trains. The daemon never opens it (the wrapper relays the heartbeats over the attach socket and
 makes the pause file itself), so nobody else needs to read it. Under /tmp another user could have made
 the parent folders first (to read the heartbeats or to swap a folder for a symlink to their own): every
@@ -46,7 +47,9 @@ class RunDir:
 def runs_base(environ: Mapping[str, str], euid: int) -> tuple[Path, list[Path]]:
     """The folder that holds every run directory, and the levels under the user's own base to check."""
     xdg = environ.get("XDG_RUNTIME_DIR")
-    if xdg:
+    # Only one that exists here: `srun` hands a job the submitting shell's environment (--export=ALL), whose
+    # XDG_RUNTIME_DIR is the login node's /run/user/<uid>; a compute node without that login session has none.
+    if xdg and os.path.isdir(xdg):
         top = Path(xdg) / "gpuwatch"
         return top / "runs", [top, top / "runs"]
     top = Path(f"/tmp/gpuwatch-{euid}")

@@ -11,6 +11,7 @@ blocks: a wrapper that reads nothing breaks its own session, never the daemon's 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import pwd
@@ -20,7 +21,7 @@ import threading
 from typing import Any, Protocol, runtime_checkable
 
 from gpuwatch import attach as proto
-from gpuwatch.daemon.peers import run_refusal, with_groups
+from gpuwatch.daemon.peers import run_job, run_refusal, with_groups
 from gpuwatch.procfs import Procfs
 from gpuwatch.supervise.access import Peer
 
@@ -60,6 +61,8 @@ def serve_session(conn: socket.socket, line: bytes, rest: bytes, sessions: Sessi
         return
     peer = peer_of(conn, procfs)
     why = run_refusal(procfs, peer, request.pid)
+    if not why:
+        request = dataclasses.replace(request, job_id=run_job(procfs, request.pid, request.job_id))
     reply = proto.Attached(ok=False, message=why) if why else \
         sessions.attach(request, peer, _user_name(peer.uid), link)
     if not reply.ok:

@@ -3,13 +3,15 @@
 SO_PEERCRED's pid and uid are the machine's own kernel's, so these read the machine's own /proc (the
 daemon's pre-simulation ``proc_root``: a simulated proc tree holds no real process). A run's pid is
 accepted when it exists, its real uid is the peer's (root may attach any user's), and it is the peer or a
-descendant of it (the ppid chain): a user cannot register a stranger's process as their run.
+descendant of it (the ppid chain): a user cannot register a stranger's process as their run. Its Slurm job is
+its cgroup's when it runs in one (a wrapper without SLURM_JOB_ID, or with a stale one, still gets the right job).
 """
 
 from __future__ import annotations
 
 from gpuwatch.procfs import ProcError, Procfs
 from gpuwatch.procs.fdinfo import parse_stat, parse_uid
+from gpuwatch.procs.jobs import job_of_cgroup
 from gpuwatch.supervise.access import Peer, parse_groups
 
 MAX_ANCESTRY = 256  # ppid hops before a chain counts as not the peer's (pid namespaces nest far less)
@@ -47,3 +49,11 @@ def run_refusal(procfs: Procfs, peer: Peer, pid: int) -> str | None:
             return f"pid {pid} is not the caller's process or a descendant of it"
         current = stat.ppid
     return None
+
+
+def run_job(procfs: Procfs, pid: int, claimed: str | None) -> str | None:
+    """An attached run's Slurm job: its cgroup's (the kernel's word, proctrack/cgroup: procs/jobs.py) when it is in
+    one, else ``claimed`` (its wrapper's SLURM_JOB_ID: without a job cgroup, proctrack/linuxproc, nothing better)."""
+    cgroup = _read(procfs, pid, "cgroup")
+    ref = job_of_cgroup(cgroup) if cgroup else None
+    return ref.job_id if ref is not None else claimed

@@ -79,8 +79,9 @@ def fan_families(state: PublishedState) -> list[Metric]:
 def trainer_families(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> list[Metric]:
     t = ["trainer"]
     info = gauge("trainer_info", "Supervised training command and the GPUs it uses (always 1); origin: configured "
-                 "([[trainer]]) or attached (`gpuwatch train`), user: who runs it (\"\": the daemon's user).",
-                 ["trainer", "gpus", "origin", "user"])
+                 "([[trainer]]) or attached (`gpuwatch train`), user: who runs it (\"\": the daemon's user), "
+                 "job_id: an attached run's Slurm job (\"\": none).",
+                 ["trainer", "gpus", "origin", "user", "job_id"])
     # trainer_info's comma list cannot be joined per GPU in PromQL; this one can (the fleet overview).
     on_gpu = gauge("trainer_gpu_info", "One series per GPU a trainer uses (always 1); a trainer without "
                    "configured gpus uses every GPU.", ["trainer", "gpu"])
@@ -112,7 +113,8 @@ def trainer_families(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> 
     job_ranks = gauge("trainer_job_ranks", "Ranks of a distributed training job on every machine (world size).", t)
     for trainer in trainers:
         name = [trainer.name]
-        info.add_metric([trainer.name, ",".join(trainer.gpus), trainer.origin, trainer.user or ""], 1)
+        info.add_metric([trainer.name, ",".join(trainer.gpus), trainer.origin, trainer.user or "",
+                         trainer.job_id or ""], 1)
         for gpu_id in trainer.gpus or gpu_ids:
             on_gpu.add_metric([trainer.name, gpu_id], 1)
         for known in TrainerPhase:

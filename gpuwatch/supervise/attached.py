@@ -14,6 +14,9 @@ included), a job's ranks (``ranks.aggregate``: paused only once every local rank
 * No new step in its heartbeats for ``hang_timeout_s`` while running -> ``hung`` once (the phase stays
   running, the step age grows: the TrainerHung alert); a run that never wrote a heartbeat is never judged
   hung (nothing tells its progress).
+* A job spanning nodes held at another node's request (its ranks say so: ``ranks.held_by``) is PAUSED here
+  too (``remote``), as a configured trainer is: never counted, never resumed from here, never hung; it runs
+  again when no node asks any more, and this node may still ask for its own pause meanwhile.
 * ``Exited`` (not restarting) -> FINISHED (code 0), FAILED, or STOPPED after a `gpuwatch stop`.
 * The session ended without ``Exited``: while its pid lives the run is *detached* (kept, its phase
   unchanged, waiting for the wrapper to re-attach); once the pid is gone it is FAILED ("gone").
@@ -48,6 +51,7 @@ class RunState:
     seen_steps: int | None = None
     heartbeat_seen: bool = False
     hung: bool = False  # ``hung`` was sent for the current silence
+    remote: bool = False  # PAUSED because another node's request holds the job (``RunInputs.held_by``)
     pauses_total: int = 0
     resumes_total: int = 0
     last_exit_code: int | None = None
@@ -67,6 +71,7 @@ class RunInputs:
     alive: bool = True  # its pid still lives
     exit_code: int | None = None  # the wrapper's final Exited (not restarting)
     command: Command | None = None
+    held_by: str | None = None  # "node-b: hot ..." while another node's request holds the job (ranks.held_by)
 
 
 def start(now: float, paused: bool = False, reason: str | None = None) -> RunState:
@@ -107,6 +112,8 @@ def step(run: RunState, config: AttachedConfig, inputs: RunInputs) -> tuple[RunS
         return stopping, [Event("stop", "gpuwatch stop")]
     if run.phase is TrainerPhase.STOPPING:
         return run, []
+    if run.remote:
+        return _held_remotely(run, config, inputs)
     if run.phase in _HELD:
         return _held(run, config, inputs)
     return _running(run, config, inputs)
@@ -120,19 +127,31 @@ def _progress(run: RunState, inputs: RunInputs) -> RunState:
     return run
 
 
-def _running(run: RunState, config: AttachedConfig, inputs: RunInputs) -> tuple[RunState, list[Event]]:
+def _own_pause(run: RunState, config: AttachedConfig,
+               inputs: RunInputs) -> tuple[RunState, tuple[RunState, list[Event]] | None]:
+    """This node's own pause, when it asks for one: by hand, crit at once, hot for ``debounce_s`` (or the power
+    governor's backstop)."""
     if inputs.command == "pause":
-        return _pause(run, inputs.now, "manual pause", manual=True)
+        return run, _pause(run, inputs.now, "manual pause", manual=True)
     thermal = inputs.thermal
     if thermal.critical:
-        return _pause(run, inputs.now, thermal.reason or "emergency", manual=False)
-    if thermal.hot:
-        hot_since = run.hot_since if run.hot_since is not None else inputs.now
-        run = replace(run, hot_since=hot_since)
-        if inputs.now - hot_since >= max(config.debounce_s, thermal.governed_backstop_s or 0.0):
-            return _pause(run, inputs.now, thermal.reason or "hot", manual=False)
-    else:
-        run = replace(run, hot_since=None)
+        return run, _pause(run, inputs.now, thermal.reason or "emergency", manual=False)
+    if not thermal.hot:
+        return replace(run, hot_since=None), None
+    hot_since = run.hot_since if run.hot_since is not None else inputs.now
+    run = replace(run, hot_since=hot_since)
+    if inputs.now - hot_since >= max(config.debounce_s, thermal.governed_backstop_s or 0.0):
+        return run, _pause(run, inputs.now, thermal.reason or "hot", manual=False)
+    return run, None
+
+
+def _running(run: RunState, config: AttachedConfig, inputs: RunInputs) -> tuple[RunState, list[Event]]:
+    run, paused = _own_pause(run, config, inputs)
+    if paused:
+        return paused
+    if inputs.held_by is not None:
+        held = replace(run, remote=True, paused_since=inputs.now)
+        return _enter(held, TrainerPhase.PAUSED, inputs.now, f"paused by {inputs.held_by}"), []
     quiet_s = inputs.now - run.last_progress
     hang_s = config.hang_timeout_s
     if hang_s is not None and run.heartbeat_seen and not run.hung and quiet_s >= hang_s:
@@ -155,8 +174,22 @@ def _held(run: RunState, config: AttachedConfig, inputs: RunInputs) -> tuple[Run
     return replace(run, last_progress=inputs.now), []  # held is not hung
 
 
+def _held_remotely(run: RunState, config: AttachedConfig, inputs: RunInputs) -> tuple[RunState, list[Event]]:
+    """Held at another node's request: this node may ask too, but only that node releases its own request."""
+    run, paused = _own_pause(run, config, inputs)
+    if paused:
+        return paused
+    if inputs.held_by is None:
+        released = replace(run, remote=False, paused_since=None, last_progress=inputs.now)
+        return _enter(released, TrainerPhase.RUNNING, inputs.now, "running again: no node asks for the pause"), []
+    if inputs.command == "resume":
+        return _note(run, f"not resumed: paused by {inputs.held_by} (resume it there)"), []
+    return replace(run, reason=f"paused by {inputs.held_by}", last_progress=inputs.now), []  # held is not hung
+
+
 def _pause(run: RunState, now: float, why: str, manual: bool) -> tuple[RunState, list[Event]]:
-    paused = replace(run, paused_since=now, manual_pause=manual, hot_since=None, pauses_total=run.pauses_total + 1)
+    paused = replace(run, paused_since=now, manual_pause=manual, hot_since=None, pauses_total=run.pauses_total + 1,
+                     remote=False)
     return _enter(paused, TrainerPhase.PAUSING, now, f"pausing: {why}"), [Event("pause", why)]
 
 

@@ -220,7 +220,7 @@ class AttachedRuns:
         inputs = RunInputs(now=now, thermal=verdict(self.gpus(run)), steps_total=progress.steps_total,
                            acknowledged=progress.acknowledged, heartbeat_seen=bool(run.beats),
                            connected=run.link is not None, alive=bool(run.tree), exit_code=run.exit_code,
-                           command=command)
+                           command=command, held_by=run.ranks.held_by if run.ranks else None)
         before = run.state.phase
         run.state, events = step(run.state, config, inputs)
         stepping = run.state.phase is TrainerPhase.RUNNING and not progress.acknowledged

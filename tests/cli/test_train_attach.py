@@ -404,6 +404,10 @@ def test_a_run_dir_only_where_nobody_else_can_reach_it(tmp_path: Path) -> None:
     (shared / "gpuwatch").chmod(0o777)
     with pytest.raises(RunDirError, match="writable by others"):
         make_run_dir({"XDG_RUNTIME_DIR": str(shared)}, os.geteuid(), 42)
+    # srun's job has the login node's XDG_RUNTIME_DIR (--export=ALL), which this node lacks: /tmp/gpuwatch-<uid>.
+    elsewhere = make_run_dir({"XDG_RUNTIME_DIR": str(tmp_path / "login-node")}, os.geteuid(), 42)
+    assert elsewhere.path.parent == Path(f"/tmp/gpuwatch-{os.geteuid()}/runs"), elsewhere
+    elsewhere.remove()
     if os.geteuid() == 0:  # another user made the folder first (as in /tmp): refused, its owner named
         theirs = tmp_path / "xdg4"
         (theirs / "gpuwatch").mkdir(parents=True, mode=0o700)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuwatch.daemon.peers import run_job
 from gpuwatch.model import GpuProcess
 from gpuwatch.procfs import Procfs
 from gpuwatch.procs.jobs import JobRef, attribute, job_of_cgroup, parse_mapping, read_mappings
@@ -99,3 +100,20 @@ def test_status_processes_shows_a_job_column_only_on_a_schedulers_node() -> None
     header, line = table.splitlines()[:2]
     assert header.split()[-3:] == ["TRAINER", "JOB", "COMMAND"]
     assert line[header.index("JOB"):].split()[0] == "4711"
+
+
+@pytest.mark.parametrize(("cgroup", "claimed", "expected"), [
+    ("0::/system.slice/slurmstepd.scope/job_123/step_0/user/task_0\n", None, "123"),  # no SLURM_JOB_ID: the cgroup's
+    ("11:memory:/slurm/uid_0/job_4711/step_0/task_0\n", "4711", "4711"),
+    ("0::/system.slice/slurmstepd.scope/job_123/step_0/user/task_0\n", "99", "123"),  # a stale one: the kernel's wins
+    ("0::/user.slice/user-0.slice/session-3.scope\n", "42", "42"),  # proctrack/linuxproc: the wrapper's word
+    ("0::/user.slice/user-0.slice/session-3.scope\n", None, None),
+    (None, "42", "42"),  # the run's pid gone between the check and this read
+])
+def test_an_attached_runs_job_is_its_cgroups_else_its_wrappers(tmp_path: Path, cgroup: str | None, claimed: str | None,
+                                                                 expected: str | None) -> None:
+    tree = FakeProcTree(tmp_path / "proc")
+    tree.add_process(300, "python3", ("python3", "train.py"), ppid=200, uid=0)
+    if cgroup is not None:
+        (tmp_path / "proc/300/cgroup").write_text(cgroup)
+    assert run_job(Procfs(tmp_path / "proc"), 300 if cgroup is not None else 301, claimed) == expected

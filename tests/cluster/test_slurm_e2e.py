@@ -7,24 +7,32 @@
   a Nagios WARNING) never drains the node.
 * A batch job's prolog writes the DCGM-style mapping file: the simulated GPU's process carries the job id
   in /metrics while the job runs; the epilog's `gpuwatch receipt $SLURM_JOB_ID` prints its receipt.
+* A batch job of two tasks, `srun gpuwatch train -- python pause_loop.py` (issue 33's attached runs): both
+  attach to the node's daemon with the job's id (the state, `gpuwatch status`, gpuwatch_trainer_info; their
+  GPU processes through the prolog's mapping), are paused when the card is over its limit and resumed under
+  it, and the epilog's receipt counts the job's GPU, its energy and the seconds its runs were held.
 
-Not here yet (issue 33's attached runs, built on other branches): a job running `gpuwatch train` paused when
-hot, and the receipt against Prometheus' integrals (tests/cluster/test_receipt_promql.py covers the latter
-without Slurm).
+The receipt against Prometheus' integrals is tests/cluster/test_receipt_promql.py's (without Slurm); a job
+across nodes is tests/cluster/test_srun_pause.py's (this Slurm has one node).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
+import sys
+import tempfile
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support import slurm
+from tests.support.paths import REPO
 from tests.support.processes import Processes
 from tests.support.stack import GPUWATCH, daemon_config, start_gpuwatch
 from tests.support.waiting import wait_for
@@ -139,3 +147,95 @@ def test_a_governed_node_is_never_drained(tmp_path: Path, processes: Processes) 
     nagios = subprocess.run([*GPUWATCH, "health", "--format", "nagios", "-c", str(config)], capture_output=True,
                             text=True, timeout=60)
     assert nagios.returncode == 1 and nagios.stdout.startswith("GPUWATCH WARNING - gpuwatch: healthy ("), nagios.stdout
+
+
+HOT = "[thermal]\nedge_limit_c = 20\n"  # ambient 30 °C: every simulated card is over it
+COOL = "[thermal]\nedge_limit_c = 140\njunction_limit_c = 140\nmem_limit_c = 140\n"
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    # The control socket's path must fit a sockaddr_un (107 bytes); pytest's tmp_path for this test does not.
+    with tempfile.TemporaryDirectory(prefix="gw-", dir="/tmp") as name:
+        yield Path(name)
+
+
+def test_srun_gpuwatch_train_carries_its_job_is_paused_when_hot_and_its_receipt_covers_it(
+        short_dir: Path, tmp_path: Path, processes: Processes) -> None:
+    """A batch job of two tasks, `srun gpuwatch train -- python pause_loop.py`: each task's wrapper attaches to the
+    node's daemon (runs ``loop`` and ``loop-2``); each carries the job's id (status, gpuwatch_trainer_info), so
+    do their GPU processes (the prolog's mapping: this Slurm runs proctrack/linuxproc); a hot card pauses both,
+    cool resumes both; the epilog's receipt has the job's GPU, its energy and the seconds its runs were held."""
+    jobs, run = short_dir / "jobs", short_dir / "run"
+    jobs.mkdir()
+    config = short_dir / "gpuwatch.toml"
+
+    def write(thermal: str) -> None:
+        config.write_text(daemon_config(run, f'[simulate]\nenabled = true\ntree_dir = "{short_dir / "tree"}"\n'
+                                        "[attached]\ndebounce_s = 0\nmin_pause_s = 0\n"
+                                        f'[health]\njob_mapping_dirs = ["{jobs}"]\n{thermal}', interval_s=0.25))
+
+    write(COOL)
+    daemon, address = start_gpuwatch(processes, "gpuwatch", config)
+    root = tmp_path / "slurm"
+    receipt = slurm.python_command("receipt", "-c", str(config), "--json")
+    cluster = slurm.start_slurm(
+        processes, root, prolog=f'echo "$SLURM_JOB_ID" > {jobs}/0',
+        epilog=f'rm -f {jobs}/0; sleep 1; {receipt} "$SLURM_JOB_ID" > {root}/receipt-$SLURM_JOB_ID.json 2>&1')
+    train = slurm.python_command("train", "--runtime-dir", str(run), "--name", "loop", "--", sys.executable,
+                                 str(REPO / "tests/support/pause_loop.py"), "--step-s", "0.05", launcher="srun")
+    # Slurm hands the job the submitting shell's environment (--export=ALL): its XDG_RUNTIME_DIR is the login
+    # node's /run/user/<uid>, which the compute node does not have; the wrapper's run directory goes to /tmp.
+    job = cluster.sbatch("-o", str(root / "job.out"), f"--export=ALL,XDG_RUNTIME_DIR={short_dir / 'login-node'}",
+                         "--ntasks=2", "--overcommit", "--wrap", train)  # the node has one CPU: two tasks on it
+
+    def metrics() -> str:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
+            return str(response.read().decode())
+
+    names = ("loop", "loop-2")
+
+    def runs() -> dict[str, dict[str, Any]]:
+        try:
+            trainers = json.loads((run / "state.json").read_text())["trainers"]
+        except (OSError, ValueError, KeyError):
+            return {}
+        return {t["name"]: t for t in trainers if t["name"] in names}
+
+    def all_runs(check: Callable[[dict[str, Any]], object]) -> bool:
+        found = runs()
+        return len(found) == 2 and all(check(t) for t in found.values())
+
+    def detail() -> str:
+        out = root / "job.out"
+        return f"{runs()}\n{out.read_text() if out.exists() else ''}\n{daemon.tail()}"
+
+    wait_for(lambda: all_runs(lambda t: t["phase"] == "running" and t["steps_total"]),
+             "both tasks' runs attached and stepping", 90, detail=detail)
+    assert {(t["origin"], t["job_id"]) for t in runs().values()} == {("attached", job)}, runs()
+    wait_for(lambda: f'gpuwatch_gpu_processes{{gpu="{SLOT}",job_id="{job}",scope="supervised"}} 2.0' in metrics(),
+             "the runs' GPU processes under the job's id in /metrics", 60, detail=detail)
+    for name in names:
+        assert re.search(rf'gpuwatch_trainer_info{{gpus="",job_id="{job}",origin="attached",trainer="{name}",'
+                         r'user="root"} 1\.0', metrics()), metrics()
+    status = subprocess.run([*GPUWATCH, "status", "-c", str(config)], capture_output=True, text=True, timeout=60)
+    assert status.stdout.count(f"[attached, root, job {job}]") == 2, status.stdout + status.stderr
+
+    write(HOT)  # [thermal] is live: a SIGHUP and the card is over its limit
+    daemon.process.send_signal(signal.SIGHUP)
+    wait_for(lambda: all_runs(lambda t: t["phase"] == "paused"), "both runs held for the hot card", 60, detail=detail)
+    write(COOL)
+    daemon.process.send_signal(signal.SIGHUP)
+    wait_for(lambda: all_runs(lambda t: t["phase"] == "running" and t["resumes_total"] == 1),
+             "both runs resumed once the card is cool", 60, detail=detail)
+
+    for name in names:
+        stop = subprocess.run([*GPUWATCH, "stop", name, "-c", str(config)], capture_output=True, text=True,
+                              timeout=60)
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+    out = root / f"receipt-{job}.json"
+    wait_for(lambda: out.exists() and out.read_text().strip(), "the epilog's receipt", 90, detail=detail)
+    doc = json.loads(out.read_text())
+    assert doc["job_id"] == job and [g["gpu_id"] for g in doc["gpus"]] == [SLOT], doc
+    assert doc["gpus"][0]["energy_j"] > 0 and doc["paused_s"] > 0, doc
+    assert doc["user"] == "root", doc

@@ -25,7 +25,7 @@ from pathlib import Path
 from tests.support.processes import Processes, free_port
 from tests.support.waiting import wait_for
 
-BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "scontrol", "sbatch")
+BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "scontrol", "sbatch", "srun")
 
 
 def missing() -> str:
@@ -44,11 +44,12 @@ def node_name() -> str:
     return socket.gethostname().split(".")[0]
 
 
-def python_command(*args: str) -> str:
-    """A shell command line running this checkout's `gpuwatch ARGS` (slurmd's children get a bare environment)."""
+def python_command(*args: str, launcher: str = "") -> str:
+    """A shell command line running this checkout's `gpuwatch ARGS` (slurmd's children get a bare environment);
+    ``launcher`` goes before the interpreter (``srun``: a job step on every node of the job, PYTHONPATH with it)."""
     path = os.pathsep.join(p for p in sys.path if p)
     quoted = " ".join(f"'{a}'" for a in args)
-    return (f"PYTHONPATH='{path}' '{sys.executable}' -c 'import sys; from gpuwatch.cli import main; "
+    return (f"PYTHONPATH='{path}' {launcher} '{sys.executable}' -c 'import sys; from gpuwatch.cli import main; "
             f"sys.exit(main())' {quoted}")
 
 
