@@ -70,6 +70,7 @@ class AttachedRun:
     link: Link | None
     state: RunState
     created: float | None = None  # psutil's create_time: a reused pid is another process
+    wrapper_pid: int | None = None  # the peer that attached it (its `gpuwatch train`): a pid that names the run
     started_unix: float = field(default_factory=time.time)
     beats: list[Heartbeat] = field(default_factory=list)
     exit_code: int | None = None
@@ -113,6 +114,7 @@ class AttachedRuns:
                 return Attached(ok=False, message=f"too many attached runs of {user} ({config.max_runs_per_user})")
             if known is not None:
                 known.link, known.pid, known.created = link, request.pid, _created(request.pid)
+                known.wrapper_pid = peer.pid
                 known.state = reattached(known.state, now, request.paused, request.reason)
                 self._log(known, f"re-attached (pid {request.pid})")
                 return Attached(ok=True, run_id=known.run_id, name=known.name, interval_s=interval_s)
@@ -124,7 +126,7 @@ class AttachedRuns:
             run_id = wanted if usable else secrets.token_hex(8)
             run = AttachedRun(run_id=run_id, name=name, uid=peer.uid, user=user,
                               pid=request.pid, argv=list(request.argv), gpus=tuple(request.gpus or ()),
-                              job_id=request.job_id, link=link, created=_created(request.pid),
+                              job_id=request.job_id, link=link, created=_created(request.pid), wrapper_pid=peer.pid,
                               state=start(now, request.paused, request.reason))
             self.runs[run.run_id] = run
         log.info("attached run %s: pid %d of %s (uid %d): %s", name, run.pid, user, peer.uid, " ".join(run.argv))
@@ -166,14 +168,16 @@ class AttachedRuns:
             run.commands.append(command)
 
     def find(self, name_or_pid: str) -> list[AttachedRun]:
-        """The live runs a NAME or a PID (any pid of a run's tree) means."""
+        """The live runs a NAME or a PID means: any pid of a run's tree, its wrapper's included (the parent the
+        user started, what `pgrep -f train.py` finds first; the peer that attached it, SO_PEERCRED)."""
         with self._lock:
             live = [r for r in self.runs.values() if r.state.phase not in ENDED]
         by_name = [r for r in live if r.name == name_or_pid]
         if by_name or not name_or_pid.isdigit():
             return by_name
         pid = int(name_or_pid)
-        return [r for r in live if pid == r.pid or pid in r.tree]
+        # The wrapper's pid only while its session is open (a wrapper gone may have its pid reused).
+        return [r for r in live if pid == r.pid or pid in r.tree or (r.link is not None and pid == r.wrapper_pid)]
 
     def of_user(self, uid: int | None) -> list[AttachedRun]:
         """The live runs of ``uid`` (None: every user's)."""

@@ -94,3 +94,15 @@ def test_an_ended_run_stays_listed_keep_ended_s_then_is_dropped() -> None:
     assert (state.phase, state.steps_total, state.pid) == (TrainerPhase.FINISHED, 7, None)
     runs.tick(None, lambda gpus: Thermal(), CONFIG, 11.5)
     assert runs.states(11.5, 1000.0, None) == [] and runs.trees() == {}
+
+
+def test_the_wrappers_pid_names_its_run_while_its_session_is_open() -> None:
+    runs = AttachedRuns()
+    wrapper = Peer(os.getppid(), 1001, 1001)  # the peer that attached (`gpuwatch train`), the run's parent
+    session = Session()
+    reply = runs.attach(Attach(pid=os.getpid(), argv=["python", "train.py"], name="a"), wrapper, "alice", session,
+                        CONFIG, set(), 0.0, 1.0)
+    (run,) = runs.find(str(os.getppid()))
+    assert run.name == "a" and runs.find(str(os.getpid())) == [run]
+    runs.detach(reply.run_id or "", session)  # the wrapper gone: its pid may be another process's soon
+    assert runs.find(str(os.getppid())) == [] and runs.find(str(os.getpid())) == [run]
