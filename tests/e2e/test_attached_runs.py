@@ -124,15 +124,18 @@ def test_a_run_from_a_plain_shell_is_paused_when_hot_resumed_when_cool_and_seen(
         daemon = Daemon(processes, wrappers, COOL)
         # A run of two processes (a python that starts the loop), to name it by its grandchild's pid below.
         tree = f"import subprocess, sys; sys.exit(subprocess.call([sys.executable, {LOOP!r}]))"
-        wrapper = wrappers.start(["env", sys.executable, "-c", tree], "--name", "shell-run")
+        # The simulated card declared in the short form: the daemon's limits apply to it (its GPU ids are slots).
+        wrapper = wrappers.start(["env", sys.executable, "-c", tree], "--name", "shell-run", "--gpu", "28:00.0",
+                                 env={"SLURM_JOB_ID": "4242"})
         run = daemon.wait_run("shell-run", lambda r: r["phase"] == "running" and (r["steps_total"] or 0) > 0,
                               "the run attached and stepping", wrapper.output)
         me = pwd.getpwuid(os.geteuid()).pw_name
-        assert (run["origin"], run["user"]) == ("attached", me)
+        assert (run["origin"], run["user"], run["job_id"], run["gpus"]) == ("attached", me, "4242", ["0000:28:00.0"])
+        assert [g["gpu_id"] for g in (daemon.state() or {})["gpus"]] == ["0000:28:00.0"]
         assert run["pid"] == psutil.Process(wrapper.pid).children()[0].pid  # the wrapper's child, not itself
         assert "attached to the gpuwatch daemon as shell-run" in wrapper.output()
         status = gpuwatch("status", "-c", str(daemon.config))
-        assert f"shell-run: running  [attached, {me}]" in status.stdout, status.stdout + status.stderr
+        assert f"shell-run: running  [attached, {me}, job 4242]" in status.stdout, status.stdout + status.stderr
         info = re.search(r'gpuwatch_trainer_info\{[^}]*trainer="shell-run"[^}]*\} 1', daemon.metrics())
         assert info and 'origin="attached"' in info.group(0) and f'user="{me}"' in info.group(0), info
         beats, pause = run_dir(wrapper) / "heartbeat.json", run_dir(wrapper) / "pause"
@@ -407,3 +410,37 @@ def test_fifty_attached_wrappers_at_once_listed_governed_then_dropped(short_dir:
                  WAIT_S, detail=lambda: str(phases()))
         wait_for(lambda: not daemon.runs() and daemon.ticks() > 0, "every ended run dropped", WAIT_S,
                  detail=lambda: str(phases()))
+
+
+# Three steps, then no step for an hour on its first start (a hang); every later start steps on.
+STALLS_ONCE = """
+import os, sys, time
+from gpuwatch.heartbeat import HEARTBEAT_ENV, Heartbeat, write_heartbeat
+with open(sys.argv[1], "a") as out:
+    out.write("start\\n")
+first = len(open(sys.argv[1]).read().splitlines()) == 1
+step = 0
+while True:
+    time.sleep(0.05)
+    if first and step >= 3:
+        time.sleep(3600)
+    step += 1
+    write_heartbeat(os.environ[HEARTBEAT_ENV], Heartbeat(os.getpid(), step, time.time(), None, time.time()))
+"""
+
+
+def test_a_hung_run_is_reported_by_the_daemon_and_restarted_by_its_wrapper(short_dir: Path) -> None:
+    starts = short_dir / "starts"
+    with Processes(short_dir / "logs") as processes, Wrappers(short_dir) as wrappers:
+        daemon = Daemon(processes, wrappers, COOL, attached="hang_timeout_s = 2\n")
+        wrapper = wrappers.start(["env", sys.executable, "-c", STALLS_ONCE, str(starts)], "--name", "stall",
+                                 "--restart", "on-failure:1", "--backoff-s", "0", "--grace-s", "10")
+        first = daemon.wait_run("stall", lambda r: r["steps_total"] == 3, "three steps", wrapper.output)
+        wait_for(lambda: "reports this run hung (hung: no step for" in wrapper.output(), "the hung event", WAIT_S,
+                 detail=lambda: f"{daemon.run('stall')}\n{wrapper.output()}")
+        again = daemon.wait_run("stall", lambda r: r["restarts_total"] == 1 and r["pid"] != first["pid"]
+                                and r["phase"] == "running" and (r["steps_total"] or 0) > 3,
+                                "restarted by its wrapper and stepping", wrapper.output)
+        assert again["restarts_by_reason"] == [["wrapper", 1]], again
+        assert len(starts.read_text().splitlines()) == 2 and wrapper.process.poll() is None
+        assert not psutil.pid_exists(first["pid"]) or psutil.Process(first["pid"]).status() == psutil.STATUS_ZOMBIE
