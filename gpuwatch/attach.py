@@ -6,7 +6,8 @@ JSON lines both ways. The wrapper (`gpuwatch train`, the run's parent) speaks fi
 1. wrapper -> daemon: ``Attach`` (once per connection). The daemon takes who is asking from the kernel
    (SO_PEERCRED), never from the message: the run's ``pid`` must exist, belong to that user and be the
    peer or a descendant of it. Reply: ``Attached`` (``ok`` false with a one-line ``message``, then the
-   daemon closes). A re-attach after a daemon restart sends the ``run_id`` and the pause state it holds.
+   daemon closes; ``ok`` true with a ``message``: a note the wrapper says, such as a ``--gpu`` not
+   here). A re-attach after a daemon restart sends the ``run_id`` and the pause state it holds.
 2. wrapper -> daemon, at least every ``BEAT_INTERVAL_S``: ``Beat`` (the ranks' heartbeats as the wrapper
    read them from its own run directory; the daemon never opens a user's files), and ``Exited`` when the
    command ended (``restarting``: the wrapper starts it again, ``--restart``) or ``Restarted`` with the

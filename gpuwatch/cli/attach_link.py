@@ -198,7 +198,8 @@ class AttachLink:
         self.attached, self._lost_at = True, None
         kept = f" (the pause kept: {self.reason})" if again and self.paused else ""
         word = "re-attached" if again else "attached"
-        self._say(f"gpuwatch train: {word} to the gpuwatch daemon as {self.name or '?'}{kept}")
+        note = f"; {reply.message}" if reply.message else ""  # the daemon's word on the request (a --gpu not there)
+        self._say(f"gpuwatch train: {word} to the gpuwatch daemon as {self.name or '?'}{kept}{note}")
 
     def _refused(self, message: str) -> None:
         self.attached = False

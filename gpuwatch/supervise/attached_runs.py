@@ -101,8 +101,10 @@ class AttachedRuns:
         self.runs: dict[str, AttachedRun] = {}
 
     def attach(self, request: Attach, peer: Peer, user: str, link: Link, config: AttachedConfig,
-               taken: set[str], now: float, interval_s: float | None = None) -> Attached:
-        """Register (or re-register) a validated run; the reply for its wrapper."""
+               taken: set[str], now: float, interval_s: float | None = None,
+               gpus_here: frozenset[str] | None = None) -> Attached:
+        """Register (or re-register) a validated run; the reply for its wrapper. ``gpus_here``: this machine's
+        GPUs (None: not read yet): a declared GPU not among them is dropped, and the reply says so."""
         with self._lock:
             known = self.runs.get(request.run_id or "")
             if known is not None and (known.uid != peer.uid or known.state.phase in ENDED):
@@ -124,13 +126,16 @@ class AttachedRuns:
             wanted = request.run_id or ""
             usable = 0 < len(wanted) <= 64 and wanted.isascii() and wanted.isalnum() and wanted not in self.runs
             run_id = wanted if usable else secrets.token_hex(8)
+            gpus, note = _declared(request.gpus or [], gpus_here)
             run = AttachedRun(run_id=run_id, name=name, uid=peer.uid, user=user,
-                              pid=request.pid, argv=list(request.argv), gpus=tuple(request.gpus or ()),
+                              pid=request.pid, argv=list(request.argv), gpus=gpus,
                               job_id=request.job_id, link=link, created=_created(request.pid), wrapper_pid=peer.pid,
                               state=start(now, request.paused, request.reason))
             self.runs[run.run_id] = run
         log.info("attached run %s: pid %d of %s (uid %d): %s", name, run.pid, user, peer.uid, " ".join(run.argv))
-        return Attached(ok=True, run_id=run.run_id, name=name, interval_s=interval_s)
+        if note:
+            log.warning("attached run %s: %s", name, note)
+        return Attached(ok=True, message=note, run_id=run.run_id, name=name, interval_s=interval_s)
 
     def receive(self, run_id: str, message: Message) -> None:
         """A line of the run's session (its connection's thread)."""
@@ -280,6 +285,22 @@ class AttachedRuns:
             world_size=ranks.world_size if ranks else None, paused_by=ranks.paused_by if ranks else None,
             origin="attached", user=run.user, command=_command(run.argv), job_id=run.job_id,
         )
+
+
+def _declared(declared: list[str], here: frozenset[str] | None) -> tuple[tuple[str, ...], str]:
+    """The declared GPUs (`--gpu`) that are this machine's, and a note for the wrapper about the others.
+
+    A slot that is not here (a typo, another box's) would leave the run judged on no GPU: never paused,
+    silently. Dropped, the run is judged on the rest, else on the GPUs it is seen using, else on every GPU.
+    """
+    if here is None:
+        return tuple(declared), ""
+    kept, missing = [g for g in declared if g in here], [g for g in declared if g not in here]
+    if not missing:
+        return tuple(kept), ""
+    what = "its other --gpu" if kept else "the GPUs it uses (every GPU until it is seen using one)"
+    return tuple(kept), (f"--gpu {', '.join(missing)}: not a GPU of this machine ({', '.join(sorted(here)) or 'none'})"
+                         f"; its limits apply to {what}")
 
 
 def _command(argv: list[str]) -> str:

@@ -207,8 +207,9 @@ class Supervisor:
         """A validated ``Attach`` (daemon/control.py checked the peer and the pid): registered, named uniquely
         among the configured trainers and the attached runs."""
         taken = {t.config.name for t in self.trainers + self.removed}
+        here = None if self.last_snapshot is None else frozenset(g.gpu_id for g in self.last_snapshot.gpus)
         return self.attached.attach(request, peer, user, link, self.attached_config, taken, time.monotonic(),
-                                    self.interval_s)
+                                    self.interval_s, here)
 
     def receive(self, run_id: str, message: Message) -> None:
         self.attached.receive(run_id, message)

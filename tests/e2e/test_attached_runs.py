@@ -444,3 +444,14 @@ def test_a_hung_run_is_reported_by_the_daemon_and_restarted_by_its_wrapper(short
         assert again["restarts_by_reason"] == [["wrapper", 1]], again
         assert len(starts.read_text().splitlines()) == 2 and wrapper.process.poll() is None
         assert not psutil.pid_exists(first["pid"]) or psutil.Process(first["pid"]).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_declared_gpu_not_on_this_machine_is_said_and_the_run_still_governed(short_dir: Path) -> None:
+    with Processes(short_dir / "logs") as processes, Wrappers(short_dir) as wrappers:
+        daemon = Daemon(processes, wrappers, HOT)
+        wrapper = wrappers.start(loop_command(), "--name", "typo", "--gpu", "2d:00.0")  # the card is 28:00.0
+        wait_for(lambda: "attached to the gpuwatch daemon as typo; --gpu 0000:2d:00.0: not a GPU of this machine "
+                 "(0000:28:00.0); its limits apply to the GPUs it uses" in wrapper.output(), "the note", WAIT_S,
+                 detail=wrapper.output)
+        run = daemon.wait_run("typo", lambda r: r["phase"] == "paused", "paused by the hot card", wrapper.output)
+        assert run["gpus"] == [] and (run_dir(wrapper) / "pause").exists()
