@@ -232,10 +232,13 @@ def test_every_rank_of_a_torchrun_attached_run_is_held_at_the_same_step(short_di
 def test_a_held_run_stays_held_across_a_daemon_sigkill_and_resumes_when_cool(short_dir: Path) -> None:
     starts = short_dir / "starts"
     with Processes(short_dir / "logs") as processes, Wrappers(short_dir) as wrappers:
-        first = Daemon(processes, wrappers, HOT, name="first")
+        # Started before any daemon: it trains, says once it is unprotected, and attaches once one starts.
         wrapper = wrappers.start(loop_command("--starts", str(starts)), "--name", "held")
         pause = run_dir(wrapper) / "pause"
         beats = run_dir(wrapper) / "heartbeat.json"
+        wait_for(lambda: steps(read_heartbeat(beats)) > 0, "steps without a daemon", WAIT_S, detail=wrapper.output)
+        assert wrapper.output().count("this run is not protected") == 1
+        first = Daemon(processes, wrappers, HOT, name="first")
         run = first.wait_run("held", lambda r: r["phase"] == "paused", "paused by the first daemon", wrapper.output)
         first.child.process.send_signal(signal.SIGKILL)
         first.child.process.wait(WAIT_S)
@@ -404,6 +407,13 @@ def test_fifty_attached_wrappers_at_once_listed_governed_then_dropped(short_dir:
         daemon.reload(COOL)
         wait_for(lambda: not any(p.exists() for p in pauses), "fifty pause files removed", 300.0,
                  detail=lambda: f"{sum(p.exists() for p in pauses)} of 50\n{daemon.child.tail()}")
+        # The daemon killed and started again: all fifty re-attach (each its own session, none refused).
+        daemon.child.process.send_signal(signal.SIGKILL)
+        daemon.child.process.wait(WAIT_S)
+        (wrappers.runtime / "state.json").unlink(missing_ok=True)
+        daemon = Daemon(processes, wrappers, COOL, name="second", attached="keep_ended_s = 2\n")
+        wait_for(lambda: every("running") and all("re-attached" in w.output() for w in started),
+                 "fifty runs re-attached", 300.0, detail=lambda: f"{phases()}\n{daemon.child.tail()}")
         done.touch()
         assert [w.wait(300.0) for w in started] == [0] * 50
         wait_for(lambda: daemon.child.tail(10**7).count(": running -> finished: finished") == 50, "fifty finished",
