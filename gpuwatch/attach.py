@@ -81,6 +81,9 @@ class Beat:
 class Exited:
     code: int  # the command's exit status (negative: killed by that signal)
     restarting: bool
+    # The signal the wrapper passed on to the command (its user's Ctrl-C, a kill of the wrapper): the run was
+    # ended on purpose, not failed. None: it ended on its own (or a daemon's `stop`).
+    signalled: int | None = None
     cmd: Literal["exited"] = "exited"
 
 
@@ -137,7 +140,9 @@ def decode_request(line: bytes) -> Message:
                 raise ProtocolError("beat: heartbeats is not a list of objects")
             return Beat(heartbeats=beats)
         if cmd == "exited":
-            return Exited(code=int(raw["code"]), restarting=bool(raw["restarting"]))
+            signalled = raw.get("signalled")
+            return Exited(code=int(raw["code"]), restarting=bool(raw["restarting"]),
+                          signalled=None if signalled is None else int(signalled))
         if cmd == "restarted":
             return Restarted(pid=int(raw["pid"]))
     except (KeyError, TypeError, ValueError) as exc:

@@ -95,8 +95,8 @@ class AttachLink:
             self._request = replace(self._request, pid=pid)
         self._send(Restarted(pid=pid))
 
-    def exited(self, code: int, restarting: bool) -> None:
-        self._send(Exited(code=code, restarting=restarting))
+    def exited(self, code: int, restarting: bool, signalled: int | None = None) -> None:
+        self._send(Exited(code=code, restarting=restarting, signalled=signalled))
 
     def close(self) -> None:
         """Stop the thread; a pause this link made is taken back (the file goes with the run)."""

@@ -74,6 +74,7 @@ class AttachedRun:
     started_unix: float = field(default_factory=time.time)
     beats: list[Heartbeat] = field(default_factory=list)
     exit_code: int | None = None
+    exit_signal: int | None = None  # the signal its wrapper passed on (its user's Ctrl-C): stopped, not failed
     restarts: int = 0
     commands: list[Command] = field(default_factory=list)
     energy: energy.RunEnergy = field(default_factory=energy.RunEnergy)
@@ -156,7 +157,7 @@ class AttachedRuns:
                     run.restarts += 1
                     run.beats = []
                 else:
-                    run.exit_code = message.code
+                    run.exit_code, run.exit_signal = message.code, message.signalled
             elif isinstance(message, Restarted):
                 run.pid, run.created, run.started_unix, run.exit_code = message.pid, _created(message.pid), \
                     time.time(), None
@@ -229,6 +230,7 @@ class AttachedRuns:
         inputs = RunInputs(now=now, thermal=verdict(self.gpus(run)), steps_total=progress.steps_total,
                            acknowledged=progress.acknowledged, heartbeat_seen=bool(run.beats),
                            connected=run.link is not None, alive=bool(run.tree), exit_code=run.exit_code,
+                           exit_signal=run.exit_signal,
                            command=command)
         before = run.state.phase
         run.state, events = step(run.state, config, inputs)

@@ -465,3 +465,22 @@ def test_a_declared_gpu_not_on_this_machine_is_said_and_the_run_still_governed(s
                  detail=wrapper.output)
         run = daemon.wait_run("typo", lambda r: r["phase"] == "paused", "paused by the hot card", wrapper.output)
         assert run["gpus"] == [] and (run_dir(wrapper) / "pause").exists()
+
+
+def test_a_run_its_user_ends_with_ctrl_c_is_stopped_not_failed(short_dir: Path) -> None:
+    with Processes(short_dir / "logs") as processes, Wrappers(short_dir) as wrappers:
+        daemon = Daemon(processes, wrappers, COOL)
+        ctrl_c = wrappers.start(loop_command(), "--name", "ctrl-c")
+        crash = wrappers.start(loop_command("--steps", "40", "--exit-code", "3"), "--name", "crash")
+        daemon.wait_run("ctrl-c", lambda r: (r["steps_total"] or 0) > 0, "stepping", ctrl_c.output)
+        os.killpg(ctrl_c.pid, signal.SIGINT)  # a Ctrl-C in its terminal: the wrapper passes it on once
+        assert ctrl_c.wait(WAIT_S) == 128 + signal.SIGINT
+        ended = daemon.wait_run("ctrl-c", lambda r: r["phase"] != "running", "ended", ctrl_c.output)
+        assert (ended["phase"], ended["reason"]) == ("stopped", "stopped by its user: SIGINT (exit -2)"), ended
+        # A command that fails on its own is still failed (what TrainerFailed is about).
+        assert crash.wait(WAIT_S) == 3
+        failed = daemon.wait_run("crash", lambda r: r["phase"] != "running", "ended", crash.output)
+        assert (failed["phase"], failed["reason"]) == ("failed", "failed: exit 3"), failed
+        metrics = daemon.metrics()
+        assert 'gpuwatch_trainer_phase{phase="stopped",trainer="ctrl-c"} 1' in metrics
+        assert 'gpuwatch_trainer_phase{phase="failed",trainer="ctrl-c"} 0' in metrics
