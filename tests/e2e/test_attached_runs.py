@@ -365,6 +365,18 @@ def test_another_user_cannot_pause_a_run_root_can_and_they_govern_their_own(shor
             wait_for(theirs.pause_file().exists, "the owner's pause file (root's pause)", WAIT_S,
                      detail=theirs.output)
             daemon.wait_run("theirs", lambda r: r["phase"] == "paused", "the owner's run paused by root")
+            # Without NAME, an unprivileged user means their own runs only.
+            resumed = _as_user(other, "resume", "-c", config)
+            assert resumed.returncode == 0 and "mine" in resumed.stdout + resumed.stderr, resumed
+            wait_for(lambda: not mine.pause_file().exists(), "their own run resumed", WAIT_S, detail=mine.output)
+            daemon.wait_run("mine", lambda r: r["phase"] == "running", "their own run running")
+            assert daemon.run("theirs")["phase"] == "paused" and theirs.pause_file().exists()  # type: ignore[index]
+            # Their status lists both runs, without another user's command or name.
+            seen = subprocess.run([sys.executable, "-m", "tests.support.as_user", other, "document",
+                                   str(roots.socket)], capture_output=True, text=True, timeout=WAIT_S, cwd=REPO,
+                                  env={**os.environ, "PYTHONPATH": str(REPO)})
+            runs = {t["name"]: t for t in json.loads(seen.stdout)["trainers"]}
+            assert (runs["theirs"]["user"], runs["theirs"]["command"], runs["mine"]["phase"]) == (None, None, "running")
             for wrapper in wrappers:
                 wrapper.stop()
     finally:
