@@ -213,6 +213,16 @@ def test_every_rank_of_a_torchrun_attached_run_is_held_at_the_same_step(short_di
             at = ranks()
             assert held_alike(at, 2, seq + 1), at  # one agreed pause, the same step on every rank: no split
             assert all("edge" in (b.paused_by or "") for b in at), at
+            # The daemon SIGKILLed and started again: the job stays held, every rank at the same step.
+            daemon.child.process.send_signal(signal.SIGKILL)
+            daemon.child.process.wait(WAIT_S)
+            (wrappers.runtime / "state.json").unlink(missing_ok=True)
+            daemon = Daemon(processes, wrappers, HOT, name="second")
+            again = daemon.wait_run("ddp", lambda r: r["phase"] == "paused", "held by the second daemon",
+                                    wrapper.output)
+            assert (again["ranks"], again["ranks_held"]) == (2, 2) and "re-attached" in wrapper.output(), again
+            assert held_alike(ranks(), 2, seq + 1)  # not released in between: the same pause
+            assert [b.steps_total for b in ranks()] == [b.steps_total for b in at]  # the same step
             daemon.reload(COOL)
             daemon.wait_run("ddp", lambda r: r["phase"] == "running" and r["resumes_total"] == 1, "resumed")
             wait_for(lambda: len(rs := ranks()) == 2 and not any(b.paused for b in rs)
