@@ -512,3 +512,38 @@ def test_a_run_its_user_ends_with_ctrl_c_is_stopped_not_failed(short_dir: Path) 
         metrics = daemon.metrics()
         assert 'gpuwatch_trainer_phase{phase="stopped",trainer="ctrl-c"} 1' in metrics
         assert 'gpuwatch_trainer_phase{phase="failed",trainer="ctrl-c"} 0' in metrics
+
+
+# A plain torch training loop that knows nothing of gpuwatch: the launcher's hooks hold it at a step boundary.
+TORCH_LOOP = """
+import time
+import torch
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+while True:
+    optimizer.zero_grad()
+    model(torch.randn(8, 4)).sum().backward()
+    optimizer.step()
+    time.sleep(0.01)
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.timeout(300)
+def test_a_plain_torch_script_is_held_by_the_launchers_hooks(short_dir: Path) -> None:
+    pytest.importorskip("torch")
+    script = short_dir / "train.py"
+    script.write_text(TORCH_LOOP)
+    with Processes(short_dir / "logs") as processes, Wrappers(short_dir) as wrappers:
+        daemon = Daemon(processes, wrappers, COOL)
+        wrapper = wrappers.start([sys.executable, str(script)], env={"OMP_NUM_THREADS": "1"})  # name: "train"
+        beats = run_dir(wrapper) / "heartbeat.json"
+        daemon.wait_run("train", lambda r: (r["steps_total"] or 0) > 0, "stepping through the launcher",
+                        wrapper.output)
+        daemon.reload(HOT)
+        held = daemon.wait_run("train", lambda r: r["phase"] == "paused", "held at a step boundary", wrapper.output)
+        at = steps(read_heartbeat(beats))
+        assert held["steps_total"] == at and (read_heartbeat(beats) or Heartbeat(0, 0, 0, None, 0)).paused
+        daemon.reload(COOL)
+        daemon.wait_run("train", lambda r: r["phase"] == "running" and (r["steps_total"] or 0) > at, "stepping again",
+                        wrapper.output)
