@@ -360,8 +360,9 @@ def test_another_user_cannot_pause_a_run_root_can_and_they_govern_their_own(shor
             refused = _as_user(other, "pause", "theirs", "-c", config)
             assert refused.returncode != 0
             assert refused.stderr.strip() == f"gpuwatch: not permitted: run theirs belongs to {owner}", refused
-            by_pid = _as_user(other, "stop", str(run["pid"]), "-c", config)
-            assert by_pid.returncode != 0 and f"not permitted: run theirs belongs to {owner}" in by_pid.stderr, by_pid
+            for pid in (run["pid"], theirs.process.pid):  # the run's process, its wrapper's
+                by_pid = _as_user(other, "stop", str(pid), "-c", config)
+                assert by_pid.returncode != 0 and f"not permitted: run theirs belongs to {owner}" in by_pid.stderr
             # They attach a run of their own and may pause it.
             mine = UserWrapper(other, short_dir, daemon, "mine")
             wrappers.append(mine)
