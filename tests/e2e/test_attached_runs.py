@@ -548,3 +548,25 @@ def test_a_plain_torch_script_is_held_by_the_launchers_hooks(short_dir: Path) ->
         daemon.reload(COOL)
         daemon.wait_run("train", lambda r: r["phase"] == "running" and (r["steps_total"] or 0) > at, "stepping again",
                         wrapper.output)
+
+
+@pytest.mark.timeout(300)
+def test_a_manual_pause_stays_manual_across_a_daemon_sigkill(short_dir: Path) -> None:
+    with Processes(short_dir / "logs") as processes, Wrappers(short_dir) as wrappers:
+        first = Daemon(processes, wrappers, COOL, name="first")
+        wrapper = wrappers.start(loop_command(), "--name", "manual")
+        pause = run_dir(wrapper) / "pause"
+        first.wait_run("manual", lambda r: (r["steps_total"] or 0) > 0, "stepping", wrapper.output)
+        assert gpuwatch("pause", "manual", "-c", str(first.config)).returncode == 0
+        first.wait_run("manual", lambda r: r["phase"] == "paused", "paused by hand", wrapper.output)
+        first.child.process.send_signal(signal.SIGKILL)
+        first.child.process.wait(WAIT_S)
+        (wrappers.runtime / "state.json").unlink(missing_ok=True)
+        second = Daemon(processes, wrappers, COOL, name="second")  # a cool card: only `resume` ends a manual pause
+        second.wait_run("manual", lambda r: r["phase"] == "paused", "held by the second daemon", wrapper.output)
+        ticks = second.ticks()
+        wait_for(lambda: second.ticks() >= ticks + 10, "ten more ticks", WAIT_S)
+        assert second.run("manual")["phase"] == "paused" and pause.exists()  # type: ignore[index]
+        assert gpuwatch("resume", "manual", "-c", str(second.config)).returncode == 0
+        wait_for(lambda: not pause.exists(), "the pause file removed", WAIT_S, detail=wrapper.output)
+        second.wait_run("manual", lambda r: r["phase"] == "running", "running again")
