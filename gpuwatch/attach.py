@@ -6,7 +6,8 @@ JSON lines both ways. The wrapper (`gpuwatch train`, the run's parent) speaks fi
 1. wrapper -> daemon: ``Attach`` (once per connection). The daemon takes who is asking from the kernel
    (SO_PEERCRED), never from the message: the run's ``pid`` must exist, belong to that user and be the
    peer or a descendant of it. Reply: ``Attached`` (``ok`` false with a one-line ``message``, then the
-   daemon closes). A re-attach after a daemon restart sends the ``run_id`` and the pause state it holds.
+   daemon closes; ``ok`` true with a ``message``: a note the wrapper says, such as a ``--gpu`` not
+   here). A re-attach after a daemon restart sends the ``run_id`` and the pause state it holds.
 2. wrapper -> daemon, at least every ``BEAT_INTERVAL_S``: ``Beat`` (the ranks' heartbeats as the wrapper
    read them from its own run directory; the daemon never opens a user's files), and ``Exited`` when the
    command ended (``restarting``: the wrapper starts it again, ``--restart``) or ``Restarted`` with the
@@ -80,6 +81,9 @@ class Beat:
 class Exited:
     code: int  # the command's exit status (negative: killed by that signal)
     restarting: bool
+    # The signal the wrapper passed on to the command (its user's Ctrl-C, a kill of the wrapper): the run was
+    # ended on purpose, not failed. None: it ended on its own (or a daemon's `stop`).
+    signalled: int | None = None
     cmd: Literal["exited"] = "exited"
 
 
@@ -136,7 +140,9 @@ def decode_request(line: bytes) -> Message:
                 raise ProtocolError("beat: heartbeats is not a list of objects")
             return Beat(heartbeats=beats)
         if cmd == "exited":
-            return Exited(code=int(raw["code"]), restarting=bool(raw["restarting"]))
+            signalled = raw.get("signalled")
+            return Exited(code=int(raw["code"]), restarting=bool(raw["restarting"]),
+                          signalled=None if signalled is None else int(signalled))
         if cmd == "restarted":
             return Restarted(pid=int(raw["pid"]))
     except (KeyError, TypeError, ValueError) as exc:

@@ -34,6 +34,7 @@ HEARTBEAT = {"pid": 7, "steps_total": 12, "last_step_unix": 1.5, "steps_per_s": 
     Beat(heartbeats=[HEARTBEAT, HEARTBEAT | {"rank": 0}]),
     Exited(code=3, restarting=True),
     Exited(code=-9, restarting=False),
+    Exited(code=-2, restarting=False, signalled=2),
     Restarted(pid=43),
 ], ids=lambda m: type(m).__name__)
 def test_requests_round_trip(message: object) -> None:

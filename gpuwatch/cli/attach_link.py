@@ -95,8 +95,8 @@ class AttachLink:
             self._request = replace(self._request, pid=pid)
         self._send(Restarted(pid=pid))
 
-    def exited(self, code: int, restarting: bool) -> None:
-        self._send(Exited(code=code, restarting=restarting))
+    def exited(self, code: int, restarting: bool, signalled: int | None = None) -> None:
+        self._send(Exited(code=code, restarting=restarting, signalled=signalled))
 
     def close(self) -> None:
         """Stop the thread; a pause this link made is taken back (the file goes with the run)."""
@@ -198,7 +198,8 @@ class AttachLink:
         self.attached, self._lost_at = True, None
         kept = f" (the pause kept: {self.reason})" if again and self.paused else ""
         word = "re-attached" if again else "attached"
-        self._say(f"gpuwatch train: {word} to the gpuwatch daemon as {self.name or '?'}{kept}")
+        note = f"; {reply.message}" if reply.message else ""  # the daemon's word on the request (a --gpu not there)
+        self._say(f"gpuwatch train: {word} to the gpuwatch daemon as {self.name or '?'}{kept}{note}")
 
     def _refused(self, message: str) -> None:
         self.attached = False

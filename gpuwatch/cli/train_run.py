@@ -112,8 +112,8 @@ class TrainRun:
             # A hung run stopped to be restarted restarts whatever it returned once stopped.
             again = ((status != 0 or stopping == "hung") and stopping != "stop" and self._signalled is None
                      and self.settings.restart.allows(restarts))
-            if self._link is not None:
-                self._link.exited(returncode, again)
+            if self._link is not None:  # a signal passed on: its user ended it (stopped, not failed)
+                self._link.exited(returncode, again, self._signalled)
             if stopping == "stop":
                 self._say(f"gpuwatch train: stopped by the gpuwatch daemon (the command exited with {status}); "
                           "not restarted")

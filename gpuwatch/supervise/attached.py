@@ -17,7 +17,8 @@ included), a job's ranks (``ranks.aggregate``: paused only once every local rank
 * A job spanning nodes held at another node's request (its ranks say so: ``ranks.held_by``) is PAUSED here
   too (``remote``), as a configured trainer is: never counted, never resumed from here, never hung; it runs
   again when no node asks any more, and this node may still ask for its own pause meanwhile.
-* ``Exited`` (not restarting) -> FINISHED (code 0), FAILED, or STOPPED after a `gpuwatch stop`.
+* ``Exited`` (not restarting) -> FINISHED (code 0), FAILED, or STOPPED after a `gpuwatch stop` or when
+  its wrapper passed on its user's signal (a Ctrl-C: ended on purpose, not a failure to alert on).
 * The session ended without ``Exited``: while its pid lives the run is *detached* (kept, its phase
   unchanged, waiting for the wrapper to re-attach); once the pid is gone it is FAILED ("gone").
 * A re-attach holding the pause (a new daemon) starts PAUSING with that pause: it is never released
@@ -27,6 +28,7 @@ included), a job's ranks (``ranks.aggregate``: paused only once every local rank
 from __future__ import annotations
 
 import re
+import signal
 from dataclasses import dataclass, field, replace
 from pathlib import PurePath
 
@@ -70,6 +72,7 @@ class RunInputs:
     connected: bool = True  # its session is open
     alive: bool = True  # its pid still lives
     exit_code: int | None = None  # the wrapper's final Exited (not restarting)
+    exit_signal: int | None = None  # ... ended by a signal its wrapper passed on (its user's Ctrl-C, a kill)
     command: Command | None = None
     held_by: str | None = None  # "node-b: hot ..." while another node's request holds the job (ranks.held_by)
 
@@ -101,7 +104,7 @@ def step(run: RunState, config: AttachedConfig, inputs: RunInputs) -> tuple[RunS
         return run, []
     run = _progress(run, inputs)
     if inputs.exit_code is not None:
-        return _exited(run, inputs.now, inputs.exit_code), []
+        return _exited(run, inputs.now, inputs.exit_code, inputs.exit_signal), []
     if not inputs.connected:
         if inputs.alive:
             why = "detached: its wrapper's connection ended; waiting for it to re-attach"
@@ -193,12 +196,22 @@ def _pause(run: RunState, now: float, why: str, manual: bool) -> tuple[RunState,
     return _enter(paused, TrainerPhase.PAUSING, now, f"pausing: {why}"), [Event("pause", why)]
 
 
-def _exited(run: RunState, now: float, code: int) -> RunState:
+def _exited(run: RunState, now: float, code: int, signalled: int | None = None) -> RunState:
     if run.phase is TrainerPhase.STOPPING:
         return _end(replace(run, last_exit_code=code), TrainerPhase.STOPPED, now, f"stopped (exit {code})")
+    if signalled is not None:  # its user ended it (Ctrl-C, a kill of the wrapper): not a failure to alert on
+        return _end(replace(run, last_exit_code=code), TrainerPhase.STOPPED, now,
+                    f"stopped by its user: {_signal_name(signalled)} (exit {code})")
     if code == 0:
         return _end(replace(run, last_exit_code=code), TrainerPhase.FINISHED, now, "finished")
     return _end(replace(run, last_exit_code=code), TrainerPhase.FAILED, now, f"failed: exit {code}")
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def _end(run: RunState, phase: TrainerPhase, now: float, why: str) -> RunState:

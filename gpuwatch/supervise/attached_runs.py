@@ -70,9 +70,11 @@ class AttachedRun:
     link: Link | None
     state: RunState
     created: float | None = None  # psutil's create_time: a reused pid is another process
+    wrapper_pid: int | None = None  # the peer that attached it (its `gpuwatch train`): a pid that names the run
     started_unix: float = field(default_factory=time.time)
     beats: list[Heartbeat] = field(default_factory=list)
     exit_code: int | None = None
+    exit_signal: int | None = None  # the signal its wrapper passed on (its user's Ctrl-C): stopped, not failed
     restarts: int = 0
     commands: list[Command] = field(default_factory=list)
     energy: energy.RunEnergy = field(default_factory=energy.RunEnergy)
@@ -100,8 +102,10 @@ class AttachedRuns:
         self.runs: dict[str, AttachedRun] = {}
 
     def attach(self, request: Attach, peer: Peer, user: str, link: Link, config: AttachedConfig,
-               taken: set[str], now: float, interval_s: float | None = None) -> Attached:
-        """Register (or re-register) a validated run; the reply for its wrapper."""
+               taken: set[str], now: float, interval_s: float | None = None,
+               gpus_here: frozenset[str] | None = None) -> Attached:
+        """Register (or re-register) a validated run; the reply for its wrapper. ``gpus_here``: this machine's
+        GPUs (None: not read yet): a declared GPU not among them is dropped, and the reply says so."""
         with self._lock:
             known = self.runs.get(request.run_id or "")
             if known is not None and (known.uid != peer.uid or known.state.phase in ENDED):
@@ -113,6 +117,7 @@ class AttachedRuns:
                 return Attached(ok=False, message=f"too many attached runs of {user} ({config.max_runs_per_user})")
             if known is not None:
                 known.link, known.pid, known.created = link, request.pid, _created(request.pid)
+                known.wrapper_pid = peer.pid
                 known.state = reattached(known.state, now, request.paused, request.reason)
                 self._log(known, f"re-attached (pid {request.pid})")
                 return Attached(ok=True, run_id=known.run_id, name=known.name, interval_s=interval_s)
@@ -122,13 +127,16 @@ class AttachedRuns:
             wanted = request.run_id or ""
             usable = 0 < len(wanted) <= 64 and wanted.isascii() and wanted.isalnum() and wanted not in self.runs
             run_id = wanted if usable else secrets.token_hex(8)
+            gpus, note = _declared(request.gpus or [], gpus_here)
             run = AttachedRun(run_id=run_id, name=name, uid=peer.uid, user=user,
-                              pid=request.pid, argv=list(request.argv), gpus=tuple(request.gpus or ()),
-                              job_id=request.job_id, link=link, created=_created(request.pid),
+                              pid=request.pid, argv=list(request.argv), gpus=gpus,
+                              job_id=request.job_id, link=link, created=_created(request.pid), wrapper_pid=peer.pid,
                               state=start(now, request.paused, request.reason))
             self.runs[run.run_id] = run
         log.info("attached run %s: pid %d of %s (uid %d): %s", name, run.pid, user, peer.uid, " ".join(run.argv))
-        return Attached(ok=True, run_id=run.run_id, name=name, interval_s=interval_s)
+        if note:
+            log.warning("attached run %s: %s", name, note)
+        return Attached(ok=True, message=note, run_id=run.run_id, name=name, interval_s=interval_s)
 
     def receive(self, run_id: str, message: Message) -> None:
         """A line of the run's session (its connection's thread)."""
@@ -149,7 +157,7 @@ class AttachedRuns:
                     run.restarts += 1
                     run.beats = []
                 else:
-                    run.exit_code = message.code
+                    run.exit_code, run.exit_signal = message.code, message.signalled
             elif isinstance(message, Restarted):
                 run.pid, run.created, run.started_unix, run.exit_code = message.pid, _created(message.pid), \
                     time.time(), None
@@ -166,14 +174,16 @@ class AttachedRuns:
             run.commands.append(command)
 
     def find(self, name_or_pid: str) -> list[AttachedRun]:
-        """The live runs a NAME or a PID (any pid of a run's tree) means."""
+        """The live runs a NAME or a PID means: any pid of a run's tree, its wrapper's included (the parent the
+        user started, what `pgrep -f train.py` finds first; the peer that attached it, SO_PEERCRED)."""
         with self._lock:
             live = [r for r in self.runs.values() if r.state.phase not in ENDED]
         by_name = [r for r in live if r.name == name_or_pid]
         if by_name or not name_or_pid.isdigit():
             return by_name
         pid = int(name_or_pid)
-        return [r for r in live if pid == r.pid or pid in r.tree]
+        # The wrapper's pid only while its session is open (a wrapper gone may have its pid reused).
+        return [r for r in live if pid == r.pid or pid in r.tree or (r.link is not None and pid == r.wrapper_pid)]
 
     def of_user(self, uid: int | None) -> list[AttachedRun]:
         """The live runs of ``uid`` (None: every user's)."""
@@ -220,7 +230,8 @@ class AttachedRuns:
         inputs = RunInputs(now=now, thermal=verdict(self.gpus(run)), steps_total=progress.steps_total,
                            acknowledged=progress.acknowledged, heartbeat_seen=bool(run.beats),
                            connected=run.link is not None, alive=bool(run.tree), exit_code=run.exit_code,
-                           command=command, held_by=run.ranks.held_by if run.ranks else None)
+                           exit_signal=run.exit_signal, command=command,
+                           held_by=run.ranks.held_by if run.ranks else None)
         before = run.state.phase
         run.state, events = step(run.state, config, inputs)
         stepping = run.state.phase is TrainerPhase.RUNNING and not progress.acknowledged
@@ -276,6 +287,22 @@ class AttachedRuns:
             world_size=ranks.world_size if ranks else None, paused_by=ranks.paused_by if ranks else None,
             origin="attached", user=run.user, command=_command(run.argv), job_id=run.job_id,
         )
+
+
+def _declared(declared: list[str], here: frozenset[str] | None) -> tuple[tuple[str, ...], str]:
+    """The declared GPUs (`--gpu`) that are this machine's, and a note for the wrapper about the others.
+
+    A slot that is not here (a typo, another box's) would leave the run judged on no GPU: never paused,
+    silently. Dropped, the run is judged on the rest, else on the GPUs it is seen using, else on every GPU.
+    """
+    if here is None:
+        return tuple(declared), ""
+    kept, missing = [g for g in declared if g in here], [g for g in declared if g not in here]
+    if not missing:
+        return tuple(kept), ""
+    what = "its other --gpu" if kept else "the GPUs it uses (every GPU until it is seen using one)"
+    return tuple(kept), (f"--gpu {', '.join(missing)}: not a GPU of this machine ({', '.join(sorted(here)) or 'none'})"
+                         f"; its limits apply to {what}")
 
 
 def _command(argv: list[str]) -> str:

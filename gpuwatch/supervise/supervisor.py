@@ -209,8 +209,9 @@ class Supervisor:
         """A validated ``Attach`` (daemon/control.py checked the peer and the pid): registered, named uniquely
         among the configured trainers and the attached runs."""
         taken = {t.config.name for t in self.trainers + self.removed}
+        here = None if self.last_snapshot is None else frozenset(g.gpu_id for g in self.last_snapshot.gpus)
         return self.attached.attach(request, peer, user, link, self.attached_config, taken, time.monotonic(),
-                                    self.interval_s)
+                                    self.interval_s, here)
 
     def receive(self, run_id: str, message: Message) -> None:
         self.attached.receive(run_id, message)
@@ -235,6 +236,8 @@ class Supervisor:
             if name is None:
                 return False, "no trainer and no attached run of yours (name one: NAME or PID)"
             known = ", ".join([t.config.name for t in self.trainers] + sorted(self.attached.names())) or "none"
+            if name.isdigit():  # a pid: say so, not "no trainer named '1780'"
+                return False, f"no attached run with a process {name} (trainers and runs: {known})"
             return False, f"no trainer named {name!r} (trainers: {known})"
         why = refusal(verb, peer, privileged, targets)
         if why is not None:

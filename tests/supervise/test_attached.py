@@ -95,13 +95,18 @@ def test_a_held_run_is_never_hung() -> None:
     assert sent == [["pause"], []] and state.phase is TrainerPhase.PAUSED
 
 
-@pytest.mark.parametrize(("before", "code", "phase", "reason"), [
-    (RUNNING, 0, TrainerPhase.FINISHED, "finished"),
-    (RUNNING, 3, TrainerPhase.FAILED, "failed: exit 3"),
-    (replace(RUNNING, phase=TrainerPhase.STOPPING), -15, TrainerPhase.STOPPED, "stopped (exit -15)"),
+@pytest.mark.parametrize(("before", "code", "signalled", "phase", "reason"), [
+    (RUNNING, 0, None, TrainerPhase.FINISHED, "finished"),
+    (RUNNING, 3, None, TrainerPhase.FAILED, "failed: exit 3"),
+    (RUNNING, -9, None, TrainerPhase.FAILED, "failed: exit -9"),  # killed, not by its wrapper: a failure
+    (replace(RUNNING, phase=TrainerPhase.STOPPING), -15, None, TrainerPhase.STOPPED, "stopped (exit -15)"),
+    # Its user's Ctrl-C (or a kill of the wrapper), passed on by the wrapper: ended on purpose.
+    (RUNNING, -2, 2, TrainerPhase.STOPPED, "stopped by its user: SIGINT (exit -2)"),
+    (replace(RUNNING, phase=TrainerPhase.PAUSED), 1, 15, TrainerPhase.STOPPED, "stopped by its user: SIGTERM (exit 1)"),
+    (RUNNING, 0, 2, TrainerPhase.STOPPED, "stopped by its user: SIGINT (exit 0)"),
 ])
-def test_exits(before: RunState, code: int, phase: TrainerPhase, reason: str) -> None:
-    state, events = step(before, CONFIG, RunInputs(9.0, exit_code=code))
+def test_exits(before: RunState, code: int, signalled: int | None, phase: TrainerPhase, reason: str) -> None:
+    state, events = step(before, CONFIG, RunInputs(9.0, exit_code=code, exit_signal=signalled))
     assert (state.phase, state.reason, state.last_exit_code, state.ended, events) == (phase, reason, code, 9.0, [])
 
 

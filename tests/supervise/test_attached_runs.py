@@ -94,3 +94,38 @@ def test_an_ended_run_stays_listed_keep_ended_s_then_is_dropped() -> None:
     assert (state.phase, state.steps_total, state.pid) == (TrainerPhase.FINISHED, 7, None)
     runs.tick(None, lambda gpus: Thermal(), CONFIG, 11.5)
     assert runs.states(11.5, 1000.0, None) == [] and runs.trees() == {}
+
+
+def test_the_wrappers_pid_names_its_run_while_its_session_is_open() -> None:
+    runs = AttachedRuns()
+    wrapper = Peer(os.getppid(), 1001, 1001)  # the peer that attached (`gpuwatch train`), the run's parent
+    session = Session()
+    reply = runs.attach(Attach(pid=os.getpid(), argv=["python", "train.py"], name="a"), wrapper, "alice", session,
+                        CONFIG, set(), 0.0, 1.0)
+    (run,) = runs.find(str(os.getppid()))
+    assert run.name == "a" and runs.find(str(os.getpid())) == [run]
+    runs.detach(reply.run_id or "", session)  # the wrapper gone: its pid may be another process's soon
+    assert runs.find(str(os.getppid())) == [] and runs.find(str(os.getpid())) == [run]
+
+
+def test_a_declared_gpu_not_on_this_machine_is_dropped_and_the_reply_says_so() -> None:
+    runs = AttachedRuns()
+    here = frozenset({"0000:28:00.0"})
+
+    def attach(gpus: list[str], name: str) -> object:
+        return runs.attach(Attach(pid=os.getpid(), argv=["python", "train.py"], name=name, gpus=gpus), ALICE,
+                           "alice", Session(), CONFIG, set(), 0.0, 1.0, here)
+
+    typo = attach(["0000:2d:00.0"], "typo")
+    assert typo.ok and typo.message == (  # type: ignore[attr-defined]
+        "--gpu 0000:2d:00.0: not a GPU of this machine (0000:28:00.0); its limits apply to the GPUs it uses "
+        "(every GPU until it is seen using one)")
+    both = attach(["0000:28:00.0", "0000:2d:00.0"], "both")
+    assert both.message.endswith("; its limits apply to its other --gpu")  # type: ignore[attr-defined]
+    fine = attach(["0000:28:00.0"], "fine")
+    assert fine.ok and fine.message == ""  # type: ignore[attr-defined]
+    assert {r.name: r.gpus for r in runs.runs.values()} == {"typo": (), "both": ("0000:28:00.0",),
+                                                            "fine": ("0000:28:00.0",)}
+    runs.tick(None, lambda gpus: HOT if gpus in ((), ("0000:28:00.0",)) else Thermal(), CONFIG, 1.0)
+    assert {s.name: s.phase for s in runs.states(1.0, 1000.0, None)} == dict.fromkeys(("typo", "both", "fine"),
+                                                                                     TrainerPhase.PAUSING)

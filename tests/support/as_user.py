@@ -3,7 +3,8 @@
 ``python -m tests.support.as_user USER cli ARGS...``, ``... USER attach SOCKET NAME`` or ``... USER document SOCKET``
 (the status document through the control socket, printed as JSON). Started as root,
 it imports what it runs first, then drops to USER (groups, gid, uid) and runs it: the test's interpreter
-may live where USER cannot read (a root-only pyenv), and what runs needs no further import then.
+may live where USER cannot read (a root-only pyenv), and what runs needs no further import then
+(`cli train ...` too: the real wrapper, whose command must be a program USER can run).
 """
 
 from __future__ import annotations
@@ -14,12 +15,16 @@ import pwd
 import sys
 from pathlib import Path
 
+import psutil  # noqa: F401  (the wrapper kills a tree with it after --grace-s)
+
 import gpuwatch.cli
 import gpuwatch.cli.commands
 import gpuwatch.cli.parser  # main() imports the parser lazily (the fast `health` path): load it here
 import gpuwatch.cli.settings
 import gpuwatch.cli.status
+import gpuwatch.cli.train_start  # `cli train`: the wrapper's modules (train/argv.py, the link, the run)
 import gpuwatch.daemon.control  # imported before the privileges go
+import gpuwatch.train.argv
 from tests.support import attach_client
 
 
