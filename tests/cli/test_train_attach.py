@@ -188,7 +188,8 @@ def test_a_refused_attach_one_line_and_the_run_trains(tmp_path: Path) -> None:
 
 def test_a_daemon_that_never_answers_one_line_and_the_run_ends_with_its_exit_code(tmp_path: Path) -> None:
     with Wrappers(tmp_path) as wrappers, AttachServer(wrappers.socket, silent=True) as server:
-        wrapper = wrappers.start(loop_command("--steps", "400", "--step-s", "0.05", "--exit-code", "4"))
+        # 10 s of steps: past the wrapper's 5 s wait for the reply, with room on a loaded machine.
+        wrapper = wrappers.start(loop_command("--steps", "200", "--step-s", "0.05", "--exit-code", "4"))
         assert wrapper.wait(WAIT_S) == 4
         assert server.conns and all(c.attach is None for c in server.conns)  # it asked; nobody answered
     said = [line for line in wrapper.output().splitlines() if line.startswith("gpuwatch train:")]
