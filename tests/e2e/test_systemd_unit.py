@@ -17,6 +17,11 @@ from gpuwatch.config.file import CONFIG_ERROR_EXIT
 from gpuwatch.config.trainer import TrainerConfig
 from tests.support.paths import REPO
 
+# `make install` builds the project in this checkout (pip's in-tree build/), as the container cases'
+# scripts/install.sh does in the same checkout: two builds at once collide on build/bdist (seen on three
+# workers), so these run on the container cases' worker, one after the other.
+pytestmark = pytest.mark.xdist_group("systemd")
+
 UNIT = REPO / "systemd" / "gpuwatch.service"
 ANALYZE = shutil.which("systemd-analyze")
 needs_analyze = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze missing: make system-deps installs it")
