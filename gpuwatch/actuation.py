@@ -195,6 +195,16 @@ class Actuator:
         self._keep_recorded()
         return self._workers.run_all(calls, self.deadline_s)
 
+    def step_all(self, steps: Mapping[str, Callable[[], T]],
+                 touches: Mapping[str, Callable[[], bool]]) -> dict[str, T | Late]:
+        """Each GPU's step of a tick: on its worker (``run``) when it touches the hardware, or when the worker is
+        still inside an earlier step on the same state (nothing of it may run beside that step on the loop, not
+        even the ``touches`` check: the worker answers Late at once); else here on the loop, which saves the
+        hand-off (the common tick)."""
+        on_workers = {gpu_id: step for gpu_id, step in steps.items() if self.busy(gpu_id) or touches[gpu_id]()}
+        ran = self.run(on_workers) if on_workers else {}
+        return {gpu_id: ran[gpu_id] if gpu_id in ran else step() for gpu_id, step in steps.items()}
+
     def record(self, gpu_id: str, record: Record,
                adopt: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
         """Persist ``record`` before the first write (an earlier daemon's record of the same backend wins,

@@ -70,20 +70,19 @@ class ClockController:
         fan_of = {fan.gpu_id: fan for fan in fans}
         power_of = {power.gpu_id: power for power in powers}
         steps: dict[str, Callable[[], ClockState]] = {}
-        on_workers: dict[str, Callable[[], ClockState]] = {}
+        touches: dict[str, Callable[[], bool]] = {}
         for gpu in snapshot.gpus:
             g = self.gpus.get(gpu.gpu_id) or self._new(gpu, config)
             settings = config.power.for_gpu(gpu.gpu_id)
             params = ClockParams(settings.hold_margin_c, settings.clock_floor_percent / 100.0)
             exhausted = cap_exhausted(power_of.get(gpu.gpu_id), fan_of.get(gpu.gpu_id))
             room = headroom_c(gpu, thermals_on(config, gpu.gpu_id))
-            step = steps[gpu.gpu_id] = partial(self._tick_one, g, gpu, params, now, room, exhausted)
-            if self.actuator.busy(gpu.gpu_id) or touches_hardware(g, gpu, params, now, room, exhausted):
-                on_workers[gpu.gpu_id] = step
-        ran = self.actuator.run(on_workers) if on_workers else {}
+            steps[gpu.gpu_id] = partial(self._tick_one, g, gpu, params, now, room, exhausted)
+            touches[gpu.gpu_id] = partial(touches_hardware, g, gpu, params, now, room, exhausted)
+        ran = self.actuator.step_all(steps, touches)
         states = []
         for gpu in snapshot.gpus:
-            result = ran[gpu.gpu_id] if gpu.gpu_id in ran else steps[gpu.gpu_id]()
+            result = ran[gpu.gpu_id]
             if isinstance(result, Late):
                 result = self._blocked(self.gpus[gpu.gpu_id], result)
             elif gpu.gpu_id in self._blocked_gpus:

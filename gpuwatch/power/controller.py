@@ -73,19 +73,16 @@ class PowerController:
         now = self.clock()
         by_gpu = {fan.gpu_id: fan for fan in fans}
         steps: dict[str, Callable[[], PowerState]] = {}
-        on_workers: dict[str, Callable[[], PowerState]] = {}
+        touches: dict[str, Callable[[], bool]] = {}
         for gpu in snapshot.gpus:
             g = self.gpus.get(gpu.gpu_id) or self._new(gpu, config)
             fan, thermals = by_gpu.get(gpu.gpu_id), thermals_on(config, gpu.gpu_id)
-            step = steps[gpu.gpu_id] = partial(self._tick_one, g, gpu, fan, now, thermals)
-            # A worker still inside an earlier step holds this GPU's state: nothing of it may run beside
-            # that step on the loop (the worker answers Late at once instead).
-            if self.actuator.busy(gpu.gpu_id) or touches_hardware(g, gpu, fan, now, thermals):
-                on_workers[gpu.gpu_id] = step
-        ran = self.actuator.run(on_workers) if on_workers else {}
+            steps[gpu.gpu_id] = partial(self._tick_one, g, gpu, fan, now, thermals)
+            touches[gpu.gpu_id] = partial(touches_hardware, g, gpu, fan, now, thermals)
+        ran = self.actuator.step_all(steps, touches)
         states = []
         for gpu in snapshot.gpus:
-            result = ran[gpu.gpu_id] if gpu.gpu_id in ran else steps[gpu.gpu_id]()
+            result = ran[gpu.gpu_id]
             if isinstance(result, Late):
                 result = self._blocked(self.gpus[gpu.gpu_id], gpu, result)
             elif gpu.gpu_id in self._blocked_gpus:
