@@ -15,12 +15,7 @@ import pytest
 
 from gpuwatch.config.file import CONFIG_ERROR_EXIT
 from gpuwatch.config.trainer import TrainerConfig
-from tests.support.paths import REPO
-
-# `make install` builds the project in this checkout (pip's in-tree build/), as the container cases'
-# scripts/install.sh does in the same checkout: two builds at once collide on build/bdist (seen on three
-# workers), so these run on the container cases' worker, one after the other.
-pytestmark = pytest.mark.xdist_group("systemd")
+from tests.support.paths import REPO, copy_source
 
 UNIT = REPO / "systemd" / "gpuwatch.service"
 ANALYZE = shutil.which("systemd-analyze")
@@ -110,8 +105,12 @@ def test_security_exposure_is_ok_and_documented(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
-    """One real install (venv + pip, offline from the local wheel index) shared by the checks below."""
+    """One real install (venv + pip) shared by the checks below, from a copy of the checkout: pip builds in
+    the source tree (build/, gpuwatch.egg-info), which must not be this checkout while other workers import
+    from it (a CI run on three workers lost the build, 2026-11-27)."""
     root = tmp_path_factory.mktemp("root")
+    source = tmp_path_factory.mktemp("source")
+    copy_source(REPO, source)
     calls = root / "systemctl.calls"
     stub = root / "systemctl"
     stub.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
@@ -126,10 +125,10 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Pa
         PIP_INSTALL_ARGS="--no-deps",  # the venv only has to prove the package and entry point install
     )
     env.pop("DESTDIR", None)
-    done = subprocess.run(["make", "-s", "install"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = subprocess.run(["make", "-s", "install"], cwd=source, env=env, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        pytest.fail(f"make install exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     yield {"root": root, "calls": calls, "env": env, "stdout": done.stdout}  # type: ignore[dict-item]
-    shutil.rmtree(REPO / "build", ignore_errors=True)
 
 
 COMPLETIONS = {"usr/share/bash-completion/completions/gpuwatch": "bash",
@@ -143,6 +142,7 @@ def test_install_lays_out_venv_unit_and_config(installed: dict) -> None:
     entry = subprocess.run(
         [root / "opt/gpuwatch/bin/python", "-c", "import gpuwatch.daemon.sdnotify, gpuwatch; print(gpuwatch.__file__)"],
         capture_output=True, text=True, timeout=30, cwd=root,  # not the checkout: import the installed copy
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     )
     assert entry.returncode == 0 and str(root / "opt/gpuwatch") in entry.stdout, entry.stderr
     unit = (root / "lib/systemd/system/gpuwatch.service").read_text()

@@ -15,6 +15,7 @@ import pytest
 from gpuwatch.sim.tree import FakeSysfsTree
 from tests.support.debian_root import wheelhouse
 from tests.support.nspawn import Container
+from tests.support.paths import copy_source
 from tests.support.trees import capture
 from tests.support.waiting import wait_for
 
@@ -110,17 +111,6 @@ event("started")
 while True:
     time.sleep(0.5)
 '''
-
-
-def copy_source(repo: Path, dest: Path) -> None:
-    """The checkout's working tree (tracked and untracked-not-ignored files, uncommitted changes
-    included): what a clone holds, never .venv, .git or build outputs."""
-    listing = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "-co", "--exclude-standard"],
-                             capture_output=True, check=True, timeout=60).stdout.decode()
-    for rel in filter(None, listing.split("\0")):
-        if (repo / rel).exists():  # not deleted in the working tree
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(repo / rel, dest / rel, follow_symlinks=False)
 
 
 def stage(box: Container, repo: Path, log: list[str]) -> None:
