@@ -17,6 +17,9 @@ from gpuwatch.config.file import CONFIG_ERROR_EXIT
 from gpuwatch.config.trainer import TrainerConfig
 from tests.support.paths import REPO, copy_source
 
+# One worker for the module, so that its one install (the module fixture, ~10 s) is built once.
+pytestmark = pytest.mark.xdist_group("install")
+
 UNIT = REPO / "systemd" / "gpuwatch.service"
 ANALYZE = shutil.which("systemd-analyze")
 needs_analyze = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze missing: make system-deps installs it")
