@@ -21,6 +21,9 @@ else
   # worker together (their xdist_group).
   set -- -n 3 --dist loadgroup "$@"
 fi
+# The workers share two cores: a PyTorch process with a thread per core each (OpenMP's threads spin while
+# they wait) made a 5 s gradcheck take 44 s under the full suite. One thread each unless the caller says.
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 .venv/bin/python -m pytest -q -rs "$@"
 rc=$?
 if [ $rc -eq 5 ]; then
