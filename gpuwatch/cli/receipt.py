@@ -40,17 +40,29 @@ def cmd_receipt(args: argparse.Namespace) -> int:
 
 
 def render(job: Any) -> str:
-    """The receipt as text: the job, then one block per GPU."""
+    """The receipt as text: the job, then one block per GPU; the time no daemon ran, and its energy left out,
+    said (an older daemon's receipt has neither field)."""
     seconds = max(0.0, float(job["last_seen_unix"]) - float(job["first_seen_unix"]))
     gpus = job.get("gpus", [])
     total_j = sum(float(g["energy_j"]) for g in gpus)
+    unseen = any(float(g.get("energy_unseen_s", 0.0)) for g in gpus)
     lines = [f"job {job['job_id']}" + (f" ({job['user']})" if job.get("user") else "")
              + f": {seconds:.0f} s on {len(gpus)} GPU(s), {total_j / 1000:.1f} kJ"
+             + (" + some not counted" if unseen else "")
              + ("" if not job.get("active") else " (still running)"),
              f"  paused {float(job['paused_s']):.0f} s"]
+    unobserved_s, gaps = float(job.get("unobserved_s", 0.0)), job.get("gaps", [])
+    if unobserved_s or gaps:
+        lines.append(f"  unobserved {unobserved_s:.0f} s: {len(gaps)} time(s) no daemon ran (restart or crash); "
+                     "its temperatures, throttling, caps and pauses then are not in this receipt")
     for gpu in gpus:
         temps = ", ".join(f"{label} {temp:.0f}°C" for label, temp in sorted(gpu["max_temps_c"].items())) or "n/a"
         throttled = ", ".join(f"{reason} {s:.0f} s" for reason, s in sorted(gpu["throttled_s"].items()) if s) or "none"
         lines += [f"  {gpu['gpu_id']}: {float(gpu['energy_j']) / 1000:.1f} kJ, max {temps}",
                   f"    governed {float(gpu['governed_s']):.0f} s, throttled {throttled}, resets {gpu['resets']}"]
+        gap_j, unseen_s = float(gpu.get("gap_energy_j", 0.0)), float(gpu.get("energy_unseen_s", 0.0))
+        if gap_j:
+            lines.append(f"    {gap_j / 1000:.1f} kJ of it while no daemon ran, from the GPU's energy counter")
+        if unseen_s:
+            lines.append(f"    not counted: the energy of {unseen_s:.0f} s with no daemon (its counter could not tell)")
     return "\n".join(lines) + "\n"
