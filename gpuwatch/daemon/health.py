@@ -4,8 +4,8 @@ receipts, and the node's health verdict, added to the tick's PublishedState (doc
 The state that spans ticks lives here (since when each GPU is over crit, the receipts, the previous
 state the counters' increases are taken from); the rules are pure (publish/verdict.py,
 publish/receipts.py, publish/receipt_resume.py, procs/jobs.py). The [health] settings come with each tick's
-configuration. At the first tick the receipts are taken back from the previous daemon (daemon/receipt_store.py)
-and the time no daemon ran is said on them; a reload keeps them (one NodeWatch for the daemon's life).
+configuration. At the start the receipts are taken back from the previous daemon (daemon/receipt_store.py) and
+the first tick says the time no daemon ran on them; a reload keeps them (one NodeWatch for the daemon's life).
 """
 
 from __future__ import annotations
@@ -27,16 +27,17 @@ class NodeWatch:
         self._since: dict[str, float] = {}
         self._jobs: tuple[JobReceipt, ...] = ()
         self._previous: PublishedState | None = None
-        self._started = False
         self._carried: Carried | None = None
         self._boot_id: str | None = None
 
+    def take_back(self, config: Config) -> None:
+        """At the start, before the first tick writes the state file: the previous daemon's receipts, which the
+        first tick resumes (a daemon that never calls this, a test's, starts empty and publishes no boot id)."""
+        self._boot_id = receipt_store.boot_id(config.proc_root)
+        self._carried = receipt_store.take_back(config.state_file, self._boot_id, config.health.jobs_kept)
+
     def observe(self, state: PublishedState, config: Config) -> PublishedState:
         settings = config.health
-        if not self._started:  # before this tick writes the state file: the previous daemon's is still there
-            self._started = True
-            self._boot_id = receipt_store.boot_id(config.proc_root)
-            self._carried = receipt_store.take_back(config.state_file, self._boot_id, settings.jobs_kept)
         snap = state.snapshot
         if settings.job_mapping_dirs:
             mappings = read_mappings(settings.job_mapping_dirs, [gpu.gpu_id for gpu in snap.gpus])

@@ -143,6 +143,8 @@ class Daemon:
         try:
             first = self.sampler.sample()
             log_discovery(self.config, first)
+            # The previous daemon's job receipts, before the first tick overwrites its state file (daemon/health.py).
+            self._guard("job receipts", partial(self.node.take_back, self.config), None)
             deadline = time.monotonic()
             ready = False
             self.start_http()
