@@ -49,6 +49,12 @@ def job(state: Path) -> Any:
     return next((j for j in json.loads(state.read_text())["jobs"] if j["job_id"] == "4711"), None)
 
 
+def counted(state: Path) -> float:
+    """Job 4711's energy so far, 0 before it has a receipt (the client's process may come a tick late)."""
+    receipt = job(state)
+    return float(receipt["gpus"][0]["energy_j"]) if receipt is not None else 0.0
+
+
 def ended(daemon: Started, how: signal.Signals) -> None:
     daemon.process.send_signal(how)
     daemon.process.wait(timeout=WAIT_S)  # the kernel has dropped its runtime lock
@@ -65,8 +71,7 @@ def test_a_receipt_survives_a_sigkill_a_reload_and_a_clean_restart(tmp_path: Pat
     first, _ = start(processes, config, "first")
     wait_up("the desktop client", lambda: json.loads(state.read_text())["processes"], first, WAIT_S)
     (tmp_path / "jobs/0").write_text("4711\n")  # the prolog (DCGM's form)
-    wait_up("energy counted", lambda: (job(state) or {"gpus": [{"energy_j": 0}]})["gpus"][0]["energy_j"] > 0, first,
-            WAIT_S)
+    wait_up("energy counted", lambda: counted(state) > 0, first, WAIT_S)
     before = job(state)
     ended(first, signal.SIGKILL)  # mid-job: the state file stays as its last tick wrote it
     killed = json.loads(state.read_text())
@@ -130,7 +135,7 @@ def test_a_state_file_from_another_boot_or_garbage_is_ignored_with_one_line(
     config = write_config(tmp_path)
     state = tmp_path / "run/state.json"
     first, _ = start(processes, config, "first")
-    wait_up("the job's receipt", lambda: job(state)["gpus"][0]["energy_j"] > 0, first, WAIT_S)
+    wait_up("the job's receipt", lambda: counted(state) > 0, first, WAIT_S)
     ended(first, signal.SIGKILL)
     state.write_text(spoil(json.loads(state.read_text())))
     second, _ = start(processes, config, "second")

@@ -5,6 +5,7 @@ its energy from the GPU's firmware counter only when that counter is continuous.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -131,7 +132,7 @@ def valid() -> Any:
     return published(state, run([tick(100, {"7": "42"}, 0.0, 5000.0), state]))
 
 
-UNTRUSTED = {
+UNTRUSTED: dict[str, tuple[Callable[[Any], object], str]] = {
     # name: (how the document is spoiled, what the one line says)
     "another boot": (lambda d: d["daemon"].update(boot_id="another"), "written in another boot"),
     "a daemon that recorded no boot": (lambda d: d["daemon"].pop("boot_id"), "records no boot id"),
