@@ -28,9 +28,12 @@ def fake_proc(root: Path, boot: str = BOOT) -> Path:
     return root
 
 
-def tick(t: float, jobs: dict[int, str], energy_j: float, temp_c: float = 60.0) -> PublishedState:
-    gpu = GpuReading(gpu_id=SLOT, card="card0", backend="amdgpu", energy_joules=energy_j, energy_source="integrated",
-                     temps=(TempReading("junction", temp_c),))
+def tick(t: float, jobs: dict[int, str], energy_j: float, temp_c: float = 60.0,
+         counter_j: float | None = None) -> PublishedState:
+    """GPU A at ``t``: the daemon's energy counter, integrated unless the firmware's (``counter_j``) is trusted."""
+    gpu = GpuReading(gpu_id=SLOT, card="card0", backend="amdgpu", energy_joules=energy_j,
+                     energy_source="integrated" if counter_j is None else "accumulator",
+                     energy_accumulator_j=counter_j, temps=(TempReading("junction", temp_c),))
     rows = tuple(GpuProcess(pid=pid, gpu_id=SLOT, command="python3", job_id=job) for pid, job in jobs.items())
     return PublishedState(snapshot=Snapshot(taken_unix=1000 + t, taken_monotonic=t, gpus=(gpu,), processes=rows),
                           daemon=DaemonInfo(pid=1, version="x", started_unix=900.0))
@@ -76,6 +79,22 @@ def test_a_restarted_watch_resumes_the_killed_daemons_receipts_and_says_the_gap(
     assert job.job_id == "100" and job.active and job.unobserved_s == 28.0 and job.gaps == ((1002.0, 1030.0),)
     assert gpu.energy_j == 400.0 + 50.0 and gpu.energy_unseen_s == 28.0  # an integrated counter: the gap left out
     assert dict(gpu.max_temps_c) == {"junction": 90.0}
+
+
+def test_the_gaps_energy_comes_from_a_trusted_firmware_counter(tmp_path: Path) -> None:
+    fake_proc(tmp_path / "proc")
+    cfg = config(tmp_path)
+    killed = NodeWatch()
+    killed.take_back(cfg)
+    document(killed, tick(0.0, {99: "7"}, 0.0, counter_j=10_000.0), cfg)
+    cfg.state_file.parent.mkdir(parents=True)
+    cfg.state_file.write_text(json.dumps(document(killed, tick(1.0, {99: "7"}, 250.0, counter_j=10_250.0), cfg)))
+    watch = NodeWatch()
+    watch.take_back(cfg)
+    # 8 s later: the firmware's counter went on by 1600 J (200 W); the new daemon's own starts at 0.
+    watch.observe(tick(9.0, {99: "7"}, 0.0, counter_j=11_850.0), cfg)
+    (gpu,) = watch.observe(tick(10.0, {99: "7"}, 200.0, counter_j=12_050.0), cfg).jobs[0].gpus
+    assert (gpu.energy_j, gpu.gap_energy_j, gpu.energy_unseen_s) == (250.0 + 1600.0 + 200.0, 1600.0, 0.0)
 
 
 def test_a_reload_keeps_the_receipts_and_jobs_kept_bounds_them(tmp_path: Path) -> None:
