@@ -212,6 +212,7 @@ class DaemonInfo:
     ticks_total: int = 0
     interval_s: float = 1.0
     failures: tuple[str, ...] = ()
+    boot_id: str | None = None  # /proc/sys/kernel/random/boot_id: the next daemon trusts only its own boot
 
 
 @dataclass(frozen=True)
@@ -245,6 +246,8 @@ class JobGpuReceipt:
     governed_s: float = 0.0  # with a power cap below the original in force
     throttled_s: tuple[tuple[str, float], ...] = ()  # (reason, seconds the card throttled itself)
     resets: int = 0
+    gap_energy_j: float = 0.0  # of energy_j: what the GPU's own counter grew by while no daemon ran (receipt_resume.py)
+    energy_unseen_s: float = 0.0  # seconds no daemon ran whose energy is not in energy_j (the counter not continuous)
 
 
 @dataclass(frozen=True)
@@ -258,3 +261,5 @@ class JobReceipt:
     active: bool = True  # a process of the job used a GPU at the last tick
     paused_s: float = 0.0  # its trainer held at a pause
     gpus: tuple[JobGpuReceipt, ...] = ()
+    unobserved_s: float = 0.0  # seconds of the job while no daemon ran (restarts, crashes): nothing seen then
+    gaps: tuple[tuple[float, float], ...] = ()  # (from_unix, to_unix) of those times, the last few

@@ -2,7 +2,9 @@
 
 The daemon keeps one receipt per job seen on a GPU (publish/receipts.py; the last ``[health] jobs_kept``) in
 its published state, so an epilog that runs after the job's processes ended still finds it in the state file.
-Rendering is pure (``render``); a job the daemon never saw is exit 1 with one line, no daemon exit 3.
+Rendering is pure (``render``); a job the daemon never saw is exit 1 with one line. With no daemon running, the
+receipts a cleanly stopped daemon kept for the next one (state.last.json, daemon/receipt_store.py) are read, and
+that is said; with neither, exit 3.
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any
 
 from gpuwatch.cli.settings import load_cli_config
+from gpuwatch.daemon.receipt_store import last_state_file
 from gpuwatch.publish.state import read_state_file
 
 EXIT_NOT_FOUND = 1
@@ -27,9 +31,15 @@ def add_receipt_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_receipt(args: argparse.Namespace) -> int:
     config = load_cli_config(args, client=True)
     document = read_state_file(config.state_file)
-    if document is None:
-        print(f"gpuwatch receipt: no daemon publishes in {config.resolved_runtime_dir}: no receipts", file=sys.stderr)
-        return EXIT_NO_DAEMON
+    if document is None:  # between a clean stop and the next start (a restart, an upgrade): what the last one kept
+        document = read_state_file(last_state_file(config.state_file))
+        if document is None:
+            print(f"gpuwatch receipt: no daemon publishes in {config.resolved_runtime_dir}: no receipts",
+                  file=sys.stderr)
+            return EXIT_NO_DAEMON
+        stopped = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(document.get("taken_unix", 0.0))))
+        print(f"gpuwatch receipt: no daemon runs; the receipts as the daemon that stopped at {stopped} kept them",
+              file=sys.stderr)
     job = next((j for j in document.get("jobs", []) if j.get("job_id") == args.job_id), None)
     if job is None:
         known = ", ".join(j["job_id"] for j in document.get("jobs", [])) or "none"
@@ -40,17 +50,29 @@ def cmd_receipt(args: argparse.Namespace) -> int:
 
 
 def render(job: Any) -> str:
-    """The receipt as text: the job, then one block per GPU."""
+    """The receipt as text: the job, then one block per GPU; the time no daemon ran, and its energy left out,
+    said (an older daemon's receipt has neither field)."""
     seconds = max(0.0, float(job["last_seen_unix"]) - float(job["first_seen_unix"]))
     gpus = job.get("gpus", [])
     total_j = sum(float(g["energy_j"]) for g in gpus)
+    unseen = any(float(g.get("energy_unseen_s", 0.0)) for g in gpus)
     lines = [f"job {job['job_id']}" + (f" ({job['user']})" if job.get("user") else "")
              + f": {seconds:.0f} s on {len(gpus)} GPU(s), {total_j / 1000:.1f} kJ"
+             + (" + some not counted" if unseen else "")
              + ("" if not job.get("active") else " (still running)"),
              f"  paused {float(job['paused_s']):.0f} s"]
+    unobserved_s, gaps = float(job.get("unobserved_s", 0.0)), job.get("gaps", [])
+    if unobserved_s or gaps:
+        lines += [f"  unobserved {unobserved_s:.0f} s: no daemon ran {len(gaps)} time(s) (a restart, a crash)",
+                  "    its temperatures, throttling, caps and pauses then are not in this receipt"]
     for gpu in gpus:
         temps = ", ".join(f"{label} {temp:.0f}°C" for label, temp in sorted(gpu["max_temps_c"].items())) or "n/a"
         throttled = ", ".join(f"{reason} {s:.0f} s" for reason, s in sorted(gpu["throttled_s"].items()) if s) or "none"
         lines += [f"  {gpu['gpu_id']}: {float(gpu['energy_j']) / 1000:.1f} kJ, max {temps}",
                   f"    governed {float(gpu['governed_s']):.0f} s, throttled {throttled}, resets {gpu['resets']}"]
+        gap_j, unseen_s = float(gpu.get("gap_energy_j", 0.0)), float(gpu.get("energy_unseen_s", 0.0))
+        if gap_j:
+            lines.append(f"    {gap_j / 1000:.1f} kJ of it while no daemon ran, from the GPU's energy counter")
+        if unseen_s:
+            lines.append(f"    not counted: the energy of {unseen_s:.0f} s with no daemon (its counter could not tell)")
     return "\n".join(lines) + "\n"

@@ -3,7 +3,9 @@ receipts, and the node's health verdict, added to the tick's PublishedState (doc
 
 The state that spans ticks lives here (since when each GPU is over crit, the receipts, the previous
 state the counters' increases are taken from); the rules are pure (publish/verdict.py,
-publish/receipts.py, procs/jobs.py). The [health] settings come with each tick's configuration.
+publish/receipts.py, publish/receipt_resume.py, procs/jobs.py). The [health] settings come with each tick's
+configuration. At the start the receipts are taken back from the previous daemon (daemon/receipt_store.py) and
+the first tick says the time no daemon ran on them; a reload keeps them (one NodeWatch for the daemon's life).
 """
 
 from __future__ import annotations
@@ -11,9 +13,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpuwatch.config.file import Config
+from gpuwatch.daemon import receipt_store
+from gpuwatch.gpus.accounting import counter_grew
 from gpuwatch.model import JobReceipt, PublishedState
 from gpuwatch.procs.jobs import attribute, read_mappings
 from gpuwatch.publish import receipts
+from gpuwatch.publish.receipt_resume import Carried, resume
 from gpuwatch.publish.verdict import judge, over_crit_since
 
 
@@ -22,6 +27,14 @@ class NodeWatch:
         self._since: dict[str, float] = {}
         self._jobs: tuple[JobReceipt, ...] = ()
         self._previous: PublishedState | None = None
+        self._carried: Carried | None = None
+        self._boot_id: str | None = None
+
+    def take_back(self, config: Config) -> None:
+        """At the start, before the first tick writes the state file: the previous daemon's receipts, which the
+        first tick resumes (a daemon that never calls this, a test's, starts empty and publishes no boot id)."""
+        self._boot_id = receipt_store.boot_id(config.proc_root)
+        self._carried = receipt_store.take_back(config.state_file, self._boot_id, config.health.jobs_kept)
 
     def observe(self, state: PublishedState, config: Config) -> PublishedState:
         settings = config.health
@@ -29,9 +42,14 @@ class NodeWatch:
         if settings.job_mapping_dirs:
             mappings = read_mappings(settings.job_mapping_dirs, [gpu.gpu_id for gpu in snap.gpus])
             state = replace(state, snapshot=replace(snap, processes=attribute(snap.processes, mappings)))
-        self._jobs = receipts.step(self._jobs, self._previous, state, settings.jobs_kept)
+        jobs, carried, self._carried = self._jobs, self._carried, None
+        if carried is not None:
+            jobs = resume(carried, state, counter_grew)
+        self._jobs = receipts.step(jobs, self._previous, state, settings.jobs_kept)
         now = state.snapshot.taken_monotonic
         self._since = over_crit_since(self._since, state, now)
         state = replace(state, health=judge(state, settings, self._since, now), jobs=self._jobs)
+        if state.daemon is not None:  # published so that the next daemon knows the receipts are this boot's
+            state = replace(state, daemon=replace(state.daemon, boot_id=self._boot_id))
         self._previous = state
         return state

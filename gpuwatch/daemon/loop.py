@@ -37,6 +37,7 @@ from gpuwatch.daemon.control import ControlServer
 from gpuwatch.daemon.health import NodeWatch
 from gpuwatch.daemon.ladder import Guard, act, hand_back
 from gpuwatch.daemon.published import count_read_errors, log_discovery, published_state
+from gpuwatch.daemon.receipt_store import keep_last_state
 from gpuwatch.daemon.reload import plan_reload
 from gpuwatch.daemon.sdnotify import Notifier
 from gpuwatch.daemon.wakeup import Flag, Signals, Wakeup
@@ -142,6 +143,8 @@ class Daemon:
         try:
             first = self.sampler.sample()
             log_discovery(self.config, first)
+            # The previous daemon's job receipts, before the first tick overwrites its state file (daemon/health.py).
+            self._guard("job receipts", partial(self.node.take_back, self.config), None)
             deadline = time.monotonic()
             ready = False
             self.start_http()
@@ -251,8 +254,8 @@ class Daemon:
         hand_back(self.parts, self._guard)
         if self.parts.gpu_use is not None:
             self._guard("uevent socket close", self.parts.gpu_use.close, None)
-        try:
-            Path(self.config.state_file).unlink(missing_ok=True)
+        try:  # renamed, not removed: the next daemon takes the job receipts back from it (daemon/receipt_store.py)
+            keep_last_state(Path(self.config.state_file))
         except OSError as exc:  # a read-only runtime directory: fans and caps went back, so still exit 0
             log.warning("cannot remove the state file %s: %s", self.config.state_file, exc.strerror or exc)
         log.info("gpuwatch stopped")

@@ -82,6 +82,17 @@ def _counter_delta(before: float | None, after: float | None) -> float | None:
     return None
 
 
+def counter_grew(before_j: float, after_j: float, seconds: float) -> float | None:
+    """Joules a trusted firmware counter grew by over ``seconds`` nobody read it (a daemon restart,
+    receipts across it: publish/receipt_resume.py); None when that is not known: it went back (a reset, a
+    wrap), more than ``_MAX_W`` on average, or a 32-bit counter could have wrapped back past where it was."""
+    if after_j < before_j or after_j - before_j > _MAX_W * seconds:
+        return None
+    if before_j < ACCUMULATOR_WRAP_J and after_j < ACCUMULATOR_WRAP_J and _MAX_W * seconds >= ACCUMULATOR_WRAP_J:
+        return None  # 32 bits wrap in 33 s at _MAX_W: a longer gap may hide whole turns
+    return after_j - before_j
+
+
 def _agrees(implied_w: float, before_w: float | None, after_w: float | None) -> bool:
     """A counter that does not move is not counting (a GPU always draws power)."""
     if implied_w <= 0:

@@ -7,7 +7,8 @@ seconds with a cap below the original (``gpuwatch_power_capped_seconds_total``) 
 equals the PromQL ``increase()`` of those series over the job's ticks. Two jobs on one GPU both get the
 GPU's whole increase: the counters are the GPU's, not a process's. The daemon keeps the last
 ``[health] jobs_kept`` receipts in the published state (the state file, /status): an epilog that runs
-after the job's processes ended still finds its receipt (`gpuwatch receipt JOBID`).
+after the job's processes ended still finds its receipt (`gpuwatch receipt JOBID`). A daemon restart takes them
+back and says the time no daemon ran on each (publish/receipt_resume.py); its first tick has no ``previous``.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def _gpu_step(receipt: JobGpuReceipt, previous: PublishedState | None, state: Pu
 
 
 def _increase(before: float | None, now: float | None) -> float:
-    """A counter's increase; a counter that went back (the daemon restarted) counts from 0, as PromQL's does."""
+    """A counter's increase; a counter that went back counts from 0, as PromQL's does."""
     if now is None:
         return 0.0
     if before is None or now < before:

@@ -206,6 +206,7 @@ class DaemonDoc(TypedDict):  # model.DaemonInfo
     ticks_total: int
     interval_s: float
     failures: list[str]
+    boot_id: str | None  # the kernel's boot id: a restarted daemon takes receipts back only from its own boot
 
 
 class UnsupportedDoc(TypedDict):  # model.UnsupportedCard
@@ -272,6 +273,8 @@ class JobGpuReceiptDoc(TypedDict):  # model.JobGpuReceipt
     governed_s: float
     throttled_s: dict[str, float]
     resets: int
+    gap_energy_j: float
+    energy_unseen_s: float
 
 
 class JobReceiptDoc(TypedDict):  # model.JobReceipt
@@ -282,6 +285,8 @@ class JobReceiptDoc(TypedDict):  # model.JobReceipt
     active: bool
     paused_s: float
     gpus: list[JobGpuReceiptDoc]
+    unobserved_s: float
+    gaps: list[list[float]]  # [from_unix, to_unix]
 
 
 class _Optional(TypedDict, total=False):
