@@ -3,8 +3,8 @@
 Implements the daemon's FanConsumer (``tick(snapshot, config)`` and ``restore()``). The backend is chosen per
 GPU from what exists and is writable (SYSFS_FACTS §5-6; gpu_fan.py, with the GPU's state across ticks):
 gpu_od fan_curve (RDNA3+), else pwm1 + pwm1_enable (RDNA2 and older), else none (monitor-only). Where a
-GPU's files are comes from the amdgpu source (``locate``); the shared readings carry no paths. The decisions are pure: the curve in curve.py,
-sensor choice, stall rule, mode and message in rules.py.
+GPU's files are comes from the amdgpu source (``locate``); the shared readings carry no paths. The
+decisions are pure: the curve in curve.py, sensor choice, stall rule, mode and message in rules.py.
 
 The writes go through the fans' Actuator (gpuwatch.actuation; the kind in restore.py): the original fan
 mode of every GPU taken over is recorded before the first write, so the shutdown and `gpuwatch restore`
