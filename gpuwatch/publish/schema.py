@@ -14,6 +14,7 @@ from typing import Literal, TypedDict
 from gpuwatch.publish.schema_states import ClockCeilingDoc as ClockCeilingDoc
 from gpuwatch.publish.schema_states import DaemonDoc as DaemonDoc
 from gpuwatch.publish.schema_states import FanControllerDoc as FanControllerDoc
+from gpuwatch.publish.schema_states import GpuResetDoc as GpuResetDoc
 from gpuwatch.publish.schema_states import HealthDoc as HealthDoc
 from gpuwatch.publish.schema_states import HealthFaultDoc as HealthFaultDoc
 from gpuwatch.publish.schema_states import JobGpuReceiptDoc as JobGpuReceiptDoc
@@ -39,16 +40,6 @@ class TemperatureDoc(TypedDict):
 class ErrorDoc(TypedDict):
     sensor: str
     error: str
-
-
-class GpuResetDoc(TypedDict):  # model.GpuResetState without gpu_id
-    resets_total: int
-    last_reset_unix: float | None
-    last_source: str | None
-    last_summary: str | None
-    dump_path: str | None
-    recovering: bool
-    stuck_pids: list[int]
 
 
 class ProcessDoc(TypedDict):  # model.GpuProcess

@@ -1,10 +1,10 @@
 """The status document's shape of what the deciding parts publish (states.py's states), schema 1.
 
 The fan controller, the power governor and the clock ceiling of each GPU, the trainers and their GPU
-use, the processes not run under gpuwatch stopped on a GPU, the daemon, the node's health verdict and
-the jobs' receipts. Apart from schema.py (which re-exports every name: readers import from there) only
-to keep each module under 300 lines, as states.py is apart from model.py; the same rules hold: the
-model's field names, ``null`` for absent values, additions allowed, renames not.
+use, the processes not run under gpuwatch stopped on a GPU, a GPU's resets, the daemon, the node's
+health verdict and the jobs' receipts. Apart from schema.py (which re-exports every name: readers import
+from there) only to keep each module under 300 lines, as states.py is apart from model.py; the same rules
+hold: the model's field names, ``null`` for absent values, additions allowed, renames not.
 """
 
 from __future__ import annotations
@@ -107,6 +107,16 @@ class TrainerDoc(TypedDict):  # model.TrainerState
     user: str | None
     command: str | None
     job_id: str | None
+
+
+class GpuResetDoc(TypedDict):  # model.GpuResetState without gpu_id
+    resets_total: int
+    last_reset_unix: float | None
+    last_source: str | None
+    last_summary: str | None
+    dump_path: str | None
+    recovering: bool
+    stuck_pids: list[int]
 
 
 class UnmanagedDoc(TypedDict):  # model.UnmanagedState without gpu_id
