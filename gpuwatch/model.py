@@ -2,7 +2,8 @@
 
 Nothing here does I/O. ``None`` always means "not available" (file absent, sensor unsupported, read
 failed); a failed read is additionally recorded in ``GpuReading.errors``. The readings and what one
-tick publishes live here, the deciding parts' own states in states.py (re-exported below).
+tick publishes live here, the deciding parts' own states in states.py (re-exported below), a GPU's resets
+and the limits in force among them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from gpuwatch.states import DaemonInfo as DaemonInfo
 from gpuwatch.states import FanBackendName as FanBackendName
 from gpuwatch.states import FanMode as FanMode
 from gpuwatch.states import FanState as FanState
+from gpuwatch.states import GpuResetState as GpuResetState
 from gpuwatch.states import HealthFault as HealthFault
 from gpuwatch.states import JobGpuReceipt as JobGpuReceipt
 from gpuwatch.states import JobReceipt as JobReceipt
@@ -26,6 +28,7 @@ from gpuwatch.states import NodeHealth as NodeHealth
 from gpuwatch.states import PowerCapBackendName as PowerCapBackendName
 from gpuwatch.states import PowerMode as PowerMode
 from gpuwatch.states import PowerState as PowerState
+from gpuwatch.states import SensorLimit as SensorLimit
 from gpuwatch.states import TrainerGpuUse as TrainerGpuUse
 from gpuwatch.states import TrainerPhase as TrainerPhase
 from gpuwatch.states import TrainerState as TrainerState
@@ -236,20 +239,6 @@ class GpuProcess:
 
 
 @dataclass(frozen=True)
-class GpuResetState:
-    """Resets of one GPU seen since the daemon started, and whether it is usable again."""
-
-    gpu_id: str
-    resets_total: int = 0
-    last_reset_unix: float | None = None
-    last_source: str | None = None  # "devcoredump" or "wedged uevent"
-    last_summary: str | None = None  # what the dump (or the uevent) says, one line
-    dump_path: str | None = None  # the kept copy of the kernel's devcoredump
-    recovering: bool = False  # since the last reset: not answering yet, or held by a stuck process
-    stuck_pids: tuple[int, ...] = ()  # processes in D state holding it after the reset
-
-
-@dataclass(frozen=True)
 class Snapshot:
     """One tick's readings of every GPU. ``taken_unix`` is wall time, ``taken_monotonic`` for ages.
 
@@ -270,15 +259,6 @@ class Snapshot:
             if reading.gpu_id == gpu_id:
                 return reading
         return None
-
-
-@dataclass(frozen=True)
-class SensorLimit:
-    """The pause/alarm limit in force for one sensor of one GPU (``limits.limits_in_force``)."""
-
-    gpu_id: str
-    sensor: str  # the TempReading's label: edge, junction, mem
-    limit_c: float
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,8 @@
 """What the deciding parts publish every tick: fan, power-cap and trainer states, and the daemon's health.
 
+Also a GPU's resets and recovery (resets/recovery.py decides; the Snapshot carries them) and each sensor's
+limit in force (limits.py decides; the PublishedState carries them).
+
 A leaf (imports nothing): model.py re-exports every name, so the layers import them from ``gpuwatch.model``
 as before; they live apart only to keep the readings (model.py) and the decisions each under 300 lines.
 """
@@ -200,6 +203,29 @@ class UnmanagedState:
     stops_total: int = 0  # processes stopped on this GPU since the daemon started
     stopped_since_unix: float | None = None  # the oldest stop in force
     reason: str | None = None  # why they are stopped: the crit reading
+
+
+@dataclass(frozen=True)
+class GpuResetState:
+    """Resets of one GPU seen since the daemon started, and whether it is usable again."""
+
+    gpu_id: str
+    resets_total: int = 0
+    last_reset_unix: float | None = None
+    last_source: str | None = None  # "devcoredump" or "wedged uevent"
+    last_summary: str | None = None  # what the dump (or the uevent) says, one line
+    dump_path: str | None = None  # the kept copy of the kernel's devcoredump
+    recovering: bool = False  # since the last reset: not answering yet, or held by a stuck process
+    stuck_pids: tuple[int, ...] = ()  # processes in D state holding it after the reset
+
+
+@dataclass(frozen=True)
+class SensorLimit:
+    """The pause/alarm limit in force for one sensor of one GPU (``limits.limits_in_force``)."""
+
+    gpu_id: str
+    sensor: str  # the TempReading's label: edge, junction, mem
+    limit_c: float
 
 
 @dataclass(frozen=True)

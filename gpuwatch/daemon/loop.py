@@ -31,7 +31,6 @@ from gpuwatch import __version__
 from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import Config, load_config
 from gpuwatch.daemon import compose
-from gpuwatch.daemon.attach_sessions import Sessions
 from gpuwatch.daemon.compose import Parts
 from gpuwatch.daemon.control import ControlServer
 from gpuwatch.daemon.health import NodeWatch
@@ -40,6 +39,7 @@ from gpuwatch.daemon.published import count_read_errors, log_discovery, publishe
 from gpuwatch.daemon.receipt_store import keep_last_state
 from gpuwatch.daemon.reload import plan_reload
 from gpuwatch.daemon.sdnotify import Notifier
+from gpuwatch.daemon.servers import http_server, start_control
 from gpuwatch.daemon.wakeup import Flag, Signals, Wakeup
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.model import DaemonInfo, PublishedState
@@ -92,19 +92,6 @@ class Daemon:
         self.http: HttpServer | None = None
         self.node = NodeWatch()  # mapped jobs, job receipts and the health verdict (daemon/health.py)
 
-    def _start_control(self) -> None:
-        """`gpuwatch pause|resume|restart` reach the supervisor (and `simulate-reset` the simulator) through a
-        local unix socket."""
-        trainers = self.parts.trainers
-        handler = self.parts.control or (trainers.command if trainers is not None else None)
-        if handler is None:
-            return
-        sessions = trainers if isinstance(trainers, Sessions) else None  # attach sessions, per-peer commands
-        server = ControlServer(self.config.control_socket, handler, document=self.holder.document,
-                               sessions=sessions, admin_group=lambda: self.config.control.admin_group)
-        self._guard("control socket", server.start, None)
-        self.control = server if "control socket" not in self.failures else None
-
     def tick(self) -> PublishedState:
         snapshot = self.sampler.sample()
         usage, config = self.parts.gpu_use, self.config  # this tick's configuration, reloads in between
@@ -139,7 +126,7 @@ class Daemon:
         if self.parts.trainers is not None:
             # A trainer's double-forked setsid worker comes back to us, not to init (supervise/orphans.py).
             self.parts.trainers.start()
-        self._start_control()
+        self.control = start_control(self.parts, lambda: self.config, self.holder, self._guard)
         try:
             first = self.sampler.sample()
             log_discovery(self.config, first)
@@ -271,21 +258,9 @@ class Daemon:
 
         A port already in use is logged and the daemon goes on: fans and supervision matter more.
         """
-        http = self.config.http
-        if not http.enabled:
-            return
-        try:
-            self.http = HttpServer(self.holder, http.listen, http.port, web_config=http.web_config,
-                                   expose_sensitive=http.expose_sensitive, live=self.live)
-        except ConfigError as exc:  # the web config broke after the start's check (load_daemon_config)
-            log.error("cannot serve HTTP: %s; metrics are off", exc)
-            self.failures["http"] = str(exc)
-            return
-        except OSError as exc:
-            log.error("cannot serve HTTP on %s:%d: %s; metrics are off", http.listen, http.port, exc.strerror)
-            self.failures["http"] = f"cannot listen on {http.listen}:{http.port}: {exc.strerror}"
-            return
-        self.http.start()
+        self.http = http_server(self.config, self.holder, self.live, self.failures)
+        if self.http is not None:
+            self.http.start()
 
     def request_stop(self, signum: int | None = None, frame: FrameType | None = None) -> None:
         """SIGTERM/SIGINT (or any thread): a flag and a byte on the self-pipe, no lock (wakeup.py)."""

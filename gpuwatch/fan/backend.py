@@ -4,7 +4,7 @@ pieces every backend shares (Applied, Writer with its dry-run rule, NoFanControl
 Backends, one module per hardware interface (tests/fixtures/amdgpu/SYSFS_FACTS.md §5-6):
 * pwm1.py (SI..RDNA2): hwmon ``pwm1_enable`` 1 = manual, then ``pwm1``;
 * gpu_od.py (RDNA3+): ``gpu_od/fan_ctrl/fan_curve``.
-A GPU with neither is monitor-only: the controller's ``choose_backend`` raises NoFanControl saying why
+A GPU with neither is monitor-only: gpu_fan.py's ``choose_backend`` raises NoFanControl saying why
 and how to enable control. Each backend has a frozen RestoreRecord type: what it found before its
 first write, persisted in the restore file (gpuwatch.actuation), and the one code that gives the fan
 back, run by the daemon's shutdown and by `gpuwatch restore` after a crash alike (fan/restore.py).

@@ -1,10 +1,10 @@
 """The fan controller the daemon runs: per GPU and tick, probe -> take control -> apply -> publish FanState.
 
 Implements the daemon's FanConsumer (``tick(snapshot, config)`` and ``restore()``). The backend is chosen per
-GPU from what exists and is writable (SYSFS_FACTS §5-6): gpu_od fan_curve (RDNA3+), else pwm1 +
-pwm1_enable (RDNA2 and older), else none (monitor-only). Where a GPU's files are comes from the amdgpu
-source (``locate``); the shared readings carry no paths. The decisions are pure: the curve in curve.py,
-sensor choice, stall rule, mode and message in rules.py.
+GPU from what exists and is writable (SYSFS_FACTS §5-6; gpu_fan.py, with the GPU's state across ticks):
+gpu_od fan_curve (RDNA3+), else pwm1 + pwm1_enable (RDNA2 and older), else none (monitor-only). Where a
+GPU's files are comes from the amdgpu source (``locate``); the shared readings carry no paths. The
+decisions are pure: the curve in curve.py, sensor choice, stall rule, mode and message in rules.py.
 
 The writes go through the fans' Actuator (gpuwatch.actuation; the kind in restore.py): the original fan
 mode of every GPU taken over is recorded before the first write, so the shutdown and `gpuwatch restore`
@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -30,77 +30,19 @@ from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.cooling import FanConfig
 from gpuwatch.config.file import Config
 from gpuwatch.deadline import Late
-from gpuwatch.fan.backend import ENABLE_HINT, Applied, FanBackend, NoFanControl
-from gpuwatch.fan.curve import CurveParams, CurveState, curve_params, decide, failsafe, top_percent
-from gpuwatch.fan.gpu_od import GpuOdBackend, parse_fan_curve
+from gpuwatch.fan.backend import Applied, FanBackend, NoFanControl
+from gpuwatch.fan.curve import curve_params, decide, failsafe, top_percent
+from gpuwatch.fan.gpu_fan import GpuFan, choose_backend
 from gpuwatch.fan.pwm1 import Pwm1Backend
 from gpuwatch.fan.restore import kind
 from gpuwatch.fan.rules import Verdict, can_rise, driven_verdict, idle_verdict, pick_sensor, stall, unwritable_verdict
 from gpuwatch.gpus.amdgpu import AmdCard
-from gpuwatch.model import FanBackendName, FanMode, FanState, GpuReading, Snapshot
+from gpuwatch.model import FanMode, FanState, GpuReading, Snapshot
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 log = logging.getLogger("gpuwatch.fan")
 
 Locate = Callable[[str], AmdCard | None]
-
-
-def choose_backend(sysfs: Sysfs, card: AmdCard | None, dry_run: bool, tolerance: float,
-                   check_access: bool = True) -> FanBackend:
-    """gpu_od when fan_curve is present, writable and has a non-zero range; else pwm1; else NoFanControl."""
-    why = "no fan control interface (APU or fanless board)"
-    if card is None or card.hwmon_dir is None:
-        # No hwmon node: no temperature for a curve to follow, nothing to read a fan back from.
-        raise NoFanControl(why)
-    hwmon_dir, curve_path = card.hwmon_dir, f"{card.device_dir}/gpu_od/fan_ctrl/fan_curve"
-    if sysfs.exists(curve_path):
-        try:
-            curve = parse_fan_curve(sysfs.read(curve_path) or "")
-        except SysfsError as exc:
-            curve, why = None, f"fan_curve unreadable: {exc.reason}"
-        if curve is not None and not curve.usable:
-            why = "fan_curve has a zero OD range (firmware rejects every write)"
-        elif curve is not None and check_access and not sysfs.writable(curve_path):
-            why = "fan_curve is read-only (overdrive disabled)"
-        elif curve is not None:
-            return GpuOdBackend(sysfs, card.device_dir, hwmon_dir, dry_run=dry_run)
-    elif sysfs.exists(f"{hwmon_dir}/pwm1") and sysfs.exists(f"{hwmon_dir}/pwm1_enable"):
-        if not check_access or sysfs.writable(f"{hwmon_dir}/pwm1_enable"):
-            return Pwm1Backend(sysfs, hwmon_dir, dry_run=dry_run, tolerance_percent=tolerance)
-        why = "pwm1_enable is not writable (run as root)"
-    elif sysfs.exists(f"{hwmon_dir}/pwm1"):
-        why = "pwm1 without pwm1_enable (RDNA4) and no gpu_od fan_curve"
-    if "APU" not in why:
-        why += "; " + ENABLE_HINT
-    raise NoFanControl(why)
-
-
-@dataclass
-class GpuFan:
-    """Controller state of one GPU across ticks."""
-
-    gpu_id: str
-    settings: FanConfig
-    mode: FanMode  # what a good tick publishes: CURVE, DRY_RUN or MONITOR_ONLY
-    backend: FanBackend | None = None  # None: monitor-only, ``why_not`` says why
-    probed: bool = False  # the backend is chosen on the GPU's first tick, on its worker
-    why_not: str | None = None
-    sensor: str | None = None
-    state: CurveState = field(default_factory=CurveState)
-    controlling: bool = False
-    uncontrolled: str | None = None  # why the fan cannot be written, while it cannot (logged once)
-    mode_resets_total: int = 0
-    write_errors_total: int = 0
-    stalls_total: int = 0
-    stall_ticks: int = 0
-
-    @property
-    def params(self) -> CurveParams:
-        return curve_params(self.settings)
-
-    @property
-    def backend_name(self) -> FanBackendName:
-        return "none" if self.backend is None else self.backend.name
 
 
 class FanController:

@@ -257,3 +257,20 @@ def unique_name(wanted: str, taken: set[str]) -> str:
         if candidate not in taken:
             return candidate
         n += 1
+
+
+# ---- its GPUs ------------------------------------------------------------------------------------
+def declared_gpus(declared: list[str], here: frozenset[str] | None) -> tuple[tuple[str, ...], str]:
+    """The declared GPUs (`--gpu`) that are this machine's, and a note for the wrapper about the others.
+
+    A slot that is not here (a typo, another box's) would leave the run judged on no GPU: never paused,
+    silently. Dropped, the run is judged on the rest, else on the GPUs it is seen using, else on every GPU.
+    """
+    if here is None:
+        return tuple(declared), ""
+    kept, missing = [g for g in declared if g in here], [g for g in declared if g not in here]
+    if not missing:
+        return tuple(kept), ""
+    what = "its other --gpu" if kept else "the GPUs it uses (every GPU until it is seen using one)"
+    return tuple(kept), (f"--gpu {', '.join(missing)}: not a GPU of this machine ({', '.join(sorted(here)) or 'none'})"
+                         f"; its limits apply to {what}")

@@ -19,7 +19,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import psutil
@@ -35,6 +35,7 @@ from gpuwatch.supervise.attached import (
     ENDED,
     RunInputs,
     RunState,
+    declared_gpus,
     default_name,
     reattached,
     sanitize,
@@ -42,9 +43,10 @@ from gpuwatch.supervise.attached import (
     step,
     unique_name,
 )
-from gpuwatch.supervise.gpu_use import judged_gpus, trainer_use
-from gpuwatch.supervise.progress import RunningRate, published_rate, running_rate
+from gpuwatch.supervise.gpu_use import judged_gpus
+from gpuwatch.supervise.progress import RunningRate, running_rate
 from gpuwatch.supervise.ranks import RankView, aggregate, reported
+from gpuwatch.supervise.trainer_state import run_state
 
 log = logging.getLogger("gpuwatch.supervisor")
 COMMAND_MAX_CHARS = 1000  # the published command (an argv may fill a whole 64 KiB line)
@@ -85,6 +87,10 @@ class AttachedRun:
 
     def target(self) -> Target:
         return Target(self.name, attached=True, uid=self.uid, user=self.user)
+
+    def single_beat(self) -> Heartbeat | None:
+        """The newest beat of a process that is no rank of a job (what a run that is not one reports)."""
+        return max((b for b in self.beats if b.rank is None), key=lambda b: b.updated_unix, default=None)
 
 
 def _created(pid: int) -> float | None:
@@ -127,7 +133,7 @@ class AttachedRuns:
             wanted = request.run_id or ""
             usable = 0 < len(wanted) <= 64 and wanted.isascii() and wanted.isalnum() and wanted not in self.runs
             run_id = wanted if usable else secrets.token_hex(8)
-            gpus, note = _declared(request.gpus or [], gpus_here)
+            gpus, note = declared_gpus(request.gpus or [], gpus_here)
             run = AttachedRun(run_id=run_id, name=name, uid=peer.uid, user=user,
                               pid=request.pid, argv=list(request.argv), gpus=gpus,
                               job_id=request.job_id, link=link, created=_created(request.pid), wrapper_pid=peer.pid,
@@ -223,8 +229,7 @@ class AttachedRuns:
         if snapshot is not None:
             run.used_gpus |= {p.gpu_id for p in snapshot.processes if p.trainer == run.name}
         run.ranks = aggregate(run.beats, None)
-        single = max((b for b in run.beats if b.rank is None), key=lambda b: b.updated_unix, default=None)
-        progress = reported(run.ranks, single)
+        progress = reported(run.ranks, run.single_beat())
         # A detached run keeps its commands until its wrapper is back to carry them out.
         command = run.commands.pop(0) if run.commands and run.link is not None else None
         inputs = RunInputs(now=now, thermal=verdict(self.gpus(run)), steps_total=progress.steps_total,
@@ -265,44 +270,18 @@ class AttachedRuns:
 
     @staticmethod
     def _published(run: AttachedRun, now_mono: float, now_unix: float, snapshot: Snapshot | None) -> TrainerState:
-        state, ranks = run.state, run.ranks
+        state = run.state
         live = state.phase not in ENDED
-        single = max((b for b in run.beats if b.rank is None), key=lambda b: b.updated_unix, default=None)
-        progress = reported(ranks, single)
-        held = state.phase is TrainerPhase.PAUSED or (state.phase is TrainerPhase.PAUSING and progress.acknowledged)
-        return TrainerState(
-            name=run.name, phase=state.phase, gpus=run.gpus, pid=run.pid if live else None,
+        published = run_state(run.name, state.phase, live=live, ranks=run.ranks, beat=run.single_beat(),
+                              rate=run.rate, run_energy=run.energy, used_gpus=run.used_gpus,
+                              paused_since=state.paused_since, snapshot=snapshot, now_mono=now_mono, now_unix=now_unix)
+        return replace(
+            published, gpus=run.gpus, pid=run.pid if live else None,
             started_unix=run.started_unix if live else None, restarts_total=run.restarts,
             restarts_by_reason=(("wrapper", run.restarts),) if run.restarts else (),
             pauses_total=state.pauses_total, resumes_total=state.resumes_total, last_exit_code=state.last_exit_code,
-            steps_total=progress.steps_total,
-            steps_per_s=published_rate(held, progress.steps_per_s, run.rate) if live else None,
-            last_step_age_s=None if progress.last_step_unix is None else max(0.0, now_unix - progress.last_step_unix),
-            epoch=single.epoch if single else None, reason=state.reason,
-            paused_since_unix=None if state.paused_since is None else now_unix - (now_mono - state.paused_since),
-            run_energy_j=run.energy.used_j, energy_total_j=run.energy.total_j,
-            steps_per_kj=run.energy.steps_per_kj(progress.steps_total), gpus_used=tuple(sorted(run.used_gpus)),
-            gpu_use=trainer_use(snapshot.processes, run.name) if snapshot is not None else (),
-            ranks=ranks.ranks if ranks else None, ranks_held=ranks.ranks_held if ranks else None,
-            world_size=ranks.world_size if ranks else None, paused_by=ranks.paused_by if ranks else None,
-            origin="attached", user=run.user, command=_command(run.argv), job_id=run.job_id,
+            reason=state.reason, origin="attached", user=run.user, command=_command(run.argv), job_id=run.job_id,
         )
-
-
-def _declared(declared: list[str], here: frozenset[str] | None) -> tuple[tuple[str, ...], str]:
-    """The declared GPUs (`--gpu`) that are this machine's, and a note for the wrapper about the others.
-
-    A slot that is not here (a typo, another box's) would leave the run judged on no GPU: never paused,
-    silently. Dropped, the run is judged on the rest, else on the GPUs it is seen using, else on every GPU.
-    """
-    if here is None:
-        return tuple(declared), ""
-    kept, missing = [g for g in declared if g in here], [g for g in declared if g not in here]
-    if not missing:
-        return tuple(kept), ""
-    what = "its other --gpu" if kept else "the GPUs it uses (every GPU until it is seen using one)"
-    return tuple(kept), (f"--gpu {', '.join(missing)}: not a GPU of this machine ({', '.join(sorted(here)) or 'none'})"
-                         f"; its limits apply to {what}")
 
 
 def _command(argv: list[str]) -> str:

@@ -12,6 +12,7 @@ Rules worth knowing:
 * Nothing is ever (re)started while a GPU it uses is over a pause limit: it would just pause again.
 * A hot GPU pauses after ``debounce_s``; while its power governor still holds it above the floor cap,
   only after the governor's backstop (``Thermal.governed_backstop_s``). Crit and failsafe stop at once.
+  How a pause is asked for, held (cooperative or SIGSTOP) and ended is pause.py's.
 * A stop always goes CONT -> TERM -> (grace) -> KILL, at shutdown too, each trainer with its own grace;
   the effects layer does the CONT. A process still there ``stuck_after_s`` after KILL (D state) is
   abandoned: reported, no longer waited for.
@@ -29,6 +30,7 @@ from dataclasses import replace
 
 from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.model import TrainerPhase
+from gpuwatch.supervise import pause
 from gpuwatch.supervise.actions import (
     Abandon,
     Action,
@@ -38,12 +40,9 @@ from gpuwatch.supervise.actions import (
     Freeze,
     Inputs,
     Kill,
-    RequestPause,
     RestartReason,
     Spawn,
     Terminate,
-    Thaw,
-    pause_limit_s,
 )
 from gpuwatch.supervise.exits import run_ended
 from gpuwatch.supervise.machine import (
@@ -55,7 +54,6 @@ from gpuwatch.supervise.machine import (
     new_run,
     next_run_paused,
     note,
-    paused_for_s,
 )
 from gpuwatch.supervise.progress import observe_progress
 
@@ -117,12 +115,12 @@ def _starting(machine: Machine, config: TrainerConfig, inputs: Inputs, actions: 
         return replace(machine, reason=f"waiting to start: {inputs.gpus_wait}"), actions
     actions.append(Spawn(resume=False))
     if machine.manual_pause:
-        return _pause(new_run(machine, inputs.now), config, inputs, actions, manual=True, again="started")
+        return pause.start(new_run(machine, inputs.now), config, inputs, actions, manual=True, again="started")
     return enter(new_run(machine, inputs.now), TrainerPhase.RUNNING, inputs.now, "started"), actions
 
 
 def _running(machine: Machine, config: TrainerConfig, inputs: Inputs, actions: list[Action]) -> Transition:
-    machine, paused = _own_pause(machine, config, inputs, actions)
+    machine, paused = pause.own_pause(machine, config, inputs, actions)
     if paused:
         return paused
     held_by = inputs.ranks.held_by if inputs.ranks else None
@@ -138,11 +136,11 @@ def _running(machine: Machine, config: TrainerConfig, inputs: Inputs, actions: l
 
 
 def _pausing(machine: Machine, config: TrainerConfig, inputs: Inputs, actions: list[Action]) -> Transition:
-    if _should_resume(machine, config, inputs):
-        return _resume(machine, inputs, actions)
+    if pause.should_resume(machine, config, inputs):
+        return pause.resume(machine, inputs, actions)
     if inputs.heartbeat_paused:  # a distributed job: every local rank holds ("k/N ranks held" is in the status)
         return enter(machine, TrainerPhase.PAUSED, inputs.now, "paused at a step boundary"), actions
-    limit_s = _pause_limit_reached_s(machine, config, inputs)
+    limit_s = pause.limit_reached_s(machine, config, inputs)
     if limit_s is not None:
         return _stop(machine, inputs, actions, f"paused longer than {limit_s:g}s", "max-pause")
     if config.cooperative_pause == "auto" and inputs.now - machine.since >= config.pause_ack_timeout_s:
@@ -157,9 +155,9 @@ def _pausing(machine: Machine, config: TrainerConfig, inputs: Inputs, actions: l
 def _paused(machine: Machine, config: TrainerConfig, inputs: Inputs, actions: list[Action]) -> Transition:
     if machine.pause_mode == "remote":
         return _held_remotely(machine, config, inputs, actions)
-    if _should_resume(machine, config, inputs):
-        return _resume(machine, inputs, actions)
-    limit_s = _pause_limit_reached_s(machine, config, inputs)
+    if pause.should_resume(machine, config, inputs):
+        return pause.resume(machine, inputs, actions)
+    limit_s = pause.limit_reached_s(machine, config, inputs)
     if limit_s is not None:
         return _stop(machine, inputs, actions, f"paused longer than {limit_s:g}s", "max-pause")
     return machine, actions
@@ -204,13 +202,13 @@ def _spawn(machine: Machine, config: TrainerConfig, inputs: Inputs, actions: lis
     if machine.manual_pause:
         # Still paused by hand: the new run is asked to hold from its start (the pause file is written right
         # after the spawn cleared the old one, so its first step holds), or frozen when it cannot cooperate.
-        return _pause(restarted, config, inputs, actions, manual=True, again=f"restarted ({why}), still paused")
+        return pause.start(restarted, config, inputs, actions, manual=True, again=f"restarted ({why}), still paused")
     return enter(restarted, TrainerPhase.RUNNING, inputs.now, f"restarted ({why})"), actions
 
 
 def _held_remotely(machine: Machine, config: TrainerConfig, inputs: Inputs, actions: list[Action]) -> Transition:
     """Held at another node's request: this node may ask too, but only that node releases its own request."""
-    machine, paused = _own_pause(machine, config, inputs, actions)
+    machine, paused = pause.own_pause(machine, config, inputs, actions)
     if paused:
         return paused
     held_by = inputs.ranks.held_by if inputs.ranks else None
@@ -221,62 +219,6 @@ def _held_remotely(machine: Machine, config: TrainerConfig, inputs: Inputs, acti
         return note(machine, f"not resumed: paused by {held_by} (resume it there)"), actions
     # Held is not hung: the hang timer restarts every tick of the hold.
     return replace(machine, reason=f"paused by {held_by}", last_progress=inputs.now), actions
-
-
-def _own_pause(machine: Machine, config: TrainerConfig, inputs: Inputs,
-               actions: list[Action]) -> tuple[Machine, Transition | None]:
-    """This node's own pause, when it asks for one: a manual pause, or a sensor hot for ``debounce_s`` (or the
-    power governor's backstop)."""
-    if inputs.command == "pause":
-        return machine, _pause(machine, config, inputs, actions, manual=True)
-    if not inputs.thermal.hot:
-        return replace(machine, hot_since=None), None
-    hot_since = machine.hot_since if machine.hot_since is not None else inputs.now
-    machine = replace(machine, hot_since=hot_since)
-    # While the power governor still lowers the cap, the pause waits for its backstop (docs/power.md).
-    if inputs.now - hot_since >= max(config.debounce_s, inputs.thermal.governed_backstop_s or 0.0):
-        return machine, _pause(replace(machine, reason=inputs.thermal.reason), config, inputs, actions, manual=False)
-    return machine, None
-
-
-def _pause(machine: Machine, config: TrainerConfig, inputs: Inputs, actions: list[Action],
-           manual: bool, again: str | None = None) -> Transition:
-    """A new pause; ``again``: the same manual pause carried over to a new run (not counted twice)."""
-    why = "manual pause" if manual else (inputs.thermal.reason or "hot")
-    machine = replace(machine, paused_since=inputs.now, manual_pause=manual, hot_since=None,
-                      pauses_total=machine.pauses_total + (0 if again else 1))
-    prefix = f"{again}: " if again else ""
-    auto_cooperative = config.cooperative_pause == "auto" and machine.heartbeat_seen
-    if config.cooperative_pause == "always" or auto_cooperative:
-        actions.append(RequestPause(why))
-        asked = replace(machine, pause_mode="cooperative")
-        return enter(asked, TrainerPhase.PAUSING, inputs.now, f"{prefix}pausing: {why}"), actions
-    actions.append(Freeze())
-    frozen = replace(machine, pause_mode="sigstop")
-    return enter(frozen, TrainerPhase.PAUSED, inputs.now, f"{prefix}paused (SIGSTOP): {why}"), actions
-
-
-def _should_resume(machine: Machine, config: TrainerConfig, inputs: Inputs) -> bool:
-    if inputs.command == "resume":
-        return True
-    cooled = inputs.thermal.cool and not inputs.thermal.hot
-    return not machine.manual_pause and cooled and paused_for_s(machine, inputs.now) >= config.min_pause_s
-
-
-def _pause_limit_reached_s(machine: Machine, config: TrainerConfig, inputs: Inputs) -> float | None:
-    """The bound this pause has reached (it is stopped then), else None (``pause_limit_s`` says which bound)."""
-    limit_s = pause_limit_s(config.max_pause_s, machine.pause_mode, machine.heartbeat_seen, inputs.ranks)
-    if limit_s is not None and paused_for_s(machine, inputs.now) >= limit_s:
-        return limit_s
-    return None
-
-
-def _resume(machine: Machine, inputs: Inputs, actions: list[Action]) -> Transition:
-    actions.append(CancelPause())
-    actions.append(Thaw())
-    resumed = replace(machine, paused_since=None, pause_mode=None, manual_pause=False, last_progress=inputs.now,
-                      resumes_total=machine.resumes_total + 1, hot_since=None)
-    return enter(resumed, TrainerPhase.RUNNING, inputs.now, "resumed"), actions
 
 
 def _stop(machine: Machine, inputs: Inputs, actions: list[Action], why: str, after: AfterStop) -> Transition:

@@ -15,6 +15,7 @@ import random
 import shutil
 import socket
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from gpuwatch.config.trainer import TrainerConfig
@@ -48,13 +49,14 @@ from gpuwatch.supervise.actions import (
 )
 from gpuwatch.supervise.checkpoint import spawn_argv
 from gpuwatch.supervise.evidence import hang_evidence
-from gpuwatch.supervise.gpu_use import GpuVerdict, gpu_verdict, judged_gpus, trainer_use
+from gpuwatch.supervise.gpu_use import GpuVerdict, gpu_verdict, judged_gpus
 from gpuwatch.supervise.leftovers import PAUSE_FILE, clear_record, record_run
 from gpuwatch.supervise.machine import LIVE, Machine
 from gpuwatch.supervise.orphans import RUN_ENV
 from gpuwatch.supervise.process import STRIPPED_ENV, SpawnError, TrainerProcess
-from gpuwatch.supervise.progress import RunningRate, published_rate, running_rate
+from gpuwatch.supervise.progress import RunningRate, running_rate
 from gpuwatch.supervise.ranks import RankView, aggregate, reported
+from gpuwatch.supervise.trainer_state import due_unix, run_state
 
 log = logging.getLogger("gpuwatch.supervisor")
 # observe()'s default: no reset, every GPU ready. One shared instance: GpuVerdict is frozen.
@@ -264,43 +266,16 @@ class Trainer:
         machine = self.machine
         live = machine.phase in LIVE and self.proc is not None
         beat = read_heartbeat(self.heartbeat_file) if machine.phase in LIVE else None
-        ranks = self.ranks if live else None
-        progress = reported(ranks, beat)
-        return TrainerState(
-            name=self.config.name, phase=machine.phase, gpus=tuple(self.config.gpus),
-            pid=self.proc.pid if live and self.proc else None,
+        state = run_state(self.config.name, machine.phase, live=live, ranks=self.ranks if live else None, beat=beat,
+                          rate=self.rate, run_energy=self.energy, used_gpus=self.used_gpus,
+                          paused_since=machine.paused_since, snapshot=snapshot, now_mono=now_mono, now_unix=now_unix)
+        return replace(
+            state, gpus=tuple(self.config.gpus), pid=self.proc.pid if live and self.proc else None,
             started_unix=self.started_unix if live else None,
             restarts_total=machine.restarts_total, restarts_by_reason=machine.restarts_by_reason,
             pauses_total=machine.pauses_total, resumes_total=machine.resumes_total,
             last_exit_code=machine.last_exit_code, last_exit_reason=machine.last_exit_reason,
-            steps_total=progress.steps_total,
-            steps_per_s=published_rate(machine.phase is TrainerPhase.PAUSED or (
-                machine.phase is TrainerPhase.PAUSING and progress.acknowledged), progress.steps_per_s, self.rate)
-            if live else None,
-            last_step_age_s=_age_s(progress.last_step_unix, now_unix), epoch=beat.epoch if beat else None,
-            reason=machine.reason, ranks=ranks.ranks if ranks else None,
-            ranks_held=ranks.ranks_held if ranks else None, world_size=ranks.world_size if ranks else None,
-            paused_by=ranks.paused_by if ranks else None,
-            paused_since_unix=_since_unix(machine.paused_since, now_mono, now_unix), log_path=str(self.log_path),
-            next_start_unix=_due_unix(machine.next_start, now_mono, now_unix),
-            run_energy_j=self.energy.used_j, energy_total_j=self.energy.total_j,
-            steps_per_kj=self.energy.steps_per_kj(progress.steps_total),
-            gpus_used=tuple(sorted(self.used_gpus)),
-            gpu_use=trainer_use(snapshot.processes, self.config.name) if snapshot is not None else (),
+            reason=machine.reason, log_path=str(self.log_path),
+            next_start_unix=due_unix(machine.next_start, now_mono, now_unix),
             stuck_pids=tuple(pid for proc in self.stuck for pid in proc.pids()), user=self.config.user,
         )
-
-
-def _age_s(unix_s: float | None, now_unix: float) -> float | None:
-    """How long ago ``unix_s`` was (never negative: the trainer's clock may run ahead of ours)."""
-    return None if unix_s is None else max(0.0, now_unix - unix_s)
-
-
-def _since_unix(mono_s: float | None, now_mono: float, now_unix: float) -> float | None:
-    """A past monotonic instant on the wall clock (the published times are Unix seconds)."""
-    return None if mono_s is None else now_unix - (now_mono - mono_s)
-
-
-def _due_unix(mono_s: float | None, now_mono: float, now_unix: float) -> float | None:
-    """A monotonic deadline on the wall clock; one already past is due now."""
-    return None if mono_s is None else now_unix + max(0.0, mono_s - now_mono)
