@@ -135,7 +135,9 @@ def test_a_burst_of_idle_connections_never_holds_more_than_the_caps(daemon: Daem
     finally:
         burst.close()
     assert burst.most_total <= MAX_CONNECTIONS, burst.most_total
-    assert burst.most_total >= MAX_CONNECTIONS // 2  # the burst did reach the server
+    # The burst did reach the server: more than one client's cap at once (on a loaded machine the 5 s request
+    # deadline cuts the first connections before the last are accepted, so the peak may stay below the cap).
+    assert burst.most_total > MAX_PER_CLIENT, burst.most_total
     assert burst.most_per_client <= MAX_PER_CLIENT + 1, burst.most_per_client  # + the one just accepted
     assert daemon.stop() == 0
     log = daemon.log()
