@@ -5,10 +5,10 @@ hardware offers, records the original before its first write, takes control, wri
 gives up after repeated failures, and hands the original back on every exit path. This module is the
 part they share, so that no actuator can get it wrong in its own way:
 
-* ``RestoreFile``: ``<runtime_dir>/<actuator>-restore.json``, ``{gpu_id: {"backend": ..., ...}}``
-  written atomically before the first write. A daemon that starts again adopts a record left by one
-  that was killed: the record holds the true original, where the new start would read what the
-  killed daemon left behind.
+* ``RestoreFile`` (gpuwatch.restore_file): ``<runtime_dir>/<actuator>-restore.json``, ``{gpu_id:
+  {"backend": ..., ...}}`` written atomically before the first write. A daemon that starts again
+  adopts a record left by one that was killed: the record holds the true original, where the new
+  start would read what the killed daemon left behind.
 * ``Actuator``: one actuator's restore file and its per-GPU workers (gpuwatch.deadline). Every
   hardware write runs on the GPU's worker within ``sysfs_deadline_s``: a write stuck in the driver
   costs the loop one deadline and is reported, it never holds the loop nor the shutdown.
@@ -23,9 +23,7 @@ records, registered by their ``backend`` key, and the one function that gives a 
 from __future__ import annotations
 
 import atexit
-import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -35,78 +33,10 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from gpuwatch.deadline import Late, Workers
+from gpuwatch.restore_file import RestoreFile
 
 log = logging.getLogger("gpuwatch")
 T = TypeVar("T")
-
-
-class RestoreFile:
-    """Thread-safe: the fan controller takes every GPU on its own worker, all at the same moment, and one
-    GPU's read-modify-write must neither lose another's record nor share its temporary file."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.lock = threading.RLock()  # re-entered: remove() may clear(); the Actuator holds it around its own
-
-    def load(self) -> dict[str, Any]:
-        """Every record; empty when there is no file, and (logged) when it cannot be read."""
-        try:
-            data = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            log.error("%s unreadable (%s): restoring without it", self.path, exc)
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    def add(self, gpu_id: str, record: dict[str, Any],
-            adopt: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
-        """Store ``record`` unless one of the same backend is there already; returns the one in force.
-
-        ``adopt(existing)`` merges such a record with the new one instead (the fans: the original mode
-        stays, the paths are the new ones); it is stored when it differs.
-        """
-        with self.lock:
-            data = self.load()
-            existing = data.get(gpu_id)
-            if isinstance(existing, dict) and existing.get("backend") == record.get("backend"):
-                if adopt is None:
-                    return existing
-                record = adopt(existing)
-                if record == existing:
-                    return existing
-            data[gpu_id] = record
-            self._save(data)
-            return record
-
-    def remove(self, gpu_id: str) -> None:
-        """Forget one GPU's record (given back); the file goes when the last one does."""
-        with self.lock:
-            data = self.load()
-            if data.pop(gpu_id, None) is None:
-                return
-            if data:
-                self._save(data)
-            else:
-                self.clear()
-
-    def identity(self) -> tuple[int, int, int] | None:
-        """(inode, mtime, size) of the file, None when it is absent: every save replaces it (a new inode)."""
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return st.st_ino, st.st_mtime_ns, st.st_size
-
-    def clear(self) -> None:
-        with self.lock:
-            self.path.unlink(missing_ok=True)
-
-    def _save(self, data: dict[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-        os.replace(tmp, self.path)
 
 
 @dataclass
@@ -310,3 +240,4 @@ class Actuator:
     def _restore_at_exit(self) -> None:
         for problem in self.restore_all(held=False).problems:
             log.error("at exit: %s", problem)
+

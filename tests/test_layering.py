@@ -23,7 +23,8 @@ from tests.support.paths import REPO
 
 PACKAGE = REPO / "gpuwatch"
 
-LEAVES = {"model", "states", "sysfs", "procfs", "heartbeat", "attach", "config", "limits", "actuation", "deadline"}
+LEAVES = {"model", "states", "sysfs", "procfs", "heartbeat", "attach", "config", "limits", "actuation", "deadline",
+          "restore_file"}
 # unit -> the units it may import besides itself; "unit.module" allows that one module only.
 ALLOWED: dict[str, set[str]] = {
     "__init__": set(),
@@ -35,7 +36,8 @@ ALLOWED: dict[str, set[str]] = {
     "attach": set(),  # the attach protocol: shared by the wrapper (`gpuwatch train`) and the daemon
     "config": set(),
     "deadline": set(),
-    "actuation": {"deadline"},  # every hardware write: restore records and the per-GPU deadline workers
+    "actuation": {"deadline", "restore_file"},  # every hardware write: restore records and the per-GPU deadline workers
+    "restore_file": set(),  # an actuator's restore file (atomic JSON)
     "limits": {"model", "config"},
     "gpus": {"model", "sysfs", "config", "deadline"},  # sense (deadline: bounded reads)
     "procs": {"model", "procfs", "sysfs"},  # sense: who uses which GPU (/proc; KFD's files in sysfs)
