@@ -11,7 +11,8 @@ part they share, so that no actuator can get it wrong in its own way:
   start would read what the killed daemon left behind.
 * ``Actuator``: one actuator's restore file and its per-GPU workers (gpuwatch.deadline). Every
   hardware write runs on the GPU's worker within ``sysfs_deadline_s``: a write stuck in the driver
-  costs the loop one deadline and is reported, it never holds the loop nor the shutdown.
+  costs the loop one deadline and is reported, it never holds the loop nor the shutdown; ``Stuck`` logs
+  such an episode once as it starts and once as it ends (the caps' and the clock's controllers).
 * ``Actuator.restore_all``: every record of the file given back, each on its GPU's worker, the
   records that went back removed. The daemon's shutdown (SIGTERM, SIGINT, an exception), atexit,
   `gpuwatch restore` and systemd's ExecStopPost all come here (wired in daemon/compose.py).
@@ -241,3 +242,28 @@ class Actuator:
         for problem in self.restore_all(held=False).problems:
             log.error("at exit: %s", problem)
 
+
+class Stuck:
+    """The GPUs whose step still runs on its worker past the deadline (a write stuck in the driver), one episode
+    at a time: logged once as it starts and once as the writes answer again; ``what`` names the writes."""
+
+    def __init__(self, log: logging.Logger, what: str) -> None:
+        self.log = log
+        self.what = what
+        self._gpus: set[str] = set()
+
+    def results(self, ran: Mapping[str, T | Late], blocked: Callable[[str, str], T]) -> dict[str, T]:
+        """Each GPU's result of ``Actuator.step_all``; ``blocked(gpu_id, reason)`` stands for a stuck one's."""
+        results: dict[str, T] = {}
+        for gpu_id, result in ran.items():
+            if isinstance(result, Late):
+                reason = f"{self.what} writes blocked for {result.running_s:.1f} s"
+                if gpu_id not in self._gpus:
+                    self._gpus.add(gpu_id)
+                    self.log.error("GPU %s: %s; a hot card is paused instead", gpu_id, reason)
+                result = blocked(gpu_id, reason)
+            elif gpu_id in self._gpus:
+                self._gpus.discard(gpu_id)
+                self.log.warning("GPU %s: %s writes answer again", gpu_id, self.what)
+            results[gpu_id] = result
+        return results

@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.actuation import Actuator, RestoreFailed
+from gpuwatch.actuation import Actuator, RestoreFailed, Stuck
 from gpuwatch.clock.backend import (
     FAILURES_BEFORE_GIVING_UP,
     VERIFY_TOLERANCE_MHZ,
@@ -37,7 +37,6 @@ from gpuwatch.clock.od_table import Locate, OdTableClock
 from gpuwatch.clock.restore import RECORDS, give_back, kind
 from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.file import Config
-from gpuwatch.deadline import Late
 from gpuwatch.limits import headroom_c, thermals_on
 from gpuwatch.model import ClockMode, ClockState, FanState, GpuReading, PowerState, Snapshot
 from gpuwatch.sysfs import Sysfs
@@ -56,7 +55,7 @@ class ClockController:
         self.check_access = check_access
         self.actuator = Actuator(kind(sysfs, self._loaded_nvml, locate), runtime_dir, deadline_s)
         self.gpus: dict[str, GpuClock] = {}
-        self._blocked_gpus: set[str] = set()
+        self.stuck = Stuck(log, "clock ceiling")
 
     def _loaded_nvml(self) -> Any:
         if self.nvml is None:
@@ -79,17 +78,8 @@ class ClockController:
             room = headroom_c(gpu, thermals_on(config, gpu.gpu_id))
             steps[gpu.gpu_id] = partial(self._tick_one, g, gpu, params, now, room, exhausted)
             touches[gpu.gpu_id] = partial(touches_hardware, g, gpu, params, now, room, exhausted)
-        ran = self.actuator.step_all(steps, touches)
-        states = []
-        for gpu in snapshot.gpus:
-            result = ran[gpu.gpu_id]
-            if isinstance(result, Late):
-                result = self._blocked(self.gpus[gpu.gpu_id], result)
-            elif gpu.gpu_id in self._blocked_gpus:
-                self._blocked_gpus.discard(gpu.gpu_id)
-                log.warning("GPU %s: clock ceiling writes answer again", gpu.gpu_id)
-            states.append(result)
-        return tuple(states)
+        ran = self.stuck.results(self.actuator.step_all(steps, touches), self._blocked)
+        return tuple(ran[gpu.gpu_id] for gpu in snapshot.gpus)
 
     def _new(self, gpu: GpuReading, config: Config) -> GpuClock:
         setting = config.power.for_gpu(gpu.gpu_id).clock
@@ -267,12 +257,9 @@ class ClockController:
         g.mode, g.reason, g.pause_allowed, g.target_mhz = ClockMode.UNAVAILABLE, reason, True, None
         self._give_back(g)
 
-    def _blocked(self, g: GpuClock, late: Late) -> ClockState:
-        reason = f"clock ceiling writes blocked for {late.running_s:.1f} s"
-        if g.gpu_id not in self._blocked_gpus:
-            self._blocked_gpus.add(g.gpu_id)
-            log.error("GPU %s: %s; a hot card is paused instead", g.gpu_id, reason)
-        return replace(self._published(g), pause_allowed=True, reason=reason)
+    def _blocked(self, gpu_id: str, reason: str) -> ClockState:
+        """A GPU whose step is stuck on its worker: published as such, a hot card paused instead."""
+        return replace(self._published(self.gpus[gpu_id]), pause_allowed=True, reason=reason)
 
     def _published(self, g: GpuClock) -> ClockState:
         mode = g.mode

@@ -25,11 +25,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.actuation import Actuator, RestoreFailed
+from gpuwatch.actuation import Actuator, RestoreFailed, Stuck
 from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.config.file import Config
-from gpuwatch.deadline import Late
 from gpuwatch.model import FanState, GpuReading, PowerMode, PowerState, Snapshot
 from gpuwatch.power.backend import (
     FAILURES_BEFORE_GIVING_UP,
@@ -59,7 +58,7 @@ class PowerController:
         self.check_access = check_access
         self.actuator = Actuator(kind(sysfs, self._loaded_nvml, locate), runtime_dir, deadline_s)
         self.gpus: dict[str, GpuCap] = {}
-        self._blocked_gpus: set[str] = set()  # whose step is stuck on its worker (logged once per episode)
+        self.stuck = Stuck(log, "power cap")
 
     def _loaded_nvml(self) -> Any:
         if self.nvml is None:
@@ -79,17 +78,10 @@ class PowerController:
             fan, thermals = by_gpu.get(gpu.gpu_id), thermals_on(config, gpu.gpu_id)
             steps[gpu.gpu_id] = partial(self._tick_one, g, gpu, fan, now, thermals)
             touches[gpu.gpu_id] = partial(touches_hardware, g, gpu, fan, now, thermals)
-        ran = self.actuator.step_all(steps, touches)
-        states = []
-        for gpu in snapshot.gpus:
-            result = ran[gpu.gpu_id]
-            if isinstance(result, Late):
-                result = self._blocked(self.gpus[gpu.gpu_id], gpu, result)
-            elif gpu.gpu_id in self._blocked_gpus:
-                self._blocked_gpus.discard(gpu.gpu_id)
-                log.warning("GPU %s: power cap writes answer again", gpu.gpu_id)
-            states.append(result)
-        return tuple(states)
+        readings = {gpu.gpu_id: gpu for gpu in snapshot.gpus}
+        ran = self.stuck.results(self.actuator.step_all(steps, touches),
+                                 lambda gpu_id, reason: self._blocked(self.gpus[gpu_id], readings[gpu_id], reason))
+        return tuple(ran[gpu.gpu_id] for gpu in snapshot.gpus)
 
     def _new(self, gpu: GpuReading, config: Config) -> GpuCap:
         settings = config.power.for_gpu(gpu.gpu_id)
@@ -247,13 +239,9 @@ class PowerController:
         g.mode, g.reason, g.pause_allowed, g.target_w = PowerMode.UNAVAILABLE, reason, True, None
         self._give_back(g)
 
-    def _blocked(self, g: GpuCap, gpu: GpuReading, late: Late) -> PowerState:
+    def _blocked(self, g: GpuCap, gpu: GpuReading, reason: str) -> PowerState:
         """The GPU's cap I/O has not returned within the deadline (a write stuck in the driver): published
         as such, and a hot card is paused as without a governor until the call returns."""
-        reason = f"power cap writes blocked for {late.running_s:.1f} s"
-        if g.gpu_id not in self._blocked_gpus:
-            self._blocked_gpus.add(g.gpu_id)
-            log.error("GPU %s: %s; a hot card is paused instead", g.gpu_id, reason)
         return replace(self._published(g, gpu, None), pause_allowed=True, reason=reason)
 
     def _published(self, g: GpuCap, gpu: GpuReading, cap_w: float | None, at_floor: bool = False) -> PowerState:
