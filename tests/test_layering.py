@@ -45,9 +45,11 @@ ALLOWED: dict[str, set[str]] = {
     # act on fans (gpus: the amdgpu source locates cards)
     "fan": {"model", "sysfs", "config", "actuation", "deadline", "gpus"},
     # act on power caps (gpus: locate cards, NVML bus ids; limits: the headroom it holds)
-    "power": {"model", "sysfs", "config", "limits", "actuation", "deadline", "gpus"},
+    "power": {"model", "sysfs", "config", "limits", "actuation", "deadline", "gpus", "handback"},
     # act on the clock ceiling (gpus: locate cards, NVML bus ids; limits: the headroom it holds)
-    "clock": {"model", "sysfs", "config", "limits", "actuation", "deadline", "gpus"},
+    "clock": {"model", "sysfs", "config", "limits", "actuation", "deadline", "gpus", "handback"},
+    # what the caps' and the clock's hand-back of a stored record share (gpus: the cards discovered once)
+    "handback": {"actuation", "gpus", "sysfs"},
     "supervise": {"model", "config", "limits", "heartbeat", "attach"},  # act on trainers; FanState only via model
     "publish": {"model", "config", "limits"},  # report: never hardware (no sysfs, gpus, fan, supervise)
     # plays the kernel (sysfs: the clock files' writes, sim/kernel.py); borrows the pure interpolation

@@ -33,10 +33,11 @@ from gpuwatch.clock.dpm_mask import DpmMaskClock
 from gpuwatch.clock.gpu_clock import GpuClock, cap_exhausted, probe_backend, touches_hardware
 from gpuwatch.clock.law import ClockInputs, ClockLawState, ClockParams, ceilings
 from gpuwatch.clock.nvml_clock import NvmlClock
-from gpuwatch.clock.od_table import Locate, OdTableClock
+from gpuwatch.clock.od_table import OdTableClock
 from gpuwatch.clock.restore import RECORDS, give_back, kind
 from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.file import Config
+from gpuwatch.handback import Locate, nvml_given
 from gpuwatch.limits import headroom_c, thermals_on
 from gpuwatch.model import ClockMode, ClockState, FanState, GpuReading, PowerState, Snapshot
 from gpuwatch.sysfs import Sysfs
@@ -53,14 +54,9 @@ class ClockController:
         self.nvml = nvml
         self.clock = clock
         self.check_access = check_access
-        self.actuator = Actuator(kind(sysfs, self._loaded_nvml, locate), runtime_dir, deadline_s)
+        self.actuator = Actuator(kind(sysfs, nvml_given(nvml), locate), runtime_dir, deadline_s)
         self.gpus: dict[str, GpuClock] = {}
         self.stuck = Stuck(log, "clock ceiling")
-
-    def _loaded_nvml(self) -> Any:
-        if self.nvml is None:
-            raise RuntimeError("NVML is not loaded")
-        return self.nvml
 
     def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
              config: Config) -> tuple[ClockState, ...]:

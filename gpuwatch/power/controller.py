@@ -29,6 +29,7 @@ from gpuwatch.actuation import Actuator, RestoreFailed, Stuck
 from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.config.file import Config
+from gpuwatch.handback import Locate, nvml_given
 from gpuwatch.model import FanState, GpuReading, PowerMode, PowerState, Snapshot
 from gpuwatch.power.backend import (
     FAILURES_BEFORE_GIVING_UP,
@@ -38,7 +39,7 @@ from gpuwatch.power.backend import (
 )
 from gpuwatch.power.governor import GovernorState, floor_cap_w, governor_params
 from gpuwatch.power.gpu_cap import GpuCap, touches_hardware
-from gpuwatch.power.hwmon_cap import HwmonCap, Locate
+from gpuwatch.power.hwmon_cap import HwmonCap
 from gpuwatch.power.nvml_cap import NvmlCap
 from gpuwatch.power.restore import RECORDS, give_back, kind
 from gpuwatch.power.rules import cap_range_problem, thermals_on, throughput_kept_ratio
@@ -56,14 +57,9 @@ class PowerController:
         self.nvml = nvml
         self.clock = clock
         self.check_access = check_access
-        self.actuator = Actuator(kind(sysfs, self._loaded_nvml, locate), runtime_dir, deadline_s)
+        self.actuator = Actuator(kind(sysfs, nvml_given(nvml), locate), runtime_dir, deadline_s)
         self.gpus: dict[str, GpuCap] = {}
         self.stuck = Stuck(log, "power cap")
-
-    def _loaded_nvml(self) -> Any:
-        if self.nvml is None:
-            raise RuntimeError("NVML is not loaded")
-        return self.nvml
 
     def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], config: Config) -> tuple[PowerState, ...]:
         """Each GPU's step; ``config`` is the live configuration (its limits in force now). A step that touches
