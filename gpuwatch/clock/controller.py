@@ -198,11 +198,9 @@ class ClockController:
                 return
             # Persisted before the first write, so a SIGKILL right after still leaves the way back; never a write
             # without it (a full or read-only runtime directory: nothing is written, the card pauses instead).
-            try:
-                self.actuator.record(g.gpu_id, g.backend.record())
-            except OSError as exc:
-                self._failed(g, f"cannot record the original clock in {self.actuator.file.path} "
-                                f"({exc.strerror or exc}): nothing written")
+            problem = self.actuator.record_first(g.gpu_id, g.backend.record(), "clock")
+            if problem:
+                self._failed(g, problem)
                 return
             g.holding = True
         try:

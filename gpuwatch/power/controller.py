@@ -177,7 +177,8 @@ class PowerController:
                 self._give_up(g, f"power cap does not keep what is written ({observed:g} W after {g.written_w:g} W): "
                                  "the firmware or another tool manages it")
             return
-        g.failures = 0
+        if not g.write_failed:
+            g.failures = 0  # what we wrote is in force (after a failed write, the old cap in force proves nothing)
         if not g.holding and g.written_w is None and abs(observed - g.original_w) >= VERIFY_TOLERANCE_W:
             log.info("GPU %s: power cap changed to %g W outside gpuwatch: that is the cap to give back now",
                      g.gpu_id, observed)
@@ -194,8 +195,12 @@ class PowerController:
             return observed
         first = not g.holding
         if first:
-            # Persisted before the first write, so a SIGKILL right after still leaves the way back.
-            self.actuator.record(g.gpu_id, g.backend.record(g.original_w))
+            # Persisted before the first write, so a SIGKILL right after still leaves the way back; never a write
+            # without it (a full or read-only runtime directory: nothing is written, the card pauses instead).
+            problem = self.actuator.record_first(g.gpu_id, g.backend.record(g.original_w), "power cap")
+            if problem:
+                self._failed(g, problem)
+                return observed
             g.holding = True
         try:
             back = g.backend.write(cap_w)
@@ -206,14 +211,10 @@ class PowerController:
             self._give_up(g, str(exc))
             return observed
         except CapWriteError as exc:
-            g.write_errors_total += 1
-            g.failures += 1
-            log.error("GPU %s: %s", g.gpu_id, exc)
-            if g.failures >= FAILURES_BEFORE_GIVING_UP:
-                self._give_up(g, f"{FAILURES_BEFORE_GIVING_UP} power cap writes failed in a row, last: {exc}")
+            self._failed(g, str(exc))
             return observed
         g.writes_total += 1
-        g.written_w = cap_w
+        g.written_w, g.write_failed = cap_w, False
         if abs(back - cap_w) >= VERIFY_TOLERANCE_W:
             g.failures += 1
             log.warning("GPU %s: power cap reads %g W after writing %g W", g.gpu_id, back, cap_w)
@@ -222,6 +223,15 @@ class PowerController:
         else:
             log.info("GPU %s: power cap %g W -> %g W", g.gpu_id, observed, back)
         return back
+
+    def _failed(self, g: GpuCap, problem: str) -> None:
+        """A write that failed or could not be made: counted and said; a few in a row give up."""
+        g.write_errors_total += 1
+        g.failures += 1
+        g.write_failed = True
+        log.error("GPU %s: %s", g.gpu_id, problem)
+        if g.failures >= FAILURES_BEFORE_GIVING_UP:
+            self._give_up(g, f"{FAILURES_BEFORE_GIVING_UP} power cap writes failed in a row, last: {problem}")
 
     def _released(self, g: GpuCap) -> None:
         """The original is in force again: nothing of ours to give back."""
