@@ -38,6 +38,9 @@ from gpuwatch.restore_file import RestoreFile
 
 log = logging.getLogger("gpuwatch")
 T = TypeVar("T")
+# This many write or verify failures in a row and the caps' or the clock's controller gives a GPU up: the
+# firmware or another tool does not let the setting be kept (the card pauses instead).
+FAILURES_BEFORE_GIVING_UP = 3
 
 
 @dataclass

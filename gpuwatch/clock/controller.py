@@ -21,14 +21,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.actuation import Actuator, RestoreFailed, Stuck
-from gpuwatch.clock.backend import (
-    FAILURES_BEFORE_GIVING_UP,
-    VERIFY_TOLERANCE_MHZ,
-    ClockBackend,
-    ClockUnavailable,
-    ClockWriteError,
-)
+from gpuwatch.actuation import FAILURES_BEFORE_GIVING_UP, Actuator, RestoreFailed, Stuck
+from gpuwatch.clock.backend import VERIFY_TOLERANCE_MHZ, ClockBackend, ClockUnavailable, ClockWriteError
 from gpuwatch.clock.dpm_mask import DpmMaskClock
 from gpuwatch.clock.gpu_clock import GpuClock, cap_exhausted, probe_backend, touches_hardware
 from gpuwatch.clock.law import ClockInputs, ClockLawState, ClockParams, ceilings

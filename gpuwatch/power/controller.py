@@ -25,18 +25,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.actuation import Actuator, RestoreFailed, Stuck
+from gpuwatch.actuation import FAILURES_BEFORE_GIVING_UP, Actuator, RestoreFailed, Stuck
 from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.config.file import Config
 from gpuwatch.handback import Locate, nvml_given
 from gpuwatch.model import FanState, GpuReading, PowerMode, PowerState, Snapshot
-from gpuwatch.power.backend import (
-    FAILURES_BEFORE_GIVING_UP,
-    VERIFY_TOLERANCE_W,
-    CapUnavailable,
-    CapWriteError,
-)
+from gpuwatch.power.backend import VERIFY_TOLERANCE_W, CapUnavailable, CapWriteError
 from gpuwatch.power.governor import GovernorState, floor_cap_w, governor_params
 from gpuwatch.power.gpu_cap import GpuCap, touches_hardware
 from gpuwatch.power.hwmon_cap import HwmonCap
