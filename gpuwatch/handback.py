@@ -1,9 +1,6 @@
-"""How the power caps' and the clock ceilings' kinds give one stored record back: what their restore.py share.
-
-A stored record is parsed by its ``backend`` key (the kind's ``RECORDS``); NVML and the card list are loaded
-once, at the first record that needs them (``Actuator.restore_all`` runs every GPU on its own worker at once,
-hence the lock); a problem is raised as ``NotHandedBack``, in the kind's own words. What a record writes and
-how that is verified stays with the kind (``power.restore.give_back``, ``clock.restore.give_back``).
+"""What the power caps' and the clock ceilings' kinds share to give a stored record back (their restore.py keep
+what differs: the records, the backends, the verified ``give_back``): the record parsed by its ``backend`` key,
+NVML and the card list loaded once for all GPUs (``Actuator.restore_all`` runs them at once), a problem raised.
 """
 
 from __future__ import annotations
@@ -16,20 +13,9 @@ from gpuwatch.actuation import NotHandedBack, Record
 from gpuwatch.gpus.amdgpu import AmdCard, discover
 from gpuwatch.sysfs import Sysfs
 
-NvmlLoader = Callable[[], Any]  # returns an initialised pynvml module, raises when there is none
+NvmlLoader = Callable[[], Any]  # an initialised pynvml module (None: the daemon loaded none); raises when there is none
 Locate = Callable[[str], AmdCard | None]  # a card by PCI slot, where it is now
 R = TypeVar("R", bound=Record)
-
-
-def nvml_given(nvml: Any) -> NvmlLoader:
-    """A controller's NVML (None: the daemon loaded none) as the loader its kind takes."""
-
-    def load() -> Any:
-        if nvml is None:
-            raise RuntimeError("NVML is not loaded")
-        return nvml
-
-    return load
 
 
 class StoredHandback(Generic[R]):
@@ -60,6 +46,8 @@ class StoredHandback(Generic[R]):
                 self._nvml = self._nvml or self.load_nvml()
             except Exception as exc:
                 raise NotHandedBack(f"NVML unavailable, {not_done}: {exc}") from None
+            if self._nvml is None:
+                raise NotHandedBack(f"NVML unavailable, {not_done}: NVML is not loaded")
         return self._nvml
 
     def cards(self) -> Locate:

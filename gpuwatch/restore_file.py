@@ -1,8 +1,5 @@
-"""An actuator's restore file: ``<runtime_dir>/<actuator>-restore.json``, ``{gpu_id: {"backend": ..., ...}}``.
-
-Written atomically (a temporary file, then ``os.replace``) before the first write, so that a SIGKILL at any moment
-leaves either the old file or the new one. ``actuation.Actuator`` holds one per actuator (its name comes from
-``actuation.restore_file_path``); this module knows the file, not what the records mean.
+"""An actuator's restore file, ``{gpu_id: {"backend": ..., ...}}``, written atomically (a temporary file, then
+``os.replace``: a SIGKILL leaves the old file or the new one). ``actuation.Actuator`` holds one and names it.
 """
 
 from __future__ import annotations

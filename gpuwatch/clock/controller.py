@@ -31,7 +31,7 @@ from gpuwatch.clock.od_table import OdTableClock
 from gpuwatch.clock.restore import RECORDS, give_back, kind
 from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.file import Config
-from gpuwatch.handback import Locate, nvml_given
+from gpuwatch.handback import Locate
 from gpuwatch.limits import headroom_c, thermals_on
 from gpuwatch.model import ClockMode, ClockState, FanState, GpuReading, PowerState, Snapshot
 from gpuwatch.sysfs import Sysfs
@@ -48,7 +48,7 @@ class ClockController:
         self.nvml = nvml
         self.clock = clock
         self.check_access = check_access
-        self.actuator = Actuator(kind(sysfs, nvml_given(nvml), locate), runtime_dir, deadline_s)
+        self.actuator = Actuator(kind(sysfs, lambda: nvml, locate), runtime_dir, deadline_s)
         self.gpus: dict[str, GpuClock] = {}
         self.stuck = Stuck(log, "clock ceiling")
 

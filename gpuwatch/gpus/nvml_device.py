@@ -1,25 +1,16 @@
-"""One NVIDIA GPU as NVML's setters see it: its handle by PCI slot, and the answers that refuse a setting for good.
-
-The power limit (power/nvml_cap.py) and the locked clocks (clock/nvml_clock.py) are NVML backends of one shape:
-both find their GPU by the PCI slot the daemon keys on (NVML's bus id through ``nvml.normalise_bus_id``; NVML's
-indices are not stable across driver loads), keep the handle, and read a setter's NVMLError the same way
-(nvml.h): NO_PERMISSION (not root), NOT_SUPPORTED (not on this board) and INVALID_ARGUMENT (out of range) will
-not go away, so the backend is unavailable; any other error may be gone on the next tick.
+"""One NVIDIA GPU as NVML's setters see it (power/nvml_cap.py, clock/nvml_clock.py): its handle by PCI slot,
+the daemon's key (NVML's bus id through ``nvml.normalise_bus_id``), and the NVMLErrors that refuse a setting for
+good (nvml.h): NO_PERMISSION (not root), NOT_SUPPORTED (not on this board), INVALID_ARGUMENT (out of range).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from gpuwatch.gpus.nvml import normalise_bus_id
 
-Refusal = Literal["no permission", "not supported", "invalid argument"]
-# nvml.h return codes (used when a module lacks the named constants).
-_REFUSALS: dict[Refusal, tuple[str, int]] = {
-    "no permission": ("NVML_ERROR_NO_PERMISSION", 4),
-    "not supported": ("NVML_ERROR_NOT_SUPPORTED", 3),
-    "invalid argument": ("NVML_ERROR_INVALID_ARGUMENT", 2),
-}
+# The NVML_ERROR_* names of a refusal for good, and nvml.h's codes for a module that lacks the constants.
+REFUSALS = {"NVML_ERROR_NO_PERMISSION": 4, "NVML_ERROR_NOT_SUPPORTED": 3, "NVML_ERROR_INVALID_ARGUMENT": 2}
 
 
 class NvmlDevice:
@@ -46,10 +37,10 @@ class NvmlDevice:
                 raise self.no_gpu(f"NVML has no GPU at {self.gpu_id}")
         return self._handle
 
-    def refusal(self, exc: Exception) -> Refusal | None:
-        """Which refusal for good ``exc`` (an NVMLError of a setter) is; None: one that may pass."""
+    def refusal(self, exc: Exception) -> str | None:
+        """The NVML_ERROR_* name of ``exc`` (a setter's NVMLError) when it refuses for good; None: it may pass."""
         code = getattr(exc, "value", None)
-        for refusal, (name, fallback) in _REFUSALS.items():
+        for name, fallback in REFUSALS.items():
             if code == int(getattr(self.nvml, name, fallback)):
-                return refusal
+                return name
         return None

@@ -29,7 +29,7 @@ from gpuwatch.actuation import FAILURES_BEFORE_GIVING_UP, Actuator, RestoreFaile
 from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.config.file import Config
-from gpuwatch.handback import Locate, nvml_given
+from gpuwatch.handback import Locate
 from gpuwatch.model import FanState, GpuReading, PowerMode, PowerState, Snapshot
 from gpuwatch.power.backend import VERIFY_TOLERANCE_W, CapUnavailable, CapWriteError
 from gpuwatch.power.governor import GovernorState, floor_cap_w, governor_params
@@ -52,7 +52,7 @@ class PowerController:
         self.nvml = nvml
         self.clock = clock
         self.check_access = check_access
-        self.actuator = Actuator(kind(sysfs, nvml_given(nvml), locate), runtime_dir, deadline_s)
+        self.actuator = Actuator(kind(sysfs, lambda: nvml, locate), runtime_dir, deadline_s)
         self.gpus: dict[str, GpuCap] = {}
         self.stuck = Stuck(log, "power cap")
 

@@ -78,7 +78,7 @@ class NvmlCap(NvmlDevice):
         except self.nvml.NVMLError as exc:
             refusal = self.refusal(exc)
             if refusal:
-                hint = " (setting it needs root)" if refusal == "no permission" else ""
+                hint = " (setting it needs root)" if refusal == "NVML_ERROR_NO_PERMISSION" else ""
                 raise CapUnavailable(f"NVML refuses the power limit: {exc}{hint}") from None
             raise CapWriteError(f"NVML power limit write failed: {exc}") from None
         try:

@@ -104,14 +104,17 @@ def test_restore_after_a_crash_unlocks(tmp_path: Path) -> None:
     assert result.done == [f"{GPU}: graphics clocks unlocked (nvmlDeviceResetGpuLockedClocks)"]
 
 
-def test_restore_without_nvml_says_so_and_keeps_the_record(tmp_path: Path) -> None:
+def _no_nvml() -> Any:
+    raise RuntimeError("NVML cannot be initialised: Driver Not Loaded")
+
+
+@pytest.mark.parametrize("load, why", [(_no_nvml, "NVML cannot be initialised: Driver Not Loaded"),
+                                       (lambda: None, "NVML is not loaded")], ids=["gpuwatch-restore", "daemon"])
+def test_restore_without_nvml_says_so_and_keeps_the_record(tmp_path: Path, load: Any, why: str) -> None:
+    """`gpuwatch restore` where NVML cannot start, or a daemon that loaded none (amdgpu) with an NVIDIA record."""
     clock_records(tmp_path).add(GPU, {"backend": "nvml", "max_mhz": 1980})
-
-    def no_nvml() -> Any:
-        raise RuntimeError("NVML cannot be initialised: Driver Not Loaded")
-
-    (problem,) = Actuator(clock_restore.kind(Sysfs(tmp_path), no_nvml), tmp_path, 5.0).restore_all().problems
-    assert problem == f"{GPU}: NVML unavailable, clocks not unlocked: NVML cannot be initialised: Driver Not Loaded"
+    (problem,) = Actuator(clock_restore.kind(Sysfs(tmp_path), load), tmp_path, 5.0).restore_all().problems
+    assert problem == f"{GPU}: NVML unavailable, clocks not unlocked: {why}"
     assert GPU in clock_records(tmp_path).load()
 
 
