@@ -5,13 +5,14 @@ hardware offers, records the original before its first write, takes control, wri
 gives up after repeated failures, and hands the original back on every exit path. This module is the
 part they share, so that no actuator can get it wrong in its own way:
 
-* ``RestoreFile``: ``<runtime_dir>/<actuator>-restore.json``, ``{gpu_id: {"backend": ..., ...}}``
-  written atomically before the first write. A daemon that starts again adopts a record left by one
-  that was killed: the record holds the true original, where the new start would read what the
-  killed daemon left behind.
+* ``RestoreFile`` (gpuwatch.restore_file): ``<runtime_dir>/<actuator>-restore.json``, ``{gpu_id:
+  {"backend": ..., ...}}`` written atomically before the first write. A daemon that starts again
+  adopts a record left by one that was killed: the record holds the true original, where the new
+  start would read what the killed daemon left behind.
 * ``Actuator``: one actuator's restore file and its per-GPU workers (gpuwatch.deadline). Every
   hardware write runs on the GPU's worker within ``sysfs_deadline_s``: a write stuck in the driver
-  costs the loop one deadline and is reported, it never holds the loop nor the shutdown.
+  costs the loop one deadline and is reported, it never holds the loop nor the shutdown; ``Stuck`` logs
+  such an episode once as it starts and once as it ends (the caps' and the clock's controllers).
 * ``Actuator.restore_all``: every record of the file given back, each on its GPU's worker, the
   records that went back removed. The daemon's shutdown (SIGTERM, SIGINT, an exception), atexit,
   `gpuwatch restore` and systemd's ExecStopPost all come here (wired in daemon/compose.py).
@@ -23,9 +24,7 @@ records, registered by their ``backend`` key, and the one function that gives a 
 from __future__ import annotations
 
 import atexit
-import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -35,78 +34,13 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from gpuwatch.deadline import Late, Workers
+from gpuwatch.restore_file import RestoreFile
 
 log = logging.getLogger("gpuwatch")
 T = TypeVar("T")
-
-
-class RestoreFile:
-    """Thread-safe: the fan controller takes every GPU on its own worker, all at the same moment, and one
-    GPU's read-modify-write must neither lose another's record nor share its temporary file."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.lock = threading.RLock()  # re-entered: remove() may clear(); the Actuator holds it around its own
-
-    def load(self) -> dict[str, Any]:
-        """Every record; empty when there is no file, and (logged) when it cannot be read."""
-        try:
-            data = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            log.error("%s unreadable (%s): restoring without it", self.path, exc)
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    def add(self, gpu_id: str, record: dict[str, Any],
-            adopt: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
-        """Store ``record`` unless one of the same backend is there already; returns the one in force.
-
-        ``adopt(existing)`` merges such a record with the new one instead (the fans: the original mode
-        stays, the paths are the new ones); it is stored when it differs.
-        """
-        with self.lock:
-            data = self.load()
-            existing = data.get(gpu_id)
-            if isinstance(existing, dict) and existing.get("backend") == record.get("backend"):
-                if adopt is None:
-                    return existing
-                record = adopt(existing)
-                if record == existing:
-                    return existing
-            data[gpu_id] = record
-            self._save(data)
-            return record
-
-    def remove(self, gpu_id: str) -> None:
-        """Forget one GPU's record (given back); the file goes when the last one does."""
-        with self.lock:
-            data = self.load()
-            if data.pop(gpu_id, None) is None:
-                return
-            if data:
-                self._save(data)
-            else:
-                self.clear()
-
-    def identity(self) -> tuple[int, int, int] | None:
-        """(inode, mtime, size) of the file, None when it is absent: every save replaces it (a new inode)."""
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return st.st_ino, st.st_mtime_ns, st.st_size
-
-    def clear(self) -> None:
-        with self.lock:
-            self.path.unlink(missing_ok=True)
-
-    def _save(self, data: dict[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-        os.replace(tmp, self.path)
+# This many write or verify failures in a row and the caps' or the clock's controller gives a GPU up: the
+# firmware or another tool does not let the setting be kept (the card pauses instead).
+FAILURES_BEFORE_GIVING_UP = 3
 
 
 @dataclass
@@ -222,6 +156,15 @@ class Actuator:
             atexit.register(self._restore_at_exit)
         return stored
 
+    def record_first(self, gpu_id: str, record: Record, what: str) -> str | None:
+        """``record`` persisted before a first write (``record``); else why nothing may be written: a full or
+        read-only runtime directory leaves no way back, so the caller writes nothing and counts a failure."""
+        try:
+            self.record(gpu_id, record)
+        except OSError as exc:
+            return f"cannot record the original {what} in {self.file.path} ({exc.strerror or exc}): nothing written"
+        return None
+
     def forget(self, gpu_id: str) -> None:
         """The original is in force again: nothing of ours to give back on this GPU.
 
@@ -310,3 +253,29 @@ class Actuator:
     def _restore_at_exit(self) -> None:
         for problem in self.restore_all(held=False).problems:
             log.error("at exit: %s", problem)
+
+
+class Stuck:
+    """The GPUs whose step still runs on its worker past the deadline (a write stuck in the driver), one episode
+    at a time: logged once as it starts and once as the writes answer again; ``what`` names the writes."""
+
+    def __init__(self, log: logging.Logger, what: str) -> None:
+        self.log = log
+        self.what = what
+        self._gpus: set[str] = set()
+
+    def results(self, ran: Mapping[str, T | Late], blocked: Callable[[str, str], T]) -> dict[str, T]:
+        """Each GPU's result of ``Actuator.step_all``; ``blocked(gpu_id, reason)`` stands for a stuck one's."""
+        results: dict[str, T] = {}
+        for gpu_id, result in ran.items():
+            if isinstance(result, Late):
+                reason = f"{self.what} writes blocked for {result.running_s:.1f} s"
+                if gpu_id not in self._gpus:
+                    self._gpus.add(gpu_id)
+                    self.log.error("GPU %s: %s; a hot card is paused instead", gpu_id, reason)
+                result = blocked(gpu_id, reason)
+            elif gpu_id in self._gpus:
+                self._gpus.discard(gpu_id)
+                self.log.warning("GPU %s: %s writes answer again", gpu_id, self.what)
+            results[gpu_id] = result
+        return results

@@ -3,14 +3,18 @@ uses, its outcomes per GPU, and the registry of actuator kinds in the compositio
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.actuation import Actuator, ActuatorKind, Gone, Handback, NotHandedBack, restore_file_path
+import pytest
+
+from gpuwatch.actuation import Actuator, ActuatorKind, Gone, Handback, NotHandedBack, Stuck, restore_file_path
 from gpuwatch.config.file import parse_config
 from gpuwatch.daemon.compose import actuator_kinds, restore_all
+from gpuwatch.deadline import Late
 from gpuwatch.fan.pwm1 import Pwm1Restore
 from gpuwatch.sim.tree import FakeSysfsTree
 from tests.support.trees import capture
@@ -141,3 +145,24 @@ def test_every_kind_has_its_own_file() -> None:
 
 def test_restore_file_path_is_per_actuator(tmp_path: Path) -> None:
     assert restore_file_path(tmp_path, "fan") == tmp_path / "fan-restore.json"
+
+
+def test_a_stuck_step_is_logged_once_per_episode(caplog: pytest.LogCaptureFixture) -> None:
+    """``Stuck`` (the caps' and the clock's controllers): a GPU's step late tick after tick is one episode,
+    logged once as it starts and once as the writes answer again; the other GPU's ticks say nothing."""
+    stuck = Stuck(logging.getLogger("gpuwatch.clock"), "clock ceiling")
+    ticks: list[dict[str, str | Late]] = [
+        {"a": "ok", "b": "ok"}, {"a": Late(0.2), "b": "ok"}, {"a": Late(1.4), "b": "ok"}, {"a": "ok", "b": "ok"},
+        {"a": Late(0.3), "b": "ok"},
+    ]
+    with caplog.at_level(logging.INFO, "gpuwatch.clock"):
+        results = [stuck.results(ran, lambda gpu_id, reason: f"{gpu_id}: {reason}") for ran in ticks]
+    assert [r["a"] for r in results] == ["ok", "a: clock ceiling writes blocked for 0.2 s",
+                                         "a: clock ceiling writes blocked for 1.4 s", "ok",
+                                         "a: clock ceiling writes blocked for 0.3 s"]
+    assert all(r["b"] == "ok" for r in results) and all(list(r) == ["a", "b"] for r in results)
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("ERROR", "GPU a: clock ceiling writes blocked for 0.2 s; a hot card is paused instead"),
+        ("WARNING", "GPU a: clock ceiling writes answer again"),
+        ("ERROR", "GPU a: clock ceiling writes blocked for 0.3 s; a hot card is paused instead"),
+    ]

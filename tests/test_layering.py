@@ -23,7 +23,8 @@ from tests.support.paths import REPO
 
 PACKAGE = REPO / "gpuwatch"
 
-LEAVES = {"model", "states", "sysfs", "procfs", "heartbeat", "attach", "config", "limits", "actuation", "deadline"}
+LEAVES = {"model", "states", "sysfs", "procfs", "heartbeat", "attach", "config", "limits", "actuation", "deadline",
+          "restore_file"}
 # unit -> the units it may import besides itself; "unit.module" allows that one module only.
 ALLOWED: dict[str, set[str]] = {
     "__init__": set(),
@@ -35,7 +36,8 @@ ALLOWED: dict[str, set[str]] = {
     "attach": set(),  # the attach protocol: shared by the wrapper (`gpuwatch train`) and the daemon
     "config": set(),
     "deadline": set(),
-    "actuation": {"deadline"},  # every hardware write: restore records and the per-GPU deadline workers
+    "actuation": {"deadline", "restore_file"},  # every hardware write: restore records and the per-GPU deadline workers
+    "restore_file": set(),  # an actuator's restore file (atomic JSON)
     "limits": {"model", "config"},
     "gpus": {"model", "sysfs", "config", "deadline"},  # sense (deadline: bounded reads)
     "procs": {"model", "procfs", "sysfs"},  # sense: who uses which GPU (/proc; KFD's files in sysfs)
@@ -43,9 +45,11 @@ ALLOWED: dict[str, set[str]] = {
     # act on fans (gpus: the amdgpu source locates cards)
     "fan": {"model", "sysfs", "config", "actuation", "deadline", "gpus"},
     # act on power caps (gpus: locate cards, NVML bus ids; limits: the headroom it holds)
-    "power": {"model", "sysfs", "config", "limits", "actuation", "deadline", "gpus"},
+    "power": {"model", "sysfs", "config", "limits", "actuation", "deadline", "gpus", "handback"},
     # act on the clock ceiling (gpus: locate cards, NVML bus ids; limits: the headroom it holds)
-    "clock": {"model", "sysfs", "config", "limits", "actuation", "deadline", "gpus"},
+    "clock": {"model", "sysfs", "config", "limits", "actuation", "deadline", "gpus", "handback"},
+    # what the caps' and the clock's hand-back of a stored record share (gpus: the cards discovered once)
+    "handback": {"actuation", "gpus", "sysfs"},
     "supervise": {"model", "config", "limits", "heartbeat", "attach"},  # act on trainers; FanState only via model
     "publish": {"model", "config", "limits"},  # report: never hardware (no sysfs, gpus, fan, supervise)
     # plays the kernel (sysfs: the clock files' writes, sim/kernel.py); borrows the pure interpolation

@@ -19,8 +19,6 @@ from gpuwatch.model import ClockBackendName
 
 # A readback this far from what was written is a verify failure (every interface speaks whole MHz).
 VERIFY_TOLERANCE_MHZ = 1.0
-# This many verify or write failures in a row: the firmware or another tool does not let the ceiling be set.
-FAILURES_BEFORE_GIVING_UP = 3
 
 
 class ClockUnavailable(Exception):

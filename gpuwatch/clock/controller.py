@@ -21,23 +21,17 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.actuation import Actuator, RestoreFailed
-from gpuwatch.clock.backend import (
-    FAILURES_BEFORE_GIVING_UP,
-    VERIFY_TOLERANCE_MHZ,
-    ClockBackend,
-    ClockUnavailable,
-    ClockWriteError,
-)
+from gpuwatch.actuation import FAILURES_BEFORE_GIVING_UP, Actuator, RestoreFailed, Stuck
+from gpuwatch.clock.backend import VERIFY_TOLERANCE_MHZ, ClockBackend, ClockUnavailable, ClockWriteError
 from gpuwatch.clock.dpm_mask import DpmMaskClock
 from gpuwatch.clock.gpu_clock import GpuClock, cap_exhausted, probe_backend, touches_hardware
 from gpuwatch.clock.law import ClockInputs, ClockLawState, ClockParams, ceilings
 from gpuwatch.clock.nvml_clock import NvmlClock
-from gpuwatch.clock.od_table import Locate, OdTableClock
+from gpuwatch.clock.od_table import OdTableClock
 from gpuwatch.clock.restore import RECORDS, give_back, kind
 from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.file import Config
-from gpuwatch.deadline import Late
+from gpuwatch.handback import Locate
 from gpuwatch.limits import headroom_c, thermals_on
 from gpuwatch.model import ClockMode, ClockState, FanState, GpuReading, PowerState, Snapshot
 from gpuwatch.sysfs import Sysfs
@@ -54,14 +48,9 @@ class ClockController:
         self.nvml = nvml
         self.clock = clock
         self.check_access = check_access
-        self.actuator = Actuator(kind(sysfs, self._loaded_nvml, locate), runtime_dir, deadline_s)
+        self.actuator = Actuator(kind(sysfs, lambda: nvml, locate), runtime_dir, deadline_s)
         self.gpus: dict[str, GpuClock] = {}
-        self._blocked_gpus: set[str] = set()
-
-    def _loaded_nvml(self) -> Any:
-        if self.nvml is None:
-            raise RuntimeError("NVML is not loaded")
-        return self.nvml
+        self.stuck = Stuck(log, "clock ceiling")
 
     def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
              config: Config) -> tuple[ClockState, ...]:
@@ -79,17 +68,8 @@ class ClockController:
             room = headroom_c(gpu, thermals_on(config, gpu.gpu_id))
             steps[gpu.gpu_id] = partial(self._tick_one, g, gpu, params, now, room, exhausted)
             touches[gpu.gpu_id] = partial(touches_hardware, g, gpu, params, now, room, exhausted)
-        ran = self.actuator.step_all(steps, touches)
-        states = []
-        for gpu in snapshot.gpus:
-            result = ran[gpu.gpu_id]
-            if isinstance(result, Late):
-                result = self._blocked(self.gpus[gpu.gpu_id], result)
-            elif gpu.gpu_id in self._blocked_gpus:
-                self._blocked_gpus.discard(gpu.gpu_id)
-                log.warning("GPU %s: clock ceiling writes answer again", gpu.gpu_id)
-            states.append(result)
-        return tuple(states)
+        ran = self.stuck.results(self.actuator.step_all(steps, touches), self._blocked)
+        return tuple(ran[gpu.gpu_id] for gpu in snapshot.gpus)
 
     def _new(self, gpu: GpuReading, config: Config) -> GpuClock:
         setting = config.power.for_gpu(gpu.gpu_id).clock
@@ -212,11 +192,9 @@ class ClockController:
                 return
             # Persisted before the first write, so a SIGKILL right after still leaves the way back; never a write
             # without it (a full or read-only runtime directory: nothing is written, the card pauses instead).
-            try:
-                self.actuator.record(g.gpu_id, g.backend.record())
-            except OSError as exc:
-                self._failed(g, f"cannot record the original clock in {self.actuator.file.path} "
-                                f"({exc.strerror or exc}): nothing written")
+            problem = self.actuator.record_first(g.gpu_id, g.backend.record(), "clock")
+            if problem:
+                self._failed(g, problem)
                 return
             g.holding = True
         try:
@@ -267,12 +245,9 @@ class ClockController:
         g.mode, g.reason, g.pause_allowed, g.target_mhz = ClockMode.UNAVAILABLE, reason, True, None
         self._give_back(g)
 
-    def _blocked(self, g: GpuClock, late: Late) -> ClockState:
-        reason = f"clock ceiling writes blocked for {late.running_s:.1f} s"
-        if g.gpu_id not in self._blocked_gpus:
-            self._blocked_gpus.add(g.gpu_id)
-            log.error("GPU %s: %s; a hot card is paused instead", g.gpu_id, reason)
-        return replace(self._published(g), pause_allowed=True, reason=reason)
+    def _blocked(self, gpu_id: str, reason: str) -> ClockState:
+        """A GPU whose step is stuck on its worker: published as such, a hot card paused instead."""
+        return replace(self._published(self.gpus[gpu_id]), pause_allowed=True, reason=reason)
 
     def _published(self, g: GpuClock) -> ClockState:
         mode = g.mode

@@ -22,16 +22,15 @@ another tool took the clocks back: the controller sees it and takes them again.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from gpuwatch.clock.backend import ClockRange, ClockRecord, ClockUnavailable, ClockWriteError
-from gpuwatch.gpus.amdgpu import AmdCard
+from gpuwatch.handback import Locate
 from gpuwatch.model import ClockBackendName
 from gpuwatch.sysfs import Sysfs, SysfsError
 
-Locate = Callable[[str], AmdCard | None]
 LEVEL_FILE, SCLK_FILE = "power_dpm_force_performance_level", "pp_dpm_sclk"
 PERMANENT = {"EACCES", "EINVAL", "EROFS"}
 _LINE = re.compile(r"^(\d+):\s*(\d+)\s*mhz\s*(\*)?$", re.IGNORECASE)

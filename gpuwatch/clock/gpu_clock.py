@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from gpuwatch.clock.backend import ClockBackend, ClockRange, ClockUnavailable
 from gpuwatch.clock.dpm_mask import DpmMaskClock
 from gpuwatch.clock.law import ClockInputs, ClockLawState, ClockParams, Decision, decide
-from gpuwatch.clock.od_table import Locate, OdTableClock
+from gpuwatch.clock.od_table import OdTableClock
+from gpuwatch.handback import Locate
 from gpuwatch.model import ClockMode, FanState, GpuReading, PowerMode, PowerState
 from gpuwatch.sysfs import Sysfs
 

@@ -16,10 +16,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from gpuwatch.clock.backend import ClockRange, ClockRecord, ClockUnavailable, ClockWriteError
-from gpuwatch.gpus.nvml import normalise_bus_id
+from gpuwatch.gpus.nvml_device import NvmlDevice
 from gpuwatch.model import ClockBackendName
-
-_NOT_SUPPORTED, _NO_PERMISSION, _INVALID_ARGUMENT = 3, 4, 2
 
 
 @dataclass(frozen=True)
@@ -45,27 +43,14 @@ class NvmlClockRestore:
         return "graphics clocks unlocked (nvmlDeviceResetGpuLockedClocks)"
 
 
-class NvmlClock:
+class NvmlClock(NvmlDevice):
     name: ClockBackendName = "nvml"
+    no_gpu = ClockWriteError
 
     def __init__(self, nvml: Any, gpu_id: str) -> None:
-        self.nvml = nvml
-        self.gpu_id = gpu_id
-        self._handle: Any = None
+        super().__init__(nvml, gpu_id)
         self.found: ClockRange | None = None
         self.written_mhz: float | None = None
-
-    def handle(self) -> Any:
-        if self._handle is None:
-            for index in range(int(self.nvml.nvmlDeviceGetCount())):
-                handle = self.nvml.nvmlDeviceGetHandleByIndex(index)
-                bus = self.nvml.nvmlDeviceGetPciInfo(handle).busId
-                if normalise_bus_id(bus.decode() if isinstance(bus, bytes) else str(bus)) == self.gpu_id:
-                    self._handle = handle
-                    break
-            else:
-                raise ClockWriteError(f"NVML has no GPU at {self.gpu_id}")
-        return self._handle
 
     def probe(self) -> ClockRange:
         try:
@@ -93,10 +78,7 @@ class NvmlClock:
                 return self.found.original_mhz
             self.nvml.nvmlDeviceSetGpuLockedClocks(self.handle(), round(self.found.min_mhz), round(ceiling_mhz))
         except self.nvml.NVMLError as exc:
-            code = getattr(exc, "value", None)
-            if code in (self._code("NVML_ERROR_NO_PERMISSION", _NO_PERMISSION),
-                        self._code("NVML_ERROR_NOT_SUPPORTED", _NOT_SUPPORTED),
-                        self._code("NVML_ERROR_INVALID_ARGUMENT", _INVALID_ARGUMENT)):
+            if self.refusal(exc):
                 raise ClockUnavailable(f"NVML refuses locked clocks: {exc}") from None
             raise ClockWriteError(f"NVML locked clocks failed: {exc}") from None
         self.written_mhz = float(round(ceiling_mhz))
@@ -112,6 +94,3 @@ class NvmlClock:
         except self.nvml.NVMLError as exc:
             raise ClockWriteError(f"NVML locked clocks not reset: {exc}") from None
         self.written_mhz = None
-
-    def _code(self, name: str, fallback: int) -> int:
-        return int(getattr(self.nvml, name, fallback))

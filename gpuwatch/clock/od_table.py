@@ -20,16 +20,15 @@ smu_v13_0_0_ppt.c), with the write logs LACT records on the captures in tests/fi
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from gpuwatch.clock.backend import VERIFY_TOLERANCE_MHZ, ClockRange, ClockRecord, ClockUnavailable, ClockWriteError
-from gpuwatch.gpus.amdgpu import AmdCard
+from gpuwatch.handback import Locate
 from gpuwatch.model import ClockBackendName
 from gpuwatch.sysfs import Sysfs, SysfsError
 
-Locate = Callable[[str], AmdCard | None]
 FILE = "pp_od_clk_voltage"
 # EACCES: not root; EINVAL: a value out of OD_RANGE or a table the firmware refuses; EROFS: read-only tree.
 PERMANENT = {"EACCES", "EINVAL", "EROFS"}

@@ -11,7 +11,6 @@ a ceiling gpuwatch never set is the user's.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,12 +18,11 @@ from gpuwatch.actuation import ActuatorKind, NotHandedBack
 from gpuwatch.clock.backend import ClockBackend, ClockRecord, ClockUnavailable, ClockWriteError
 from gpuwatch.clock.dpm_mask import DpmMaskClock, DpmMaskRestore
 from gpuwatch.clock.nvml_clock import NvmlClock, NvmlClockRestore
-from gpuwatch.clock.od_table import Locate, OdTableClock, OdTableRestore
-from gpuwatch.gpus.amdgpu import discover
+from gpuwatch.clock.od_table import OdTableClock, OdTableRestore
+from gpuwatch.handback import Locate, NvmlLoader, StoredHandback
 from gpuwatch.sysfs import Sysfs
 
 NAME = "clock"
-NvmlLoader = Callable[[], Any]  # returns an initialised pynvml module, raises when there is none
 
 # The file's "backend" key -> its record type.
 RECORDS: dict[str, Callable[[Mapping[str, Any]], ClockRecord]] = {
@@ -36,46 +34,23 @@ RECORDS: dict[str, Callable[[Mapping[str, Any]], ClockRecord]] = {
 
 def kind(sysfs: Sysfs, load_nvml: NvmlLoader, locate: Locate | None = None) -> ActuatorKind:
     """``locate`` finds a card by slot now (the daemon's amdgpu source); None: discovered at the first record."""
-    return ActuatorKind(NAME, ClockHandback(sysfs, load_nvml, locate))
+    return ActuatorKind(NAME, ClockHandback(NAME, RECORDS, sysfs, load_nvml, locate))
 
 
-class ClockHandback:
+class ClockHandback(StoredHandback[ClockRecord]):
     """Gives one stored ceiling record back (on the GPU's worker)."""
 
-    def __init__(self, sysfs: Sysfs, load_nvml: NvmlLoader, locate: Locate | None) -> None:
-        self.sysfs = sysfs
-        self.load_nvml = load_nvml
-        self.locate = locate
-        self._lock = threading.Lock()
-        self._nvml: Any = None
-
     def __call__(self, gpu_id: str, stored: Mapping[str, Any]) -> str:
-        parse = RECORDS.get(str(stored.get("backend")))
-        if parse is None:
-            raise NotHandedBack(f"unknown clock restore record {dict(stored)!r}")
-        record = parse(stored)
+        record = self.parse(stored)
         if record.original_mhz is None:
             raise NotHandedBack(f"clock restore record without an original: {dict(stored)!r}")
-        problem = give_back(self._backend(gpu_id, record), record)
-        if problem:
-            raise NotHandedBack(problem)
-        return record.handed_back()
+        return self.done(record, give_back(self._backend(gpu_id, record), record))
 
     def _backend(self, gpu_id: str, record: ClockRecord) -> ClockBackend:
         if isinstance(record, NvmlClockRestore):
-            with self._lock:
-                try:
-                    self._nvml = self._nvml or self.load_nvml()
-                except Exception as exc:
-                    raise NotHandedBack(f"NVML unavailable, clocks not unlocked: {exc}") from None
-            return NvmlClock(self._nvml, gpu_id)
-        with self._lock:
-            if self.locate is None:
-                cards = {card.gpu_id: card for card in discover(self.sysfs).cards}
-                self.locate = cards.get
-        if isinstance(record, DpmMaskRestore):
-            return DpmMaskClock(self.sysfs, gpu_id, self.locate, check_access=False)
-        return OdTableClock(self.sysfs, gpu_id, self.locate, check_access=False)
+            return NvmlClock(self.nvml("clocks not unlocked"), gpu_id)
+        backend = DpmMaskClock if isinstance(record, DpmMaskRestore) else OdTableClock
+        return backend(self.sysfs, gpu_id, self.cards(), check_access=False)
 
 
 def give_back(backend: ClockBackend, record: ClockRecord) -> str | None:

@@ -19,8 +19,6 @@ from gpuwatch.model import GpuReading, PowerCapBackendName
 # A readback this far from what was written is a verify failure (both interfaces report whole watts
 # or finer; the kernel truncates microwatts to whole watts).
 VERIFY_TOLERANCE_W = 1.0
-# This many verify or write failures in a row: the firmware or another tool does not let the cap be set.
-FAILURES_BEFORE_GIVING_UP = 3
 
 
 class CapUnavailable(Exception):

@@ -25,21 +25,16 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.actuation import Actuator, RestoreFailed
+from gpuwatch.actuation import FAILURES_BEFORE_GIVING_UP, Actuator, RestoreFailed, Stuck
 from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.config.file import Config
-from gpuwatch.deadline import Late
+from gpuwatch.handback import Locate
 from gpuwatch.model import FanState, GpuReading, PowerMode, PowerState, Snapshot
-from gpuwatch.power.backend import (
-    FAILURES_BEFORE_GIVING_UP,
-    VERIFY_TOLERANCE_W,
-    CapUnavailable,
-    CapWriteError,
-)
+from gpuwatch.power.backend import VERIFY_TOLERANCE_W, CapUnavailable, CapWriteError
 from gpuwatch.power.governor import GovernorState, floor_cap_w, governor_params
 from gpuwatch.power.gpu_cap import GpuCap, touches_hardware
-from gpuwatch.power.hwmon_cap import HwmonCap, Locate
+from gpuwatch.power.hwmon_cap import HwmonCap
 from gpuwatch.power.nvml_cap import NvmlCap
 from gpuwatch.power.restore import RECORDS, give_back, kind
 from gpuwatch.power.rules import cap_range_problem, thermals_on, throughput_kept_ratio
@@ -57,14 +52,9 @@ class PowerController:
         self.nvml = nvml
         self.clock = clock
         self.check_access = check_access
-        self.actuator = Actuator(kind(sysfs, self._loaded_nvml, locate), runtime_dir, deadline_s)
+        self.actuator = Actuator(kind(sysfs, lambda: nvml, locate), runtime_dir, deadline_s)
         self.gpus: dict[str, GpuCap] = {}
-        self._blocked_gpus: set[str] = set()  # whose step is stuck on its worker (logged once per episode)
-
-    def _loaded_nvml(self) -> Any:
-        if self.nvml is None:
-            raise RuntimeError("NVML is not loaded")
-        return self.nvml
+        self.stuck = Stuck(log, "power cap")
 
     def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], config: Config) -> tuple[PowerState, ...]:
         """Each GPU's step; ``config`` is the live configuration (its limits in force now). A step that touches
@@ -79,17 +69,10 @@ class PowerController:
             fan, thermals = by_gpu.get(gpu.gpu_id), thermals_on(config, gpu.gpu_id)
             steps[gpu.gpu_id] = partial(self._tick_one, g, gpu, fan, now, thermals)
             touches[gpu.gpu_id] = partial(touches_hardware, g, gpu, fan, now, thermals)
-        ran = self.actuator.step_all(steps, touches)
-        states = []
-        for gpu in snapshot.gpus:
-            result = ran[gpu.gpu_id]
-            if isinstance(result, Late):
-                result = self._blocked(self.gpus[gpu.gpu_id], gpu, result)
-            elif gpu.gpu_id in self._blocked_gpus:
-                self._blocked_gpus.discard(gpu.gpu_id)
-                log.warning("GPU %s: power cap writes answer again", gpu.gpu_id)
-            states.append(result)
-        return tuple(states)
+        readings = {gpu.gpu_id: gpu for gpu in snapshot.gpus}
+        ran = self.stuck.results(self.actuator.step_all(steps, touches),
+                                 lambda gpu_id, reason: self._blocked(self.gpus[gpu_id], readings[gpu_id], reason))
+        return tuple(ran[gpu.gpu_id] for gpu in snapshot.gpus)
 
     def _new(self, gpu: GpuReading, config: Config) -> GpuCap:
         settings = config.power.for_gpu(gpu.gpu_id)
@@ -189,7 +172,8 @@ class PowerController:
                 self._give_up(g, f"power cap does not keep what is written ({observed:g} W after {g.written_w:g} W): "
                                  "the firmware or another tool manages it")
             return
-        g.failures = 0
+        if not g.write_failed:
+            g.failures = 0  # what we wrote is in force (after a failed write, the old cap in force proves nothing)
         if not g.holding and g.written_w is None and abs(observed - g.original_w) >= VERIFY_TOLERANCE_W:
             log.info("GPU %s: power cap changed to %g W outside gpuwatch: that is the cap to give back now",
                      g.gpu_id, observed)
@@ -206,8 +190,12 @@ class PowerController:
             return observed
         first = not g.holding
         if first:
-            # Persisted before the first write, so a SIGKILL right after still leaves the way back.
-            self.actuator.record(g.gpu_id, g.backend.record(g.original_w))
+            # Persisted before the first write, so a SIGKILL right after still leaves the way back; never a write
+            # without it (a full or read-only runtime directory: nothing is written, the card pauses instead).
+            problem = self.actuator.record_first(g.gpu_id, g.backend.record(g.original_w), "power cap")
+            if problem:
+                self._failed(g, problem)
+                return observed
             g.holding = True
         try:
             back = g.backend.write(cap_w)
@@ -218,14 +206,10 @@ class PowerController:
             self._give_up(g, str(exc))
             return observed
         except CapWriteError as exc:
-            g.write_errors_total += 1
-            g.failures += 1
-            log.error("GPU %s: %s", g.gpu_id, exc)
-            if g.failures >= FAILURES_BEFORE_GIVING_UP:
-                self._give_up(g, f"{FAILURES_BEFORE_GIVING_UP} power cap writes failed in a row, last: {exc}")
+            self._failed(g, str(exc))
             return observed
         g.writes_total += 1
-        g.written_w = cap_w
+        g.written_w, g.write_failed = cap_w, False
         if abs(back - cap_w) >= VERIFY_TOLERANCE_W:
             g.failures += 1
             log.warning("GPU %s: power cap reads %g W after writing %g W", g.gpu_id, back, cap_w)
@@ -234,6 +218,15 @@ class PowerController:
         else:
             log.info("GPU %s: power cap %g W -> %g W", g.gpu_id, observed, back)
         return back
+
+    def _failed(self, g: GpuCap, problem: str) -> None:
+        """A write that failed or could not be made: counted and said; a few in a row give up."""
+        g.write_errors_total += 1
+        g.failures += 1
+        g.write_failed = True
+        log.error("GPU %s: %s", g.gpu_id, problem)
+        if g.failures >= FAILURES_BEFORE_GIVING_UP:
+            self._give_up(g, f"{FAILURES_BEFORE_GIVING_UP} power cap writes failed in a row, last: {problem}")
 
     def _released(self, g: GpuCap) -> None:
         """The original is in force again: nothing of ours to give back."""
@@ -247,13 +240,9 @@ class PowerController:
         g.mode, g.reason, g.pause_allowed, g.target_w = PowerMode.UNAVAILABLE, reason, True, None
         self._give_back(g)
 
-    def _blocked(self, g: GpuCap, gpu: GpuReading, late: Late) -> PowerState:
+    def _blocked(self, g: GpuCap, gpu: GpuReading, reason: str) -> PowerState:
         """The GPU's cap I/O has not returned within the deadline (a write stuck in the driver): published
         as such, and a hot card is paused as without a governor until the call returns."""
-        reason = f"power cap writes blocked for {late.running_s:.1f} s"
-        if g.gpu_id not in self._blocked_gpus:
-            self._blocked_gpus.add(g.gpu_id)
-            log.error("GPU %s: %s; a hot card is paused instead", g.gpu_id, reason)
         return replace(self._published(g, gpu, None), pause_allowed=True, reason=reason)
 
     def _published(self, g: GpuCap, gpu: GpuReading, cap_w: float | None, at_floor: bool = False) -> PowerState:

@@ -39,6 +39,7 @@ class GpuCap:
     target_w: float | None = None
     pause_allowed: bool = True
     failures: int = 0  # consecutive write or verify failures
+    write_failed: bool = False  # the last write failed: the old cap read back does not end the run of failures
     writes_total: int = 0
     write_errors_total: int = 0
     capped_s: float = 0.0

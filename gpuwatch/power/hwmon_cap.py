@@ -21,16 +21,15 @@ comes back under another hwmon index after a reset is written where it now is.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from gpuwatch.gpus.amdgpu import AmdCard
+from gpuwatch.handback import Locate
 from gpuwatch.model import GpuReading, PowerCapBackendName
 from gpuwatch.power.backend import CapRange, CapUnavailable, CapWriteError
 from gpuwatch.sysfs import Sysfs, SysfsError
 
-Locate = Callable[[str], AmdCard | None]
 UW_PER_W = 1_000_000
 # Errors that say the driver will never take the value (EACCES: not root; EINVAL: refused or a VF).
 PERMANENT = {"EACCES", "EINVAL", "EROFS"}

@@ -19,13 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from gpuwatch.gpus.nvml import normalise_bus_id
+from gpuwatch.gpus.nvml_device import NvmlDevice
 from gpuwatch.model import GpuReading, PowerCapBackendName
 from gpuwatch.power.backend import CapRange, CapUnavailable, CapWriteError
 
 MW_PER_W = 1000
-# nvml.h return codes (used when a module lacks the named constants).
-_INVALID_ARGUMENT, _NOT_SUPPORTED, _NO_PERMISSION = 2, 3, 4
 
 
 @dataclass(frozen=True)
@@ -51,27 +49,10 @@ class NvmlCapRestore:
         return f"power cap back to its original {self.original_w:g} W"
 
 
-class NvmlCap:
+class NvmlCap(NvmlDevice):
     name: PowerCapBackendName = "nvml"
     cap_in_reading = False  # the reading has the enforced limit; the set one is asked of NVML
-
-    def __init__(self, nvml: Any, gpu_id: str) -> None:
-        self.nvml = nvml
-        self.gpu_id = gpu_id
-        self._handle: Any = None
-
-    def handle(self) -> Any:
-        """The NVML handle of this PCI slot (looked up by bus id, then kept)."""
-        if self._handle is None:
-            for index in range(int(self.nvml.nvmlDeviceGetCount())):
-                handle = self.nvml.nvmlDeviceGetHandleByIndex(index)
-                bus = self.nvml.nvmlDeviceGetPciInfo(handle).busId
-                if normalise_bus_id(bus.decode() if isinstance(bus, bytes) else str(bus)) == self.gpu_id:
-                    self._handle = handle
-                    break
-            else:
-                raise CapWriteError(f"NVML has no GPU at {self.gpu_id}")
-        return self._handle
+    no_gpu = CapWriteError
 
     def probe(self) -> CapRange:
         try:
@@ -95,11 +76,9 @@ class NvmlCap:
         try:
             self.nvml.nvmlDeviceSetPowerManagementLimit(handle, round(cap_w * MW_PER_W))
         except self.nvml.NVMLError as exc:
-            code = getattr(exc, "value", None)
-            no_permission = self._code("NVML_ERROR_NO_PERMISSION", _NO_PERMISSION)
-            if code in (no_permission, self._code("NVML_ERROR_NOT_SUPPORTED", _NOT_SUPPORTED),
-                        self._code("NVML_ERROR_INVALID_ARGUMENT", _INVALID_ARGUMENT)):
-                hint = " (setting it needs root)" if code == no_permission else ""
+            refusal = self.refusal(exc)
+            if refusal:
+                hint = " (setting it needs root)" if refusal == "NVML_ERROR_NO_PERMISSION" else ""
                 raise CapUnavailable(f"NVML refuses the power limit: {exc}{hint}") from None
             raise CapWriteError(f"NVML power limit write failed: {exc}") from None
         try:
@@ -109,6 +88,3 @@ class NvmlCap:
 
     def record(self, original_w: float) -> NvmlCapRestore:
         return NvmlCapRestore(round(original_w * MW_PER_W))
-
-    def _code(self, name: str, fallback: int) -> int:
-        return int(getattr(self.nvml, name, fallback))

@@ -11,19 +11,18 @@ board's default is not necessarily the original (tests/fixtures/amdgpu: 120 W se
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpuwatch.actuation import ActuatorKind, NotHandedBack
-from gpuwatch.gpus.amdgpu import AmdCard, discover
+from gpuwatch.gpus.amdgpu import AmdCard
+from gpuwatch.handback import Locate, NvmlLoader, StoredHandback
 from gpuwatch.power.backend import VERIFY_TOLERANCE_W, CapBackend, CapRecord, CapUnavailable, CapWriteError
-from gpuwatch.power.hwmon_cap import HwmonCap, HwmonCapRestore, Locate
+from gpuwatch.power.hwmon_cap import HwmonCap, HwmonCapRestore
 from gpuwatch.power.nvml_cap import NvmlCap, NvmlCapRestore
 from gpuwatch.sysfs import Sysfs
 
 NAME = "power"
-NvmlLoader = Callable[[], Any]  # returns an initialised pynvml module, raises when there is none
 
 # The file's "backend" key -> its record type.
 RECORDS: dict[str, Callable[[Mapping[str, Any]], CapRecord]] = {
@@ -34,52 +33,29 @@ RECORDS: dict[str, Callable[[Mapping[str, Any]], CapRecord]] = {
 
 def kind(sysfs: Sysfs, load_nvml: NvmlLoader, locate: Locate | None = None) -> ActuatorKind:
     """``locate`` finds a card by slot now (the daemon's amdgpu source); None: discovered at the first record."""
-    return ActuatorKind(NAME, CapHandback(sysfs, load_nvml, locate))
+    return ActuatorKind(NAME, CapHandback(NAME, RECORDS, sysfs, load_nvml, locate))
 
 
-class CapHandback:
+class CapHandback(StoredHandback[CapRecord]):
     """Gives one stored cap record back (on the GPU's worker: the card list and NVML are loaded once)."""
 
-    def __init__(self, sysfs: Sysfs, load_nvml: NvmlLoader, locate: Locate | None) -> None:
-        self.sysfs = sysfs
-        self.load_nvml = load_nvml
-        self.locate = locate
-        self._lock = threading.Lock()
-        self._nvml: Any = None
-
     def __call__(self, gpu_id: str, stored: Mapping[str, Any]) -> str:
-        parse = RECORDS.get(str(stored.get("backend")))
-        if parse is None:
-            raise NotHandedBack(f"unknown power restore record {dict(stored)!r}")
-        record = parse(stored)
+        record = self.parse(stored)
         if record.original_w is None:
             raise NotHandedBack(f"power restore record without a cap: {dict(stored)!r}")
-        problem = give_back(self._backend(gpu_id, record), record.original_w)
-        if problem:
-            raise NotHandedBack(problem)
-        return record.handed_back()
+        return self.done(record, give_back(self._backend(gpu_id, record), record.original_w))
 
     def _backend(self, gpu_id: str, record: CapRecord) -> CapBackend:
         if isinstance(record, HwmonCapRestore):
             return HwmonCap(self.sysfs, gpu_id, self._finder(record), check_access=False)
-        with self._lock:
-            try:
-                self._nvml = self._nvml or self.load_nvml()
-            except Exception as exc:
-                raise NotHandedBack(f"NVML unavailable, power limit not restored: {exc}") from None
-        return NvmlCap(self._nvml, gpu_id)
+        return NvmlCap(self.nvml("power limit not restored"), gpu_id)
 
     def _finder(self, record: HwmonCapRestore) -> Locate:
-        """The card by PCI slot as found now (its hwmon index may have changed since the record was
-        written); the recorded path when the slot is not found."""
-        with self._lock:
-            if self.locate is None:
-                cards = {card.gpu_id: card for card in discover(self.sysfs).cards}
-                self.locate = cards.get
+        """The card by PCI slot as found now (``cards``); the recorded path when the slot is not found."""
+        cards = self.cards()
 
         def locate(gpu_id: str) -> AmdCard | None:
-            assert self.locate is not None
-            card = self.locate(gpu_id)
+            card = cards(gpu_id)
             if card is not None or record.path is None or "/" not in record.path:
                 return card
             hwmon_dir = record.path.rsplit("/", 1)[0]

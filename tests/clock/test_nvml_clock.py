@@ -104,6 +104,39 @@ def test_restore_after_a_crash_unlocks(tmp_path: Path) -> None:
     assert result.done == [f"{GPU}: graphics clocks unlocked (nvmlDeviceResetGpuLockedClocks)"]
 
 
+def _no_nvml() -> Any:
+    raise RuntimeError("NVML cannot be initialised: Driver Not Loaded")
+
+
+@pytest.mark.parametrize("load, why", [(_no_nvml, "NVML cannot be initialised: Driver Not Loaded"),
+                                       (lambda: None, "NVML is not loaded")], ids=["gpuwatch-restore", "daemon"])
+def test_restore_without_nvml_says_so_and_keeps_the_record(tmp_path: Path, load: Any, why: str) -> None:
+    """`gpuwatch restore` where NVML cannot start, or a daemon that loaded none (amdgpu) with an NVIDIA record."""
+    clock_records(tmp_path).add(GPU, {"backend": "nvml", "max_mhz": 1980})
+    (problem,) = Actuator(clock_restore.kind(Sysfs(tmp_path), load), tmp_path, 5.0).restore_all().problems
+    assert problem == f"{GPU}: NVML unavailable, clocks not unlocked: {why}"
+    assert GPU in clock_records(tmp_path).load()
+
+
+def test_restore_loads_nvml_once_for_every_record(tmp_path: Path) -> None:
+    """handback.StoredHandback: the GPUs give their records back on their workers at once, NVML is loaded once;
+    a slot NVML does not list is that GPU's problem alone (NvmlDevice.handle)."""
+    nvml, loads = FakeNvml(), []
+    gone = "0000:99:00.0"
+    for slot in (GPU, gone):
+        clock_records(tmp_path).add(slot, {"backend": "nvml", "max_mhz": 1980})
+
+    def load() -> Any:
+        loads.append(1)
+        return nvml
+
+    result = Actuator(clock_restore.kind(Sysfs(tmp_path), load), tmp_path, 5.0).restore_all()
+    assert loads == [1] and nvml.calls == [("reset",)]
+    assert result.problems == [f"{gone}: clock ceiling not restored (nvml, original 1980 MHz): NVML has no GPU at "
+                               f"{gone}"]
+    assert list(clock_records(tmp_path).load()) == [gone]
+
+
 def test_a_missing_gpu_is_unavailable(tmp_path: Path) -> None:
     from gpuwatch.clock.nvml_clock import NvmlClock
     with pytest.raises(ClockUnavailable, match="no GPU"):

@@ -53,6 +53,43 @@ def test_the_original_is_persisted_before_the_first_write(tmp_path: Path) -> Non
     assert seen and all(seen)
 
 
+def test_no_write_without_its_record(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A runtime directory the record cannot be written to (full, read-only, not a directory): nothing is
+    written, each try says why in one line, and after three the governor gives up (the card pauses instead).
+    Before, the OSError left the whole tick: the rung failed for every GPU on every tick, nothing published."""
+    rig = PowerRig(tmp_path, capture(NAVI21))
+    rig.runtime_dir.parent.mkdir(parents=True, exist_ok=True)
+    rig.runtime_dir.write_text("not a directory\n")
+    state = rig.governing()
+    assert rig.sysfs.take_log() == [] and rig.cap_w() == 289
+    assert state.mode is PowerMode.UNAVAILABLE and "cannot record the original power cap" in (state.reason or "")
+    assert state.pause_allowed and state.write_errors_total == 3 and state.writes_total == 0
+    tries = [r.getMessage() for r in caplog.records if "cannot record" in r.getMessage() and r.levelname == "ERROR"]
+    assert len(tries) == 3 and tries[0].endswith("(File exists): nothing written"), tries
+
+
+def test_writes_that_keep_failing_give_up_after_three(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """EIO on every power1_cap write of a governing card: three in a row and the governor gives up (the card
+    pauses instead). Before, the old cap read back on the next tick reset the count: an error line every
+    tick, for ever, and the card published as governing."""
+    rig = PowerRig(tmp_path, capture(NAVI21))
+    state = rig.governing(seconds=20)
+    assert state.mode is PowerMode.GOVERNING and state.write_errors_total == 0
+    rig.sysfs.refuse = "EIO"
+    states = []
+    for _ in range(10):
+        rig.set(junction_c=104, power_w=rig.cap_w())
+        states.append(rig.tick(rig.now + 1))
+    assert [s.write_errors_total for s in states[:3]] == [1, 2, 3]
+    assert states[2].mode is PowerMode.UNAVAILABLE and states[2].pause_allowed
+    assert states[-1].reason == "3 power cap writes failed in a row, last: power1_cap write failed: EIO"
+    assert sum(r.getMessage().endswith(": power1_cap write failed: EIO") for r in caplog.records) == 3
+    assert "(run gpuwatch restore)" in caplog.text  # giving up gives back: that write fails too, the record stays
+    rig.sysfs.refuse = None
+    rig.controller.restore()
+    assert rig.cap_w() == 289 and not (rig.runtime_dir / "power-restore.json").exists()
+
+
 def test_fan_that_can_still_rise_keeps_the_governor_idle(tmp_path: Path) -> None:
     rig = PowerRig(tmp_path, capture(NAVI21))
     for at in range(30):
