@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from gpuwatch.attach import Beat, Exited
+from gpuwatch.attach import Attach, Beat, Exited
+from gpuwatch.cli.attach_link import AttachLink
 from tests.support.attach_server import AttachServer, Conn
 from tests.support.train_wrapper import Wrapper, Wrappers, loop_command
 from tests.support.waiting import wait_for
@@ -152,3 +154,20 @@ def test_a_wrapper_whose_group_is_orphaned_ignores_ctrl_z_as_the_bare_command_wo
         beat_after(conn, conn.beats.index(told), lambda b: b.suspended is None and steps(b) > steps(told),
                    "running on", wrapper)
         assert running(wrapper.pid) and running(child)
+
+
+def test_continued_the_link_refreshes_the_pause_file_it_holds_before_the_command_runs_again(tmp_path: Path) -> None:
+    """After a long suspension the pause file's refreshes were missed: a launcher that found it older than
+    heartbeat.PAUSE_STALE_S would take it for a dead requester's and train on, hot."""
+    pause = tmp_path / "pause"
+    pause.write_text("hot")
+    old = time.time() - 3600
+    os.utime(pause, (old, old))
+    link = AttachLink(lambda: tmp_path / "none.sock", Attach(pid=os.getpid(), argv=["train"]), tmp_path / "hb.json",
+                      pause, lambda line: None, lambda event: None)
+    link.paused, link.reason = True, "hot"
+    assert not link.suspend(signal.SIGTSTP)  # no daemon attached: nothing to wait for
+    assert pause.stat().st_mtime == old  # suspended: left as it is
+    link.suspend(None)  # continued (the thread was never started: the handler's own doing)
+    assert pause.stat().st_mtime > old + 3000 and link.suspended is None
+    link.close()
