@@ -11,7 +11,10 @@ JSON lines both ways. The wrapper (`gpuwatch train`, the run's parent) speaks fi
 2. wrapper -> daemon, at least every ``BEAT_INTERVAL_S``: ``Beat`` (the ranks' heartbeats as the wrapper
    read them from its own run directory; the daemon never opens a user's files), and ``Exited`` when the
    command ended (``restarting``: the wrapper starts it again, ``--restart``) or ``Restarted`` with the
-   new pid.
+   new pid. A ``Beat`` with ``suspended`` (the signal) says its user stopped the run (Ctrl-Z): the wrapper
+   sends it before it stops itself, so the daemon keeps the silent session and never judges the run hung;
+   its first ``Beat`` once continued has none (an older daemon ignores the key and drops the silent session
+   as before: the wrapper re-attaches when continued).
 3. daemon -> wrapper, whenever its tick decides: ``Event``: ``pause`` (with the reason: the wrapper
    creates the pause file and refreshes it every ``heartbeat.PAUSE_REFRESH_S``), ``resume`` (removes it),
    ``stop`` (a user's `gpuwatch stop`: the tree is stopped gracefully and not restarted), ``hung`` (no
@@ -75,6 +78,9 @@ class Attached:
 class Beat:
     heartbeats: list[dict[str, Any]] = field(default_factory=list)  # heartbeat.Heartbeat as JSON, per rank
     cmd: Literal["beat"] = "beat"
+    # Its user stopped the run (Ctrl-Z: SIGTSTP, or SIGTTIN/SIGTTOU) and the wrapper stops next: the signal.
+    # None: it runs. Sent before the wrapper stops and again once continued; an older daemon ignores the key.
+    suspended: int | None = None
 
 
 @dataclass(frozen=True)
@@ -138,7 +144,8 @@ def decode_request(line: bytes) -> Message:
             beats = raw.get("heartbeats", [])
             if not isinstance(beats, list) or not all(isinstance(b, dict) for b in beats):
                 raise ProtocolError("beat: heartbeats is not a list of objects")
-            return Beat(heartbeats=beats)
+            suspended = raw.get("suspended")
+            return Beat(heartbeats=beats, suspended=None if suspended is None else int(suspended))
         if cmd == "exited":
             signalled = raw.get("signalled")
             return Exited(code=int(raw["code"]), restarting=bool(raw["restarting"]),

@@ -71,6 +71,7 @@ class TrainerPhase(str, Enum):
     FAILED = "failed"
     STOPPED = "stopped"
     FINISHED = "finished"
+    SUSPENDED = "suspended"  # an attached run its user stopped (Ctrl-Z on `gpuwatch train`): not running, not hung
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,10 @@ A connection whose first line is ``{"cmd": "attach", ...}`` becomes a session: t
 kernel says (SO_PEERCRED, ``peer_of``), the run's pid is checked (daemon/peers.py), the supervisor
 registers it (``Sessions.attach``: the name, the bounds) and the reply goes back. Then its lines are
 read one by one (each at most ``attach.MAX_LINE_BYTES``) with no whole-request deadline; a session silent
-for ``SESSION_SILENCE_S`` (ten beats) is gone, and so is one that sends a line that is not the protocol
-(logged in one line). The supervisor's events go back through the session's ``_Link``, which never
-blocks: a wrapper that reads nothing breaks its own session, never the daemon's loop.
+for ``SESSION_SILENCE_S`` (ten beats) is gone (unless its last ``Beat`` said its user suspended the run:
+then it is kept, silent, until the wrapper is continued or its connection ends), and so is one that sends
+a line that is not the protocol (logged in one line). The supervisor's events go back through the
+session's ``_Link``, which never blocks: a wrapper that reads nothing breaks its own session, never the daemon's loop.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ def _read_session(conn: socket.socket, run_id: str, data: bytes, sessions: Sessi
     seconds = int(SESSION_SILENCE_S)
     conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
                     struct.pack("ll", seconds, int((SESSION_SILENCE_S - seconds) * 1e6)))
+    suspended = False
     while not stop.is_set():
         while b"\n" in data:
             line, _, data = data.partition(b"\n")
@@ -95,12 +97,16 @@ def _read_session(conn: socket.socket, run_id: str, data: bytes, sessions: Sessi
                 log.warning("attach session %s: a second attach: session closed", run_id)
                 return
             sessions.receive(run_id, message)
+            if isinstance(message, proto.Beat):  # stopped by its user (Ctrl-Z): silent until continued, not gone
+                suspended = message.suspended is not None
         if len(data) > proto.MAX_LINE_BYTES:
             log.warning("attach session %s: a line over %d bytes: session closed", run_id, proto.MAX_LINE_BYTES)
             return
         try:
             chunk = conn.recv(65536)
         except (BlockingIOError, TimeoutError):
+            if suspended:
+                continue
             log.warning("attach session %s: silent for %g s: its run counts as detached", run_id,
                         SESSION_SILENCE_S)
             return

@@ -17,6 +17,8 @@ included), a job's ranks (``ranks.aggregate``: paused only once every local rank
 * A job spanning nodes held at another node's request (its ranks say so: ``ranks.held_by``) is PAUSED here
   too (``remote``), as a configured trainer is: never counted, never resumed from here, never hung; it runs
   again when no node asks any more, and this node may still ask for its own pause meanwhile.
+* Its user stopped it (Ctrl-Z on `gpuwatch train`: the wrapper's ``Beat`` says ``suspended`` before it stops)
+  -> SUSPENDED from RUNNING: never hung, a pause asked meanwhile still sent; RUNNING again once continued.
 * ``Exited`` (not restarting) -> FINISHED (code 0), FAILED, or STOPPED after a `gpuwatch stop` or when
   its wrapper passed on its user's signal (a Ctrl-C: ended on purpose, not a failure to alert on).
 * The session ended without ``Exited``: while its pid lives the run is *detached* (kept, its phase
@@ -75,6 +77,7 @@ class RunInputs:
     exit_signal: int | None = None  # ... ended by a signal its wrapper passed on (its user's Ctrl-C, a kill)
     command: Command | None = None
     held_by: str | None = None  # "node-b: hot ..." while another node's request holds the job (ranks.held_by)
+    suspended: int | None = None  # its user stopped it (Ctrl-Z): the signal its wrapper's Beat names
 
 
 def start(now: float, paused: bool = False, reason: str | None = None) -> RunState:
@@ -115,6 +118,8 @@ def step(run: RunState, config: AttachedConfig, inputs: RunInputs) -> tuple[RunS
         return stopping, [Event("stop", "gpuwatch stop")]
     if run.phase is TrainerPhase.STOPPING:
         return run, []
+    if run.phase is TrainerPhase.SUSPENDED or (inputs.suspended is not None and run.phase is TrainerPhase.RUNNING):
+        return _suspended(run, config, inputs)
     if run.remote:
         return _held_remotely(run, config, inputs)
     if run.phase in _HELD:
@@ -188,6 +193,22 @@ def _held_remotely(run: RunState, config: AttachedConfig, inputs: RunInputs) -> 
     if inputs.command == "resume":
         return _note(run, f"not resumed: paused by {inputs.held_by} (resume it there)"), []
     return replace(run, reason=f"paused by {inputs.held_by}", last_progress=inputs.now), []  # held is not hung
+
+
+def _suspended(run: RunState, config: AttachedConfig, inputs: RunInputs) -> tuple[RunState, list[Event]]:
+    """Stopped by its user (Ctrl-Z on its wrapper, which said so before it stopped): it makes no step and heats
+    nothing, so it is never hung; running again (the hang timer restarted) once its wrapper beats continued. A
+    pause asked meanwhile (by hand, a hot card) is sent as usual: its wrapper carries it out when continued."""
+    if inputs.suspended is None:
+        back = replace(run, last_progress=inputs.now, hung=False)
+        return _enter(back, TrainerPhase.RUNNING, inputs.now, "continued by its user"), []
+    run, paused = _own_pause(run, config, inputs)
+    if paused:
+        return paused
+    if run.phase is TrainerPhase.SUSPENDED:
+        return replace(run, last_progress=inputs.now), []
+    why = f"suspended by its user: {_signal_name(inputs.suspended)} (fg, bg or kill -CONT of its wrapper continue it)"
+    return _enter(replace(run, last_progress=inputs.now), TrainerPhase.SUSPENDED, inputs.now, why), []
 
 
 def _pause(run: RunState, now: float, why: str, manual: bool) -> tuple[RunState, list[Event]]:

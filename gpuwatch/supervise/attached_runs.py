@@ -84,6 +84,7 @@ class AttachedRun:
     tree: list[int] = field(default_factory=list)
     rate: RunningRate = field(default_factory=RunningRate)
     ranks: RankView | None = None
+    suspended: int | None = None  # its user stopped it (Ctrl-Z): the signal its wrapper's last Beat named
 
     def target(self) -> Target:
         return Target(self.name, attached=True, uid=self.uid, user=self.user)
@@ -157,7 +158,7 @@ class AttachedRuns:
                         beats.append(heartbeat_from_json(raw))
                     except ValueError:
                         continue  # one garbled rank's beat: the others still count
-                run.beats = beats
+                run.beats, run.suspended = beats, message.suspended
             elif isinstance(message, Exited):
                 if message.restarting:
                     run.restarts += 1
@@ -236,7 +237,7 @@ class AttachedRuns:
                            acknowledged=progress.acknowledged, heartbeat_seen=bool(run.beats),
                            connected=run.link is not None, alive=bool(run.tree), exit_code=run.exit_code,
                            exit_signal=run.exit_signal, command=command,
-                           held_by=run.ranks.held_by if run.ranks else None)
+                           held_by=run.ranks.held_by if run.ranks else None, suspended=run.suspended)
         before = run.state.phase
         run.state, events = step(run.state, config, inputs)
         stepping = run.state.phase is TrainerPhase.RUNNING and not progress.acknowledged

@@ -77,7 +77,10 @@ class Wrappers:
         return self.runtime / "control.sock"
 
     def start(self, command: Sequence[str], *options: str, env: dict[str, str] | None = None,
-              attach: bool = True) -> Wrapper:
+              attach: bool = True, job: bool = False) -> Wrapper:
+        """``job``: in a process group of its own in the test's session, as a job-control shell starts a job
+        (a stop signal stops it there; in a session of its own its group is orphaned and the kernel discards
+        SIGTSTP/SIGTTIN/SIGTTOU at their default action)."""
         environ = {k: v for k, v in os.environ.items() if not k.startswith("GPUWATCH_") and k != "SLURM_JOB_ID"}
         environ |= {"XDG_RUNTIME_DIR": str(self.xdg), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
         environ |= env or {}
@@ -86,7 +89,8 @@ class Wrappers:
         with log.open("wb") as sink:
             process = subprocess.Popen([sys.executable, "-m", "gpuwatch.cli", "train", *runtime, *options, "--",
                                         *command], stdout=sink, stderr=subprocess.STDOUT, env=environ,
-                                       cwd=self.tmp, start_new_session=True, preexec_fn=sigint_as_a_terminal_gives_it)
+                                       cwd=self.tmp, start_new_session=not job, process_group=0 if job else None,
+                                       preexec_fn=sigint_as_a_terminal_gives_it)
         wrapper = Wrapper(process, log, self.xdg)
         self.started.append(wrapper)
         return wrapper
@@ -96,6 +100,7 @@ class Wrappers:
             wrapper.remember_tree()
             if wrapper.process.poll() is None:
                 wrapper.process.send_signal(signal.SIGTERM)
+                wrapper.process.send_signal(signal.SIGCONT)  # a wrapper a test left stopped acts on it
         for wrapper in self.started:
             try:
                 wrapper.process.wait(timeout=STOP_GRACE_S)
