@@ -92,3 +92,17 @@ def test_a_config_naming_runtime_dir_adds_tomllib_alone(daemon: tuple[Path, dict
     ours = names - python
     assert {n for n in ours if n.split(".")[0] == "gpuwatch"} == FAST_PATH
     assert "tomllib" in ours and not among(ours, NEVER)
+
+
+@pytest.mark.parametrize("columns", [None, "60", "200", "0", "wide"])
+def test_help_is_as_wide_as_shutil_would_make_it(monkeypatch: pytest.MonkeyPatch, columns: str | None) -> None:
+    """cli/options.formatter gives argparse the width shutil.get_terminal_size() would, without importing shutil."""
+    import shutil
+
+    from gpuwatch.cli.options import formatter
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert formatter("gpuwatch health")._width == shutil.get_terminal_size().columns - 2
