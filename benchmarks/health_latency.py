@@ -6,7 +6,7 @@ nothing (``python -c pass``); the check with a config that names no ``runtime_di
 systemd unit's /run/gpuwatch: the config is not parsed); the check with a config that names it (the Kubernetes
 ConfigMap's form: tomllib's import on every check); with ``--baseline DIR`` the same two from another checkout's
 install (a change measured side by side in one run). What a check adds to Python's own start is gpuwatch's part,
-given as the median of each round's difference.
+given as the median of each round's difference, and the ratio of the medians.
 
 The install: a wheel built from a copy of the checkout (``pip wheel --no-build-isolation``: this environment's
 setuptools, no network), in a venv of its own (``venv --without-pip``), its dependencies seen through a ``.pth``
@@ -123,7 +123,8 @@ def main() -> None:
         python = seconds["python -c pass"]
         for name, values in seconds.items():
             own = "" if values is python else \
-                f"  own p50 {statistics.median(a - b for a, b in zip(values, python, strict=True)) * 1000:6.1f} ms"
+                f"  own p50 {statistics.median(a - b for a, b in zip(values, python, strict=True)) * 1000:6.1f} ms" \
+                f"  x{median(values) / median(python):4.2f}"
             print(f"{name:30} p50 {median(values) * 1000:7.1f} ms  p99 {percentile(values, 99) * 1000:7.1f} ms  "
                   f"max {max(values) * 1000:7.1f} ms{own}  exit {'/'.join(map(str, sorted(codes[name])))}")
     finally:
