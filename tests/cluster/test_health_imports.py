@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import GPUWATCH as CONSOLE_SCRIPT
 from tests.support.processes import Processes
 from tests.support.stack import GPUWATCH
 from tests.support.waiting import wait_for
@@ -71,10 +72,12 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dic
 
 
 @pytest.mark.parametrize("fmt", ["nhc", "npd", "nagios", "json"])
-def test_the_fast_path_imports_only_what_the_verdict_needs(daemon: tuple[Path, dict[str, str]], fmt: str) -> None:
+@pytest.mark.parametrize("command", [["-m", "gpuwatch"], [CONSOLE_SCRIPT]], ids=["python -m", "console script"])
+def test_the_fast_path_imports_only_what_the_verdict_needs(daemon: tuple[Path, dict[str, str]], command: list[str],
+                                                           fmt: str) -> None:
     config, env = daemon
     _, python = imported(["-c", "pass"], env)
-    done, names = imported(["-m", "gpuwatch", "health", "-c", str(config), "--format", fmt], env)
+    done, names = imported([*command, "health", "-c", str(config), "--format", fmt], env)
     assert done.returncode == 0 and "healthy" in done.stdout, done.stdout + done.stderr[-2000:]
     ours = names - python
     assert {n for n in ours if n.split(".")[0] == "gpuwatch"} == FAST_PATH
