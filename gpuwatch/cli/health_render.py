@@ -9,33 +9,46 @@ The formats and their contracts (docs/cluster.md):
   look), 2 CRITICAL (a fault), 3 UNKNOWN (as npd's 2); ``GPUWATCH OK - ...`` then one fault per line.
 * ``json``: the verdict as an object; the exit code is nhc's.
 
-Imports nothing heavy: this runs on every health check of every node (docs/cluster.md, benchmarks/health_latency.py).
+Imports nothing but json and the verdict's vocabulary: this runs on every health check of every node, a new
+process each time (docs/cluster.md, benchmarks/health_latency.py; tests/cluster/test_health_imports.py pins it).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, NamedTuple
 
 from gpuwatch.publish.health_codes import CLASSES, MAX_MESSAGE_CHARS, NO_DAEMON, STALE, code_of, fault_line
 from gpuwatch.publish.state import is_stale
 
-Format = Literal["nhc", "npd", "nagios", "json"]
+# typing's import (a NamedTuple, Literal) was a tenth of the check's own time: the names below are for mypy only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Literal
+
+    Format = Literal["nhc", "npd", "nagios", "json"]
+    Status = Literal["healthy", "unhealthy", "unknown"]
+
 FORMATS: tuple[Format, ...] = ("nhc", "npd", "nagios", "json")
-Status = Literal["healthy", "unhealthy", "unknown"]
 _DAEMON_CODES = (STALE, NO_DAEMON)
 
 
-class Answer(NamedTuple):
+class Answer:
     """What the check found: the fault lines (``gpuwatch:G006 ...``), the notes, where the verdict came from (a
-    NamedTuple, not a dataclass: importing dataclasses is a tenth of this command's time)."""
+    plain class: a NamedTuple imports typing, a dataclass dataclasses and inspect, each a tenth of the check)."""
 
-    lines: tuple[str, ...]
-    notes: tuple[str, ...] = ()
-    source: str = "daemon"  # "daemon": its published verdict; "sysfs": judged here from a direct read
-    age_s: float | None = None
-    drain_after_checks: int = 2
-    resume_after_checks: int = 2
+    __slots__ = ("lines", "notes", "source", "age_s", "drain_after_checks", "resume_after_checks")
+
+    def __init__(self, lines: tuple[str, ...], notes: tuple[str, ...] = (), source: str = "daemon",
+                 age_s: float | None = None, drain_after_checks: int = 2, resume_after_checks: int = 2) -> None:
+        self.lines = lines
+        self.notes = notes
+        self.source = source  # "daemon": its published verdict; "sysfs": judged here from a direct read
+        self.age_s = age_s
+        self.drain_after_checks = drain_after_checks
+        self.resume_after_checks = resume_after_checks
+
+    def __repr__(self) -> str:
+        return f"Answer(lines={self.lines!r}, notes={self.notes!r}, source={self.source!r}, age_s={self.age_s!r})"
 
     @property
     def healthy(self) -> bool:
@@ -77,7 +90,9 @@ def only(answer: Answer, fault_class: str | None) -> Answer:
     if fault_class is None:
         return answer
     keep = set(CLASSES[fault_class]) | set(_DAEMON_CODES)
-    return answer._replace(lines=tuple(line for line in answer.lines if code_of(line) in keep), notes=())
+    return Answer(lines=tuple(line for line in answer.lines if code_of(line) in keep), source=answer.source,
+                  age_s=answer.age_s, drain_after_checks=answer.drain_after_checks,
+                  resume_after_checks=answer.resume_after_checks)
 
 
 def summary(answer: Answer, limit: int = MAX_MESSAGE_CHARS) -> str:

@@ -4,16 +4,37 @@ own: `gpuwatch health` builds its parser from it without loading the other comma
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from pathlib import Path
 
 from gpuwatch.config.runtime import DEFAULT_CONFIG_PATH
 
 
 def common_options() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = argparse.ArgumentParser(add_help=False, formatter_class=formatter)
     common.add_argument("-c", "--config", type=Path, metavar="FILE",
                         help=f"config file (default {DEFAULT_CONFIG_PATH} if present)")
     common.add_argument("--sysfs-root", type=Path, metavar="DIR",
                         help="sysfs tree to read instead of /sys (tests, captures)")
     common.add_argument("--proc-root", type=Path, metavar="DIR", help="proc tree to read instead of /proc (tests)")
     return common
+
+
+def formatter(prog: str) -> argparse.HelpFormatter:
+    """argparse's own formatter at the width shutil would give it, without importing shutil (and zlib, bz2 and
+    lzma with it): argparse makes a formatter for every add_argument too (to check its metavar), and
+    `gpuwatch health` builds its parser on every check, where that import was a tenth of its own time."""
+    return argparse.HelpFormatter(prog, width=_columns() - 2)  # shutil's width, less argparse's own margin
+
+
+def _columns() -> int:
+    """``$COLUMNS``, else the terminal's width, else 80: what ``shutil.get_terminal_size()`` answers."""
+    value = os.environ.get("COLUMNS", "")
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    stdout = sys.__stdout__
+    try:
+        return (os.get_terminal_size(stdout.fileno()).columns if stdout is not None else 0) or 80
+    except (ValueError, OSError):
+        return 80

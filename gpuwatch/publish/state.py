@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # `gpuwatch health` imports this module for is_stale: the model's classes cost it 20-40 ms
+# `gpuwatch health` imports this module for is_stale: the model's classes cost it 20-40 ms, typing, pathlib and
+# threading (annotations only here; the daemon's StateHolder imports threading) a tenth of its time
+# (tests/cluster/test_health_imports.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+
     from gpuwatch.model import PublishedState
     from gpuwatch.publish.schema import StatusDocument
 
@@ -34,6 +37,8 @@ class StateHolder:
     """The latest PublishedState and its JSON document, swapped atomically under a lock."""
 
     def __init__(self) -> None:
+        import threading  # here, not above: see the imports
+
         self._lock = threading.Lock()
         self._state: PublishedState | None = None
         self._document: StatusDocument | None = None
@@ -72,7 +77,10 @@ def write_state_file(path: Path, document: StatusDocument) -> None:
             os.fchmod(handle.fileno(), 0o644)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
         raise
 
 

@@ -1,0 +1,111 @@
+"""What `gpuwatch health`'s fast path imports, pinned by name (issue 34: a new process on every check of every node,
+whose own time is almost all imports; docs/cluster.md). Never by time: ``-X importtime`` lists every module the
+process imports, and what Python's own start imports in the same environment (``-c pass``) is taken off.
+
+Against a real (simulated) daemon, so the answer is its published verdict: the fast path really was taken.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import GPUWATCH as CONSOLE_SCRIPT
+from tests.support.processes import Processes
+from tests.support.stack import GPUWATCH
+from tests.support.waiting import wait_for
+
+# The fast path's whole share of gpuwatch: the command, its renderer, the verdict's vocabulary, the staleness rule
+# and where the files are. A new import here is a cost on every check: measure it (benchmarks/health_latency.py).
+FAST_PATH = {"gpuwatch", "gpuwatch.cli", "gpuwatch.cli.health", "gpuwatch.cli.health_render",
+             "gpuwatch.cli.options", "gpuwatch.config", "gpuwatch.config.runtime", "gpuwatch.publish",
+             "gpuwatch.publish.health_codes", "gpuwatch.publish.state"}
+
+# Never on the fast path (a name covers its submodules): the config's models, the daemon, the other commands,
+# the GPUs, and the standard library's heavy parts it once took in (typing alone was a tenth of the check).
+NEVER = ("pydantic", "psutil", "prometheus_client", "yaml", "bcrypt", "gpuwatch.model", "gpuwatch.states",
+         "gpuwatch.config.base", "gpuwatch.config.file", "gpuwatch.daemon", "gpuwatch.gpus", "gpuwatch.cli.parser",
+         "gpuwatch.cli.settings", "gpuwatch.cli.slurm", "asyncio", "ssl", "socket", "subprocess", "logging",
+         "threading", "dataclasses", "inspect", "shutil", "ipaddress", "email", "http")
+
+# Only when the config names runtime_dir: the default needs no TOML (tomllib brings typing and datetime, each as
+# costly as the rest of the check's own imports; no library parses a TOML file for one key).
+TOML = ("tomllib", "typing", "datetime")
+
+INTERVAL_S = 5.0  # stale only after half a minute: a slow tick on a loaded machine still leaves the verdict fresh
+
+
+def imported(argv: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """The command's result and the modules it imported (``-X importtime``'s lines on stderr)."""
+    done = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True, text=True, timeout=120,
+                          env=env)
+    names = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    return done, names - {"imported package"}
+
+
+def among(names: set[str], prefixes: tuple[str, ...]) -> set[str]:
+    return {n for n in names if any(n == p or n.startswith(p + ".") for p in prefixes)}
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A simulated daemon publishing in $RUNTIME_DIRECTORY (as the systemd unit's does), its config naming no
+    runtime_dir; yields the runtime directory and the environment a check runs in."""
+    tmp = tmp_path_factory.mktemp("health-imports")
+    runtime = tmp / "run"
+    config = tmp / "gpuwatch.toml"
+    config.write_text(f'interval_s = {INTERVAL_S}\n[http]\nenabled = false\n'
+                      f'[simulate]\nenabled = true\ngpus = 2\ntree_dir = "{tmp / "tree"}"\n')
+    env = {**os.environ, "RUNTIME_DIRECTORY": str(runtime)}
+    with pytest.MonkeyPatch.context() as patch, Processes(tmp / "logs") as processes:
+        patch.setenv("RUNTIME_DIRECTORY", str(runtime))
+        started = processes.start("gpuwatch", [*GPUWATCH, "run", "-c", str(config)])
+        wait_for(lambda: json.loads((runtime / "state.json").read_text()).get("health"), "the daemon's first verdict",
+                 60, ignore=(OSError, ValueError), detail=started.tail)
+        yield config, env
+
+
+@pytest.mark.parametrize("fmt", ["nhc", "npd", "nagios", "json"])
+@pytest.mark.parametrize("command", [["-m", "gpuwatch"], [CONSOLE_SCRIPT]], ids=["python -m", "console script"])
+def test_the_fast_path_imports_only_what_the_verdict_needs(daemon: tuple[Path, dict[str, str]], command: list[str],
+                                                           fmt: str) -> None:
+    config, env = daemon
+    _, python = imported(["-c", "pass"], env)
+    done, names = imported([*command, "health", "-c", str(config), "--format", fmt], env)
+    assert done.returncode == 0 and "healthy" in done.stdout, done.stdout + done.stderr[-2000:]
+    ours = names - python
+    assert {n for n in ours if n.split(".")[0] == "gpuwatch"} == FAST_PATH
+    assert not among(ours, NEVER + TOML)
+
+
+def test_a_config_naming_runtime_dir_adds_tomllib_alone(daemon: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    config, env = daemon
+    named = tmp_path / "named.toml"
+    named.write_text(f'runtime_dir = "{env["RUNTIME_DIRECTORY"]}"\n' + config.read_text())
+    env = {k: v for k, v in env.items() if k != "RUNTIME_DIRECTORY"}  # the config alone says where
+    _, python = imported(["-c", "pass"], env)
+    done, names = imported(["-m", "gpuwatch", "health", "-c", str(named), "--format", "npd"], env)
+    assert (done.returncode, done.stdout) == (0, "gpuwatch: healthy\n"), done.stderr[-2000:]
+    ours = names - python
+    assert {n for n in ours if n.split(".")[0] == "gpuwatch"} == FAST_PATH
+    assert "tomllib" in ours and not among(ours, NEVER)
+
+
+@pytest.mark.parametrize("columns", [None, "60", "200", "0", "wide"])
+def test_help_is_as_wide_as_shutil_would_make_it(monkeypatch: pytest.MonkeyPatch, columns: str | None) -> None:
+    """cli/options.formatter gives argparse the width shutil.get_terminal_size() would, without importing shutil."""
+    import shutil
+
+    from gpuwatch.cli.options import formatter
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert formatter("gpuwatch health")._width == shutil.get_terminal_size().columns - 2
