@@ -43,12 +43,12 @@ from gpuwatch.attach import (
     decode_reply,
     encode,
 )
+from gpuwatch.cli.attach_handshake import REPLY_TIMEOUT_S, connect, handshake
 from gpuwatch.cli.job_control import SUSPEND_NOTICE_S, SuspendNotice
 from gpuwatch.heartbeat import read_heartbeat, read_rank_heartbeats, refresh_pause, request_pause
 
 # Tests only: a hold window of a few seconds instead of a minute (docs/attached-runs.md says so).
 HOLD_ENV = "GPUWATCH_HOLD_WITHOUT_DAEMON_S"
-REPLY_TIMEOUT_S = 5.0  # a daemon that accepts and never answers the Attach counts as none
 SEND_TIMEOUT_S = 5.0
 DEFAULT_PAUSE_REASON = "paused by the gpuwatch daemon"
 
@@ -144,7 +144,8 @@ class AttachLink:
         said_missing = False
         self._lost_at = time.monotonic()
         while not self._stop.is_set():
-            sock, problem = self._connect()
+            self.socket_path = self._locate()
+            sock, problem = connect(self.socket_path)
             if sock is None:
                 if not said_missing:
                     self._say(problem)
@@ -174,39 +175,13 @@ class AttachLink:
             self._hold_without_daemon()
             self._stop.wait(RECONNECT_S)
 
-    def _connect(self) -> tuple[socket.socket | None, str]:
-        self.socket_path = self._locate()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(REPLY_TIMEOUT_S)
-        try:
-            sock.connect(str(self.socket_path))
-        except (FileNotFoundError, ConnectionRefusedError):
-            sock.close()
-            return None, f"gpuwatch train: no gpuwatch daemon at {self.socket_path}: this run is not protected"
-        except OSError as exc:
-            sock.close()
-            return None, (f"gpuwatch train: cannot reach the gpuwatch daemon at {self.socket_path} "
-                          f"({exc.strerror or exc}): this run is not protected")
-        return sock, ""
-
     def _serve(self, sock: socket.socket) -> bool:
         """One connection: Attach, then beats and events until it ends; False when the daemon refused."""
         with self._lock:
             request = replace(self._request, run_id=self.run_id, paused=self.paused,
                               reason=self.reason if self.paused else None)
-        buffer = b""
-        try:
-            sock.sendall(encode(request))
-            while b"\n" not in buffer:
-                chunk = sock.recv(65536)
-                if not chunk or len(buffer) > MAX_LINE_BYTES:
-                    return True  # gone before it answered: try again
-                buffer += chunk
-            line, _, buffer = buffer.partition(b"\n")
-            reply = decode_reply(line)
-        except (OSError, ProtocolError):
-            return True
-        if not isinstance(reply, Attached):
+        reply, buffer = handshake(sock, request)
+        if reply is None:  # gone before it answered, or not in this protocol: try again
             return True
         if not reply.ok:
             self._refused(reply.message)
