@@ -13,14 +13,13 @@ attach says one line. A daemon that goes away: the pause it asked for is held fo
 pause; none in time, the pause is released with one line. A refused attach (not permitted, too many
 runs): one line, and the run trains unattached (the link stops trying).
 
-Ctrl-Z (cli/train_run.py stops the command, then the wrapper): ``suspend`` wakes the thread, which sends a
-``Beat`` with ``suspended`` before the wrapper stops (waited for up to ``SUSPEND_NOTICE_S``), and one
-without once it is continued; the daemon keeps the silent session and lists the run ``suspended``.
+Ctrl-Z (cli/job_control.py stops the command, then the wrapper): ``suspend`` wakes the thread, which sends a
+``Beat`` with ``suspended`` before the wrapper stops (waited for up to ``job_control.SUSPEND_NOTICE_S``), and
+one without once it is continued; the daemon keeps the silent session and lists the run ``suspended``.
 """
 
 from __future__ import annotations
 
-import os
 import select
 import socket
 import threading
@@ -44,15 +43,14 @@ from gpuwatch.attach import (
     decode_reply,
     encode,
 )
+from gpuwatch.cli.attach_handshake import REPLY_TIMEOUT_S, connect, handshake
+from gpuwatch.cli.job_control import SUSPEND_NOTICE_S, SuspendNotice
 from gpuwatch.heartbeat import read_heartbeat, read_rank_heartbeats, refresh_pause, request_pause
 
 # Tests only: a hold window of a few seconds instead of a minute (docs/attached-runs.md says so).
 HOLD_ENV = "GPUWATCH_HOLD_WITHOUT_DAEMON_S"
-REPLY_TIMEOUT_S = 5.0  # a daemon that accepts and never answers the Attach counts as none
 SEND_TIMEOUT_S = 5.0
 DEFAULT_PAUSE_REASON = "paused by the gpuwatch daemon"
-# How long a Ctrl-Z waits for the daemon to be told before the wrapper stops anyway (a daemon that does not read).
-SUSPEND_NOTICE_S = 2.0
 
 Say = Callable[[str], None]
 
@@ -90,12 +88,7 @@ class AttachLink:
         self.reason: str | None = None
         self.attached = False
         self._lost_at: float | None = None  # monotonic: since when no daemon holds this run's pause
-        # Its user stopped the run (Ctrl-Z): the signal, set by the main thread's signal handler, sent in each Beat.
-        self.suspended: int | None = None
-        self._noticed = threading.Event()  # a Beat with the current ``suspended`` went out
-        self._wake_r, self._wake_w = os.pipe()  # the handler wakes the thread's select: no lock a handler could need
-        for fd in (self._wake_r, self._wake_w):
-            os.set_blocking(fd, False)
+        self._notice = SuspendNotice()  # Ctrl-Z: set by the main thread's signal handler, sent in each Beat
 
     # ---- the run's side (main thread) ----
     def start(self) -> AttachLink:
@@ -119,17 +112,15 @@ class AttachLink:
         run's launcher must not find it stale (``heartbeat.PAUSE_STALE_S``) when the command runs again."""
         if signum is None and self.paused:
             refresh_pause(self.pause_file, time.time())
-        self._noticed.clear()
-        self.suspended = signum
-        wake = self._wake_w
-        if wake >= 0:
-            try:
-                os.write(wake, b"\0")
-            except OSError:  # full: the thread wakes anyway
-                pass
+        self._notice.set(signum)
         if signum is None or not self.attached:
             return False
-        return self._noticed.wait(wait_s)
+        return self._notice.wait_sent(wait_s)
+
+    @property
+    def suspended(self) -> int | None:
+        """The signal its user stopped the run with (Ctrl-Z), None while it runs."""
+        return self._notice.suspended
 
     def close(self) -> None:
         """Stop the thread; a pause this link made is taken back (the file goes with the run)."""
@@ -146,17 +137,15 @@ class AttachLink:
         if self.paused:
             self.pause_file.unlink(missing_ok=True)
         if not self._thread.is_alive():  # a thread that did not end in time may still select on the pipe
-            wake_r, wake_w, self._wake_r, self._wake_w = self._wake_r, self._wake_w, -1, -1
-            for fd in (wake_w, wake_r):
-                if fd >= 0:
-                    os.close(fd)
+            self._notice.close()
 
     # ---- the thread ----
     def _run(self) -> None:
         said_missing = False
         self._lost_at = time.monotonic()
         while not self._stop.is_set():
-            sock, problem = self._connect()
+            self.socket_path = self._locate()
+            sock, problem = connect(self.socket_path)
             if sock is None:
                 if not said_missing:
                     self._say(problem)
@@ -186,39 +175,13 @@ class AttachLink:
             self._hold_without_daemon()
             self._stop.wait(RECONNECT_S)
 
-    def _connect(self) -> tuple[socket.socket | None, str]:
-        self.socket_path = self._locate()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(REPLY_TIMEOUT_S)
-        try:
-            sock.connect(str(self.socket_path))
-        except (FileNotFoundError, ConnectionRefusedError):
-            sock.close()
-            return None, f"gpuwatch train: no gpuwatch daemon at {self.socket_path}: this run is not protected"
-        except OSError as exc:
-            sock.close()
-            return None, (f"gpuwatch train: cannot reach the gpuwatch daemon at {self.socket_path} "
-                          f"({exc.strerror or exc}): this run is not protected")
-        return sock, ""
-
     def _serve(self, sock: socket.socket) -> bool:
         """One connection: Attach, then beats and events until it ends; False when the daemon refused."""
         with self._lock:
             request = replace(self._request, run_id=self.run_id, paused=self.paused,
                               reason=self.reason if self.paused else None)
-        buffer = b""
-        try:
-            sock.sendall(encode(request))
-            while b"\n" not in buffer:
-                chunk = sock.recv(65536)
-                if not chunk or len(buffer) > MAX_LINE_BYTES:
-                    return True  # gone before it answered: try again
-                buffer += chunk
-            line, _, buffer = buffer.partition(b"\n")
-            reply = decode_reply(line)
-        except (OSError, ProtocolError):
-            return True
-        if not isinstance(reply, Attached):
+        reply, buffer = handshake(sock, request)
+        if reply is None:  # gone before it answered, or not in this protocol: try again
             return True
         if not reply.ok:
             self._refused(reply.message)
@@ -257,19 +220,17 @@ class AttachLink:
                 return True  # not this protocol: reconnect
             now = time.monotonic()
             if now >= next_beat:
-                suspended = self.suspended
+                suspended = self._notice.suspended
                 if not self._send(Beat(heartbeats=self._heartbeats(), suspended=suspended)):
                     return True
-                if suspended == self.suspended:
-                    self._noticed.set()
+                self._notice.sent(suspended)
                 next_beat = now + BEAT_INTERVAL_S
             if self.paused:
                 refresh_pause(self.pause_file, time.time())
             try:
-                watched: list[socket.socket | int] = [sock, self._wake_r]
+                watched: list[socket.socket | int] = [sock, self._notice.fileno()]
                 readable, _, _ = select.select(watched, [], [], max(0.0, next_beat - time.monotonic()))
-                if self._wake_r in readable:  # suspended or continued: a Beat says so now
-                    self._drain_wake()
+                if self._notice.woken(readable):  # suspended or continued: a Beat says so now
                     next_beat = time.monotonic()
                 if sock in readable:
                     chunk = sock.recv(65536)
@@ -301,12 +262,6 @@ class AttachLink:
             self.paused, self.reason = False, None
         else:
             self._on_event(event)
-
-    def _drain_wake(self) -> None:
-        try:
-            os.read(self._wake_r, 4096)
-        except BlockingIOError:
-            pass
 
     def _hold_without_daemon(self) -> None:
         if self.paused and self._lost_at is not None and time.monotonic() - self._lost_at >= self.hold_s:

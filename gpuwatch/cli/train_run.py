@@ -5,7 +5,7 @@ The command runs in a session of its own (like a configured trainer, supervise/p
 in the terminal reaches the wrapper alone, which passes it on once to the command's process group:
 SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded, never doubled, and a command ended by one is not restarted.
 SIGTSTP (Ctrl-Z), SIGTTIN and SIGTTOU stop the command's group, then the wrapper; a SIGCONT to the
-wrapper (fg, bg) continues both (``_suspend``), and the daemon lists the run ``suspended`` meanwhile.
+wrapper (fg, bg) continues both (cli/job_control.py), and the daemon lists the run ``suspended`` meanwhile.
 The wrapper's exit status is the command's (128+N for a signal N, as a shell reports it); a run stopped
 by the daemon (`gpuwatch stop`) exits 143 (128+SIGTERM) whatever the command returned.
 
@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from gpuwatch.attach import Event
 from gpuwatch.cli.attach_link import AttachLink
+from gpuwatch.cli.job_control import JOB_CONTROL, JobControl
 from gpuwatch.heartbeat import read_heartbeat, read_rank_heartbeats, remove_heartbeats
 from gpuwatch.train.argv import RestartPolicy
 
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from gpuwatch.config.trainer import TrainerConfig
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)  # a terminal's, a kill's, a hangup's
-JOB_CONTROL = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)  # Ctrl-Z, a background job's terminal read/write
 EXIT_STOPPED = 128 + signal.SIGTERM  # `gpuwatch stop`: stopped gracefully, not restarted
 EXIT_CANNOT_RUN = 127  # as a shell says for a command it cannot run
 POLL_S = 0.25  # how often the wait looks at the signals received and the kill deadline
@@ -83,11 +83,12 @@ class TrainRun:
         self._inbox: queue.Queue[tuple[str, object]] = queue.Queue()
         self._stopping: str | None = None  # "stop" | "hung": the wrapper ends this run itself
         self._trainer: TrainerConfig | None = None
-        self._suspending = False  # inside the job-control handler (a second Ctrl-Z meanwhile changes nothing)
+        self._job_control = JobControl(self._signal_group, lambda: self._link)  # Ctrl-Z, fg, bg
 
     def run(self) -> int:
         # A signal ignored at the start stays ignored (a background job's SIGINT, nohup's SIGHUP), as in a shell.
-        handlers = {**{sig: self._forward for sig in FORWARDED}, **{sig: self._suspend for sig in JOB_CONTROL}}
+        handlers = {**{sig: self._forward for sig in FORWARDED},
+                    **{sig: self._job_control.suspend for sig in JOB_CONTROL}}
         previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()
                     if signal.getsignal(sig) is not signal.SIG_IGN}
         try:
@@ -256,38 +257,6 @@ class TrainRun:
         self._signalled = signum
         if not self._signal_group(signum):
             self._pending = signum
-
-    def _suspend(self, signum: int, frame: FrameType | None) -> None:
-        """Ctrl-Z (SIGTSTP; SIGTTIN, SIGTTOU likewise): the command's group is stopped, the daemon told, then the
-        wrapper stops itself with the same signal, so the shell sees the job stopped. Continued (fg, bg, kill
-        -CONT), the daemon is told and the group continued: only a group this handler stopped (the daemon
-        never stops an attached run; it asks its wrapper, events). All here, in the handler: a SIGTTOU
-        comes while a thread writes a line, and that write is retried until the wrapper stops."""
-        if self._suspending:
-            return
-        self._suspending = True
-        try:
-            # In a session of its own the command's group is orphaned, where the kernel discards a job-control
-            # stop at its default action (kernel/signal.c, get_signal: "The job control signals do nothing in
-            # an orphaned pgrp, but SIGSTOP always works"): the same signal first, for a command that handles
-            # it, then SIGSTOP, which stops it whatever it does.
-            stopped = self._signal_group(signum) and self._signal_group(signal.SIGSTOP)
-            link = self._link
-            if link is not None:
-                link.suspend(signum)
-            mine = signal.signal(signum, signal.SIG_DFL)
-            try:
-                # Stopped here until a SIGCONT. A wrapper in an orphaned group is not stopped (the kernel's
-                # rule again, as for the bare command there): it goes on at once, and so does the command.
-                os.kill(os.getpid(), signum)
-            finally:
-                signal.signal(signum, mine)
-            if link is not None:
-                link.suspend(None)
-            if stopped:
-                self._signal_group(signal.SIGCONT)
-        finally:
-            self._suspending = False
 
     def _signal_group(self, signum: int) -> bool:
         """Whether the command's group was there to take it."""
