@@ -6,23 +6,12 @@ import signal
 
 import pytest
 
-from gpuwatch.config.sections import AttachedConfig
 from gpuwatch.model import TrainerPhase
-from gpuwatch.supervise.actions import Thermal
-from gpuwatch.supervise.attached import RunInputs, RunState, start, step
+from gpuwatch.supervise.attached import RunInputs, start, step
+from tests.supervise.test_attached import CONFIG, HOT, _run
 
-CONFIG = AttachedConfig(debounce_s=5.0, min_pause_s=30.0, hang_timeout_s=100.0)
-HOT = Thermal(hot=True, cool=False, reason="hot: 0000:28:00.0 junction 101°C >= 100°C")
 TSTP = int(signal.SIGTSTP)
 STEPPED = step(start(0.0), CONFIG, RunInputs(1.0, steps_total=5, heartbeat_seen=True))[0]  # a run that made steps
-
-
-def _run(state: RunState, *ticks: RunInputs) -> tuple[RunState, list[list[str]]]:
-    sent = []
-    for inputs in ticks:
-        state, events = step(state, CONFIG, inputs)
-        sent.append([e.event for e in events])
-    return state, sent
 
 
 def test_a_suspended_run_is_suspended_never_hung_however_long_then_running_with_a_fresh_hang_timer() -> None:
