@@ -64,7 +64,7 @@ def test_the_npd_plugin_contract() -> None:
     settings = plugin["pluginConfig"]
     assert settings["max_output_length"] == 80 and _seconds(settings["timeout"]) <= 15
     conditions = {c["type"] for c in plugin["conditions"]}
-    parser = common_options()
+    parser = common_options(str)  # as `gpuwatch health`'s own parser (cli/health.py)
     add_health_arguments(parser)
     classes: dict[str, str | None] = {}
     for rule in plugin["rules"]:
