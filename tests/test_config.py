@@ -126,8 +126,8 @@ def test_per_gpu_override_merges_only_given_keys() -> None:
 
 
 USER = 1000
-OWN = Path(f"/tmp/gpuwatch-{USER}")
-SYSTEM = Path("/run/gpuwatch")
+OWN = f"/tmp/gpuwatch-{USER}"  # config/runtime.py's paths are str (no pathlib for `gpuwatch health`)
+SYSTEM = "/run/gpuwatch"
 
 
 @pytest.mark.parametrize(
@@ -138,17 +138,17 @@ SYSTEM = Path("/run/gpuwatch")
         ({"XDG_RUNTIME_DIR": "/run/user/1000"}, USER, {SYSTEM}, SYSTEM),
         # The user's own daemon (same defaults) comes first.
         ({}, USER, {SYSTEM, OWN}, OWN),
-        ({"XDG_RUNTIME_DIR": "/run/user/1000"}, USER, {SYSTEM, Path("/run/user/1000/gpuwatch")},
-         Path("/run/user/1000/gpuwatch")),
+        ({"XDG_RUNTIME_DIR": "/run/user/1000"}, USER, {SYSTEM, "/run/user/1000/gpuwatch"},
+         "/run/user/1000/gpuwatch"),
         # No daemon anywhere: the user's own directory ("daemon not running" names it).
         ({}, USER, set(), OWN),
         # Root and the unit's own processes resolve as the daemon does.
         ({}, 0, set(), SYSTEM),
-        ({"RUNTIME_DIRECTORY": "/run/other"}, USER, {SYSTEM, Path("/run/other")}, Path("/run/other")),
+        ({"RUNTIME_DIRECTORY": "/run/other"}, USER, {SYSTEM, "/run/other"}, "/run/other"),
     ],
 )
 def test_client_runtime_dir_finds_the_system_service(
-    environ: dict[str, str], euid: int, daemons: set[Path], expected: Path
+    environ: dict[str, str], euid: int, daemons: set[str], expected: str
 ) -> None:
     assert client_runtime_dir(environ, euid, lambda d: d in daemons) == expected
 

@@ -63,7 +63,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def simulation_runtime_dir() -> Path:
     """`gpuwatch run --simulate` without ``-c``: beside this user's own runtime directory, never in it
     (as root that is the service's /run/gpuwatch): /run/gpuwatch-simulate, $XDG_RUNTIME_DIR/gpuwatch-simulate."""
-    own = default_runtime_dir(os.environ, os.geteuid())
+    own = Path(default_runtime_dir(os.environ, os.geteuid()))
     return own.with_name(own.name + "-simulate")
 
 

@@ -16,7 +16,6 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 from gpuwatch.cli.health_render import FORMATS, Answer, from_document, no_daemon, only, render
 from gpuwatch.cli.options import common_options, formatter
@@ -48,14 +47,18 @@ def add_health_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str]) -> int:
     """`gpuwatch health ARGS` (the fast entry, before gpuwatch's full parser is built)."""
-    parser = argparse.ArgumentParser(prog="gpuwatch health", parents=[common_options()], formatter_class=formatter,
+    # str, not pathlib.Path, for the paths: pathlib's import was 3-4 ms of every check.
+    parser = argparse.ArgumentParser(prog="gpuwatch health", parents=[common_options(str)], formatter_class=formatter,
                                      description="The node's health verdict for a scheduler.")
     add_health_arguments(parser)
     return cmd_health(parser.parse_args(argv))
 
 
 def cmd_health(args: argparse.Namespace) -> int:
-    config_path: Path | None = args.config or (DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.exists() else None)
+    # A str from the fast entry's parser, a Path from gpuwatch's full one (``-c ''`` is named too: the slow path
+    # then says what is wrong with it, as every command does).
+    config_path = os.fspath(args.config) if args.config is not None else (
+        DEFAULT_CONFIG_PATH if os.path.exists(DEFAULT_CONFIG_PATH) else None)
     runtime_dir = _runtime_dir(config_path)
     answer = None
     if runtime_dir is not None:
@@ -79,7 +82,7 @@ def cmd_health(args: argparse.Namespace) -> int:
     return code
 
 
-def _runtime_dir(config_path: Path | None) -> Path | None:
+def _runtime_dir(config_path: str | None) -> str | None:
     """The runtime directory a client looks in; None when the config file cannot be read quickly (the slow
     path then loads it and says what is wrong)."""
     configured: str | None = None
@@ -100,28 +103,31 @@ def _runtime_dir(config_path: Path | None) -> Path | None:
                 return None
             configured = value
     if configured:
-        return Path(configured)
+        return configured
     return client_runtime_dir(os.environ, os.geteuid(), daemon_files_in)
 
 
-def _daemon_answer(runtime_dir: Path) -> Answer | None:
+def _daemon_answer(runtime_dir: str) -> Answer | None:
     """The daemon's verdict from its state file; None when no daemon runs there."""
     try:
-        document = json.loads((runtime_dir / STATE_FILE_NAME).read_bytes())
+        with open(os.path.join(runtime_dir, STATE_FILE_NAME), "rb") as handle:
+            document = json.loads(handle.read())
     except (OSError, ValueError):
         return None
     if not isinstance(document, dict):
         return None
     answer = from_document(document, time.time())
     if answer.status == "unknown":  # stale: a stuck daemon (G001), or a dead one that left its file behind
+        from pathlib import Path
+
         from gpuwatch.daemon.lock import holder
 
-        if holder(runtime_dir) is None:
+        if holder(Path(runtime_dir)) is None:
             return None
     return answer
 
 
-def _direct_answer(args: argparse.Namespace) -> tuple[Answer, Path]:
+def _direct_answer(args: argparse.Namespace) -> tuple[Answer, str]:
     from gpuwatch.cli.settings import load_cli_config
     from gpuwatch.daemon.compose import build_sources
     from gpuwatch.gpus.sampler import Sampler
@@ -140,10 +146,12 @@ def _direct_answer(args: argparse.Namespace) -> tuple[Answer, Path]:
     verdict = judge(state, settings, over_crit_since({}, state, now - settings.over_crit_s), now)
     lines = tuple(fault_line(f.code, f.gpu_id, f.detail) for f in verdict.faults)
     return no_daemon(lines, verdict.notes, settings.daemon_down, settings.drain_after_checks,
-                     settings.resume_after_checks), config.resolved_runtime_dir
+                     settings.resume_after_checks), str(config.resolved_runtime_dir)
 
 
-def _slurm(answer: Answer, runtime_dir: Path | None) -> int:
+def _slurm(answer: Answer, runtime_dir: str | None) -> int:
+    from pathlib import Path  # --slurm's module imports it anyway
+
     from gpuwatch.cli import slurm
 
     if runtime_dir is None:  # pragma: no cover - the direct path always resolves one
@@ -151,7 +159,7 @@ def _slurm(answer: Answer, runtime_dir: Path | None) -> int:
         return 1
     reason = answer.lines[0] if answer.lines else ""
     try:
-        done = slurm.gate(runtime_dir / slurm.CHECKS_FILE_NAME, answer.healthy, reason, answer.drain_after_checks,
+        done = slurm.gate(Path(runtime_dir, slurm.CHECKS_FILE_NAME), answer.healthy, reason, answer.drain_after_checks,
                           answer.resume_after_checks, slurm.node_name(os.environ))
     except (slurm.ScontrolError, OSError) as exc:
         print(f"gpuwatch health --slurm: {exc}", file=sys.stderr)

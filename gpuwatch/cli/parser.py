@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _common_options() -> argparse.ArgumentParser:
     """The options every command that reads a config or the machine takes (a parent parser: cli/options.py)."""
-    return common_options()
+    return common_options(Path)
 
 
 def _add_run(sub: Commands, common: argparse.ArgumentParser) -> None:

@@ -16,10 +16,10 @@ from gpuwatch.config.file import DEFAULT_CONFIG_PATH, Config, load_config, parse
 
 def cli_config_path(args: argparse.Namespace) -> Path | None:
     """The config named on the command line, else the default file if it exists, else None (defaults)."""
-    path: Path | None = args.config
-    if path is None and DEFAULT_CONFIG_PATH.exists():
-        path = DEFAULT_CONFIG_PATH
-    return path
+    if args.config is not None:
+        return Path(args.config)  # a str from `gpuwatch health`'s parser (cli/options.py), else a Path already
+    default = Path(DEFAULT_CONFIG_PATH)
+    return default if default.exists() else None
 
 
 def load_cli_config(args: argparse.Namespace, *, client: bool = False, **overrides: Any) -> Config:
@@ -32,7 +32,7 @@ def load_cli_config(args: argparse.Namespace, *, client: bool = False, **overrid
     path = cli_config_path(args)
     for key in ("sysfs_root", "proc_root"):
         if getattr(args, key, None) is not None:
-            overrides[key] = str(getattr(args, key))
+            overrides[key] = str(Path(getattr(args, key)))  # as a Path spells it, also `gpuwatch health`'s str
     return with_runtime_dir(load_config(path, overrides), client=client)
 
 
@@ -61,7 +61,7 @@ def check_config_path(args: argparse.Namespace) -> Path:
     """`check-config`'s file: ``-c FILE`` like every other command, or the positional FILE of its first form."""
     if args.file is not None and args.config is not None and args.file != args.config:
         args.parser.error(f"two files named ({args.config} and {args.file}): check one at a time")
-    path: Path = args.file or args.config or DEFAULT_CONFIG_PATH
+    path: Path = args.file or args.config or Path(DEFAULT_CONFIG_PATH)
     return path
 
 
@@ -73,7 +73,7 @@ def with_runtime_dir(config: Config, *, client: bool = False) -> Config:
         runtime_dir = client_runtime_dir(os.environ, os.geteuid(), daemon_files_in)
     else:
         runtime_dir = default_runtime_dir(os.environ, os.geteuid())
-    return config.model_copy(update={"runtime_dir": runtime_dir})
+    return config.model_copy(update={"runtime_dir": Path(runtime_dir)})  # model_copy does not validate: the type
 
 
 def setup_logging(level: str) -> None:

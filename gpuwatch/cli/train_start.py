@@ -39,7 +39,7 @@ def say(line: str) -> None:
 
 
 def socket_path(runtime_dir: Path | None, environ: Mapping[str, str], euid: int) -> Path:
-    return (runtime_dir or client_runtime_dir(environ, euid, daemon_files_in)) / CONTROL_SOCKET_NAME
+    return (runtime_dir or Path(client_runtime_dir(environ, euid, daemon_files_in))) / CONTROL_SOCKET_NAME
 
 
 def start_run(args: argparse.Namespace, command: list[str], gpus: list[str], build: Build) -> int:

@@ -139,7 +139,9 @@ class Config(Strict):
     @property
     def resolved_runtime_dir(self) -> Path:
         """``runtime_dir``, else the default for this process (the CLI resolves it once, at load)."""
-        return self.runtime_dir if self.runtime_dir is not None else default_runtime_dir(os.environ, os.geteuid())
+        if self.runtime_dir is not None:
+            return self.runtime_dir
+        return Path(default_runtime_dir(os.environ, os.geteuid()))
 
 
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Config:

@@ -1,17 +1,21 @@
 """Where gpuwatch's files are: the config file, the runtime directory (the daemon's, and where a client finds
 one), and the names in it. Plain paths, no pydantic: `gpuwatch health` finds the state file through this
 module alone (it must answer in milliseconds; docs/cluster.md). ``config.base`` re-exports every name.
+
+The paths are ``str`` and built with ``os.path``, not ``pathlib.Path``: pathlib's import (with urllib.parse and
+ipaddress under it) was 3-4 ms of every check (tests/cluster/test_health_imports.py). A caller that works in
+``Path`` wraps what it gets here where it uses it (``Path(default_runtime_dir(...))``); the rules stay here.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
-from pathlib import Path
 
-DEFAULT_CONFIG_PATH = Path("/etc/gpuwatch/gpuwatch.toml")
+DEFAULT_CONFIG_PATH = "/etc/gpuwatch/gpuwatch.toml"
 
 # The systemd unit's RuntimeDirectory=gpuwatch, and root's default runtime_dir.
-SYSTEM_RUNTIME_DIR = Path("/run/gpuwatch")
+SYSTEM_RUNTIME_DIR = "/run/gpuwatch"
 
 # In the runtime directory: the published state (`gpuwatch status`) and the supervisor's control socket.
 STATE_FILE_NAME = "state.json"
@@ -19,18 +23,18 @@ STATE_FILE_NAME = "state.json"
 CONTROL_SOCKET_NAME = "control.sock"
 
 
-def default_runtime_dir(environ: Mapping[str, str], euid: int) -> Path:
+def default_runtime_dir(environ: Mapping[str, str], euid: int) -> str:
     """Where a daemon started this way publishes when the config sets no ``runtime_dir``: systemd's
     RuntimeDirectory, /run/gpuwatch for root, else a per-user directory."""
     if environ.get("RUNTIME_DIRECTORY"):
-        return Path(environ["RUNTIME_DIRECTORY"].split(":")[0])
+        return environ["RUNTIME_DIRECTORY"].split(":")[0]
     if euid == 0:
         return SYSTEM_RUNTIME_DIR
-    base = environ.get("XDG_RUNTIME_DIR") or f"/tmp/gpuwatch-{euid}"
-    return Path(base) / "gpuwatch" if environ.get("XDG_RUNTIME_DIR") else Path(base)
+    xdg = environ.get("XDG_RUNTIME_DIR")
+    return os.path.join(xdg, "gpuwatch") if xdg else f"/tmp/gpuwatch-{euid}"
 
 
-def client_runtime_dir(environ: Mapping[str, str], euid: int, holds_daemon: Callable[[Path], bool]) -> Path:
+def client_runtime_dir(environ: Mapping[str, str], euid: int, holds_daemon: Callable[[str], bool]) -> str:
     """Where `status`, `pause`, `resume` and `restart` look for the daemon when the config sets no
     ``runtime_dir``: where this user's own daemon would publish (``default_runtime_dir``) if one is
     there, else the system service's /run/gpuwatch if one is there (a non-root user on a machine with
@@ -44,6 +48,8 @@ def client_runtime_dir(environ: Mapping[str, str], euid: int, holds_daemon: Call
     return own
 
 
-def daemon_files_in(runtime_dir: Path) -> bool:
+def daemon_files_in(runtime_dir: str | os.PathLike[str]) -> bool:
     """A daemon's state file or control socket is in ``runtime_dir`` (a clean stop removes both)."""
-    return (runtime_dir / STATE_FILE_NAME).exists() or (runtime_dir / CONTROL_SOCKET_NAME).exists()
+    return (os.path.exists(os.path.join(runtime_dir, STATE_FILE_NAME))
+            or os.path.exists(os.path.join(runtime_dir, CONTROL_SOCKET_NAME)))
+

@@ -82,3 +82,11 @@ def test_a_broken_config_is_one_line_and_exit_2(tmp_path: Path) -> None:
     config.write_text("[health]\ndrain_after_checks = 0\n")
     done = health(config)
     assert done.returncode == 2 and "drain_after_checks" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_empty_config_name_is_named_not_replaced_by_the_default(tmp_path: Path) -> None:
+    """``-c ''``: the fast entry's parser keeps paths as str (no pathlib on the fast path), where '' is false;
+    it is still the file named (``Path('')``, the current directory, as every other command reads it), never
+    the default file in its place."""
+    done = subprocess.run([*GPUWATCH, "health", "-c", ""], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (2, "gpuwatch: .: is a directory, not a config file\n")

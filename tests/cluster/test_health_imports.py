@@ -3,6 +3,10 @@ whose own time is almost all imports; docs/cluster.md). Never by time: ``-X impo
 process imports, and what Python's own start imports in the same environment (``-c pass``) is taken off.
 
 Against a real (simulated) daemon, so the answer is its published verdict: the fast path really was taken.
+
+Also without site (``python -S``, the checkout on PYTHONPATH): a development venv's editable install has a finder
+that imports pathlib at every start, so there ``-c pass`` has pathlib already and its absence would be taken off
+unseen; a normal install (the benchmark's wheel) has no such finder, and ``-S`` shows what it sees.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import GPUWATCH as CONSOLE_SCRIPT
+from tests.support.paths import REPO
 from tests.support.processes import Processes
 from tests.support.stack import GPUWATCH
 from tests.support.waiting import wait_for
@@ -32,7 +37,9 @@ FAST_PATH = {"gpuwatch", "gpuwatch.cli", "gpuwatch.cli.health", "gpuwatch.cli.he
 NEVER = ("pydantic", "psutil", "prometheus_client", "yaml", "bcrypt", "gpuwatch.model", "gpuwatch.states",
          "gpuwatch.config.base", "gpuwatch.config.file", "gpuwatch.daemon", "gpuwatch.gpus", "gpuwatch.cli.parser",
          "gpuwatch.cli.settings", "gpuwatch.cli.slurm", "asyncio", "ssl", "socket", "subprocess", "logging",
-         "threading", "dataclasses", "inspect", "shutil", "ipaddress", "email", "http")
+         "threading", "dataclasses", "inspect", "shutil", "ipaddress", "email", "http",
+         # pathlib with urllib.parse under it (3-4 ms of the check): config/runtime.py's paths are str.
+         "pathlib", "urllib")
 
 # Only when the config names runtime_dir: the default needs no TOML (tomllib brings typing and datetime, each as
 # costly as the rest of the check's own imports; no library parses a TOML file for one key).
@@ -71,13 +78,22 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dic
         yield config, env
 
 
+def without_site(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for ``python -S``: no site-packages, so the checkout itself on PYTHONPATH (the fast path needs no
+    third-party package)."""
+    return {**env, "PYTHONPATH": str(REPO)}
+
+
 @pytest.mark.parametrize("fmt", ["nhc", "npd", "nagios", "json"])
-@pytest.mark.parametrize("command", [["-m", "gpuwatch"], [CONSOLE_SCRIPT]], ids=["python -m", "console script"])
-def test_the_fast_path_imports_only_what_the_verdict_needs(daemon: tuple[Path, dict[str, str]], command: list[str],
-                                                           fmt: str) -> None:
+@pytest.mark.parametrize("flags, command", [([], ["-m", "gpuwatch"]), ([], [CONSOLE_SCRIPT]),
+                                            (["-S"], ["-m", "gpuwatch"])],
+                         ids=["python -m", "console script", "python -S -m"])
+def test_the_fast_path_imports_only_what_the_verdict_needs(daemon: tuple[Path, dict[str, str]], flags: list[str],
+                                                           command: list[str], fmt: str) -> None:
     config, env = daemon
-    _, python = imported(["-c", "pass"], env)
-    done, names = imported([*command, "health", "-c", str(config), "--format", fmt], env)
+    env = without_site(env) if flags else env
+    _, python = imported([*flags, "-c", "pass"], env)
+    done, names = imported([*flags, *command, "health", "-c", str(config), "--format", fmt], env)
     assert done.returncode == 0 and "healthy" in done.stdout, done.stdout + done.stderr[-2000:]
     ours = names - python
     assert {n for n in ours if n.split(".")[0] == "gpuwatch"} == FAST_PATH
@@ -88,9 +104,9 @@ def test_a_config_naming_runtime_dir_adds_tomllib_alone(daemon: tuple[Path, dict
     config, env = daemon
     named = tmp_path / "named.toml"
     named.write_text(f'runtime_dir = "{env["RUNTIME_DIRECTORY"]}"\n' + config.read_text())
-    env = {k: v for k, v in env.items() if k != "RUNTIME_DIRECTORY"}  # the config alone says where
-    _, python = imported(["-c", "pass"], env)
-    done, names = imported(["-m", "gpuwatch", "health", "-c", str(named), "--format", "npd"], env)
+    env = without_site({k: v for k, v in env.items() if k != "RUNTIME_DIRECTORY"})  # the config alone says where
+    _, python = imported(["-S", "-c", "pass"], env)
+    done, names = imported(["-S", "-m", "gpuwatch", "health", "-c", str(named), "--format", "npd"], env)
     assert (done.returncode, done.stdout) == (0, "gpuwatch: healthy\n"), done.stderr[-2000:]
     ours = names - python
     assert {n for n in ours if n.split(".")[0] == "gpuwatch"} == FAST_PATH

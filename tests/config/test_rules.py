@@ -34,7 +34,7 @@ def test_two_spellings_of_one_gpu_are_found_past_an_entry_the_other_checks_refus
     ("/run/a b:/run/c", "/run/a b"),
 ])
 def test_systemds_runtime_directory_is_the_first_it_names(runtime_directory: str, expected: str) -> None:
-    assert default_runtime_dir({"RUNTIME_DIRECTORY": runtime_directory}, 1000) == Path(expected)
+    assert default_runtime_dir({"RUNTIME_DIRECTORY": runtime_directory}, 1000) == expected
 
 
 # gpuwatch/config/file.py: loading, the error a bad file gets, the effective config.
