@@ -129,6 +129,11 @@ def test_a_command_that_exits_while_the_wrapper_is_stopped_is_reaped_with_its_st
         wrapper = wrappers.start(steps_until(done, 5), job=True)
         wait_for(lambda: (wrapper.remember_tree(), wrapper.seen)[1], "the command", WAIT_S, detail=wrapper.output)
         (child,) = wrapper.seen
+        # Started, not just forked: between the fork and its exec the child is still in the wrapper's group and
+        # the wrapper waits in vfork (state D), so a Ctrl-Z then stops the child before the handler can run
+        # (docs/attached-runs.md, "Job control": fg continues both).
+        wait_for(lambda: str(done) in wrapper.seen[child].cmdline(), "the command's exec", WAIT_S,
+                 detail=wrapper.output)
         os.killpg(wrapper.pid, signal.SIGTSTP)
         both(wrapper, child, "T", "both stopped")
         os.kill(child, signal.SIGCONT)  # the command alone goes on (its user's kill -CONT) and ends
