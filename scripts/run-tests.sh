@@ -16,10 +16,10 @@ if [ "${1:-}" = "--check" ]; then
   set -- -n 2 --ignore=tests/e2e --ignore=tests/train --ignore=tests/cluster/test_slurm_e2e.py \
     --ignore=tests/cluster/test_receipt_promql.py --ignore=tests/cli/test_train_ddp.py "$@"
 else
-  # Four workers on two cores: most e2e time is waiting on real children and services, and with one OpenMP
-  # thread per torch process (below) four beat three a little (clean clones on this 2-core machine, 2026-11-27:
-  # pytest 458 s against 485 s; 8 min 40 s against 9 min 6 s in all). The systemd container cases share one booted
-  # container, so they go to one worker together (their xdist_group).
+  # Four workers on two cores: most e2e time is waiting on real children and services, and with one
+  # OpenMP thread per torch process (below) four beat three a little (clean clones on this 2-core machine,
+  # 2026-11-27: pytest 458 s against 485 s; 8 min 40 s against 9 min 6 s in all). The systemd container
+  # cases share one booted container, so they go to one worker together (their xdist_group).
   set -- -n 4 --dist loadgroup "$@"
 fi
 # The workers share two cores: a PyTorch process with a thread per core each (OpenMP's threads spin while
