@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import psutil
 import pytest
 
 from gpuwatch.attach import Beat
 from gpuwatch.heartbeat import Heartbeat
 from tests.support.attach_server import AttachServer
 from tests.support.ddp import FAST_ENV, JOB_WAIT_S, SCRIPT, torchrun
+from tests.support.processes import kill_named
 from tests.support.train_wrapper import Wrappers
 from tests.support.waiting import wait_for
 
@@ -25,18 +25,6 @@ def ranks(beat: Beat) -> list[Heartbeat]:
     fields = Heartbeat.__dataclass_fields__
     found = [Heartbeat(**{k: v for k, v in raw.items() if k in fields}) for raw in beat.heartbeats]
     return sorted((b for b in found if b.rank is not None), key=lambda b: b.rank or 0)
-
-
-def _sweep(out: Path) -> None:
-    """Every rank of this job, found by its folder on the command line (torchrun starts ranks in sessions of
-    their own, and a rank whose agent died is init's)."""
-    mine = [p for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or ())]
-    for process in mine:
-        try:
-            process.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(mine, timeout=30)
 
 
 @pytest.mark.timeout(300)
@@ -67,4 +55,4 @@ def test_two_ranks_relayed_in_one_beat_and_held_at_the_same_step(tmp_path: Path)
             beat_where(lambda rs: len(rs) == 2 and not any(r.paused for r in rs)
                        and min(r.steps_total for r in rs) > held[0].steps_total, "both ranks stepping again")
     finally:
-        _sweep(out)
+        kill_named(str(out))

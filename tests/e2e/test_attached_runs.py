@@ -30,7 +30,7 @@ import pytest
 
 from gpuwatch.heartbeat import Heartbeat, read_heartbeat, read_rank_heartbeats
 from tests.support.paths import REPO
-from tests.support.processes import Processes, Started
+from tests.support.processes import Processes, Started, kill_named
 from tests.support.stack import GPUWATCH
 from tests.support.train_wrapper import LOOP, Wrapper, Wrappers, loop_command
 from tests.support.waiting import wait_for
@@ -175,18 +175,6 @@ def test_a_run_from_a_plain_shell_is_paused_when_hot_resumed_when_cool_and_seen(
         assert "stopped by the gpuwatch daemon" in wrapper.output()
 
 
-def _sweep(marker: str) -> None:
-    """Every process whose command line names ``marker`` (a torchrun job's ranks run in sessions of their own,
-    and a rank whose agent died is init's): killed, also when the test failed half way."""
-    mine = [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or ())]
-    for process in mine:
-        try:
-            process.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(mine, timeout=30)
-
-
 @pytest.mark.torch
 @pytest.mark.timeout(400)
 def test_every_rank_of_a_torchrun_attached_run_is_held_at_the_same_step(short_dir: Path) -> None:
@@ -237,7 +225,7 @@ def test_every_rank_of_a_torchrun_attached_run_is_held_at_the_same_step(short_di
             wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
                                      for p in rank_pids), "every rank gone", WAIT_S, ignore=(psutil.Error,))
     finally:
-        _sweep(str(out))
+        kill_named(str(out))
 
 
 @pytest.mark.timeout(300)

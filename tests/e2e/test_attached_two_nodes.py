@@ -26,13 +26,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from gpuwatch.heartbeat import Heartbeat, read_rank_heartbeats
 from tests.support.ddp import FAST_ENV, SCRIPT, held_alike, torchrun
 from tests.support.paths import REPO
-from tests.support.processes import Processes, Started, free_port
+from tests.support.processes import Processes, Started, free_port, kill_named
 from tests.support.stack import GPUWATCH
 from tests.support.train_wrapper import Wrapper, Wrappers
 from tests.support.waiting import wait_for
@@ -123,18 +122,6 @@ def phases(nodes: list[Node]) -> list[str | None]:
     return [(n.run() or {}).get("phase") for n in nodes]
 
 
-def _sweep(marker: str) -> None:
-    """Every process whose command line names ``marker`` (a torchrun job's ranks run in sessions of their own,
-    and a rank whose agent died is init's): killed, also when the test failed half way."""
-    mine = [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or ())]
-    for process in mine:
-        try:
-            process.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(mine, timeout=30)
-
-
 @pytest.mark.timeout(420)
 def test_a_hot_node_holds_every_rank_of_an_attached_job_and_the_other_node_says_who_asked(short_dir: Path) -> None:
     port = free_port()
@@ -207,4 +194,4 @@ def test_a_hot_node_holds_every_rank_of_an_attached_job_and_the_other_node_says_
                            "every rank stepping again")
                 assert all("job: running" in n.status() for n in nodes)
     finally:
-        _sweep(str(out))
+        kill_named(str(out))

@@ -18,13 +18,12 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from gpuwatch.heartbeat import PAUSE_STALE_S, Heartbeat, read_rank_heartbeats, request_pause
 from tests.support.ddp import FAST_ENV, JOB_WAIT_S, TORCHRUN, held_alike
 from tests.support.paths import REPO
-from tests.support.processes import free_port
+from tests.support.processes import free_port, kill_named
 from tests.support.waiting import wait_for
 
 pytest.importorskip("torch")
@@ -54,15 +53,9 @@ class Job:
         the launcher's process group misses them, and a rank whose agent died is init's: each is found by
         the job's own folder on its command line (a rank left running waits on a store that is gone, for
         ever, and costs every later test its CPU)."""
-        mine = [p for p in psutil.process_iter(["cmdline"]) if str(self.out) in " ".join(p.info["cmdline"] or ())]
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
-        for process in mine:
-            try:
-                process.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(mine, timeout=30)
+        kill_named(str(self.out))
         self.proc.wait(60)
         self.log.close()
 

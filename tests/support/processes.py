@@ -20,6 +20,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import psutil
+
 from tests.support.waiting import wait_for
 
 WAIT_S = 60.0  # one bounded wait for a server on 2 busy cores (they take 0.3-6 s)
@@ -107,3 +109,16 @@ def post_json(url: str, body: Any, timeout_s: float = 5.0) -> int:
             return int(response.status)
     except urllib.error.HTTPError as exc:
         return int(exc.code)
+
+
+def kill_named(marker: str) -> None:
+    """Every process whose command line names ``marker`` (a job's folder: torchrun starts ranks in sessions of
+    their own, and a rank whose agent died is init's), killed and waited for, also when a test failed half way:
+    a rank left running waits on a store that is gone, for ever, and costs every later test its CPU."""
+    mine = [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or ())]
+    for process in mine:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(mine, timeout=30)
