@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,3 +25,11 @@ def pytest_configure(config: pytest.Config) -> None:
 def fake_sysfs(tmp_path: Path) -> FakeSysfsTree:
     """An empty real-topology tree; add cards with ``add_capture(capture(name))`` (tests.support.trees)."""
     return FakeSysfsTree(tmp_path / "sys")
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A directory under /tmp for unix sockets: a sockaddr_un path holds at most 107 bytes, and pytest's
+    tmp_path can be longer. Private (0700), as mkdtemp makes it; a test that lets another user in widens it."""
+    with tempfile.TemporaryDirectory(prefix="gw-", dir="/tmp") as name:
+        yield Path(name)

@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import json
 import re
-import resource
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gpuwatch.sim import navi31
-from tests.support.waiting import wait_for
-
-CLI = [sys.executable, "-c", "import sys; from gpuwatch.cli import main; sys.exit(main())"]
+from tests.support.daemon_process import signalled_once
+from tests.support.stack import GPUWATCH
 
 
 def _od_max_mhz(table: Path) -> int:
@@ -32,18 +29,9 @@ def _limited_then(tmp_path: Path, sig: int) -> tuple[int, bytes, Path, Path]:
                       f'[simulate]\nenabled = true\ntree_dir = "{tree}"\ntime_scale = 50.0\ncooling_scale = 0.4\n'
                       'card = "navi31"\n[simulate.faults]\nfan_stuck_percent = 30\n')
     table = tree / "class/drm/card0/device/pp_od_clk_voltage"
-    proc = subprocess.Popen([*CLI, "run", "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))
-    try:
-        wait_for(lambda: 0 < _od_max_mhz(table) < navi31.SCLK_MAX_MHZ, "the clock rung to lower the ceiling", 60,
-                 ignore=(OSError, ValueError))
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=15)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return proc.returncode, err, config, table
+    status, err = signalled_once(config, lambda: 0 < _od_max_mhz(table) < navi31.SCLK_MAX_MHZ,
+                                 "the clock rung to lower the ceiling", 60, sig)
+    return status, err, config, table
 
 
 def test_sigterm_gives_the_ceiling_back(tmp_path: Path) -> None:
@@ -61,7 +49,7 @@ def test_after_a_kill_gpuwatch_restore_gives_the_ceiling_back(tmp_path: Path, si
     assert _od_max_mhz(table) < navi31.SCLK_MAX_MHZ  # nobody gave it back
     record = json.loads((run_dir / "clock-restore.json").read_text())
     assert list(record.values()) == [{"backend": "od_table", "sclk_max_mhz": navi31.SCLK_MAX_MHZ}]
-    done = subprocess.run([*CLI, "restore", "-c", str(config)], capture_output=True, timeout=60)
+    done = subprocess.run([*GPUWATCH, "restore", "-c", str(config)], capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()
     assert "shader clock ceiling back to its original 2500 MHz" in done.stdout.decode()
     assert _od_max_mhz(table) == navi31.SCLK_MAX_MHZ and not (run_dir / "clock-restore.json").exists()

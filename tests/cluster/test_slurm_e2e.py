@@ -23,7 +23,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -157,13 +156,6 @@ def test_a_governed_node_is_never_drained(tmp_path: Path, processes: Processes) 
 
 HOT = "[thermal]\nedge_limit_c = 20\n"  # ambient 30 °C: every simulated card is over it
 COOL = "[thermal]\nedge_limit_c = 140\njunction_limit_c = 140\nmem_limit_c = 140\n"
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    # The control socket's path must fit a sockaddr_un (107 bytes); pytest's tmp_path for this test does not.
-    with tempfile.TemporaryDirectory(prefix="gw-", dir="/tmp") as name:
-        yield Path(name)
 
 
 def test_srun_gpuwatch_train_carries_its_job_is_paused_when_hot_and_its_receipt_covers_it(

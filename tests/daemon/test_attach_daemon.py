@@ -12,14 +12,13 @@ import pwd
 import signal
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.attach_client import AttachClient
+from tests.support.daemon_process import read_state
 from tests.support.paths import REPO
 from tests.support.processes import Processes
 from tests.support.stack import GPUWATCH
@@ -31,12 +30,10 @@ WAIT_S = 60.0  # generous: eight engineers share two cores
 
 
 @pytest.fixture
-def short_dir() -> Iterator[Path]:
-    # A unix socket path holds at most 107 bytes; pytest's tmp_path can be longer. World-readable: another
-    # user's client reads the config and connects to the socket in it.
-    with tempfile.TemporaryDirectory(prefix="gw-", dir="/tmp") as name:
-        os.chmod(name, 0o755)
-        yield Path(name)
+def short_dir(short_dir: Path) -> Path:
+    """World-readable: another user's client reads the config and connects to the socket in it."""
+    os.chmod(short_dir, 0o755)
+    return short_dir
 
 
 class Daemon:
@@ -60,11 +57,7 @@ class Daemon:
         self.child.process.send_signal(signal.SIGHUP)
 
     def state(self) -> dict[str, Any] | None:
-        try:
-            document: dict[str, Any] = json.loads((self.root / "run" / "state.json").read_text())
-        except (OSError, ValueError):
-            return None
-        return document
+        return read_state(self.root / "run")
 
     def run(self, name: str) -> dict[str, Any] | None:
         document = self.state() or {}

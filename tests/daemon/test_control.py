@@ -8,9 +8,7 @@ import pwd
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +20,6 @@ from gpuwatch.daemon.control import ControlError, ControlServer, send_command
 from gpuwatch.sim.tree import FakeSysfsTree
 from tests.support.trees import capture
 from tests.support.waiting import wait_for
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    # unix socket paths are limited to 107 bytes; pytest's tmp_path can be longer
-    with tempfile.TemporaryDirectory(prefix="gw-", dir="/tmp") as name:
-        yield Path(name)
 
 
 def test_round_trip_and_socket_mode(short_dir: Path) -> None:

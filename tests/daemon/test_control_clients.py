@@ -8,10 +8,8 @@ import pwd
 import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,13 +28,6 @@ open(sys.argv[1], "w").close()
 while True:
     time.sleep(0.05)
 """
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    # unix socket paths are limited to 107 bytes; pytest's tmp_path can be longer
-    with tempfile.TemporaryDirectory(prefix="gw-", dir="/tmp") as name:
-        yield Path(name)
 
 
 def _connect(path: Path) -> socket.socket:

@@ -19,9 +19,8 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ import psutil
 import pytest
 
 from gpuwatch.heartbeat import Heartbeat, read_heartbeat, read_rank_heartbeats
+from tests.support.daemon_process import read_state
 from tests.support.paths import REPO
 from tests.support.processes import Processes, Started, kill_named
 from tests.support.stack import GPUWATCH
@@ -41,12 +41,10 @@ WAIT_S = 90.0  # generous: eight engineers share two cores (and each test gets 3
 
 
 @pytest.fixture
-def short_dir() -> Iterator[Path]:
-    # A unix socket path holds at most 107 bytes; pytest's tmp_path can be longer. World-readable: another
-    # user's wrapper reads the config and connects to the socket in it.
-    with tempfile.TemporaryDirectory(prefix="gwe-", dir="/tmp") as name:
-        os.chmod(name, 0o755)
-        yield Path(name)
+def short_dir(short_dir: Path) -> Path:
+    """World-readable: another user's wrapper reads the config and connects to the socket in it."""
+    os.chmod(short_dir, 0o755)
+    return short_dir
 
 
 class Daemon:
@@ -74,11 +72,7 @@ class Daemon:
         self.child.process.send_signal(signal.SIGHUP)
 
     def state(self) -> dict[str, Any] | None:
-        try:
-            document: dict[str, Any] = json.loads((self.runtime / "state.json").read_text())
-        except (OSError, ValueError):
-            return None
-        return document
+        return read_state(self.runtime)
 
     def ticks(self) -> int:
         return int((self.state() or {}).get("daemon", {}).get("ticks_total", 0))

@@ -15,20 +15,19 @@ names). A card is made hot by the daemon's thermal limits (a SIGHUP reload: ``[t
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
 import subprocess
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpuwatch.heartbeat import Heartbeat, read_rank_heartbeats
+from tests.support.daemon_process import read_state
 from tests.support.ddp import FAST_ENV, SCRIPT, held_alike, torchrun
 from tests.support.paths import REPO
 from tests.support.processes import Processes, Started, free_port, kill_named
@@ -44,13 +43,6 @@ COOL = "[thermal]\nedge_limit_c = 140\njunction_limit_c = 140\nmem_limit_c = 140
 WAIT_S = 120.0  # torch in 2 agents + 2 ranks on 2 cores shared by eight engineers: 5-30 s to start
 HANG_TIMEOUT_S = 2.0  # node B's [attached] hang_timeout_s: the hold below lasts several times longer
 HELD_FOR_S = 4 * HANG_TIMEOUT_S
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    # A unix socket path holds at most 107 bytes; pytest's tmp_path can be longer.
-    with tempfile.TemporaryDirectory(prefix="gw2n-", dir="/tmp") as name:
-        yield Path(name)
 
 
 class Node:
@@ -82,11 +74,7 @@ class Node:
         self.wrapper = self.wrappers.start(command, "--name", "job", env=FAST_ENV | {"GPUWATCH_NODE": self.name})
 
     def state(self) -> dict[str, Any] | None:
-        try:
-            document: dict[str, Any] = json.loads((self.runtime / "state.json").read_text())
-        except (OSError, ValueError):
-            return None
-        return document
+        return read_state(self.runtime)
 
     def run(self) -> dict[str, Any] | None:
         return next((t for t in (self.state() or {}).get("trainers", []) if t["name"] == "job"), None)

@@ -5,7 +5,6 @@ hanging (a FIFO)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -22,7 +21,7 @@ import pytest
 from gpuwatch.sim.proctree import RENDER_NODE, FakeProcTree, amdgpu_fdinfo, generic_fdinfo
 from gpuwatch.sim.resets import SimulatedResets
 from gpuwatch.sim.tree import FakeCard, FakeSysfsTree
-from tests.support.daemon_process import DaemonProcess
+from tests.support.daemon_process import DaemonProcess, read_state
 from tests.support.processes import Processes
 from tests.support.stack import GPUWATCH
 from tests.support.trees import capture
@@ -206,11 +205,7 @@ def test_a_gpu_back_under_a_new_card_number_is_bound_within_ticks_of_its_uevent(
                                          "-c", str(config)])
 
     def state() -> dict[str, Any] | None:
-        try:
-            document: dict[str, Any] = json.loads((runtime / "state.json").read_text())
-        except (FileNotFoundError, ValueError):
-            return None
-        return document
+        return read_state(runtime)
 
     def fan(document: dict[str, Any] | None) -> str | None:
         return None if document is None else (_gpu(document)["fan_controller"] or {}).get("mode")

@@ -6,17 +6,15 @@ installed before the governor still run)."""
 from __future__ import annotations
 
 import json
-import resource
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.waiting import wait_for
+from tests.support.daemon_process import signalled_once
+from tests.support.stack import GPUWATCH
 
-CLI = [sys.executable, "-c", "import sys; from gpuwatch.cli import main; sys.exit(main())"]
 ORIGINAL_UW = 150_000_000
 
 
@@ -33,17 +31,8 @@ def _capped_then(tmp_path: Path, sig: int) -> tuple[int, bytes, Path, Path]:
     config.write_text(f'runtime_dir = "{run_dir}"\ninterval_s = 0.05\n[http]\nenabled = false\n'
                       f'[simulate]\nenabled = true\ntree_dir = "{tree}"\ntime_scale = 50.0\ncooling_scale = 0.4\n')
     cap = tree / "class/hwmon/hwmon1/power1_cap"
-    proc = subprocess.Popen([*CLI, "run", "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))
-    try:
-        wait_for(lambda: _cap_uw(cap) < ORIGINAL_UW, "the governor to lower the cap", 30, ignore=(OSError, ValueError))
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=15)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return proc.returncode, err, config, cap
+    status, err = signalled_once(config, lambda: _cap_uw(cap) < ORIGINAL_UW, "the governor to lower the cap", 30, sig)
+    return status, err, config, cap
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -63,7 +52,7 @@ def test_after_a_kill_the_restore_command_gives_the_cap_back(tmp_path: Path, sig
     assert _cap_uw(cap) < ORIGINAL_UW  # nobody gave it back
     record = json.loads((run_dir / "power-restore.json").read_text())
     assert [r["cap_uw"] for r in record.values()] == [ORIGINAL_UW]
-    done = subprocess.run([*CLI, verb, "-c", str(config), "--sysfs-root", str(tmp_path / "tree")],
+    done = subprocess.run([*GPUWATCH, verb, "-c", str(config), "--sysfs-root", str(tmp_path / "tree")],
                           capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()
     assert "power cap" in done.stdout.decode()  # it says what it gave back

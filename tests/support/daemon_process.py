@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import resource
 import signal
 import subprocess
 from collections.abc import Callable
@@ -15,6 +16,32 @@ from typing import Any
 from tests.support.processes import Processes
 from tests.support.stack import GPUWATCH
 from tests.support.waiting import wait_for
+
+
+def read_state(runtime: Path) -> dict[str, Any] | None:
+    """The state file a daemon publishes in ``runtime``; None before its first tick (or a half-read file)."""
+    try:
+        document: dict[str, Any] = json.loads((runtime / "state.json").read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return document
+
+
+def signalled_once(config: Path, ready: Callable[[], object], what: str, timeout_s: float,
+                   sig: int) -> tuple[int, bytes]:
+    """`gpuwatch run -c CONFIG` until ``ready()`` holds (read errors count as not yet), then ``sig``: (exit
+    status, stderr). No core file: SIGABRT (systemd's watchdog kill) is one of the signals sent."""
+    proc = subprocess.Popen([*GPUWATCH, "run", "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))
+    try:
+        wait_for(ready, what, timeout_s, ignore=(OSError, ValueError))
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, err
 
 
 class DaemonProcess:
@@ -35,11 +62,7 @@ class DaemonProcess:
         return self.child.log.read_text(errors="replace")
 
     def state(self) -> dict[str, Any] | None:
-        try:
-            document: dict[str, Any] = json.loads((self.runtime / "state.json").read_text())
-        except (FileNotFoundError, ValueError):
-            return None
-        return document
+        return read_state(self.runtime)
 
     def wait_state(
         self, check: Callable[[dict[str, Any]], object], what: str, timeout_s: float = 15.0
