@@ -18,11 +18,11 @@ import os
 from pathlib import Path
 
 from gpuwatch.config.file import REAL_PROC_ROOT
+from gpuwatch.config.runtime import LAST_STATE_FILE_NAME
 from gpuwatch.publish.receipt_resume import Carried, Untrusted, carried
 
 log = logging.getLogger("gpuwatch.receipts")
 
-LAST_STATE_FILE_NAME = "state.last.json"
 # The kernel's random id of this boot (Documentation/admin-guide/sysctl/kernel.rst, "random"): one per boot.
 BOOT_ID_FILE = "sys/kernel/random/boot_id"
 
