@@ -369,3 +369,21 @@ def test_the_dummy_hash_for_unknown_users_follows_the_configured_cost(monkeypatc
         checker.close()
     assert checked[0].startswith(b"$2b$05$")  # the highest configured cost
     assert checked[1].startswith(b"$2b$10$")  # none configured: htpasswd -B's
+
+
+def test_metrics_are_rendered_ahead_once_scraped_and_not_before(daemon: Daemon) -> None:
+    server = HttpServer(daemon.holder, "127.0.0.1", 0)
+    server.start()
+    cache = server._metrics
+    try:
+        daemon.tick()
+        assert cache._rendered_for is None  # nobody scraped yet: nothing rendered ahead
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=20)
+        connection.request("GET", "/metrics")
+        connection.getresponse().read()
+        connection.close()
+        state = daemon.tick()
+        wait_for(lambda: cache._rendered_for is state and cache._gzipped is not None,
+                 "the new tick's /metrics rendered and compressed before any scrape asked")
+    finally:
+        server.stop()
