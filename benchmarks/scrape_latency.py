@@ -11,17 +11,30 @@ Target: gpuwatch p99 at or below node_exporter's.
 openssl, basic auth with a bcrypt cost-10 hash); every scrape is a new TLS connection with the
 credentials, as Prometheus' after its keep-alive timeout. Both cache the verified password.
 
+``--prometheus`` (issue 47): the same two servers with the same web config (TLS + basic auth), scraped by a
+real Prometheus (Debian's ``prometheus``, on loopback, every ``--interval-s``) for ``--duration-s``; its own
+``scrape_duration_seconds`` p50/p99 per job from its query API (Prometheus keeps its connections alive and
+asks for gzip). Then a keep-alive client (one connection per server, alternating) side by side, p99, with
+and without gzip. Targets: Prometheus's p50 for gpuwatch at most 0.6x node_exporter's, the keep-alive
+client's p99 at most 0.5x.
+
     .venv/bin/python benchmarks/scrape_latency.py [--scrapes 1000] [--gpus 8] [--tls]
+    .venv/bin/python benchmarks/scrape_latency.py --prometheus [--duration-s 60] [--scrapes 1000]
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import gzip
 import http.client
+import json
+import shutil
 import ssl
 import subprocess
 import time
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,6 +112,119 @@ def scrape(port: int, tls: Tls | None = None) -> tuple[float, int]:
     return elapsed, len(body)
 
 
+class KeepAliveClient:
+    """One kept-alive HTTPS connection to a server, with the credentials; ``gzip``: asks for it and
+    decompresses (as Prometheus does)."""
+
+    def __init__(self, port: int, tls: Tls, gzip_wanted: bool) -> None:
+        self._conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=tls.context)
+        self._headers = {"Authorization": "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()}
+        if gzip_wanted:
+            self._headers["Accept-Encoding"] = "gzip"
+        self.latencies_s: list[float] = []
+        self.wire_bytes = 0
+
+    def scrape(self) -> None:
+        started = time.perf_counter()
+        self._conn.request("GET", "/metrics", headers=self._headers)
+        response = self._conn.getresponse()
+        body = response.read()
+        self.wire_bytes = len(body)
+        if response.getheader("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        self.latencies_s.append(time.perf_counter() - started)
+        if response.status != 200:
+            raise RuntimeError(f"HTTP {response.status}")
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def run_prometheus(work: Path, tls: Tls, ports: dict[str, int], duration_s: float,
+                   interval_s: float) -> dict[str, tuple[float, float, int]]:
+    """Prometheus scraping each job for ``duration_s``: job -> (p50 s, p99 s, scrapes) of its own
+    scrape_duration_seconds."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        raise SystemExit("prometheus is not installed (Debian: apt-get install prometheus)")
+    jobs = "".join(
+        f"  - job_name: {job}\n    scheme: https\n    tls_config:\n      ca_file: {work / 'cert.pem'}\n"
+        f"    basic_auth:\n      username: {USER}\n      password: {PASSWORD}\n"
+        f"    static_configs:\n      - targets: ['127.0.0.1:{port}']\n" for job, port in ports.items())
+    config = work / "prometheus.yml"
+    config.write_text(f"global:\n  scrape_interval: {interval_s:g}s\n  scrape_timeout: {interval_s:g}s\n"
+                      f"scrape_configs:\n{jobs}")
+    port = free_port()
+    proc = subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={work / 'tsdb'}",
+                             f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=open(work / "prometheus.log", "wb"), stderr=subprocess.STDOUT)
+    try:
+        wait_port(port, timeout_s=60)
+        time.sleep(duration_s)
+
+        def query(expr: str) -> dict[str, float]:
+            url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+            with urllib.request.urlopen(url, timeout=30) as response:
+                result = json.load(response)["data"]["result"]
+            return {r["metric"]["job"]: float(r["value"][1]) for r in result}
+
+        window = f"[{int(duration_s)}s]"
+        p50 = query(f"quantile_over_time(0.5, scrape_duration_seconds{window})")
+        p99 = query(f"quantile_over_time(0.99, scrape_duration_seconds{window})")
+        count = query(f"count_over_time(scrape_duration_seconds{window})")
+        down = query(f"count_over_time(up{window}) - sum_over_time(up{window})")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/targets", timeout=30) as response:
+            last_error = {t["labels"]["job"]: t["lastError"] for t in json.load(response)["data"]["activeTargets"]}
+        for job, failed in down.items():
+            if failed:
+                print(f"WARNING: {job}: {failed:g} failed scrapes (the last error: {last_error.get(job) or '-'})")
+        return {job: (p50[job], p99[job], int(count[job])) for job in ports}
+    finally:
+        stop(proc)
+
+
+def prometheus_main(args: argparse.Namespace, work: Path, tls: Tls, servers: list[Server]) -> int:
+    """Issue 47's comparison: a real Prometheus, then a keep-alive client, both servers side by side."""
+    print(f"machine: {machine()}")
+    print(f"{args.gpus} GPUs ({args.capture}); TLS + basic auth (bcrypt cost 10), the same web config for both\n")
+    seen = run_prometheus(work, tls, {s.name: s.port for s in servers}, args.duration_s, args.interval_s)
+    print(f"Prometheus (every {args.interval_s:g} s for {args.duration_s:g} s), its scrape_duration_seconds:")
+    print(f"{'job':<14} {'p50 ms':>8} {'p99 ms':>8} {'scrapes':>8}")
+    for name, (p50, p99, count) in seen.items():
+        print(f"{name:<14} {p50 * 1e3:>8.3f} {p99 * 1e3:>8.3f} {count:>8}")
+    gw, ne = seen["gpuwatch"], seen["node_exporter"]
+    prom_p50 = gw[0] / ne[0]
+    print(f"gpuwatch / node_exporter: p50 {prom_p50:.2f} (target <= 0.60), p99 {gw[1] / ne[1]:.2f}\n")
+
+    clients = {(s.name, wanted): KeepAliveClient(s.port, tls, wanted) for s in servers for wanted in (True, False)}
+    try:
+        for client in clients.values():
+            for _ in range(20):  # warm-up: the handshake, the password cache
+                client.scrape()
+            client.latencies_s.clear()
+        order = list(clients.values())
+        for index in range(args.scrapes):
+            for client in order if index % 2 == 0 else reversed(order):
+                client.scrape()
+    finally:
+        for client in clients.values():
+            client.close()
+    print(f"keep-alive client: one connection per server and encoding, {args.scrapes} scrapes each, alternating:")
+    print(f"{'server':<14} {'gzip':<5} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'wire KiB':>9}")
+    for (name, wanted), client in clients.items():
+        lat = client.latencies_s
+        print(f"{name:<14} {'yes' if wanted else 'no':<5} {median(lat) * 1e3:>8.3f} {percentile(lat, 99) * 1e3:>8.3f} "
+              f"{max(lat) * 1e3:>8.3f} {client.wire_bytes / 1024:>9.1f}")
+    gw_gz, ne_gz = clients[("gpuwatch", True)].latencies_s, clients[("node_exporter", True)].latencies_s
+    p99_ratio = percentile(gw_gz, 99) / percentile(ne_gz, 99)
+    print(f"gpuwatch / node_exporter, both gzip as Prometheus asks: p50 {median(gw_gz) / median(ne_gz):.2f}, "
+          f"p99 {p99_ratio:.2f} (target <= 0.50)")
+    plain = clients[("gpuwatch", False)].latencies_s
+    print(f"gpuwatch gzip / identity: p50 {median(gw_gz) / median(plain):.2f}, "
+          f"p99 {percentile(gw_gz, 99) / percentile(plain, 99):.2f}")
+    return 0 if prom_p50 <= 0.6 and p99_ratio <= 0.5 else 1
+
+
 def cpu_s(pid: int) -> float:
     times = psutil.Process(pid).cpu_times()
     return times.user + times.system
@@ -137,6 +263,10 @@ def main() -> int:
     parser.add_argument("--idle-s", type=float, default=5.0, help="idle window for the CPU baseline")
     parser.add_argument("--tls", action="store_true", help="both servers with the same web config: TLS and "
                         "basic auth (issue 35's target: gpuwatch p99 at most 0.5x node_exporter's)")
+    parser.add_argument("--prometheus", action="store_true", help="TLS and basic auth, scraped by a real "
+                        "Prometheus, then a keep-alive client (issue 47's targets)")
+    parser.add_argument("--duration-s", type=float, default=60.0, help="how long Prometheus scrapes (--prometheus)")
+    parser.add_argument("--interval-s", type=float, default=1.0, help="Prometheus's scrape interval (--prometheus)")
     fixtures_arg(parser)
     args = parser.parse_args()
     work = temp_dir("scrape")
@@ -145,7 +275,7 @@ def main() -> int:
         build_tree(work / "sys", args.fixtures, args.capture, args.gpus)
         (work / "run").mkdir()
         gw_port, ne_port = free_port(), free_port()
-        tls = make_tls(work) if args.tls else None
+        tls = make_tls(work) if args.tls or args.prometheus else None
         web = f'web_config = "{tls.web_config}"\n' if tls is not None else ""
         config = write_config(
             work / "gpuwatch.toml", work / "sys", work / "run",
@@ -160,6 +290,9 @@ def main() -> int:
         wait_port(gw_port)
         wait_port(ne_port)
         servers = [Server("gpuwatch", gw_port, daemon.pid), Server("node_exporter", ne_port, exporter.pid)]
+        if args.prometheus:
+            assert tls is not None
+            return prometheus_main(args, work, tls, servers)
         for server in servers:
             for _ in range(20):  # warm-up: connections, caches, the Go runtime's first GC
                 _, server.body_bytes = scrape(server.port, tls)

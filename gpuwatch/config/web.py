@@ -52,6 +52,21 @@ CIPHER_SUITES: dict[str, str] = {
     "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
     "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
 }
+# Without ``cipher_suites``, Go's defaults (crypto/tls defaults.go since Go 1.22, golang/go#63413: no RSA key
+# exchange; 3DES gone since 1.23), in Go's order: ECDHE only, AEADs first. OpenSSL's own default would also
+# accept RSA key exchange (AES128-SHA: no forward secrecy, CBC, SHA-1).
+GO_DEFAULT_CIPHER_SUITES = (
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
+)
 CURVES = ("CurveP256", "CurveP384", "CurveP521", "X25519")
 # The exporter-toolkit's allowed response headers and, where it restricts them, their values.
 HEADERS: dict[str, tuple[str, ...] | None] = {

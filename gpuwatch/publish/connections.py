@@ -2,8 +2,9 @@
 bookkeeping; no I/O but the log).
 
 A connection is registered when accepted and counts until its socket is closed (it holds a descriptor
-until then: issue 31), oldest first, and per client address. When a cap is reached, the oldest connection
-still waiting for its request (or in its TLS handshake) is cut to make room; a client whose every
+until then: issue 31), oldest first, and per client address. When a cap is reached, the oldest idle
+keep-alive connection (answered, waiting for a next request that may never come) is closed to make room,
+else the oldest connection still waiting for its request (or in its TLS handshake) is cut; a client whose every
 connection is already being answered has its new one refused. Cut-offs are counted by reason and address
 and summarised in one warning at most every ``REPORT_EVERY_S``, so a crowd of slow clients cannot flood
 the log; so is an accept that failed (EMFILE).
@@ -29,6 +30,7 @@ class Connection:
     client: str
     transport: asyncio.Transport | None = None  # None until the socket is wrapped
     waiting: bool = True  # still reading its request: the one to cut when a cap is reached
+    idle: bool = False  # kept alive after an answer, no byte of a next request yet: the first to close
     cut: bool = False  # cut to make room (its descriptor goes on the loop's next turn)
     task: asyncio.Task[None] | None = None  # cancelled when cut before its socket is wrapped (a TLS handshake)
 
@@ -85,17 +87,21 @@ class Connections:
                 del self._per_client[connection.client]
 
     def cut_oldest(self, which: Callable[[Connection], bool], reason: str) -> bool:
-        """Cut the oldest connection still waiting for its request that ``which`` accepts; False if none."""
-        for connection in self._open:
-            if connection.waiting and not connection.cut and which(connection):
-                self.note_cut(connection.client, reason)
-                connection.cut = True
-                if connection.transport is not None:
-                    connection.transport.abort()  # its reader sees the end at once; the socket closes next turn
-                elif connection.task is not None:
-                    connection.task.cancel()  # still in its TLS handshake: closes its socket
-                return True
-        return False
+        """Close the oldest idle keep-alive connection that ``which`` accepts, else cut the oldest one still
+        waiting for its request; False if there is none. Closing an idle connection is not a cut-off (its
+        client got its answers and opens a new connection when it needs one): it is not warned about."""
+        candidates = [c for c in self._open if c.waiting and not c.cut and which(c)]
+        connection = next((c for c in candidates if c.idle), None) or next(iter(candidates), None)
+        if connection is None:
+            return False
+        if not connection.idle:
+            self.note_cut(connection.client, reason)
+        connection.cut = True
+        if connection.transport is not None:
+            connection.transport.abort()  # its reader sees the end at once; the socket closes next turn
+        elif connection.task is not None:
+            connection.task.cancel()  # still in its TLS handshake: closes its socket
+        return True
 
     # ---- warnings ----
     def note_cut(self, client: str, reason: str) -> None:

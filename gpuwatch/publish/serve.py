@@ -1,4 +1,4 @@
-"""A small HTTP/1.1 server on one asyncio event loop: one request per connection, bounded per client.
+"""A small HTTP/1.1 server on one asyncio event loop, with keep-alive, bounded per client.
 
 Why not http.server's threads: a handler thread held its slot while its client sent nothing or
 trickled a byte a second (issue 24). Here a waiting connection costs a few KiB and no thread, and has a
@@ -22,6 +22,13 @@ request (issue 35). A failed handshake (plain HTTP to the TLS port, an untrusted
 counted with the cut-offs. ``admit`` (authentication, publish/http.py) may answer a request itself (401)
 before ``respond`` sees it.
 
+Keep-alive (issue 47): Prometheus keeps its connection between scrapes, so a TLS scrape pays no handshake.
+After an answer, an HTTP/1.1 client's connection stays open for its next request (unless it said
+``Connection: close``, the answer was a stream or a 400, or its body was not read) at most ``KEEPALIVE_IDLE_S``
+idle and for at most ``MAX_REQUESTS_PER_CONNECTION`` requests; the next request's whole-request deadline
+starts at its first byte. An idle keep-alive connection counts against the caps like any other and is the
+first closed when a cap is reached (publish/connections.py).
+
 The loop runs on its own thread: one thread, so scrapes never compete with the control loop's
 tick through a crowd of handler threads (docs/performance.md).
 """
@@ -38,7 +45,17 @@ import time
 from collections.abc import Awaitable, Callable
 
 from gpuwatch.publish.connections import Connection, Connections
-from gpuwatch.publish.wire import MAX_BODY_BYTES, MAX_HEAD_BYTES, Request, Respond, Response, Stream, encode, parse_head
+from gpuwatch.publish.wire import (
+    MAX_BODY_BYTES,
+    MAX_HEAD_BYTES,
+    Head,
+    Request,
+    Respond,
+    Response,
+    Stream,
+    encode,
+    parse_head,
+)
 
 log = logging.getLogger("gpuwatch.http")
 
@@ -49,9 +66,15 @@ MAX_PER_CLIENT = 128  # open at once from one address
 RESERVED_FDS = 256  # of the open-file limit, kept for the daemon's own files (the cap is lowered to keep them)
 MIN_CONNECTIONS = 8  # the cap however low the open-file limit (a scrape must still get in)
 ACCEPT_RETRY_S = 0.5  # after an accept that failed (out of descriptors)
+# An idle keep-alive connection is closed after this: longer than Prometheus's default scrape interval
+# (1 min), so a scrape every minute keeps one connection; Prometheus itself drops idle ones after 5 min.
+KEEPALIVE_IDLE_S = 90.0
+MAX_REQUESTS_PER_CONNECTION = 1000  # then the connection is closed after its answer (a day of 90 s scrapes)
 
 # A request -> the request with who sent it (authenticated), or the answer that ends it (401).
 Admit = Callable[[Request], Awaitable[Request | Response]]
+# Every answer, errors included (400, 500, 401), passes through it: the configured response headers.
+Finish = Callable[[Response], Response]
 
 
 def connection_cap(open_files_limit: int) -> int:
@@ -77,12 +100,17 @@ class Server:
 
     def __init__(self, sock: socket.socket, respond: Respond, request_deadline_s: float = REQUEST_DEADLINE_S,
                  monotonic: Callable[[], float] = time.monotonic, max_connections: int | None = None,
-                 tls: Callable[[], ssl.SSLContext | None] | None = None, admit: Admit | None = None) -> None:
+                 tls: Callable[[], ssl.SSLContext | None] | None = None, admit: Admit | None = None,
+                 finish: Finish | None = None, keepalive_idle_s: float = KEEPALIVE_IDLE_S,
+                 max_requests: int = MAX_REQUESTS_PER_CONNECTION) -> None:
         self._sock = sock
         self._respond = respond
         self._tls = tls
         self._admit_request = admit
+        self._finish = finish or (lambda response: response)
         self.request_deadline_s = request_deadline_s
+        self.keepalive_idle_s = keepalive_idle_s
+        self.max_requests = max_requests
         self.max_connections = max_connections or connection_cap(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         self.max_per_client = min(MAX_PER_CLIENT, self.max_connections)
         self._connections = Connections(self.max_connections, self.max_per_client, monotonic)
@@ -220,32 +248,59 @@ class Server:
 
     async def _serve(self, connection: Connection, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter, deadline: float) -> None:
-        headers: dict[str, str] = {}
+        """The connection's requests one after the other, while the client keeps it alive."""
+        first = b""
+        for served in range(1, self.max_requests + 1):
+            if not await self._exchange(connection, reader, writer, deadline, first, last=served == self.max_requests):
+                return
+            connection.waiting = connection.idle = True  # the first to close when a cap is reached
+            try:
+                async with asyncio.timeout(self.keepalive_idle_s):
+                    first = await reader.read(1)  # the next request's first byte starts its deadline
+            except TimeoutError:
+                first = b""
+            if not first or connection.cut:
+                connection.waiting = False  # an idle connection ends with a clean close, not a reset
+                return
+            connection.idle = False
+            deadline = asyncio.get_running_loop().time() + self.request_deadline_s
+
+    async def _exchange(self, connection: Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        deadline: float, first: bytes, last: bool) -> bool:
+        """One request read (``first``: its first byte, already read) and answered; whether the connection
+        stays open for another."""
+        head: Head | None = None
         try:
             async with asyncio.timeout_at(deadline):
-                method, target, length, headers = parse_head(await reader.readuntil(b"\r\n\r\n"))
-                if 0 < length <= MAX_BODY_BYTES:
-                    await reader.readexactly(length)
+                head = parse_head(first + await reader.readuntil(b"\r\n\r\n"))
+                if 0 < head.length <= MAX_BODY_BYTES:
+                    await reader.readexactly(head.length)
         except TimeoutError:
             self._connections.note_cut(connection.client,
                                        f"no complete request within {self.request_deadline_s:g} s")
-            return
+            return False
         except asyncio.LimitOverrunError:
             self._connections.note_cut(connection.client, f"request head over {MAX_HEAD_BYTES} bytes")
-            return
+            return False
         except asyncio.IncompleteReadError:
-            return  # closed before finishing its request (or cut to make room)
-        except ValueError:
-            method, target = "", ""
+            return False  # closed before finishing its request (or cut to make room)
+        except ValueError as exc:
+            bad = str(exc)
         if connection.cut:
-            return
+            return False
         connection.waiting = False
-        peer_cert = writer.get_extra_info("peercert")  # None without TLS, {} without a verified certificate
-        request = Request(method, target, connection.client, headers, peer_cert or None)
-        response = await self._answer(request)
+        if head is None:
+            method, target, keep_alive = "", "", False
+            response = Response(400, "text/plain; charset=utf-8", f"bad request: {bad}\n".encode())
+        else:
+            method, target = head.method, head.target
+            peer_cert = writer.get_extra_info("peercert")  # None without TLS, {} without a verified certificate
+            response = await self._answer(Request(method, target, connection.client, head.headers, peer_cert or None))
+            keep_alive = head.keeps_alive and not last and response.stream is None
+        response = self._finish(response)
         log.debug("%s %s %s %d", connection.client, method or "-", target or "-", response.status)
         try:
-            writer.write(encode(response, with_body=method != "HEAD"))
+            writer.write(encode(response, with_body=method != "HEAD", keep_alive=keep_alive))
             if response.stream is not None and method != "HEAD":
                 await self._stream(response.stream, reader, writer)
             async with asyncio.timeout(WRITE_DEADLINE_S):
@@ -253,9 +308,11 @@ class Server:
         except TimeoutError:
             self._connections.note_cut(connection.client, f"response not read within {WRITE_DEADLINE_S:g} s")
             connection.cut = True
+            return False
         finally:
             if response.stream is not None:
                 response.stream.close()
+        return keep_alive
 
     async def _stream(self, stream: Stream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Write a streamed body (the live page's /events) until it ends or the client goes: each chunk
@@ -275,8 +332,6 @@ class Server:
                 gone.exception()  # a reset connection: retrieved, so asyncio does not log it as unhandled
 
     async def _answer(self, request: Request) -> Response:
-        if not request.method:
-            return Response(400, "text/plain; charset=utf-8", b"bad request\n")
         try:
             if self._admit_request is not None:
                 admitted = await self._admit_request(request)

@@ -40,12 +40,20 @@ class StateHolder:
         import threading  # here, not above: see the imports
 
         self._lock = threading.Lock()
+        self._published = threading.Condition(self._lock)
         self._state: PublishedState | None = None
         self._document: StatusDocument | None = None
 
     def publish(self, state: PublishedState, document: StatusDocument) -> None:
         with self._lock:
             self._state, self._document = state, document
+            self._published.notify_all()
+
+    def wait_newer(self, than: object | None, timeout_s: float) -> PublishedState | None:
+        """The latest state once it is not ``than`` (a tick published), or after ``timeout_s`` whatever it is."""
+        with self._lock:
+            self._published.wait_for(lambda: self._state is not than, timeout_s)
+            return self._state
 
     def latest(self) -> PublishedState | None:
         with self._lock:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuwatch.config.base import ConfigError
-from gpuwatch.config.web import CIPHER_SUITES, TlsServerConfig, WebConfig, load_web_config
+from gpuwatch.config.web import CIPHER_SUITES, GO_DEFAULT_CIPHER_SUITES, TlsServerConfig, WebConfig, load_web_config
 
 log = logging.getLogger("gpuwatch.http")
 
@@ -74,11 +74,11 @@ def build_context(tls: TlsServerConfig) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = _VERSIONS[tls.min_version]
     context.maximum_version = _VERSIONS[tls.max_version]
-    if tls.cipher_suites:
-        try:
-            context.set_ciphers(":".join(CIPHER_SUITES[name] for name in tls.cipher_suites))
-        except ssl.SSLError:
-            raise ConfigError("tls_server_config.cipher_suites: none of them is available in this OpenSSL") from None
+    # TLS 1.2 and older; TLS 1.3's suites are all AEAD with ECDHE, as in Go (not configurable there either).
+    try:
+        context.set_ciphers(":".join(CIPHER_SUITES[name] for name in tls.cipher_suites or GO_DEFAULT_CIPHER_SUITES))
+    except ssl.SSLError:
+        raise ConfigError("tls_server_config.cipher_suites: none of them is available in this OpenSSL") from None
     if tls.prefer_server_cipher_suites:
         context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
     assert tls.cert_file is not None and tls.key_file is not None

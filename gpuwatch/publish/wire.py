@@ -65,28 +65,76 @@ def bind(listen: str, port: int) -> socket.socket:
     return socket.create_server((listen, port), family=family, backlog=128)
 
 
-def parse_head(head: bytes) -> tuple[str, str, int, dict[str, str]]:
-    """(method, target, content length, headers) of a request head; ValueError when it is not HTTP/1.x."""
+@dataclass(frozen=True)
+class Head:
+    """A request's line and headers as parsed."""
+
+    method: str
+    target: str
+    version: str  # "HTTP/1.1", "HTTP/1.0"
+    length: int  # Content-Length, 0 without one
+    headers: dict[str, str]  # names lower-case
+
+    @property
+    def keeps_alive(self) -> bool:
+        """Whether the client lets the connection stay open after the answer: HTTP/1.1 without
+        ``Connection: close`` (RFC 9112 9.3), and nothing after the head that the server does not read
+        (a chunked body, one over ``MAX_BODY_BYTES``)."""
+        tokens = {token.strip().lower() for token in self.headers.get("connection", "").split(",")}
+        return (self.version == "HTTP/1.1" and "close" not in tokens and self.length <= MAX_BODY_BYTES
+                and "transfer-encoding" not in self.headers)
+
+
+# Headers a request may carry once only: two Authorization headers (a proxy adding its own) or two
+# Content-Lengths make the request ambiguous, and Go and Python would read them differently (Go takes
+# the first value, a dict the last): such a request is refused with 400 rather than guessed at.
+_ONCE = ("Authorization", "Content-Length", "Host")
+
+
+def parse_head(head: bytes) -> Head:
+    """A request head parsed; ValueError (a short reason for the 400) when it is not HTTP/1.x or is ambiguous."""
     line, _, rest = head.partition(b"\r\n")
     parts = line.decode("latin-1").split()
     if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
         raise ValueError("not an HTTP/1.x request line")
     headers = http.client.parse_headers(io.BytesIO(rest))
+    for name in _ONCE:
+        if len(headers.get_all(name) or ()) > 1:
+            raise ValueError(f"more than one {name} header")
     try:
         length = int(headers.get("Content-Length") or 0)
     except ValueError:
         raise ValueError("bad Content-Length") from None
-    return parts[0], parts[1], length, {name.lower(): value for name, value in headers.items()}
+    if length < 0:
+        raise ValueError("bad Content-Length")
+    return Head(parts[0], parts[1], parts[2], length, {name.lower(): value for name, value in headers.items()})
 
 
-def encode(response: Response, with_body: bool) -> bytes:
+def accepts_gzip(headers: Mapping[str, str]) -> bool:
+    """Whether ``Accept-Encoding`` names gzip (or ``*``) without ``q=0`` (RFC 9110 12.5.3)."""
+    for item in headers.get("accept-encoding", "").split(","):
+        coding, _, params = item.strip().partition(";")
+        if coding.strip().lower() not in ("gzip", "*"):
+            continue
+        params = params.strip().lower()
+        if not params.startswith("q="):
+            return True
+        try:
+            return float(params[2:]) > 0
+        except ValueError:
+            return False
+    return False
+
+
+def encode(response: Response, with_body: bool, keep_alive: bool = False) -> bytes:
+    """The response's bytes; ``keep_alive`` False says ``Connection: close`` (the server closes after it)."""
     reason = HTTPStatus(response.status).phrase
     headers = [
         ("Server", "gpuwatch"),
         ("Date", email.utils.formatdate(usegmt=True)),
         ("Content-Type", response.content_type),
         *(() if response.stream is not None else (("Content-Length", str(len(response.body))),)),
-        ("Connection", "close"),
+        *(() if keep_alive else (("Connection", "close"),)),
         *response.headers,
     ]
     head = f"HTTP/1.1 {response.status} {reason}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n"

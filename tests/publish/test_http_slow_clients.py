@@ -101,8 +101,9 @@ def test_bad_requests_are_answered_not_fatal() -> None:
     try:
         for request, status in (
             (b"garbage\r\n\r\n", b"400"),
-            (b"POST /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello", b"405"),
-            (b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", b"503"),  # nothing published yet, and still serving
+            (b"POST /metrics HTTP/1.1\r\nConnection: close\r\nContent-Length: 5\r\n\r\nhello", b"405"),
+            # nothing published yet, and still serving
+            (b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", b"503"),
         ):
             with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
                 sock.sendall(request)

@@ -65,6 +65,7 @@ class Client:
         if cert is not None:
             context.load_cert_chain(*cert)
         raw = socket.create_connection((host, port), timeout=30)
+        self.method = method
         self.sock = context.wrap_socket(raw, server_hostname=host)
         auth = ("Authorization: Basic " + base64.b64encode(f"{user}:{PASSWORD}".encode()).decode() + "\r\n"
                 if user else "")
@@ -89,7 +90,13 @@ class Client:
         return part
 
     def body(self) -> bytes:
-        """The rest of a response with a length (the server closes after it)."""
+        """The rest of a response: its Content-Length (the connection stays open), else up to the close."""
+        if self.method == "HEAD":
+            return self.buffer
+        if "Content-Length" in self.headers:
+            while len(self.buffer) < int(self.headers["Content-Length"]):
+                self.buffer += self._read()
+            return self.buffer
         try:
             while True:
                 self.buffer += self._read()
