@@ -108,6 +108,11 @@ def test_metrics_never_carry_a_fragment_of_any_argv(daemon: Daemon, tmp_path: Pa
         assert series
         leaks = [line for line in series for fragment in FRAGMENTS if fragment in line]
         assert leaks == []
+        # Nor any other route everyone reads (/status is redacted per reader: the test below; every route with
+        # a real run, user, path, cwd and environment: tests/e2e/test_redaction.py).
+        for route in ("/", "/healthz"):
+            status, body = _get("127.0.0.1", server.port, route)
+            assert [fragment for fragment in FRAGMENTS if fragment in body] == [], route
     finally:
         server.stop()
 
