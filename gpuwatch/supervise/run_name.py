@@ -15,7 +15,7 @@ may say only what kind of program runs, never what it was given: ``python3 -c "m
 5. any other program: its own file name.
 
 An option's value, an environment assignment and an argument after the program are never looked at as a
-name. docs/attached-runs.md ("Names") shows the table; tests/supervise/test_run_name.py holds it.
+name. docs/attached-runs.md ("Default names") shows the table; tests/supervise/test_run_name.py holds it.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ WRAPPERS: dict[str, frozenset[str]] = {
                           "--preferred", "--interleave"}),
     "taskset": frozenset(),  # its mask is a positional argument: see _POSITIONALS
     "uv": frozenset({"--python", "-p", "--with", "--project", "--directory", "--env-file"}),
-    "xargs": frozenset(),
 }
 # Positional arguments a wrapper takes before the program (``taskset MASK prog``, ``uv run prog``).
 _POSITIONALS = {"taskset": 1, "uv": 1}
@@ -53,6 +52,7 @@ LAUNCHERS = frozenset({"torchrun", "accelerate", "deepspeed", "srun", "mpirun", 
 LAUNCHER_MODULES = frozenset({"torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch",
                               "deepspeed.launcher.runner"})
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "fish"})
+_SHELL_VALUE_OPTIONS = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
 # Python's own options that take the next argument (``-W ignore``, ``-X dev``), from python3(1).
 _PYTHON_VALUE_OPTIONS = frozenset("WXQ")
 _PYTHON = re.compile(r"^(python|pypy)[0-9.]*[a-z]?$")
@@ -111,10 +111,16 @@ def _python(interpreter: str, args: list[str]) -> str:
 
 
 def _shell(shell: str, args: list[str]) -> str:
+    skip = False
     for arg in args:
+        if skip:  # an option's value (``-o pipefail``, ``--rcfile FILE``)
+            skip = False
+            continue
         if arg in ("-c", "--") or (arg.startswith("-") and "c" in arg[1:] and not arg.startswith("--")):
             return shell  # ``bash -c CODE``: code is never a name (``--`` then a script is rare enough)
-        if not arg.startswith(("-", "+")):
+        if arg in _SHELL_VALUE_OPTIONS:
+            skip = True
+        elif not arg.startswith(("-", "+")):
             return PurePath(arg).name  # the script's file name
     return shell
 

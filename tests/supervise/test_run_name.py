@@ -39,6 +39,7 @@ CODE = "from trainlib import main; main('swordfish42')"
     (["bash", "-c", "python3 train.py --token swordfish42"], "bash"),
     (["bash", "-lc", "python3 train.py"], "bash"),
     (["sh", "-e", "/home/alice/run.sh", "swordfish42"], "run.sh"),
+    (["bash", "-o", "pipefail", "--rcfile", "swordfish42", "train.sh"], "train.sh"),
     (["nohup", "bash", "-c", CODE], "bash"),
     # Launchers: the script or module they run, never an option's value.
     (["torchrun", "--nproc-per-node", "2", "/home/u/exp/finetune llama.py"], "finetune-llama"),
