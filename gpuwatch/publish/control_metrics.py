@@ -20,6 +20,7 @@ from gpuwatch.model import (
     pwm_ratio,
 )
 from gpuwatch.publish.families import counter, gauge
+from gpuwatch.publish.redact import reason_class
 
 _RUNNING_PHASES = {TrainerPhase.RUNNING}
 
@@ -78,10 +79,10 @@ def fan_families(state: PublishedState) -> list[Metric]:
 
 def trainer_families(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> list[Metric]:
     t = ["trainer"]
+    # No user label: /metrics is read by anyone (publish/redact.py); who runs it is in the full /status.
     info = gauge("trainer_info", "Supervised training command and the GPUs it uses (always 1); origin: configured "
-                 "([[trainer]]) or attached (`gpuwatch train`), user: who runs it (\"\": the daemon's user), "
-                 "job_id: an attached run's Slurm job (\"\": none).",
-                 ["trainer", "gpus", "origin", "user", "job_id"])
+                 "([[trainer]]) or attached (`gpuwatch train`), job_id: an attached run's Slurm job (\"\": none).",
+                 ["trainer", "gpus", "origin", "job_id"])
     # trainer_info's comma list cannot be joined per GPU in PromQL; this one can (the fleet overview).
     on_gpu = gauge("trainer_gpu_info", "One series per GPU a trainer uses (always 1); a trainer without "
                    "configured gpus uses every GPU.", ["trainer", "gpu"])
@@ -102,7 +103,8 @@ def trainer_families(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> 
     age = gauge("trainer_last_step_age_seconds", "Seconds since the trainer last reported a step.", t)
     epoch = gauge("trainer_epoch", "Current epoch reported by the trainer.", t)
     failed = gauge("trainer_failed_info", "1 while the trainer is failed (given up on), with why in the reason "
-                   "label (as `gpuwatch status` shows it); absent otherwise.", ["trainer", "reason"])
+                   "label: its class, without the detail (spawn failed, failed; the detail is in `gpuwatch "
+                   "status`); absent otherwise.", ["trainer", "reason"])
     run_energy = gauge("trainer_run_energy_joules", "Energy the trainer's GPUs used during its current "
                        "(or last) run.", t)
     energy = counter("trainer_energy_joules", "Energy the trainer's GPUs used over all its runs since the "
@@ -113,8 +115,7 @@ def trainer_families(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> 
     job_ranks = gauge("trainer_job_ranks", "Ranks of a distributed training job on every machine (world size).", t)
     for trainer in trainers:
         name = [trainer.name]
-        info.add_metric([trainer.name, ",".join(trainer.gpus), trainer.origin, trainer.user or "",
-                         trainer.job_id or ""], 1)
+        info.add_metric([trainer.name, ",".join(trainer.gpus), trainer.origin, trainer.job_id or ""], 1)
         for gpu_id in trainer.gpus or gpu_ids:
             on_gpu.add_metric([trainer.name, gpu_id], 1)
         for known in TrainerPhase:
@@ -126,7 +127,7 @@ def trainer_families(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> 
         pauses.add_metric(name, trainer.pauses_total)
         resumes.add_metric(name, trainer.resumes_total)
         if trainer.phase is TrainerPhase.FAILED:
-            failed.add_metric([trainer.name, trainer.reason or ""], 1)
+            failed.add_metric([trainer.name, reason_class(trainer.reason) or ""], 1)
         energy.add_metric(name, trainer.energy_total_j)
         for family, value in (
             (start, trainer.started_unix), (paused_since, trainer.paused_since_unix),

@@ -2,7 +2,9 @@
 
 Every family module (metrics.py, control_metrics.py, health_metrics.py, use_metrics.py) builds its
 families here, so a name cannot lose its prefix and a per-GPU gauge read from the reading is one table
-row wherever it lives.
+row wherever it lives. /metrics is read by anyone who reaches the port: a family whose label is named
+after a sensitive field (publish/redact.py, ``METRIC_LABELS_REFUSED``: a user, a command, a path, a pid)
+is refused here, when it is built.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Iterable
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpuwatch.model import GpuReading
+from gpuwatch.publish.redact import METRIC_LABELS_REFUSED
 
 PREFIX = "gpuwatch_"
 
@@ -22,12 +25,20 @@ GpuGauge = tuple[str, str, str, float]
 
 def gauge(name: str, doc: str, labels: Iterable[str] = ("gpu",), unit: str = "") -> GaugeMetricFamily:
     """A gauge family ``gpuwatch_<name>``; per GPU (label ``gpu``) unless ``labels`` says otherwise."""
-    return GaugeMetricFamily(PREFIX + name, doc, labels=list(labels), unit=unit)
+    return GaugeMetricFamily(PREFIX + name, doc, labels=_allowed(name, labels), unit=unit)
 
 
 def counter(name: str, doc: str, labels: Iterable[str] = ("gpu",)) -> CounterMetricFamily:
     """A counter family ``gpuwatch_<name>`` (exposed as ``..._total``); per GPU unless ``labels`` says otherwise."""
-    return CounterMetricFamily(PREFIX + name, doc, labels=list(labels))
+    return CounterMetricFamily(PREFIX + name, doc, labels=_allowed(name, labels))
+
+
+def _allowed(name: str, labels: Iterable[str]) -> list[str]:
+    names = list(labels)
+    refused = sorted(set(names) & METRIC_LABELS_REFUSED)
+    if refused:  # a programming error, caught by every test that renders the family
+        raise ValueError(f"gpuwatch_{name}: label(s) {', '.join(refused)} would publish a sensitive field")
+    return names
 
 
 def gpu_gauges(table: Iterable[GpuGauge], gpus: Iterable[GpuReading]) -> list[Metric]:

@@ -1,34 +1,68 @@
-"""What of the status document may leave the machine, and to whom: the one home of the sensitive-field list.
+"""What may leave the machine, and to whom: the one home of the sensitive-field list (issues 35, 47).
 
-A process's command line can carry a secret (``--db-url=postgres://ml:PASSWORD@db/exp``, issue 35), its
-user name and a trainer's log and dump paths say who runs what where. ``SENSITIVE`` lists every such
-field; ``redact`` blanks them (strings the reader renders become ``REDACTED``, optional ones ``None``) and
-marks the document ``"redacted": true``. ``sees_sensitive`` is the rule of ``[http] expose_sensitive``:
-who gets the full document. /status uses both; the control socket's status for a peer that is neither
-root nor the daemon's user is meant to use ``redact`` too. /metrics never carries any of these fields
-(tests/publish/test_redact.py scans every series).
+The rule: **nothing that names a person or a place on disk, or may carry a secret, reaches a reader who has
+not proved who it is**: no user name, no path (a script's, a log's, a dump's, a working directory), no
+command line or code, no environment. A process's command line can carry a secret
+(``--db-url=postgres://ml:PASSWORD@db/exp``), its user name and a trainer's paths say who runs what where.
+
+``SENSITIVE`` lists every such field of the status document and what it becomes; ``redact`` applies it
+(the unauthenticated /status, the control socket's status for a peer that is neither root nor the
+daemon's user) and marks the document ``"redacted": true``. A free-text reason (a failed spawn's names
+the program's path, a dump's summary the process) is kept as its class, ``reason_class``: the words
+before its first detail (``spawn failed: cannot start '/home/alice/x'`` -> ``spawn failed``). /metrics
+is read by everyone and cached once for all: its label names never include a sensitive field
+(``families.py`` refuses one, ``METRIC_LABELS_REFUSED``) and a reason label carries only the class. The
+live page is an allow-list (``live.py``). Run names never come from code or argument values
+(supervise/run_name.py). ``sees_sensitive`` is the rule of ``[http] expose_sensitive``: who gets the full
+document. docs/security.md has the table; tests/publish/test_redact.py and tests/e2e/test_redaction.py scan
+every route.
 """
 
 from __future__ import annotations
 
 import copy
 import ipaddress
+import re
+from collections.abc import Callable
 from typing import Any
 
 from gpuwatch.config.sections import ExposeSensitive
 from gpuwatch.publish.schema import StatusDocument
 
 REDACTED = "(redacted)"
+# A reason's detail starts at the first of these: a colon or semicolon, a parenthesis, a quote, a path, an
+# assignment (every reason gpuwatch writes puts what it quotes after one: supervise/process.py, exits.py).
+_DETAIL = re.compile(r"[:;(\[\"'`/=\\\n]")
 
-# (list in the document, field, what it becomes): every path-, environment- or identity-derived field.
-SENSITIVE: tuple[tuple[str, str, str | None], ...] = (
+
+def reason_class(text: str | None) -> str | None:
+    """A free-text reason without its detail: ``spawn failed: cannot start '/x'`` -> ``spawn failed``,
+    ``crash (exit 1); restart in 2.0s`` -> ``crash``, ``exit 1`` stays (None stays None)."""
+    if text is None:
+        return None
+    head = _DETAIL.split(text, maxsplit=1)[0].strip(" ,.-")
+    return head or REDACTED
+
+
+Blank = str | None | Callable[[str | None], str | None]
+
+# (list in the document, field, what it becomes): every path-, environment-, code- or identity-derived field.
+SENSITIVE: tuple[tuple[str, str, Blank], ...] = (
     ("processes", "command", REDACTED),
     ("processes", "user", None),
     ("trainers", "command", None),
     ("trainers", "user", None),
     ("trainers", "log_path", None),
+    ("trainers", "reason", reason_class),
+    ("trainers", "last_exit_reason", reason_class),
+    ("jobs", "user", None),
     ("gpus.reset", "dump_path", None),
+    ("gpus.reset", "last_summary", reason_class),
 )
+# /metrics has no per-reader view: no label may be named after a field blanked above (a reason label is
+# allowed, its value only as ``reason_class``), nor after a pid, a path, a working directory, an environment.
+METRIC_LABELS_REFUSED = frozenset({field for _, field, blank in SENSITIVE if not callable(blank)}
+                                  | {"pid", "path", "cwd", "env", "argv"})
 
 
 def is_loopback(client: str) -> bool:
@@ -62,7 +96,7 @@ def redact(document: StatusDocument) -> StatusDocument:
     for where, key, blank in SENSITIVE:
         for row in _rows(out, where):
             if key in row:
-                row[key] = blank
+                row[key] = blank(row[key]) if callable(blank) else blank
     out["redacted"] = True
     return out  # type: ignore[return-value]  # the same keys, blanked
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 import re
 import signal
 from dataclasses import dataclass, field, replace
-from pathlib import PurePath
 
 from gpuwatch.attach import NAME_MAX_CHARS, Event
 from gpuwatch.config.sections import AttachedConfig
@@ -41,7 +40,6 @@ from gpuwatch.supervise.actions import Command, Thermal
 
 ENDED = (TrainerPhase.FINISHED, TrainerPhase.FAILED, TrainerPhase.STOPPED)
 _HELD = (TrainerPhase.PAUSING, TrainerPhase.PAUSED)
-_LAUNCHERS = {"python", "python3", "torchrun", "accelerate", "deepspeed", "env", "uv", "srun"}
 
 
 @dataclass(frozen=True)
@@ -252,19 +250,6 @@ def sanitize(name: str) -> str:
     """[A-Za-z0-9._-] only (anything else becomes ``-``), at most ``NAME_MAX_CHARS``; "run" when nothing is left."""
     clean = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:NAME_MAX_CHARS].strip("-.")
     return clean or "run"
-
-
-def default_name(argv: list[str]) -> str:
-    """The script's stem (``torchrun --nproc-per-node 2 train.py`` -> ``train``), a ``-m`` module's last
-    part, else the program's own name."""
-    for i, arg in enumerate(argv):
-        if arg.endswith(".py"):
-            return sanitize(PurePath(arg).stem)
-        if arg == "-m" and i + 1 < len(argv):
-            return sanitize(argv[i + 1].rsplit(".", 1)[-1])
-    programs = [PurePath(a).name for a in argv if a and not a.startswith("-") and "=" not in a]
-    named = [p for p in programs if p not in _LAUNCHERS and not p.startswith("python")]
-    return sanitize(named[0] if named else programs[0] if programs else "run")
 
 
 def unique_name(wanted: str, taken: set[str]) -> str:

@@ -36,7 +36,6 @@ from gpuwatch.supervise.attached import (
     RunInputs,
     RunState,
     declared_gpus,
-    default_name,
     reattached,
     sanitize,
     start,
@@ -46,6 +45,7 @@ from gpuwatch.supervise.attached import (
 from gpuwatch.supervise.gpu_use import judged_gpus
 from gpuwatch.supervise.progress import RunningRate, running_rate
 from gpuwatch.supervise.ranks import RankView, aggregate, reported
+from gpuwatch.supervise.run_name import default_name
 from gpuwatch.supervise.trainer_state import run_state
 
 log = logging.getLogger("gpuwatch.supervisor")

@@ -21,8 +21,17 @@ from gpuwatch.config.file import Config
 from gpuwatch.config.sections import ExposeSensitive, HttpConfig, ProcessesConfig
 from gpuwatch.daemon.loop import Daemon
 from gpuwatch.publish.document import to_document
+from gpuwatch.publish.families import counter, gauge
 from gpuwatch.publish.http import HttpServer
-from gpuwatch.publish.redact import REDACTED, SENSITIVE, is_loopback, redact, sees_sensitive
+from gpuwatch.publish.redact import (
+    METRIC_LABELS_REFUSED,
+    REDACTED,
+    SENSITIVE,
+    is_loopback,
+    reason_class,
+    redact,
+    sees_sensitive,
+)
 from gpuwatch.sim.proctree import RENDER_NODE, FakeProcTree, amdgpu_fdinfo
 from tests.support.published import GPU_A, example_state, two_gpu_tree
 from tests.support.waiting import wait_for
@@ -99,6 +108,11 @@ def test_metrics_never_carry_a_fragment_of_any_argv(daemon: Daemon, tmp_path: Pa
         assert series
         leaks = [line for line in series for fragment in FRAGMENTS if fragment in line]
         assert leaks == []
+        # Nor any other route everyone reads (/status is redacted per reader: the test below; every route with
+        # a real run, user, path, cwd and environment: tests/e2e/test_redaction.py).
+        for route in ("/", "/healthz"):
+            status, body = _get("127.0.0.1", server.port, route)
+            assert [fragment for fragment in FRAGMENTS if fragment in body] == [], route
     finally:
         server.stop()
 
@@ -169,3 +183,44 @@ def test_who_sees_sensitive_fields(setting: ExposeSensitive, loopback: bool, aut
 ])
 def test_loopback_addresses(client: str, loopback: bool) -> None:
     assert is_loopback(client) is loopback
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    ("spawn failed: cannot start '/home/alice/bin/x': [Errno 2] No such file or directory", "spawn failed"),
+    ("spawn failed: no such user 'alice'; fix the [[trainer]] and run `gpuwatch restart u`", "spawn failed"),
+    ("crash (spawn failed: cannot start '/home/alice/x'); restart in 2.0s", "crash"),
+    ("failed: 3 crash(es) without progress, last crash (exit 1)", "failed"),
+    ("hang; restart in 3.0s", "hang"),
+    ("stopped; `gpuwatch restart u` starts it", "stopped"),
+    ("exit 1", "exit 1"), ("killed by signal 9", "killed by signal 9"), ("paused by node-b", "paused by node-b"),
+    ("ring gfx_0.0.0 timed out; VRAM lost; process python3 (pid 4242)", "ring gfx_0.0.0 timed out"),
+    ("/home/alice/x", REDACTED), ("'swordfish42'", REDACTED), ("A=swordfish42", "A"), (None, None),
+])
+def test_a_reason_keeps_its_class_never_its_detail(text: str | None, kind: str | None) -> None:
+    assert reason_class(text) == kind
+
+
+def test_every_free_text_and_identity_field_of_the_document_is_listed() -> None:
+    listed = {(where, field) for where, field, _ in SENSITIVE}
+    assert listed >= {("processes", "command"), ("processes", "user"), ("trainers", "command"),
+                      ("trainers", "user"), ("trainers", "log_path"), ("trainers", "reason"),
+                      ("trainers", "last_exit_reason"), ("jobs", "user"), ("gpus.reset", "dump_path"),
+                      ("gpus.reset", "last_summary")}
+
+
+def test_redact_keeps_a_reason_as_its_class_and_blanks_a_jobs_user() -> None:
+    document: Any = {"trainers": [{"reason": "spawn failed: cannot start '/home/alice/x'; fix it",
+                                   "last_exit_reason": "spawn failed: cannot start '/home/alice/x'"}],
+                     "jobs": [{"job_id": "7", "user": "alice"}], "gpus": [], "processes": []}
+    out: Any = redact(document)
+    assert out["trainers"] == [{"reason": "spawn failed", "last_exit_reason": "spawn failed"}]
+    assert out["jobs"] == [{"job_id": "7", "user": None}] and "alice" not in json.dumps(out)
+
+
+@pytest.mark.parametrize("label", sorted(METRIC_LABELS_REFUSED))
+def test_a_metric_family_may_not_have_a_sensitive_label(label: str) -> None:
+    with pytest.raises(ValueError, match="sensitive"):
+        gauge("x_info", "x", ["trainer", label])
+    with pytest.raises(ValueError, match="sensitive"):
+        counter("x", "x", [label])
+    assert {"user", "command", "log_path", "pid", "path"} <= METRIC_LABELS_REFUSED

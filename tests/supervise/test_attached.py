@@ -13,7 +13,6 @@ from gpuwatch.supervise.actions import Thermal
 from gpuwatch.supervise.attached import (
     RunInputs,
     RunState,
-    default_name,
     reattached,
     sanitize,
     start,
@@ -120,18 +119,6 @@ def test_a_session_gone_while_the_pid_lives_is_detached_then_gone_with_the_pid()
     assert sent == [[], []] and state.phase is TrainerPhase.RUNNING and state.reason.startswith("detached")
     state, _ = step(state, CONFIG, RunInputs(11.0, connected=False, alive=False))
     assert state.phase is TrainerPhase.FAILED and state.reason.startswith("gone") and state.ended == 11.0
-
-
-@pytest.mark.parametrize(("argv", "name"), [
-    (["python", "train.py", "--lr", "3e-4"], "train"),
-    (["torchrun", "--nproc-per-node", "2", "/home/u/exp/finetune llama.py"], "finetune-llama"),
-    (["python3", "-m", "mypkg.trainer"], "trainer"),
-    (["./run.sh"], "run.sh"),
-    (["accelerate", "launch", "x"], "launch"),
-    ([], "run"),
-])
-def test_default_names(argv: list[str], name: str) -> None:
-    assert default_name(argv) == name
 
 
 def test_names_sanitized_and_unique() -> None:
