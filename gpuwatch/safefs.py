@@ -133,8 +133,10 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -
 def dir_problem(path: str | os.PathLike[str], owners: tuple[int, ...]) -> str | None:
     """Why the directory ``path`` may not be trusted (one line), None when it may: it must be a directory
     (a link to one counts only when the link too belongs to an allowed user) owned by a uid in ``owners``,
-    and writable by no one else (no group or other write bit). A missing directory is no problem here (the
-    caller creates it, or finds nothing in it)."""
+    and writable by no one else (no group or other write bit). Its ancestors must be root's or an allowed
+    user's, and writable by others only with the sticky bit (``/tmp``): else another user could rename it
+    away and put their own in its place. A missing directory is no problem here (the caller creates it, or
+    finds nothing in it)."""
     shown = os.fspath(path)
     try:
         st = os.lstat(path)
@@ -143,18 +145,40 @@ def dir_problem(path: str | os.PathLike[str], owners: tuple[int, ...]) -> str | 
                 return f"{shown} is a symbolic link owned by uid {st.st_uid}"
             st = os.stat(path)
     except FileNotFoundError:
-        return None
+        st = None
     except OSError as exc:
         return f"{shown}: {exc.strerror or exc}"
-    if not stat.S_ISDIR(st.st_mode):
-        return f"{shown} is {_kind(st.st_mode)}, not a directory"
-    if st.st_uid not in owners:
-        return f"{shown} is owned by uid {st.st_uid}, not by {' or '.join(f'uid {u}' for u in owners)}"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"{shown} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o})"
-    return None
+    if st is not None:
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{shown} is {_kind(st.st_mode)}, not a directory"
+        if st.st_uid not in owners:
+            return f"{shown} is owned by uid {st.st_uid}, not by {' or '.join(f'uid {u}' for u in owners)}"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return f"{shown} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o})"
+    parent = os.path.dirname(os.path.realpath(path))
+    while True:
+        try:
+            up = os.stat(parent)
+        except OSError:
+            up = None  # a missing ancestor: created by the caller, as its own
+        if up is not None and (up.st_uid not in (0, *owners)
+                               or up.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not up.st_mode & stat.S_ISVTX):
+            return (f"{shown} is inside {parent}, which uid {up.st_uid} owns and others may write "
+                    f"(mode {stat.S_IMODE(up.st_mode):04o})" if up.st_uid in (0, *owners)
+                    else f"{shown} is inside {parent}, owned by uid {up.st_uid}")
+        if parent == os.path.dirname(parent):
+            return None
+        parent = os.path.dirname(parent)
 
 
 def trusted_owners(euid: int) -> tuple[int, ...]:
     """Whom a client trusts for a daemon's directory: root and itself."""
     return (0,) if euid == 0 else (0, euid)
+
+
+def client_refusal(directory: str | os.PathLike[str]) -> str | None:
+    """Why a client (`status`, `health`, `train`, `receipt`, `logs`, pause/resume/stop) must not trust a state
+    file or control socket in ``directory`` (one line), None when it may: the directory is root's or the
+    caller's and nobody else can write it (``dir_problem``)."""
+    problem = dir_problem(directory, trusted_owners(os.geteuid()))
+    return None if problem is None else f"not trusting {os.fspath(directory)}: {problem}"

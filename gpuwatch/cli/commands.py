@@ -26,7 +26,7 @@ from gpuwatch.config.sections import remote_base_url
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from gpuwatch.daemon.lock import Held, acquire
+    from gpuwatch.daemon.lock import Held, Untrusted, acquire
     from gpuwatch.daemon.loop import Daemon
     from gpuwatch.daemon.sdnotify import Notifier
 
@@ -45,6 +45,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     except Held as exc:
         pid = f"kill -TERM {exc.pid}" if exc.pid else "kill -TERM <pid>"
         print(f"gpuwatch run: {exc}; stop that one first (systemctl stop gpuwatch, or {pid})", file=sys.stderr)
+        return EXIT_USAGE
+    except Untrusted as exc:
+        print(f"gpuwatch run: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if runtime_lock.problem:
         logging.getLogger("gpuwatch").warning("%s: a second daemon with this runtime directory would not be "
