@@ -36,6 +36,9 @@ SMALL_FILE_MAX_BYTES = 64 * 1024
 class Unsafe(OSError):
     """A path refused: not a regular file, a link, another user's file, too large, an untrusted directory."""
 
+    def __str__(self) -> str:  # the one line, without OSError's "[Errno N]"
+        return self.strerror or super().__str__()
+
 
 def _kind(mode: int) -> str:
     if stat.S_ISLNK(mode):

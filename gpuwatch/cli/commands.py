@@ -26,6 +26,7 @@ from gpuwatch.config.sections import remote_base_url
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from gpuwatch.daemon.gpu_lock import GpuHeld
     from gpuwatch.daemon.lock import Held, Untrusted, acquire
     from gpuwatch.daemon.loop import Daemon
     from gpuwatch.daemon.sdnotify import Notifier
@@ -58,7 +59,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             config.resolved_runtime_dir, config.resolved_runtime_dir)
     notifier = Notifier.from_env(unset=True)  # trainers we spawn must not inherit NOTIFY_SOCKET
     try:
-        return Daemon(config, config_path=cli_config_path(args), load=load, notifier=notifier).run()
+        daemon = Daemon(config, config_path=cli_config_path(args), load=load, notifier=notifier)
+    except GpuHeld as exc:
+        print(f"gpuwatch run: {exc}", file=sys.stderr)
+        runtime_lock.release()
+        return EXIT_USAGE
+    try:
+        return daemon.run()
     finally:
         runtime_lock.release()
 

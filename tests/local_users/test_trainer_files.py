@@ -136,3 +136,18 @@ def test_a_run_record_the_user_wrote_is_not_trusted(tmp_path: Path) -> None:
         assert read_record(directory) is None
         with pytest.raises(Unsafe, match="owned by uid"):
             read_bounded(directory / RECORD, owners=(0,))
+
+
+def test_gpuwatch_logs_refuses_a_fifo_or_link_log_without_blocking(tmp_path: Path, root_only: Path) -> None:
+    """Root's `gpuwatch logs NAME` reads the same file: never through a link, never blocking on a FIFO."""
+    from gpuwatch.cli.logs import _open as open_log
+    from gpuwatch.cli.logs import last_lines
+
+    with unprivileged_user() as user:
+        directory = _their_dir(tmp_path, user)
+        assert run_as(user, ["mkfifo", str(directory / "t.log")]).returncode == 0
+        with pytest.raises(Unsafe, match="FIFO"):
+            open_log(directory / "t.log")
+        assert run_as(user, ["ln", "-s", str(root_only / "shadow"), str(directory / "t.log.1")]).returncode == 0
+        with pytest.raises(Unsafe, match="symbolic link"):
+            last_lines(None, directory / "t.log", 10)
