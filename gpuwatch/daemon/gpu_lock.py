@@ -27,7 +27,10 @@ from gpuwatch.config.file import REAL_PROC_ROOT
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 DRM_CLASS = "class/drm"
-_held: list[int] = []  # the locks, held for the life of the process (closing a descriptor releases its lock)
+# The locks, held for the life of the process (closing a descriptor releases its lock), by (st_dev, st_ino) of the
+# directory: a second build in one process (tests, the composition root called again) keeps what it holds, as a
+# second flock on a new descriptor of the same directory would conflict with our own.
+_held: dict[tuple[int, int], int] = {}
 
 
 class GpuHeld(Exception):
@@ -37,7 +40,7 @@ class GpuHeld(Exception):
 def lock_cards(sysfs: Sysfs) -> list[str]:
     """Lock every DRM card's device directory under ``sysfs``; the slots locked. Raises ``GpuHeld`` for a card
     another process holds (after releasing the ones this call took)."""
-    taken: list[int] = []
+    taken: dict[tuple[int, int], int] = {}
     slots: list[str] = []
     for card in cards(sysfs):
         device = sysfs.path(card)
@@ -45,12 +48,17 @@ def lock_cards(sysfs: Sysfs) -> list[str]:
             fd = os.open(device, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
             continue  # gone since the listing
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) in _held or (st.st_dev, st.st_ino) in taken:
+            os.close(fd)
+            slots.append(device.name)
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             pid = holder(fd)
             os.close(fd)
-            for mine in taken:
+            for mine in taken.values():
                 os.close(mine)
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 who = f"pid {pid}" if pid else "another process"
@@ -58,9 +66,9 @@ def lock_cards(sysfs: Sysfs) -> list[str]:
                               f"{device}); one daemon per GPU: stop that one first, or give this one a sysfs "
                               "root without that card") from None
             raise GpuHeld(f"cannot lock GPU {device.name} ({device}): {exc.strerror or exc}") from None
-        taken.append(fd)
+        taken[st.st_dev, st.st_ino] = fd
         slots.append(device.name)
-    _held.extend(taken)
+    _held.update(taken)
     return slots
 
 
