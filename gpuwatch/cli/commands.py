@@ -126,6 +126,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     from gpuwatch.actuation import restore_file_path
     from gpuwatch.daemon.compose import restore_all
     from gpuwatch.daemon.lock import holder
+    from gpuwatch.safefs import client_refusal
 
     try:
         config = load_cli_config(args)
@@ -141,6 +142,10 @@ def cmd_restore(args: argparse.Namespace) -> int:
         print(f"gpuwatch {args.verb}: the daemon (pid {running}) runs with {config.resolved_runtime_dir} and "
               "gives fans and caps back itself when it stops: stop it (systemctl stop gpuwatch, or kill -TERM "
               f"{running}); --force restores beside it (it records again before its next write)", file=sys.stderr)
+        return EXIT_USAGE
+    refusal = client_refusal(config.resolved_runtime_dir)
+    if refusal is not None:  # another user's records would choose what root writes to the cards
+        print(f"gpuwatch {args.verb}: {refusal}", file=sys.stderr)
         return EXIT_USAGE
     config = config.with_effective_sysfs()  # the simulated tree when the config simulates, like the daemon
     result = restore_all(config)

@@ -151,3 +151,15 @@ def test_restore_never_writes_outside_the_sysfs_root(tmp_path: Path, processes: 
     assert done.returncode != 0
     assert "outside the sysfs root" in done.stderr and "Traceback" not in done.stderr
     assert secret.read_text() == "root's\n"
+
+
+def test_restore_refuses_records_in_another_users_directory(tmp_path: Path, secret: Path) -> None:
+    """Records another user wrote would choose what root writes to the cards: `gpuwatch restore` refuses."""
+    with unprivileged_user() as user:
+        runtime = tmp_path / "run"
+        _made_by(user, runtime)
+        forged = '{"0000:03:00.0": {"backend": "hwmon", "slot": "0000:03:00.0", "cap_uw": 1}}'
+        assert run_as(user, ["sh", "-c", f"printf '%s' '{forged}' > {runtime}/power-restore.json"]).returncode == 0
+        done = _cli("restore", "-c", str(_config(tmp_path, runtime)))
+        assert done.returncode == 2
+        assert f"not trusting {runtime}" in _one_line(done.stderr)
