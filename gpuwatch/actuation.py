@@ -214,10 +214,22 @@ class Actuator:
         only: the daemon gives back what it recorded and nothing else, such as a fan another tool drives).
         ``held``: also what this actuator recorded and still holds when the file lost it (removed beside the
         daemon); the restore at exit, a backstop, goes by the file alone."""
+        unreadable = None
         with self.file.lock:
-            records = {**(self._held if held else {}), **self.file.load()}
-        records = {gpu_id: stored for gpu_id, stored in records.items() if gpu_id not in self._unremovable}
+            try:
+                on_file = self.file.read()
+            except FileNotFoundError:
+                on_file = {}
+            except (OSError, ValueError) as exc:  # truncated, empty, a list, a link: said, never "nothing to do"
+                on_file = {}
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                unreadable = f"{self.file.path}: unreadable ({why}): its {self.kind.name} records not handed back"
+                log.error("%s", unreadable)
+            records = {**(self._held if held else {}), **on_file}
         result = Handback()
+        if unreadable is not None:
+            result.problems.append(unreadable)
+        records = {gpu_id: stored for gpu_id, stored in records.items() if gpu_id not in self._unremovable}
         calls = {gpu_id: partial(self._give_back, gpu_id, stored) for gpu_id, stored in sorted(records.items())}
         gone: set[str] = set()
         for gpu_id, outcome in self._workers.run_all(calls, self.deadline_s).items():

@@ -15,6 +15,10 @@ The supervisor gives each trainer two paths through its environment:
 
 ``GPUWATCH_NODE`` names this machine in a job that spans several (default: the host name).
 
+The daemon reads these files as root in a directory the trainer's user owns: every read goes through
+``safefs.read_bounded`` (a regular file, never a link or a FIFO, at most ``HEARTBEAT_MAX_BYTES``), and at most
+``MAX_RANK_FILES`` rank files are read per call, so nothing the user puts there can block or bloat a tick.
+
 This module has no dependencies beyond the standard library so that both the daemon (which never
 imports torch) and the torch launcher can use it.
 """
@@ -27,6 +31,8 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from gpuwatch.safefs import SMALL_FILE_MAX_BYTES, read_bounded
 
 HEARTBEAT_ENV = "GPUWATCH_HEARTBEAT_FILE"
 PAUSE_ENV = "GPUWATCH_PAUSE_FILE"
@@ -41,6 +47,10 @@ _RANK_INFIX = ".rank-"
 # older than PAUSE_STALE_S (several refreshes missed, a loaded box's stalls included) has no requester.
 PAUSE_REFRESH_S = 10.0
 PAUSE_STALE_S = 60.0
+# A heartbeat is a few hundred bytes; a larger file is refused unread (a 300 MiB one once cost 650 MiB and the tick).
+HEARTBEAT_MAX_BYTES = SMALL_FILE_MAX_BYTES
+# Rank files read per call: more ranks than any node runs; a directory of a million names costs one bounded scan.
+MAX_RANK_FILES = 1024
 
 
 @dataclass(frozen=True)
@@ -95,12 +105,20 @@ def write_heartbeat(path: str | os.PathLike[str], heartbeat: Heartbeat) -> None:
         raise
 
 
-def read_heartbeat(path: str | os.PathLike[str]) -> Heartbeat | None:
-    """The last heartbeat, or None when there is none yet or it cannot be parsed."""
+def read_heartbeat(path: str | os.PathLike[str], problems: list[str] | None = None) -> Heartbeat | None:
+    """The last heartbeat, or None when there is none yet or it cannot be used. Why a file that is there
+    could not be read (a link, a FIFO, too large, unparsable) is appended to ``problems``, one line each."""
     try:
-        return heartbeat_from_json(json.loads(Path(path).read_text()))
-    except (OSError, ValueError):
+        return heartbeat_from_json(json.loads(read_bounded(path, HEARTBEAT_MAX_BYTES)))
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    except ValueError as exc:
+        why = f"{os.fspath(path)}: {exc}"
+    if problems is not None:
+        problems.append(why)
+    return None
 
 
 def heartbeat_from_json(raw: Any) -> Heartbeat:
@@ -134,12 +152,28 @@ def rank_heartbeat_path(heartbeat_file: str | os.PathLike[str], rank: int) -> Pa
     return path.with_name(f"{path.stem}{_RANK_INFIX}{rank}{path.suffix}")
 
 
-def read_rank_heartbeats(heartbeat_file: str | os.PathLike[str]) -> list[Heartbeat]:
-    """Every rank's last heartbeat beside ``heartbeat_file`` (files of ranks long gone included)."""
+def rank_files(heartbeat_file: str | os.PathLike[str]) -> list[Path]:
+    """The rank heartbeat files beside ``heartbeat_file``, at most ``MAX_RANK_FILES``."""
     path = Path(heartbeat_file)
+    prefix, suffix = f"{path.stem}{_RANK_INFIX}", path.suffix
+    found: list[Path] = []
+    try:
+        with os.scandir(path.parent) as entries:
+            for entry in entries:
+                if entry.name.startswith(prefix) and entry.name.endswith(suffix):
+                    found.append(Path(entry.path))
+                    if len(found) >= MAX_RANK_FILES:
+                        break
+    except OSError:
+        return []
+    return found
+
+
+def read_rank_heartbeats(heartbeat_file: str | os.PathLike[str], problems: list[str] | None = None) -> list[Heartbeat]:
+    """Every rank's last heartbeat beside ``heartbeat_file`` (files of ranks long gone included)."""
     beats = []
-    for candidate in path.parent.glob(f"{path.stem}{_RANK_INFIX}*{path.suffix}"):
-        beat = read_heartbeat(candidate)
+    for candidate in rank_files(heartbeat_file):
+        beat = read_heartbeat(candidate, problems)
         if beat is not None and beat.rank is not None:
             beats.append(beat)
     return beats
@@ -147,8 +181,7 @@ def read_rank_heartbeats(heartbeat_file: str | os.PathLike[str]) -> list[Heartbe
 
 def remove_heartbeats(heartbeat_file: str | os.PathLike[str]) -> None:
     """A new run starts without the previous run's heartbeats (its own and its ranks')."""
-    path = Path(heartbeat_file)
-    for old in [path, *path.parent.glob(f"{path.stem}{_RANK_INFIX}*{path.suffix}")]:
+    for old in [Path(heartbeat_file), *rank_files(heartbeat_file)]:
         old.unlink(missing_ok=True)
 
 
@@ -194,8 +227,7 @@ def pause_reason(pause_file: str | os.PathLike[str] | None) -> str:
     if pause_file is None:
         return "pause requested"
     try:
-        with open(pause_file, encoding="utf-8", errors="replace") as handle:
-            return handle.read(200).strip() or "pause requested"
+        return read_bounded(pause_file)[:200].decode("utf-8", errors="replace").strip() or "pause requested"
     except OSError:
         return "pause requested"
 

@@ -1,5 +1,7 @@
 """An actuator's restore file, ``{gpu_id: {"backend": ..., ...}}``, written atomically (a temporary file, then
 ``os.replace``: a SIGKILL leaves the old file or the new one). ``actuation.Actuator`` holds one and names it.
+Read and written through ``safefs`` (a regular file only, bounded; an exclusive temporary name), although the
+daemon's runtime directory is its own (daemon/lock.py): `gpuwatch restore` may be pointed at any directory.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from gpuwatch.safefs import read_bounded, write_atomic
 
 log = logging.getLogger("gpuwatch")
 
@@ -26,13 +30,25 @@ class RestoreFile:
     def load(self) -> dict[str, Any]:
         """Every record; empty when there is no file, and (logged) when it cannot be read."""
         try:
-            data = json.loads(self.path.read_text())
+            return self.read()
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as exc:
             log.error("%s unreadable (%s): restoring without it", self.path, exc)
             return {}
-        return data if isinstance(data, dict) else {}
+
+    def read(self) -> dict[str, Any]:
+        """Every record; raises FileNotFoundError when there is none, OSError or ValueError (one line) when the
+        file is there but is not a restore file (truncated, empty, a list, a link, a FIFO): `gpuwatch restore`
+        then fails, naming it."""
+        raw = read_bounded(self.path)
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise ValueError(f"not JSON ({exc})" if raw.strip() else "empty") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"a JSON {type(data).__name__}, not an object of records")
+        return data
 
     def add(self, gpu_id: str, record: dict[str, Any],
             adopt: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -79,6 +95,4 @@ class RestoreFile:
 
     def _save(self, data: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-        os.replace(tmp, self.path)
+        write_atomic(self.path, json.dumps(data, indent=2, sort_keys=True).encode())

@@ -93,7 +93,14 @@ class Sysfs:
         return b"".join(chunks)
 
     def write(self, relative: str, value: str) -> None:
+        """Write ``value`` to a file that is, links resolved, below the root. A path may come from a file
+        (a restore record names the attribute it gives back): one that leads outside the root (``..``, or a
+        link out of it) is refused, never written (issue 46: a record once made the fan's restore write
+        anywhere). Writes are rare (an actuator's, on a change), so the resolve costs no tick."""
         path = self.path(relative)
+        root = os.path.realpath(self.root)
+        if not os.path.realpath(path).startswith(os.path.join(root, "")):
+            raise SysfsError(str(path), f"outside the sysfs root {self.root}: refused")
         try:
             # O_TRUNC as the shell's `echo v > attr` does: sysfs ignores it, a fake tree needs it
             # so a shorter value does not leave the tail of the previous one behind.

@@ -24,7 +24,7 @@ from tests.support.paths import REPO
 PACKAGE = REPO / "gpuwatch"
 
 LEAVES = {"model", "states", "sysfs", "procfs", "heartbeat", "attach", "config", "limits", "actuation", "deadline",
-          "restore_file"}
+          "restore_file", "safefs"}
 # unit -> the units it may import besides itself; "unit.module" allows that one module only.
 ALLOWED: dict[str, set[str]] = {
     "__init__": set(),
@@ -32,12 +32,13 @@ ALLOWED: dict[str, set[str]] = {
     "model": {"states"},  # re-exports the deciding parts' states, so every layer imports them from model
     "sysfs": set(),
     "procfs": set(),
-    "heartbeat": set(),
+    "safefs": set(),  # files in a directory another user may write, and whether a directory is trusted
+    "heartbeat": {"safefs"},  # the daemon reads the trainer's files through it
     "attach": set(),  # the attach protocol: shared by the wrapper (`gpuwatch train`) and the daemon
     "config": set(),
     "deadline": set(),
     "actuation": {"deadline", "restore_file"},  # every hardware write: restore records and the per-GPU deadline workers
-    "restore_file": set(),  # an actuator's restore file (atomic JSON)
+    "restore_file": {"safefs"},  # an actuator's restore file (atomic JSON)
     "limits": {"model", "config"},
     "gpus": {"model", "sysfs", "config", "deadline"},  # sense (deadline: bounded reads)
     "procs": {"model", "procfs", "sysfs"},  # sense: who uses which GPU (/proc; KFD's files in sysfs)
@@ -50,15 +51,17 @@ ALLOWED: dict[str, set[str]] = {
     "clock": {"model", "sysfs", "config", "limits", "actuation", "deadline", "gpus", "handback"},
     # what the caps' and the clock's hand-back of a stored record share (gpus: the cards discovered once)
     "handback": {"actuation", "gpus", "sysfs"},
-    "supervise": {"model", "config", "limits", "heartbeat", "attach"},  # act on trainers; FanState only via model
-    "publish": {"model", "config", "limits"},  # report: never hardware (no sysfs, gpus, fan, supervise)
+    # act on trainers; FanState only via model
+    "supervise": {"model", "config", "limits", "heartbeat", "attach", "safefs"},
+    # report: never hardware (no sysfs, gpus, fan, supervise); safefs: the state files read and written
+    "publish": {"model", "config", "limits", "safefs"},
     # plays the kernel (sysfs: the clock files' writes, sim/kernel.py); borrows the pure interpolation
     "sim": {"model", "config", "gpus", "sysfs", "fan.curve"},
     "daemon": {"__init__", *LEAVES, "gpus", "procs", "resets", "fan", "power", "clock", "supervise", "publish",
                "sim"},  # wire
     "cli": {"__init__", *LEAVES, "gpus", "procs", "resets", "fan", "power", "clock", "supervise", "publish", "sim",
             "daemon", "train.argv"},  # face
-    "train": {"heartbeat"},  # the optional torch extra
+    "train": {"heartbeat", "safefs"},  # the optional torch extra
     "launch": {"train"},  # `python -m gpuwatch.launch`: a shim into train.launch
     "__main__": {"cli"},
 }

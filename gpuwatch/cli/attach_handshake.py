@@ -14,12 +14,16 @@ import socket
 from pathlib import Path
 
 from gpuwatch.attach import MAX_LINE_BYTES, Attach, Attached, ProtocolError, decode_reply, encode
+from gpuwatch.safefs import client_refusal
 
 REPLY_TIMEOUT_S = 5.0  # a daemon that accepts and never answers the Attach counts as none
 
 
 def connect(socket_path: Path) -> tuple[socket.socket | None, str]:
     """The connected socket, else None and why, as the wrapper's line."""
+    refusal = client_refusal(socket_path.parent)  # a socket another user put there would play the daemon
+    if refusal is not None:
+        return None, f"gpuwatch train: {refusal}: this run is not protected"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(REPLY_TIMEOUT_S)
     try:

@@ -26,7 +26,8 @@ from gpuwatch.config.sections import remote_base_url
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from gpuwatch.daemon.lock import Held, acquire
+    from gpuwatch.daemon.gpu_lock import GpuHeld
+    from gpuwatch.daemon.lock import Held, Untrusted, acquire
     from gpuwatch.daemon.loop import Daemon
     from gpuwatch.daemon.sdnotify import Notifier
 
@@ -46,6 +47,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         pid = f"kill -TERM {exc.pid}" if exc.pid else "kill -TERM <pid>"
         print(f"gpuwatch run: {exc}; stop that one first (systemctl stop gpuwatch, or {pid})", file=sys.stderr)
         return EXIT_USAGE
+    except Untrusted as exc:
+        print(f"gpuwatch run: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     if runtime_lock.problem:
         logging.getLogger("gpuwatch").warning("%s: a second daemon with this runtime directory would not be "
                                               "refused", runtime_lock.problem)
@@ -55,7 +59,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             config.resolved_runtime_dir, config.resolved_runtime_dir)
     notifier = Notifier.from_env(unset=True)  # trainers we spawn must not inherit NOTIFY_SOCKET
     try:
-        return Daemon(config, config_path=cli_config_path(args), load=load, notifier=notifier).run()
+        daemon = Daemon(config, config_path=cli_config_path(args), load=load, notifier=notifier)
+    except GpuHeld as exc:
+        print(f"gpuwatch run: {exc}", file=sys.stderr)
+        runtime_lock.release()
+        return EXIT_USAGE
+    try:
+        return daemon.run()
     finally:
         runtime_lock.release()
 
@@ -116,6 +126,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     from gpuwatch.actuation import restore_file_path
     from gpuwatch.daemon.compose import restore_all
     from gpuwatch.daemon.lock import holder
+    from gpuwatch.safefs import client_refusal
 
     try:
         config = load_cli_config(args)
@@ -131,6 +142,10 @@ def cmd_restore(args: argparse.Namespace) -> int:
         print(f"gpuwatch {args.verb}: the daemon (pid {running}) runs with {config.resolved_runtime_dir} and "
               "gives fans and caps back itself when it stops: stop it (systemctl stop gpuwatch, or kill -TERM "
               f"{running}); --force restores beside it (it records again before its next write)", file=sys.stderr)
+        return EXIT_USAGE
+    refusal = client_refusal(config.resolved_runtime_dir)
+    if refusal is not None:  # another user's records would choose what root writes to the cards
+        print(f"gpuwatch {args.verb}: {refusal}", file=sys.stderr)
         return EXIT_USAGE
     config = config.with_effective_sysfs()  # the simulated tree when the config simulates, like the daemon
     result = restore_all(config)

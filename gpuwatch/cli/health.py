@@ -26,6 +26,8 @@ from gpuwatch.config.runtime import (
     daemon_files_in,
 )
 from gpuwatch.publish.health_codes import CLASSES
+from gpuwatch.publish.state import STATE_FILE_MAX_BYTES
+from gpuwatch.safefs import client_refusal, read_bounded
 
 TYPE_CHECKING = False  # typing's import alone was a tenth of the check (tests/cluster/test_health_imports.py)
 if TYPE_CHECKING:
@@ -109,9 +111,12 @@ def _runtime_dir(config_path: str | None) -> str | None:
 
 def _daemon_answer(runtime_dir: str) -> Answer | None:
     """The daemon's verdict from its state file; None when no daemon runs there."""
+    refusal = client_refusal(runtime_dir)
+    if refusal is not None:  # another user's state file would decide the verdict
+        print(f"gpuwatch health: {refusal}", file=sys.stderr)
+        return None
     try:
-        with open(os.path.join(runtime_dir, STATE_FILE_NAME), "rb") as handle:
-            document = json.loads(handle.read())
+        document = json.loads(read_bounded(os.path.join(runtime_dir, STATE_FILE_NAME), STATE_FILE_MAX_BYTES))
     except (OSError, ValueError):
         return None
     if not isinstance(document, dict):

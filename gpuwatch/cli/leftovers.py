@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gpuwatch.actuation import restore_file_path
 from gpuwatch.publish.schema import StatusDocument
+from gpuwatch.safefs import read_bounded
 
 # What each actuator's restore file holds, in words (its name is ``restore_file_path``'s).
 WHAT = {"fan": "a fan taken from the firmware", "power": "a lowered power cap",
@@ -36,7 +37,7 @@ def restore_records(runtime_dir: Path) -> dict[Path, list[str]]:
     found: dict[Path, list[str]] = {}
     for path in sorted(runtime_dir.glob(pattern)):
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(read_bounded(path))  # safefs: never blocked by a FIFO, never a huge read
         except FileNotFoundError:  # given back meanwhile
             continue
         except (OSError, ValueError):

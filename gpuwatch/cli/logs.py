@@ -22,6 +22,7 @@ from gpuwatch.cli.status import EXIT_ALARM, EXIT_OK, EXIT_USAGE
 from gpuwatch.config.file import Config
 from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.publish.state import read_state_file
+from gpuwatch.safefs import open_regular
 
 FOLLOW_POLL_S = 0.25  # how often -f looks for new output (tail -f's default is 1 s)
 BLOCK = 64 * 1024
@@ -85,11 +86,11 @@ def last_lines(current: BinaryIO | None, path: Path, count: int) -> list[bytes]:
     for part in _rotated(path):
         if len(lines) >= count:
             break
-        try:
-            with part.open("rb") as f:
-                lines = _tail(f, count - len(lines)) + lines
-        except FileNotFoundError:  # rotated away meanwhile
+        f = _open(part)
+        if f is None:  # rotated away meanwhile
             continue
+        with f:
+            lines = _tail(f, count - len(lines)) + lines
     return lines[-count:] if count else []
 
 
@@ -124,8 +125,11 @@ def follow(path: Path, f: BinaryIO | None, poll_s: float = FOLLOW_POLL_S) -> Ite
 
 
 def _open(path: Path) -> BinaryIO | None:
+    """The log open for reading; None when it is not there. It is in the trainer's directory, which its user
+    owns: a link or a FIFO in its place is refused (``safefs``: never read through, never blocking), in one
+    line, as ``Unsafe``."""
     try:
-        return path.open("rb")
+        return os.fdopen(open_regular(path), "rb")
     except FileNotFoundError:
         return None
 

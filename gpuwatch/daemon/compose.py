@@ -27,6 +27,7 @@ from gpuwatch.clock import restore as clock_restore
 from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import REAL_SYSFS_ROOT, Config
 from gpuwatch.daemon.control import Handler
+from gpuwatch.daemon.gpu_lock import lock_cards
 from gpuwatch.daemon.gpu_use import GpuUseWatch
 from gpuwatch.daemon.unmanaged import UnmanagedProcesses, resume_recorded
 from gpuwatch.fan import restore as fan_restore
@@ -109,6 +110,8 @@ def build(config: Config) -> tuple[Config, Parts]:
         # The tree must exist before any part probes it.
         simulator = start_simulator(config)
     config = config.with_effective_sysfs()
+    # One daemon per card across runtime directories, before any part probes (or records) a card.
+    lock_cards(Sysfs(config.sysfs_root))
     if simulator is not None:
         log.info("simulating %d %s card(s) in %s (time x%g)", config.simulate.gpus,
                  PROFILES[config.simulate.card].name, simulator.root, config.simulate.time_scale)

@@ -39,6 +39,7 @@ from gpuwatch.daemon.attach_sessions import Sessions, is_attach, peer_of, serve_
 from gpuwatch.procfs import Procfs
 from gpuwatch.publish.redact import redact
 from gpuwatch.publish.schema import StatusDocument
+from gpuwatch.safefs import client_refusal
 from gpuwatch.supervise.access import NOT_PERMITTED, privileged, redacted, refusal
 from gpuwatch.supervise.actions import Command
 
@@ -254,6 +255,9 @@ def fetch_document(path: Path, timeout_s: float = CLIENT_TIMEOUT_S) -> dict[str,
 
 
 def _ask(path: Path, cmd: str, name: str | None, timeout_s: float) -> dict[str, Any]:
+    refusal = client_refusal(path.parent)  # another user's socket would be asked, and believed, in its place
+    if refusal is not None:
+        raise ControlError(refusal)
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout_s)

@@ -9,6 +9,11 @@ the holder is named even when its pid could not be written into the file (a full
 and record locks are not inherited by the trainers the daemon forks. The kernel drops the lock when
 the process dies, SIGKILL included: a stale file never blocks a start, and `gpuwatch restore`
 (ExecStopPost, after the daemon exited) sees the directory free.
+
+The directory itself must be the daemon's: owned by its user and writable by nobody else (``safefs.dir_problem``,
+ancestors included). Another user who made ``/tmp/gpuwatch-<uid>`` or a root daemon's ``runtime_dir`` first could
+otherwise put links there (the lock file, the state file, the restore records) and have the daemon truncate
+their targets; such a directory is refused (``Untrusted``: one line, exit 2).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+
+from gpuwatch.safefs import Unsafe, dir_problem, open_regular
 
 LOCK_FILE_NAME = "gpuwatch.lock"
 # struct flock on Linux (asm-generic/fcntl.h): short l_type, short l_whence, off_t l_start, off_t l_len,
@@ -34,6 +41,10 @@ class Held(Exception):
         who = f"pid {pid}" if pid else "another process"
         super().__init__(f"another gpuwatch daemon ({who}) runs with the runtime directory {path.parent} "
                          f"(it holds {path})")
+
+
+class Untrusted(Exception):
+    """The runtime directory is not the daemon's own, or others may write it; the message says which."""
 
 
 @dataclass
@@ -61,8 +72,16 @@ def acquire(runtime_dir: Path) -> RuntimeLock:
     with the reason: the daemon still runs (its fans and caps matter more), and says so."""
     path = lock_path(runtime_dir)
     try:
-        runtime_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        runtime_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+    except OSError:
+        pass  # a read-only directory that is there is checked below; a missing one fails the open
+    problem = dir_problem(runtime_dir, (os.geteuid(),))
+    if problem is not None:
+        raise Untrusted(f"refusing the runtime directory: {problem}")
+    try:
+        fd = open_regular(path, os.O_RDWR | os.O_CREAT, 0o644, owners=(os.geteuid(),))
+    except Unsafe as exc:
+        raise Untrusted(f"refusing the runtime directory: {exc.strerror}") from None
     except OSError as exc:
         return RuntimeLock(path, None, f"cannot create {path}: {exc.strerror or exc}")
     try:
@@ -87,7 +106,7 @@ def holder(runtime_dir: Path) -> int | None:
     Opens the file read-only and asks the kernel (F_GETLK places no lock), so it works in a read-only
     or full directory and never takes the lock itself."""
     try:
-        fd = os.open(lock_path(runtime_dir), os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_regular(lock_path(runtime_dir), os.O_RDONLY)
     except OSError:
         return None
     try:

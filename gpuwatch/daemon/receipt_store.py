@@ -20,6 +20,8 @@ from pathlib import Path
 from gpuwatch.config.file import REAL_PROC_ROOT
 from gpuwatch.config.runtime import LAST_STATE_FILE_NAME
 from gpuwatch.publish.receipt_resume import Carried, Untrusted, carried
+from gpuwatch.publish.state import STATE_FILE_MAX_BYTES
+from gpuwatch.safefs import read_bounded
 
 log = logging.getLogger("gpuwatch.receipts")
 
@@ -64,7 +66,7 @@ def take_back(state_file: Path, boot: str | None, kept: int) -> Carried | None:
         return None
     path = max(found)[1]  # the newer: a killed daemon's state file after a stopped one's kept file, or before
     try:
-        taken = carried(json.loads(path.read_bytes()), boot, kept)
+        taken = carried(json.loads(read_bounded(path, STATE_FILE_MAX_BYTES)), boot, kept)  # a FIFO never blocks
     except (OSError, ValueError, RecursionError) as exc:  # Untrusted and JSON's errors are ValueErrors
         why = exc if isinstance(exc, Untrusted) else f"unreadable: {exc}"
         log.warning("job receipts not taken back from %s (%s): they start empty", path, why)

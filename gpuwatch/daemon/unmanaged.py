@@ -27,6 +27,7 @@ from gpuwatch.config.file import Config
 from gpuwatch.model import FanState, PowerState, Snapshot, UnmanagedState
 from gpuwatch.procfs import ProcError, Procfs
 from gpuwatch.procs.fdinfo import parse_stat, parse_uid, u64
+from gpuwatch.safefs import read_bounded
 from gpuwatch.supervise import unmanaged as policy
 
 log = logging.getLogger("gpuwatch.supervisor")
@@ -95,7 +96,7 @@ def resume_recorded(procfs: Procfs, runtime_dir: Path) -> tuple[list[str], list[
     removed. Returns (lines said, problems)."""
     path = record_path(runtime_dir)
     try:
-        text = path.read_text()
+        text = read_bounded(path).decode(errors="replace")
     except FileNotFoundError:
         return [], []
     except OSError as exc:
@@ -120,7 +121,7 @@ def describe_recorded(runtime_dir: Path) -> list[str]:
     """For `gpuwatch status` without a daemon: the processes a killed daemon's record holds stopped (read only)."""
     path = record_path(runtime_dir)
     try:
-        pids = [int(r["pid"]) for r in json.loads(path.read_text())["stopped"]]
+        pids = [int(r["pid"]) for r in json.loads(read_bounded(path))["stopped"]]
     except FileNotFoundError:
         return []
     except (OSError, ValueError, KeyError, TypeError):

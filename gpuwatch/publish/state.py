@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 
+from gpuwatch.safefs import client_refusal, read_bounded
+
 # `gpuwatch health` imports this module for is_stale: the model's classes cost it 20-40 ms, typing, pathlib and
 # threading (annotations only here; the daemon's StateHolder imports threading) a tenth of its time
 # (tests/cluster/test_health_imports.py).
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
 # /healthz answers 503 and `gpuwatch status` reports a failure.
 STALE_AFTER_TICKS = 5
 STALE_SLACK_S = 2.0
+# The state document of a large machine is a few hundred KiB; a file near this bound is not one (safefs).
+STATE_FILE_MAX_BYTES = 32 * 1024 * 1024
 
 
 def is_stale(age_s: float, interval_s: float) -> bool:
@@ -68,15 +72,17 @@ def write_state_file(path: Path, document: StatusDocument) -> None:
     """tmp + rename in the same directory: a reader sees the old or the new file, never half of one.
 
     The tmp name is fixed per process (one writer: the daemon's tick) rather than mkstemp's random
-    one, whose name generation and exclusive create were a tenth of a tick (docs/performance.md).
+    one, whose name generation and exclusive create were a tenth of a tick (docs/performance.md). That is
+    safe because the daemon refuses a runtime directory that another user can write (daemon/lock.py);
+    O_NOFOLLOW all the same.
     """
     directory = os.fspath(path.parent)
     tmp = os.path.join(directory, f".state-{os.getpid()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except FileNotFoundError:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         with os.fdopen(fd, "w") as handle:
             # dumps, not dump: only the one-shot path uses the C encoder; json.dump's chunked
@@ -93,14 +99,20 @@ def write_state_file(path: Path, document: StatusDocument) -> None:
 
 
 def read_state_file(path: Path) -> StatusDocument | None:
-    """The daemon's last document, or None when there is none (daemon not running or never wrote)."""
+    """The daemon's last document, or None when there is none (daemon not running or never wrote). A client
+    reads it only in a directory root or the caller owns, that nobody else can write (``safefs.client_refusal``),
+    and only a regular file within ``STATE_FILE_MAX_BYTES``; else one line says why."""
+    refusal = client_refusal(os.path.dirname(os.path.abspath(path)))
     try:
-        document: StatusDocument = json.loads(path.read_text())
+        if refusal is not None:
+            raise OSError(refusal)
+        document: StatusDocument = json.loads(read_bounded(path, STATE_FILE_MAX_BYTES))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
         import logging
 
-        logging.getLogger("gpuwatch.state").warning("cannot read state file %s: %s", path, exc)
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        logging.getLogger("gpuwatch.state").warning("cannot read state file %s: %s", path, why)
         return None
     return document

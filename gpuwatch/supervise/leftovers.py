@@ -28,6 +28,7 @@ from pathlib import Path
 import psutil
 
 from gpuwatch.heartbeat import PAUSE_STALE_S, pause_age_s
+from gpuwatch.safefs import read_bounded
 from gpuwatch.supervise.orphans import RUN_ENV
 
 log = logging.getLogger("gpuwatch.supervisor")
@@ -72,7 +73,8 @@ def record_run(directory: Path, trainer: str, pid: int, run_id: str, started_uni
 
 def read_record(directory: Path) -> RunRecord | None:
     try:
-        raw = json.loads((directory / RECORD).read_text())
+        # In the trainer's directory: only a record this daemon's user wrote counts (safefs: no link, no FIFO).
+        raw = json.loads(read_bounded(directory / RECORD, owners=(os.geteuid(),)))
         return RunRecord(trainer=str(raw["trainer"]), pid=int(raw["pid"]), create_time=float(raw["create_time"]),
                          run_id=str(raw["run_id"]), daemon_pid=int(raw["daemon_pid"]),
                          started_unix=float(raw["started_unix"]))

@@ -4,14 +4,22 @@ The captured stdout/stderr of a run goes through one logger per log path into a 
 (``log_max_bytes``, ``log_backups``). A full disk (or a removed directory) must not flood the daemon's
 journal: logging's default answer to a failed write is a traceback on stderr for every line (a full disk
 once put 301 of them, 6,727 lines, in the journal).
+
+The file is in the trainer's directory, which its user owns (the heartbeat goes there): every open, the first
+and each rotation's, goes through ``safefs.open_regular``, so a link, a FIFO, a hard link or a file of a
+third user put in its place is refused, never written through as root (issue 46).
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import logging.handlers
+import os
 import sys
 from pathlib import Path
+
+from gpuwatch.safefs import open_regular
 
 log = logging.getLogger("gpuwatch.supervisor")
 
@@ -23,9 +31,19 @@ class OutputLog(logging.handlers.RotatingFileHandler):
     training goes on."""
 
     def __init__(self, path: Path, max_bytes: int, backups: int) -> None:
+        # The log may be ours or belong to the directory's owner (the trainer's user), nobody else's.
+        try:
+            self._owners: tuple[int, ...] = (os.geteuid(), os.stat(path.parent).st_uid)
+        except OSError:
+            self._owners = (os.geteuid(),)
         super().__init__(path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
         self.write_errors = 0  # lines lost since the file was opened
         self._failing = False
+
+    def _open(self) -> io.TextIOWrapper:
+        """logging's open, refusing what may not be appended to as root (a rotation reopens through it)."""
+        fd = open_regular(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644, owners=self._owners)
+        return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
 
     def emit(self, record: logging.LogRecord) -> None:
         lost = self.write_errors

@@ -93,6 +93,8 @@ class Trainer:
         self.stuck: list[TrainerProcess] = []  # abandoned after SIGKILL: still holding their GPU
         self.ranks: RankView | None = None  # the job's ranks on this node, as of the last observe
         self.rate = RunningRate()  # steps/s over the current running span (paused time never counts)
+        self.heartbeat_read_errors = 0  # heartbeat files refused or unreadable (_count_heartbeat_problems)
+        self._heartbeat_failing = False
         self.log_write_errors = 0  # output lines of its ended runs their log could not take (process.OutputLog)
 
     def reconfigure(self, config: TrainerConfig) -> None:
@@ -129,8 +131,10 @@ class Trainer:
         command = None if self.commands.empty() else self.commands.get_nowait()
         code = self.proc.poll() if self.proc is not None else None
         alive = self.proc is not None and code is None
-        self.ranks = self._read_ranks() if alive else None
-        progress = reported(self.ranks, read_heartbeat(self.heartbeat_file))
+        problems: list[str] = []
+        self.ranks = self._read_ranks(problems) if alive else None
+        progress = reported(self.ranks, read_heartbeat(self.heartbeat_file, problems))
+        self._count_heartbeat_problems(problems)
         stepping = alive and self.machine.phase in (TrainerPhase.RUNNING, TrainerPhase.PAUSING)
         self.rate = running_rate(self.rate, stepping and not progress.acknowledged, now, progress.steps_total)
         return Inputs(
@@ -142,10 +146,19 @@ class Trainer:
             gpu_reset=gpus.reset, gpus_ready=gpus.ready, gpus_wait=gpus.wait,
         )
 
-    def _read_ranks(self) -> RankView | None:
+    def _read_ranks(self, problems: list[str]) -> RankView | None:
         """The job's ranks on this node, from the beats of processes still in the current run's tree."""
         live_pids = set(self.proc.pids()) if self.proc is not None else set()
-        return aggregate(read_rank_heartbeats(self.heartbeat_file), live_pids)
+        return aggregate(read_rank_heartbeats(self.heartbeat_file, problems), live_pids)
+
+    def _count_heartbeat_problems(self, problems: list[str]) -> None:
+        """A heartbeat file refused or unreadable (a link, a FIFO, too large: heartbeat.read_heartbeat) is
+        counted, and said once per episode in one line; it never costs the tick."""
+        self.heartbeat_read_errors += len(problems)
+        if problems and not self._heartbeat_failing:
+            log.warning("trainer %s: heartbeat unreadable: %s (counted, said again only after a good read)",
+                        self.config.name, problems[0])
+        self._heartbeat_failing = bool(problems)
 
     def _progress_mtime(self) -> float | None:
         """The progress file's mtime (relative to the trainer's cwd); None when there is none (yet)."""

@@ -4,7 +4,6 @@ point 3), the rate of a paused trainer (issue 32 point 10), a log that cannot be
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from gpuwatch.heartbeat import Heartbeat, write_heartbeat
 from gpuwatch.model import TrainerPhase as P
 from gpuwatch.supervise.progress import RunningRate, published_rate, running_rate
 from tests.supervise.test_supervisor import script
+from tests.support.tmpfs import fill, tmpfs
 
 # Counts steps from --start (a resumed run: its checkpoint's step), fast, a heartbeat per step; holds while
 # the pause file exists, still reporting the rate it had (as the launcher's hook does); crashes at --crash-at.
@@ -104,14 +104,15 @@ time.sleep(60)
 def test_a_full_disk_costs_one_log_line_not_a_traceback_per_line(make, tmp_path: Path,
                                                                  caplog: pytest.LogCaptureFixture,
                                                                  capfd: pytest.CaptureFixture[str]) -> None:
-    """The trainer's log is /dev/full (every write fails with ENOSPC, as on a full disk)."""
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    os.symlink("/dev/full", logs / "t.log")
-    caplog.set_level(logging.INFO, logger="gpuwatch.supervisor")
-    h = make(command=script(tmp_path, "chatty.py", CHATTY), log_dir=logs)
-    h.until(lambda s: s.phase is P.RUNNING and h.trainer.proc is not None and h.trainer.proc.log_write_errors > 300)
-    h.close()
+    """The trainer's log is on a full tmpfs (every write fails with ENOSPC). A link to /dev/full would be
+    refused: a trainer's log is only ever a regular file (safefs)."""
+    with tmpfs(tmp_path / "logs", size="64k") as logs:
+        fill(logs)
+        caplog.set_level(logging.INFO, logger="gpuwatch.supervisor")
+        h = make(command=script(tmp_path, "chatty.py", CHATTY), log_dir=logs)
+        h.until(lambda s: s.phase is P.RUNNING and h.trainer.proc is not None
+                and h.trainer.proc.log_write_errors > 300)
+        h.close()
     errors = capfd.readouterr().err
     assert "Traceback" not in errors and "Logging error" not in errors
     said = [r.getMessage() for r in caplog.records if "cannot write" in r.getMessage()]
