@@ -40,8 +40,11 @@ Stdlib only (the wrapper runs in the user's interpreter; the daemon never import
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import socket
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -58,12 +61,28 @@ RUN_ID_MAX_CHARS = 64
 MAX_DEPTH = 8  # a Beat nests 3 deep (message, heartbeats, a heartbeat's fields)
 MAX_PID = 1 << 22  # PID_MAX_LIMIT on 64-bit (include/linux/threads.h)
 MAX_CODE = 1 << 16  # an exit status or a signal number (negative: killed by that signal)
+CONNECT_RETRY_S = 0.02  # between two connects to the control socket that found a full backlog
 EventKind = Literal["pause", "resume", "stop", "hung"]
 EVENT_KINDS: tuple[EventKind, ...] = ("pause", "resume", "stop", "hung")
 
 
 class ProtocolError(ValueError):
     """A line that is not a message of this protocol; the text is one line for the log."""
+
+
+def connect_retrying(sock: socket.socket, path: str, deadline: float) -> None:
+    """Connect to the daemon's control socket (every client: the CLI, the wrapper), trying again while its listen
+    backlog is full (EAGAIN: a unix socket with a timeout never waits for room, unix(7)) or nothing listens yet
+    (ECONNREFUSED: a daemon restarting), until ``deadline`` (monotonic); the last error then."""
+    while True:
+        try:
+            sock.connect(path)
+            return
+        except (BlockingIOError, ConnectionRefusedError, InterruptedError) as exc:
+            if exc.errno not in (errno.EAGAIN, errno.ECONNREFUSED, errno.EINTR) \
+                    or time.monotonic() + CONNECT_RETRY_S >= deadline:
+                raise
+            time.sleep(CONNECT_RETRY_S)
 
 
 @dataclass(frozen=True)

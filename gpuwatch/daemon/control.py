@@ -32,7 +32,6 @@ restarting) tries again until its deadline.
 
 from __future__ import annotations
 
-import errno
 import grp
 import json
 import logging
@@ -65,7 +64,6 @@ MAX_REQUEST_BYTES = 4096
 REQUEST_DEADLINE_S = 2.0  # the whole request line, from the accept
 MAX_CLIENTS = CONNECTIONS_TOTAL  # unprivileged connections being read at once
 CLIENT_TIMEOUT_S = 5.0  # the CLI's wait for an answer
-CONNECT_RETRY_S = 0.02  # between two connects that found a full backlog
 BACKLOG = socket.SOMAXCONN  # the kernel caps it at net.core.somaxconn
 ADMIN_SOCKET_MODE = 0o660
 SUPERVISOR_VERBS = frozenset(get_args(Command))  # authorized per run by the supervisor (it knows the owners)
@@ -339,20 +337,6 @@ def fetch_document(path: Path, timeout_s: float = CLIENT_TIMEOUT_S) -> dict[str,
     return document if isinstance(document, dict) else None
 
 
-def _connect(sock: socket.socket, path: Path, deadline: float) -> None:
-    """Connect, trying again while the listen backlog is full (EAGAIN: a unix socket never waits for room when it
-    has a timeout) or nothing listens yet (ECONNREFUSED), until ``deadline``; the last error then."""
-    while True:
-        try:
-            sock.connect(str(path))
-            return
-        except (BlockingIOError, ConnectionRefusedError, InterruptedError) as exc:
-            if exc.errno not in (errno.EAGAIN, errno.ECONNREFUSED, errno.EINTR) \
-                    or time.monotonic() + CONNECT_RETRY_S >= deadline:
-                raise
-            time.sleep(CONNECT_RETRY_S)
-
-
 def _open(path: Path, deadline: float) -> socket.socket:
     """A connection to the daemon: its privileged socket when this caller may use it (root, the daemon's user,
     the admin group: its backlog is theirs alone), else the public one."""
@@ -361,7 +345,7 @@ def _open(path: Path, deadline: float) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.settimeout(max(0.001, deadline - time.monotonic()))
-            _connect(sock, admin, deadline)
+            proto.connect_retrying(sock, str(admin), deadline)
             return sock
         except (FileNotFoundError, PermissionError, ConnectionRefusedError):
             sock.close()  # an older daemon without it, or not ours: the public socket
@@ -371,7 +355,7 @@ def _open(path: Path, deadline: float) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(max(0.001, deadline - time.monotonic()))
-        _connect(sock, path, deadline)
+        proto.connect_retrying(sock, str(path), deadline)
     except BaseException:
         sock.close()
         raise
