@@ -27,7 +27,7 @@ while it reconnects every ``RECONNECT_S``; a daemon that answers gets ``Attach``
 No daemon at the start: the run trains anyway, says once that it is not protected, and attaches when
 a daemon appears.
 
-Every line is decoded by one function (``decode_request`` / ``decode_reply`` through ``_object``), which
+Every line is decoded by one function (``json_object``, under ``decode_request`` and ``decode_reply``), which
 bounds what a local user can send: the line (``MAX_LINE_BYTES``), its nesting (``MAX_DEPTH``: no RecursionError),
 its numbers (no ``NaN``/``Infinity``/``1e999``: no OverflowError later; pids within ``MAX_PID``), and every
 string in it, keys included (``text_refusal``: at most ``TEXT_MAX_CHARS``, printable: no control character,
@@ -232,10 +232,6 @@ def _check_values(raw: dict[str, Any]) -> None:
             raise ProtocolError(f"a string {why}")
 
 
-def _object(line: bytes) -> dict[str, Any]:
-    return json_object(line)
-
-
 def _text(raw: dict[str, Any], key: str, max_chars: int = TEXT_MAX_CHARS) -> str | None:
     """An optional string field: a string within ``max_chars`` (printable: ``json_object`` checked), or None."""
     value = raw.get(key)
@@ -269,7 +265,7 @@ def _strings(raw: dict[str, Any], key: str) -> list[str] | None:
 
 def decode_request(line: bytes) -> Message:
     """A wrapper's line; raises ProtocolError for anything else (unknown keys are ignored)."""
-    raw = _object(line)
+    raw = json_object(line)
     cmd = raw.get("cmd")
     try:
         if cmd == "attach":
@@ -302,7 +298,7 @@ def decode_request(line: bytes) -> Message:
 
 def decode_reply(line: bytes) -> Attached | Event:
     """A daemon's line to a wrapper; raises ProtocolError for anything else."""
-    raw = _object(line)
+    raw = json_object(line)
     try:
         if "event" in raw:
             if raw["event"] not in EVENT_KINDS:
