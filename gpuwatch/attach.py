@@ -27,12 +27,24 @@ while it reconnects every ``RECONNECT_S``; a daemon that answers gets ``Attach``
 No daemon at the start: the run trains anyway, says once that it is not protected, and attaches when
 a daemon appears.
 
+Every line is decoded by one function (``json_object``, under ``decode_request`` and ``decode_reply``), which
+bounds what a local user can send: the line (``MAX_LINE_BYTES``), its nesting (``MAX_DEPTH``: no RecursionError),
+its numbers (no ``NaN``/``Infinity``/``1e999``: no OverflowError later; pids within ``MAX_PID``), and every
+string in it, keys included (``text_refusal``: at most ``TEXT_MAX_CHARS``, printable: no control character,
+no terminal escape, no lone surrogate that would make /metrics or a UTF-8 terminal fail later). Fields with
+a meaning have their own tighter bounds (``JOB_ID_MAX_CHARS``, ``REASON_MAX_CHARS``, ``RUN_ID_MAX_CHARS``).
+``LineFramer`` splits a stream into lines in linear time (a flood of blank lines costs each byte once).
+
 Stdlib only (the wrapper runs in the user's interpreter; the daemon never imports torch).
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import math
+import socket
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -42,12 +54,35 @@ BEAT_INTERVAL_S = 1.0
 RECONNECT_S = 1.0
 HOLD_WITHOUT_DAEMON_S = 60.0  # heartbeat.PAUSE_STALE_S: what the training side already tolerates
 NAME_MAX_CHARS = 64
+TEXT_MAX_CHARS = 4096  # any one string of a line (an argv element, a heartbeat's field)
+JOB_ID_MAX_CHARS = 64  # a Slurm job id ("123_4", "123+1") is far shorter
+REASON_MAX_CHARS = 256
+RUN_ID_MAX_CHARS = 64
+MAX_DEPTH = 8  # a Beat nests 3 deep (message, heartbeats, a heartbeat's fields)
+MAX_PID = 1 << 22  # PID_MAX_LIMIT on 64-bit (include/linux/threads.h)
+MAX_CODE = 1 << 16  # an exit status or a signal number (negative: killed by that signal)
+CONNECT_RETRY_S = 0.02  # between two connects to the control socket that found a full backlog
 EventKind = Literal["pause", "resume", "stop", "hung"]
 EVENT_KINDS: tuple[EventKind, ...] = ("pause", "resume", "stop", "hung")
 
 
 class ProtocolError(ValueError):
     """A line that is not a message of this protocol; the text is one line for the log."""
+
+
+def connect_retrying(sock: socket.socket, path: str, deadline: float) -> None:
+    """Connect to the daemon's control socket (every client: the CLI, the wrapper), trying again while its listen
+    backlog is full (EAGAIN: a unix socket with a timeout never waits for room, unix(7)) or nothing listens yet
+    (ECONNREFUSED: a daemon restarting), until ``deadline`` (monotonic); the last error then."""
+    while True:
+        try:
+            sock.connect(path)
+            return
+        except (BlockingIOError, ConnectionRefusedError, InterruptedError) as exc:
+            if exc.errno not in (errno.EAGAIN, errno.ECONNREFUSED, errno.EINTR) \
+                    or time.monotonic() + CONNECT_RETRY_S >= deadline:
+                raise
+            time.sleep(CONNECT_RETRY_S)
 
 
 @dataclass(frozen=True)
@@ -112,63 +147,165 @@ def encode(message: Attach | Attached | Beat | Exited | Restarted | Event) -> by
     return json.dumps(asdict(message), separators=(",", ":")).encode() + b"\n"
 
 
-def _object(line: bytes) -> dict[str, Any]:
-    if len(line) > MAX_LINE_BYTES:
-        raise ProtocolError(f"line of {len(line)} bytes (at most {MAX_LINE_BYTES})")
+def text_refusal(text: str, max_chars: int = TEXT_MAX_CHARS) -> str | None:
+    """Why ``text`` from a local user is refused (one line), None when it is usable: longer than ``max_chars``, or
+    holding a character that is not printable (str.isprintable: the C0/C1 controls such as ESC, whose sequences
+    would reach a terminal raw; lone surrogates, which no UTF-8 encoder takes; format and unassigned code points)."""
+    if len(text) > max_chars:
+        return f"{len(text)} characters (at most {max_chars})"
+    if not text.isprintable():
+        bad = next(c for c in text if not c.isprintable())
+        return f"holds {ascii(bad)} (control characters and lone surrogates are refused)"
+    return None
+
+
+class LineFramer:
+    """A byte stream into lines (without the newline), in linear time: each byte is searched once, the buffer is
+    compacted once per ``feed``. A line (or the unfinished rest) over ``max_bytes`` raises ProtocolError."""
+
+    def __init__(self, max_bytes: int = MAX_LINE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._buffer = bytearray()
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        start = len(self._buffer)
+        self._buffer += chunk
+        lines: list[bytes] = []
+        begin = 0
+        while (end := self._buffer.find(b"\n", start)) >= 0:
+            if end - begin > self.max_bytes:
+                raise ProtocolError(f"a line over {self.max_bytes} bytes")
+            lines.append(bytes(self._buffer[begin:end]))
+            begin = start = end + 1
+        del self._buffer[:begin]
+        if len(self._buffer) > self.max_bytes:
+            raise ProtocolError(f"a line over {self.max_bytes} bytes")
+        return lines
+
+    @property
+    def pending(self) -> bytes:
+        """What was received after the last newline."""
+        return bytes(self._buffer)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number here")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:20]} is out of range")
+    return value
+
+
+def json_object(line: bytes, max_bytes: int = MAX_LINE_BYTES) -> dict[str, Any]:
+    """One line of a local client as a JSON object, every string and number in it checked (see the module's
+    docstring); raises ProtocolError with one line. The control socket's plain requests use it too."""
+    if len(line) > max_bytes:
+        raise ProtocolError(f"line of {len(line)} bytes (at most {max_bytes})")
     try:
-        raw = json.loads(line)
-    except ValueError as exc:
-        raise ProtocolError(f"not JSON: {exc}") from None
+        raw = json.loads(line, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError:
+        raise ProtocolError("not JSON: nested too deep") from None
+    except ValueError as exc:  # UnicodeDecodeError (not UTF-8) included
+        raise ProtocolError(f"not JSON: {str(exc)[:200]}") from None
     if not isinstance(raw, dict):
         raise ProtocolError("not a JSON object")
+    _check_values(raw)
     return raw
+
+
+def _check_values(raw: dict[str, Any]) -> None:
+    """Every string (keys too) printable and bounded, at most ``MAX_DEPTH`` levels (iterative: no recursion)."""
+    todo: list[tuple[Any, int]] = [(raw, 1)]
+    while todo:
+        value, depth = todo.pop()
+        if depth > MAX_DEPTH:
+            raise ProtocolError(f"nested deeper than {MAX_DEPTH}")
+        if isinstance(value, dict):
+            todo.extend((key, depth) for key in value)
+            todo.extend((item, depth + 1) for item in value.values())
+        elif isinstance(value, list):
+            todo.extend((item, depth + 1) for item in value)
+        elif isinstance(value, str) and (why := text_refusal(value)):
+            raise ProtocolError(f"a string {why}")
+
+
+def _text(raw: dict[str, Any], key: str, max_chars: int = TEXT_MAX_CHARS) -> str | None:
+    """An optional string field: a string within ``max_chars`` (printable: ``json_object`` checked), or None."""
+    value = raw.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ProtocolError(f"{key} is not a string")
+    if len(value) > max_chars:
+        raise ProtocolError(f"{key} of {len(value)} characters (at most {max_chars})")
+    return value
+
+
+def _int(raw: dict[str, Any], key: str, low: int, high: int, default: int | None = None) -> int:
+    """An integer field within [low, high] (a bool or a float is not one)."""
+    value = raw.get(key, default)
+    if value is None:
+        raise ProtocolError(f"no {key}")
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ProtocolError(f"{key} is not an integer in [{low}, {high}]")
+    return value
+
+
+def _strings(raw: dict[str, Any], key: str) -> list[str] | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ProtocolError(f"{key} is not a list of strings")
+    return value
 
 
 def decode_request(line: bytes) -> Message:
     """A wrapper's line; raises ProtocolError for anything else (unknown keys are ignored)."""
-    raw = _object(line)
+    raw = json_object(line)
+    cmd = raw.get("cmd")
     try:
-        cmd = raw.get("cmd")
         if cmd == "attach":
-            gpus = raw.get("gpus")
-            return Attach(pid=int(raw["pid"]), argv=[str(a) for a in raw["argv"]],
-                          name=None if raw.get("name") is None else str(raw["name"]),
-                          gpus=None if gpus is None else [str(g) for g in gpus],
-                          restart=str(raw.get("restart", "no")),
-                          run_id=None if raw.get("run_id") is None else str(raw["run_id"]),
-                          paused=bool(raw.get("paused", False)),
-                          reason=None if raw.get("reason") is None else str(raw["reason"]),
-                          job_id=None if raw.get("job_id") is None else str(raw["job_id"]),
-                          v=int(raw.get("v", PROTOCOL_VERSION)))
+            argv = _strings(raw, "argv")
+            if argv is None:
+                raise ProtocolError("no argv")
+            return Attach(pid=_int(raw, "pid", 1, MAX_PID), argv=argv, name=_text(raw, "name", NAME_MAX_CHARS),
+                          gpus=_strings(raw, "gpus"), restart=_text(raw, "restart", NAME_MAX_CHARS) or "no",
+                          run_id=_text(raw, "run_id", RUN_ID_MAX_CHARS), paused=raw.get("paused") is True,
+                          reason=_text(raw, "reason", REASON_MAX_CHARS), job_id=_text(raw, "job_id", JOB_ID_MAX_CHARS),
+                          v=_int(raw, "v", 0, MAX_CODE, PROTOCOL_VERSION))
         if cmd == "beat":
             beats = raw.get("heartbeats", [])
             if not isinstance(beats, list) or not all(isinstance(b, dict) for b in beats):
-                raise ProtocolError("beat: heartbeats is not a list of objects")
-            suspended = raw.get("suspended")
-            return Beat(heartbeats=beats, suspended=None if suspended is None else int(suspended))
+                raise ProtocolError("heartbeats is not a list of objects")
+            suspended = None if raw.get("suspended") is None else _int(raw, "suspended", 1, MAX_CODE)
+            return Beat(heartbeats=beats, suspended=suspended)
         if cmd == "exited":
-            signalled = raw.get("signalled")
-            return Exited(code=int(raw["code"]), restarting=bool(raw["restarting"]),
-                          signalled=None if signalled is None else int(signalled))
+            signalled = None if raw.get("signalled") is None else _int(raw, "signalled", 1, MAX_CODE)
+            restarting = raw.get("restarting")
+            if not isinstance(restarting, bool):
+                raise ProtocolError("restarting is not true or false")
+            return Exited(code=_int(raw, "code", -MAX_CODE, MAX_CODE), restarting=restarting, signalled=signalled)
         if cmd == "restarted":
-            return Restarted(pid=int(raw["pid"]))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ProtocolError(f"{cmd}: {exc!r}") from None
-    raise ProtocolError(f"unknown cmd {cmd!r}")
+            return Restarted(pid=_int(raw, "pid", 1, MAX_PID))
+    except ProtocolError as exc:
+        raise ProtocolError(f"{cmd}: {exc}") from None
+    raise ProtocolError(f"unknown cmd {ascii(cmd)[:80]}")
 
 
 def decode_reply(line: bytes) -> Attached | Event:
     """A daemon's line to a wrapper; raises ProtocolError for anything else."""
-    raw = _object(line)
+    raw = json_object(line)
     try:
         if "event" in raw:
             if raw["event"] not in EVENT_KINDS:
                 raise ProtocolError(f"unknown event {raw['event']!r}")
-            return Event(event=raw["event"], reason=None if raw.get("reason") is None else str(raw["reason"]))
+            return Event(event=raw["event"], reason=_text(raw, "reason"))
         interval = raw.get("interval_s")
-        return Attached(ok=bool(raw["ok"]), message=str(raw.get("message", "")),
-                        run_id=None if raw.get("run_id") is None else str(raw["run_id"]),
-                        name=None if raw.get("name") is None else str(raw["name"]),
-                        interval_s=None if interval is None else float(interval))
+        return Attached(ok=bool(raw["ok"]), message=_text(raw, "message") or "", run_id=_text(raw, "run_id"),
+                        name=_text(raw, "name"), interval_s=None if interval is None else float(interval))
     except (KeyError, TypeError, ValueError) as exc:
         raise ProtocolError(f"reply: {exc!r}") from None

@@ -14,11 +14,13 @@ from gpuwatch.attach import (
     Beat,
     Event,
     Exited,
+    LineFramer,
     ProtocolError,
     Restarted,
     decode_reply,
     decode_request,
     encode,
+    text_refusal,
 )
 from gpuwatch.heartbeat import Heartbeat
 
@@ -77,14 +79,37 @@ def test_unknown_keys_are_ignored_a_newer_peer_still_understood() -> None:
     (b"[1, 2]", "not a JSON object"),
     (b'{"cmd":"launch"}', "unknown cmd 'launch'"),
     (b'{"pid":1}', "unknown cmd None"),
-    (b'{"cmd":"attach","argv":["a"]}', "attach: KeyError('pid')"),
-    (b'{"cmd":"attach","pid":"many","argv":["a"]}', "attach: ValueError"),
-    (b'{"cmd":"attach","pid":1,"argv":5}', "attach: TypeError"),
+    (b'{"cmd":"attach","argv":["a"]}', "attach: no pid"),
+    (b'{"cmd":"attach","pid":"many","argv":["a"]}', "attach: pid is not an integer"),
+    (b'{"cmd":"attach","pid":1,"argv":5}', "attach: argv is not a list of strings"),
     (b'{"cmd":"beat","heartbeats":{"pid":1}}', "beat: heartbeats is not a list of objects"),
     (b'{"cmd":"beat","heartbeats":[1]}', "beat: heartbeats is not a list of objects"),
-    (b'{"cmd":"exited","code":1}', "exited: KeyError('restarting')"),
-    (b'{"cmd":"restarted"}', "restarted: KeyError('pid')"),
+    (b'{"cmd":"exited","code":1}', "exited: restarting is not true or false"),
+    (b'{"cmd":"restarted"}', "restarted: no pid"),
     (b'"attach"', "not a JSON object"),
+    # Issue 46 item 6: every string a user sends is bounded and printable, keys and nested ones included.
+    (b'{"cmd":"attach","pid":5,"argv":["a"],"job_id":"\\ud800"}', "holds '\\ud800'"),
+    (b'{"cmd":"attach","pid":5,"argv":["a"],"job_id":"\xed\xa0\x80"}', "holds '\\ud800'"),  # raw UTF-8 too
+    (b'{"cmd":"attach","pid":5,"argv":["a"],"reason":"\\u001b]0;owned\\u0007"}', "holds '\\x1b'"),
+    (b'{"cmd":"attach","pid":5,"argv":["a\\u001b[2J"]}', "holds '\\x1b'"),
+    (b'{"cmd":"attach","pid":5,"argv":["a"],"name":"x\\u009b"}', "holds '\\x9b'"),  # C1 CSI
+    (b'{"cmd":"beat","heartbeats":[{"held_by":"a\\nb"}]}', "holds '\\n'"),
+    (b'{"cmd":"beat","heartbeats":[{"\\u001b":1}]}', "holds '\\x1b'"),
+    (b'{"cmd":"attach","pid":5,"argv":["a"],"job_id":"' + b"1" * 65 + b'"}', "job_id of 65 characters"),
+    (b'{"cmd":"attach","pid":5,"argv":["a"],"reason":"' + b"r" * 257 + b'"}', "reason of 257 characters"),
+    (b'{"cmd":"attach","pid":5,"argv":["' + b"a" * 4097 + b'"]}', "4097 characters (at most 4096)"),
+    (b"\xff{}", "not JSON"),
+    # Issue 46 item 9: numbers and nesting that used to raise OverflowError or RecursionError later.
+    (b'{"cmd":"restarted","pid":1e999}', "out of range"),
+    (b'{"cmd":"exited","code":Infinity,"restarting":false}', "Infinity is not a number here"),
+    (b'{"cmd":"exited","code":NaN,"restarting":false}', "NaN is not a number here"),
+    (b'{"cmd":"restarted","pid":5.5}', "pid is not an integer"),
+    (b'{"cmd":"restarted","pid":true}', "pid is not an integer"),
+    (b'{"cmd":"restarted","pid":99999999999999999999}', "pid is not an integer in [1, 4194304]"),
+    (b'{"cmd":"restarted","pid":0}', "pid is not an integer in [1, 4194304]"),
+    (b'{"cmd":"exited","code":1,"restarting":false,"signalled":-3}', "signalled is not an integer"),
+    (b'{"cmd":"beat","x":' + b"[" * 30_000 + b"]" * 30_000 + b"}", "nested too deep"),
+    (b'{"cmd":"beat","x":' + b"[" * 9 + b"]" * 9 + b"}", "nested deeper than 8"),
 ])
 def test_bad_requests_raise_one_line(line: bytes, said: str) -> None:
     with pytest.raises(ProtocolError) as raised:
@@ -110,3 +135,46 @@ def test_a_line_longer_than_the_bound_is_refused_before_parsing() -> None:
         decode_request(long)
     with pytest.raises(ProtocolError, match="bytes"):
         decode_reply(long)
+
+
+@pytest.mark.parametrize("chunks, lines, pending", [
+    ([b"a\nb\n"], [b"a", b"b"], b""),
+    ([b"a", b"b\nc"], [b"ab"], b"c"),
+    ([b"\n\n\n"], [b"", b"", b""], b""),
+    ([b"x" * 10, b"\n"], [b"x" * 10], b""),
+    ([b"", b"a\n"], [b"a"], b""),
+])
+def test_the_framer_splits_lines_across_chunks(chunks: list[bytes], lines: list[bytes], pending: bytes) -> None:
+    framer = LineFramer(max_bytes=10)
+    got = [line for chunk in chunks for line in framer.feed(chunk)]
+    assert got == lines and framer.pending == pending
+
+
+@pytest.mark.parametrize("chunks", [[b"x" * 11], [b"x" * 6, b"x" * 5], [b"x" * 11 + b"\n"], [b"a\n" + b"y" * 12]])
+def test_the_framer_refuses_a_line_over_its_bound(chunks: list[bytes]) -> None:
+    framer = LineFramer(max_bytes=10)
+    with pytest.raises(ProtocolError, match="a line over 10 bytes"):
+        for chunk in chunks:
+            framer.feed(chunk)
+
+
+def test_the_framer_is_linear_in_blank_lines() -> None:
+    """32768 blank lines in one 64 KiB chunk: each byte searched once (the old split recopied the rest per line);
+    counted in searches, not timed."""
+    framer = LineFramer()
+    assert len(framer.feed(b"\n" * 65536)) == 65536 and framer.pending == b""
+
+
+@pytest.mark.parametrize("text, refused", [
+    ("train-1", None),
+    ("naïve 日本", None),
+    ("", None),
+    ("a\x1b]0;x\x07", "holds '\\x1b'"),
+    ("\ud800", "holds '\\ud800'"),
+    ("tab\there", "holds '\\t'"),
+    ("\u202e", "holds '\\u202e'"),  # a bidi override: a format character, not printable
+    ("x" * 65, "65 characters (at most 64)"),
+])
+def test_text_refusal(text: str, refused: str | None) -> None:
+    why = text_refusal(text, 64)
+    assert (why is None) if refused is None else (why is not None and refused in why)

@@ -34,5 +34,5 @@ def test_it_is_only_a_key_of_a_beat_so_the_daemon_before_it_still_reads_the_beat
 
 
 def test_a_suspended_that_is_not_a_signal_number_is_a_protocol_error() -> None:
-    with pytest.raises(ProtocolError, match="beat: ValueError"):
+    with pytest.raises(ProtocolError, match=r"beat: suspended is not an integer in \[1, 65536\]"):
         decode_request(b'{"cmd":"beat","heartbeats":[],"suspended":"yes"}')

@@ -11,12 +11,14 @@ before it answers, or answers outside this protocol, is no reply, and the link t
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
 
-from gpuwatch.attach import MAX_LINE_BYTES, Attach, Attached, ProtocolError, decode_reply, encode
+from gpuwatch.attach import MAX_LINE_BYTES, Attach, Attached, ProtocolError, connect_retrying, decode_reply, encode
 from gpuwatch.safefs import client_refusal
 
 REPLY_TIMEOUT_S = 5.0  # a daemon that accepts and never answers the Attach counts as none
+CONNECT_TIMEOUT_S = 2.0  # a full backlog (another user's flood) or a daemon restarting: tried again this long
 
 
 def connect(socket_path: Path) -> tuple[socket.socket | None, str]:
@@ -27,7 +29,7 @@ def connect(socket_path: Path) -> tuple[socket.socket | None, str]:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(REPLY_TIMEOUT_S)
     try:
-        sock.connect(str(socket_path))
+        connect_retrying(sock, str(socket_path), time.monotonic() + CONNECT_TIMEOUT_S)
     except (FileNotFoundError, ConnectionRefusedError):
         sock.close()
         return None, f"gpuwatch train: no gpuwatch daemon at {socket_path}: this run is not protected"

@@ -45,6 +45,7 @@ from gpuwatch.attach import (
 )
 from gpuwatch.cli.attach_handshake import REPLY_TIMEOUT_S, connect, handshake
 from gpuwatch.cli.job_control import SUSPEND_NOTICE_S, SuspendNotice
+from gpuwatch.cli.text import safe
 from gpuwatch.heartbeat import read_heartbeat, read_rank_heartbeats, refresh_pause, request_pause
 
 # Tests only: a hold window of a few seconds instead of a minute (docs/attached-runs.md says so).
@@ -199,12 +200,13 @@ class AttachLink:
         self.attached, self._lost_at = True, None
         kept = f" (the pause kept: {self.reason})" if again and self.paused else ""
         word = "re-attached" if again else "attached"
-        note = f"; {reply.message}" if reply.message else ""  # the daemon's word on the request (a --gpu not there)
+        # The daemon's word on the request (a --gpu not there).
+        note = f"; {safe(reply.message)}" if reply.message else ""
         self._say(f"gpuwatch train: {word} to the gpuwatch daemon as {self.name or '?'}{kept}{note}")
 
     def _refused(self, message: str) -> None:
         self.attached = False
-        self._say(f"gpuwatch train: the gpuwatch daemon refused this run ({message or 'no reason given'}): "
+        self._say(f"gpuwatch train: the gpuwatch daemon refused this run ({safe(message) or 'no reason given'}): "
                   "it trains unprotected")
         if self.paused:
             self._release("the daemon refused this run")

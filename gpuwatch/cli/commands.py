@@ -20,6 +20,7 @@ from gpuwatch.cli.settings import (
 )
 from gpuwatch.cli.show import document_text, repeat, sensors_fetch, show, status_fetch
 from gpuwatch.cli.status import EXIT_USAGE
+from gpuwatch.cli.text import safe
 from gpuwatch.config.base import ConfigError, canonical_pci_slot, default_runtime_dir, pci_slot_problem
 from gpuwatch.config.file import Config, effective_config_toml, load_config
 from gpuwatch.config.sections import remote_base_url
@@ -200,6 +201,7 @@ def cmd_control(args: argparse.Namespace) -> int:
     except ControlError as exc:
         print(f"gpuwatch: {exc}", file=sys.stderr)
         return 1
+    message = safe(message)  # it may quote a run's name or a user's request back
     print(message if ok else f"gpuwatch: {message}", file=sys.stdout if ok else sys.stderr)
     if ok:
         return 0

@@ -13,7 +13,7 @@ from typing import Any
 
 from gpuwatch.cli.remote import HostResult
 from gpuwatch.cli.status import EXIT_ALARM, EXIT_OK, exit_code
-from gpuwatch.cli.text import BOLD, GREEN, RED, RESET, YELLOW
+from gpuwatch.cli.text import BOLD, GREEN, RED, RESET, YELLOW, safe_strings
 from gpuwatch.model import fan_duty
 from gpuwatch.publish.schema import GpuDoc, TrainerDoc
 
@@ -49,6 +49,7 @@ def render(results: list[HostResult], now: float | None = None, color: bool = Fa
     rows: list[tuple[list[str], str | None]] = []  # cells, colour of the STATE cell
     for result in results:
         rows.extend(_host_rows(result))
+    rows = [(safe_strings(cells), colour) for cells, colour in rows]  # names, reasons: any user's strings
     table = [list(HEADER), *(cells for cells, _ in rows)]
     widths = [max(len(r[i]) for r in table) for i in range(len(HEADER) - 1)]
 

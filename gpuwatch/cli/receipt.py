@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from gpuwatch.cli.settings import load_cli_config
+from gpuwatch.cli.text import safe, safe_strings
 from gpuwatch.daemon.receipt_store import last_state_file
 from gpuwatch.publish.state import read_state_file
 
@@ -42,8 +43,9 @@ def cmd_receipt(args: argparse.Namespace) -> int:
               file=sys.stderr)
     job = next((j for j in document.get("jobs", []) if j.get("job_id") == args.job_id), None)
     if job is None:
-        known = ", ".join(j["job_id"] for j in document.get("jobs", [])) or "none"
-        print(f"gpuwatch receipt: job {args.job_id} was not seen on a GPU (receipts kept: {known})", file=sys.stderr)
+        known = safe(", ".join(str(j["job_id"]) for j in document.get("jobs", []))) or "none"
+        print(f"gpuwatch receipt: job {safe(args.job_id)} was not seen on a GPU (receipts kept: {known})",
+              file=sys.stderr)
         return EXIT_NOT_FOUND
     print(json.dumps(job) if args.json else render(job), end="" if not args.json else "\n")
     return 0
@@ -52,6 +54,7 @@ def cmd_receipt(args: argparse.Namespace) -> int:
 def render(job: Any) -> str:
     """The receipt as text: the job, then one block per GPU; the time no daemon ran, and its energy left out,
     said (an older daemon's receipt has neither field)."""
+    job = safe_strings(job)  # its job id and user: strings a local user chose
     seconds = max(0.0, float(job["last_seen_unix"]) - float(job["first_seen_unix"]))
     gpus = job.get("gpus", [])
     total_j = sum(float(g["energy_j"]) for g in gpus)

@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 
 from gpuwatch.cli.gpu_block import gpu_block
-from gpuwatch.cli.text import BOLD, DIM, RED, YELLOW, Paint, duration, painter
+from gpuwatch.cli.text import BOLD, DIM, RED, YELLOW, Paint, duration, painter, safe_strings
 from gpuwatch.cli.trainer_rows import trainer_gpu_lines, trainer_line
 from gpuwatch.publish.schema import StatusDocument
 
@@ -64,6 +64,7 @@ def select_gpus(doc: StatusDocument, wanted: Sequence[str]) -> StatusDocument:
 def render(doc: StatusDocument, now: float | None = None, color: bool = False, note: str | None = None,
            leftovers: Sequence[str] = ()) -> str:
     now = time.time() if now is None else now
+    doc = safe_strings(doc)  # run names, reasons, job ids, commands: any local user's strings
     paint = painter(color)
     lines = [_header(doc, now, paint)]
     if note:

@@ -3,11 +3,39 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 RED, YELLOW, GREEN, BOLD, DIM, RESET = "\033[31m", "\033[33m", "\033[32m", "\033[1m", "\033[2m", "\033[0m"
 NA = "N/A"
 
 Paint = Callable[[str, "str | None"], str]  # text, colour (None: plain) -> text
+J = TypeVar("J")
+
+
+def safe(text: object) -> str:
+    """A string someone else chose (a run's name, a reason, a job id, a command line, a process name), made safe
+    for a terminal: every character that is not printable (ESC and the other C0/C1 controls, which would move
+    the cursor, clear the screen or retitle the window; a lone surrogate, which a UTF-8 stdout cannot encode)
+    written as its Python escape (``\\x1b``, ``\\ud800``). The one home: every renderer of such text uses it."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def safe_strings(value: J) -> J:
+    """A JSON document (a published state, a receipt) with every string in it (keys too) made ``safe``: what the
+    text renderers print comes from documents any local user's run can put strings into."""
+    result: Any
+    if isinstance(value, str):
+        result = safe(value)
+    elif isinstance(value, dict):
+        result = {safe(k) if isinstance(k, str) else k: safe_strings(v) for k, v in value.items()}
+    elif isinstance(value, list):
+        result = [safe_strings(v) for v in value]
+    else:
+        result = value
+    return result  # type: ignore[no-any-return]
 
 
 def painter(color: bool) -> Paint:

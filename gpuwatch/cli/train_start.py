@@ -19,9 +19,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from gpuwatch.attach import Attach, Event
+from gpuwatch.attach import JOB_ID_MAX_CHARS, TEXT_MAX_CHARS, Attach, Event, text_refusal
 from gpuwatch.cli.attach_link import AttachLink, hold_window_s
 from gpuwatch.cli.run_dir import RunDir, RunDirError, make_run_dir
+from gpuwatch.cli.text import safe
 from gpuwatch.cli.train_run import RunSettings, TrainRun
 from gpuwatch.config.base import CONTROL_SOCKET_NAME, client_runtime_dir, daemon_files_in
 from gpuwatch.heartbeat import HEARTBEAT_ENV, PAUSE_ENV
@@ -57,8 +58,12 @@ def start_run(args: argparse.Namespace, command: list[str], gpus: list[str], bui
     for name, path in ((HEARTBEAT_ENV, heartbeat), (PAUSE_ENV, pause)):
         if path is not None:
             env[name] = str(path)
-    request = Attach(pid=0, argv=list(command), name=args.name, gpus=gpus or None, restart=str(args.restart),
-                     job_id=os.environ.get(SLURM_JOB_ENV) or None)
+    # The daemon refuses a string with a control character (attach.text_refusal): the command line it shows is
+    # sent escaped (a `python -c` script's newlines), a job id it would refuse is left out.
+    job_id = os.environ.get(SLURM_JOB_ENV) or None
+    request = Attach(pid=0, argv=[safe(arg)[:TEXT_MAX_CHARS] for arg in command], name=args.name, gpus=gpus or None,
+                     restart=str(args.restart),
+                     job_id=job_id if job_id and text_refusal(job_id, JOB_ID_MAX_CHARS) is None else None)
     euid = os.geteuid()
 
     def link(pid: int, on_event: Callable[[Event], None]) -> AttachLink | None:

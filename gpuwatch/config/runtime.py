@@ -23,6 +23,9 @@ STATE_FILE_NAME = "state.json"
 LAST_STATE_FILE_NAME = "state.last.json"
 
 CONTROL_SOCKET_NAME = "control.sock"
+# Beside it, the same server for root, the daemon's user and ``[control] admin_group`` only (mode 0660): no other
+# user's connections can fill its listen backlog (daemon/control.py).
+CONTROL_ADMIN_SOCKET_NAME = "control-admin.sock"
 
 
 def default_runtime_dir(environ: Mapping[str, str], euid: int) -> str:

@@ -8,25 +8,36 @@ for ``SESSION_SILENCE_S`` (ten beats) is gone (unless its last ``Beat`` said its
 then it is kept, silent, until the wrapper is continued or its connection ends), and so is one that sends
 a line that is not the protocol (logged in one line). The supervisor's events go back through the
 session's ``_Link``, which never blocks: a wrapper that reads nothing breaks its own session, never the daemon's loop.
+
+What a session may cost is bounded per user (daemon/bounds.py): its lines are framed in linear time
+(``attach.LineFramer``), and all the sessions of one uid share one ``UserRate`` of lines and bytes: a session over
+it waits before it reads on (its sender blocks), so blank lines or 64-rank Beats as fast as a socket goes cost
+the loop nothing. A line that is not the protocol, and a ``Restarted`` naming a pid the Attach could not have
+named (``peers.run_refusal``: the caller's own process or a descendant of it, the one check for every pid a
+session names), gets an error answer (``Attached`` with ``ok`` false) and ends the session, logged in one
+rate-limited line.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import pwd
 import socket
 import struct
 import threading
+import time
 from typing import Any, Protocol, runtime_checkable
 
 from gpuwatch import attach as proto
-from gpuwatch.daemon.peers import run_job, run_refusal, with_groups
+from gpuwatch.daemon.bounds import UserRate
+from gpuwatch.daemon.peers import gone, run_job, run_refusal, with_groups
+from gpuwatch.daemon.ratelog import RateLimitedLog
 from gpuwatch.procfs import Procfs
 from gpuwatch.supervise.access import Peer
 
 log = logging.getLogger("gpuwatch.control")
+noisy = RateLimitedLog(log)
 
 SESSION_SILENCE_S = 10 * proto.BEAT_INTERVAL_S  # an attach session that sends nothing this long is gone
 REPLY_DEADLINE_S = 2.0
@@ -50,69 +61,86 @@ def peer_of(conn: socket.socket, procfs: Procfs) -> Peer:
 
 
 def serve_session(conn: socket.socket, line: bytes, rest: bytes, sessions: Sessions, procfs: Procfs,
-                  stop: threading.Event) -> None:
-    """An attach session: validate, register, then read its lines until it ends (or goes silent)."""
+                  stop: threading.Event, rate: UserRate | None = None) -> None:
+    """An attach session: validate, register, then read its lines until it ends (or goes silent). ``rate``: its
+    user's, shared by all of that user's sessions."""
     link = _Link(conn)
+    peer = peer_of(conn, procfs)
     try:
         request = proto.decode_request(line)
     except proto.ProtocolError as exc:
+        noisy.warning(f"bad-{peer.uid}", "control socket: a bad attach from uid %d (pid %d): %s", peer.uid, peer.pid,
+                      exc)
         link.reply(proto.Attached(ok=False, message=f"bad attach: {exc}"))
         return
     if not isinstance(request, proto.Attach):
         return
-    peer = peer_of(conn, procfs)
     why = run_refusal(procfs, peer, request.pid)
     if not why:
         request = dataclasses.replace(request, job_id=run_job(procfs, request.pid, request.job_id))
     reply = proto.Attached(ok=False, message=why) if why else \
         sessions.attach(request, peer, _user_name(peer.uid), link)
     if not reply.ok:
-        log.warning("control socket: attach of pid %d from uid %d refused: %s", request.pid, peer.uid,
-                    reply.message)
+        noisy.warning(f"refused-{peer.uid}", "control socket: attach of pid %d from uid %d refused: %s", request.pid,
+                      peer.uid, reply.message)
     if not link.reply(reply) or not reply.ok or reply.run_id is None:
         return
     try:
-        _read_session(conn, reply.run_id, rest, sessions, stop)
+        why = _read_session(conn, reply.run_id, rest, sessions, stop, peer, procfs, rate or UserRate.default())
+        if why:
+            noisy.warning(f"session-{peer.uid}", "attach session %s of uid %d: %s: session closed", reply.run_id,
+                          peer.uid, why)
+            link.reply(proto.Attached(ok=False, message=f"{why}: session closed"))
     finally:
         sessions.detach(reply.run_id, link)
 
 
-def _read_session(conn: socket.socket, run_id: str, data: bytes, sessions: Sessions, stop: threading.Event) -> None:
+def _read_session(conn: socket.socket, run_id: str, data: bytes, sessions: Sessions, stop: threading.Event,
+                  peer: Peer, procfs: Procfs, rate: UserRate) -> str | None:
+    """Its lines until it ends; why it was closed when the session is at fault (one line), else None."""
     conn.settimeout(None)  # blocking: the events are sent with MSG_DONTWAIT, the silence bounded below
     seconds = int(SESSION_SILENCE_S)
     conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
                     struct.pack("ll", seconds, int((SESSION_SILENCE_S - seconds) * 1e6)))
     suspended = False
+    framer = proto.LineFramer()
+    chunk = data
     while not stop.is_set():
-        while b"\n" in data:
-            line, _, data = data.partition(b"\n")
-            if not line.strip():
-                continue
+        try:
+            lines = framer.feed(chunk)
+        except proto.ProtocolError as exc:
+            return str(exc)
+        # Its user's share: wait (not reading: the sender blocks) before what it sent is decoded. A blank line costs
+        # its byte only (the framer is linear), a line to decode counts as one.
+        lines = [line for line in lines if line.strip()]
+        wait_s = rate.take(len(lines), len(chunk), time.monotonic())
+        if wait_s > 0 and stop.wait(wait_s):
+            return None
+        for line in lines:
             try:
                 message = proto.decode_request(line)
             except proto.ProtocolError as exc:
-                log.warning("attach session %s: %s: session closed", run_id, exc)
-                return
+                return str(exc)
             if isinstance(message, proto.Attach):
-                log.warning("attach session %s: a second attach: session closed", run_id)
-                return
+                return "a second attach"
+            if isinstance(message, proto.Restarted) and (why := run_refusal(procfs, peer, message.pid)):
+                if gone(procfs, message.pid):  # a command that crashed at once: its Exited follows, nothing to adopt
+                    continue
+                return f"restarted: {why}"
             sessions.receive(run_id, message)
             if isinstance(message, proto.Beat):  # stopped by its user (Ctrl-Z): silent until continued, not gone
                 suspended = message.suspended is not None
-        if len(data) > proto.MAX_LINE_BYTES:
-            log.warning("attach session %s: a line over %d bytes: session closed", run_id, proto.MAX_LINE_BYTES)
-            return
         try:
             chunk = conn.recv(65536)
         except (BlockingIOError, TimeoutError):
             if suspended:
+                chunk = b""
                 continue
-            log.warning("attach session %s: silent for %g s: its run counts as detached", run_id,
-                        SESSION_SILENCE_S)
-            return
+            log.info("attach session %s: silent for %g s: its run counts as detached", run_id, SESSION_SILENCE_S)
+            return None
         if not chunk:
-            return
-        data += chunk
+            return None
+    return None
 
 
 class _Link:
@@ -140,11 +168,11 @@ class _Link:
 
 
 def is_attach(line: bytes) -> bool:
+    """Whether a first line asks to attach (a bad one is answered as a plain request: an error answer)."""
     try:
-        request = json.loads(line)
-    except ValueError:
+        return proto.json_object(line).get("cmd") == "attach"
+    except proto.ProtocolError:
         return False
-    return isinstance(request, dict) and request.get("cmd") == "attach"
 
 
 def _user_name(uid: int) -> str:

@@ -15,9 +15,19 @@ request {"cmd": "status"} is answered by the server itself with the last publish
 Clients are served concurrently, each on its own short-lived thread, with a whole-request deadline
 (``REQUEST_DEADLINE_S`` from the accept, not per read): one stuck or trickling local client used to hold
 the one serving thread, so eight silent connections made `gpuwatch pause` time out, and one client
-sending a byte a second blocked every command (issue 31). At most ``MAX_CLIENTS`` connections are read
-at once; one more cuts the oldest still reading. A request whose client has already gone (it gave up
+sending a byte a second blocked every command (issue 31). A request whose client has already gone (it gave up
 waiting) is not carried out: a command the user saw time out never happens later.
+
+Local users are hostile to it (docs/security.md "The control socket"): every line goes through one decoder
+(``attach.json_object``: bounded, no surrogate or control character, no deep nesting, no non-finite number),
+a bad one gets an error answer and a rate-limited log line (daemon/ratelog.py), never a traceback. An
+unprivileged uid holds at most ``bounds.CONNECTIONS_PER_USER`` connections being read (all such users
+``bounds.CONNECTIONS_TOTAL``); one more is answered with an error and closed at once, without a thread. Root,
+the daemon's user and the admin group have a socket of their own beside it (``CONTROL_ADMIN_SOCKET_NAME``,
+mode 0660, group ``[control] admin_group`` as it was at the start), with its own listen backlog and accepting
+thread, which the CLI tries first: a connect/close flood of another user fills the public backlog, never
+theirs. A client whose connect finds a full backlog (EAGAIN) or no listener yet (ECONNREFUSED: a daemon
+restarting) tries again until its deadline.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import json
 import logging
 import os
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -35,7 +46,10 @@ from typing import Any, cast, get_args
 
 from gpuwatch import attach as proto
 from gpuwatch.config.file import REAL_PROC_ROOT
+from gpuwatch.config.runtime import CONTROL_ADMIN_SOCKET_NAME
 from gpuwatch.daemon.attach_sessions import Sessions, is_attach, peer_of, serve_session
+from gpuwatch.daemon.bounds import CONNECTIONS_TOTAL, Slots, UserRate
+from gpuwatch.daemon.ratelog import RateLimitedLog
 from gpuwatch.procfs import Procfs
 from gpuwatch.publish.redact import redact
 from gpuwatch.publish.schema import StatusDocument
@@ -49,10 +63,18 @@ Handler = Callable[[str, "str | None"], "tuple[bool, str]"]
 Document = Callable[[], "Mapping[str, Any] | None"]  # the last published status document
 MAX_REQUEST_BYTES = 4096
 REQUEST_DEADLINE_S = 2.0  # the whole request line, from the accept
-MAX_CLIENTS = 16  # connections being read at once
+MAX_CLIENTS = CONNECTIONS_TOTAL  # unprivileged connections being read at once
 CLIENT_TIMEOUT_S = 5.0  # the CLI's wait for an answer
+BACKLOG = socket.SOMAXCONN  # the kernel caps it at net.core.somaxconn
+ADMIN_SOCKET_MODE = 0o660
 SUPERVISOR_VERBS = frozenset(get_args(Command))  # authorized per run by the supervisor (it knows the owners)
 SOCKET_MODE = 0o666
+noisy = RateLimitedLog(log)
+
+
+def admin_socket(path: Path) -> Path:
+    """The privileged socket beside the public ``path``."""
+    return path.with_name(CONTROL_ADMIN_SOCKET_NAME)
 
 
 class ControlError(Exception):
@@ -73,122 +95,169 @@ class ControlServer:
         self.procfs = Procfs(proc_root)
         self._sessions: set[socket.socket] = set()
         self.request_deadline_s = request_deadline_s
-        self._sock: socket.socket | None = None
-        self._thread: threading.Thread | None = None
+        self._socks: list[socket.socket] = []
+        self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._reading: dict[socket.socket, float] = {}  # connection -> when it was accepted (monotonic)
+        self._slots = Slots()  # unprivileged connections being read, per uid
+        self._rates: dict[int, UserRate] = {}  # the lines and bytes of each uid's attach sessions
         self._handling = threading.Lock()  # one command at a time: the handlers were written for one thread
 
     def start(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.unlink(missing_ok=True)  # left over from a daemon that was killed (the lock says none runs)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.bind(str(self.path))
-        os.chmod(self.path, SOCKET_MODE)  # every user may connect: each request is authorized from its peer
-        sock.listen(64)
-        sock.settimeout(0.2)
-        self._sock = sock
-        self._thread = threading.Thread(target=self._serve, name="gpuwatch-control", daemon=True)
-        self._thread.start()
-        log.info("control socket %s (mode %o: requests authorized per peer)", self.path, SOCKET_MODE)
+        admin = admin_socket(self.path)
+        for path, mode in ((self.path, SOCKET_MODE), (admin, ADMIN_SOCKET_MODE)):
+            path.unlink(missing_ok=True)  # left over from a daemon that was killed (the lock says none runs)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.bind(str(path))
+            if path == admin:
+                gid = self._admin_gid()
+                if gid is not None:
+                    os.chown(path, -1, gid)
+            os.chmod(path, mode)  # the public one: every user may connect, each request authorized from its peer
+            sock.listen(BACKLOG)
+            sock.settimeout(0.2)
+            self._socks.append(sock)
+            thread = threading.Thread(target=self._serve, args=(sock, path == admin), name="gpuwatch-control",
+                                      daemon=True)
+            self._threads.append(thread)
+            thread.start()
+        log.info("control socket %s (mode %o: requests authorized per peer), %s for the privileged", self.path,
+                 SOCKET_MODE, admin.name)
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(2.0)
-        if self._sock is not None:
-            self._sock.close()
+        for thread in self._threads:
+            thread.join(2.0)
+        for sock in self._socks:
+            sock.close()
         with self._lock:
             for conn in list(self._reading) + list(self._sessions):
                 _cut(conn)
-        try:
-            self.path.unlink(missing_ok=True)
-        except OSError as exc:  # a read-only runtime directory: the socket file stays, nothing listens on it
-            log.warning("cannot remove %s: %s", self.path, exc.strerror or exc)
+        for path in (self.path, admin_socket(self.path)):
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as exc:  # a read-only runtime directory: the socket file stays, nothing listens on it
+                log.warning("cannot remove %s: %s", path, exc.strerror or exc)
 
-    def _serve(self) -> None:
-        assert self._sock is not None
+    def _serve(self, sock: socket.socket, admin: bool) -> None:
         while not self._stop.is_set():
             try:
-                conn, _ = self._sock.accept()
+                conn, _ = sock.accept()
             except TimeoutError:
                 continue
             except OSError as exc:
-                if self._stop.is_set() or self._sock.fileno() < 0:
+                if self._stop.is_set() or sock.fileno() < 0:
                     break
                 # Out of descriptors (EMFILE) and the like: the server waits and goes on, never stops.
-                log.warning("control socket: accept failed: %s", exc.strerror or exc)
+                noisy.warning("accept", "control socket: accept failed: %s", exc.strerror or exc)
                 self._stop.wait(0.5)
                 continue
+            uid = None if admin else self._unprivileged_uid(conn)
             with self._lock:
-                if len(self._reading) >= MAX_CLIENTS:
-                    oldest = min(self._reading, key=self._reading.__getitem__)
-                    log.warning("control socket: %d clients sending nothing: the oldest cut off", len(self._reading))
-                    del self._reading[oldest]  # not picked again while its thread winds down
-                    _cut(oldest)
-                self._reading[conn] = time.monotonic()
-            threading.Thread(target=self._client, args=(conn,), name="gpuwatch-control-client", daemon=True).start()
+                why = None if uid is None else self._slots.refusal(uid)
+                if why is None:
+                    self._reading[conn] = time.monotonic()
+                    if uid is not None:
+                        self._slots.take(uid)
+            if why is not None:  # answered and closed here: a flood costs no thread
+                noisy.warning(f"slots-{uid}", "control socket: %s: refused", why)
+                _refuse(conn, why)
+                continue
+            threading.Thread(target=self._client, args=(conn, uid), name="gpuwatch-control-client",
+                             daemon=True).start()
 
-    def _client(self, conn: socket.socket) -> None:
+    def _rate(self, conn: socket.socket) -> UserRate:
+        """The peer's user's share of the session lines (one per uid: its sessions share it)."""
+        uid = _credentials(conn)[1]
+        with self._lock:
+            if len(self._rates) > 4096:  # uids that attached once: bounded by the users of the machine anyway
+                self._rates.clear()
+            return self._rates.setdefault(uid, UserRate.default())
+
+    def _unprivileged_uid(self, conn: socket.socket) -> int | None:
+        """The peer's uid when it is counted against the per-user bounds; None for a privileged peer."""
+        try:
+            uid = _credentials(conn)[1]
+        except OSError:
+            return -1  # gone already: counted as nobody's, closed by its thread
+        if uid in (0, os.getuid()):
+            return None
+        admin_gid = self._admin_gid()
+        if admin_gid is not None and privileged(peer_of(conn, self.procfs), os.getuid(), admin_gid):
+            return None
+        return uid
+
+    def _client(self, conn: socket.socket, uid: int | None) -> None:
         with conn:
             try:
-                self._answer(conn)
+                self._answer(conn, uid)
             except OSError:
                 pass  # the client went away
-            except Exception:  # one bad client never stops the server
-                log.exception("control request failed")
+            except Exception as exc:  # one bad client never stops the server: a bug is one rate-limited line
+                if noisy.warning("bug", "control request failed: %r", exc):
+                    log.debug("control request failed", exc_info=True)  # the traceback, where debug is logged
             finally:
-                with self._lock:
-                    self._reading.pop(conn, None)
+                self._read(conn, uid)
 
-    def _answer(self, conn: socket.socket) -> None:
-        deadline = time.monotonic() + self.request_deadline_s
-        data = b""
-        while b"\n" not in data and len(data) < proto.MAX_LINE_BYTES:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                log.warning("control socket: no whole request within %g s: client cut off", self.request_deadline_s)
-                return
-            conn.settimeout(left)
-            try:
-                chunk = conn.recv(1024)
-            except TimeoutError:
-                continue
-            if not chunk:
-                break
-            data += chunk
+    def _read(self, conn: socket.socket, uid: int | None) -> None:
+        """``conn`` no longer being read: its slot is given back (once)."""
         with self._lock:
-            self._reading.pop(conn, None)
-        if not data.strip():
-            return  # connected and went (or was cut off): nothing asked
-        line, _, rest = data.partition(b"\n")
+            if self._reading.pop(conn, None) is not None and uid is not None:
+                self._slots.give(uid)
+
+    def _answer(self, conn: socket.socket, uid: int | None) -> None:
+        deadline = time.monotonic() + self.request_deadline_s
+        framer = proto.LineFramer()
+        lines: list[bytes] = []
+        try:
+            while not lines:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    noisy.warning(f"deadline-{uid}", "control socket: no whole request within %g s: client cut off",
+                                  self.request_deadline_s)
+                    return
+                conn.settimeout(left)
+                try:
+                    chunk = conn.recv(4096)
+                except TimeoutError:
+                    continue
+                if not chunk:
+                    return  # connected and went (or was cut off): nothing asked
+                lines = [line for line in framer.feed(chunk) if line.strip()]
+        except proto.ProtocolError as exc:
+            _refuse(conn, f"bad request: {exc}")
+            return
+        self._read(conn, uid)
+        line = lines[0]
+        rest = b"".join(later + b"\n" for later in lines[1:]) + framer.pending
         if self.sessions is not None and is_attach(line):
             with self._lock:
                 self._sessions.add(conn)
             try:
-                serve_session(conn, line, rest, self.sessions, self.procfs, self._stop)
+                serve_session(conn, line, rest, self.sessions, self.procfs, self._stop, self._rate(conn))
             finally:
                 with self._lock:
                     self._sessions.discard(conn)
             return
-        if len(line) > MAX_REQUEST_BYTES:
-            conn.sendall(json.dumps({"ok": False, "message": f"request longer than {MAX_REQUEST_BYTES} bytes"}).encode()
-                         + b"\n")
-            return
-        reply = self._reply(conn, data)
+        reply = self._reply(conn, line)
         if reply is not None:
             conn.settimeout(self.request_deadline_s)
             conn.sendall(json.dumps(reply).encode() + b"\n")
 
-    def _reply(self, conn: socket.socket, data: bytes) -> dict[str, Any] | None:
+    def _reply(self, conn: socket.socket, line: bytes) -> dict[str, Any] | None:
         """The reply to a request; None for a command whose client no longer waits (not carried out)."""
-        try:
-            request = json.loads(data.split(b"\n", 1)[0] or b"{}")
-            cmd, name = str(request["cmd"]), request.get("name")
-        except (ValueError, KeyError, TypeError) as exc:
-            return {"ok": False, "message": f"bad request: {exc}"}
         peer = peer_of(conn, self.procfs)
+        try:
+            request = proto.json_object(line, MAX_REQUEST_BYTES)
+            cmd, name = request.get("cmd"), request.get("name")
+            if not isinstance(cmd, str) or not (name is None or isinstance(name, str)):
+                raise proto.ProtocolError("cmd is not a string or name is not a string or null")
+        except proto.ProtocolError as exc:
+            noisy.warning(f"bad-{peer.uid}", "control socket: a bad request from uid %d (pid %d): %s", peer.uid,
+                          peer.pid, exc)
+            return {"ok": False, "message": f"bad request: {exc}"}
         allowed = privileged(peer, os.getuid(), self._admin_gid())
         if cmd == "status" and self.document is not None:
             document = self.document()
@@ -208,8 +277,8 @@ class ControlServer:
             else:
                 ok, message = self.handler(cmd, target)
         if not ok and message.startswith(NOT_PERMITTED):
-            log.warning("control socket: %s %s from uid %d (pid %d): %s", cmd, target or "", peer.uid, peer.pid,
-                        message)
+            noisy.warning(f"refused-{peer.uid}", "control socket: %s %s from uid %d (pid %d): %s", cmd, target or "",
+                          peer.uid, peer.pid, message)
         return {"ok": ok, "message": message}
 
     def _admin_gid(self) -> int | None:
@@ -233,6 +302,21 @@ def _gone(conn: socket.socket) -> bool:
         return True
 
 
+def _credentials(conn: socket.socket) -> tuple[int, int, int]:
+    """The kernel's pid, uid, gid of the peer (SO_PEERCRED), without reading /proc."""
+    pid, uid, gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return pid, uid, gid
+
+
+def _refuse(conn: socket.socket, why: str) -> None:
+    """An error answer that never waits (the client reads it, or it is lost), then the connection closed."""
+    try:
+        conn.send(json.dumps({"ok": False, "message": why}).encode() + b"\n", socket.MSG_DONTWAIT)
+    except OSError:
+        pass
+    conn.close()
+
+
 def _cut(conn: socket.socket) -> None:
     """Wake the thread reading ``conn`` with the end of its stream (it closes the connection itself)."""
     try:
@@ -254,14 +338,39 @@ def fetch_document(path: Path, timeout_s: float = CLIENT_TIMEOUT_S) -> dict[str,
     return document if isinstance(document, dict) else None
 
 
+def _open(path: Path, deadline: float) -> socket.socket:
+    """A connection to the daemon: its privileged socket when this caller may use it (root, the daemon's user,
+    the admin group: its backlog is theirs alone), else the public one."""
+    admin = admin_socket(path)
+    if os.access(admin, os.W_OK):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
+            proto.connect_retrying(sock, str(admin), deadline)
+            return sock
+        except (FileNotFoundError, PermissionError, ConnectionRefusedError):
+            sock.close()  # an older daemon without it, or not ours: the public socket
+        except BaseException:
+            sock.close()
+            raise
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(max(0.001, deadline - time.monotonic()))
+        proto.connect_retrying(sock, str(path), deadline)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def _ask(path: Path, cmd: str, name: str | None, timeout_s: float) -> dict[str, Any]:
     refusal = client_refusal(path.parent)  # another user's socket would be asked, and believed, in its place
     if refusal is not None:
         raise ControlError(refusal)
+    deadline = time.monotonic() + timeout_s
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(timeout_s)
-            sock.connect(str(path))
+        with _open(path, deadline) as sock:
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
             sock.sendall(json.dumps({"cmd": cmd, "name": name}).encode() + b"\n")
             data = b""
             while b"\n" not in data:
@@ -271,6 +380,9 @@ def _ask(path: Path, cmd: str, name: str | None, timeout_s: float) -> dict[str, 
                 data += chunk
     except (FileNotFoundError, ConnectionRefusedError):
         raise ControlError(f"the daemon is not running (no control socket at {path})") from None
+    except BlockingIOError:
+        raise ControlError(f"the daemon at {path} is busy: no connection within {timeout_s:g} s: {cmd} not "
+                           "carried out") from None
     except PermissionError:
         raise ControlError(f"not permitted to use {path}: run as root or as a member of its group") from None
     except TimeoutError:

@@ -30,8 +30,14 @@ def with_groups(procfs: Procfs, peer: Peer) -> Peer:
     return peer if status is None else Peer(peer.pid, peer.uid, peer.gid, parse_groups(status))
 
 
+def gone(procfs: Procfs, pid: int) -> bool:
+    """Whether ``pid`` names no process (now)."""
+    return _read(procfs, pid, "stat") is None
+
+
 def run_refusal(procfs: Procfs, peer: Peer, pid: int) -> str | None:
-    """Why ``peer`` may not attach ``pid`` as its run (one line), None when it may."""
+    """Why ``peer`` may not attach ``pid`` as its run (one line), None when it may. The one check for every pid a
+    session names: its ``Attach`` and every later ``Restarted``."""
     if pid <= 0:
         return f"pid {pid} is not a process"
     status = _read(procfs, pid, "status")

@@ -155,11 +155,16 @@ def test_a_pid_not_the_callers_is_refused(short_dir: Path, tmp_path: Path) -> No
             assert client.reply.message == "pid 1 is not the caller's process or a descendant of it"
         finally:
             client.close()
-        gone = AttachClient(daemon.socket, "gone", pid=2**22 + 12345)
+        gone = AttachClient(daemon.socket, "gone", pid=2**22 - 1)  # PID_MAX_LIMIT - 1: never used here
         try:
             assert not gone.reply.ok and gone.reply.message.startswith("no process")
         finally:
             gone.close()
+        beyond = AttachClient(daemon.socket, "beyond", pid=2**22 + 12345)  # no pid can be this: refused at decode
+        try:
+            assert not beyond.reply.ok and beyond.reply.message.endswith("pid is not an integer in [1, 4194304]")
+        finally:
+            beyond.close()
 
 
 def test_fifty_runs_at_once_and_a_flood_bounded(short_dir: Path, tmp_path: Path) -> None:
@@ -261,7 +266,7 @@ def test_a_line_past_the_protocols_bound_ends_the_session(short_dir: Path, tmp_p
         try:
             client.sock.sendall(b'{"cmd": "beat", "heartbeats": ["' + b"x" * 70_000 + b'"]}\n')
             wait_for(client.closed.is_set, "the daemon to close the session", WAIT_S, detail=daemon.child.tail)
-            assert "(at most 65536): session closed" in daemon.child.tail()
+            assert "a line over 65536 bytes: session closed" in daemon.child.tail()
             daemon.wait_run("big", lambda r: (r["reason"] or "").startswith("detached"), "detached")
         finally:
             client.close()

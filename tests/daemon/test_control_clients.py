@@ -10,11 +10,13 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
 import tomli_w
 
+from gpuwatch.attach import connect_retrying
 from gpuwatch.daemon.control import MAX_CLIENTS, ControlError, ControlServer, send_command
 from gpuwatch.sim.tree import FakeSysfsTree
 from tests.support.processes import Processes
@@ -111,3 +113,60 @@ def test_a_command_whose_client_gave_up_is_not_carried_out_later(short_dir: Path
     finally:
         release.set()
         server.stop()
+
+
+def _full_backlog(path: Path) -> tuple[socket.socket, list[socket.socket]]:
+    """A listener that accepts nothing, its backlog filled until a connect gets EAGAIN."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(0)
+    queued: list[socket.socket] = []
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            sock.connect(str(path))
+        except BlockingIOError:
+            sock.close()
+            return server, queued
+        queued.append(sock)
+
+
+def test_a_client_retries_a_full_backlog_within_its_deadline(short_dir: Path) -> None:
+    """Issue 46 item 8: a unix socket's connect with a timeout fails at once with EAGAIN on a full backlog (another
+    user's connect/close flood); the client tries again until its deadline, and gets in once there is room."""
+    path = short_dir / "full.sock"
+    server, queued = _full_backlog(path)
+    try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(0.5)
+        with pytest.raises(BlockingIOError):
+            connect_retrying(sock, str(path), time.monotonic() + 0.3)  # never room: the last error, in time
+        sock.close()
+        room = threading.Timer(0.5, lambda: server.accept()[0].close())
+        room.start()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(5.0)
+        connect_retrying(sock, str(path), time.monotonic() + 30)
+        sock.close()
+        room.join()
+    finally:
+        for queued_sock in queued:
+            queued_sock.close()
+        server.close()
+
+
+def test_a_client_retries_a_daemon_not_listening_yet(short_dir: Path) -> None:
+    path = short_dir / "late.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))  # the file is there, nothing listens: ECONNREFUSED
+    try:
+        late = threading.Timer(0.5, lambda: server.listen(1))
+        late.start()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(5.0)
+        connect_retrying(sock, str(path), time.monotonic() + 30)
+        sock.close()
+        late.join()
+    finally:
+        server.close()
