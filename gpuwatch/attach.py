@@ -62,6 +62,7 @@ MAX_DEPTH = 8  # a Beat nests 3 deep (message, heartbeats, a heartbeat's fields)
 MAX_PID = 1 << 22  # PID_MAX_LIMIT on 64-bit (include/linux/threads.h)
 MAX_CODE = 1 << 16  # an exit status or a signal number (negative: killed by that signal)
 CONNECT_RETRY_S = 0.02  # between two connects to the control socket that found a full backlog
+REFUSED_GRACE_S = 0.5  # a socket file nobody listens on: a daemon starting (bind, then listen), else none
 EventKind = Literal["pause", "resume", "stop", "hung"]
 EVENT_KINDS: tuple[EventKind, ...] = ("pause", "resume", "stop", "hung")
 
@@ -72,15 +73,24 @@ class ProtocolError(ValueError):
 
 def connect_retrying(sock: socket.socket, path: str, deadline: float) -> None:
     """Connect to the daemon's control socket (every client: the CLI, the wrapper), trying again while its listen
-    backlog is full (EAGAIN: a unix socket with a timeout never waits for room, unix(7)) or nothing listens yet
-    (ECONNREFUSED: a daemon restarting), until ``deadline`` (monotonic); the last error then."""
+    backlog is full (EAGAIN: a unix socket with a timeout never waits for room, unix(7)) until ``deadline``
+    (monotonic), and for at most ``REFUSED_GRACE_S`` while nothing listens (ECONNREFUSED: a daemon between its
+    bind and its listen; longer, it is a socket file left by a daemon that is gone, and "not running" is said at
+    once); the last error then."""
+    refused_until = time.monotonic() + REFUSED_GRACE_S
     while True:
         try:
             sock.connect(path)
             return
         except (BlockingIOError, ConnectionRefusedError, InterruptedError) as exc:
-            if exc.errno not in (errno.EAGAIN, errno.ECONNREFUSED, errno.EINTR) \
-                    or time.monotonic() + CONNECT_RETRY_S >= deadline:
+            now = time.monotonic()
+            if exc.errno == errno.ECONNREFUSED:
+                give_up_at = min(deadline, refused_until)
+            elif exc.errno in (errno.EAGAIN, errno.EINTR):
+                give_up_at = deadline
+            else:
+                raise
+            if now + CONNECT_RETRY_S >= give_up_at:
                 raise
             time.sleep(CONNECT_RETRY_S)
 

@@ -161,12 +161,28 @@ def test_a_client_retries_a_daemon_not_listening_yet(short_dir: Path) -> None:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(path))  # the file is there, nothing listens: ECONNREFUSED
     try:
-        late = threading.Timer(0.5, lambda: server.listen(1))
+        late = threading.Timer(0.1, lambda: server.listen(1))
         late.start()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(5.0)
         connect_retrying(sock, str(path), time.monotonic() + 30)
         sock.close()
         late.join()
+    finally:
+        server.close()
+
+
+def test_a_socket_file_nobody_listens_on_is_refused_within_the_grace_not_the_deadline(short_dir: Path) -> None:
+    """A daemon that is gone left its socket file: "not running" is said after the short grace, not the deadline."""
+    path = short_dir / "stale.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        started = time.monotonic()
+        with pytest.raises(ConnectionRefusedError):
+            connect_retrying(sock, str(path), started + 30)
+        assert time.monotonic() - started < 10  # the grace (half a second), never the 30 s deadline
+        sock.close()
     finally:
         server.close()
