@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 # `gpuwatch health` imports this module for is_stale: the model's classes cost it 20-40 ms, typing, pathlib and
 # threading (annotations only here; the daemon's StateHolder imports threading) a tenth of its time
@@ -28,9 +29,44 @@ STALE_AFTER_TICKS = 5
 STALE_SLACK_S = 2.0
 
 
+# A state stamped further ahead than this is from the future (a clock stepped, or the file is not the daemon's):
+# a finding of its own (G015), never "fresh".
+FUTURE_SLACK_S = 2.0
+# The kernel's random id of this boot (Documentation/admin-guide/sysctl/kernel.rst, "random"): CLOCK_BOOTTIME
+# stamps compare only within one boot.
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
 def is_stale(age_s: float, interval_s: float) -> bool:
     """Whether a state published ``age_s`` ago by a daemon ticking every ``interval_s`` is stale."""
     return age_s > STALE_AFTER_TICKS * interval_s + STALE_SLACK_S
+
+
+def from_future(age_s: float) -> bool:
+    """Whether ``state_age``'s answer says the state was stamped ahead of now."""
+    return age_s < -FUTURE_SLACK_S
+
+
+def this_boot() -> tuple[str | None, float]:
+    """This boot's id (None where /proc does not say) and CLOCK_BOOTTIME now (clock_gettime(2): counts suspend)."""
+    try:
+        with open(BOOT_ID_PATH, "rb") as handle:
+            boot: str | None = handle.read(64).decode("ascii", "replace").strip() or None
+    except OSError:
+        boot = None
+    return boot, time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def state_age(document: StatusDocument, now_unix: float, boot: str | None, now_boottime_s: float) -> float:
+    """Seconds since the tick of a decoded ``document`` (publish/decode.py). By CLOCK_BOOTTIME when the daemon
+    stamped it on this boot (``boot``: ``this_boot``), which no settimeofday, NTP step or RTC fault moves; else by
+    the wall clocks, which then must agree. Negative: stamped in the future (``from_future``)."""
+    daemon = document.get("daemon")
+    if daemon is not None and boot is not None and daemon.get("boot_id") == boot:
+        stamp = daemon.get("taken_boottime_s")
+        if stamp is not None:
+            return now_boottime_s - stamp
+    return now_unix - document["taken_unix"]
 
 
 class StateHolder:
@@ -84,15 +120,28 @@ def write_state_file(path: Path, document: StatusDocument) -> None:
         raise
 
 
-def read_state_file(path: Path) -> StatusDocument | None:
-    """The daemon's last document, or None when there is none (daemon not running or never wrote)."""
+def read_state(path: Path) -> tuple[StatusDocument | None, str | None]:
+    """The daemon's last document (decoded: publish/decode.py), or None and why it cannot be used; (None, None)
+    when there is none (daemon not running or never wrote)."""
+    from gpuwatch.publish.decode import Invalid, document
+
     try:
-        document: StatusDocument = json.loads(path.read_text())
+        return document(json.loads(path.read_bytes())), None
     except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
+        return None, None
+    except OSError as exc:
+        return None, exc.strerror or str(exc)
+    except RecursionError:
+        return None, "nested too deep"
+    except (ValueError, Invalid) as exc:  # JSON's and UTF-8's errors are ValueErrors too
+        return None, str(exc)
+
+
+def read_state_file(path: Path) -> StatusDocument | None:
+    """The daemon's last document, or None when there is none or it cannot be used (said in one log line)."""
+    document, problem = read_state(path)
+    if problem is not None:
         import logging
 
-        logging.getLogger("gpuwatch.state").warning("cannot read state file %s: %s", path, exc)
-        return None
+        logging.getLogger("gpuwatch.state").warning("cannot use state file %s: %s", path, problem)
     return document

@@ -30,7 +30,8 @@ from tests.support.waiting import wait_for
 # and where the files are. A new import here is a cost on every check: measure it (benchmarks/health_latency.py).
 FAST_PATH = {"gpuwatch", "gpuwatch.cli", "gpuwatch.cli.health", "gpuwatch.cli.health_render",
              "gpuwatch.cli.options", "gpuwatch.config", "gpuwatch.config.runtime", "gpuwatch.publish",
-             "gpuwatch.publish.health_codes", "gpuwatch.publish.state"}
+             "gpuwatch.publish.health_codes", "gpuwatch.publish.state",
+             "gpuwatch.publish.decode"}
 
 # Never on the fast path (a name covers its submodules): the config's models, the daemon, the other commands,
 # the GPUs, and the standard library's heavy parts it once took in (typing alone was a tenth of the check).
