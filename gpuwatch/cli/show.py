@@ -50,8 +50,10 @@ def status_fetch(config: Config, processes: bool = False) -> Fetch:
 
         pid = holder(config.resolved_runtime_dir)
         if pid is not None:  # alive (its lock), so nothing it left is a leftover
+            unusable = read_state(config.state_file)[1]
+            why = f" ({config.state_file} cannot be used: {unusable})" if unusable else ""
             note = (f"gpuwatch daemon (pid {pid}) runs, but neither its state file nor HTTP nor its control socket "
-                    f"answered{_dir_problem(config)}: values read directly")
+                    f"answered{why}{_dir_problem(config)}: values read directly")
             return reader.document(processes), _direct_note(config, note)
         return reader.document(processes), "\n".join(
             [_direct_note(config, NOT_RUNNING), *describe_all(config.resolved_runtime_dir, time.time())])
