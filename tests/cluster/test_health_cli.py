@@ -8,8 +8,9 @@ import pwd
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,7 +100,7 @@ def test_an_empty_config_name_is_named_not_replaced_by_the_default(tmp_path: Pat
 
 # Valid JSON a reader cannot use (issue 46), each written over a stuck daemon's state file: the daemon holds the
 # runtime directory's lock, so the answer is G014 with the field, never G002 and never a traceback.
-GARBAGE = {
+GARBAGE: dict[str, Callable[[Any], object]] = {
     "taken_unix a word": lambda doc: {**doc, "taken_unix": "soon"},
     "daemon a list": lambda doc: {**doc, "daemon": [1]},
     "a fault not an object": lambda doc: {**doc, "health": {**doc["health"], "faults": [1]}},
