@@ -17,7 +17,7 @@ left out. A job that ended before the restart gets no gap; one first seen after 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from gpuwatch.model import JobGpuReceipt, JobReceipt, PublishedState
@@ -108,6 +108,27 @@ def resume(carried_: Carried, state: PublishedState,
                      if (receipt.job_id, gpu.gpu_id) in carried_.on else gpu for gpu in receipt.gpus)
         out.append(replace(receipt, gpus=gpus, unobserved_s=receipt.unobserved_s + gap_s,
                            gaps=(*receipt.gaps, (carried_.taken_unix, now))[-GAPS_LISTED:]))
+    return tuple(out)
+
+
+def unseen_before(jobs: tuple[JobReceipt, ...], started: Mapping[str, float], daemon_started_unix: float,
+                  now: float) -> tuple[JobReceipt, ...]:
+    """At the first tick (``now``) of a daemon that took no receipts back (none kept, another boot's, unreadable):
+    each job on a GPU then that started before this daemon did (``started``: the earliest start of its processes,
+    where the process table gives it) gets the time from its start to ``now`` as a gap it did not see, that time's
+    energy left out on each of its GPUs: its receipt never reads as the whole job when it is not. A start not known
+    adds nothing (the journal says the receipts started empty)."""
+    out = []
+    for receipt in jobs:
+        start = started.get(receipt.job_id)
+        if not receipt.active or receipt.first_seen_unix != now or start is None \
+                or not 0 < start < daemon_started_unix <= now:
+            out.append(receipt)
+            continue
+        gap_s = now - start
+        gpus = tuple(replace(gpu, energy_unseen_s=gpu.energy_unseen_s + gap_s) for gpu in receipt.gpus)
+        out.append(replace(receipt, gpus=gpus, unobserved_s=receipt.unobserved_s + gap_s,
+                           gaps=((start, now), *receipt.gaps)[-GAPS_LISTED:]))
     return tuple(out)
 
 
