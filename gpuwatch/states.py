@@ -240,6 +240,9 @@ class DaemonInfo:
     interval_s: float = 1.0
     failures: tuple[str, ...] = ()
     boot_id: str | None = None  # /proc/sys/kernel/random/boot_id: the next daemon trusts only its own boot
+    # CLOCK_BOOTTIME at the tick: a reader on the same boot judges staleness by it, not by wall clocks that can
+    # step (publish/state.py, state_age).
+    taken_boottime_s: float | None = None
 
 
 @dataclass(frozen=True)

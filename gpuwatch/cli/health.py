@@ -25,8 +25,8 @@ from gpuwatch.config.runtime import (
     client_runtime_dir,
     daemon_files_in,
 )
-from gpuwatch.publish.health_codes import CLASSES
-from gpuwatch.publish.state import STATE_FILE_MAX_BYTES
+from gpuwatch.publish.health_codes import CLASSES, UNUSABLE, fault_line
+from gpuwatch.publish.state import STATE_FILE_MAX_BYTES, this_boot
 from gpuwatch.safefs import client_refusal, read_bounded
 
 TYPE_CHECKING = False  # typing's import alone was a tenth of the check (tests/cluster/test_health_imports.py)
@@ -110,19 +110,24 @@ def _runtime_dir(config_path: str | None) -> str | None:
 
 
 def _daemon_answer(runtime_dir: str) -> Answer | None:
-    """The daemon's verdict from its state file; None when no daemon runs there."""
+    """The daemon's verdict from its state file; None when no daemon runs there. A file the daemon's holder of
+    the runtime directory's lock published but that cannot be used (missing, unreadable, not its document) is
+    G014, never "no daemon" (G002): the daemon runs, its verdict is unknown."""
     refusal = client_refusal(runtime_dir)
     if refusal is not None:  # another user's state file would decide the verdict
         print(f"gpuwatch health: {refusal}", file=sys.stderr)
         return None
     try:
-        document = json.loads(read_bounded(os.path.join(runtime_dir, STATE_FILE_NAME), STATE_FILE_MAX_BYTES))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(document, dict):
-        return None
-    answer = from_document(document, time.time())
-    if answer.status == "unknown":  # stale: a stuck daemon (G001), or a dead one that left its file behind
+        raw = json.loads(read_bounded(os.path.join(runtime_dir, STATE_FILE_NAME), STATE_FILE_MAX_BYTES))
+    except FileNotFoundError:
+        answer = Answer(lines=(fault_line(UNUSABLE, None, "daemon publishes no state file"),))
+    except (OSError, ValueError, RecursionError) as exc:  # JSON's (and UTF-8's) errors are ValueErrors
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__ \
+            if isinstance(exc, RecursionError) else str(exc)
+        answer = Answer(lines=(fault_line(UNUSABLE, None, f"daemon state unreadable: {why}"),))
+    else:
+        answer = from_document(raw, time.time(), *this_boot())
+    if answer.status == "unknown":  # stale or unusable: a stuck daemon, or a dead one that left its file behind
         from pathlib import Path
 
         from gpuwatch.daemon.lock import holder

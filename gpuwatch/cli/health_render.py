@@ -17,19 +17,29 @@ from __future__ import annotations
 
 import json
 
-from gpuwatch.publish.health_codes import CLASSES, MAX_MESSAGE_CHARS, NO_DAEMON, STALE, code_of, fault_line
-from gpuwatch.publish.state import is_stale
+from gpuwatch.publish import decode
+from gpuwatch.publish.health_codes import (
+    CLASSES,
+    DAEMON_CODES,
+    FUTURE,
+    MAX_MESSAGE_CHARS,
+    NO_DAEMON,
+    STALE,
+    UNUSABLE,
+    code_of,
+    fault_line,
+)
+from gpuwatch.publish.state import from_future, is_stale, state_age
 
 # typing's import (a NamedTuple, Literal) was a tenth of the check's own time: the names below are for mypy only.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Literal
+    from typing import Literal
 
     Format = Literal["nhc", "npd", "nagios", "json"]
     Status = Literal["healthy", "unhealthy", "unknown"]
 
 FORMATS: tuple[Format, ...] = ("nhc", "npd", "nagios", "json")
-_DAEMON_CODES = (STALE, NO_DAEMON)
 
 
 class Answer:
@@ -60,21 +70,29 @@ class Answer:
         if not self.lines:
             return "healthy"
         codes = {code_of(line) for line in self.lines}
-        return "unknown" if codes <= set(_DAEMON_CODES) else "unhealthy"
+        return "unknown" if codes <= set(DAEMON_CODES) else "unhealthy"
 
 
-def from_document(document: Any, now: float) -> Answer:
-    """The daemon's published verdict, or G001 when its state is stale (or has no verdict: an older daemon)."""
+def from_document(raw: object, now_unix: float, boot: str | None = None, now_boottime_s: float = 0.0) -> Answer:
+    """The daemon's published verdict from ``raw`` (its parsed state file); G014 when the document cannot be used
+    (publish/decode.py), G015 when it is stamped in the future, G001 when it is stale or has no verdict (an older
+    daemon). Its age by CLOCK_BOOTTIME on the same boot (``boot``, ``now_boottime_s``: state.this_boot)."""
+    try:
+        document = decode.document(raw)
+    except decode.Invalid as exc:
+        return Answer(lines=(fault_line(UNUSABLE, None, f"daemon state unusable: {exc}"),))
+    age_s = state_age(document, now_unix, boot, now_boottime_s)
+    if from_future(age_s):
+        return Answer(lines=(fault_line(FUTURE, None, f"daemon state stamped {-age_s:.0f}s in the future"),),
+                      age_s=age_s)
     daemon = document.get("daemon") or {}
-    age_s = now - float(document.get("taken_unix", 0.0))
     health = document.get("health")
-    if is_stale(age_s, float(daemon.get("interval_s", 1.0))) or not isinstance(health, dict):
+    if is_stale(age_s, daemon.get("interval_s", 1.0)) or health is None:
         why = f"daemon state {age_s:.0f}s old" if health is not None else "daemon publishes no verdict"
         return Answer(lines=(fault_line(STALE, None, why),), age_s=age_s)
-    return Answer(lines=tuple(str(f["line"]) for f in health.get("faults", [])),
-                  notes=tuple(str(n) for n in health.get("notes", [])), age_s=age_s,
-                  drain_after_checks=int(health.get("drain_after_checks", 2)),
-                  resume_after_checks=int(health.get("resume_after_checks", 2)))
+    return Answer(lines=tuple(f["line"] for f in health["faults"]), notes=tuple(health.get("notes", ())),
+                  age_s=age_s, drain_after_checks=health.get("drain_after_checks", 2),
+                  resume_after_checks=health.get("resume_after_checks", 2))
 
 
 def no_daemon(lines: tuple[str, ...], notes: tuple[str, ...], daemon_down: bool, drain_after_checks: int,
@@ -89,7 +107,7 @@ def only(answer: Answer, fault_class: str | None) -> Answer:
     """The answer for one fault class (``CLASSES``): its faults and the daemon's; the notes dropped."""
     if fault_class is None:
         return answer
-    keep = set(CLASSES[fault_class]) | set(_DAEMON_CODES)
+    keep = set(CLASSES[fault_class]) | set(DAEMON_CODES)
     return Answer(lines=tuple(line for line in answer.lines if code_of(line) in keep), source=answer.source,
                   age_s=answer.age_s, drain_after_checks=answer.drain_after_checks,
                   resume_after_checks=answer.resume_after_checks)

@@ -4,7 +4,9 @@ The daemon keeps one receipt per job seen on a GPU (publish/receipts.py; the las
 its published state, so an epilog that runs after the job's processes ended still finds it in the state file.
 Rendering is pure (``render``); a job the daemon never saw is exit 1 with one line. With no daemon running, the
 receipts a cleanly stopped daemon kept for the next one (state.last.json, daemon/receipt_store.py) are read, and
-that is said; with neither, exit 3.
+that is said; with neither, exit 3, as when a daemon runs but its state file cannot be used (said, never "no
+daemon"). A receipt is ``final`` once the daemon saw the job leave its GPUs, ``partial`` while it was still on one
+at the last tick (an epilog that runs before the next tick): the text says which, ``--json`` adds ``receipt``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 from gpuwatch.cli.settings import load_cli_config
 from gpuwatch.cli.text import safe, safe_strings
 from gpuwatch.daemon.receipt_store import last_state_file
-from gpuwatch.publish.state import read_state_file
+from gpuwatch.publish.state import read_state
 
 EXIT_NOT_FOUND = 1
 EXIT_NO_DAEMON = 3
@@ -30,15 +32,25 @@ def add_receipt_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_receipt(args: argparse.Namespace) -> int:
+    from gpuwatch.daemon.lock import holder
+
     config = load_cli_config(args, client=True)
-    document = read_state_file(config.state_file)
-    if document is None:  # between a clean stop and the next start (a restart, an upgrade): what the last one kept
-        document = read_state_file(last_state_file(config.state_file))
-        if document is None:
-            print(f"gpuwatch receipt: no daemon publishes in {config.resolved_runtime_dir}: no receipts",
-                  file=sys.stderr)
+    document, problem = read_state(config.state_file)
+    if document is None:
+        running = holder(config.resolved_runtime_dir)
+        if running is not None:  # a daemon runs: its receipts are in its state, which cannot be read now
+            why = problem or "it has no state file (a full or read-only runtime directory?)"
+            print(f"gpuwatch receipt: the daemon (pid {running}) runs, but its state {config.state_file} cannot be "
+                  f"used: {why}", file=sys.stderr)
             return EXIT_NO_DAEMON
-        stopped = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(document.get("taken_unix", 0.0))))
+        # Between a clean stop and the next start (a restart, an upgrade): what the last one kept.
+        document, kept_problem = read_state(last_state_file(config.state_file))
+        if document is None:
+            why = "; ".join(p for p in (problem, kept_problem) if p)
+            print(f"gpuwatch receipt: no daemon publishes in {config.resolved_runtime_dir}: no receipts"
+                  + (f" ({why})" if why else ""), file=sys.stderr)
+            return EXIT_NO_DAEMON
+        stopped = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(document["taken_unix"]))
         print(f"gpuwatch receipt: no daemon runs; the receipts as the daemon that stopped at {stopped} kept them",
               file=sys.stderr)
     job = next((j for j in document.get("jobs", []) if j.get("job_id") == args.job_id), None)
@@ -47,7 +59,8 @@ def cmd_receipt(args: argparse.Namespace) -> int:
         print(f"gpuwatch receipt: job {safe(args.job_id)} was not seen on a GPU (receipts kept: {known})",
               file=sys.stderr)
         return EXIT_NOT_FOUND
-    print(json.dumps(job) if args.json else render(job), end="" if not args.json else "\n")
+    print(json.dumps({**job, "receipt": "partial" if job.get("active") else "final"}) if args.json else render(job),
+          end="" if not args.json else "\n")
     return 0
 
 
@@ -62,7 +75,7 @@ def render(job: Any) -> str:
     lines = [f"job {job['job_id']}" + (f" ({job['user']})" if job.get("user") else "")
              + f": {seconds:.0f} s on {len(gpus)} GPU(s), {total_j / 1000:.1f} kJ"
              + (" + some not counted" if unseen else "")
-             + ("" if not job.get("active") else " (still running)"),
+             + (" (partial: running at the last tick)" if job.get("active") else " (final)"),
              f"  paused {float(job['paused_s']):.0f} s"]
     unobserved_s, gaps = float(job.get("unobserved_s", 0.0)), job.get("gaps", [])
     if unobserved_s or gaps:

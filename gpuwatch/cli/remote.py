@@ -27,8 +27,10 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from gpuwatch.config.sections import StatusConfig
+from gpuwatch.publish import decode
 from gpuwatch.publish.schema import SCHEMA_VERSION, StatusDocument
 
 MAX_BODY_BYTES = 16 << 20  # a 16-GPU document is ~40 KiB; anything near this is not one
@@ -135,13 +137,16 @@ def parse_document(body: bytes) -> StatusDocument:
     """The status document in ``body``; ValueError with the reason when it is not one."""
     try:
         document = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ValueError("not JSON (is this gpuwatch's HTTP port?)") from None
     if not isinstance(document, dict) or not isinstance(document.get("gpus"), list):
         raise ValueError("JSON, but not a gpuwatch status document")
     if document.get("schema") != SCHEMA_VERSION:
         raise ValueError(f"status document schema {document.get('schema')!r}, this gpuwatch reads {SCHEMA_VERSION}")
-    return document  # type: ignore[return-value]  # checked above as far as the table needs
+    try:
+        return cast(StatusDocument, decode.document(document))
+    except decode.Invalid as exc:  # a ValueError too; said as what it is
+        raise ValueError(f"a gpuwatch status document that cannot be used: {exc}") from None
 
 
 def _staleness(url: str, timeout_s: float, reach: Access) -> str | None:

@@ -27,7 +27,7 @@ from gpuwatch.limits import limits_in_force
 from gpuwatch.model import PublishedState
 from gpuwatch.publish.document import to_document
 from gpuwatch.publish.schema import StatusDocument
-from gpuwatch.publish.state import is_stale, read_state_file
+from gpuwatch.publish.state import from_future, is_stale, read_state, state_age, this_boot
 from gpuwatch.supervise.leftovers import describe_all
 
 Fetch = Callable[[], tuple[StatusDocument, str | None]]  # the document and a note for the text view
@@ -50,8 +50,10 @@ def status_fetch(config: Config, processes: bool = False) -> Fetch:
 
         pid = holder(config.resolved_runtime_dir)
         if pid is not None:  # alive (its lock), so nothing it left is a leftover
+            unusable = read_state(config.state_file)[1]
+            why = f" ({config.state_file} cannot be used: {unusable})" if unusable else ""
             note = (f"gpuwatch daemon (pid {pid}) runs, but neither its state file nor HTTP nor its control socket "
-                    f"answered{_dir_problem(config)}: values read directly")
+                    f"answered{why}{_dir_problem(config)}: values read directly")
             return reader.document(processes), _direct_note(config, note)
         return reader.document(processes), "\n".join(
             [_direct_note(config, NOT_RUNNING), *describe_all(config.resolved_runtime_dir, time.time())])
@@ -81,11 +83,11 @@ def daemon_document(config: Config) -> tuple[StatusDocument, str | None] | None:
     directory stops the file, not the daemon (issue 31). The note says what is wrong with the file."""
     from gpuwatch.daemon.lock import holder
 
-    doc = read_state_file(config.state_file)
+    doc, unusable = read_state(config.state_file)
     daemon = doc.get("daemon") if doc else None
     pid = daemon.get("pid") if daemon else None
     if doc and daemon and isinstance(pid, int) and _alive(pid):
-        age = time.time() - float(doc.get("taken_unix") or 0)
+        age = state_age(doc, time.time(), *this_boot())
         if not _stale(doc):
             return doc, None
         problem = f"its state file {config.state_file} is {age:.0f} s old"
@@ -93,21 +95,25 @@ def daemon_document(config: Config) -> tuple[StatusDocument, str | None] | None:
         pid = holder(config.resolved_runtime_dir)
         if pid is None:
             return None
-        doc, problem = None, f"it has no state file {config.state_file}"
+        doc, problem = None, (f"its state file {config.state_file} cannot be used: {unusable}" if unusable
+                              else f"it has no state file {config.state_file}")
     live = _ask_daemon(config, pid)
     if live is not None and not _stale(live[0]):  # a stuck loop publishes nothing new anywhere
         document, way = live
         return document, f"{problem}{_dir_problem(config)}; shown: the daemon's own view, over {way}"
     if doc is None or daemon is None:
         return None
-    daemon.setdefault("failures", []).append(f"state is {age:.0f}s old: the control loop is stuck")
+    daemon.setdefault("failures", []).append(
+        f"state stamped {-age:.0f}s in the future: its freshness cannot be told" if from_future(age)
+        else f"state is {age:.0f}s old: the control loop is stuck")
     return doc, None
 
 
 def _stale(doc: StatusDocument) -> bool:
+    """Stale, or stamped in the future: by CLOCK_BOOTTIME on the same boot, else by the wall clocks (state_age)."""
     daemon = doc.get("daemon")
-    age = time.time() - float(doc.get("taken_unix") or 0)
-    return is_stale(age, float(daemon.get("interval_s") or 1) if daemon else 1.0)
+    age = state_age(doc, time.time(), *this_boot())
+    return from_future(age) or is_stale(age, float(daemon.get("interval_s") or 1) if daemon else 1.0)
 
 
 def _ask_daemon(config: Config, pid: int) -> tuple[StatusDocument, str] | None:

@@ -334,8 +334,16 @@ def send_command(path: Path, cmd: str, name: str | None, timeout_s: float = CLIE
 def fetch_document(path: Path, timeout_s: float = CLIENT_TIMEOUT_S) -> dict[str, Any] | None:
     """The daemon's last published document through its control socket; None when it has none yet.
     Raises ControlError as ``send_command`` does."""
+    from gpuwatch.publish.decode import Invalid
+    from gpuwatch.publish.decode import document as decoded
+
     document = _ask(path, "status", None, timeout_s).get("document")
-    return document if isinstance(document, dict) else None
+    if document is None:
+        return None
+    try:
+        return cast("dict[str, Any]", decoded(document))
+    except Invalid as exc:  # the one decoder every client reads the published document with
+        raise ControlError(f"the daemon's document over {path} cannot be used: {exc}") from None
 
 
 def _open(path: Path, deadline: float) -> socket.socket:

@@ -18,7 +18,7 @@ from gpuwatch.gpus.accounting import counter_grew
 from gpuwatch.model import JobReceipt, PublishedState
 from gpuwatch.procs.jobs import attribute, read_mappings
 from gpuwatch.publish import receipts
-from gpuwatch.publish.receipt_resume import Carried, resume
+from gpuwatch.publish.receipt_resume import Carried, resume, unseen_before
 from gpuwatch.publish.verdict import judge, over_crit_since
 
 
@@ -29,12 +29,14 @@ class NodeWatch:
         self._previous: PublishedState | None = None
         self._carried: Carried | None = None
         self._boot_id: str | None = None
+        self._took_none = False  # take_back found nothing to take: the first tick says what it did not see
 
     def take_back(self, config: Config) -> None:
         """At the start, before the first tick writes the state file: the previous daemon's receipts, which the
         first tick resumes (a daemon that never calls this, a test's, starts empty and publishes no boot id)."""
         self._boot_id = receipt_store.boot_id(config.proc_root)
         self._carried = receipt_store.take_back(config.state_file, self._boot_id, config.health.jobs_kept)
+        self._took_none = self._carried is None
 
     def observe(self, state: PublishedState, config: Config) -> PublishedState:
         settings = config.health
@@ -46,6 +48,10 @@ class NodeWatch:
         if carried is not None:
             jobs = resume(carried, state, counter_grew)
         self._jobs = receipts.step(jobs, self._previous, state, settings.jobs_kept)
+        if self._took_none and state.daemon is not None:  # a job already running: its start to now was not seen
+            self._took_none = False
+            self._jobs = unseen_before(self._jobs, _job_starts(state), state.daemon.started_unix,
+                                       state.snapshot.taken_unix)
         now = state.snapshot.taken_monotonic
         self._since = over_crit_since(self._since, state, now)
         state = replace(state, health=judge(state, settings, self._since, now), jobs=self._jobs)
@@ -53,3 +59,19 @@ class NodeWatch:
             state = replace(state, daemon=replace(state.daemon, boot_id=self._boot_id))
         self._previous = state
         return state
+
+
+def _job_starts(state: PublishedState) -> dict[str, float]:
+    """The earliest start (psutil's create_time, /proc/<pid>/stat) of each job's processes on a GPU now."""
+    import psutil
+
+    starts: dict[str, float] = {}
+    for row in state.snapshot.processes:
+        if row.job_id is None:
+            continue
+        try:
+            created = psutil.Process(row.pid).create_time()
+        except (psutil.Error, OSError):
+            continue
+        starts[row.job_id] = min(created, starts.get(row.job_id, created))
+    return starts

@@ -107,6 +107,7 @@ class Daemon:
         absent = config.slots_not_present({gpu.gpu_id for gpu in snapshot.gpus}, tables=False)  # trainers' only
         daemon = DaemonInfo(pid=os.getpid(), version=__version__, started_unix=self.started_unix,
                             ticks_total=self.ticks_total, interval_s=config.interval_s,
+                            taken_boottime_s=time.clock_gettime(time.CLOCK_BOOTTIME),
                             failures=failures + (("config: " + "; ".join(absent),) if absent else ()))
         state = replace(published_state(snapshot, daemon, acted.fans, acted.powers, acted.trainers, self.read_errors,
                                         config, acted.clocks), unmanaged=acted.unmanaged)

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from gpuwatch.config.file import REAL_PROC_ROOT
 from gpuwatch.config.runtime import LAST_STATE_FILE_NAME
-from gpuwatch.publish.receipt_resume import Carried, Untrusted, carried
+from gpuwatch.publish.decode import Invalid
+from gpuwatch.publish.receipt_resume import Carried, carried
 from gpuwatch.publish.state import STATE_FILE_MAX_BYTES
 from gpuwatch.safefs import read_bounded
 
@@ -67,8 +68,8 @@ def take_back(state_file: Path, boot: str | None, kept: int) -> Carried | None:
     path = max(found)[1]  # the newer: a killed daemon's state file after a stopped one's kept file, or before
     try:
         taken = carried(json.loads(read_bounded(path, STATE_FILE_MAX_BYTES)), boot, kept)  # a FIFO never blocks
-    except (OSError, ValueError, RecursionError) as exc:  # Untrusted and JSON's errors are ValueErrors
-        why = exc if isinstance(exc, Untrusted) else f"unreadable: {exc}"
+    except (OSError, ValueError, RecursionError) as exc:  # Invalid (Untrusted) and JSON's errors are ValueErrors
+        why = exc if isinstance(exc, Invalid) else f"unreadable: {exc}"
         log.warning("job receipts not taken back from %s (%s): they start empty", path, why)
         return None
     active = sum(1 for job in taken.jobs if job.active)

@@ -74,7 +74,8 @@ def unwritable_verdict(unresponsive: bool, problem: str) -> Verdict:
     if unresponsive:
         return Verdict(FanMode.FAILSAFE, f"failsafe: GPU unresponsive, and its fan cannot be written ({problem})",
                        failsafe_reason="GPU unresponsive")
-    return Verdict(FanMode.UNCONTROLLED, f"fan not controlled: {problem}; retried every tick")
+    # The cause alone: the mode already says "uncontrolled" (G005's line and status print both: issue 46)
+    return Verdict(FanMode.UNCONTROLLED, f"{problem}; retried every tick")
 
 
 def driven_verdict(

@@ -11,7 +11,7 @@ from __future__ import annotations
 PREFIX = "gpuwatch:"  # a Slurm drain reason that starts with it is gpuwatch's own: only those are resumed
 MAX_MESSAGE_CHARS = 80  # node-problem-detector's max_output_length in AMD's and the usual plugin configs
 
-STALE, NO_DAEMON = "G001", "G002"
+STALE, NO_DAEMON, UNUSABLE, FUTURE = "G001", "G002", "G014", "G015"
 GPU_DOWN, FAN_UNCONTROLLED, FAN_FAILSAFE, FAN_STALLED, OVER_CRIT = "G004", "G005", "G006", "G007", "G008"
 RESET_STUCK, RESET_RECOVERING, PCIE_WIDTH, PCIE_SPEED, AER_FATAL = "G009", "G010", "G011", "G012", "G013"
 
@@ -19,6 +19,10 @@ RESET_STUCK, RESET_RECOVERING, PCIE_WIDTH, PCIE_SPEED, AER_FATAL = "G009", "G010
 CODES: dict[str, tuple[str, str]] = {
     STALE: ("daemon_down", "the daemon's state is stale: its loop is stuck, nothing guards the GPUs"),
     NO_DAEMON: ("daemon_down", "no daemon runs: nothing guards the GPUs"),
+    UNUSABLE: ("daemon_down", "the daemon runs but its published state cannot be used (not its document, or "
+                              "garbage): no verdict"),
+    FUTURE: ("daemon_down", "the daemon's state is stamped in the future (a clock stepped, on another boot or with "
+                            "no boot-time stamp): its freshness cannot be told"),
     GPU_DOWN: ("gpu_down", "a GPU is gone or does not answer"),
     FAN_UNCONTROLLED: ("fan_uncontrolled", "a fan should be driven and cannot be written"),
     FAN_FAILSAFE: ("fan_failsafe", "a fan in failsafe (full speed): temperature missing or frozen, GPU gone"),
@@ -32,8 +36,9 @@ CODES: dict[str, tuple[str, str]] = {
 }
 
 # The fault classes a remediation maps one to one (`gpuwatch health --class`, one NPD condition each:
-# deploy/kubernetes). The daemon's own codes (G001, G002) belong to every class: without a fresh verdict no
+# deploy/kubernetes). The daemon's own codes (DAEMON_CODES) belong to every class: without a fresh verdict no
 # class can be said healthy.
+DAEMON_CODES = (STALE, NO_DAEMON, UNUSABLE, FUTURE)
 CLASSES: dict[str, tuple[str, ...]] = {
     "gpu": (GPU_DOWN,),
     "fan": (FAN_UNCONTROLLED, FAN_FAILSAFE, FAN_STALLED),

@@ -17,18 +17,23 @@ left out. A job that ended before the restart gets no gap; one first seen after 
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from gpuwatch.model import JobGpuReceipt, JobReceipt, PublishedState
+from gpuwatch.publish.decode import Invalid
+from gpuwatch.publish.decode import need_dict as _dict
+from gpuwatch.publish.decode import need_list as _list
+from gpuwatch.publish.decode import need_number as _number
+from gpuwatch.publish.decode import need_str as _str
 
 # The gaps a receipt lists (its unobserved_s counts them all): a job restarted through often stays bounded.
 GAPS_LISTED = 16
 
 
-class Untrusted(ValueError):
-    """The previous daemon's document is not one to take receipts back from; the message says why."""
+# The previous daemon's document is not one to take receipts back from; the message says why (one exception
+# for the field checks of publish/decode.py and the ones here).
+Untrusted = Invalid
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,27 @@ def resume(carried_: Carried, state: PublishedState,
     return tuple(out)
 
 
+def unseen_before(jobs: tuple[JobReceipt, ...], started: Mapping[str, float], daemon_started_unix: float,
+                  now: float) -> tuple[JobReceipt, ...]:
+    """At the first tick (``now``) of a daemon that took no receipts back (none kept, another boot's, unreadable):
+    each job on a GPU then that started before this daemon did (``started``: the earliest start of its processes,
+    where the process table gives it) gets the time from its start to ``now`` as a gap it did not see, that time's
+    energy left out on each of its GPUs: its receipt never reads as the whole job when it is not. A start not known
+    adds nothing (the journal says the receipts started empty)."""
+    out = []
+    for receipt in jobs:
+        start = started.get(receipt.job_id)
+        if not receipt.active or receipt.first_seen_unix != now or start is None \
+                or not 0 < start < daemon_started_unix <= now:
+            out.append(receipt)
+            continue
+        gap_s = now - start
+        gpus = tuple(replace(gpu, energy_unseen_s=gpu.energy_unseen_s + gap_s) for gpu in receipt.gpus)
+        out.append(replace(receipt, gpus=gpus, unobserved_s=receipt.unobserved_s + gap_s,
+                           gaps=((start, now), *receipt.gaps)[-GAPS_LISTED:]))
+    return tuple(out)
+
+
 def _gpu_gap(gpu: JobGpuReceipt, gap_s: float, grew_j: float | None) -> JobGpuReceipt:
     if grew_j is None:
         return replace(gpu, energy_unseen_s=gpu.energy_unseen_s + gap_s)
@@ -156,28 +182,3 @@ def _gaps(raw: object, where: str) -> tuple[tuple[float, float], ...]:
 def _table(raw: object, where: str, signed: bool = False) -> tuple[tuple[str, float], ...]:
     table = _dict(raw, where)
     return tuple(sorted((key, _number(value, f"{where}.{key}", signed)) for key, value in table.items()))
-
-
-def _dict(raw: object, where: str) -> dict[str, object]:
-    if not isinstance(raw, dict) or not all(isinstance(key, str) for key in raw):
-        raise Untrusted(f"{where} is not an object")
-    return raw
-
-
-def _list(raw: object, where: str) -> list[object]:
-    if not isinstance(raw, list):
-        raise Untrusted(f"{where} is not a list")
-    return raw
-
-
-def _str(raw: object, where: str) -> str:
-    if not isinstance(raw, str) or not raw:
-        raise Untrusted(f"{where} is not a string")
-    return raw
-
-
-def _number(raw: object, where: str, signed: bool = False) -> float:
-    """A finite number (a counter: not negative); bool is not one, though Python's int says so."""
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw) or (raw < 0 and not signed):
-        raise Untrusted(f"{where} is not a {'number' if signed else 'non-negative number'}")
-    return float(raw)

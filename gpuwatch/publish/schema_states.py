@@ -135,6 +135,7 @@ class DaemonDoc(TypedDict):  # model.DaemonInfo
     interval_s: float
     failures: list[str]
     boot_id: str | None  # the kernel's boot id: a restarted daemon takes receipts back only from its own boot
+    taken_boottime_s: float | None  # CLOCK_BOOTTIME at the tick: staleness on the same boot (publish/state.py)
 
 
 class HealthFaultDoc(TypedDict):  # model.HealthFault

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 from gpuwatch.safefs import client_refusal, read_bounded
 
@@ -32,9 +33,44 @@ STALE_SLACK_S = 2.0
 STATE_FILE_MAX_BYTES = 32 * 1024 * 1024
 
 
+# A state stamped further ahead than this is from the future (a clock stepped, or the file is not the daemon's):
+# a finding of its own (G015), never "fresh".
+FUTURE_SLACK_S = 2.0
+# The kernel's random id of this boot (Documentation/admin-guide/sysctl/kernel.rst, "random"): CLOCK_BOOTTIME
+# stamps compare only within one boot.
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
 def is_stale(age_s: float, interval_s: float) -> bool:
     """Whether a state published ``age_s`` ago by a daemon ticking every ``interval_s`` is stale."""
     return age_s > STALE_AFTER_TICKS * interval_s + STALE_SLACK_S
+
+
+def from_future(age_s: float) -> bool:
+    """Whether ``state_age``'s answer says the state was stamped ahead of now."""
+    return age_s < -FUTURE_SLACK_S
+
+
+def this_boot() -> tuple[str | None, float]:
+    """This boot's id (None where /proc does not say) and CLOCK_BOOTTIME now (clock_gettime(2): counts suspend)."""
+    try:
+        with open(BOOT_ID_PATH, "rb") as handle:
+            boot: str | None = handle.read(64).decode("ascii", "replace").strip() or None
+    except OSError:
+        boot = None
+    return boot, time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def state_age(document: StatusDocument, now_unix: float, boot: str | None, now_boottime_s: float) -> float:
+    """Seconds since the tick of a decoded ``document`` (publish/decode.py). By CLOCK_BOOTTIME when the daemon
+    stamped it on this boot (``boot``: ``this_boot``), which no settimeofday, NTP step or RTC fault moves; else by
+    the wall clocks, which then must agree. Negative: stamped in the future (``from_future``)."""
+    daemon = document.get("daemon")
+    if daemon is not None and boot is not None and daemon.get("boot_id") == boot:
+        stamp = daemon.get("taken_boottime_s")
+        if stamp is not None:
+            return now_boottime_s - stamp
+    return now_unix - document["taken_unix"]
 
 
 class StateHolder:
@@ -98,21 +134,33 @@ def write_state_file(path: Path, document: StatusDocument) -> None:
         raise
 
 
-def read_state_file(path: Path) -> StatusDocument | None:
-    """The daemon's last document, or None when there is none (daemon not running or never wrote). A client
-    reads it only in a directory root or the caller owns, that nobody else can write (``safefs.client_refusal``),
-    and only a regular file within ``STATE_FILE_MAX_BYTES``; else one line says why."""
+def read_state(path: Path) -> tuple[StatusDocument | None, str | None]:
+    """The daemon's last document (decoded: publish/decode.py), or None and why it cannot be used; (None, None)
+    when there is none (daemon not running or never wrote). A client reads it only in a directory root or the
+    caller owns, that nobody else can write (``safefs.client_refusal``), and only a regular file within
+    ``STATE_FILE_MAX_BYTES``."""
+    from gpuwatch.publish.decode import Invalid, document
+
     refusal = client_refusal(os.path.dirname(os.path.abspath(path)))
+    if refusal is not None:
+        return None, refusal
     try:
-        if refusal is not None:
-            raise OSError(refusal)
-        document: StatusDocument = json.loads(read_bounded(path, STATE_FILE_MAX_BYTES))
+        return document(json.loads(read_bounded(path, STATE_FILE_MAX_BYTES))), None
     except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
+        return None, None
+    except OSError as exc:
+        return None, exc.strerror or str(exc)
+    except RecursionError:
+        return None, "nested too deep"
+    except (ValueError, Invalid) as exc:  # JSON's and UTF-8's errors are ValueErrors too
+        return None, str(exc)
+
+
+def read_state_file(path: Path) -> StatusDocument | None:
+    """The daemon's last document, or None when there is none or it cannot be used (said in one log line)."""
+    document, problem = read_state(path)
+    if problem is not None:
         import logging
 
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        logging.getLogger("gpuwatch.state").warning("cannot read state file %s: %s", path, why)
-        return None
+        logging.getLogger("gpuwatch.state").warning("cannot use state file %s: %s", path, problem)
     return document

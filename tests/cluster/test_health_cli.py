@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import signal
 import subprocess
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.support.paths import REPO
 from tests.support.processes import Processes, Started
 from tests.support.stack import GPUWATCH
+from tests.support.users import needs_root, unprivileged_user
 from tests.support.waiting import wait_for
 
 
@@ -90,3 +96,92 @@ def test_an_empty_config_name_is_named_not_replaced_by_the_default(tmp_path: Pat
     the default file in its place."""
     done = subprocess.run([*GPUWATCH, "health", "-c", ""], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert (done.returncode, done.stderr) == (2, "gpuwatch: .: is a directory, not a config file\n")
+
+
+# Valid JSON a reader cannot use (issue 46), each written over a stuck daemon's state file: the daemon holds the
+# runtime directory's lock, so the answer is G014 with the field, never G002 and never a traceback.
+GARBAGE: dict[str, Callable[[Any], object]] = {
+    "taken_unix a word": lambda doc: {**doc, "taken_unix": "soon"},
+    "daemon a list": lambda doc: {**doc, "daemon": [1]},
+    "a fault not an object": lambda doc: {**doc, "health": {**doc["health"], "faults": [1]}},
+    "a top-level list": lambda doc: [doc],
+    "a job without job_id": lambda doc: {**doc, "jobs": [{"first_seen_unix": 1.0, "last_seen_unix": 2.0}]},
+    "a job without last_seen_unix": lambda doc: {**doc, "jobs": [{"job_id": "7", "first_seen_unix": 1.0}]},
+    "1e999": lambda doc: {**doc, "taken_unix": 1e999},
+}
+
+
+def cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*GPUWATCH, *args, "-c", str(config)], capture_output=True, text=True, timeout=120)
+
+
+def test_garbage_over_a_live_daemons_state_is_g014_in_every_reader(tmp_path: Path, processes: Processes) -> None:
+    config = simulated(tmp_path)
+    daemon = start(processes, config, tmp_path)
+    state = tmp_path / "run/state.json"
+    daemon.process.send_signal(signal.SIGSTOP)  # alive, holding the lock, writing nothing more
+    try:
+        good = json.loads(state.read_text())
+        for name, mutate in GARBAGE.items():
+            state.write_text(json.dumps(mutate(good)))
+            for fmt, code in (("nhc", 1), ("npd", 2), ("nagios", 3), ("json", 1)):
+                done = health(config, "--format", fmt)
+                assert done.returncode == code and "Traceback" not in done.stderr, (name, fmt, done.stderr)
+                assert "gpuwatch:G014 daemon state unusable: " in done.stdout.splitlines()[0], (name, fmt, done)
+                assert "G002" not in done.stdout, (name, fmt)
+            shown = cli(config, "status")
+            assert "Traceback" not in shown.stderr and f"{state} cannot be used: " in shown.stderr + shown.stdout, \
+                (name, shown.stderr)
+            receipt = cli(config, "receipt", "7")
+            assert (receipt.returncode, "Traceback" in receipt.stderr) == (3, False), (name, receipt.stderr)
+            assert f"the daemon (pid {daemon.process.pid}) runs, but its state" in receipt.stderr, receipt.stderr
+        state.write_text("{not json")
+        assert "gpuwatch:G014 daemon state unreadable: " in health(config).stdout
+        state.unlink()  # a full directory: the daemon could not write it at all
+        assert health(config).stdout == "gpuwatch:G014 daemon publishes no state file\n"
+    finally:
+        daemon.process.send_signal(signal.SIGCONT)
+
+
+def test_a_state_from_the_future_is_g015_or_stale_by_the_boot_clock(tmp_path: Path, processes: Processes) -> None:
+    """A stuck daemon whose wall clock ran ahead (or the checker's stepped back): its state is stamped ten minutes
+    ahead. On the same boot the boot-time stamp judges it (stale: G001); without one (an older daemon) it is G015,
+    never fresh."""
+    config = simulated(tmp_path)
+    daemon = start(processes, config, tmp_path)
+    state = tmp_path / "run/state.json"
+    daemon.process.send_signal(signal.SIGSTOP)
+    try:
+        doc = json.loads(state.read_text())
+        assert doc["daemon"]["taken_boottime_s"] > 0 and doc["daemon"]["boot_id"]
+        doc["taken_unix"] += 600
+        state.write_text(json.dumps(doc))
+        wait_for(lambda: health(config).stdout.startswith("gpuwatch:G001 daemon state "), "stale by the boot clock",
+                 60)
+        del doc["daemon"]["taken_boottime_s"]
+        state.write_text(json.dumps(doc))
+        ahead = health(config, "--format", "nagios")
+        assert ahead.returncode == 3 and ahead.stdout.startswith("GPUWATCH UNKNOWN - gpuwatch:G015 daemon state "
+                                                                 "stamped "), ahead.stdout
+    finally:
+        daemon.process.send_signal(signal.SIGCONT)
+
+
+@needs_root
+def test_a_users_own_garbage_state_gives_that_user_one_line(tmp_path: Path) -> None:
+    """An unprivileged caller with a garbage state file in its own runtime directory (nobody holds its lock: no
+    daemon) gets the direct read's answer, never a traceback; `receipt` one line. (`status` as another user is
+    tests/daemon's: its lazy imports need an interpreter that user can read.)"""
+    with unprivileged_user() as user:
+        run = tmp_path / "run"
+        run.mkdir()
+        (run / "state.json").write_text('{"schema": 1, "taken_unix": "soon", "daemon": [1]}')
+        config = simulated(tmp_path)
+        tmp_path.chmod(0o755)
+        for path in (run, run / "state.json", config):
+            os.chown(path, pwd.getpwnam(user).pw_uid, -1)
+        for args in (["health", "--format", "nagios"], ["health", "--format", "json"], ["receipt", "7"]):
+            # tests.support.as_user drops to the user after its imports (the interpreter may be root-only).
+            done = subprocess.run([sys.executable, "-m", "tests.support.as_user", user, "cli", *args, "-c",
+                                   str(config)], capture_output=True, text=True, timeout=120, cwd=REPO)
+            assert "Traceback" not in done.stderr and done.returncode in (1, 2, 3), (args, done.stderr)

@@ -67,7 +67,7 @@ def test_json_carries_every_fault_and_exits_as_nhc() -> None:
 
 
 def test_a_fresh_document_gives_the_daemons_verdict_a_stale_one_g001() -> None:
-    doc = {"taken_unix": 1000.0, "daemon": {"interval_s": 1.0},
+    doc = {"schema": 1, "taken_unix": 1000.0, "daemon": {"pid": 1, "started_unix": 900.0, "interval_s": 1.0},
            "health": {"healthy": False, "faults": [{"line": FAILSAFE}], "notes": [], "drain_after_checks": 3,
                       "resume_after_checks": 4}}
     fresh = from_document(doc, 1001.0)
@@ -84,10 +84,10 @@ def test_the_summary_never_passes_the_limit() -> None:
 
 
 def test_every_gpu_code_is_in_exactly_one_class() -> None:
-    from gpuwatch.publish.health_codes import CLASSES, CODES, NO_DAEMON, STALE
+    from gpuwatch.publish.health_codes import CLASSES, CODES, DAEMON_CODES
 
     classed = [code for codes in CLASSES.values() for code in codes]
-    assert sorted(classed) == sorted(set(CODES) - {STALE, NO_DAEMON})
+    assert sorted(classed) == sorted(set(CODES) - set(DAEMON_CODES))
 
 
 def test_one_class_keeps_its_faults_and_the_daemons() -> None:

@@ -31,6 +31,7 @@ from tests.support.waiting import wait_for
 FAST_PATH = {"gpuwatch", "gpuwatch.cli", "gpuwatch.cli.health", "gpuwatch.cli.health_render",
              "gpuwatch.cli.options", "gpuwatch.config", "gpuwatch.config.runtime", "gpuwatch.publish",
              "gpuwatch.publish.health_codes", "gpuwatch.publish.state",
+             "gpuwatch.publish.decode",
              "gpuwatch.safefs"}  # safefs: the runtime directory trusted (os, stat, errno only)
 
 # Never on the fast path (a name covers its submodules): the config's models, the daemon, the other commands,

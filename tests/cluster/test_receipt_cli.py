@@ -77,7 +77,7 @@ def test_render_names_each_gpu() -> None:
            "paused_s": 5.0, "gpus": [{"gpu_id": SLOT, "energy_j": 12_000.0, "max_temps_c": {"junction": 88.0},
                                       "governed_s": 30.0, "throttled_s": {"thermal": 2.0, "power": 0.0},
                                       "resets": 0}]}
-    assert render(job) == ("job 7 (alice): 60 s on 1 GPU(s), 12.0 kJ\n  paused 5 s\n"
+    assert render(job) == ("job 7 (alice): 60 s on 1 GPU(s), 12.0 kJ (final)\n  paused 5 s\n"
                            f"  {SLOT}: 12.0 kJ, max junction 88°C\n"
                            "    governed 30 s, throttled thermal 2 s, resets 0\n")
 
@@ -87,7 +87,8 @@ def test_render_says_what_a_restart_left_unseen() -> None:
            "paused_s": 0.0, "unobserved_s": 20.0, "gaps": [[40.0, 52.0], [90.0, 98.0]],
            "gpus": [{"gpu_id": SLOT, "energy_j": 12_000.0, "max_temps_c": {"junction": 88.0}, "governed_s": 0.0,
                      "throttled_s": {}, "resets": 0, "gap_energy_j": 2_500.0, "energy_unseen_s": 8.0}]}
-    assert render(job) == ("job 7: 120 s on 1 GPU(s), 12.0 kJ + some not counted (still running)\n  paused 0 s\n"
+    assert render(job) == ("job 7: 120 s on 1 GPU(s), 12.0 kJ + some not counted (partial: running at the last tick)\n"
+                           "  paused 0 s\n"
                            "  unobserved 20 s: no daemon ran 2 time(s) (a restart, a crash)\n"
                            "    its temperatures, throttling, caps and pauses then are not in this receipt\n"
                            f"  {SLOT}: 12.0 kJ, max junction 88°C\n    governed 0 s, throttled none, resets 0\n"

@@ -187,3 +187,27 @@ COUNTER_CASES = [
 def test_a_firmware_counter_tells_a_gaps_energy_only_when_continuous(before_j: float, after_j: float, seconds: float,
                                                                       grew: float | None) -> None:
     assert counter_grew(before_j, after_j, seconds) == grew
+
+
+@pytest.mark.parametrize(("started", "daemon_started", "gap"), [
+    ({"42": 40.0}, 90.0, (40.0, 100.0)),  # running since 40, this daemon from 90, first tick 100: 60 s unseen
+    ({"42": 95.0}, 90.0, None),  # started after this daemon did: it saw the job (near enough) from its start
+    ({}, 90.0, None),  # its start not known: nothing to say but the journal's line
+    ({"42": -1.0}, 90.0, None),  # nonsense from the process table
+])
+def test_receipts_not_taken_back_say_the_jobs_time_before_the_daemon(
+        started: dict[str, float], daemon_started: float, gap: tuple[float, float] | None) -> None:
+    """Issue 46: with no receipts taken back, a job already running at the first tick is not a whole job."""
+    from gpuwatch.publish.receipt_resume import unseen_before
+
+    first = step((), None, tick(100, {"7": "42"}, 0.0), 8)
+    said = unseen_before(first, started, daemon_started, 100.0)
+    job = find(said, "42")
+    assert job is not None
+    if gap is None:
+        assert said == first
+        return
+    assert job.gaps == (gap,) and job.unobserved_s == gap[1] - gap[0]
+    assert job.gpus[0].energy_unseen_s == gap[1] - gap[0]  # its energy then is not in the receipt, and said so
+    later = step(said, tick(100, {"7": "42"}, 0.0), tick(101, {"7": "42"}, 50.0), 8)  # kept at the next tick
+    assert find(later, "42").gaps == (gap,)  # type: ignore[union-attr]

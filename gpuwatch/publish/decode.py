@@ -1,0 +1,232 @@
+"""The one validating decoder of the published status document (schema 1): every client reads it through here.
+
+The state file, /status over HTTP and the control socket's ``status`` answer are JSON that anyone who can write
+the file (or answer on the port) controls: valid JSON with a wrong type (``taken_unix: "soon"``, ``daemon: [1]``,
+a top-level list, a job without ``job_id``) must give one line saying what is wrong, never a traceback in
+`gpuwatch health`, `status`, `receipt`, `logs` or `train` (issue 46). ``document`` checks every field it knows
+against ``SPECS`` and raises ``Invalid`` with the first field that is not what it should be:
+
+* unknown keys are ignored (schema 1 allows additions: a newer daemon's document is read by an older client);
+* a missing key is allowed (an older daemon's document lacks newer fields: readers ``.get`` it, a dataclass
+  layer above this one reads it as None), except the keys in ``REQUIRED``, which name the thing itself;
+* a wrong type, a non-finite number or a bool where a number belongs is refused.
+
+``SPECS`` is the same shape as publish/schema.py's TypedDicts, written as plain data (tests/test_decode.py keeps
+the two equal): `gpuwatch health` decodes on its fast path, where typing, dataclasses and pathlib may not be
+imported (tests/cluster/test_health_imports.py). A type is ``int``, ``float``, ``str``, ``bool``, ``str|int`` or
+an object's name; ``?`` after it allows null; ``[T]`` is a list of T, ``{"*": T}`` an object of T by name,
+``("?", T)`` a nullable list or object. The field helpers (``need_dict`` ...) are the home of the same checks
+for the receipts a restarted daemon takes back (publish/receipt_resume.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+class Invalid(ValueError):
+    """A document (or a part of one) that cannot be used; the message names the field and what is wrong."""
+
+
+SPECS: dict[str, dict[str, Any]] = {
+    "StatusDocument": {
+        "redacted": "bool", "schema": "int", "source": "str", "taken_unix": "float", "sample_duration_s": "float",
+        "daemon": "DaemonDoc?", "gpus": ["GpuDoc"], "unsupported": ["UnsupportedDoc"], "trainers": ["TrainerDoc"],
+        "processes": ["ProcessDoc"], "processes_unreadable": "int", "health": "HealthDoc?",
+        "jobs": ["JobReceiptDoc"],
+    },
+    "DaemonDoc": {
+        "pid": "int", "version": "str", "started_unix": "float", "ticks_total": "int", "interval_s": "float",
+        "failures": ["str"], "boot_id": "str?", "taken_boottime_s": "float?",
+    },
+    "HealthDoc": {
+        "healthy": "bool", "faults": ["HealthFaultDoc"], "notes": ["str"], "drain_after_checks": "int",
+        "resume_after_checks": "int",
+    },
+    "HealthFaultDoc": {"code": "str", "gpu_id": "str?", "detail": "str", "line": "str"},
+    "TemperatureDoc": {
+        "temp_c": "float?", "crit_c": "float?", "crit_hyst_c": "float?", "emergency_c": "float?", "limit_c": "float?",
+    },
+    "FanControllerDoc": {
+        "gpu_id": "str", "backend": "str", "mode": "str", "sensor": "str?", "sensor_temp_c": "float?",
+        "target_ratio": "float?", "applied_pwm": "int?", "readback_pwm": "int?", "rpm": "int?", "stalled": "bool",
+        "mode_resets_total": "int", "write_errors_total": "int", "stalls_total": "int", "message": "str?",
+        "failsafe_reason": "str?", "can_rise": "bool",
+    },
+    "PowerGovernorDoc": {
+        "gpu_id": "str", "mode": "str", "backend": "str?", "cap_w": "float?", "target_cap_w": "float?",
+        "original_cap_w": "float?", "floor_cap_w": "float?", "pause_allowed": "bool", "capped_seconds_total": "float",
+        "throughput_kept_ratio": "float?", "writes_total": "int", "write_errors_total": "int", "reason": "str?",
+    },
+    "ClockCeilingDoc": {
+        "gpu_id": "str", "mode": "str", "backend": "str?", "ceiling_mhz": "float?", "target_ceiling_mhz": "float?",
+        "original_mhz": "float?", "floor_mhz": "float?", "pause_allowed": "bool", "limited_seconds_total": "float",
+        "writes_total": "int", "write_errors_total": "int", "resets_total": "int", "reason": "str?",
+    },
+    "ErrorDoc": {"sensor": "str", "error": "str"},
+    "GpuResetDoc": {
+        "resets_total": "int", "last_reset_unix": "float?", "last_source": "str?", "last_summary": "str?",
+        "dump_path": "str?", "recovering": "bool", "stuck_pids": ["int"],
+    },
+    "UnmanagedDoc": {
+        "on_hot": "str", "stopped_pids": ["int"], "stops_total": "int", "stopped_since_unix": "float?",
+        "reason": "str?",
+    },
+    "GpuDoc": {
+        "gpu_id": "str", "card": "str", "backend": "str", "name": "str?", "device_id": "str?", "subsystem_id": "str?",
+        "unique_id": "str?", "vbios_version": "str?", "up": "bool", "unresponsive": "bool", "runtime_status": "str?",
+        "gpu_busy_ratio": "float?", "mem_busy_ratio": "float?", "vram_used_bytes": "int?", "vram_total_bytes": "int?",
+        "vram_reserved_bytes": "int?", "gtt_used_bytes": "int?", "gtt_total_bytes": "int?", "power_w": "float?",
+        "power_cap_w": "float?", "power_cap_min_w": "float?", "power_cap_max_w": "float?",
+        "power_cap_default_w": "float?", "sclk_hz": "float?", "mclk_hz": "float?", "vddgfx_v": "float?",
+        "fan_rpm": "int?", "fan_min_rpm": "int?", "fan_max_rpm": "int?", "pwm": "int?", "pwm_min": "int?",
+        "pwm_max": "int?", "pwm_enable": "int?", "fan_duty_ratio": "float?", "pcie_link_speed_gts": "float?",
+        "pcie_link_width": "int?", "pcie_max_link_speed_gts": "float?", "pcie_max_link_width": "int?",
+        "gpu_metrics_revision": "str?", "sclk_average_hz": "float?", "mclk_average_hz": "float?",
+        "socclk_hz": "float?", "fclk_average_hz": "float?", "vddsoc_v": "float?", "vddmem_v": "float?",
+        "throttle_status": "int?", "indep_throttle_status": "int?", "throttle_flags": ("?", ["str"]),
+        "throttle_reasons": ("?", ["str"]), "energy_accumulator_j": "float?", "energy_joules": "float?",
+        "energy_source": "str?", "throttled_s": {"*": "float"}, "pcie_slot_link_speed_gts": "float?",
+        "pcie_slot_link_width": "int?", "pcie_slot_max_link_speed_gts": "float?", "pcie_slot_max_link_width": "int?",
+        "pcie_aer_correctable_total": "int?", "pcie_aer_nonfatal_total": "int?", "pcie_aer_fatal_total": "int?",
+        "pcie_replays_total": "int?", "gpu_busy_sampled_ratio": "float?", "sources": {"*": "str"},
+        "suspended": "bool", "pwm_ratio": "float?", "temperatures": {"*": "TemperatureDoc"}, "over_limit": ["str"],
+        "fan_controller": "FanControllerDoc?", "power_governor": "PowerGovernorDoc?",
+        "clock_ceiling": "ClockCeilingDoc?", "errors": ["ErrorDoc"], "reset": "GpuResetDoc?",
+        "unmanaged": "UnmanagedDoc?",
+    },
+    "UnsupportedDoc": {"card": "str", "driver": "str?", "gpu_id": "str?"},
+    "TrainerGpuUseDoc": {
+        "gpu_id": "str", "processes": "int", "vram_bytes": "int?", "gtt_bytes": "int?", "engine_busy_ratio": "float?",
+        "kfd_vram_bytes": "int?", "kfd_cu_occupancy_ratio": "float?",
+    },
+    "TrainerDoc": {
+        "name": "str", "phase": "str", "gpus": ["str"], "pid": "int?", "started_unix": "float?",
+        "restarts_total": "int", "restarts_by_reason": [["str|int"]], "pauses_total": "int", "resumes_total": "int",
+        "last_exit_code": "int?", "last_exit_reason": "str?", "steps_total": "int?", "steps_per_s": "float?",
+        "last_step_age_s": "float?", "epoch": "int?", "reason": "str?", "paused_since_unix": "float?",
+        "next_start_unix": "float?", "log_path": "str?", "run_energy_j": "float?", "energy_total_j": "float",
+        "steps_per_kj": "float?", "gpus_used": ["str"], "gpu_use": ["TrainerGpuUseDoc"], "stuck_pids": ["int"],
+        "ranks": "int?", "ranks_held": "int?", "world_size": "int?", "paused_by": "str?", "origin": "str",
+        "user": "str?", "command": "str?", "job_id": "str?",
+    },
+    "ProcessDoc": {
+        "pid": "int", "gpu_id": "str", "command": "str", "user": "str?", "trainer": "str?", "state": "str?",
+        "vram_bytes": "int?", "gtt_bytes": "int?", "engine_busy_ratio": "float?", "kfd": "bool",
+        "kfd_vram_bytes": "int?", "kfd_cu_occupancy_ratio": "float?", "sampled_unix": "float?", "job_id": "str?",
+    },
+    "JobGpuReceiptDoc": {
+        "gpu_id": "str", "energy_j": "float", "max_temps_c": {"*": "float"}, "governed_s": "float",
+        "throttled_s": {"*": "float"}, "resets": "int", "gap_energy_j": "float", "energy_unseen_s": "float",
+    },
+    "JobReceiptDoc": {
+        "job_id": "str", "user": "str?", "first_seen_unix": "float", "last_seen_unix": "float", "active": "bool",
+        "paused_s": "float", "gpus": ["JobGpuReceiptDoc"], "unobserved_s": "float", "gaps": [["float"]],
+    },
+}
+
+# The keys that name the thing itself or that every reader needs: a document without one cannot be used. The
+# rest may be missing (an older daemon's document), never wrong.
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "StatusDocument": ("schema", "taken_unix"),
+    "DaemonDoc": ("pid", "started_unix", "interval_s"),
+    "HealthDoc": ("faults",),
+    "HealthFaultDoc": ("line",),
+    "GpuDoc": ("gpu_id", "card"),
+    "UnsupportedDoc": ("card",),
+    "TrainerDoc": ("name", "phase"),
+    "ProcessDoc": ("pid", "gpu_id"),
+    "JobGpuReceiptDoc": ("gpu_id", "energy_j", "max_temps_c", "governed_s", "throttled_s", "resets"),
+    "JobReceiptDoc": ("job_id", "first_seen_unix", "last_seen_unix", "paused_s", "gpus"),
+}
+
+SCHEMA_VERSION = 1  # publish/schema.py's (kept equal by tests/test_decode.py: that module imports typing)
+
+
+def document(raw: object) -> Any:
+    """``raw`` (parsed JSON) when it is a schema-1 status document; Invalid with the first field that is wrong."""
+    checked = check(raw, "StatusDocument", "the document")
+    if checked["schema"] != SCHEMA_VERSION:
+        raise Invalid(f"schema is {checked['schema']!r}, this gpuwatch reads {SCHEMA_VERSION}")
+    return checked
+
+
+def check(value: object, spec: Any, where: str) -> Any:
+    """``value`` when it is of ``spec`` (see the module's docstring); Invalid naming ``where`` otherwise."""
+    if isinstance(spec, tuple):  # ("?", list or object spec)
+        return None if value is None else check(value, spec[1], where)
+    if isinstance(spec, list):
+        for i, item in enumerate(need_list(value, where)):
+            check(item, spec[0], f"{where}[{i}]")
+        return value
+    if isinstance(spec, dict) and "*" in spec:
+        for key, item in need_dict(value, where).items():
+            check(item, spec["*"], f"{where}.{key}")
+        return value
+    if spec.endswith("?"):
+        return None if value is None else check(value, spec[:-1], where)
+    fields = SPECS.get(spec)
+    if fields is None:
+        return _scalar(value, spec, where)
+    found = need_dict(value, where)
+    for key in REQUIRED.get(spec, ()):
+        if key not in found:
+            raise Invalid(f"{where} has no {key}")
+    for key, item in found.items():
+        field = fields.get(key)
+        if field is not None:  # an unknown key: a newer daemon's addition
+            check(item, field, f"{where}.{key}" if where != "the document" else key)
+    return found
+
+
+def _scalar(value: object, kind: str, where: str) -> object:
+    if kind == "str":
+        return need_str(value, where, empty=True)
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise Invalid(f"{where} is not true or false")
+        return value
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise Invalid(f"{where} is not a whole number")
+        return value
+    if kind == "float":
+        return need_number(value, where, signed=True)
+    if kind == "str|int":
+        if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+            return value
+        raise Invalid(f"{where} is not a string or a whole number")
+    raise AssertionError(f"unknown spec {kind!r}")  # pragma: no cover - SPECS is checked by tests/test_decode.py
+
+
+def need_dict(raw: object, where: str) -> dict[str, object]:
+    if not isinstance(raw, dict) or not all(isinstance(key, str) for key in raw):
+        raise Invalid(f"{where} is not an object")
+    return raw
+
+
+def need_list(raw: object, where: str) -> list[object]:
+    if not isinstance(raw, list):
+        raise Invalid(f"{where} is not a list")
+    return raw
+
+
+def need_str(raw: object, where: str, empty: bool = False) -> str:
+    if not isinstance(raw, str) or not (raw or empty):
+        raise Invalid(f"{where} is not a string")
+    return raw
+
+
+def need_number(raw: object, where: str, signed: bool = False) -> float:
+    """A finite number (not negative unless ``signed``); bool is not one, though Python's int says so."""
+    try:
+        number = float(raw) if isinstance(raw, (int, float)) and not isinstance(raw, bool) else math.nan
+    except OverflowError:  # an int of 400 digits: JSON has no bound on them
+        number = math.nan
+    if not math.isfinite(number) or (number < 0 and not signed):
+        raise Invalid(f"{where} is not a {'number' if signed else 'non-negative number'}")
+    return number
