@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
@@ -94,6 +95,9 @@ def daemon_document(config: Config) -> tuple[StatusDocument, str | None] | None:
     else:
         pid = holder(config.resolved_runtime_dir)
         if pid is None:
+            if unusable:  # no daemon holds the directory: the file is said once, the values read directly
+                logging.getLogger("gpuwatch.state").warning("cannot use state file %s: %s", config.state_file,
+                                                            unusable)
             return None
         doc, problem = None, (f"its state file {config.state_file} cannot be used: {unusable}" if unusable
                               else f"it has no state file {config.state_file}")
