@@ -25,7 +25,7 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
-from gpuwatch.actuation import Actuator, RestoreFailed
+from gpuwatch.actuation import Actuator, RestoreFailed, blocked_reason
 from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.cooling import FanConfig
 from gpuwatch.config.file import Config
@@ -142,7 +142,7 @@ class FanController:
 
     def _blocked(self, fan: GpuFan, gpu: GpuReading, late: Late) -> FanState:
         """The GPU's fan I/O has not returned within the deadline (a write stuck in the driver)."""
-        return self._unwritable(fan, gpu, f"fan writes blocked for {late.running_s:.1f} s", Applied(error="blocked"))
+        return self._unwritable(fan, gpu, blocked_reason(late, "fan"), Applied(error="blocked"))
 
     def _unwritable(self, fan: GpuFan, gpu: GpuReading, problem: str, applied: Applied,
                     temp_c: float | None = None, percent: float | None = None) -> FanState:
