@@ -178,14 +178,20 @@ class Actuator:
             atexit.register(self._restore_at_exit)
         return stored
 
-    def record_first(self, gpu_id: str, record: Record, what: str) -> str | None:
-        """``record`` persisted before a first write (``record``); else why nothing may be written: a full or
-        read-only runtime directory leaves no way back, so the caller writes nothing and counts a failure."""
+    def record_first(self, gpu_id: str, record: Record, what: str,
+                     adopt: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> str | None:
+        """``record`` persisted before a first write (``record``; the one in force is then ``held``); else why
+        nothing may be written: a full or read-only runtime directory leaves no way back, so the caller writes
+        nothing and counts a failure."""
         try:
-            self.record(gpu_id, record)
+            self.record(gpu_id, record, adopt)
         except OSError as exc:
             return f"cannot record the original {what} in {self.file.path} ({exc.strerror or exc}): nothing written"
         return None
+
+    def held(self, gpu_id: str) -> dict[str, Any]:
+        """The record in force for a GPU this actuator recorded (``record``) and has not given back."""
+        return self._held[gpu_id]
 
     def forget(self, gpu_id: str) -> None:
         """The original is in force again: nothing of ours to give back on this GPU.

@@ -184,3 +184,24 @@ def test_a_full_directory_never_leaves_a_lowered_cap_without_its_record(tmp_path
                               capture_output=True, text=True, timeout=60)
     assert restored.returncode == 0, restored.stderr
     assert _cap_uw(hwmon) == ORIGINAL_CAP_UW
+
+
+def test_full_at_start_the_firmware_keeps_the_fan_until_its_original_is_recorded(tmp_path: Path, runtime: Path,
+                                                                                  processes: Processes) -> None:
+    """The fan's record failing used to raise out of the whole fan controller every tick (`fan controller failed:
+    [Errno 28]`: no GPU's fan governed, one line per tick). Now that GPU's fan is "uncontrolled" with the reason,
+    said once, the firmware keeps it, and it is taken (recorded first) once there is space."""
+    _fill(runtime)
+    daemon, _ = _daemon(processes, tmp_path, http=False)
+    enable = tmp_path / "tree/class/hwmon/hwmon1/pwm1_enable"
+    daemon.wait_log("fan not controlled: cannot record the original fan mode", 60)
+    time.sleep(2)  # ticks on the full directory
+    log = daemon.log()
+    assert "fan controller failed" not in log, log
+    assert log.count("fan not controlled") == 1, log  # said once, retried every tick
+    assert enable.read_text().strip() == "2"  # the firmware keeps the fan
+    (runtime / "filler").unlink()
+    wait_for(lambda: enable.read_text().strip() == "1", "the fan taken", 60, detail=daemon.child.tail)
+    assert "pwm1_enable" in (runtime / "fan-restore.json").read_text()
+    assert daemon.stop() == 0
+    assert enable.read_text().strip() == "2"
