@@ -203,8 +203,8 @@ def test_no_write_without_its_record(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("name", "od", "file"), [
-    (NAVI21, True, OD), (VEGA56, False, "pp_dpm_sclk"), (VEGA56, False, "power_dpm_force_performance_level"),
-])
+    (NAVI21, True, OD), (VEGA56, False, "power_dpm_force_performance_level"),
+])  # (an empty pp_dpm_sclk is SI's table for good: no levels to mask, tests/clock/test_captures.py)
 def test_an_empty_clock_file_at_the_first_tick_is_probed_again(tmp_path: Path, name: str, od: bool, file: str) -> None:
     """Issue 31 point 12 for the clock rung: amdgpu prints an empty line when the SMU's query fails (amdgpu_pm.c,
     ``if (size == 0) size = sysfs_emit(buf, "\\n")``), as for power1_cap. That is a read to try again, never a
