@@ -76,6 +76,22 @@ class RestoreFailed(RuntimeError):
     names each. An expected outcome of a hung or refusing device, so the daemon logs it as one line."""
 
 
+@dataclass(frozen=True)
+class Unrecorded(Late):
+    """A GPU's call that ``Actuator.run`` did not run: the record of what this actuator holds on it is gone from
+    the file and cannot be written again (``problem`` says why). Handled like a call stuck past its deadline
+    (nothing written, a hot card paused instead), under its own reason (``blocked_reason``)."""
+
+    problem: str = ""
+
+
+def blocked_reason(late: Late, what: str) -> str:
+    """Why a GPU's ``what`` (``fan``, ``power cap``, ``clock``) was not written this tick."""
+    if isinstance(late, Unrecorded):
+        return late.problem
+    return f"{what} writes blocked for {late.running_s:.1f} s"
+
+
 class Gone(Exception):
     """The device the record belongs to is not there any more: nothing is left to give back."""
 
@@ -125,9 +141,15 @@ class Actuator:
         """Each GPU's call on its worker, all at once, within the deadline (``deadline.Workers.run_all``).
 
         Every write runs here, so this is where the records this actuator holds are made sure of first:
-        one stat of the file when nothing changed, the missing records written again when it did."""
-        self._keep_recorded()
-        return self._workers.run_all(calls, self.deadline_s)
+        one stat of the file when nothing changed, the missing records written again when it did. A GPU
+        whose record is gone and cannot be written again (a full or read-only runtime directory) does not
+        run its call: it answers ``Unrecorded`` (a ``Late``: what it holds stays as it is, nothing more
+        is written, a hot card is paused instead) until its record is back on disk."""
+        unrecorded = self._keep_recorded()
+        ran = self._workers.run_all({gpu_id: call for gpu_id, call in calls.items() if gpu_id not in unrecorded},
+                                    self.deadline_s)
+        return {gpu_id: Unrecorded(0.0, unrecorded[gpu_id]) if gpu_id in unrecorded else ran[gpu_id]
+                for gpu_id in calls}
 
     def step_all(self, steps: Mapping[str, Callable[[], T]],
                  touches: Mapping[str, Callable[[], bool]]) -> dict[str, T | Late]:
@@ -156,14 +178,20 @@ class Actuator:
             atexit.register(self._restore_at_exit)
         return stored
 
-    def record_first(self, gpu_id: str, record: Record, what: str) -> str | None:
-        """``record`` persisted before a first write (``record``); else why nothing may be written: a full or
-        read-only runtime directory leaves no way back, so the caller writes nothing and counts a failure."""
+    def record_first(self, gpu_id: str, record: Record, what: str,
+                     adopt: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> str | None:
+        """``record`` persisted before a first write (``record``; the one in force is then ``held``); else why
+        nothing may be written: a full or read-only runtime directory leaves no way back, so the caller writes
+        nothing and counts a failure."""
         try:
-            self.record(gpu_id, record)
+            self.record(gpu_id, record, adopt)
         except OSError as exc:
             return f"cannot record the original {what} in {self.file.path} ({exc.strerror or exc}): nothing written"
         return None
+
+    def held(self, gpu_id: str) -> dict[str, Any]:
+        """The record in force for a GPU this actuator recorded (``record``) and has not given back."""
+        return self._held[gpu_id]
 
     def forget(self, gpu_id: str) -> None:
         """The original is in force again: nothing of ours to give back on this GPU.
@@ -181,27 +209,33 @@ class Actuator:
                             exc.strerror or exc)
             self._seen = self.file.identity()
 
-    def _keep_recorded(self) -> None:
+    def _keep_recorded(self) -> dict[str, str]:
         """Write again every record this actuator holds that the file lost (issue 31: `gpuwatch restore`
         beside a running daemon gave the original back and deleted the record, the daemon wrote again, and
-        a SIGKILL then left the lowered cap for good). Cheap when nothing changed: one stat."""
+        a SIGKILL then left the lowered cap for good). Cheap when nothing changed: one stat. Returns the
+        GPUs whose record could not be written again, each with why: no write on them (issue 46: a full
+        directory let the write go on without its record)."""
         with self.file.lock:
             if not self._held or self.file.identity() == self._seen:
-                return
+                return {}
             on_file = self.file.load()
+            unrecorded: dict[str, str] = {}
             for gpu_id, stored in sorted(self._held.items()):
                 if gpu_id in on_file:
                     continue
-                log.warning("GPU %s: the %s restore record was removed while this daemon drives it "
-                            "(gpuwatch restore beside the daemon?): recorded again before the next write",
-                            gpu_id, self.kind.name)
                 try:
                     self._held[gpu_id] = self.file.add(gpu_id, stored)
-                except OSError as exc:
-                    log.error("GPU %s: cannot record the %s original again in %s: %s", gpu_id, self.kind.name,
-                              self.file.path, exc.strerror or exc)
-                    return  # the next run tries again (the file's identity is not taken as seen)
-            self._seen = self.file.identity()
+                except OSError as exc:  # said once by the controller, as the reason its GPU is not written
+                    unrecorded[gpu_id] = (
+                        f"the {self.kind.name} restore record is gone and cannot be written again in "
+                        f"{self.file.path} ({exc.strerror or exc}): nothing written until it can be")
+                    continue
+                log.warning("GPU %s: the %s restore record was removed while this daemon drives it (gpuwatch "
+                            "restore beside the daemon?): recorded again before the next write", gpu_id,
+                            self.kind.name)
+            if not unrecorded:  # else the next run tries again (the file's identity is not taken as seen)
+                self._seen = self.file.identity()
+            return unrecorded
 
     def recorded(self) -> dict[str, Any]:
         return self.file.load()
@@ -281,7 +315,7 @@ class Stuck:
         results: dict[str, T] = {}
         for gpu_id, result in ran.items():
             if isinstance(result, Late):
-                reason = f"{self.what} writes blocked for {result.running_s:.1f} s"
+                reason = blocked_reason(result, self.what)
                 if gpu_id not in self._gpus:
                     self._gpus.add(gpu_id)
                     self.log.error("GPU %s: %s; a hot card is paused instead", gpu_id, reason)

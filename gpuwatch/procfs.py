@@ -25,6 +25,12 @@ class ProcError(Exception):
         self.reason = reason
 
 
+def _is_id(name: str) -> bool:
+    """A pid or tid directory: ASCII digits only (``str.isdigit`` also takes ``²``, which ``int`` refuses; such a
+    name in a proc root made the whole process scan raise, issue 46)."""
+    return name.isascii() and name.isdigit()
+
+
 def _raise_unless_gone(path: str, exc: OSError) -> None:
     """A process or fd that vanished is no error (the caller returns None); anything else (EACCES,
     EPERM...) raises ProcError."""
@@ -43,7 +49,7 @@ class Procfs:
     def pids(self) -> list[int]:
         """Every numeric entry of the root, unsorted (a process can be gone by the time it is read)."""
         try:
-            return [int(name) for name in os.listdir(self.root) if name.isdigit()]
+            return [int(name) for name in os.listdir(self.root) if _is_id(name)]
         except OSError as exc:  # the root itself missing is no race: a wrong proc_root
             raise ProcError(self.root, exc.strerror or type(exc).__name__) from exc
 
@@ -95,6 +101,6 @@ class Procfs:
     def tasks(self, pid: int) -> list[int]:
         """The thread ids of ``pid`` (empty when it is gone or not readable)."""
         try:
-            return [int(name) for name in os.listdir(f"{self._prefix}{pid}/task") if name.isdigit()]
+            return [int(name) for name in os.listdir(f"{self._prefix}{pid}/task") if _is_id(name)]
         except OSError:
             return []

@@ -118,6 +118,8 @@ class DpmMaskClock:
         level, sclk = self._read(LEVEL_FILE), self._read(SCLK_FILE)
         if level is None or sclk is None:
             raise ClockUnavailable(f"no {LEVEL_FILE} or {SCLK_FILE}: no clock levels to mask")
+        if not level:  # the query failed (amdgpu_pm.c prints "\n"): read again next tick, never recorded as original
+            raise ClockWriteError(f"{LEVEL_FILE} is empty (the driver's query failed)")
         if level == "manual":
             raise ClockUnavailable(f"{LEVEL_FILE} is already manual: another tool or a person drives the clocks")
         table = parse_sclk(sclk)

@@ -116,6 +116,8 @@ class OdTableClock:
             raise ClockWriteError(f"{FILE} unreadable ({exc.reason})") from None
         if text is None:
             raise ClockUnavailable(f"no {FILE} (overdrive not enabled: amdgpu.ppfeaturemask bit 0x4000)")
+        if not text:  # amdgpu_pm.c prints "\n" when the SMU's query failed (size == 0): read again, never given up
+            raise ClockWriteError(f"{FILE} is empty (the driver's query failed)")
         parsed = parse_od_table(text)
         if isinstance(parsed, str):
             raise ClockUnavailable(f"{FILE}: {parsed}")

@@ -25,7 +25,7 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
-from gpuwatch.actuation import Actuator, RestoreFailed
+from gpuwatch.actuation import Actuator, RestoreFailed, blocked_reason
 from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.cooling import FanConfig
 from gpuwatch.config.file import Config
@@ -142,7 +142,7 @@ class FanController:
 
     def _blocked(self, fan: GpuFan, gpu: GpuReading, late: Late) -> FanState:
         """The GPU's fan I/O has not returned within the deadline (a write stuck in the driver)."""
-        return self._unwritable(fan, gpu, f"fan writes blocked for {late.running_s:.1f} s", Applied(error="blocked"))
+        return self._unwritable(fan, gpu, blocked_reason(late, "fan"), Applied(error="blocked"))
 
     def _unwritable(self, fan: GpuFan, gpu: GpuReading, problem: str, applied: Applied,
                     temp_c: float | None = None, percent: float | None = None) -> FanState:
@@ -175,8 +175,8 @@ class FanController:
             telemetry = tuple(t.temp_c for t in gpu.temps) + (gpu.power_w,)
             decision = decide(fan.params, fan.state, temp_c, crit_c, now, fan.backend.minimum_percent, telemetry)
         fan.state = decision.state
-        if not fan.controlling:
-            self._take_control(fan, fan.backend, gpu)
+        if not fan.controlling and (problem := self._take_control(fan, fan.backend, gpu)):
+            return self._unwritable(fan, gpu, problem, Applied(error="not recorded"), temp_c, decision.percent)
         applied = fan.backend.apply(decision.percent)
         if applied.rpm is None:
             # No hwmon tach (RDNA4 before Linux 6.15): the RPM sampled this tick, from gpu_metrics.
@@ -199,13 +199,19 @@ class FanController:
         verdict = driven_verdict(fan.mode, decision, fan.sensor, crit_c, applied.verified, stalled.stalled)
         return self._state(fan, gpu, temp_c, decision.percent, applied, verdict, stalled=stalled.stalled)
 
-    def _take_control(self, fan: GpuFan, backend: FanBackend, gpu: GpuReading) -> None:
+    def _take_control(self, fan: GpuFan, backend: FanBackend, gpu: GpuReading) -> str | None:
+        """The fan taken from the firmware; else why not (its original could not be recorded: nothing written)."""
         record = backend.original()
         if fan.mode is not FanMode.DRY_RUN:
-            # Persisted before the first write, so a SIGKILL right after still leaves the way back.
+            # Persisted before the first write, so a SIGKILL right after still leaves the way back; never a write
+            # without it (a full or read-only runtime directory: the firmware keeps this fan, retried every tick).
             # The original mode of a record already there (a killed daemon's) stays; the paths are the
             # new ones, so a GPU that came back under a new hwmon index is restored where it is now.
-            stored = self.actuator.record(fan.gpu_id, record, adopt=lambda old: record.adopt(old).to_json())
+            problem = self.actuator.record_first(fan.gpu_id, record, "fan mode",
+                                                 adopt=lambda old: record.adopt(old).to_json())
+            if problem:
+                return problem
+            stored = self.actuator.held(fan.gpu_id)
             backend.adopt(stored)
             record = record.adopt(stored)
         backend.take_control()
@@ -214,9 +220,10 @@ class FanController:
         if fan.mode is FanMode.DRY_RUN:  # nothing was written: the fan stays with the firmware
             log.info("GPU %s: dry run: would take the fan%s from the firmware via %s; nothing written, the "
                      "firmware keeps it", fan.gpu_id, duty, backend.name)
-            return
+            return None
         log.info("GPU %s: took the fan%s from the firmware via %s (handed back as %s)", fan.gpu_id, duty,
                  backend.name, record.handed_back())
+        return None
 
     def _state(self, fan: GpuFan, gpu: GpuReading, temp_c: float | None, percent: float | None, applied: Applied,
                verdict: Verdict, stalled: bool = False) -> FanState:

@@ -75,7 +75,11 @@ class KernelSysfs(Sysfs):
             raise SysfsError(relative, "EINVAL")
 
     def od_max_mhz(self, device_dir: str) -> int | None:
-        """The committed OD_SCLK maximum (None: the card has no OD table)."""
+        """The committed OD_SCLK maximum (None: the card has no OD table). The simulated card's own reading: a
+        table that is no regular file (a test's FIFO, playing a driver call that never returns to the daemon)
+        is none here, so the card goes on where only the daemon's I/O hangs."""
+        if not os.path.isfile(self.path(f"{device_dir}/{OD}")):
+            return None
         found = _SCLK.search((self.read(f"{device_dir}/{OD}") or "") + "\n")
         return None if found is None else int(found.group(2))
 

@@ -186,7 +186,7 @@ class AttachedRuns:
         with self._lock:
             live = [r for r in self.runs.values() if r.state.phase not in ENDED]
         by_name = [r for r in live if r.name == name_or_pid]
-        if by_name or not name_or_pid.isdigit():
+        if by_name or not (name_or_pid.isascii() and name_or_pid.isdigit()):  # "²" is a digit, no pid
             return by_name
         pid = int(name_or_pid)
         # The wrapper's pid only while its session is open (a wrapper gone may have its pid reused).

@@ -236,7 +236,7 @@ class Supervisor:
             if name is None:
                 return False, "no trainer and no attached run of yours (name one: NAME or PID)"
             known = ", ".join([t.config.name for t in self.trainers] + sorted(self.attached.names())) or "none"
-            if name.isdigit():  # a pid: say so, not "no trainer named '1780'"
+            if name.isascii() and name.isdigit():  # a pid: say so, not "no trainer named '1780'"
                 return False, f"no attached run with a process {name} (trainers and runs: {known})"
             return False, f"no trainer named {name!r} (trainers: {known})"
         why = refusal(verb, peer, privileged, targets)

@@ -200,3 +200,21 @@ def test_no_write_without_its_record(tmp_path: Path) -> None:
     assert rig.sysfs.take_log() == [] and rig.od_max_mhz() == 2500
     assert states[-1].mode is ClockMode.UNAVAILABLE and "cannot record the original" in (states[-1].reason or "")
     assert states[-1].pause_allowed
+
+
+@pytest.mark.parametrize(("name", "od", "file"), [
+    (NAVI21, True, OD), (VEGA56, False, "power_dpm_force_performance_level"),
+])  # (an empty pp_dpm_sclk is SI's table for good: no levels to mask, tests/clock/test_captures.py)
+def test_an_empty_clock_file_at_the_first_tick_is_probed_again(tmp_path: Path, name: str, od: bool, file: str) -> None:
+    """Issue 31 point 12 for the clock rung: amdgpu prints an empty line when the SMU's query fails (amdgpu_pm.c,
+    ``if (size == 0) size = sysfs_emit(buf, "\\n")``), as for power1_cap. That is a read to try again, never a
+    card without a table given up until a restart (nor an empty performance level recorded as the original)."""
+    rig = ClockRig(tmp_path, capture(name), od=od)
+    path = rig.tree.root / rig.device(file)
+    kept = path.read_text()
+    path.write_text("\n")
+    waiting = rig.tick(100.0)
+    assert waiting.mode is not ClockMode.UNAVAILABLE and "not known yet" in (waiting.reason or ""), waiting
+    assert waiting.pause_allowed and rig.sysfs.take_log() == []
+    path.write_text(kept)
+    assert rig.tick(100.0).mode is ClockMode.LIMITING

@@ -53,3 +53,39 @@ def test_after_a_kill_gpuwatch_restore_gives_the_ceiling_back(tmp_path: Path, si
     assert done.returncode == 0, done.stderr.decode()
     assert "shader clock ceiling back to its original 2500 MHz" in done.stdout.decode()
     assert _od_max_mhz(table) == navi31.SCLK_MAX_MHZ and not (run_dir / "clock-restore.json").exists()
+
+
+def test_sigterm_exits_with_the_clock_table_hanging_and_leaves_the_record(tmp_path: Path) -> None:
+    """Issue 31's "Also" for the third actuator: with ``pp_od_clk_voltage`` hanging (a FIFO: open() blocks like a
+    stuck SMU message), SIGTERM still hands the fan and the cap back and exits 0, and the ceiling's record stays
+    for `gpuwatch restore`."""
+    import os
+    import time
+
+    tree, run_dir = tmp_path / "tree", tmp_path / "run"
+    config = tmp_path / "gpuwatch.toml"
+    config.write_text(f'runtime_dir = "{run_dir}"\ninterval_s = 0.05\n[http]\nenabled = false\n'
+                      f'[simulate]\nenabled = true\ntree_dir = "{tree}"\ntime_scale = 50.0\ncooling_scale = 0.4\n'
+                      'card = "navi31"\n[simulate.faults]\nfan_stuck_percent = 30\n')
+    table = tree / "class/drm/card0/device/pp_od_clk_voltage"
+    proc = subprocess.Popen([*GPUWATCH, "run", "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not (table.exists() and 0 < _od_max_mhz(table) < navi31.SCLK_MAX_MHZ):
+            assert time.monotonic() < deadline and proc.poll() is None, "the clock rung never lowered the ceiling"
+            time.sleep(0.1)
+        real = table.resolve()
+        real.unlink()
+        os.mkfifo(real)
+        time.sleep(2)  # ticks with the table hanging
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+            raise AssertionError("the daemon did not exit within 30 s of SIGTERM")
+    log = err.decode(errors="replace")
+    assert proc.returncode == 0, log[-3000:]
+    assert "gpuwatch stopped" in log and "Traceback" not in log, log[-3000:]
+    assert "od_table" in (run_dir / "clock-restore.json").read_text()  # kept for `gpuwatch restore`

@@ -116,3 +116,44 @@ def test_a_reload_under_simulate_lists_only_what_the_file_changed(tmp_path: Path
     assert "no live setting changed" in log
     assert "applied thermal (" in log and "fan (the fan controller" in log
     assert "kept until a restart" not in log, log
+
+
+# Every section that holds slots, each with a slot a start refuses: not a slot, a function 8, one GPU twice, and a
+# table whose own settings contradict each other (power.gpus' margins).
+BAD_SLOT_TABLES = {
+    "power.gpus not a slot": '[power.gpus."zz:00.0"]\nfloor_percent = 70\n',
+    "power.gpus function 8": '[power.gpus."0000:0b:00.8"]\nfloor_percent = 70\n',
+    "power.gpus twice": '[power.gpus."0b:00.0"]\nfloor_percent = 70\n[power.gpus."0000:0b:00.0"]\nfloor_percent = 80\n',
+    "power.gpus margins": '[power.gpus."0000:0b:00.0"]\nhold_margin_c = 9\n',
+    "power.gpus bad key": '[power.gpus."0000:0b:00.0"]\nno_such_key = 1\n',
+    "fan.gpus not a slot": '[fan.gpus."zz:00.0"]\nfloor_percent = 40\n',
+    "fan.gpus twice": '[fan.gpus."0b:00.0"]\nfloor_percent = 40\n[fan.gpus."0000:0B:00.0"]\nfloor_percent = 50\n',
+}
+
+
+@pytest.mark.parametrize("table", BAD_SLOT_TABLES.values(), ids=BAD_SLOT_TABLES.keys())
+def test_a_slot_table_a_start_refuses_is_refused_by_check_config(tmp_path: Path, table: str) -> None:
+    with pytest.raises(ConfigError):
+        _load(tmp_path, table)
+
+
+def test_a_reload_refuses_every_slot_table_a_start_refuses(tmp_path: Path, processes: Processes) -> None:
+    """Issue 46 (a regression of issue 31 points 1 and 9): a SIGHUP with a bad ``[power.gpus]`` slot was taken.
+    The reload runs the start's checks and rejects the file whole: the edge limit of the same file never applies."""
+    tree = FakeSysfsTree(tmp_path / "sys")
+    card = tree.add_capture(capture("navi10-rx5700xt-sapphire"))
+    tree.write(f"{card.hwmon_dir}/temp1_input", "60000\n")
+    head = 'interval_s = 0.2\n[fan]\nmode = "monitor-only"\n[http]\nenabled = false\n'
+    daemon = DaemonProcess(processes, tmp_path, tree.root, head + "[thermal]\nedge_limit_c = 90\n")
+    daemon.wait_state(lambda d: d["daemon"]["ticks_total"] > 0, "the first tick")
+    for name, table in BAD_SLOT_TABLES.items():
+        before = daemon.log().count("config reload rejected")
+        daemon.write_config(head + "[thermal]\nedge_limit_c = 50\n" + table)
+        daemon.signal(signal.SIGHUP)
+        wait_for(lambda before=before: daemon.log().count("config reload rejected") > before,  # type: ignore[misc]
+                 f"the reload with {name} rejected", 30, detail=daemon.child.tail)
+    assert "config reloaded" not in daemon.log()
+    ticks = daemon.wait_state(lambda d: True, "a state")["daemon"]["ticks_total"]
+    state = daemon.wait_state(lambda d: d["daemon"]["ticks_total"] > ticks, "a later tick")
+    assert state["gpus"][0]["temperatures"]["edge"]["limit_c"] == 90  # nothing of the rejected files applied
+    assert daemon.stop() == 0

@@ -22,6 +22,7 @@ from tests.support.daemon_process import read_state
 from tests.support.paths import REPO
 from tests.support.processes import Processes
 from tests.support.stack import GPUWATCH
+from tests.support.users import needs_root, unprivileged_user
 from tests.support.waiting import wait_for
 
 HOT = "[thermal]\nedge_limit_c = 20\n"
@@ -196,47 +197,41 @@ def test_fifty_runs_at_once_and_a_flood_bounded(short_dir: Path, tmp_path: Path)
                 client.close()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="creating an unprivileged user needs root")
+@needs_root
 def test_another_user_cannot_pause_a_run_root_can(short_dir: Path, tmp_path: Path) -> None:
-    user = f"gwt{os.getpid() % 100000}"
-    subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", user], check=True,
-                   capture_output=True)
-    try:
-        with Processes(tmp_path / "logs") as processes:
-            daemon = Daemon(processes, short_dir, COOL)
-            mine = AttachClient(daemon.socket, "roots")
-            theirs = processes.start("theirs", [sys.executable, "-m", "tests.support.as_user", user, "attach",
-                                                str(daemon.socket), "theirs"], cwd=REPO)
-            try:
-                run = daemon.wait_run("theirs", lambda r: r["phase"] == "running", "their run attached")
-                assert run["user"] == user and run["origin"] == "attached"
-                refused = _gpuwatch("pause", "roots", "-c", str(daemon.config), user=user)
-                assert refused.returncode == 1
-                assert refused.stderr.strip() == "gpuwatch: not permitted: run roots belongs to root"
-                by_pid = _gpuwatch("stop", str(mine.pid), "-c", str(daemon.config), user=user)
-                assert "not permitted: run roots belongs to root" in by_pid.stderr
-                assert daemon.run("roots")["phase"] == "running" and mine.kinds() == []
-                # Their own run, by name: permitted. Root: any run.
-                assert _gpuwatch("pause", "theirs", "-c", str(daemon.config), user=user).returncode == 0
-                daemon.wait_run("theirs", lambda r: r["phase"] in ("pausing", "paused"), "their run paused")
-                assert _gpuwatch("pause", "roots", "-c", str(daemon.config)).returncode == 0
-                wait_for(lambda: mine.kinds() == ["pause"], "root's pause of its run", WAIT_S)
-                # Through the socket, their status lists every run but leaves commands and users out.
-                seen = subprocess.run([sys.executable, "-m", "tests.support.as_user", user, "document",
-                                       str(daemon.socket)], capture_output=True, text=True, timeout=WAIT_S, cwd=REPO,
-                                      env={**os.environ, "PYTHONPATH": str(REPO)})
-                runs = {t["name"]: t for t in json.loads(seen.stdout)["trainers"]}
-                assert set(runs) == {"roots", "theirs"}, seen.stderr
-                assert (runs["roots"]["command"], runs["roots"]["user"], runs["roots"]["origin"]) == (None, None,
-                                                                                                    "attached")
-                full = json.loads(_gpuwatch("status", "--json", "-c", str(daemon.config)).stdout)
-                assert {t["name"]: t["user"] for t in full["trainers"]} == {"roots": "root", "theirs": user}
-            finally:
-                mine.close()
-                theirs.process.terminate()  # its client kills its own child on the way out
-                theirs.process.wait(WAIT_S)
-    finally:
-        subprocess.run(["userdel", user], check=True, capture_output=True)
+    with unprivileged_user("gwt") as user, Processes(tmp_path / "logs") as processes:
+        daemon = Daemon(processes, short_dir, COOL)
+        mine = AttachClient(daemon.socket, "roots")
+        theirs = processes.start("theirs", [sys.executable, "-m", "tests.support.as_user", user, "attach",
+                                            str(daemon.socket), "theirs"], cwd=REPO)
+        try:
+            run = daemon.wait_run("theirs", lambda r: r["phase"] == "running", "their run attached")
+            assert run["user"] == user and run["origin"] == "attached"
+            refused = _gpuwatch("pause", "roots", "-c", str(daemon.config), user=user)
+            assert refused.returncode == 1
+            assert refused.stderr.strip() == "gpuwatch: not permitted: run roots belongs to root"
+            by_pid = _gpuwatch("stop", str(mine.pid), "-c", str(daemon.config), user=user)
+            assert "not permitted: run roots belongs to root" in by_pid.stderr
+            assert daemon.run("roots")["phase"] == "running" and mine.kinds() == []
+            # Their own run, by name: permitted. Root: any run.
+            assert _gpuwatch("pause", "theirs", "-c", str(daemon.config), user=user).returncode == 0
+            daemon.wait_run("theirs", lambda r: r["phase"] in ("pausing", "paused"), "their run paused")
+            assert _gpuwatch("pause", "roots", "-c", str(daemon.config)).returncode == 0
+            wait_for(lambda: mine.kinds() == ["pause"], "root's pause of its run", WAIT_S)
+            # Through the socket, their status lists every run but leaves commands and users out.
+            seen = subprocess.run([sys.executable, "-m", "tests.support.as_user", user, "document",
+                                   str(daemon.socket)], capture_output=True, text=True, timeout=WAIT_S, cwd=REPO,
+                                  env={**os.environ, "PYTHONPATH": str(REPO)})
+            runs = {t["name"]: t for t in json.loads(seen.stdout)["trainers"]}
+            assert set(runs) == {"roots", "theirs"}, seen.stderr
+            assert (runs["roots"]["command"], runs["roots"]["user"], runs["roots"]["origin"]) == (None, None,
+                                                                                                "attached")
+            full = json.loads(_gpuwatch("status", "--json", "-c", str(daemon.config)).stdout)
+            assert {t["name"]: t["user"] for t in full["trainers"]} == {"roots": "root", "theirs": user}
+        finally:
+            mine.close()
+            theirs.process.terminate()  # its client kills its own child on the way out
+            theirs.process.wait(WAIT_S)
 
 
 def test_a_wrapper_gone_leaves_its_run_detached_until_its_pid_ends(short_dir: Path, tmp_path: Path) -> None:
@@ -274,12 +269,10 @@ def test_a_line_past_the_protocols_bound_ends_the_session(short_dir: Path, tmp_p
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="creating users and groups needs root")
 def test_a_member_of_the_admin_group_may_pause_any_run(short_dir: Path, tmp_path: Path) -> None:
-    user, group = f"gwa{os.getpid() % 100000}", f"gwadm{os.getpid() % 100000}"
+    group = f"gwadm{os.getpid() % 100000}"
     subprocess.run(["groupadd", group], check=True, capture_output=True)
-    subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", "-G", group, user], check=True,
-                   capture_output=True)
     try:
-        with Processes(tmp_path / "logs") as processes:
+        with unprivileged_user("gwa", groups=[group]) as user, Processes(tmp_path / "logs") as processes:
             daemon = Daemon(processes, short_dir, COOL, attached=f'[control]\nadmin_group = "{group}"\n')
             mine = AttachClient(daemon.socket, "roots")
             try:
@@ -290,7 +283,6 @@ def test_a_member_of_the_admin_group_may_pause_any_run(short_dir: Path, tmp_path
             finally:
                 mine.close()
     finally:
-        subprocess.run(["userdel", user], check=True, capture_output=True)
         subprocess.run(["groupdel", group], check=True, capture_output=True)
 
 

@@ -33,6 +33,7 @@ from tests.support.paths import REPO
 from tests.support.processes import Processes, Started, kill_named
 from tests.support.stack import GPUWATCH
 from tests.support.train_wrapper import LOOP, Wrapper, Wrappers, loop_command
+from tests.support.users import needs_root, unprivileged_user
 from tests.support.waiting import wait_for
 
 HOT = "[thermal]\nedge_limit_c = 20\n"
@@ -322,64 +323,60 @@ class UserWrapper:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(os.geteuid() != 0, reason="creating unprivileged users needs root")
+@needs_root
 def test_another_user_cannot_pause_a_run_root_can_and_they_govern_their_own(short_dir: Path) -> None:
-    owner, other = f"gwo{os.getpid() % 100000}", f"gwx{os.getpid() % 100000}"
-    for user in (owner, other):
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", user], check=True,
-                       capture_output=True)
     wrappers: list[UserWrapper] = []
-    try:
-        with Processes(short_dir / "logs") as processes, Wrappers(short_dir) as roots:
-            daemon = Daemon(processes, roots, COOL)
-            config = str(daemon.config)
-            theirs = UserWrapper(owner, short_dir, daemon, "theirs")
-            wrappers.append(theirs)
-            run = daemon.wait_run("theirs", lambda r: r["phase"] == "running" and (r["steps_total"] or 0) > 0,
-                                  "the owner's run attached and stepping", theirs.output)
-            assert (run["origin"], run["user"]) == ("attached", owner)
-            # Another unprivileged user: not by name, not by a pid of the run.
-            refused = _as_user(other, "pause", "theirs", "-c", config)
-            assert refused.returncode != 0
-            assert refused.stderr.strip() == f"gpuwatch: not permitted: run theirs belongs to {owner}", refused
-            for pid in (run["pid"], theirs.process.pid):  # the run's process, its wrapper's
-                by_pid = _as_user(other, "stop", str(pid), "-c", config)
-                assert by_pid.returncode != 0 and f"not permitted: run theirs belongs to {owner}" in by_pid.stderr
-            # They attach a run of their own and may pause it.
-            mine = UserWrapper(other, short_dir, daemon, "mine")
-            wrappers.append(mine)
-            daemon.wait_run("mine", lambda r: r["phase"] == "running" and r["user"] == other, "their own run",
-                            mine.output)
-            assert daemon.run("theirs")["phase"] == "running"  # type: ignore[index]
-            assert not theirs.pause_file().exists()
-            paused = _as_user(other, "pause", "mine", "-c", config)
-            assert paused.returncode == 0, paused
-            wait_for(mine.pause_file().exists, "their own run's pause file", WAIT_S, detail=mine.output)
-            daemon.wait_run("mine", lambda r: r["phase"] == "paused", "their own run paused", mine.output)
-            # Root may pause anyone's.
-            assert gpuwatch("pause", "theirs", "-c", config).returncode == 0
-            wait_for(theirs.pause_file().exists, "the owner's pause file (root's pause)", WAIT_S,
-                     detail=theirs.output)
-            daemon.wait_run("theirs", lambda r: r["phase"] == "paused", "the owner's run paused by root")
-            # Without NAME, an unprivileged user means their own runs only.
-            resumed = _as_user(other, "resume", "-c", config)
-            assert resumed.returncode == 0 and "mine" in resumed.stdout + resumed.stderr, resumed
-            wait_for(lambda: not mine.pause_file().exists(), "their own run resumed", WAIT_S, detail=mine.output)
-            daemon.wait_run("mine", lambda r: r["phase"] == "running", "their own run running")
-            assert daemon.run("theirs")["phase"] == "paused" and theirs.pause_file().exists()  # type: ignore[index]
-            # Their status lists both runs, without another user's command or name.
-            seen = subprocess.run([sys.executable, "-m", "tests.support.as_user", other, "document",
-                                   str(roots.socket)], capture_output=True, text=True, timeout=WAIT_S, cwd=REPO,
-                                  env={**os.environ, "PYTHONPATH": str(REPO)})
-            runs = {t["name"]: t for t in json.loads(seen.stdout)["trainers"]}
-            assert (runs["theirs"]["user"], runs["theirs"]["command"], runs["mine"]["phase"]) == (None, None, "running")
+    with unprivileged_user("gwo") as owner, unprivileged_user("gwx") as other:
+        try:
+            with Processes(short_dir / "logs") as processes, Wrappers(short_dir) as roots:
+                daemon = Daemon(processes, roots, COOL)
+                config = str(daemon.config)
+                theirs = UserWrapper(owner, short_dir, daemon, "theirs")
+                wrappers.append(theirs)
+                run = daemon.wait_run("theirs", lambda r: r["phase"] == "running" and (r["steps_total"] or 0) > 0,
+                                      "the owner's run attached and stepping", theirs.output)
+                assert (run["origin"], run["user"]) == ("attached", owner)
+                # Another unprivileged user: not by name, not by a pid of the run.
+                refused = _as_user(other, "pause", "theirs", "-c", config)
+                assert refused.returncode != 0
+                assert refused.stderr.strip() == f"gpuwatch: not permitted: run theirs belongs to {owner}", refused
+                for pid in (run["pid"], theirs.process.pid):  # the run's process, its wrapper's
+                    by_pid = _as_user(other, "stop", str(pid), "-c", config)
+                    assert by_pid.returncode != 0 and f"not permitted: run theirs belongs to {owner}" in by_pid.stderr
+                # They attach a run of their own and may pause it.
+                mine = UserWrapper(other, short_dir, daemon, "mine")
+                wrappers.append(mine)
+                daemon.wait_run("mine", lambda r: r["phase"] == "running" and r["user"] == other, "their own run",
+                                mine.output)
+                assert daemon.run("theirs")["phase"] == "running"  # type: ignore[index]
+                assert not theirs.pause_file().exists()
+                paused = _as_user(other, "pause", "mine", "-c", config)
+                assert paused.returncode == 0, paused
+                wait_for(mine.pause_file().exists, "their own run's pause file", WAIT_S, detail=mine.output)
+                daemon.wait_run("mine", lambda r: r["phase"] == "paused", "their own run paused", mine.output)
+                # Root may pause anyone's.
+                assert gpuwatch("pause", "theirs", "-c", config).returncode == 0
+                wait_for(theirs.pause_file().exists, "the owner's pause file (root's pause)", WAIT_S,
+                         detail=theirs.output)
+                daemon.wait_run("theirs", lambda r: r["phase"] == "paused", "the owner's run paused by root")
+                # Without NAME, an unprivileged user means their own runs only.
+                resumed = _as_user(other, "resume", "-c", config)
+                assert resumed.returncode == 0 and "mine" in resumed.stdout + resumed.stderr, resumed
+                wait_for(lambda: not mine.pause_file().exists(), "their own run resumed", WAIT_S, detail=mine.output)
+                daemon.wait_run("mine", lambda r: r["phase"] == "running", "their own run running")
+                assert daemon.run("theirs")["phase"] == "paused" and theirs.pause_file().exists()  # type: ignore[index]
+                # Their status lists both runs, without another user's command or name.
+                seen = subprocess.run([sys.executable, "-m", "tests.support.as_user", other, "document",
+                                       str(roots.socket)], capture_output=True, text=True, timeout=WAIT_S, cwd=REPO,
+                                      env={**os.environ, "PYTHONPATH": str(REPO)})
+                runs = {t["name"]: t for t in json.loads(seen.stdout)["trainers"]}
+                theirs_seen = (runs["theirs"]["user"], runs["theirs"]["command"], runs["mine"]["phase"])
+                assert theirs_seen == (None, None, "running")
+                for wrapper in wrappers:
+                    wrapper.stop()
+        finally:
             for wrapper in wrappers:
                 wrapper.stop()
-    finally:
-        for wrapper in wrappers:
-            wrapper.stop()
-        for user in (owner, other):
-            subprocess.run(["userdel", user], check=False, capture_output=True)
 
 
 SLEEPER = ("import os, sys, time\n"

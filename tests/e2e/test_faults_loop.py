@@ -234,3 +234,95 @@ def test_a_gpu_back_under_a_new_card_number_is_bound_within_ticks_of_its_uevent(
     assert child.process.wait(30) == 0
     assert (tree.root / back.hwmon_dir / "pwm1_enable").read_text().strip() == "2"
 
+
+
+# ---- a /proc name the scan choked on while a trainer's GPU resets (issue 31 point 6; a regression in issue 46) ----
+
+def test_a_trainer_on_a_reset_gpu_is_restarted_with_a_hostile_name_in_proc(
+        tmp_path: Path, navi10: tuple[FakeSysfsTree, FakeCard], processes: Processes) -> None:
+    """``²`` is a digit to ``str.isdigit`` and no number to ``int``: an entry so named in the proc root made every
+    process scan raise (the trainer's rows gone, the reset watch on stale holders). Now it is no pid: the scan,
+    the reset's count and the restart of the trainer that holds the GPU all go on. (A scan that raises for any
+    other reason costs the reset nothing either: tests/daemon/test_gpu_use_stages.py.)"""
+    tree, card = navi10
+    kernel = SimulatedResets(tree.root, [card.device_dir], [card.card])
+    proc = FakeProcTree(tmp_path / "proc")
+    sleeper = tmp_path / "sleeper.py"
+    sleeper.write_text("import time\nwhile True:\n    time.sleep(0.05)\n")
+    user = __import__("pwd").getpwuid(os.geteuid()).pw_name
+    daemon = DaemonProcess(processes, tmp_path, tree.root, (
+        f'interval_s = 0.1\nproc_root = "{proc.root}"\n[fan]\nmode = "monitor-only"\n'
+        '[http]\nenabled = false\n[processes]\nscan_all_every_s = 0.1\n'
+        f'[resets]\ndump_dir = "{tmp_path / "dumps"}"\nuevents = false\n'
+        f'[[trainer]]\nname = "sleeper"\ncommand = ["{sys.executable}", "{sleeper}"]\ncwd = "{tmp_path}"\n'
+        f'user = "{user}"\nhang_timeout_s = 3600\ngpu_reset_grace_s = 1\n'))
+    running = daemon.wait_state(lambda d: d["trainers"][0]["phase"] == "running", "the trainer running")
+    pid = running["trainers"][0]["pid"]
+    # The trainer holds the GPU in the scan's eyes (its real pid in the fake proc, with the card's render node).
+    proc.add_process(pid, comm="python", cmdline=("python", str(sleeper)))
+    proc.set_fd(pid, 5, RENDER_NODE, amdgpu_fdinfo(8, SLOT, vram_bytes=1 << 30, engines_ns={"gfx": 10**9}))
+    daemon.wait_state(lambda d: [row["pid"] for row in d["processes"]] == [pid], "the trainer's row")
+
+    (proc.root / "\u00b2").mkdir()
+    (proc.root / str(pid) / "task" / "\u00b3").mkdir(parents=True)
+    ticks = _ticks(daemon)
+    wait_for(lambda: _ticks(daemon) > ticks + 5, "ticks with the hostile names", 30)
+    kernel.inject(0, 0.0, 0.0, None, None)
+    after = daemon.wait_state(lambda d: dict(d["trainers"][0]["restarts_by_reason"]).get("gpu_reset") == 1
+                              and d["trainers"][0]["phase"] == "running", "the trainer restarted for the reset",
+                              timeout_s=60)
+    assert after["trainers"][0]["pid"] != pid
+    assert _gpu(after)["reset"]["resets_total"] == 1
+    assert not after["daemon"]["failures"], after["daemon"]["failures"]
+    assert daemon.stop() == 0
+    assert "Traceback" not in daemon.log()
+
+
+# ---- a devcoredump whose failing_device link comes after the dump (issue 31; a regression in issue 46) ----
+
+def test_a_devcoredump_whose_failing_device_link_comes_late_is_counted(
+        tmp_path: Path, navi10: tuple[FakeSysfsTree, FakeCard], processes: Processes) -> None:
+    """Before "devcoredump: Send uevent once devcd is ready" (Linux 6.8) the dump's directory, its ``data`` and
+    the class link are there before ``failing_device``: a tick in between must not lose the dump."""
+    tree, card = navi10
+    SimulatedResets(tree.root, [card.device_dir], [card.card])  # the devcoredump class, as the kernel has it
+    daemon = DaemonProcess(processes, tmp_path, tree.root, (
+        'interval_s = 0.1\n[fan]\nmode = "monitor-only"\n[http]\nenabled = false\n'
+        f'[resets]\ndump_dir = "{tmp_path / "dumps"}"\nuevents = false\n'))
+    daemon.wait_state(lambda d: d["daemon"]["ticks_total"] > 2, "ticks")
+    real = tree.root / "devices/virtual/devcoredump/devcd1"
+    real.mkdir(parents=True)
+    (real / "data").write_text("**** AMDGPU Device Coredump ****\nkernel: 6.6.0\n")
+    os.symlink(os.path.relpath(real, tree.root / "class/devcoredump"), tree.root / "class/devcoredump/devcd1")
+    ticks = _ticks(daemon)
+    wait_for(lambda: _ticks(daemon) > ticks + 10, "ticks with the dump but no failing_device yet (1.5 s)", 30)
+    os.symlink(os.path.relpath(tree.root / card.device_dir, real), real / "failing_device")
+    counted = daemon.wait_state(lambda d: _gpu(d)["reset"]["resets_total"] == 1, "the dump counted", 30)
+    assert _gpu(counted)["reset"]["last_source"] == "devcoredump"
+    assert daemon.stop() == 0
+
+
+# ---- status after a reset's recovery (issue 31; a regression in issue 46) ----
+
+def _status(daemon: DaemonProcess) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*GPUWATCH, "status", "--color", "never", "-c", str(daemon.config)], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_status_exits_0_again_once_a_reset_gpu_has_recovered(
+        tmp_path: Path, navi10: tuple[FakeSysfsTree, FakeCard], processes: Processes) -> None:
+    tree, card = navi10
+    kernel = SimulatedResets(tree.root, [card.device_dir], [card.card])
+    daemon = DaemonProcess(processes, tmp_path, tree.root, (
+        'interval_s = 0.1\n[http]\nenabled = false\n'
+        f'[resets]\ndump_dir = "{tmp_path / "dumps"}"\nuevents = false\n'))
+    daemon.wait_state(lambda d: d["daemon"]["ticks_total"] > 2, "ticks")
+    wait_for(lambda: (done := _status(daemon)).returncode == 0 and done, "status to exit 0", 30,
+                       detail=daemon.child.tail)
+    kernel.inject(0, 0.0, 0.0, None, None)
+    daemon.wait_state(lambda d: _gpu(d)["reset"]["resets_total"] == 1 and not _gpu(d)["reset"]["recovering"],
+                      "the reset counted and the GPU recovered", 30)
+    done = wait_for(lambda: (done := _status(daemon)).returncode == 0 and done, "status to exit 0 again", 60,
+                    detail=lambda: _status(daemon).stdout)
+    assert "reset  1 since start" in done.stdout, done.stdout  # still said, as history
+    assert daemon.stop() == 0

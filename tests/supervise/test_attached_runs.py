@@ -71,6 +71,7 @@ def test_commands_wait_for_a_detached_runs_wrapper_and_a_known_run_id_reattaches
     runs.tick(None, lambda gpus: Thermal(), CONFIG, 2.0)
     assert second.events == [Event("pause", "manual pause")]
     assert runs.find(str(os.getpid())) == [run]  # by pid
+    assert runs.find("\u00b2") == []  # a digit to str.isdigit, no pid (int() raised out of the command)
 
 
 def test_another_users_run_id_is_not_taken_over() -> None:
