@@ -15,8 +15,9 @@ import pytest
 from gpuwatch.config.file import Config
 from gpuwatch.config.sections import HealthConfig
 from gpuwatch.daemon.health import NodeWatch
-from gpuwatch.daemon.receipt_store import BOOT_ID_FILE, boot_id, keep_last_state, last_state_file, take_back
+from gpuwatch.daemon.receipt_store import boot_id, keep_last_state, last_state_file, take_back
 from gpuwatch.model import DaemonInfo, GpuProcess, GpuReading, PublishedState, Snapshot, TempReading
+from gpuwatch.publish.state import BOOT_ID_FILE
 
 SLOT = "0000:03:00.0"
 BOOT = "1d2c3b4a-0000-4000-8000-00000000beef"
