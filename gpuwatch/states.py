@@ -180,6 +180,8 @@ class TrainerState:
     gpus_used: tuple[str, ...] = ()  # the GPUs its tree was seen using (what a trainer without `gpus` is judged on)
     gpu_use: tuple[TrainerGpuUse, ...] = ()
     stuck_pids: tuple[int, ...] = ()  # left behind after SIGKILL (D state): the host may need a reboot
+    # Heartbeat files refused or unreadable since the daemon started (a FIFO, a link, too large: heartbeat.py).
+    heartbeat_read_errors_total: int = 0
     ranks: int | None = None  # a distributed job's ranks on this machine (None: not one)
     ranks_held: int | None = None  # of those, holding at the job's pause
     world_size: int | None = None  # the job's ranks on every machine

@@ -99,6 +99,7 @@ class TrainerDoc(TypedDict):  # model.TrainerState
     gpus_used: list[str]
     gpu_use: list[TrainerGpuUseDoc]
     stuck_pids: list[int]
+    heartbeat_read_errors_total: int
     ranks: int | None
     ranks_held: int | None
     world_size: int | None
