@@ -126,6 +126,7 @@ SPECS: dict[str, dict[str, Any]] = {
     "JobReceiptDoc": {
         "job_id": "str", "user": "str?", "first_seen_unix": "float", "last_seen_unix": "float", "active": "bool",
         "paused_s": "float", "gpus": ["JobGpuReceiptDoc"], "unobserved_s": "float", "gaps": [["float"]],
+        "unseen_from": "str?",
     },
 }
 

@@ -175,3 +175,4 @@ class JobReceiptDoc(TypedDict):  # model.JobReceipt
     gpus: list[JobGpuReceiptDoc]
     unobserved_s: float
     gaps: list[list[float]]  # [from_unix, to_unix]
+    unseen_from: str | None  # "scheduler" | "processes": where the first gap's start came from (receipt_resume)
