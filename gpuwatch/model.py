@@ -24,6 +24,7 @@ from gpuwatch.states import GpuResetState as GpuResetState
 from gpuwatch.states import HealthFault as HealthFault
 from gpuwatch.states import JobGpuReceipt as JobGpuReceipt
 from gpuwatch.states import JobReceipt as JobReceipt
+from gpuwatch.states import JobStart as JobStart
 from gpuwatch.states import NodeHealth as NodeHealth
 from gpuwatch.states import PowerCapBackendName as PowerCapBackendName
 from gpuwatch.states import PowerMode as PowerMode

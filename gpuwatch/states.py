@@ -180,6 +180,8 @@ class TrainerState:
     gpus_used: tuple[str, ...] = ()  # the GPUs its tree was seen using (what a trainer without `gpus` is judged on)
     gpu_use: tuple[TrainerGpuUse, ...] = ()
     stuck_pids: tuple[int, ...] = ()  # left behind after SIGKILL (D state): the host may need a reboot
+    # Heartbeat files refused or unreadable since the daemon started (a FIFO, a link, too large: heartbeat.py).
+    heartbeat_read_errors_total: int = 0
     ranks: int | None = None  # a distributed job's ranks on this machine (None: not one)
     ranks_held: int | None = None  # of those, holding at the job's pause
     world_size: int | None = None  # the job's ranks on every machine
@@ -281,6 +283,15 @@ class JobGpuReceipt:
 
 
 @dataclass(frozen=True)
+class JobStart:
+    """When a job started on this node, and who said so: its cgroup's creation by the scheduler, else the
+    earliest start of its processes seen on a GPU."""
+
+    start_unix: float
+    source: Literal["scheduler", "processes"]
+
+
+@dataclass(frozen=True)
 class JobReceipt:
     """A scheduler job's thermal and energy receipt, kept while its processes use a GPU and after (the last K)."""
 
@@ -293,3 +304,6 @@ class JobReceipt:
     gpus: tuple[JobGpuReceipt, ...] = ()
     unobserved_s: float = 0.0  # seconds of the job while no daemon ran (restarts, crashes): nothing seen then
     gaps: tuple[tuple[float, float], ...] = ()  # (from_unix, to_unix) of those times, the last few
+    # A job already running when a daemon that took no receipts back first saw it: where the start of its first
+    # gap came from, "scheduler" (its Slurm cgroup's creation) or "processes" (their earliest start); else None.
+    unseen_from: str | None = None

@@ -64,6 +64,10 @@ def cmd_receipt(args: argparse.Namespace) -> int:
     return 0
 
 
+# Where the start of a job's first gap came from (publish/receipt_resume.unseen_before, procs/jobs.job_start).
+_UNSEEN_FROM = {"scheduler": "when Slurm made its cgroup", "processes": "its processes' earliest start"}
+
+
 def render(job: Any) -> str:
     """The receipt as text: the job, then one block per GPU; the time no daemon ran, and its energy left out,
     said (an older daemon's receipt has neither field)."""
@@ -81,6 +85,8 @@ def render(job: Any) -> str:
     if unobserved_s or gaps:
         lines += [f"  unobserved {unobserved_s:.0f} s: no daemon ran {len(gaps)} time(s) (a restart, a crash)",
                   "    its temperatures, throttling, caps and pauses then are not in this receipt"]
+        if job.get("unseen_from") in _UNSEEN_FROM:  # a job already running when a daemon first saw it
+            lines.append(f"    the first from the job's start on this node: {_UNSEEN_FROM[job['unseen_from']]}")
     for gpu in gpus:
         temps = ", ".join(f"{label} {temp:.0f}°C" for label, temp in sorted(gpu["max_temps_c"].items())) or "n/a"
         throttled = ", ".join(f"{reason} {s:.0f} s" for reason, s in sorted(gpu["throttled_s"].items()) if s) or "none"

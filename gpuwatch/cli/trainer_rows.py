@@ -66,6 +66,10 @@ def trainer_gpu_lines(t: TrainerDoc, paint: Paint) -> list[str]:
     if t.get("stuck_pids"):
         pids = ", ".join(str(p) for p in t["stuck_pids"])
         lines.append("  " + paint(f"pid {pids} left behind after SIGKILL (D state): the host may need a reboot", RED))
+    if errors := t.get("heartbeat_read_errors_total"):
+        lines.append("  " + paint(f"heartbeat unreadable {errors} time{'s' if errors != 1 else ''} (not a regular "
+                                  "file of at most 64 KiB: a FIFO, a link, too large); its progress is not seen",
+                                  YELLOW))
     return lines
 
 

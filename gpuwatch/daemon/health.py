@@ -11,19 +11,22 @@ the first tick says the time no daemon ran on them; a reload keeps them (one Nod
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from gpuwatch.config.file import Config
 from gpuwatch.daemon import receipt_store
 from gpuwatch.gpus.accounting import counter_grew
-from gpuwatch.model import JobReceipt, PublishedState
-from gpuwatch.procs.jobs import attribute, read_mappings
+from gpuwatch.model import JobReceipt, JobStart, PublishedState
+from gpuwatch.procfs import Procfs
+from gpuwatch.procs.jobs import CGROUP_ROOT, attribute, cgroups_made, job_start, read_mappings
 from gpuwatch.publish import receipts
 from gpuwatch.publish.receipt_resume import Carried, resume, unseen_before
 from gpuwatch.publish.verdict import judge, over_crit_since
 
 
 class NodeWatch:
-    def __init__(self) -> None:
+    def __init__(self, cgroup_root: Path = CGROUP_ROOT) -> None:
+        self._cgroup_root = cgroup_root  # where a Slurm job's cgroup tells its start (procs/jobs.py)
         self._since: dict[str, float] = {}
         self._jobs: tuple[JobReceipt, ...] = ()
         self._previous: PublishedState | None = None
@@ -50,8 +53,8 @@ class NodeWatch:
         self._jobs = receipts.step(jobs, self._previous, state, settings.jobs_kept)
         if self._took_none and state.daemon is not None:  # a job already running: its start to now was not seen
             self._took_none = False
-            self._jobs = unseen_before(self._jobs, _job_starts(state), state.daemon.started_unix,
-                                       state.snapshot.taken_unix)
+            self._jobs = unseen_before(self._jobs, _job_starts(state, Procfs(config.proc_root), self._cgroup_root),
+                                       state.daemon.started_unix, state.snapshot.taken_unix)
         now = state.snapshot.taken_monotonic
         self._since = over_crit_since(self._since, state, now)
         state = replace(state, health=judge(state, settings, self._since, now), jobs=self._jobs)
@@ -61,11 +64,12 @@ class NodeWatch:
         return state
 
 
-def _job_starts(state: PublishedState) -> dict[str, float]:
-    """The earliest start (psutil's create_time, /proc/<pid>/stat) of each job's processes on a GPU now."""
+def _job_starts(state: PublishedState, procfs: Procfs, cgroup_root: Path) -> dict[str, JobStart]:
+    """Each job on a GPU now: its start where the scheduler gives it (its Slurm cgroup's creation), else the
+    earliest start (psutil's create_time, /proc/<pid>/stat) of its processes (procs/jobs.job_start)."""
     import psutil
 
-    starts: dict[str, float] = {}
+    earliest: dict[str, float] = {}
     for row in state.snapshot.processes:
         if row.job_id is None:
             continue
@@ -73,5 +77,7 @@ def _job_starts(state: PublishedState) -> dict[str, float]:
             created = psutil.Process(row.pid).create_time()
         except (psutil.Error, OSError):
             continue
-        starts[row.job_id] = min(created, starts.get(row.job_id, created))
-    return starts
+        earliest[row.job_id] = min(created, earliest.get(row.job_id, created))
+    made = cgroups_made(procfs, cgroup_root, state.snapshot.processes)
+    starts = {job: job_start(made.get(job), earliest.get(job)) for job in {*made, *earliest}}
+    return {job: start for job, start in starts.items() if start is not None}

@@ -21,24 +21,17 @@ from gpuwatch.config.file import REAL_PROC_ROOT
 from gpuwatch.config.runtime import LAST_STATE_FILE_NAME
 from gpuwatch.publish.decode import Invalid
 from gpuwatch.publish.receipt_resume import Carried, carried
-from gpuwatch.publish.state import STATE_FILE_MAX_BYTES
+from gpuwatch.publish.state import BOOT_ID_FILE, STATE_FILE_MAX_BYTES
+from gpuwatch.publish.state import boot_id as read_boot_id
 from gpuwatch.safefs import read_bounded
 
 log = logging.getLogger("gpuwatch.receipts")
 
-# The kernel's random id of this boot (Documentation/admin-guide/sysctl/kernel.rst, "random"): one per boot.
-BOOT_ID_FILE = "sys/kernel/random/boot_id"
-
-
 def boot_id(proc_root: Path) -> str | None:
     """This boot's id; a simulated proc tree (``[simulate]``) has none, the machine's /proc has."""
     for root in dict.fromkeys((proc_root, REAL_PROC_ROOT)):
-        try:
-            text = (root / BOOT_ID_FILE).read_text().strip()
-        except (OSError, UnicodeDecodeError):
-            continue
-        if text:
-            return text
+        if (boot := read_boot_id(str(root / BOOT_ID_FILE))) is not None:
+            return boot
     return None
 
 

@@ -98,6 +98,8 @@ def trainer_families(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> 
                         ["trainer", "reason"])
     pauses = counter("trainer_pauses", "Thermal or manual pauses (SIGSTOP or pause file).", t)
     resumes = counter("trainer_resumes", "Resumes after a pause.", t)
+    heartbeat_errors = counter("trainer_heartbeat_read_errors", "Heartbeat files refused or unreadable (a FIFO, a "
+                               "link, too large: not a regular file of at most 64 KiB).", t)
     steps = counter("trainer_steps", "Training steps reported by the trainer's heartbeat.", t)
     rate = gauge("trainer_steps_per_second", "Training speed from the heartbeat.", t)
     age = gauge("trainer_last_step_age_seconds", "Seconds since the trainer last reported a step.", t)
@@ -126,6 +128,7 @@ def trainer_families(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> 
             by_reason.add_metric([trainer.name, reason], count)
         pauses.add_metric(name, trainer.pauses_total)
         resumes.add_metric(name, trainer.resumes_total)
+        heartbeat_errors.add_metric(name, trainer.heartbeat_read_errors_total)
         if trainer.phase is TrainerPhase.FAILED:
             failed.add_metric([trainer.name, reason_class(trainer.reason) or ""], 1)
         energy.add_metric(name, trainer.energy_total_j)
@@ -139,7 +142,8 @@ def trainer_families(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> 
             if value is not None:
                 family.add_metric(name, value)
     return [info, on_gpu, phase, running, start, paused_since, next_start, exit_code, restarts, by_reason, pauses,
-            resumes, steps, rate, age, epoch, failed, run_energy, energy, per_kj, ranks, ranks_held, job_ranks]
+            resumes, heartbeat_errors, steps, rate, age, epoch, failed, run_energy, energy, per_kj, ranks, ranks_held,
+            job_ranks]
 
 
 def power_families(state: PublishedState) -> list[Metric]:

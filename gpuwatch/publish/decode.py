@@ -111,8 +111,8 @@ SPECS: dict[str, dict[str, Any]] = {
         "last_step_age_s": "float?", "epoch": "int?", "reason": "str?", "paused_since_unix": "float?",
         "next_start_unix": "float?", "log_path": "str?", "run_energy_j": "float?", "energy_total_j": "float",
         "steps_per_kj": "float?", "gpus_used": ["str"], "gpu_use": ["TrainerGpuUseDoc"], "stuck_pids": ["int"],
-        "ranks": "int?", "ranks_held": "int?", "world_size": "int?", "paused_by": "str?", "origin": "str",
-        "user": "str?", "command": "str?", "job_id": "str?",
+        "heartbeat_read_errors_total": "int", "ranks": "int?", "ranks_held": "int?", "world_size": "int?",
+        "paused_by": "str?", "origin": "str", "user": "str?", "command": "str?", "job_id": "str?",
     },
     "ProcessDoc": {
         "pid": "int", "gpu_id": "str", "command": "str", "user": "str?", "trainer": "str?", "state": "str?",
@@ -126,6 +126,7 @@ SPECS: dict[str, dict[str, Any]] = {
     "JobReceiptDoc": {
         "job_id": "str", "user": "str?", "first_seen_unix": "float", "last_seen_unix": "float", "active": "bool",
         "paused_s": "float", "gpus": ["JobGpuReceiptDoc"], "unobserved_s": "float", "gaps": [["float"]],
+        "unseen_from": "str?",
     },
 }
 

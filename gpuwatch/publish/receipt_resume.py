@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from gpuwatch.model import JobGpuReceipt, JobReceipt, PublishedState
+from gpuwatch.model import JobGpuReceipt, JobReceipt, JobStart, PublishedState
 from gpuwatch.publish.decode import Invalid
 from gpuwatch.publish.decode import need_dict as _dict
 from gpuwatch.publish.decode import need_list as _list
@@ -111,24 +111,25 @@ def resume(carried_: Carried, state: PublishedState,
     return tuple(out)
 
 
-def unseen_before(jobs: tuple[JobReceipt, ...], started: Mapping[str, float], daemon_started_unix: float,
+def unseen_before(jobs: tuple[JobReceipt, ...], started: Mapping[str, JobStart], daemon_started_unix: float,
                   now: float) -> tuple[JobReceipt, ...]:
     """At the first tick (``now``) of a daemon that took no receipts back (none kept, another boot's, unreadable):
-    each job on a GPU then that started before this daemon did (``started``: the earliest start of its processes,
-    where the process table gives it) gets the time from its start to ``now`` as a gap it did not see, that time's
-    energy left out on each of its GPUs: its receipt never reads as the whole job when it is not. A start not known
-    adds nothing (the journal says the receipts started empty)."""
+    each job on a GPU then that started before this daemon did (``started``: where the scheduler gives it, its
+    cgroup's creation, else the earliest start of its processes: procs/jobs.job_start) gets the time from its
+    start to ``now`` as a gap it did not see, that time's energy left out on each of its GPUs, and which start it
+    was (``unseen_from``): its receipt never reads as the whole job when it is not. A start not known adds nothing
+    (the journal says the receipts started empty)."""
     out = []
     for receipt in jobs:
         start = started.get(receipt.job_id)
         if not receipt.active or receipt.first_seen_unix != now or start is None \
-                or not 0 < start < daemon_started_unix <= now:
+                or not 0 < start.start_unix < daemon_started_unix <= now:
             out.append(receipt)
             continue
-        gap_s = now - start
+        gap_s = now - start.start_unix
         gpus = tuple(replace(gpu, energy_unseen_s=gpu.energy_unseen_s + gap_s) for gpu in receipt.gpus)
         out.append(replace(receipt, gpus=gpus, unobserved_s=receipt.unobserved_s + gap_s,
-                           gaps=((start, now), *receipt.gaps)[-GAPS_LISTED:]))
+                           gaps=((start.start_unix, now), *receipt.gaps)[-GAPS_LISTED:], unseen_from=start.source))
     return tuple(out)
 
 
@@ -146,6 +147,9 @@ def _job(raw: object, where: str) -> JobReceipt:
     active = job.get("active")
     if not isinstance(active, bool):
         raise Untrusted(f"{where}.active is not true or false")
+    unseen_from = job.get("unseen_from")
+    if unseen_from not in (None, "scheduler", "processes"):
+        raise Untrusted(f"{where}.unseen_from is not scheduler, processes or null")
     return JobReceipt(job_id=_str(job.get("job_id"), f"{where}.job_id"), user=user,
                       first_seen_unix=_number(job.get("first_seen_unix"), f"{where}.first_seen_unix"),
                       last_seen_unix=_number(job.get("last_seen_unix"), f"{where}.last_seen_unix"),
@@ -153,7 +157,7 @@ def _job(raw: object, where: str) -> JobReceipt:
                       gpus=tuple(_gpu(g, f"{where}.gpus[{i}]") for i, g in enumerate(_list(job.get("gpus"),
                                                                                             f"{where}.gpus"))),
                       unobserved_s=_number(job.get("unobserved_s", 0.0), f"{where}.unobserved_s"),
-                      gaps=_gaps(job.get("gaps", []), f"{where}.gaps"))
+                      gaps=_gaps(job.get("gaps", []), f"{where}.gaps"), unseen_from=unseen_from)
 
 
 def _gpu(raw: object, where: str) -> JobGpuReceipt:

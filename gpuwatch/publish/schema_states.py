@@ -99,6 +99,7 @@ class TrainerDoc(TypedDict):  # model.TrainerState
     gpus_used: list[str]
     gpu_use: list[TrainerGpuUseDoc]
     stuck_pids: list[int]
+    heartbeat_read_errors_total: int
     ranks: int | None
     ranks_held: int | None
     world_size: int | None
@@ -174,3 +175,4 @@ class JobReceiptDoc(TypedDict):  # model.JobReceipt
     gpus: list[JobGpuReceiptDoc]
     unobserved_s: float
     gaps: list[list[float]]  # [from_unix, to_unix]
+    unseen_from: str | None  # "scheduler" | "processes": where the first gap's start came from (receipt_resume)

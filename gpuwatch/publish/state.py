@@ -37,8 +37,9 @@ STATE_FILE_MAX_BYTES = 32 * 1024 * 1024
 # a finding of its own (G015), never "fresh".
 FUTURE_SLACK_S = 2.0
 # The kernel's random id of this boot (Documentation/admin-guide/sysctl/kernel.rst, "random"): CLOCK_BOOTTIME
-# stamps compare only within one boot.
-BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+# stamps compare only within one boot, and a restarted daemon takes receipts back only from its own boot.
+BOOT_ID_FILE = "sys/kernel/random/boot_id"  # under a proc root
+BOOT_ID_PATH = "/proc/" + BOOT_ID_FILE
 
 
 def is_stale(age_s: float, interval_s: float) -> bool:
@@ -51,14 +52,18 @@ def from_future(age_s: float) -> bool:
     return age_s < -FUTURE_SLACK_S
 
 
+def boot_id(path: str = BOOT_ID_PATH) -> str | None:
+    """The boot id in ``path`` (a UUID, 36 characters); None where it cannot be read or is empty."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(64).decode("ascii", "replace").strip() or None
+    except OSError:
+        return None
+
+
 def this_boot() -> tuple[str | None, float]:
     """This boot's id (None where /proc does not say) and CLOCK_BOOTTIME now (clock_gettime(2): counts suspend)."""
-    try:
-        with open(BOOT_ID_PATH, "rb") as handle:
-            boot: str | None = handle.read(64).decode("ascii", "replace").strip() or None
-    except OSError:
-        boot = None
-    return boot, time.clock_gettime(time.CLOCK_BOOTTIME)
+    return boot_id(), time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 def state_age(document: StatusDocument, now_unix: float, boot: str | None, now_boottime_s: float) -> float:

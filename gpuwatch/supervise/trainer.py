@@ -291,4 +291,5 @@ class Trainer:
             reason=machine.reason, log_path=str(self.log_path),
             next_start_unix=due_unix(machine.next_start, now_mono, now_unix),
             stuck_pids=tuple(pid for proc in self.stuck for pid in proc.pids()), user=self.config.user,
+            heartbeat_read_errors_total=self.heartbeat_read_errors,
         )

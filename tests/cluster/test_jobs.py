@@ -8,9 +8,20 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.daemon.peers import run_job
-from gpuwatch.model import GpuProcess
+from gpuwatch.model import GpuProcess, JobStart
 from gpuwatch.procfs import Procfs
-from gpuwatch.procs.jobs import JobRef, attribute, job_of_cgroup, parse_mapping, read_mappings
+from gpuwatch.procs.jobs import (
+    START_SLACK_S,
+    JobRef,
+    attribute,
+    cgroup_made_unix,
+    cgroups_made,
+    job_cgroup_dir,
+    job_of_cgroup,
+    job_start,
+    parse_mapping,
+    read_mappings,
+)
 from gpuwatch.procs.monitor import ProcessMonitor
 from gpuwatch.sim.proctree import RENDER_NODE, FakeProcTree, amdgpu_fdinfo
 
@@ -37,6 +48,62 @@ CGROUPS = [
 @pytest.mark.parametrize(("text", "expected"), CGROUPS)
 def test_the_job_of_a_cgroup(text: str, expected: JobRef | None) -> None:
     assert job_of_cgroup(text) == expected
+
+
+JOB_DIRS = [
+    ("0::/system.slice/slurmstepd.scope/job_123/step_0/user/task_0\n", "system.slice/slurmstepd.scope/job_123"),
+    ("0::/system.slice/slurmstepd.scope/job_5\n", "system.slice/slurmstepd.scope/job_5"),
+    # v1: the first hierarchy that names the job, under its mount directory
+    ("12:pids:/user.slice\n11:memory:/slurm/uid_1000/job_4711/step_0/task_0\n", "memory/slurm/uid_1000/job_4711"),
+    ("5:cpu,cpuacct:/slurm_node1/uid_0/job_9/step_extern\n", "cpu,cpuacct/slurm_node1/uid_0/job_9"),
+    ("1:name=systemd:/slurm/uid_0/job_8/step_0\n", "systemd/slurm/uid_0/job_8"),
+    ("0::/user.slice/user-1000.slice/session-3.scope\n", None),
+    ("", None),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), JOB_DIRS)
+def test_the_jobs_own_cgroup_directory(text: str, expected: str | None) -> None:
+    assert job_cgroup_dir(text) == expected
+
+
+@pytest.mark.parametrize(("cgroup_made", "processes_started", "expected"), [
+    (100.0, 130.0, JobStart(100.0, "scheduler")),  # slurmd made the job's cgroup, its GPU processes came later
+    (100.0, None, JobStart(100.0, "scheduler")),  # no process start known
+    (100.0, 100.0 - START_SLACK_S, JobStart(100.0, "scheduler")),  # a process start read a second early
+    (200.0, 130.0, JobStart(130.0, "processes")),  # later than its processes: not the creation (a new inode)
+    (None, 130.0, JobStart(130.0, "processes")),  # no Slurm cgroup (proctrack/linuxproc, a mapping file's job)
+    (None, None, None),
+])
+def test_a_jobs_start_is_the_schedulers_where_it_gives_it(cgroup_made: float | None, processes_started: float | None,
+                                                          expected: JobStart | None) -> None:
+    assert job_start(cgroup_made, processes_started) == expected
+
+
+def test_a_jobs_cgroup_creation_from_a_cgroup_tree(tmp_path: Path) -> None:
+    """The kernel's layouts as real directories under tmp: v2's job directory and v1's per hierarchy; a job's
+    time is its directory's, found from the first of its processes whose cgroup file names it."""
+    cgroup, proc = tmp_path / "cgroup", FakeProcTree(tmp_path / "proc")
+    v2 = cgroup / "system.slice/slurmstepd.scope/job_123"
+    v1 = cgroup / "memory/slurm/uid_1000/job_4711"
+    for job_dir in (v2 / "step_0/user/task_0", v1 / "step_0/task_0"):
+        job_dir.mkdir(parents=True)
+    (cgroup / "system.slice/slurmstepd.scope/job_55").symlink_to(v2)  # a link is no cgroup
+    texts = {4242: "0::/system.slice/slurmstepd.scope/job_123/step_0/user/task_0\n",
+             4300: "11:memory:/slurm/uid_1000/job_4711/step_0/task_0\n",
+             4400: "0::/system.slice/slurmstepd.scope/job_55/step_0\n",
+             4500: "0::/system.slice/slurmstepd.scope/job_66/step_0\n",  # its directory is gone
+             4600: "0::/system.slice/slurmstepd.scope/job_123/step_0\n"}  # says another job than its row
+    for pid, text in texts.items():
+        proc.add_process(pid, cmdline=["python3"])
+        (proc.root / str(pid) / "cgroup").write_text(text)
+    rows = (GpuProcess(9999, A, "gone", job_id="123"),  # no /proc entry: the next process of the job tells it
+            GpuProcess(4242, A, "python3", job_id="123"), GpuProcess(4300, B, "python3", job_id="4711"),
+            GpuProcess(4400, A, "python3", job_id="55"), GpuProcess(4500, A, "python3", job_id="66"),
+            GpuProcess(4600, A, "python3", job_id="77"), GpuProcess(4700, A, "python3", job_id=None))
+    made = cgroups_made(Procfs(proc.root), cgroup, rows)
+    assert made == {"123": v2.stat().st_ctime, "4711": v1.stat().st_ctime}
+    assert cgroup_made_unix(cgroup, "system.slice/../../etc") is None  # never above the cgroup root
 
 
 MAPPINGS = [

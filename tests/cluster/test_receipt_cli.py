@@ -94,3 +94,16 @@ def test_render_says_what_a_restart_left_unseen() -> None:
                            f"  {SLOT}: 12.0 kJ, max junction 88°C\n    governed 0 s, throttled none, resets 0\n"
                            "    2.5 kJ of it while no daemon ran, from the GPU's energy counter\n"
                            "    not counted: the energy of 8 s with no daemon (its counter could not tell)\n")
+
+
+@pytest.mark.parametrize(("unseen_from", "said"), [
+    ("scheduler", "    the first from the job's start on this node: when Slurm made its cgroup\n"),
+    ("processes", "    the first from the job's start on this node: its processes' earliest start\n"),
+    (None, ""),
+])
+def test_render_says_where_the_start_of_a_job_already_running_came_from(unseen_from: str | None, said: str) -> None:
+    job = {"job_id": "7", "user": None, "first_seen_unix": 100.0, "last_seen_unix": 130.0, "active": True,
+           "paused_s": 0.0, "unobserved_s": 60.0, "gaps": [[40.0, 100.0]], "unseen_from": unseen_from, "gpus": []}
+    assert render(job) == ("job 7: 30 s on 0 GPU(s), 0.0 kJ (partial: running at the last tick)\n  paused 0 s\n"
+                           "  unobserved 60 s: no daemon ran 1 time(s) (a restart, a crash)\n"
+                           "    its temperatures, throttling, caps and pauses then are not in this receipt\n" + said)

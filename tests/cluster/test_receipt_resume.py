@@ -18,6 +18,7 @@ from gpuwatch.model import (
     GpuReading,
     JobGpuReceipt,
     JobReceipt,
+    JobStart,
     PublishedState,
     Snapshot,
     TempReading,
@@ -189,21 +190,26 @@ def test_a_firmware_counter_tells_a_gaps_energy_only_when_continuous(before_j: f
     assert counter_grew(before_j, after_j, seconds) == grew
 
 
-@pytest.mark.parametrize(("started", "daemon_started", "gap"), [
-    ({"42": 40.0}, 90.0, (40.0, 100.0)),  # running since 40, this daemon from 90, first tick 100: 60 s unseen
-    ({"42": 95.0}, 90.0, None),  # started after this daemon did: it saw the job (near enough) from its start
-    ({}, 90.0, None),  # its start not known: nothing to say but the journal's line
-    ({"42": -1.0}, 90.0, None),  # nonsense from the process table
+@pytest.mark.parametrize(("started", "daemon_started", "gap", "source"), [
+    # running since 40 (its Slurm cgroup made then), this daemon from 90, first tick 100: 60 s unseen
+    ({"42": JobStart(40.0, "scheduler")}, 90.0, (40.0, 100.0), "scheduler"),
+    ({"42": JobStart(55.0, "processes")}, 90.0, (55.0, 100.0), "processes"),  # no cgroup: its processes' start
+    ({"42": JobStart(95.0, "scheduler")}, 90.0, None, None),  # started after this daemon: seen (near enough) whole
+    ({}, 90.0, None, None),  # its start not known: nothing to say but the journal's line
+    ({"42": JobStart(-1.0, "processes")}, 90.0, None, None),  # nonsense from the process table
+    ({"7": JobStart(40.0, "scheduler")}, 90.0, None, None),  # another job's start
 ])
 def test_receipts_not_taken_back_say_the_jobs_time_before_the_daemon(
-        started: dict[str, float], daemon_started: float, gap: tuple[float, float] | None) -> None:
-    """Issue 46: with no receipts taken back, a job already running at the first tick is not a whole job."""
+        started: dict[str, JobStart], daemon_started: float, gap: tuple[float, float] | None,
+        source: str | None) -> None:
+    """Issue 46: with no receipts taken back, a job already running at the first tick is not a whole job; the
+    receipt says where its start came from (the scheduler's cgroup, else its processes)."""
     from gpuwatch.publish.receipt_resume import unseen_before
 
     first = step((), None, tick(100, {"7": "42"}, 0.0), 8)
     said = unseen_before(first, started, daemon_started, 100.0)
     job = find(said, "42")
-    assert job is not None
+    assert job is not None and job.unseen_from == source
     if gap is None:
         assert said == first
         return
@@ -211,3 +217,7 @@ def test_receipts_not_taken_back_say_the_jobs_time_before_the_daemon(
     assert job.gpus[0].energy_unseen_s == gap[1] - gap[0]  # its energy then is not in the receipt, and said so
     later = step(said, tick(100, {"7": "42"}, 0.0), tick(101, {"7": "42"}, 50.0), 8)  # kept at the next tick
     assert find(later, "42").gaps == (gap,)  # type: ignore[union-attr]
+    assert find(later, "42").unseen_from == source  # type: ignore[union-attr]
+    # A restarted daemon takes it back with the receipt, and the one decoder reads it
+    again = carried(published(tick(101, {"7": "42"}, 50.0), later), BOOT, 8)
+    assert find(again.jobs, "42").unseen_from == source  # type: ignore[union-attr]

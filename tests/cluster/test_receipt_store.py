@@ -7,16 +7,20 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from gpuwatch.config.file import Config
 from gpuwatch.config.sections import HealthConfig
 from gpuwatch.daemon.health import NodeWatch
-from gpuwatch.daemon.receipt_store import BOOT_ID_FILE, boot_id, keep_last_state, last_state_file, take_back
+from gpuwatch.daemon.receipt_store import boot_id, keep_last_state, last_state_file, take_back
 from gpuwatch.model import DaemonInfo, GpuProcess, GpuReading, PublishedState, Snapshot, TempReading
+from gpuwatch.publish.state import BOOT_ID_FILE
 
 SLOT = "0000:03:00.0"
 BOOT = "1d2c3b4a-0000-4000-8000-00000000beef"
@@ -170,3 +174,30 @@ def test_the_boot_id_is_the_proc_trees_else_the_machines(tmp_path: Path) -> None
     assert boot_id(fake_proc(tmp_path / "proc")) == BOOT
     machine = boot_id(tmp_path / "simulated-proc")  # a simulated proc tree has none: the machine's own /proc's
     assert machine == Path("/proc", BOOT_ID_FILE).read_text().strip()
+
+
+@pytest.mark.parametrize("with_cgroup", [True, False])
+def test_receipts_not_taken_back_start_the_gap_at_the_jobs_cgroup_else_its_processes(tmp_path: Path,
+                                                                                      with_cgroup: bool) -> None:
+    """No previous daemon: a Slurm job already running at the first tick gets the time from its start as a gap,
+    the start taken from its cgroup directory (a real directory in the kernel's v2 layout) where there is one,
+    else from its processes (this test's own process: psutil reads its start), and the receipt says which."""
+    fake_proc(tmp_path / "proc")
+    cgroup = tmp_path / "cgroup"
+    job_dir = cgroup / "system.slice/slurmstepd.scope/job_42"
+    if with_cgroup:
+        job_dir.mkdir(parents=True)
+    pid = 4_194_000 if with_cgroup else os.getpid()  # a pid psutil cannot find: the cgroup alone tells the start
+    (tmp_path / "proc" / str(pid)).mkdir()
+    (tmp_path / "proc" / str(pid) / "cgroup").write_text("0::/system.slice/slurmstepd.scope/job_42/step_0/user\n")
+    watch = NodeWatch(cgroup_root=cgroup)
+    cfg = config(tmp_path)
+    watch.take_back(cfg)
+    now = time.time() + 60.0
+    state = tick(0.0, {pid: "42"}, 0.0)
+    state = replace(state, snapshot=replace(state.snapshot, taken_unix=now),
+                    daemon=replace(state.daemon, started_unix=now - 10.0))  # type: ignore[type-var]
+    (job,) = watch.observe(state, cfg).jobs
+    start = job_dir.stat().st_ctime if with_cgroup else psutil.Process().create_time()
+    assert job.gaps == ((start, now),) and job.unobserved_s == now - start
+    assert job.unseen_from == ("scheduler" if with_cgroup else "processes")

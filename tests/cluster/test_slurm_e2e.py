@@ -34,6 +34,7 @@ from tests.support import slurm
 from tests.support.paths import REPO
 from tests.support.processes import Processes
 from tests.support.stack import GPUWATCH, daemon_config, start_gpuwatch
+from tests.support.tmpfs import fill, tmpfs
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(bool(slurm.missing()), reason=slurm.missing() or "runs")
@@ -243,38 +244,34 @@ def test_a_stuck_daemon_in_a_full_runtime_directory_drains_the_node(tmp_path: Pa
     """Issue 46: the runtime directory is a full tmpfs and the daemon is stuck (SIGSTOP) with a garbage state file
     left in it. The gate cannot save its count there, so it drains at the first unhealthy check, and the reason is
     the unusable state (G014), never "G002 daemon not running". The epilog's `receipt` says the daemon runs."""
-    run = tmp_path / "run"
-    run.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(run)], check=True, timeout=30)
     daemon = None
-    try:
-        config = tmp_path / "gpuwatch.toml"
-        config.write_text(daemon_config(run, f'[simulate]\nenabled = true\ntree_dir = "{tmp_path / "tree"}"\n'
-                                        "[health]\ndrain_after_checks = 2\n"))
-        daemon, _ = start_gpuwatch(processes, "gpuwatch", config)
-        state = run / "state.json"
-        wait_for(lambda: json.loads(state.read_text()).get("health"), "the first verdict", 60,
-                 ignore=(OSError, ValueError))
-        daemon.process.send_signal(signal.SIGSTOP)
-        state.write_text(json.dumps({**json.loads(state.read_text()), "taken_unix": "soon"}))
-        # Fill it: whatever the check would create there now fails with ENOSPC.
-        subprocess.run(["dd", "if=/dev/zero", f"of={run / 'fill'}", "bs=64k"], capture_output=True, timeout=60)
-        assert not (run / "slurm-checks.json").exists()
-        root = tmp_path / "slurm"
-        check = slurm.python_command("health", "--slurm", "-c", str(config))
-        cluster = slurm.start_slurm(processes, root, health_check=f"{check} >> {root / 'health.log'} 2>&1",
-                                    interval_s=2)
-        wait_for(lambda: drained(cluster) and "drained " in said(root), "the node drained at once", 90,
-                 detail=lambda: cluster.show_node() + said(root))
-        why = reason(cluster)
-        assert why is not None and why.startswith("gpuwatch:G014 daemon state unusable: taken_unix"), why
-        assert "at once: the check count cannot be saved" in said(root) and "Traceback" not in said(root)
-        receipt = subprocess.run([*GPUWATCH, "receipt", "7", "-c", str(config)], capture_output=True, text=True,
-                                 timeout=120)
-        assert receipt.returncode == 3 and f"the daemon (pid {daemon.process.pid}) runs" in receipt.stderr
-    finally:
-        if daemon is not None:
-            daemon.process.send_signal(signal.SIGCONT)
-            daemon.process.terminate()
-            daemon.process.wait(60)
-        subprocess.run(["umount", "-l", str(run)], capture_output=True, timeout=30)
+    with tmpfs(tmp_path / "run") as run:
+        try:
+            config = tmp_path / "gpuwatch.toml"
+            config.write_text(daemon_config(run, f'[simulate]\nenabled = true\ntree_dir = "{tmp_path / "tree"}"\n'
+                                            "[health]\ndrain_after_checks = 2\n"))
+            daemon, _ = start_gpuwatch(processes, "gpuwatch", config)
+            state = run / "state.json"
+            wait_for(lambda: json.loads(state.read_text()).get("health"), "the first verdict", 60,
+                     ignore=(OSError, ValueError))
+            daemon.process.send_signal(signal.SIGSTOP)
+            state.write_text(json.dumps({**json.loads(state.read_text()), "taken_unix": "soon"}))
+            fill(run)  # whatever the check would create there now fails with ENOSPC
+            assert not (run / "slurm-checks.json").exists()
+            root = tmp_path / "slurm"
+            check = slurm.python_command("health", "--slurm", "-c", str(config))
+            cluster = slurm.start_slurm(processes, root, health_check=f"{check} >> {root / 'health.log'} 2>&1",
+                                        interval_s=2)
+            wait_for(lambda: drained(cluster) and "drained " in said(root), "the node drained at once", 90,
+                     detail=lambda: cluster.show_node() + said(root))
+            why = reason(cluster)
+            assert why is not None and why.startswith("gpuwatch:G014 daemon state unusable: taken_unix"), why
+            assert "at once: the check count cannot be saved" in said(root) and "Traceback" not in said(root)
+            receipt = subprocess.run([*GPUWATCH, "receipt", "7", "-c", str(config)], capture_output=True, text=True,
+                                     timeout=120)
+            assert receipt.returncode == 3 and f"the daemon (pid {daemon.process.pid}) runs" in receipt.stderr
+        finally:
+            if daemon is not None:
+                daemon.process.send_signal(signal.SIGCONT)
+                daemon.process.terminate()
+                daemon.process.wait(60)

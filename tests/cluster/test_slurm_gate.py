@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from gpuwatch.cli.slurm import Checks, Node, decide, parse_node, read_checks, write_checks
+from tests.support.tmpfs import fill, tmpfs
 
 OURS = Node(drained=True, reason="gpuwatch:G006 0000:03:00.0 fan failsafe")
 ADMIN = Node(drained=True, reason="maint: new PSU")
@@ -68,23 +67,17 @@ def test_the_count_survives_in_its_file_and_garbage_starts_it_again(tmp_path: Pa
     assert read_checks(path) == Checks()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 def test_the_count_is_rewritten_in_place_in_a_full_directory(tmp_path: Path) -> None:
     """Issue 46: once the record exists, a full tmpfs still takes the next count (same size, in place); a record
     that cannot be created raises OSError, which the gate turns into a drain at once (tests/cluster/test_slurm_e2e.py
     on a real Slurm)."""
-    run = tmp_path / "run"
-    run.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(run)], check=True, timeout=30)
-    try:
+    with tmpfs(tmp_path / "run", size="256k") as run:
         path = run / "slurm-checks.json"
         path.write_text('{"unhealthy": 1}')  # an older gpuwatch's shorter record
-        subprocess.run(["dd", "if=/dev/zero", f"of={run / 'fill'}", "bs=4k"], capture_output=True, timeout=60)
+        fill(run)
         for count in range(2, 6):
             write_checks(path, Checks(unhealthy=count))
             assert read_checks(path) == Checks(unhealthy=count)
         with pytest.raises(OSError):
             write_checks(run / "new-checks.json", Checks(unhealthy=1))
-        assert sorted(p.name for p in run.iterdir()) == ["fill", "slurm-checks.json"]  # no temporary left
-    finally:
-        subprocess.run(["umount", "-l", str(run)], capture_output=True, timeout=30)
+        assert sorted(p.name for p in run.iterdir()) == ["filler", "slurm-checks.json"]  # no temporary left

@@ -8,7 +8,6 @@ Skipped, with the reason, where mounting is not permitted (not root, no CAP_SYS_
 
 from __future__ import annotations
 
-import errno
 import signal
 import subprocess
 import time
@@ -20,37 +19,15 @@ import pytest
 from tests.support.daemon_process import DaemonProcess
 from tests.support.processes import Processes, free_port
 from tests.support.stack import GPUWATCH
+from tests.support.tmpfs import fill, read_only, tmpfs
 from tests.support.waiting import wait_for
-
-
-def _mount(args: list[str]) -> None:
-    done = subprocess.run(["mount", *args], capture_output=True, text=True, timeout=30)
-    if done.returncode:
-        pytest.skip(f"mount {' '.join(args)} is not permitted here: {done.stderr.strip() or done.returncode}")
 
 
 @pytest.fixture
 def runtime(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs as the runtime directory, unmounted afterwards."""
-    path = tmp_path / "run"
-    path.mkdir()
-    _mount(["-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", str(path)])
-    try:
+    with tmpfs(tmp_path / "run") as path:
         yield path
-    finally:
-        for _ in range(2):  # the read-only bind mount over it, then the tmpfs
-            subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
-
-
-def _fill(directory: Path) -> None:
-    """Write until the file system has no block left."""
-    with (directory / "filler").open("wb") as filler:
-        try:
-            while True:
-                filler.write(b"\0" * 65536)
-                filler.flush()
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC, exc
 
 
 def _daemon(processes: Processes, tmp: Path, http: bool) -> tuple[DaemonProcess, int]:
@@ -74,7 +51,7 @@ def processes(tmp_path: Path) -> Iterator[Processes]:
 
 def test_full_at_start_status_asks_the_daemon_over_http(tmp_path: Path, runtime: Path,
                                                         processes: Processes) -> None:
-    _fill(runtime)
+    fill(runtime)
     daemon, _ = _daemon(processes, tmp_path, http=True)
     daemon.wait_log("HTTP listening", 60)
     wait_for(lambda: "state file" in _status(daemon).stdout, "a failing state file in the daemon's view", 60,
@@ -91,7 +68,7 @@ def test_full_mid_run_status_asks_the_daemon_over_its_control_socket(tmp_path: P
                                                                      processes: Processes) -> None:
     daemon, _ = _daemon(processes, tmp_path, http=False)
     daemon.wait_state(lambda d: d["daemon"]["ticks_total"] > 0, "a first state file", 60)
-    _fill(runtime)
+    fill(runtime)
     # Past the staleness limit (5 ticks + 2 s) the old file alone would read "the control loop is stuck".
     wait_for(lambda: "is full" in _status(daemon).stdout, "status to say the directory is full", 60,
              detail=daemon.child.tail)
@@ -109,10 +86,7 @@ def test_read_only_mid_run_status_says_so_and_sigterm_still_exits_0(tmp_path: Pa
     daemon.wait_state(lambda d: d["daemon"]["ticks_total"] > 0, "a first state file", 60)
     wait_for(lambda: (runtime / "fan-restore.json").exists() and enable.read_text().strip() == "1",
              "the daemon to take the fan", 60, ignore=(OSError,), detail=daemon.child.tail)
-    # Read-only from now on, for every new open: a read-only bind mount over the directory (a remount of the
-    # tmpfs itself is refused while files are open for writing there: the daemon's lock).
-    _mount(["--bind", str(runtime), str(runtime)])
-    _mount(["-o", "remount,bind,ro", str(runtime)])
+    read_only(runtime)  # for every new open from now on
     wait_for(lambda: "is read-only" in _status(daemon).stdout, "status to say the directory is read-only", 60,
              detail=daemon.child.tail)
     assert f"daemon running (pid {daemon.proc.pid}" in _status(daemon).stdout

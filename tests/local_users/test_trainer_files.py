@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import resource
+import stat
+import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -16,7 +20,11 @@ from gpuwatch.heartbeat import HEARTBEAT_MAX_BYTES, Heartbeat, read_heartbeat, r
 from gpuwatch.safefs import Unsafe, read_bounded
 from gpuwatch.supervise.leftovers import RECORD, read_record
 from gpuwatch.supervise.output import file_logger
+from tests.support.daemon_process import DaemonProcess
+from tests.support.processes import Processes, free_port
+from tests.support.stack import GPUWATCH
 from tests.support.users import needs_root, run_as, unprivileged_user
+from tests.support.waiting import wait_for
 
 pytestmark = needs_root
 
@@ -151,3 +159,34 @@ def test_gpuwatch_logs_refuses_a_fifo_or_link_log_without_blocking(tmp_path: Pat
         assert run_as(user, ["ln", "-s", str(root_only / "shadow"), str(directory / "t.log.1")]).returncode == 0
         with pytest.raises(Unsafe, match="symbolic link"):
             last_lines(None, directory / "t.log", 10)
+
+
+def test_a_real_trainers_fifo_heartbeat_is_counted_published_and_shown(tmp_path: Path) -> None:
+    """A configured trainer running as its user makes its own heartbeat a FIFO: the daemon keeps ticking, counts
+    the refused reads per trainer in the status document and on /metrics, and `gpuwatch status` says so."""
+    with unprivileged_user() as user, Processes(tmp_path / "logs") as processes:
+        port = free_port()
+        # The trainer's own shell makes the FIFO where the supervisor tells it to beat, then runs on.
+        command = '["/bin/sh", "-c", "rm -f \\"$GPUWATCH_HEARTBEAT_FILE\\" && mkfifo \\"$GPUWATCH_HEARTBEAT_FILE\\" ' \
+                  '&& exec sleep 600"]'
+        daemon = DaemonProcess(processes, tmp_path, tmp_path / "tree",
+                               f'interval_s = 0.2\n[http]\nlisten = "127.0.0.1"\nport = {port}\n'
+                               f'[simulate]\nenabled = true\ntree_dir = "{tmp_path / "tree"}"\n'
+                               f'[[trainer]]\nname = "t"\ncommand = {command}\ncwd = "{tmp_path}"\n'
+                               f'user = "{user}"\n')
+        heartbeat = daemon.runtime / "trainers" / "t" / "heartbeat.json"
+        wait_for(lambda: stat.S_ISFIFO(heartbeat.lstat().st_mode), "the trainer's FIFO heartbeat", 60,
+                 ignore=(OSError,), detail=daemon.child.tail)
+        document = daemon.wait_state(lambda d: d["trainers"][0]["heartbeat_read_errors_total"] >= 2,
+                                     "refused heartbeat reads counted", 60)
+        ticks = document["daemon"]["ticks_total"]
+        daemon.wait_state(lambda d: d["daemon"]["ticks_total"] >= ticks + 5, "the loop ticking on", 60)
+        assert daemon.log().count("heartbeat unreadable") == 1, daemon.log()  # once per episode, not per tick
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as answer:
+            metrics = answer.read().decode()
+        found = re.search(r'^gpuwatch_trainer_heartbeat_read_errors_total\{trainer="t"\} (\d+)', metrics, re.M)
+        assert found is not None and int(found.group(1)) >= 2, metrics
+        shown = subprocess.run([*GPUWATCH, "status", "--color", "never", "-c", str(daemon.config)],
+                               capture_output=True, text=True, timeout=60)
+        assert re.search(r"heartbeat unreadable \d+ times \(not a regular file", shown.stdout), shown.stdout
+        assert daemon.stop() == 0, daemon.child.tail()

@@ -10,23 +10,35 @@ may live where USER cannot read (a root-only pyenv), and what runs needs no furt
 
 from __future__ import annotations
 
+import importlib
+import importlib.readers  # noqa: F401  (importlib.resources reads the daemon's live page through it)
 import json
 import os
+import pkgutil
 import pwd
 import sys
 from pathlib import Path
 
 import psutil  # noqa: F401  (the wrapper kills a tree with it after --grace-s)
 
+import gpuwatch
 import gpuwatch.cli
-import gpuwatch.cli.commands
-import gpuwatch.cli.parser  # main() imports the parser lazily (the fast `health` path): load it here
-import gpuwatch.cli.settings
-import gpuwatch.cli.status
-import gpuwatch.cli.train_start  # `cli train`: the wrapper's modules (train/argv.py, the link, the run)
-import gpuwatch.daemon.control  # imported before the privileges go
-import gpuwatch.train.argv
+import gpuwatch.daemon.control
 from tests.support import attach_client, hostile_client
+
+
+def _import_gpuwatch() -> None:
+    """Every module of gpuwatch but the torch extra's (launch, train/ beyond the wrapper's argv): the commands import
+    theirs lazily (`run --simulate` the daemon, `status` the leftovers, the fast `health` path nothing), and so
+    whatever USER runs needs no import once the privileges are gone."""
+    for module in pkgutil.walk_packages(gpuwatch.__path__, "gpuwatch."):
+        torch_extra = module.name == "gpuwatch.launch" or module.name.startswith("gpuwatch.train.")
+        if module.name.endswith(".__main__") or (torch_extra and module.name != "gpuwatch.train.argv"):
+            continue  # a __main__ runs the command it is; the torch extra imports torch
+        importlib.import_module(module.name)
+
+
+_import_gpuwatch()
 
 
 def main(argv: list[str]) -> int:

@@ -126,7 +126,7 @@ def example_state(root: Path) -> PublishedState:
                      ranks=2, ranks_held=0, world_size=4),
         TrainerState(name="bert", phase=TrainerPhase.PAUSED, gpus=(GPU_B,), reason="junction over limit",
                      paused_since_unix=NOW_UNIX - 120, ranks=2, ranks_held=2, world_size=2,
-                     paused_by="box3: hot: junction 101°C >= 100°C"),
+                     paused_by="box3: hot: junction 101°C >= 100°C", heartbeat_read_errors_total=2),
         TrainerState(name="vit", phase=TrainerPhase.BACKOFF, restarts_total=1, restarts_by_reason=(("crash", 1),),
                      last_exit_code=1, next_start_unix=NOW_UNIX + 30),
     )
