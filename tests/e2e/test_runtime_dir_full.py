@@ -137,7 +137,7 @@ def test_a_full_directory_never_leaves_a_lowered_cap_without_its_record(tmp_path
                                  str(daemon.config)], capture_output=True, text=True, timeout=60)
         assert forced.returncode == 0, forced.stderr
         assert not _recorded(runtime) and _cap_uw(hwmon) == ORIGINAL_CAP_UW
-        _fill(runtime)
+        fill(runtime)
     finally:
         daemon.signal(signal.SIGCONT)
     # The daemon wants the cap lower again at once; for some seconds of ticks the cap must stay unlowered.
@@ -165,7 +165,7 @@ def test_full_at_start_the_firmware_keeps_the_fan_until_its_original_is_recorded
     """The fan's record failing used to raise out of the whole fan controller every tick (`fan controller failed:
     [Errno 28]`: no GPU's fan governed, one line per tick). Now that GPU's fan is "uncontrolled" with the reason,
     said once, the firmware keeps it, and it is taken (recorded first) once there is space."""
-    _fill(runtime)
+    fill(runtime)
     daemon, _ = _daemon(processes, tmp_path, http=False)
     enable = tmp_path / "tree/class/hwmon/hwmon1/pwm1_enable"
     daemon.wait_log("fan not controlled: cannot record the original fan mode", 60)
