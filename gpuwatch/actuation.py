@@ -151,16 +151,6 @@ class Actuator:
         return {gpu_id: Unrecorded(0.0, unrecorded[gpu_id]) if gpu_id in unrecorded else ran[gpu_id]
                 for gpu_id in calls}
 
-    def step_all(self, steps: Mapping[str, Callable[[], T]],
-                 touches: Mapping[str, Callable[[], bool]]) -> dict[str, T | Late]:
-        """Each GPU's step of a tick: on its worker (``run``) when it touches the hardware, or when the worker is
-        still inside an earlier step on the same state (nothing of it may run beside that step on the loop, not
-        even the ``touches`` check: the worker answers Late at once); else here on the loop, which saves the
-        hand-off (the common tick)."""
-        on_workers = {gpu_id: step for gpu_id, step in steps.items() if self.busy(gpu_id) or touches[gpu_id]()}
-        ran = self.run(on_workers) if on_workers else {}
-        return {gpu_id: ran[gpu_id] if gpu_id in ran else step() for gpu_id, step in steps.items()}
-
     def record(self, gpu_id: str, record: Record,
                adopt: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
         """Persist ``record`` before the first write (an earlier daemon's record of the same backend wins,
@@ -311,7 +301,7 @@ class Stuck:
         self._gpus: set[str] = set()
 
     def results(self, ran: Mapping[str, T | Late], blocked: Callable[[str, str], T]) -> dict[str, T]:
-        """Each GPU's result of ``Actuator.step_all``; ``blocked(gpu_id, reason)`` stands for a stuck one's."""
+        """Each GPU's result of ``Actuator.run``; ``blocked(gpu_id, reason)`` stands for a stuck one's."""
         results: dict[str, T] = {}
         for gpu_id, result in ran.items():
             if isinstance(result, Late):

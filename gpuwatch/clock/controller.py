@@ -4,8 +4,8 @@ Implements the daemon's ClockConsumer (``tick(snapshot, fans, powers, config)``,
 of fan -> power cap -> clock -> pause. Per GPU: a backend probed, never guessed (the OD table, else the level
 mask: gpu_clock.probe_backend; NVML's locked clocks for NVIDIA GPUs), the law (law.py) with this tick's
 headroom and whether the rungs below are exhausted, the writes through the clocks' Actuator (the original
-recorded before the first write of every episode; every step that touches the hardware on the GPU's worker
-within the sysfs deadline: a stuck write costs one deadline, published as blocked, never the loop).
+recorded before the first write of every episode; every step on the GPU's worker within the sysfs
+deadline: a stuck write costs one deadline, published as blocked, never the loop).
 A ceiling we hold is read back every tick: one that reads otherwise (a GPU reset, another tool) is logged,
 counted (``resets_total``) and written again, as the fan controller takes a pwm1_enable reset back. A GPU
 whose ceiling cannot be set is published as unavailable with the reason, and paused at the cap's floor.
@@ -24,8 +24,8 @@ from typing import Any
 from gpuwatch.actuation import FAILURES_BEFORE_GIVING_UP, Actuator, RestoreFailed, Stuck
 from gpuwatch.clock.backend import VERIFY_TOLERANCE_MHZ, ClockBackend, ClockUnavailable, ClockWriteError
 from gpuwatch.clock.dpm_mask import DpmMaskClock
-from gpuwatch.clock.gpu_clock import GpuClock, cap_exhausted, probe_backend, touches_hardware
-from gpuwatch.clock.law import ClockInputs, ClockLawState, ClockParams, ceilings
+from gpuwatch.clock.gpu_clock import GpuClock, cap_exhausted, probe_backend
+from gpuwatch.clock.law import ClockInputs, ClockLawState, ClockParams, ceilings, decide
 from gpuwatch.clock.nvml_clock import NvmlClock
 from gpuwatch.clock.od_table import OdTableClock
 from gpuwatch.clock.restore import RECORDS, give_back, kind
@@ -54,12 +54,11 @@ class ClockController:
 
     def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
              config: Config) -> tuple[ClockState, ...]:
-        """Each GPU's step under the live ``config``; the steps that touch the hardware on the GPUs' workers."""
+        """Each GPU's step under the live ``config``, on its worker within the deadline (``Actuator.run``)."""
         now = self.clock()
         fan_of = {fan.gpu_id: fan for fan in fans}
         power_of = {power.gpu_id: power for power in powers}
         steps: dict[str, Callable[[], ClockState]] = {}
-        touches: dict[str, Callable[[], bool]] = {}
         for gpu in snapshot.gpus:
             g = self.gpus.get(gpu.gpu_id) or self._new(gpu, config)
             settings = config.power.for_gpu(gpu.gpu_id)
@@ -67,8 +66,7 @@ class ClockController:
             exhausted = cap_exhausted(power_of.get(gpu.gpu_id), fan_of.get(gpu.gpu_id))
             room = headroom_c(gpu, thermals_on(config, gpu.gpu_id))
             steps[gpu.gpu_id] = partial(self._tick_one, g, gpu, params, now, room, exhausted)
-            touches[gpu.gpu_id] = partial(touches_hardware, g, gpu, params, now, room, exhausted)
-        ran = self.stuck.results(self.actuator.step_all(steps, touches), self._blocked)
+        ran = self.stuck.results(self.actuator.run(steps), self._blocked)
         return tuple(ran[gpu.gpu_id] for gpu in snapshot.gpus)
 
     def _new(self, gpu: GpuReading, config: Config) -> GpuClock:
@@ -153,7 +151,7 @@ class ClockController:
             return self._published(g)
         if g.holding:
             self._check_in_force(g)
-        decision = g.decide(params, ClockInputs(now, headroom, exhausted, g.ceilings_mhz))
+        decision = decide(params, g.law, ClockInputs(now, headroom, exhausted, g.ceilings_mhz))
         g.law, g.target_mhz = decision.state, decision.ceiling_mhz
         g.pause_allowed = decision.pause_allowed or g.mode is ClockMode.DRY_RUN
         if decision.write and g.mode is ClockMode.DRY_RUN:

@@ -1,9 +1,5 @@
 """One GPU's clock controller state across ticks, the rule that says the rungs below have nothing left, and the
-probe's order of the interfaces (the overdrive table, else the level mask).
-
-``GpuClock.decide`` asks the pure law once per tick: the controller asks it on the loop to know whether the
-step touches the hardware (a write), and the step asks it again on the GPU's worker and gets the same answer.
-"""
+probe's order of the interfaces (the overdrive table, else the level mask)."""
 
 from __future__ import annotations
 
@@ -11,10 +7,10 @@ from dataclasses import dataclass, field
 
 from gpuwatch.clock.backend import ClockBackend, ClockRange, ClockUnavailable
 from gpuwatch.clock.dpm_mask import DpmMaskClock
-from gpuwatch.clock.law import ClockInputs, ClockLawState, ClockParams, Decision, decide
+from gpuwatch.clock.law import ClockLawState
 from gpuwatch.clock.od_table import OdTableClock
 from gpuwatch.handback import Locate
-from gpuwatch.model import ClockMode, FanState, GpuReading, PowerMode, PowerState
+from gpuwatch.model import ClockMode, FanState, PowerMode, PowerState
 from gpuwatch.sysfs import Sysfs
 
 _EXHAUSTED = {PowerMode.FLOOR, PowerMode.UNAVAILABLE, PowerMode.OFF}
@@ -42,17 +38,10 @@ class GpuClock:
     resets_total: int = 0
     limited_s: float = 0.0
     last_now: float | None = None
-    decided: tuple[ClockLawState, ClockInputs, Decision] | None = field(default=None, repr=False)
 
     @property
     def governable(self) -> bool:
         return self.mode is not ClockMode.UNAVAILABLE and self.backend is not None and len(self.ceilings_mhz) > 1
-
-    def decide(self, params: ClockParams, inputs: ClockInputs) -> Decision:
-        """The law for this state and ``inputs``, asked once per tick (the loop and the worker ask alike)."""
-        if self.decided is None or self.decided[:2] != (self.law, inputs):
-            self.decided = (self.law, inputs, decide(params, self.law, inputs))
-        return self.decided[2]
 
 
 def cap_exhausted(power: PowerState | None, fan: FanState | None) -> bool:
@@ -76,16 +65,3 @@ def probe_backend(backend: ClockBackend, sysfs: Sysfs, locate: Locate,
         except ClockUnavailable as mask_problem:
             raise ClockUnavailable(f"{od_problem}; {mask_problem}") from None
 
-
-def touches_hardware(g: GpuClock, gpu: GpuReading, params: ClockParams, now: float, headroom: float | None,
-                     exhausted: bool) -> bool:
-    """Whether this tick's step may do I/O: a probe, a readback of a ceiling we hold, a give-back, a write."""
-    if g.mode is ClockMode.UNAVAILABLE or not gpu.up or gpu.suspended:
-        return False
-    if not g.probed:
-        return g.backend is not None
-    if g.holding:
-        return True
-    if g.mode is ClockMode.OFF or not g.governable or g.mode is ClockMode.DRY_RUN:
-        return False
-    return g.decide(params, ClockInputs(now, headroom, exhausted, g.ceilings_mhz)).write

@@ -6,9 +6,8 @@ another hwmon index is written where it now is; NVML's limit for NVIDIA GPUs), t
 (after a crash: the original in the restore file), the floor and the thermal limits of the live
 configuration, then runs the pure law (governor.py) with this tick's readings and the fan's state. The
 writes go through the caps' Actuator (gpuwatch.actuation; the kind in restore.py): the original is
-recorded before the first write, and a GPU's step that touches the hardware runs on its own worker within
-the sysfs deadline: a write stuck in the driver costs one deadline (published as blocked), never the loop
-or the shutdown.
+recorded before the first write, and every GPU's step runs on its own worker within the sysfs deadline: a
+write stuck in the driver costs one deadline (published as blocked), never the loop or the shutdown.
 
 A GPU whose cap cannot be governed (no file, not writable, no range, refused writes, a cap that does not
 keep what is written) is published as unavailable with the reason, logged once, and paused as without a
@@ -32,8 +31,8 @@ from gpuwatch.config.file import Config
 from gpuwatch.handback import Locate
 from gpuwatch.model import FanState, GpuReading, PowerMode, PowerState, Snapshot
 from gpuwatch.power.backend import VERIFY_TOLERANCE_W, CapUnavailable, CapWriteError
-from gpuwatch.power.governor import GovernorState, floor_cap_w, governor_params
-from gpuwatch.power.gpu_cap import GpuCap, touches_hardware
+from gpuwatch.power.governor import GovernorState, decide, floor_cap_w, governor_params
+from gpuwatch.power.gpu_cap import GpuCap
 from gpuwatch.power.hwmon_cap import HwmonCap
 from gpuwatch.power.nvml_cap import NvmlCap
 from gpuwatch.power.restore import RECORDS, give_back, kind
@@ -57,20 +56,17 @@ class PowerController:
         self.stuck = Stuck(log, "power cap")
 
     def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], config: Config) -> tuple[PowerState, ...]:
-        """Each GPU's step; ``config`` is the live configuration (its limits in force now). A step that touches
-        the hardware this tick (``touches_hardware``) runs on the GPU's worker within the deadline, all such
-        steps at once; one that only decides runs here and costs no hand-off (the common tick)."""
+        """Each GPU's step on its worker within the deadline, all at once (``Actuator.run``); ``config`` is the
+        live configuration (its limits in force now)."""
         now = self.clock()
         by_gpu = {fan.gpu_id: fan for fan in fans}
         steps: dict[str, Callable[[], PowerState]] = {}
-        touches: dict[str, Callable[[], bool]] = {}
         for gpu in snapshot.gpus:
             g = self.gpus.get(gpu.gpu_id) or self._new(gpu, config)
             fan, thermals = by_gpu.get(gpu.gpu_id), thermals_on(config, gpu.gpu_id)
             steps[gpu.gpu_id] = partial(self._tick_one, g, gpu, fan, now, thermals)
-            touches[gpu.gpu_id] = partial(touches_hardware, g, gpu, fan, now, thermals)
         readings = {gpu.gpu_id: gpu for gpu in snapshot.gpus}
-        ran = self.stuck.results(self.actuator.step_all(steps, touches),
+        ran = self.stuck.results(self.actuator.run(steps),
                                  lambda gpu_id, reason: self._blocked(self.gpus[gpu_id], readings[gpu_id], reason))
         return tuple(ran[gpu.gpu_id] for gpu in snapshot.gpus)
 
@@ -135,7 +131,7 @@ class PowerController:
 
     def _tick_one(self, g: GpuCap, gpu: GpuReading, fan: FanState | None, now: float,
                   thermals: list[ThermalConfig]) -> PowerState:
-        """One GPU's step (on its worker when it touches the hardware)."""
+        """One GPU's step, on its worker."""
         dt, g.last_now = (0.0 if g.last_now is None else max(0.0, now - g.last_now)), now
         if g.mode is PowerMode.UNAVAILABLE or not gpu.up or gpu.suspended:
             return self._published(g, gpu, None)
@@ -152,7 +148,7 @@ class PowerController:
         if not g.governable:
             return self._published(g, gpu, observed)
         assert g.original_w is not None
-        decision = g.decide(g.inputs(gpu, fan, now, thermals, observed))
+        decision = decide(g.params, g.state, g.inputs(gpu, fan, now, thermals, observed))
         g.state, g.target_w = decision.state, decision.cap_w
         g.pause_allowed = decision.pause_allowed or g.mode is PowerMode.DRY_RUN
         if decision.write:
