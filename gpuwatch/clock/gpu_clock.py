@@ -3,45 +3,41 @@ probe's order of the interfaces (the overdrive table, else the level mask)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from gpuwatch.clock.backend import ClockBackend, ClockRange, ClockUnavailable
+from gpuwatch.actuation.setting import Held, SettingUnavailable
+from gpuwatch.clock.backend import ClockBackend, ClockRange
 from gpuwatch.clock.dpm_mask import DpmMaskClock
 from gpuwatch.clock.law import ClockLawState
 from gpuwatch.clock.od_table import OdTableClock
-from gpuwatch.handback import Locate
+from gpuwatch.gpus.amdgpu import Locate
 from gpuwatch.model import ClockMode, FanState, PowerMode, PowerState
 from gpuwatch.sysfs import Sysfs
 
 _EXHAUSTED = {PowerMode.FLOOR, PowerMode.UNAVAILABLE, PowerMode.OFF}
 
 
-@dataclass
-class GpuClock:
-    """Controller state of one GPU across ticks."""
+@dataclass(kw_only=True)
+class GpuClock(Held):
+    """Controller state of one GPU across ticks (MHz: ``written``, ``target``)."""
 
-    gpu_id: str
     mode: ClockMode  # OFF, DRY_RUN or IDLE as configured; UNAVAILABLE once given up
     backend: ClockBackend | None = None
-    probed: bool = False
-    reason: str | None = None
     found: ClockRange | None = None
     ceilings_mhz: tuple[float, ...] = ()
     law: ClockLawState = field(default_factory=ClockLawState)
-    holding: bool = False  # a record is in the restore file: the original must go back
-    written_mhz: float | None = None  # the ceiling we last wrote and expect in force
-    target_mhz: float | None = None
-    pause_allowed: bool = True
-    failures: int = 0
-    writes_total: int = 0
-    write_errors_total: int = 0
     resets_total: int = 0
     limited_s: float = 0.0
-    last_now: float | None = None
 
     @property
     def governable(self) -> bool:
         return self.mode is not ClockMode.UNAVAILABLE and self.backend is not None and len(self.ceilings_mhz) > 1
+
+    def unavailable(self) -> None:
+        self.mode = ClockMode.UNAVAILABLE
+
+    def released(self, by_restore: bool) -> None:
+        self.law = ClockLawState() if by_restore else replace(self.law, index=None)
 
 
 def cap_exhausted(power: PowerState | None, fan: FanState | None) -> bool:
@@ -53,15 +49,15 @@ def cap_exhausted(power: PowerState | None, fan: FanState | None) -> bool:
 def probe_backend(backend: ClockBackend, sysfs: Sysfs, locate: Locate,
                   check_access: bool) -> tuple[ClockBackend, ClockRange]:
     """What the card offers, probed in order, never guessed: the overdrive table, else the level mask. Raises
-    ClockUnavailable with both reasons, or ClockWriteError (a read that may work next tick)."""
+    SettingUnavailable with both reasons, or SettingWriteError (a read that may work next tick)."""
     try:
         return backend, backend.probe()
-    except ClockUnavailable as od_problem:
+    except SettingUnavailable as od_problem:
         if not isinstance(backend, OdTableClock):
             raise
         mask = DpmMaskClock(sysfs, backend.gpu_id, locate, check_access)
         try:
             return mask, mask.probe()
-        except ClockUnavailable as mask_problem:
-            raise ClockUnavailable(f"{od_problem}; {mask_problem}") from None
+        except SettingUnavailable as mask_problem:
+            raise SettingUnavailable(f"{od_problem}; {mask_problem}") from None
 

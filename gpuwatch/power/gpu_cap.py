@@ -4,39 +4,35 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpuwatch.actuation.setting import Held
 from gpuwatch.config.cooling import ThermalConfig
+from gpuwatch.limits import headroom_c
 from gpuwatch.model import FanState, GpuReading, PowerMode
 from gpuwatch.power.backend import CapBackend
 from gpuwatch.power.governor import GovernorInputs, GovernorParams, GovernorState
-from gpuwatch.power.rules import fan_can_rise, headroom_c
+from gpuwatch.power.rules import fan_can_rise
 
 
-@dataclass
-class GpuCap:
-    """Controller state of one GPU across ticks."""
+@dataclass(kw_only=True)
+class GpuCap(Held):
+    """Controller state of one GPU across ticks (watts: ``written``, ``target``)."""
 
-    gpu_id: str
     params: GovernorParams
     mode: PowerMode  # OFF, DRY_RUN or IDLE as configured; UNAVAILABLE once given up
     backend: CapBackend | None = None
-    probed: bool = False
-    reason: str | None = None
     original_w: float | None = None
     default_w: float | None = None
     min_w: float | None = None
     floor_w: float | None = None
     state: GovernorState = field(default_factory=GovernorState)
-    holding: bool = False  # a record is in the restore file: the original must go back
-    written_w: float | None = None  # what we last wrote and expect in force
     dry_run_cap_w: float | None = None  # what dry-run would have in force
-    target_w: float | None = None
-    pause_allowed: bool = True
-    failures: int = 0  # consecutive write or verify failures
-    write_failed: bool = False  # the last write failed: the old cap read back does not end the run of failures
-    writes_total: int = 0
-    write_errors_total: int = 0
     capped_s: float = 0.0
-    last_now: float | None = None
+
+    def unavailable(self) -> None:
+        self.mode = PowerMode.UNAVAILABLE
+
+    def released(self, by_restore: bool) -> None:
+        self.state = GovernorState()
 
     @property
     def governable(self) -> bool:
