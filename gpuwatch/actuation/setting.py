@@ -5,10 +5,11 @@ permission, a value the driver refuses, no interface) is ``SettingUnavailable``:
 says why once, and the supervisor pauses instead. Anything else (EIO, a GPU mid-reset) is ``SettingWriteError``
 and counted; ``FAILURES_BEFORE_GIVING_UP`` in a row give up too. ``Held`` is one GPU's bookkeeping of what it
 holds (recorded, written, failures, counters, reason), and ``Holder`` the verified write, the failure, the
-give-up, the give-back and the restore-all every such controller runs through its ``Actuator``: the original
-recorded before the first write and never a write without it (``Actuator.record_first``). ``StoredHandback``
-is what their kinds share to give a stored record back (the record parsed by its ``backend`` key, NVML loaded
-once for all GPUs; the cards are located through what the daemon's composition injects).
+give-up, the give-back and the restore-all every such controller (a ``HeldControl``) runs through its
+``Actuator``: the original recorded before the first write and never a write without it
+(``Actuator.record_first``). ``StoredHandback`` is what their kinds share to give a stored record back (the
+record parsed by its ``backend`` key, NVML loaded once for all GPUs); how a kind finds a card is given to it
+(the daemon's amdgpu source, or ``gpus.amdgpu.discovered_once``): this package imports no ``gpus``.
 """
 
 from __future__ import annotations
