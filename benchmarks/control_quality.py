@@ -52,7 +52,10 @@ from gpuwatch.config.file import Config  # noqa: E402
 from gpuwatch.config.trainer import TrainerConfig  # noqa: E402
 from gpuwatch.fan.curve import CurveState, curve_params, decide, top_percent  # noqa: E402
 from gpuwatch.fan.rules import can_rise  # noqa: E402
-from gpuwatch.limits import sensor_limit_c  # noqa: E402
+from gpuwatch.limits import (
+    headroom_c,  # noqa: E402
+    sensor_limit_c,  # noqa: E402
+)
 from gpuwatch.model import (  # noqa: E402
     ClockMode,
     ClockState,
@@ -66,7 +69,7 @@ from gpuwatch.model import (  # noqa: E402
     TrainerPhase,
 )
 from gpuwatch.power import governor  # noqa: E402
-from gpuwatch.power.rules import fan_can_rise, headroom_c  # noqa: E402
+from gpuwatch.power.rules import fan_can_rise  # noqa: E402
 from gpuwatch.sim import navi10, navi31  # noqa: E402
 from gpuwatch.sim.physics import ThermalInputs, ThermalParams, ThermalState, idle_state, speed_ratio, step  # noqa: E402
 from gpuwatch.supervise.actions import Inputs, thermal_verdict  # noqa: E402

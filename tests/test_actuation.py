@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.actuation import Actuator, ActuatorKind, Gone, Handback, NotHandedBack, Stuck, restore_file_path
+from gpuwatch.actuation.actuator import Actuator, ActuatorKind, Gone, Handback, NotHandedBack, Stuck, restore_file_path
 from gpuwatch.config.file import parse_config
 from gpuwatch.daemon.compose import actuator_kinds, restore_all
 from gpuwatch.deadline import Late

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.actuation import Actuator
+from gpuwatch.actuation.actuator import Actuator
 from tests.test_actuation import Kind, _record
 
 

@@ -24,7 +24,7 @@ from tests.support.paths import REPO
 PACKAGE = REPO / "gpuwatch"
 
 LEAVES = {"model", "states", "sysfs", "procfs", "heartbeat", "attach", "config", "limits", "actuation", "deadline",
-          "restore_file", "safefs"}
+          "safefs"}
 # unit -> the units it may import besides itself; "unit.module" allows that one module only.
 ALLOWED: dict[str, set[str]] = {
     "__init__": set(),
@@ -37,8 +37,9 @@ ALLOWED: dict[str, set[str]] = {
     "attach": set(),  # the attach protocol: shared by the wrapper (`gpuwatch train`) and the daemon
     "config": set(),
     "deadline": set(),
-    "actuation": {"deadline", "restore_file"},  # every hardware write: restore records and the per-GPU deadline workers
-    "restore_file": {"safefs"},  # an actuator's restore file (atomic JSON)
+    # every hardware write: restore records (atomic JSON through safefs), the per-GPU deadline workers, and the held
+    # setting of the caps and the clock (sysfs: the backends their stored records are given back through)
+    "actuation": {"deadline", "safefs", "sysfs"},
     "limits": {"model", "config"},
     "gpus": {"model", "sysfs", "config", "deadline"},  # sense (deadline: bounded reads)
     "procs": {"model", "procfs", "sysfs"},  # sense: who uses which GPU (/proc; KFD's files in sysfs)
@@ -46,11 +47,9 @@ ALLOWED: dict[str, set[str]] = {
     # act on fans (gpus: the amdgpu source locates cards)
     "fan": {"model", "sysfs", "config", "actuation", "deadline", "gpus"},
     # act on power caps (gpus: locate cards, NVML bus ids; limits: the headroom it holds)
-    "power": {"model", "sysfs", "config", "limits", "actuation", "deadline", "gpus", "handback"},
+    "power": {"model", "sysfs", "config", "limits", "actuation", "deadline", "gpus"},
     # act on the clock ceiling (gpus: locate cards, NVML bus ids; limits: the headroom it holds)
-    "clock": {"model", "sysfs", "config", "limits", "actuation", "deadline", "gpus", "handback"},
-    # what the caps' and the clock's hand-back of a stored record share (gpus: the cards discovered once)
-    "handback": {"actuation", "gpus", "sysfs"},
+    "clock": {"model", "sysfs", "config", "limits", "actuation", "deadline", "gpus"},
     # act on trainers; FanState only via model
     "supervise": {"model", "config", "limits", "heartbeat", "attach", "safefs"},
     # report: never hardware (no sysfs, gpus, fan, supervise); safefs: the state files read and written

@@ -38,11 +38,12 @@ def test_the_restore_file_name_comes_from_actuation() -> None:
     shape of actuator (issue 30)."""
     spelled = _where(_daemon_modules(), lambda path: any(
         isinstance(value, str) and value.endswith("restore.json") for value in _constants(path)))
-    assert spelled == {"gpuwatch/actuation.py"}
+    assert spelled == {"gpuwatch/actuation/actuator.py"}
 
 
 def test_only_the_actuation_layer_registers_a_restore_at_exit() -> None:
-    assert _where(_daemon_modules(), lambda path: "import atexit" in path.read_text()) == {"gpuwatch/actuation.py"}
+    registering = _where(_daemon_modules(), lambda path: "import atexit" in path.read_text())
+    assert registering == {"gpuwatch/actuation/actuator.py"}
 
 
 def test_metric_names_and_families_come_from_publish_families() -> None:

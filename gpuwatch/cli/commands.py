@@ -124,7 +124,7 @@ def _train_gpus(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from gpuwatch.actuation import restore_file_path
+    from gpuwatch.actuation.actuator import restore_file_path
     from gpuwatch.daemon.compose import restore_all
     from gpuwatch.daemon.lock import holder
     from gpuwatch.safefs import client_refusal

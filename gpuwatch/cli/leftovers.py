@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gpuwatch.actuation import restore_file_path
+from gpuwatch.actuation.actuator import restore_file_path
 from gpuwatch.publish.schema import StatusDocument
 from gpuwatch.safefs import read_bounded
 

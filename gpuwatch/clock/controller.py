@@ -4,8 +4,8 @@ Implements the daemon's ClockConsumer (``tick(snapshot, fans, powers, config)``,
 of fan -> power cap -> clock -> pause. Per GPU: a backend probed, never guessed (the OD table, else the level
 mask: gpu_clock.probe_backend; NVML's locked clocks for NVIDIA GPUs), the law (law.py) with this tick's
 headroom and whether the rungs below are exhausted, the writes through the clocks' Actuator (the original
-recorded before the first write of every episode; every step that touches the hardware on the GPU's worker
-within the sysfs deadline: a stuck write costs one deadline, published as blocked, never the loop).
+recorded before the first write of every episode; every step on the GPU's worker within the sysfs
+deadline: a stuck write costs one deadline, published as blocked, never the loop).
 A ceiling we hold is read back every tick: one that reads otherwise (a GPU reset, another tool) is logged,
 counted (``resets_total``) and written again, as the fan controller takes a pwm1_enable reset back. A GPU
 whose ceiling cannot be set is published as unavailable with the reason, and paused at the cap's floor.
@@ -21,17 +21,17 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.actuation import FAILURES_BEFORE_GIVING_UP, Actuator, RestoreFailed, Stuck
-from gpuwatch.clock.backend import VERIFY_TOLERANCE_MHZ, ClockBackend, ClockUnavailable, ClockWriteError
-from gpuwatch.clock.dpm_mask import DpmMaskClock
-from gpuwatch.clock.gpu_clock import GpuClock, cap_exhausted, probe_backend, touches_hardware
-from gpuwatch.clock.law import ClockInputs, ClockLawState, ClockParams, ceilings
+from gpuwatch.actuation.setting import HeldControl, SettingUnavailable, SettingWriteError
+from gpuwatch.clock.backend import VERIFY_TOLERANCE_MHZ, ClockBackend
+from gpuwatch.clock.dpm_mask import DpmMaskClock, DpmMaskRestore
+from gpuwatch.clock.gpu_clock import GpuClock, cap_exhausted, probe_backend
+from gpuwatch.clock.law import ClockInputs, ClockParams, ceilings, decide
 from gpuwatch.clock.nvml_clock import NvmlClock
 from gpuwatch.clock.od_table import OdTableClock
-from gpuwatch.clock.restore import RECORDS, give_back, kind
+from gpuwatch.clock.restore import give_back, kind
 from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.file import Config
-from gpuwatch.handback import Locate
+from gpuwatch.gpus.amdgpu import Locate
 from gpuwatch.limits import headroom_c, thermals_on
 from gpuwatch.model import ClockMode, ClockState, FanState, GpuReading, PowerState, Snapshot
 from gpuwatch.sysfs import Sysfs
@@ -39,27 +39,21 @@ from gpuwatch.sysfs import Sysfs
 log = logging.getLogger("gpuwatch.clock")
 
 
-class ClockController:
+class ClockController(HeldControl[GpuClock, Locate]):
+    what, instead = "clock ceiling", "a hot card at the cap's floor is paused instead"
+
     def __init__(self, sysfs: Sysfs, runtime_dir: Path, *, locate: Locate, nvml: Any = None,
                  clock: Callable[[], float] = time.monotonic, check_access: bool = True,
                  deadline_s: float = DEFAULT_SYSFS_DEADLINE_S) -> None:
-        self.sysfs = sysfs
-        self.locate = locate
-        self.nvml = nvml
-        self.clock = clock
-        self.check_access = check_access
-        self.actuator = Actuator(kind(sysfs, lambda: nvml, locate), runtime_dir, deadline_s)
-        self.gpus: dict[str, GpuClock] = {}
-        self.stuck = Stuck(log, "clock ceiling")
+        super().__init__(kind, log, sysfs, runtime_dir, locate, nvml, clock, check_access, deadline_s)
 
     def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
              config: Config) -> tuple[ClockState, ...]:
-        """Each GPU's step under the live ``config``; the steps that touch the hardware on the GPUs' workers."""
+        """Each GPU's step under the live ``config``, on its worker within the deadline (``Actuator.run``)."""
         now = self.clock()
         fan_of = {fan.gpu_id: fan for fan in fans}
         power_of = {power.gpu_id: power for power in powers}
         steps: dict[str, Callable[[], ClockState]] = {}
-        touches: dict[str, Callable[[], bool]] = {}
         for gpu in snapshot.gpus:
             g = self.gpus.get(gpu.gpu_id) or self._new(gpu, config)
             settings = config.power.for_gpu(gpu.gpu_id)
@@ -67,8 +61,7 @@ class ClockController:
             exhausted = cap_exhausted(power_of.get(gpu.gpu_id), fan_of.get(gpu.gpu_id))
             room = headroom_c(gpu, thermals_on(config, gpu.gpu_id))
             steps[gpu.gpu_id] = partial(self._tick_one, g, gpu, params, now, room, exhausted)
-            touches[gpu.gpu_id] = partial(touches_hardware, g, gpu, params, now, room, exhausted)
-        ran = self.stuck.results(self.actuator.step_all(steps, touches), self._blocked)
+        ran = self.stuck.results(self.actuator.run(steps), self._blocked)
         return tuple(ran[gpu.gpu_id] for gpu in snapshot.gpus)
 
     def _new(self, gpu: GpuReading, config: Config) -> GpuClock:
@@ -79,7 +72,7 @@ class ClockController:
             log.info("GPU %s: clock ceiling in dry-run (fan.mode %r, power.mode %r)", gpu.gpu_id, config.fan.mode,
                      config.power.mode)
             mode = ClockMode.DRY_RUN
-        g = self.gpus[gpu.gpu_id] = GpuClock(gpu.gpu_id, mode)
+        g = self.gpus[gpu.gpu_id] = GpuClock(gpu_id=gpu.gpu_id, mode=mode)
         if mode is not ClockMode.OFF or gpu.gpu_id in self.actuator.recorded():
             g.backend = self._backend_for(gpu)
         return g
@@ -87,8 +80,8 @@ class ClockController:
     def _backend_for(self, gpu: GpuReading) -> ClockBackend | None:
         if gpu.backend == "nvml":
             return NvmlClock(self.nvml, gpu.gpu_id) if self.nvml is not None else None
-        stored = self.actuator.recorded().get(gpu.gpu_id)
-        mask = isinstance(stored, dict) and stored.get("backend") == "dpm_mask"  # a killed daemon's, given back
+        record = self.actuator.record_of(gpu.gpu_id)
+        mask = isinstance(record, DpmMaskRestore)  # a killed daemon's, given back
         return (DpmMaskClock if mask else OdTableClock)(self.sysfs, gpu.gpu_id, self.locate, self.check_access)
 
     def _probe(self, g: GpuClock, params: ClockParams) -> None:
@@ -96,23 +89,16 @@ class ClockController:
         assert g.backend is not None
         if not self._adopt(g):
             return
-        try:
-            g.backend, found = probe_backend(g.backend, self.sysfs, self.locate, self.check_access)
-        except ClockUnavailable as exc:
-            g.probed = True
-            self._give_up(g, str(exc))
+        probed = self.holder.probe(g, partial(probe_backend, g.backend, self.sysfs, self.locate, self.check_access))
+        if probed is None:
             return
-        except ClockWriteError as exc:
-            reason = f"clock ceiling not known yet: {exc}; probed again every tick"
-            if g.reason != reason:
-                log.warning("GPU %s: %s", g.gpu_id, reason)
-            g.reason = reason
-            return
-        g.probed, g.reason, g.found = True, None, found
+        g.backend, g.found = probed
+        found = probed[1]
         g.ceilings_mhz = ceilings(found.original_mhz, found.min_mhz, params.floor_ratio, found.levels_mhz)
         if len(g.ceilings_mhz) < 2:
-            self._give_up(g, f"no ceiling between the floor ({params.floor_ratio:.0%} of {found.original_mhz:g} MHz) "
-                             f"and the card's maximum ({g.backend.name}, lowest {found.min_mhz:g} MHz)")
+            self.holder.give_up(g, f"no ceiling between the floor ({params.floor_ratio:.0%} of "
+                                   f"{found.original_mhz:g} MHz) and the card's maximum ({g.backend.name}, lowest "
+                                   f"{found.min_mhz:g} MHz)")
             return
         if g.mode is not ClockMode.OFF:
             log.info("GPU %s: shader clock %g MHz (%s), lowered down to %g MHz when the cap is at its floor%s",
@@ -124,44 +110,42 @@ class ClockController:
         probe: the probe would take what it left for the card's own (a level mask left ``manual``, say). False:
         it could not be given back (given up, the record kept for `gpuwatch restore`)."""
         assert g.backend is not None
-        stored = self.actuator.recorded().get(g.gpu_id)
-        if not isinstance(stored, dict) or stored.get("backend") != g.backend.name:
+        record = self.actuator.record_of(g.gpu_id)
+        if record is None or record.backend != g.backend.name:
             return True
-        record = RECORDS[g.backend.name](stored)
         log.warning("GPU %s: a clock ceiling left by a daemon that did not exit cleanly (%s): given back",
                     g.gpu_id, self.actuator.file.path)
         problem = give_back(g.backend, record)
         if problem:
             g.probed, g.holding = True, True
-            self._give_up(g, problem)
+            self.holder.give_up(g, problem)
             return False
         self.actuator.forget(g.gpu_id)
         return True
 
     def _tick_one(self, g: GpuClock, gpu: GpuReading, params: ClockParams, now: float, headroom: float | None,
                   exhausted: bool) -> ClockState:
-        dt, g.last_now = (0.0 if g.last_now is None else max(0.0, now - g.last_now)), now
+        dt = g.step_s(now)
         if g.mode is ClockMode.UNAVAILABLE or not gpu.up or gpu.suspended:
             return self._published(g)
         if not g.probed and g.backend is not None:
             self._probe(g, params)
         if g.mode is ClockMode.OFF:
-            if g.holding:
-                self._give_back(g)
+            self.holder.give_back(g)
             return self._published(g)
         if not g.governable:
             return self._published(g)
         if g.holding:
             self._check_in_force(g)
-        decision = g.decide(params, ClockInputs(now, headroom, exhausted, g.ceilings_mhz))
-        g.law, g.target_mhz = decision.state, decision.ceiling_mhz
+        decision = decide(params, g.law, ClockInputs(now, headroom, exhausted, g.ceilings_mhz))
+        g.law, g.target = decision.state, decision.ceiling_mhz
         g.pause_allowed = decision.pause_allowed or g.mode is ClockMode.DRY_RUN
         if decision.write and g.mode is ClockMode.DRY_RUN:
             log.info("GPU %s: dry-run: would set the shader clock ceiling to %s", g.gpu_id,
                      "the card's maximum" if decision.ceiling_mhz is None else f"{decision.ceiling_mhz:g} MHz")
         elif decision.write:
             if decision.ceiling_mhz is None:
-                self._give_back(g)
+                self.holder.give_back(g)
             else:
                 self._write(g, decision.ceiling_mhz)
         if g.holding:
@@ -171,79 +155,41 @@ class ClockController:
     def _check_in_force(self, g: GpuClock) -> None:
         """The ceiling we wrote must still be in force: a GPU reset or another tool is seen and taken back."""
         assert g.backend is not None
-        if g.written_mhz is None:
+        if g.written is None:
             return
         observed = g.backend.current_mhz()
-        if observed is None or abs(observed - g.written_mhz) < VERIFY_TOLERANCE_MHZ:
+        if observed is None or abs(observed - g.written) < VERIFY_TOLERANCE_MHZ:
             return
         g.resets_total += 1
         log.warning("GPU %s: shader clock ceiling reads %g MHz, %g MHz was written (a GPU reset or another tool): "
-                    "taken again", g.gpu_id, observed, g.written_mhz)
-        self._write(g, g.written_mhz)
+                    "taken again", g.gpu_id, observed, g.written)
+        self._write(g, g.written)
 
     def _write(self, g: GpuClock, ceiling_mhz: float) -> None:
         assert g.backend is not None
-        first = not g.holding
-        if first:
+        if not g.holding:
             try:
                 g.found = g.backend.probe()  # the original in force now (a user's new maximum is the one to give back)
-            except (ClockUnavailable, ClockWriteError) as exc:
-                self._failed(g, f"clock ceiling probe before the first write failed: {exc}")
+            except (SettingUnavailable, SettingWriteError) as exc:
+                self.holder.failed(g, f"clock ceiling probe before the first write failed: {exc}")
                 return
-            # Persisted before the first write, so a SIGKILL right after still leaves the way back; never a write
-            # without it (a full or read-only runtime directory: nothing is written, the card pauses instead).
-            problem = self.actuator.record_first(g.gpu_id, g.backend.record(), "clock")
-            if problem:
-                self._failed(g, problem)
-                return
-            g.holding = True
-        try:
-            back = g.backend.write(ceiling_mhz)
-        except ClockUnavailable as exc:
-            if first:  # refused outright: nothing of ours is in force
-                g.holding = False
-                self.actuator.forget(g.gpu_id)
-            self._give_up(g, str(exc))
+        back = self.holder.write(g, ceiling_mhz, g.backend.record, g.backend.write)
+        if back is None:
             return
-        except ClockWriteError as exc:
-            self._failed(g, str(exc))
-            return
-        g.writes_total += 1
-        g.written_mhz = ceiling_mhz
         if abs(back - ceiling_mhz) >= VERIFY_TOLERANCE_MHZ:
-            self._failed(g, f"shader clock ceiling reads {back:g} MHz after writing {ceiling_mhz:g} MHz")
+            self.holder.failed(g, f"shader clock ceiling reads {back:g} MHz after writing {ceiling_mhz:g} MHz")
             return
         g.failures = 0
         log.info("GPU %s: shader clock ceiling %g MHz", g.gpu_id, back)
 
-    def _failed(self, g: GpuClock, problem: str) -> None:
-        g.write_errors_total += 1
-        g.failures += 1
-        log.error("GPU %s: %s", g.gpu_id, problem)
-        if g.failures >= FAILURES_BEFORE_GIVING_UP:
-            self._give_up(g, f"{FAILURES_BEFORE_GIVING_UP} clock ceiling writes failed in a row, last: {problem}")
-
     def _give_back(self, g: GpuClock) -> str | None:
-        """The original back if we hold a ceiling; the problem when it did not stick (record kept)."""
-        if not g.holding or g.backend is None:
-            return None
-        stored = self.actuator.recorded().get(g.gpu_id)
-        parse = RECORDS.get(str(stored.get("backend"))) if isinstance(stored, dict) else None
-        record = parse(stored) if parse is not None and isinstance(stored, dict) else g.backend.record()
+        """The recorded original put back, verified."""
+        assert g.backend is not None
+        record = self.actuator.record_of(g.gpu_id) or g.backend.record()
         problem = give_back(g.backend, record)
-        if problem:
-            log.error("GPU %s: %s (run gpuwatch restore)", g.gpu_id, problem)
-            return problem
-        log.info("GPU %s: %s", g.gpu_id, record.handed_back())
-        g.holding, g.written_mhz, g.law = False, None, replace(g.law, index=None)
-        self.actuator.forget(g.gpu_id)
-        return None
-
-    def _give_up(self, g: GpuClock, reason: str) -> None:
-        log.warning("GPU %s: clock ceiling not governed: %s; a hot card at the cap's floor is paused instead",
-                    g.gpu_id, reason)
-        g.mode, g.reason, g.pause_allowed, g.target_mhz = ClockMode.UNAVAILABLE, reason, True, None
-        self._give_back(g)
+        if problem is None:
+            log.info("GPU %s: %s", g.gpu_id, record.handed_back())
+        return problem
 
     def _blocked(self, gpu_id: str, reason: str) -> ClockState:
         """A GPU whose step is stuck on its worker: published as such, a hot card paused instead."""
@@ -255,20 +201,10 @@ class ClockController:
             mode = ClockMode.FLOOR if g.law.index == 0 else ClockMode.LIMITING
         return ClockState(
             gpu_id=g.gpu_id, mode=mode, backend=None if g.backend is None else g.backend.name,
-            ceiling_mhz=g.written_mhz if g.holding else None, target_ceiling_mhz=g.target_mhz,
+            ceiling_mhz=g.written if g.holding else None, target_ceiling_mhz=g.target,
             original_mhz=None if g.found is None else g.found.original_mhz,
             floor_mhz=g.ceilings_mhz[0] if len(g.ceilings_mhz) > 1 else None,
             pause_allowed=g.pause_allowed or mode not in (ClockMode.LIMITING,), limited_seconds_total=g.limited_s,
             writes_total=g.writes_total, write_errors_total=g.write_errors_total, resets_total=g.resets_total,
             reason=g.reason,
         )
-
-    def restore(self) -> None:
-        """Every ceiling we set back to what it was (the actuator's restore-all); safe to call more than once."""
-        result = self.actuator.restore_all()
-        recorded = self.actuator.recorded()
-        for g in self.gpus.values():
-            if g.holding and g.gpu_id not in recorded:
-                g.holding, g.written_mhz, g.law = False, None, ClockLawState()
-        if result.problems:
-            raise RestoreFailed("clock ceiling restore failed for " + ", ".join(result.problems))

@@ -26,8 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from gpuwatch.clock.backend import ClockRange, ClockRecord, ClockUnavailable, ClockWriteError
-from gpuwatch.handback import Locate
+from gpuwatch.actuation.setting import SettingUnavailable, SettingWriteError
+from gpuwatch.clock.backend import ClockRange, ClockRecord
+from gpuwatch.gpus.amdgpu import Locate
 from gpuwatch.model import ClockBackendName
 from gpuwatch.sysfs import Sysfs, SysfsError
 
@@ -101,32 +102,32 @@ class DpmMaskClock:
     def path(self, name: str) -> str:
         card = self.locate(self.gpu_id)
         if card is None:
-            raise ClockWriteError(f"GPU {self.gpu_id} is not found now")
+            raise SettingWriteError(f"GPU {self.gpu_id} is not found now")
         return f"{card.device_dir}/{name}"
 
     def _read(self, name: str) -> str | None:
         try:
             return self.sysfs.read(self.path(name))
         except SysfsError as exc:
-            raise ClockWriteError(f"{name} unreadable ({exc.reason})") from None
+            raise SettingWriteError(f"{name} unreadable ({exc.reason})") from None
 
     def probe(self) -> ClockRange:
         try:
             level_path = self.path(LEVEL_FILE)
-        except ClockWriteError:
-            raise ClockUnavailable("the card is not found: nothing to set") from None
+        except SettingWriteError:
+            raise SettingUnavailable("the card is not found: nothing to set") from None
         level, sclk = self._read(LEVEL_FILE), self._read(SCLK_FILE)
         if level is None or sclk is None:
-            raise ClockUnavailable(f"no {LEVEL_FILE} or {SCLK_FILE}: no clock levels to mask")
+            raise SettingUnavailable(f"no {LEVEL_FILE} or {SCLK_FILE}: no clock levels to mask")
         if not level:  # the query failed (amdgpu_pm.c prints "\n"): read again next tick, never recorded as original
-            raise ClockWriteError(f"{LEVEL_FILE} is empty (the driver's query failed)")
+            raise SettingWriteError(f"{LEVEL_FILE} is empty (the driver's query failed)")
         if level == "manual":
-            raise ClockUnavailable(f"{LEVEL_FILE} is already manual: another tool or a person drives the clocks")
+            raise SettingUnavailable(f"{LEVEL_FILE} is already manual: another tool or a person drives the clocks")
         table = parse_sclk(sclk)
         if len(table.levels_mhz) < 2:
-            raise ClockUnavailable(f"{SCLK_FILE} lists {len(table.levels_mhz)} usable level(s): nothing to mask")
+            raise SettingUnavailable(f"{SCLK_FILE} lists {len(table.levels_mhz)} usable level(s): nothing to mask")
         if self.check_access and not (self.sysfs.writable(level_path) and self.sysfs.writable(self.path(SCLK_FILE))):
-            raise ClockUnavailable(f"{LEVEL_FILE} or {SCLK_FILE} is not writable (run gpuwatch as root)")
+            raise SettingUnavailable(f"{LEVEL_FILE} or {SCLK_FILE} is not writable (run gpuwatch as root)")
         self.level, self.levels_mhz = level, table.levels_mhz
         return ClockRange(original_mhz=float(table.levels_mhz[-1]), min_mhz=float(table.levels_mhz[0]),
                           levels_mhz=tuple(float(mhz) for mhz in table.levels_mhz))
@@ -136,7 +137,7 @@ class DpmMaskClock:
         (the firmware has the clocks: a reset or another tool)."""
         try:
             level, sclk = self._read(LEVEL_FILE), self._read(SCLK_FILE)
-        except ClockWriteError:
+        except SettingWriteError:
             return None
         if not self.levels_mhz or level is None:
             return None
@@ -152,13 +153,13 @@ class DpmMaskClock:
     def write(self, ceiling_mhz: float) -> float:
         allowed = [index for index, mhz in enumerate(self.levels_mhz) if mhz <= ceiling_mhz + 0.5]
         if not allowed:
-            raise ClockUnavailable(f"no DPM level at or under {ceiling_mhz:g} MHz")
+            raise SettingUnavailable(f"no DPM level at or under {ceiling_mhz:g} MHz")
         self._write(LEVEL_FILE, "manual\n")
         self._write(SCLK_FILE, " ".join(str(index) for index in allowed) + "\n")
         self.written_mhz = float(self.levels_mhz[allowed[-1]])
         back = self.current_mhz()
         if back is None:
-            raise ClockWriteError(f"{LEVEL_FILE} unreadable after the write")
+            raise SettingWriteError(f"{LEVEL_FILE} unreadable after the write")
         return back
 
     def record(self) -> DpmMaskRestore:
@@ -167,14 +168,14 @@ class DpmMaskClock:
 
     def give_back(self, record: ClockRecord) -> None:
         if not isinstance(record, DpmMaskRestore) or record.level is None:
-            raise ClockWriteError("the record holds no performance level")
+            raise SettingWriteError("the record holds no performance level")
         try:
             self._write(LEVEL_FILE, record.level + "\n")
-        except ClockUnavailable as exc:
-            raise ClockWriteError(str(exc)) from None
+        except SettingUnavailable as exc:
+            raise SettingWriteError(str(exc)) from None
         back = self._read(LEVEL_FILE)
         if back != record.level:
-            raise ClockWriteError(f"{LEVEL_FILE} reads {back!r} after restoring {record.level!r}")
+            raise SettingWriteError(f"{LEVEL_FILE} reads {back!r} after restoring {record.level!r}")
         self.written_mhz = None
 
     def _write(self, name: str, text: str) -> None:
@@ -182,5 +183,5 @@ class DpmMaskClock:
             self.sysfs.write(self.path(name), text)
         except SysfsError as exc:
             if exc.reason in PERMANENT:
-                raise ClockUnavailable(f"{name} refuses {text.strip()!r} ({exc.reason})") from None
-            raise ClockWriteError(f"{name} write {text.strip()!r} failed: {exc.reason}") from None
+                raise SettingUnavailable(f"{name} refuses {text.strip()!r} ({exc.reason})") from None
+            raise SettingWriteError(f"{name} write {text.strip()!r} failed: {exc.reason}") from None

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from gpuwatch.clock.backend import ClockRange, ClockRecord, ClockUnavailable, ClockWriteError
+from gpuwatch.actuation.setting import SettingUnavailable, SettingWriteError
+from gpuwatch.clock.backend import ClockRange, ClockRecord
 from gpuwatch.gpus.nvml_device import NvmlDevice
 from gpuwatch.model import ClockBackendName
 
@@ -45,7 +46,7 @@ class NvmlClockRestore:
 
 class NvmlClock(NvmlDevice):
     name: ClockBackendName = "nvml"
-    no_gpu = ClockWriteError
+    no_gpu = SettingWriteError
 
     def __init__(self, nvml: Any, gpu_id: str) -> None:
         super().__init__(nvml, gpu_id)
@@ -57,10 +58,10 @@ class NvmlClock(NvmlDevice):
             handle = self.handle()
             memory = max(self.nvml.nvmlDeviceGetSupportedMemoryClocks(handle))
             clocks = sorted(self.nvml.nvmlDeviceGetSupportedGraphicsClocks(handle, memory))
-        except (self.nvml.NVMLError, ClockWriteError, ValueError) as exc:
-            raise ClockUnavailable(f"NVML graphics clocks unreadable: {exc}") from None
+        except (self.nvml.NVMLError, SettingWriteError, ValueError) as exc:
+            raise SettingUnavailable(f"NVML graphics clocks unreadable: {exc}") from None
         if len(clocks) < 2:
-            raise ClockUnavailable("NVML lists fewer than two graphics clocks")
+            raise SettingUnavailable("NVML lists fewer than two graphics clocks")
         self.found = ClockRange(original_mhz=float(clocks[-1]), min_mhz=float(clocks[0]))
         return self.found
 
@@ -79,8 +80,8 @@ class NvmlClock(NvmlDevice):
             self.nvml.nvmlDeviceSetGpuLockedClocks(self.handle(), round(self.found.min_mhz), round(ceiling_mhz))
         except self.nvml.NVMLError as exc:
             if self.refusal(exc):
-                raise ClockUnavailable(f"NVML refuses locked clocks: {exc}") from None
-            raise ClockWriteError(f"NVML locked clocks failed: {exc}") from None
+                raise SettingUnavailable(f"NVML refuses locked clocks: {exc}") from None
+            raise SettingWriteError(f"NVML locked clocks failed: {exc}") from None
         self.written_mhz = float(round(ceiling_mhz))
         return self.written_mhz
 
@@ -92,5 +93,5 @@ class NvmlClock(NvmlDevice):
         try:
             self.nvml.nvmlDeviceResetGpuLockedClocks(self.handle())
         except self.nvml.NVMLError as exc:
-            raise ClockWriteError(f"NVML locked clocks not reset: {exc}") from None
+            raise SettingWriteError(f"NVML locked clocks not reset: {exc}") from None
         self.written_mhz = None

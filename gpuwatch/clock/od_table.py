@@ -24,8 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from gpuwatch.clock.backend import VERIFY_TOLERANCE_MHZ, ClockRange, ClockRecord, ClockUnavailable, ClockWriteError
-from gpuwatch.handback import Locate
+from gpuwatch.actuation.setting import SettingUnavailable, SettingWriteError
+from gpuwatch.clock.backend import VERIFY_TOLERANCE_MHZ, ClockRange, ClockRecord
+from gpuwatch.gpus.amdgpu import Locate
 from gpuwatch.model import ClockBackendName
 from gpuwatch.sysfs import Sysfs, SysfsError
 
@@ -106,38 +107,38 @@ class OdTableClock:
     def path(self) -> str:
         card = self.locate(self.gpu_id)
         if card is None:
-            raise ClockWriteError(f"GPU {self.gpu_id} is not found now")
+            raise SettingWriteError(f"GPU {self.gpu_id} is not found now")
         return f"{card.device_dir}/{FILE}"
 
     def table(self) -> OdTable:
         try:
             text = self.sysfs.read(self.path())
         except SysfsError as exc:
-            raise ClockWriteError(f"{FILE} unreadable ({exc.reason})") from None
+            raise SettingWriteError(f"{FILE} unreadable ({exc.reason})") from None
         if text is None:
-            raise ClockUnavailable(f"no {FILE} (overdrive not enabled: amdgpu.ppfeaturemask bit 0x4000)")
+            raise SettingUnavailable(f"no {FILE} (overdrive not enabled: amdgpu.ppfeaturemask bit 0x4000)")
         if not text:  # amdgpu_pm.c prints "\n" when the SMU's query failed (size == 0): read again, never given up
-            raise ClockWriteError(f"{FILE} is empty (the driver's query failed)")
+            raise SettingWriteError(f"{FILE} is empty (the driver's query failed)")
         parsed = parse_od_table(text)
         if isinstance(parsed, str):
-            raise ClockUnavailable(f"{FILE}: {parsed}")
+            raise SettingUnavailable(f"{FILE}: {parsed}")
         return parsed
 
     def probe(self) -> ClockRange:
         try:
             path = self.path()
-        except ClockWriteError:
-            raise ClockUnavailable("the card is not found: nothing to set") from None
+        except SettingWriteError:
+            raise SettingUnavailable("the card is not found: nothing to set") from None
         table = self.found = self.table()
         if self.check_access and not self.sysfs.writable(path):
-            raise ClockUnavailable(f"{FILE} is not writable (run gpuwatch as root)")
+            raise SettingUnavailable(f"{FILE} is not writable (run gpuwatch as root)")
         low = max(table.range_min_mhz, table.sclk_min_mhz + 1)
         return ClockRange(original_mhz=float(table.sclk_max_mhz), min_mhz=float(low))
 
     def current_mhz(self) -> float | None:
         try:
             return float(self.table().sclk_max_mhz)
-        except (ClockUnavailable, ClockWriteError):
+        except (SettingUnavailable, SettingWriteError):
             return None
 
     def write(self, ceiling_mhz: float) -> float:
@@ -151,13 +152,13 @@ class OdTableClock:
 
     def give_back(self, record: ClockRecord) -> None:
         if record.original_mhz is None:
-            raise ClockWriteError("the record holds no ceiling")
+            raise SettingWriteError("the record holds no ceiling")
         try:
             back = self.write(record.original_mhz)
-        except ClockUnavailable as exc:
-            raise ClockWriteError(str(exc)) from None
+        except SettingUnavailable as exc:
+            raise SettingWriteError(str(exc)) from None
         if abs(back - record.original_mhz) >= VERIFY_TOLERANCE_MHZ:
-            raise ClockWriteError(f"{FILE} reads {back:g} MHz after restoring {record.original_mhz:g} MHz")
+            raise SettingWriteError(f"{FILE} reads {back:g} MHz after restoring {record.original_mhz:g} MHz")
 
     def _commit(self, command: str) -> None:
         """One edit and the commit that makes it take effect (each its own write, as the kernel parses them)."""
@@ -167,5 +168,5 @@ class OdTableClock:
                 self.sysfs.write(path, text)
             except SysfsError as exc:
                 if exc.reason in PERMANENT:
-                    raise ClockUnavailable(f"{FILE} refuses {text.strip()!r} ({exc.reason})") from None
-                raise ClockWriteError(f"{FILE} write {text.strip()!r} failed: {exc.reason}") from None
+                    raise SettingUnavailable(f"{FILE} refuses {text.strip()!r} ({exc.reason})") from None
+                raise SettingWriteError(f"{FILE} write {text.strip()!r} failed: {exc.reason}") from None

@@ -14,12 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpuwatch.actuation import ActuatorKind, NotHandedBack
-from gpuwatch.clock.backend import ClockBackend, ClockRecord, ClockUnavailable, ClockWriteError
+from gpuwatch.actuation.actuator import ActuatorKind, NotHandedBack
+from gpuwatch.actuation.setting import NvmlLoader, SettingUnavailable, SettingWriteError, StoredHandback
+from gpuwatch.clock.backend import ClockBackend, ClockRecord
 from gpuwatch.clock.dpm_mask import DpmMaskClock, DpmMaskRestore
 from gpuwatch.clock.nvml_clock import NvmlClock, NvmlClockRestore
 from gpuwatch.clock.od_table import OdTableClock, OdTableRestore
-from gpuwatch.handback import Locate, NvmlLoader, StoredHandback
+from gpuwatch.gpus.amdgpu import Locate, discovered_once
 from gpuwatch.sysfs import Sysfs
 
 NAME = "clock"
@@ -32,12 +33,12 @@ RECORDS: dict[str, Callable[[Mapping[str, Any]], ClockRecord]] = {
 }
 
 
-def kind(sysfs: Sysfs, load_nvml: NvmlLoader, locate: Locate | None = None) -> ActuatorKind:
-    """``locate`` finds a card by slot now (the daemon's amdgpu source); None: discovered at the first record."""
-    return ActuatorKind(NAME, ClockHandback(NAME, RECORDS, sysfs, load_nvml, locate))
+def kind(sysfs: Sysfs, load_nvml: NvmlLoader, locate: Locate | None = None) -> ActuatorKind[ClockRecord]:
+    """The clocks' kind; ``locate`` as for the caps (power/restore.kind)."""
+    return ClockHandback(NAME, RECORDS, sysfs, load_nvml, locate or discovered_once(sysfs)).kind()
 
 
-class ClockHandback(StoredHandback[ClockRecord]):
+class ClockHandback(StoredHandback[ClockRecord, Locate]):
     """Gives one stored ceiling record back (on the GPU's worker)."""
 
     def __call__(self, gpu_id: str, stored: Mapping[str, Any]) -> str:
@@ -50,13 +51,13 @@ class ClockHandback(StoredHandback[ClockRecord]):
         if isinstance(record, NvmlClockRestore):
             return NvmlClock(self.nvml("clocks not unlocked"), gpu_id)
         backend = DpmMaskClock if isinstance(record, DpmMaskRestore) else OdTableClock
-        return backend(self.sysfs, gpu_id, self.cards(), check_access=False)
+        return backend(self.sysfs, gpu_id, self.locate, check_access=False)
 
 
 def give_back(backend: ClockBackend, record: ClockRecord) -> str | None:
     """Put the recorded original back, verified; the problem when it did not stick."""
     try:
         backend.give_back(record)
-    except (ClockUnavailable, ClockWriteError) as exc:
+    except (SettingUnavailable, SettingWriteError) as exc:
         return f"clock ceiling not restored ({record.backend}, original {record.original_mhz:g} MHz): {exc}"
     return None

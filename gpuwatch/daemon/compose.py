@@ -20,9 +20,9 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
-from gpuwatch.actuation import Actuator, ActuatorKind, Handback
+from gpuwatch.actuation.actuator import Actuator, ActuatorKind, Handback
 from gpuwatch.clock import restore as clock_restore
 from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import REAL_SYSFS_ROOT, Config
@@ -259,7 +259,7 @@ def build_supervisor(config: Config) -> TrainerConsumer:
     return Supervisor(list(config.trainer), config.resolved_runtime_dir / "trainers")
 
 
-def actuator_kinds(config: Config) -> tuple[ActuatorKind, ...]:
+def actuator_kinds(config: Config) -> tuple[ActuatorKind[Any], ...]:
     """Every actuator gpuwatch drives, as `gpuwatch restore` knows it: adding an actuator is one line here
     (and its module: its records, ``kind`` and the controller that holds an Actuator of it)."""
     sysfs = Sysfs(config.sysfs_root)

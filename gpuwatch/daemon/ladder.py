@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from gpuwatch.actuation import RestoreFailed
+from gpuwatch.actuation.actuator import RestoreFailed
 from gpuwatch.config.file import Config
 from gpuwatch.daemon.compose import Parts
 from gpuwatch.model import ClockState, FanState, PowerState, Snapshot, TrainerState, UnmanagedState

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gpuwatch.actuation import Record
+from gpuwatch.actuation.actuator import Record
 from gpuwatch.model import FanBackendName
 from gpuwatch.sysfs import Sysfs, SysfsError
 

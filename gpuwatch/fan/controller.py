@@ -25,7 +25,7 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
-from gpuwatch.actuation import Actuator, RestoreFailed, blocked_reason
+from gpuwatch.actuation.actuator import Actuator, RestoreFailed, blocked_reason
 from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.cooling import FanConfig
 from gpuwatch.config.file import Config
@@ -36,13 +36,11 @@ from gpuwatch.fan.gpu_fan import GpuFan, choose_backend
 from gpuwatch.fan.pwm1 import Pwm1Backend
 from gpuwatch.fan.restore import kind
 from gpuwatch.fan.rules import Verdict, can_rise, driven_verdict, idle_verdict, pick_sensor, stall, unwritable_verdict
-from gpuwatch.gpus.amdgpu import AmdCard
+from gpuwatch.gpus.amdgpu import AmdCard, Locate
 from gpuwatch.model import FanMode, FanState, GpuReading, Snapshot
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 log = logging.getLogger("gpuwatch.fan")
-
-Locate = Callable[[str], AmdCard | None]
 
 
 class FanController:

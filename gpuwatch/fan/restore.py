@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from gpuwatch.actuation import ActuatorKind, Gone, Handback, NotHandedBack
+from gpuwatch.actuation.actuator import ActuatorKind, Gone, Handback, NotHandedBack
 from gpuwatch.fan.backend import RestoreRecord
 from gpuwatch.fan.gpu_od import GpuOdRestore
 from gpuwatch.fan.pwm1 import AUTO, MANUAL, Pwm1Restore
@@ -29,8 +29,8 @@ RECORDS: dict[str, Callable[[Mapping[str, Any]], RestoreRecord]] = {
 }
 
 
-def kind(sysfs: Sysfs) -> ActuatorKind:
-    return ActuatorKind(NAME, partial(give_back, sysfs), partial(all_auto, sysfs))
+def kind(sysfs: Sysfs) -> ActuatorKind[RestoreRecord]:
+    return ActuatorKind(NAME, partial(give_back, sysfs), partial(all_auto, sysfs), records=RECORDS)
 
 
 def give_back(sysfs: Sysfs, gpu_id: str, stored: Mapping[str, Any]) -> str:

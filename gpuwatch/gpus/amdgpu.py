@@ -12,6 +12,7 @@ runtime-suspended GPU, so a suspended one is not read (§2). gpus/telemetry.py a
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -64,6 +65,24 @@ class AmdCard:
 
     def __str__(self) -> str:
         return f"{self.card}, {self.hwmon_dir.rsplit('/', 1)[-1] if self.hwmon_dir else 'no hwmon'}"
+
+
+Locate = Callable[[str], AmdCard | None]  # a card by PCI slot, where it is now (the daemon's amdgpu source)
+
+
+def discovered_once(sysfs: Sysfs) -> Locate:
+    """A card by PCI slot, from the cards discovered at the first call (`gpuwatch restore`: its hwmon index
+    may have changed since the record was written; every GPU's worker asks at once)."""
+    lock = threading.Lock()
+    found: list[dict[str, AmdCard]] = []
+
+    def locate(gpu_id: str) -> AmdCard | None:
+        with lock:
+            if not found:
+                found.append({card.gpu_id: card for card in discover(sysfs).cards})
+        return found[0].get(gpu_id)
+
+    return locate
 
 
 def discover(sysfs: Sysfs) -> DiscoveryResult[AmdCard]:

@@ -13,7 +13,7 @@ drivers/gpu/drm/amd/pm/amdgpu_pm.c), checked on the 22 captures in tests/fixture
 * on VanGogh (Steam Deck) power1 is slowPPT, an APU package limit shared with the CPU: not governed;
 * ``power1_cap`` prints an empty line when the SMU's limit query fails (SYSFS_FACTS.md §2,
   ``amdgpu_hwmon_show_power_cap_generic``), e.g. while the SMU is busy at boot: the probe raises
-  CapWriteError (retried next tick, like any read error), where only a missing file is "no cap" for good.
+  SettingWriteError (retried next tick, like any read error), where only a missing file is "no cap" for good.
 
 The card's directories come from the amdgpu source by PCI slot on every call (``locate``), so a GPU that
 comes back under another hwmon index after a reset is written where it now is.
@@ -25,9 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from gpuwatch.handback import Locate
+from gpuwatch.actuation.setting import SettingUnavailable, SettingWriteError
+from gpuwatch.gpus.amdgpu import Locate
 from gpuwatch.model import GpuReading, PowerCapBackendName
-from gpuwatch.power.backend import CapRange, CapUnavailable, CapWriteError
+from gpuwatch.power.backend import CapRange
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 UW_PER_W = 1_000_000
@@ -75,22 +76,22 @@ class HwmonCap:
         """``name`` in the card's hwmon directory as the amdgpu source sees it now."""
         card = self.locate(self.gpu_id)
         if card is None or card.hwmon_dir is None:
-            raise CapWriteError(f"GPU {self.gpu_id} has no hwmon directory now")
+            raise SettingWriteError(f"GPU {self.gpu_id} has no hwmon directory now")
         return f"{card.hwmon_dir}/{name}"
 
     def probe(self) -> CapRange:
         try:
             cap_path = self.path()
-        except CapWriteError:
-            raise CapUnavailable("no hwmon node: nothing to cap") from None
+        except SettingWriteError:
+            raise SettingUnavailable("no hwmon node: nothing to cap") from None
         cap_uw = self._cap_uw(cap_path)
         if cap_uw is None:
-            raise CapUnavailable("the board exposes no power1_cap (no power limit to lower)")
+            raise SettingUnavailable("the board exposes no power1_cap (no power limit to lower)")
         label = self._text(self.path("power1_label"))
         if label in APU_LABELS:
-            raise CapUnavailable(f"power1 is {label}, an APU package limit shared with the CPU: not governed")
+            raise SettingUnavailable(f"power1 is {label}, an APU package limit shared with the CPU: not governed")
         if self.check_access and not self.sysfs.writable(cap_path):
-            raise CapUnavailable("power1_cap is not writable (run gpuwatch as root)")
+            raise SettingUnavailable("power1_cap is not writable (run gpuwatch as root)")
         return CapRange(
             cap_w=cap_uw / UW_PER_W,
             min_w=_watts(self._number(self.path("power1_cap_min"))),
@@ -107,11 +108,11 @@ class HwmonCap:
             self.sysfs.write(path, str(round(cap_w * UW_PER_W)))
         except SysfsError as exc:
             if exc.reason in PERMANENT:
-                raise CapUnavailable(f"power1_cap refuses writes ({exc.reason})") from None
-            raise CapWriteError(f"power1_cap write failed: {exc.reason}") from None
+                raise SettingUnavailable(f"power1_cap refuses writes ({exc.reason})") from None
+            raise SettingWriteError(f"power1_cap write failed: {exc.reason}") from None
         back = self._number(path)
         if back is None:
-            raise CapWriteError("power1_cap unreadable after the write")
+            raise SettingWriteError("power1_cap unreadable after the write")
         return back / UW_PER_W
 
     def record(self, original_w: float) -> HwmonCapRestore:
@@ -125,17 +126,17 @@ class HwmonCap:
 
     def _cap_uw(self, path: str) -> int | None:
         """The cap in force for the probe; None when the file is absent (the board has none). Empty, a read
-        error or garbage: CapWriteError, worth another try next tick."""
+        error or garbage: SettingWriteError, worth another try next tick."""
         try:
             text = self.sysfs.read(path)
         except SysfsError as exc:
-            raise CapWriteError(f"power1_cap unreadable ({exc.reason})") from None
+            raise SettingWriteError(f"power1_cap unreadable ({exc.reason})") from None
         if text is None:
             return None
         if not text:
-            raise CapWriteError("power1_cap is empty (the driver's power limit query failed)")
+            raise SettingWriteError("power1_cap is empty (the driver's power limit query failed)")
         if not (text.isascii() and text.isdigit()):
-            raise CapWriteError(f"power1_cap reads {text[:24]!r}, not a power limit")
+            raise SettingWriteError(f"power1_cap reads {text[:24]!r}, not a power limit")
         return int(text)
 
     def _number(self, path: str) -> int | None:

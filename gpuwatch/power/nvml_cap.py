@@ -19,9 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from gpuwatch.actuation.setting import SettingUnavailable, SettingWriteError
 from gpuwatch.gpus.nvml_device import NvmlDevice
 from gpuwatch.model import GpuReading, PowerCapBackendName
-from gpuwatch.power.backend import CapRange, CapUnavailable, CapWriteError
+from gpuwatch.power.backend import CapRange
 
 MW_PER_W = 1000
 
@@ -52,7 +53,7 @@ class NvmlCapRestore:
 class NvmlCap(NvmlDevice):
     name: PowerCapBackendName = "nvml"
     cap_in_reading = False  # the reading has the enforced limit; the set one is asked of NVML
-    no_gpu = CapWriteError
+    no_gpu = SettingWriteError
 
     def probe(self) -> CapRange:
         try:
@@ -60,15 +61,15 @@ class NvmlCap(NvmlDevice):
             limit_mw = self.nvml.nvmlDeviceGetPowerManagementLimit(handle)
             low_mw, high_mw = self.nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle)
             default_mw = self.nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle)
-        except (self.nvml.NVMLError, CapWriteError) as exc:
-            raise CapUnavailable(f"NVML power limit unreadable: {exc}") from None
+        except (self.nvml.NVMLError, SettingWriteError) as exc:
+            raise SettingUnavailable(f"NVML power limit unreadable: {exc}") from None
         return CapRange(cap_w=limit_mw / MW_PER_W, min_w=low_mw / MW_PER_W, max_w=high_mw / MW_PER_W,
                         default_w=default_mw / MW_PER_W)
 
     def current_w(self, gpu: GpuReading) -> float | None:
         try:
             return float(self.nvml.nvmlDeviceGetPowerManagementLimit(self.handle())) / MW_PER_W
-        except (self.nvml.NVMLError, CapWriteError):
+        except (self.nvml.NVMLError, SettingWriteError):
             return None
 
     def write(self, cap_w: float) -> float:
@@ -79,12 +80,12 @@ class NvmlCap(NvmlDevice):
             refusal = self.refusal(exc)
             if refusal:
                 hint = " (setting it needs root)" if refusal == "NVML_ERROR_NO_PERMISSION" else ""
-                raise CapUnavailable(f"NVML refuses the power limit: {exc}{hint}") from None
-            raise CapWriteError(f"NVML power limit write failed: {exc}") from None
+                raise SettingUnavailable(f"NVML refuses the power limit: {exc}{hint}") from None
+            raise SettingWriteError(f"NVML power limit write failed: {exc}") from None
         try:
             return float(self.nvml.nvmlDeviceGetPowerManagementLimit(handle)) / MW_PER_W
         except self.nvml.NVMLError as exc:
-            raise CapWriteError(f"NVML power limit unreadable after the write: {exc}") from None
+            raise SettingWriteError(f"NVML power limit unreadable after the write: {exc}") from None
 
     def record(self, original_w: float) -> NvmlCapRestore:
         return NvmlCapRestore(round(original_w * MW_PER_W))

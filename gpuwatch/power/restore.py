@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpuwatch.actuation import ActuatorKind, NotHandedBack
-from gpuwatch.gpus.amdgpu import AmdCard
-from gpuwatch.handback import Locate, NvmlLoader, StoredHandback
-from gpuwatch.power.backend import VERIFY_TOLERANCE_W, CapBackend, CapRecord, CapUnavailable, CapWriteError
+from gpuwatch.actuation.actuator import ActuatorKind, NotHandedBack
+from gpuwatch.actuation.setting import NvmlLoader, SettingUnavailable, SettingWriteError, StoredHandback
+from gpuwatch.gpus.amdgpu import AmdCard, Locate, discovered_once
+from gpuwatch.power.backend import VERIFY_TOLERANCE_W, CapBackend, CapRecord
 from gpuwatch.power.hwmon_cap import HwmonCap, HwmonCapRestore
 from gpuwatch.power.nvml_cap import NvmlCap, NvmlCapRestore
 from gpuwatch.sysfs import Sysfs
@@ -31,12 +31,12 @@ RECORDS: dict[str, Callable[[Mapping[str, Any]], CapRecord]] = {
 }
 
 
-def kind(sysfs: Sysfs, load_nvml: NvmlLoader, locate: Locate | None = None) -> ActuatorKind:
-    """``locate`` finds a card by slot now (the daemon's amdgpu source); None: discovered at the first record."""
-    return ActuatorKind(NAME, CapHandback(NAME, RECORDS, sysfs, load_nvml, locate))
+def kind(sysfs: Sysfs, load_nvml: NvmlLoader, locate: Locate | None = None) -> ActuatorKind[CapRecord]:
+    """``locate`` finds a card by slot now (the daemon's amdgpu source; `gpuwatch restore`: discovered once)."""
+    return CapHandback(NAME, RECORDS, sysfs, load_nvml, locate or discovered_once(sysfs)).kind()
 
 
-class CapHandback(StoredHandback[CapRecord]):
+class CapHandback(StoredHandback[CapRecord, Locate]):
     """Gives one stored cap record back (on the GPU's worker: the card list and NVML are loaded once)."""
 
     def __call__(self, gpu_id: str, stored: Mapping[str, Any]) -> str:
@@ -51,11 +51,9 @@ class CapHandback(StoredHandback[CapRecord]):
         return NvmlCap(self.nvml("power limit not restored"), gpu_id)
 
     def _finder(self, record: HwmonCapRestore) -> Locate:
-        """The card by PCI slot as found now (``cards``); the recorded path when the slot is not found."""
-        cards = self.cards()
-
+        """The card by PCI slot as found now (``locate``); the recorded path when the slot is not found."""
         def locate(gpu_id: str) -> AmdCard | None:
-            card = cards(gpu_id)
+            card = self.locate(gpu_id)
             if card is not None or record.path is None or "/" not in record.path:
                 return card
             hwmon_dir = record.path.rsplit("/", 1)[0]
@@ -69,7 +67,7 @@ def give_back(cap: CapBackend, original_w: float) -> str | None:
     """Write ``original_w`` and read it back; the problem when it did not stick."""
     try:
         back = cap.write(original_w)
-    except (CapUnavailable, CapWriteError) as exc:
+    except (SettingUnavailable, SettingWriteError) as exc:
         return f"power cap not restored to {original_w:g} W: {exc}"
     if abs(back - original_w) >= VERIFY_TOLERANCE_W:
         return f"power cap reads {back:g} W after restoring {original_w:g} W"

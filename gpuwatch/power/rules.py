@@ -1,5 +1,5 @@
-"""The power governor's per-tick rules around the law (pure): the headroom it holds, whether the fan can
-still help, the limits of a cap range, and the throughput estimate it publishes.
+"""The power governor's per-tick rules around the law (pure): whether the fan can still help, the limits of a
+cap range, and the throughput estimate it publishes (the headroom it holds: gpuwatch.limits).
 
 Everything here is a function of its arguments; the controller (controller.py) keeps the state between
 ticks and does the I/O. The control law itself is governor.py.
@@ -7,10 +7,6 @@ ticks and does the I/O. The control law itself is governor.py.
 
 from __future__ import annotations
 
-# The limits that apply to a GPU and the headroom under them live in gpuwatch.limits (one home: the clock rung
-# holds the same headroom); re-exported here, where the governor's callers find them.
-from gpuwatch.limits import headroom_c as headroom_c
-from gpuwatch.limits import thermals_on as thermals_on
 from gpuwatch.model import FanState
 from gpuwatch.power.governor import BOUND_TOLERANCE_RATIO
 

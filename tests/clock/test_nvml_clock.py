@@ -12,9 +12,9 @@ from typing import Any
 import pynvml
 import pytest
 
-from gpuwatch.actuation import Actuator
+from gpuwatch.actuation.actuator import Actuator
+from gpuwatch.actuation.setting import SettingUnavailable
 from gpuwatch.clock import restore as clock_restore
-from gpuwatch.clock.backend import ClockUnavailable
 from gpuwatch.clock.controller import ClockController
 from gpuwatch.config.file import parse_config
 from gpuwatch.model import ClockMode, GpuReading, PowerMode, PowerState, Snapshot, TempReading
@@ -119,7 +119,7 @@ def test_restore_without_nvml_says_so_and_keeps_the_record(tmp_path: Path, load:
 
 
 def test_restore_loads_nvml_once_for_every_record(tmp_path: Path) -> None:
-    """handback.StoredHandback: the GPUs give their records back on their workers at once, NVML is loaded once;
+    """actuation.setting.StoredHandback: the GPUs give their records back on their workers at once, NVML is loaded once;
     a slot NVML does not list is that GPU's problem alone (NvmlDevice.handle)."""
     nvml, loads = FakeNvml(), []
     gone = "0000:99:00.0"
@@ -139,5 +139,5 @@ def test_restore_loads_nvml_once_for_every_record(tmp_path: Path) -> None:
 
 def test_a_missing_gpu_is_unavailable(tmp_path: Path) -> None:
     from gpuwatch.clock.nvml_clock import NvmlClock
-    with pytest.raises(ClockUnavailable, match="no GPU"):
+    with pytest.raises(SettingUnavailable, match="no GPU"):
         NvmlClock(FakeNvml(), "0000:99:00.0").probe()

@@ -72,7 +72,7 @@ def test_reload_hands_thermal_to_metrics_and_the_supervisor(tmp_path: Path) -> N
         assert daemon.reload()
         # The governor holds the card under the same limit the supervisor pauses at, never the old one.
         # Its tick is given the daemon's live config (no copy to hand over), and holds the limits it names.
-        from gpuwatch.power.rules import thermals_on
+        from gpuwatch.limits import thermals_on
 
         assert thermals_on(daemon.config, card.pci_slot)[0].edge_limit_c == 50
         # /metrics and /status read the limits in force from the published state: the old ones until the

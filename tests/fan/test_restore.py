@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuwatch.actuation import Actuator, Handback, RestoreFile
+from gpuwatch.actuation.actuator import Actuator, Handback, RestoreFile
 from gpuwatch.fan.pwm1 import Pwm1Restore
 from gpuwatch.fan.restore import kind
 from gpuwatch.sim.tree import FakeSysfsTree

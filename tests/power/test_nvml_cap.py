@@ -12,9 +12,9 @@ from typing import Any
 import pynvml
 import pytest
 
+from gpuwatch.actuation.setting import SettingUnavailable
 from gpuwatch.config.file import parse_config
 from gpuwatch.model import GpuReading, PowerMode, Snapshot, TempReading
-from gpuwatch.power.backend import CapUnavailable
 from gpuwatch.power.controller import PowerController
 from gpuwatch.power.nvml_cap import NvmlCap
 from gpuwatch.sysfs import Sysfs
@@ -100,7 +100,7 @@ def test_write_is_milliwatts_and_read_back() -> None:
                                          (pynvml.NVML_ERROR_INVALID_ARGUMENT, "Invalid Argument")])
 def test_refusals_make_it_unavailable(code: int, words: str, bare: bool) -> None:
     """The library's codes, named or (a pynvml without the names) through gpuwatch's own fallbacks."""
-    with pytest.raises(CapUnavailable, match=words):
+    with pytest.raises(SettingUnavailable, match=words):
         NvmlCap(FakeNvml(refuse=code, bare=bare), GPU).write(600)
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from gpuwatch.config.cooling import ThermalConfig
+from gpuwatch.limits import headroom_c
 from gpuwatch.model import FanMode, FanState, GpuReading, TempReading
-from gpuwatch.power.rules import cap_range_problem, fan_can_rise, headroom_c, throughput_kept_ratio
+from gpuwatch.power.rules import cap_range_problem, fan_can_rise, throughput_kept_ratio
 
 
 def _gpu(edge: float | None, junction: float | None, mem: float | None = 70.0) -> GpuReading:

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.actuation import Actuator, Handback, RestoreFile, restore_file_path
+from gpuwatch.actuation.actuator import Actuator, Handback, RestoreFile, restore_file_path
 from gpuwatch.clock import restore as clock_restore
 from gpuwatch.clock.controller import ClockController
 from gpuwatch.config.file import parse_config

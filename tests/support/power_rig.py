@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.actuation import Actuator, Handback, RestoreFile, restore_file_path
+from gpuwatch.actuation.actuator import Actuator, Handback, RestoreFile, restore_file_path
 from gpuwatch.config.file import parse_config
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler

@@ -5,8 +5,10 @@ hardware offers, records the original before its first write, takes control, wri
 gives up after repeated failures, and hands the original back on every exit path. This module is the
 part they share, so that no actuator can get it wrong in its own way:
 
-* ``RestoreFile`` (gpuwatch.restore_file): ``<runtime_dir>/<actuator>-restore.json``, ``{gpu_id:
-  {"backend": ..., ...}}`` written atomically before the first write. A daemon that starts again
+* ``RestoreFile``: ``<runtime_dir>/<actuator>-restore.json``, ``{gpu_id: {"backend": ..., ...}}``, written
+  atomically before the first write (a temporary file, then ``os.replace``: a SIGKILL leaves the old file or
+  the new one), read and written through ``safefs`` (a regular file only, bounded; an exclusive temporary
+  name): `gpuwatch restore` may be pointed at any directory. A daemon that starts again
   adopts a record left by one that was killed: the record holds the true original, where the new
   start would read what the killed daemon left behind.
 * ``Actuator``: one actuator's restore file and its per-GPU workers (gpuwatch.deadline). Every
@@ -24,17 +26,19 @@ records, registered by their ``backend`` key, and the one function that gives a 
 from __future__ import annotations
 
 import atexit
+import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from gpuwatch.deadline import Late, Workers
-from gpuwatch.restore_file import RestoreFile
+from gpuwatch.safefs import read_bounded, write_atomic
 
 log = logging.getLogger("gpuwatch")
 T = TypeVar("T")
@@ -96,19 +100,102 @@ class Gone(Exception):
     """The device the record belongs to is not there any more: nothing is left to give back."""
 
 
+R = TypeVar("R", bound=Record)
+
+
 @dataclass(frozen=True)
-class ActuatorKind:
+class ActuatorKind(Generic[R]):
     """One actuator as the restore path knows it (daemon/compose.py registers every kind).
 
     ``name`` makes the file (``<name>-restore.json``), the workers' and the log's names. ``give_back``
     hands one GPU's stored record back and returns what it was handed back as; it raises
     ``NotHandedBack`` or ``Gone``. ``without_records`` is what a restore does for GPUs the file does not
     cover: for all of them when there is no record at all (None), else for the GPUs whose record's device
-    was gone (it may be back at a new place)."""
+    was gone (it may be back at a new place). ``records``: the file's ``backend`` key -> its record type."""
 
     name: str
     give_back: Callable[[str, Mapping[str, Any]], str]
     without_records: Callable[[Handback, set[str] | None], None] | None = None
+    records: Mapping[str, Callable[[Mapping[str, Any]], R]] = field(default_factory=dict)
+
+
+class RestoreFile:
+    """Thread-safe: the fan controller takes every GPU on its own worker, all at the same moment, and one
+    GPU's read-modify-write must neither lose another's record nor share its temporary file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lock = threading.RLock()  # re-entered: remove() may clear(); the Actuator holds it around its own
+
+    def load(self) -> dict[str, Any]:
+        """Every record; empty when there is no file, and (logged) when it cannot be read."""
+        try:
+            return self.read()
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            log.error("%s unreadable (%s): restoring without it", self.path, exc)
+            return {}
+
+    def read(self) -> dict[str, Any]:
+        """Every record; raises FileNotFoundError when there is none, OSError or ValueError (one line) when the
+        file is there but is not a restore file (truncated, empty, a list, a link, a FIFO): `gpuwatch restore`
+        then fails, naming it."""
+        raw = read_bounded(self.path)
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise ValueError(f"not JSON ({exc})" if raw.strip() else "empty") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"a JSON {type(data).__name__}, not an object of records")
+        return data
+
+    def add(self, gpu_id: str, record: dict[str, Any],
+            adopt: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Store ``record`` unless one of the same backend is there already; returns the one in force.
+
+        ``adopt(existing)`` merges such a record with the new one instead (the fans: the original mode
+        stays, the paths are the new ones); it is stored when it differs.
+        """
+        with self.lock:
+            data = self.load()
+            existing = data.get(gpu_id)
+            if isinstance(existing, dict) and existing.get("backend") == record.get("backend"):
+                if adopt is None:
+                    return existing
+                record = adopt(existing)
+                if record == existing:
+                    return existing
+            data[gpu_id] = record
+            self._save(data)
+            return record
+
+    def remove(self, gpu_id: str) -> None:
+        """Forget one GPU's record (given back); the file goes when the last one does."""
+        with self.lock:
+            data = self.load()
+            if data.pop(gpu_id, None) is None:
+                return
+            if data:
+                self._save(data)
+            else:
+                self.clear()
+
+    def identity(self) -> tuple[int, int, int] | None:
+        """(inode, mtime, size) of the file, None when it is absent: every save replaces it (a new inode)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def clear(self) -> None:
+        with self.lock:
+            self.path.unlink(missing_ok=True)
+
+    def _save(self, data: dict[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.path, json.dumps(data, indent=2, sort_keys=True).encode())
 
 
 def restore_file_path(runtime_dir: Path, name: str) -> Path:
@@ -116,10 +203,10 @@ def restore_file_path(runtime_dir: Path, name: str) -> Path:
     return runtime_dir / f"{name}-restore.json"
 
 
-class Actuator:
+class Actuator(Generic[R]):
     """One actuator's restore file and per-GPU workers; the controller that holds it decides what to write."""
 
-    def __init__(self, kind: ActuatorKind, runtime_dir: Path, deadline_s: float,
+    def __init__(self, kind: ActuatorKind[R], runtime_dir: Path, deadline_s: float,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.kind = kind
         self.file = RestoreFile(restore_file_path(runtime_dir, kind.name))
@@ -150,16 +237,6 @@ class Actuator:
                                     self.deadline_s)
         return {gpu_id: Unrecorded(0.0, unrecorded[gpu_id]) if gpu_id in unrecorded else ran[gpu_id]
                 for gpu_id in calls}
-
-    def step_all(self, steps: Mapping[str, Callable[[], T]],
-                 touches: Mapping[str, Callable[[], bool]]) -> dict[str, T | Late]:
-        """Each GPU's step of a tick: on its worker (``run``) when it touches the hardware, or when the worker is
-        still inside an earlier step on the same state (nothing of it may run beside that step on the loop, not
-        even the ``touches`` check: the worker answers Late at once); else here on the loop, which saves the
-        hand-off (the common tick)."""
-        on_workers = {gpu_id: step for gpu_id, step in steps.items() if self.busy(gpu_id) or touches[gpu_id]()}
-        ran = self.run(on_workers) if on_workers else {}
-        return {gpu_id: ran[gpu_id] if gpu_id in ran else step() for gpu_id, step in steps.items()}
 
     def record(self, gpu_id: str, record: Record,
                adopt: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -240,6 +317,12 @@ class Actuator:
     def recorded(self) -> dict[str, Any]:
         return self.file.load()
 
+    def record_of(self, gpu_id: str) -> R | None:
+        """The GPU's record on file, typed (the kind's ``records``); None without one this kind knows."""
+        stored = self.recorded().get(gpu_id)
+        parse = self.kind.records.get(str(stored.get("backend"))) if isinstance(stored, dict) else None
+        return None if parse is None or not isinstance(stored, dict) else parse(stored)
+
     def restore_all(self, without_records: bool = False, held: bool = True) -> Handback:
         """Every record given back, each on its GPU's worker within the deadline; the ones that went back
         (or whose device is gone) are removed, the others kept for `gpuwatch restore` to try again.
@@ -311,7 +394,7 @@ class Stuck:
         self._gpus: set[str] = set()
 
     def results(self, ran: Mapping[str, T | Late], blocked: Callable[[str, str], T]) -> dict[str, T]:
-        """Each GPU's result of ``Actuator.step_all``; ``blocked(gpu_id, reason)`` stands for a stuck one's."""
+        """Each GPU's result of ``Actuator.run``; ``blocked(gpu_id, reason)`` stands for a stuck one's."""
         results: dict[str, T] = {}
         for gpu_id, result in ran.items():
             if isinstance(result, Late):
