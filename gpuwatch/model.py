@@ -551,3 +551,55 @@ class PublishedState:
             if limit.gpu_id == gpu_id and limit.sensor == sensor:
                 return limit.limit_c
         return None
+
+
+# The status document as a reader decodes it (publish/view.py from publish/document.py's JSON): model's own
+# dataclasses wherever the document carries one, and below what the document adds around them. A new published
+# field is one line in its dataclass (plus its encoding in publish/document.py when it is derived).
+
+# Who read the GPUs of a status document: the running daemon, or the CLI itself from sysfs.
+Source = Literal["daemon", "sysfs"]
+
+
+@dataclass(frozen=True)
+class PublishedTemp:
+    """One sensor of a GPU as published: the reading (its label is the key) and the limit in force for it."""
+
+    temp_c: float | None = None
+    crit_c: float | None = None
+    crit_hyst_c: float | None = None
+    emergency_c: float | None = None
+    limit_c: float | None = None  # gpuwatch's pause/alarm limit in force (PublishedState.limits_c)
+
+
+@dataclass(frozen=True)
+class PublishedGpu(GpuReading):
+    """One GPU as the document publishes it: its reading (``temps`` as ``temperatures``, by label, with their
+    limits) and, per GPU, the sensors over their limit and what the daemon does with it (None: not done)."""
+
+    temperatures: dict[str, PublishedTemp] = field(default_factory=dict)
+    over_limit: tuple[str, ...] = ()
+    fan_controller: FanState | None = None
+    power_governor: PowerState | None = None
+    clock_ceiling: ClockState | None = None
+    reset: GpuResetState | None = None  # None: reset detection is off (or not an amdgpu GPU)
+    unmanaged: UnmanagedState | None = None  # None: no daemon ([unmanaged], docs/supervisor.md)
+
+
+@dataclass(frozen=True)
+class StatusView:
+    """A status document (schema 1) decoded: what `gpuwatch status`, its process table and the fleet view render."""
+
+    schema: int
+    taken_unix: float
+    source: Source = "daemon"
+    sample_duration_s: float = 0.0
+    daemon: DaemonInfo | None = None
+    gpus: tuple[PublishedGpu, ...] = ()
+    unsupported: tuple[UnsupportedCard, ...] = ()
+    trainers: tuple[TrainerState, ...] = ()
+    processes: tuple[GpuProcess, ...] = ()
+    processes_unreadable: int = 0
+    health: NodeHealth | None = None  # None: not judged (a direct read without a daemon)
+    jobs: tuple[JobReceipt, ...] = ()
+    redacted: bool = False  # its sensitive fields were blanked for its reader (publish/redact.py)
