@@ -1,6 +1,6 @@
 """The attach protocol: how a run started by `gpuwatch train` (any user, any venv) joins the daemon.
 
-One long-lived connection per run on the daemon's control socket (``config.base.CONTROL_SOCKET_NAME``),
+One long-lived connection per run on the daemon's control socket (``config.runtime.CONTROL_SOCKET_NAME``),
 JSON lines both ways. The wrapper (`gpuwatch train`, the run's parent) speaks first:
 
 1. wrapper -> daemon: ``Attach`` (once per connection). The daemon takes who is asking from the kernel

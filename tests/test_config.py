@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.config.base import ConfigError, client_runtime_dir, daemon_files_in
+from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import load_config, parse_config
+from gpuwatch.config.runtime import client_runtime_dir, daemon_files_in
 from tests.support.paths import REPO
 
 

@@ -23,13 +23,12 @@ from tests.support.paths import REPO
 
 PACKAGE = REPO / "gpuwatch"
 
-LEAVES = {"model", "states", "sysfs", "procfs", "heartbeat", "attach", "config", "limits", "actuation", "deadline",
+LEAVES = {"model", "sysfs", "procfs", "heartbeat", "attach", "config", "limits", "actuation", "deadline",
           "safefs"}
 # unit -> the units it may import besides itself; "unit.module" allows that one module only.
 ALLOWED: dict[str, set[str]] = {
     "__init__": set(),
-    "states": set(),
-    "model": {"states"},  # re-exports the deciding parts' states, so every layer imports them from model
+    "model": set(),
     "sysfs": set(),
     "procfs": set(),
     "safefs": set(),  # files in a directory another user may write, and whether a directory is trusted

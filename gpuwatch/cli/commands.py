@@ -21,8 +21,9 @@ from gpuwatch.cli.settings import (
 from gpuwatch.cli.show import document_text, repeat, sensors_fetch, show, status_fetch
 from gpuwatch.cli.status import EXIT_USAGE
 from gpuwatch.cli.text import safe
-from gpuwatch.config.base import ConfigError, canonical_pci_slot, default_runtime_dir, pci_slot_problem
+from gpuwatch.config.base import ConfigError, canonical_pci_slot, pci_slot_problem
 from gpuwatch.config.file import Config, effective_config_toml, load_config
+from gpuwatch.config.runtime import default_runtime_dir
 from gpuwatch.config.sections import remote_base_url
 
 

@@ -14,8 +14,8 @@ from typing import Any
 from gpuwatch.cli.remote import HostResult
 from gpuwatch.cli.status import EXIT_ALARM, EXIT_OK, exit_code
 from gpuwatch.cli.text import BOLD, GREEN, RED, RESET, YELLOW, safe_strings
-from gpuwatch.model import fan_duty
-from gpuwatch.publish.schema import GpuDoc, TrainerDoc
+from gpuwatch.model import PublishedGpu, TrainerState, fan_duty
+from gpuwatch.publish.view import status_view
 
 HEADER = ("HOST", "GPU", "JUNC°C", "EDGE°C", "MEM°C", "FAN", "POWER", "TRAINERS", "STATE")
 BAD_PHASES = {"failed"}
@@ -69,78 +69,77 @@ def render(results: list[HostResult], now: float | None = None, color: bool = Fa
 
 def _host_rows(result: HostResult) -> list[tuple[list[str], str | None]]:
     host = result.host
-    doc = result.document
-    if doc is None:
+    if result.document is None:
         return [([host, *["-"] * 7, f"ERROR {result.error}"], RED)]
-    trainers = doc.get("trainers") or []
-    rows = [_gpu_row(host, gpu, trainers) for gpu in doc.get("gpus", [])]
+    doc = status_view(result.document)
+    trainers = list(doc.trainers)
+    rows = [_gpu_row(host, gpu, trainers) for gpu in doc.gpus]
     if not rows:
         rows.append(([host, "-", "-", "-", "-", "-", "-", _trainers(trainers, None), "no GPU found"], None))
     if result.stale:
         rows.append(([host, *["-"] * 7, f"STALE {result.stale}"], RED))
-    daemon = doc.get("daemon")
-    for failure in (daemon.get("failures") or []) if daemon else []:
+    for failure in doc.daemon.failures if doc.daemon else ():
         rows.append(([host, *["-"] * 7, f"FAILURE {failure}"], RED))
     return rows
 
 
-def _problems(gpu: GpuDoc, on_gpu: list[TrainerDoc]) -> list[str]:
+def _problems(gpu: PublishedGpu, on_gpu: list[TrainerState]) -> list[str]:
     """What makes a GPU's row an alarm, in the order its STATE cell lists them."""
-    fan = gpu.get("fan_controller")
+    fan = gpu.fan_controller
     problems = []
-    if not gpu.get("up", True):
+    if not gpu.up:
         problems.append("DOWN")
-    if gpu.get("over_limit"):
-        problems.append("over limit: " + ",".join(gpu["over_limit"]))
-    if fan and fan.get("mode") == "failsafe":
+    if gpu.over_limit:
+        problems.append("over limit: " + ",".join(gpu.over_limit))
+    if fan and fan.mode == "failsafe":
         problems.append("fan failsafe")
-    if fan and fan.get("stalled"):
+    if fan and fan.stalled:
         problems.append("FAN STALLED")
-    return problems + [f"trainer {t['name']} failed" for t in on_gpu if t.get("phase") in BAD_PHASES]
+    return problems + [f"trainer {t.name} failed" for t in on_gpu if t.phase in BAD_PHASES]
 
 
-def _held(on_gpu: list[TrainerDoc]) -> list[str]:
+def _held(on_gpu: list[TrainerState]) -> list[str]:
     """Why the GPU's training is held though nothing is wrong (each reason once, in a stable order)."""
-    return sorted({HELD[t["phase"]] for t in on_gpu if t.get("phase") in HELD})
+    return sorted({HELD[t.phase.value] for t in on_gpu if t.phase in HELD})
 
 
 def _watts(power: float | None) -> str:
     return "-" if power is None else f"{power:.0f}W"
 
 
-def _gpu_row(host: str, gpu: GpuDoc, trainers: list[TrainerDoc]) -> tuple[list[str], str | None]:
+def _gpu_row(host: str, gpu: PublishedGpu, trainers: list[TrainerState]) -> tuple[list[str], str | None]:
     """One GPU of a host; its STATE: the problems (red), else suspended, else ok and why training is held."""
-    on_gpu = _on_gpu(trainers, gpu["gpu_id"])
+    on_gpu = _on_gpu(trainers, gpu.gpu_id)
     problems = _problems(gpu, on_gpu)
     if problems:
         state, colour = "; ".join(problems), RED
-    elif gpu.get("suspended"):
+    elif gpu.suspended:
         state, colour = "suspended", None
     elif held := _held(on_gpu):
         state, colour = ", ".join(["ok", *held]), YELLOW
     else:
         state, colour = "ok", GREEN
-    rpm, duty = gpu.get("fan_rpm"), fan_duty(gpu.get("pwm_ratio"), gpu.get("fan_duty_ratio"))
+    rpm, duty = gpu.fan_rpm, fan_duty(gpu.pwm_ratio, gpu.fan_duty_ratio)
     fan_text = " ".join(p for p in (None if rpm is None else f"{rpm}rpm",
                                      None if duty is None else f"{duty * 100:.0f}%") if p) or "-"
-    power = gpu.get("power_w")
-    return ([host, gpu["gpu_id"], _temp(gpu, "junction"), _temp(gpu, "edge"), _temp(gpu, "mem"), fan_text,
-             _watts(power), _trainers(trainers, gpu["gpu_id"]), state], colour)
+    power = gpu.power_w
+    return ([host, gpu.gpu_id, _temp(gpu, "junction"), _temp(gpu, "edge"), _temp(gpu, "mem"), fan_text,
+             _watts(power), _trainers(trainers, gpu.gpu_id), state], colour)
 
 
-def _temp(gpu: GpuDoc, label: str) -> str:
-    reading = gpu.get("temperatures", {}).get(label)
-    value = reading.get("temp_c") if reading else None
+def _temp(gpu: PublishedGpu, label: str) -> str:
+    reading = gpu.temperatures.get(label)
+    value = reading.temp_c if reading else None
     return "-" if value is None else f"{value:.0f}"
 
 
-def _on_gpu(trainers: list[TrainerDoc], gpu_id: str | None) -> list[TrainerDoc]:
+def _on_gpu(trainers: list[TrainerState], gpu_id: str | None) -> list[TrainerState]:
     """The trainers using ``gpu_id`` (a trainer with no gpus uses them all); every one for None."""
-    return [t for t in trainers if gpu_id is None or not t.get("gpus") or gpu_id in t["gpus"]]
+    return [t for t in trainers if gpu_id is None or not t.gpus or gpu_id in t.gpus]
 
 
-def _trainers(trainers: list[TrainerDoc], gpu_id: str | None) -> str:
-    return ", ".join(f"{t['name']} {t.get('phase')}" for t in _on_gpu(trainers, gpu_id)) or "-"
+def _trainers(trainers: list[TrainerState], gpu_id: str | None) -> str:
+    return ", ".join(f"{t.name} {t.phase and t.phase.value}" for t in _on_gpu(trainers, gpu_id)) or "-"
 
 
 def _count(n: int, noun: str) -> str:

@@ -3,59 +3,59 @@
 from __future__ import annotations
 
 from gpuwatch.cli.text import NA, RED, YELLOW, Paint, duration, num
-from gpuwatch.publish.schema import GpuDoc
+from gpuwatch.model import PublishedGpu
 
 
-def health_lines(gpu: GpuDoc, paint: Paint) -> list[str]:
+def health_lines(gpu: PublishedGpu, paint: Paint) -> list[str]:
     """Only what needs a look: the card throttling itself now, a slot link below its maximum, PCIe errors."""
     return [line for line in (_throttle_line(gpu, paint), _pcie_line(gpu, paint)) if line is not None]
 
 
-def _throttle_line(gpu: GpuDoc, paint: Paint) -> str | None:
-    flags = gpu.get("throttle_flags")
+def _throttle_line(gpu: PublishedGpu, paint: Paint) -> str | None:
+    flags = gpu.throttle_flags
     if not flags:
         return None
-    reasons = ", ".join(gpu.get("throttle_reasons") or [])
+    reasons = ", ".join(gpu.throttle_reasons or [])
     return "  thrtl  " + paint(f"THROTTLING {reasons} ({' '.join(flags)})", YELLOW) + _throttled_total(gpu)
 
 
-def _throttled_total(gpu: GpuDoc) -> str:
+def _throttled_total(gpu: PublishedGpu) -> str:
     """The time each reason held the card; one under a second is left out (it would read 0m00s)."""
-    throttled = {reason: s for reason, s in (gpu.get("throttled_s") or {}).items() if s >= 1}
+    throttled = {reason: s for reason, s in gpu.throttled_s if s >= 1}
     if not throttled:
         return ""
     return "  throttled " + ", ".join(f"{r} {duration(s)}" for r, s in throttled.items())
 
 
-def _pcie_line(gpu: GpuDoc, paint: Paint) -> str | None:
+def _pcie_line(gpu: PublishedGpu, paint: Paint) -> str | None:
     below = _link_below_max(gpu)
     counts = _aer_counts(gpu)
-    replays = gpu.get("pcie_replays_total")
+    replays = gpu.pcie_replays_total
     if not (below or any(counts) or replays):
         return None
     return (f"  pcie   {_link(gpu, below, paint)}" + _aer(counts, paint)
             + ("" if replays is None else f"  replays {replays}"))
 
 
-def _link_below_max(gpu: GpuDoc) -> bool:
-    speed, width = gpu.get("pcie_slot_link_speed_gts"), gpu.get("pcie_slot_link_width")
-    top_speed, top_width = gpu.get("pcie_slot_max_link_speed_gts"), gpu.get("pcie_slot_max_link_width")
+def _link_below_max(gpu: PublishedGpu) -> bool:
+    speed, width = gpu.pcie_slot_link_speed_gts, gpu.pcie_slot_link_width
+    top_speed, top_width = gpu.pcie_slot_max_link_speed_gts, gpu.pcie_slot_max_link_width
     return (speed or 0) < (top_speed or 0) or (width or 0) < (top_width or 0)
 
 
-def _link(gpu: GpuDoc, below: bool, paint: Paint) -> str:
+def _link(gpu: PublishedGpu, below: bool, paint: Paint) -> str:
     """``16.0 GT/s x16``; a link below its maximum in yellow, with the maximum beside it."""
-    width = gpu.get("pcie_slot_link_width")
-    link = f"{num(gpu.get('pcie_slot_link_speed_gts'), 'GT/s', 1)} x{width if width is not None else NA}"
+    width = gpu.pcie_slot_link_width
+    link = f"{num(gpu.pcie_slot_link_speed_gts, 'GT/s', 1)} x{width if width is not None else NA}"
     if not below:
         return link
-    top_speed, top_width = gpu.get("pcie_slot_max_link_speed_gts"), gpu.get("pcie_slot_max_link_width")
+    top_speed, top_width = gpu.pcie_slot_max_link_speed_gts, gpu.pcie_slot_max_link_width
     return paint(link, YELLOW) + f" (below max {num(top_speed, 'GT/s', 1)} x{top_width})"
 
 
-def _aer_counts(gpu: GpuDoc) -> list[int | None]:
+def _aer_counts(gpu: PublishedGpu) -> list[int | None]:
     """AER totals along the path: correctable, non-fatal, fatal."""
-    return [gpu.get("pcie_aer_correctable_total"), gpu.get("pcie_aer_nonfatal_total"), gpu.get("pcie_aer_fatal_total")]
+    return [gpu.pcie_aer_correctable_total, gpu.pcie_aer_nonfatal_total, gpu.pcie_aer_fatal_total]
 
 
 def _aer(counts: list[int | None], paint: Paint) -> str:

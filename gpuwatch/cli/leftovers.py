@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from gpuwatch.actuation.actuator import restore_file_path
-from gpuwatch.publish.schema import StatusDocument
+from gpuwatch.publish.document import StatusDocument
+from gpuwatch.publish.view import status_view
 from gpuwatch.safefs import read_bounded
 
 # What each actuator's restore file holds, in words (its name is ``restore_file_path``'s).
@@ -54,7 +55,7 @@ def leftover_lines(doc: StatusDocument, records: Mapping[Path, Sequence[str]]) -
         what = WHAT.get(kind, f"a change of {kind}")
         held = f" ({', '.join(gpus)})" if gpus else ""
         lines.append(f"no daemon runs, yet {path} holds {what}{held}: it was not given back")
-    for gpu in doc.get("gpus", []):
-        if gpu.get("pwm_enable") == 1 and not gpu.get("fan_controller"):
-            lines.append(f"{gpu['gpu_id']}: fan in manual mode (pwm1_enable 1) and no daemon drives it")
+    for gpu in status_view(doc).gpus:
+        if gpu.pwm_enable == 1 and not gpu.fan_controller:
+            lines.append(f"{gpu.gpu_id}: fan in manual mode (pwm1_enable 1) and no daemon drives it")
     return lines

@@ -23,7 +23,7 @@ from gpuwatch.cli.logs import cmd_logs
 from gpuwatch.cli.options import common_options
 from gpuwatch.cli.receipt import add_receipt_arguments, cmd_receipt
 from gpuwatch.cli.show import watch_seconds
-from gpuwatch.config.file import DEFAULT_CONFIG_PATH
+from gpuwatch.config.runtime import DEFAULT_CONFIG_PATH
 from gpuwatch.config.trainer import BackoffConfig, TrainerConfig
 from gpuwatch.train.argv import FALLBACK_MODES, RestartPolicy, parse_restart
 

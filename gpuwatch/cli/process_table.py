@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from gpuwatch.cli.text import NA, size
-from gpuwatch.publish.schema import ProcessDoc, StatusDocument
+from gpuwatch.model import GpuProcess
+from gpuwatch.publish.document import StatusDocument
+from gpuwatch.publish.view import status_view
 
 HEADER = ("PID", "USER", "GPU", "VRAM", "GTT", "BUSY", "STATE", "TRAINER", "COMMAND")
 
@@ -17,15 +19,16 @@ def render_processes(doc: StatusDocument, width: int = 160) -> str:
     so for a ROCm process whose engines read 0 it is the compute units its waves occupy (``cu``), where the
     kernel reports that.
     """
-    rows = sorted(doc.get("processes", []), key=lambda r: (r["gpu_id"], -_vram(r), r["pid"]))
+    view = status_view(doc)
+    rows = sorted(view.processes, key=lambda r: (r.gpu_id, -_vram(r), r.pid))
     table: list[tuple[str, ...]] = [HEADER]
     table += [
-        (str(r["pid"]), r.get("user") or NA, r["gpu_id"], _memory(_vram(r) if _held(r) else None),
-         _memory(r.get("gtt_bytes")), _busy(r), r.get("state") or NA, r.get("trainer") or "-", r["command"])
+        (str(r.pid), r.user or NA, r.gpu_id, _memory(_vram(r) if _held(r) else None),
+         _memory(r.gtt_bytes), _busy(r), r.state or NA, r.trainer or "-", r.command)
         for r in rows
     ]
-    if any(r.get("job_id") for r in rows):  # a scheduler's node (docs/cluster.md): the job beside the trainer
-        jobs = ["JOB"] + [r.get("job_id") or "-" for r in rows]
+    if any(r.job_id for r in rows):  # a scheduler's node (docs/cluster.md): the job beside the trainer
+        jobs = ["JOB"] + [r.job_id or "-" for r in rows]
         table = [(*row[:-1], job, row[-1]) for row, job in zip(table, jobs, strict=True)]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
     lines = []
@@ -34,28 +37,28 @@ def render_processes(doc: StatusDocument, width: int = 160) -> str:
         lines.append(line[:width].rstrip())
     if not rows:
         lines.append("no process has a GPU open (that gpuwatch may see)")
-    unreadable = doc.get("processes_unreadable", 0)
+    unreadable = view.processes_unreadable
     if unreadable:
         lines.append(f"{unreadable} process(es) not readable (other users'): run as root to see them all")
-    if any(r.get("kfd") for r in rows):
+    if any(r.kfd for r in rows):
         lines.append("ROCm (KFD) compute is not in the kernel's engine time: BUSY shows 'cu' occupancy for it")
     return "\n".join(lines) + "\n"
 
 
-def _held(row: ProcessDoc) -> bool:
-    return row.get("vram_bytes") is not None or row.get("kfd_vram_bytes") is not None
+def _held(row: GpuProcess) -> bool:
+    return row.vram_bytes is not None or row.kfd_vram_bytes is not None
 
 
-def _vram(row: ProcessDoc) -> int:
-    return max(row.get("vram_bytes") or 0, row.get("kfd_vram_bytes") or 0)
+def _vram(row: GpuProcess) -> int:
+    return max(row.vram_bytes or 0, row.kfd_vram_bytes or 0)
 
 
 def _memory(value: int | None) -> str:
     return "-" if value is None else size(value)
 
 
-def _busy(row: ProcessDoc) -> str:
-    engine, cu = row.get("engine_busy_ratio"), row.get("kfd_cu_occupancy_ratio")
-    if row.get("kfd") and cu is not None and not engine:
+def _busy(row: GpuProcess) -> str:
+    engine, cu = row.engine_busy_ratio, row.kfd_cu_occupancy_ratio
+    if row.kfd and cu is not None and not engine:
         return f"cu {cu * 100:.0f}%"
     return NA if engine is None else f"{engine * 100:.0f}%"

@@ -20,7 +20,9 @@ from typing import Any
 from gpuwatch.cli.settings import load_cli_config
 from gpuwatch.cli.text import safe, safe_strings
 from gpuwatch.daemon.receipt_store import last_state_file
+from gpuwatch.model import JobReceipt
 from gpuwatch.publish.state import read_state
+from gpuwatch.publish.view import build
 
 EXIT_NOT_FOUND = 1
 EXIT_NO_DAEMON = 3
@@ -68,31 +70,30 @@ def cmd_receipt(args: argparse.Namespace) -> int:
 _UNSEEN_FROM = {"scheduler": "when Slurm made its cgroup", "processes": "its processes' earliest start"}
 
 
-def render(job: Any) -> str:
+def render(raw: Any) -> str:
     """The receipt as text: the job, then one block per GPU; the time no daemon ran, and its energy left out,
     said (an older daemon's receipt has neither field)."""
-    job = safe_strings(job)  # its job id and user: strings a local user chose
-    seconds = max(0.0, float(job["last_seen_unix"]) - float(job["first_seen_unix"]))
-    gpus = job.get("gpus", [])
-    total_j = sum(float(g["energy_j"]) for g in gpus)
-    unseen = any(float(g.get("energy_unseen_s", 0.0)) for g in gpus)
-    lines = [f"job {job['job_id']}" + (f" ({job['user']})" if job.get("user") else "")
-             + f": {seconds:.0f} s on {len(gpus)} GPU(s), {total_j / 1000:.1f} kJ"
+    job = build(JobReceipt, safe_strings(raw), "the job")  # its job id and user: strings a local user chose
+    seconds = max(0.0, float(job.last_seen_unix) - float(job.first_seen_unix))
+    total_j = sum(float(g.energy_j) for g in job.gpus)
+    unseen = any(float(g.energy_unseen_s) for g in job.gpus)
+    lines = [f"job {job.job_id}" + (f" ({job.user})" if job.user else "")
+             + f": {seconds:.0f} s on {len(job.gpus)} GPU(s), {total_j / 1000:.1f} kJ"
              + (" + some not counted" if unseen else "")
-             + (" (partial: running at the last tick)" if job.get("active") else " (final)"),
-             f"  paused {float(job['paused_s']):.0f} s"]
-    unobserved_s, gaps = float(job.get("unobserved_s", 0.0)), job.get("gaps", [])
+             + (" (partial: running at the last tick)" if job.active else " (final)"),
+             f"  paused {float(job.paused_s):.0f} s"]
+    unobserved_s, gaps = float(job.unobserved_s), job.gaps
     if unobserved_s or gaps:
         lines += [f"  unobserved {unobserved_s:.0f} s: no daemon ran {len(gaps)} time(s) (a restart, a crash)",
                   "    its temperatures, throttling, caps and pauses then are not in this receipt"]
-        if job.get("unseen_from") in _UNSEEN_FROM:  # a job already running when a daemon first saw it
-            lines.append(f"    the first from the job's start on this node: {_UNSEEN_FROM[job['unseen_from']]}")
-    for gpu in gpus:
-        temps = ", ".join(f"{label} {temp:.0f}°C" for label, temp in sorted(gpu["max_temps_c"].items())) or "n/a"
-        throttled = ", ".join(f"{reason} {s:.0f} s" for reason, s in sorted(gpu["throttled_s"].items()) if s) or "none"
-        lines += [f"  {gpu['gpu_id']}: {float(gpu['energy_j']) / 1000:.1f} kJ, max {temps}",
-                  f"    governed {float(gpu['governed_s']):.0f} s, throttled {throttled}, resets {gpu['resets']}"]
-        gap_j, unseen_s = float(gpu.get("gap_energy_j", 0.0)), float(gpu.get("energy_unseen_s", 0.0))
+        if job.unseen_from in _UNSEEN_FROM:  # a job already running when a daemon first saw it
+            lines.append(f"    the first from the job's start on this node: {_UNSEEN_FROM[job.unseen_from]}")
+    for gpu in job.gpus:
+        temps = ", ".join(f"{label} {temp:.0f}°C" for label, temp in sorted(gpu.max_temps_c)) or "n/a"
+        throttled = ", ".join(f"{reason} {s:.0f} s" for reason, s in sorted(gpu.throttled_s) if s) or "none"
+        lines += [f"  {gpu.gpu_id}: {float(gpu.energy_j) / 1000:.1f} kJ, max {temps}",
+                  f"    governed {float(gpu.governed_s):.0f} s, throttled {throttled}, resets {gpu.resets}"]
+        gap_j, unseen_s = float(gpu.gap_energy_j), float(gpu.energy_unseen_s)
         if gap_j:
             lines.append(f"    {gap_j / 1000:.1f} kJ of it while no daemon ran, from the GPU's energy counter")
         if unseen_s:

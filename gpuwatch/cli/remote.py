@@ -31,7 +31,8 @@ from typing import cast
 
 from gpuwatch.config.sections import StatusConfig
 from gpuwatch.publish import decode
-from gpuwatch.publish.schema import SCHEMA_VERSION, StatusDocument
+from gpuwatch.publish.decode import SCHEMA_VERSION
+from gpuwatch.publish.document import StatusDocument
 
 MAX_BODY_BYTES = 16 << 20  # a 16-GPU document is ~40 KiB; anything near this is not one
 MAX_PARALLEL = 16

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.config.base import client_runtime_dir, daemon_files_in, default_runtime_dir
-from gpuwatch.config.file import DEFAULT_CONFIG_PATH, Config, load_config, parse_config
+from gpuwatch.config.file import Config, load_config, parse_config
+from gpuwatch.config.runtime import DEFAULT_CONFIG_PATH, client_runtime_dir, daemon_files_in, default_runtime_dir
 
 
 def cli_config_path(args: argparse.Namespace) -> Path | None:

@@ -17,7 +17,6 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import cast
 
 from gpuwatch.cli.process_table import render_processes
 from gpuwatch.cli.status import exit_code, render, select_gpus
@@ -26,8 +25,7 @@ from gpuwatch.config.file import Config
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.limits import limits_in_force
 from gpuwatch.model import PublishedState
-from gpuwatch.publish.document import to_document
-from gpuwatch.publish.schema import StatusDocument
+from gpuwatch.publish.document import StatusDocument, to_document
 from gpuwatch.publish.state import from_future, is_stale, read_state, state_age, this_boot
 from gpuwatch.supervise.leftovers import describe_all
 
@@ -139,7 +137,7 @@ def _ask_daemon(config: Config, pid: int) -> tuple[StatusDocument, str] | None:
     except ControlError:
         return None
     if answer is not None and (answer.get("daemon") or {}).get("pid") == pid:
-        return cast(StatusDocument, answer), "its control socket"
+        return answer, "its control socket"
     return None
 
 

@@ -11,7 +11,9 @@ from collections.abc import Sequence
 from gpuwatch.cli.gpu_block import gpu_block
 from gpuwatch.cli.text import BOLD, DIM, RED, YELLOW, Paint, duration, painter, safe_strings
 from gpuwatch.cli.trainer_rows import trainer_gpu_lines, trainer_line
-from gpuwatch.publish.schema import StatusDocument
+from gpuwatch.model import StatusView
+from gpuwatch.publish.document import StatusDocument
+from gpuwatch.publish.view import status_view
 
 EXIT_OK, EXIT_ALARM, EXIT_USAGE = 0, 1, 2
 
@@ -25,18 +27,16 @@ def exit_code(doc: StatusDocument, leftovers: Sequence[str] = ()) -> int:
     """1 when no GPU is found, a GPU is over a limit, down, its fan in failsafe or uncontrolled, recovering from a
     reset, a trainer failed or left a process stuck, the daemon reports a failure, or ``leftovers`` (cli/leftovers.py:
     what a daemon that did not stop cleanly left behind) is not empty."""
-    daemon = doc.get("daemon")
-    if (daemon and daemon.get("failures")) or leftovers or not doc.get("gpus"):
+    view = status_view(doc)
+    if (view.daemon and view.daemon.failures) or leftovers or not view.gpus:
         return EXIT_ALARM
-    for gpu in doc.get("gpus", []):
-        fan = gpu.get("fan_controller")
-        fan_bad = bool(fan and (fan.get("mode") in ("failsafe", "uncontrolled") or fan.get("stalled")))
-        reset = gpu.get("reset")
-        if gpu.get("over_limit") or not gpu.get("up", True) or fan_bad or (reset and reset.get("recovering")):
+    for gpu in view.gpus:
+        fan = gpu.fan_controller
+        fan_bad = bool(fan and (fan.mode in ("failsafe", "uncontrolled") or fan.stalled))
+        if gpu.over_limit or not gpu.up or fan_bad or (gpu.reset and gpu.reset.recovering):
             return EXIT_ALARM
     # An attached run that failed is its user's script exiting non-zero, not the box needing attention.
-    if any((t.get("phase") == "failed" and t.get("origin") != "attached") or t.get("stuck_pids")
-           for t in doc.get("trainers", [])):
+    if any((t.phase == "failed" and t.origin != "attached") or t.stuck_pids for t in view.trainers):
         return EXIT_ALARM
     return EXIT_OK
 
@@ -58,50 +58,50 @@ def select_gpus(doc: StatusDocument, wanted: Sequence[str]) -> StatusDocument:
     chosen["gpus"] = [gpu for gpu in gpus if gpu["gpu_id"] in slots]
     chosen["processes"] = [p for p in doc.get("processes", []) if p.get("gpu_id") in slots]
     chosen["unsupported"] = [card for card in doc.get("unsupported", []) if card.get("gpu_id") in slots]
-    return chosen  # type: ignore[return-value]  # the same keys: a StatusDocument
+    return chosen
 
 
 def render(doc: StatusDocument, now: float | None = None, color: bool = False, note: str | None = None,
            leftovers: Sequence[str] = ()) -> str:
     now = time.time() if now is None else now
-    doc = safe_strings(doc)  # run names, reasons, job ids, commands: any local user's strings
+    view = status_view(safe_strings(doc))  # run names, reasons, job ids, commands: any local user's strings
     paint = painter(color)
-    lines = [_header(doc, now, paint)]
+    lines = [_header(view, now, paint)]
     if note:
         lines.append(paint(note, YELLOW))
     lines.extend(paint(f"LEFT BEHIND: {line}", RED) for line in leftovers)
     if leftovers:
         lines.append(paint(LEFTOVERS_FIX, RED))
-    if not doc.get("gpus"):
+    if not view.gpus:
         lines.append(paint(NO_GPU, RED))
-    for gpu in doc.get("gpus", []):
+    for gpu in view.gpus:
         lines.extend(gpu_block(gpu, paint))
-    for card in doc.get("unsupported", []):
-        lines.append(paint(f"[{card.get('gpu_id') or '?'}] {card['card']}  driver {card.get('driver') or '?'}: "
+    for card in view.unsupported:
+        lines.append(paint(f"[{card.gpu_id or '?'}] {card.card}  driver {card.driver or '?'}: "
                            "not supported, not read", DIM))
-    for trainer in doc.get("trainers", []):
+    for trainer in view.trainers:
         lines.append(trainer_line(trainer, now, paint))
         lines.extend(trainer_gpu_lines(trainer, paint))
-        if trainer.get("log_path"):  # where to look when it failed (`gpuwatch logs NAME` prints it)
-            lines.append(f"  log    {trainer['log_path']}  (gpuwatch logs {trainer['name']})")
+        if trainer.log_path:  # where to look when it failed (`gpuwatch logs NAME` prints it)
+            lines.append(f"  log    {trainer.log_path}  (gpuwatch logs {trainer.name})")
     return "\n".join(lines) + "\n"
 
 
-def _header(doc: StatusDocument, now: float, paint: Paint) -> str:
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(doc.get("taken_unix") or now))
-    daemon = doc.get("daemon")
+def _header(view: StatusView, now: float, paint: Paint) -> str:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(view.taken_unix or now))
+    daemon = view.daemon
     if daemon:
-        state = (f"daemon running (pid {daemon['pid']}, up {duration(now - daemon['started_unix'])}, "
-                 f"every {daemon['interval_s']:g}s)")
-        for failure in daemon.get("failures") or []:
+        state = (f"daemon running (pid {daemon.pid}, up {duration(now - daemon.started_unix)}, "
+                 f"every {daemon.interval_s:g}s)")
+        for failure in daemon.failures:
             state += "  " + paint(f"FAILURE: {failure}", RED)
     else:
-        state = f"read from {_sources(doc)}"
+        state = f"read from {_sources(view)}"
     return f"{paint('gpuwatch', BOLD)}  {stamp}  {state}"
 
 
-def _sources(doc: StatusDocument) -> str:
+def _sources(view: StatusView) -> str:
     """What a direct reading came from: sysfs for amdgpu, NVML for NVIDIA GPUs."""
     names = {"nvml": "NVML"}
-    found = dict.fromkeys(names.get(gpu.get("backend") or "", "sysfs") for gpu in doc.get("gpus", []))
+    found = dict.fromkeys(names.get(gpu.backend, "sysfs") for gpu in view.gpus)
     return " and ".join(found) or "sysfs"

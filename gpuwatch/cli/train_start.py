@@ -1,7 +1,7 @@
 """`gpuwatch train` as the run's parent: its run directory, the command's environment, the daemon's
 socket and the link to it, put together for cli/train_run.py (docs/attached-runs.md).
 
-The daemon's socket is where `gpuwatch status` and `pause` find a daemon (``config.base.client_runtime_dir``:
+The daemon's socket is where `gpuwatch status` and `pause` find a daemon (``config.runtime.client_runtime_dir``:
 ``RUNTIME_DIRECTORY``, ``$XDG_RUNTIME_DIR/gpuwatch``, /tmp/gpuwatch-<uid>, else the service's /run/gpuwatch)
 plus ``CONTROL_SOCKET_NAME``; ``--runtime-dir DIR`` names another. The command gets the run's heartbeat
 and pause files in its environment (``GPUWATCH_HEARTBEAT_FILE``, ``GPUWATCH_PAUSE_FILE``), in the run's
@@ -24,7 +24,7 @@ from gpuwatch.cli.attach_link import AttachLink, hold_window_s
 from gpuwatch.cli.run_dir import RunDir, RunDirError, make_run_dir
 from gpuwatch.cli.text import safe
 from gpuwatch.cli.train_run import RunSettings, TrainRun
-from gpuwatch.config.base import CONTROL_SOCKET_NAME, client_runtime_dir, daemon_files_in
+from gpuwatch.config.runtime import CONTROL_SOCKET_NAME, client_runtime_dir, daemon_files_in
 from gpuwatch.heartbeat import HEARTBEAT_ENV, PAUSE_ENV
 
 Build = Callable[[list[str], Mapping[str, str]], tuple[list[str], dict[str, str]]]

@@ -3,79 +3,79 @@
 from __future__ import annotations
 
 from gpuwatch.cli.text import GREEN, NA, RED, YELLOW, Paint, duration, energy, pct, size
-from gpuwatch.publish.schema import TrainerDoc, TrainerGpuUseDoc
+from gpuwatch.model import TrainerGpuUse, TrainerState
 
 PHASE_COLOURS = {"running": GREEN, "paused": YELLOW, "pausing": YELLOW, "failed": RED, "backoff": YELLOW}
 
 
-def trainer_line(t: TrainerDoc, now: float, paint: Paint) -> str:
-    phase = t.get("phase") or NA
+def trainer_line(t: TrainerState, now: float, paint: Paint) -> str:
+    phase = t.phase.value if t.phase else NA  # None: an older or partial document
     colour = PHASE_COLOURS.get(phase)
-    text = f"trainer {t['name']}: {paint(phase, colour) if colour else phase}" + _origin(t)
-    return text + _run(t, now) + _progress(t) + _ranks(t, phase) + (f"  ({t['reason']})" if t.get("reason") else "")
+    text = f"trainer {t.name}: {paint(phase, colour) if colour else phase}" + _origin(t)
+    return text + _run(t, now) + _progress(t) + _ranks(t, phase) + (f"  ({t.reason})" if t.reason else "")
 
 
-def _origin(t: TrainerDoc) -> str:
+def _origin(t: TrainerState) -> str:
     """An attached run (`gpuwatch train` from a user's shell): who runs it and its Slurm job; a configured
     trainer's line stays as it was."""
-    if t.get("origin") != "attached":
+    if t.origin != "attached":
         return ""
-    who = ", ".join(part for part in ("attached", t.get("user"), f"job {t['job_id']}" if t.get("job_id") else None)
+    who = ", ".join(part for part in ("attached", t.user, f"job {t.job_id}" if t.job_id else None)
                     if part)
     return f"  [{who}]"
 
 
-def _run(t: TrainerDoc, now: float) -> str:
+def _run(t: TrainerState, now: float) -> str:
     """The process: pid, uptime, restarts, how the last run ended."""
-    text = f"  pid {t['pid']}" if t.get("pid") else ""
-    started_unix = t.get("started_unix")
+    text = f"  pid {t.pid}" if t.pid else ""
+    started_unix = t.started_unix
     if started_unix:
         text += f"  up {duration(now - started_unix)}"
-    text += f"  restarts {t.get('restarts_total', 0)}"
-    if t.get("last_exit_code") is not None:
-        text += f"  last exit {t['last_exit_code']}"
+    text += f"  restarts {t.restarts_total}"
+    if t.last_exit_code is not None:
+        text += f"  last exit {t.last_exit_code}"
     return text
 
 
-def _progress(t: TrainerDoc) -> str:
+def _progress(t: TrainerState) -> str:
     """The training's pace (from its heartbeat) and its energy."""
     text = ""
-    if t.get("steps_per_s") is not None:
-        text += f"  {t['steps_per_s']:.2f} steps/s"
-    if t.get("last_step_age_s") is not None:
-        text += f"  last step {t['last_step_age_s']:.0f}s ago"
-    text += energy(t.get("run_energy_j"))
-    if t.get("steps_per_kj") is not None:
-        text += f"  {t['steps_per_kj']:.1f} steps/kJ"
+    if t.steps_per_s is not None:
+        text += f"  {t.steps_per_s:.2f} steps/s"
+    if t.last_step_age_s is not None:
+        text += f"  last step {t.last_step_age_s:.0f}s ago"
+    text += energy(t.run_energy_j)
+    if t.steps_per_kj is not None:
+        text += f"  {t.steps_per_kj:.1f} steps/kJ"
     return text
 
 
-def _ranks(t: TrainerDoc, phase: str) -> str:
+def _ranks(t: TrainerState, phase: str) -> str:
     """A distributed job: its ranks on this machine (of the whole job's); how many hold while it pauses."""
-    ranks = t.get("ranks")
+    ranks = t.ranks
     if not ranks:
         return ""
-    held = t.get("ranks_held") or 0
+    held = t.ranks_held or 0
     text = f"  {held}/{ranks} ranks held" if phase in ("pausing", "paused") or held else f"  {ranks} ranks"
-    job = t.get("world_size")
+    job = t.world_size
     return text + (f" (job: {job})" if job and job != ranks else "")
 
 
-def trainer_gpu_lines(t: TrainerDoc, paint: Paint) -> list[str]:
-    lines = [f"  on {use['gpu_id']}: {_use(use)}" for use in t.get("gpu_use", [])]
-    if t.get("stuck_pids"):
-        pids = ", ".join(str(p) for p in t["stuck_pids"])
+def trainer_gpu_lines(t: TrainerState, paint: Paint) -> list[str]:
+    lines = [f"  on {use.gpu_id}: {_use(use)}" for use in t.gpu_use]
+    if t.stuck_pids:
+        pids = ", ".join(str(p) for p in t.stuck_pids)
         lines.append("  " + paint(f"pid {pids} left behind after SIGKILL (D state): the host may need a reboot", RED))
-    if errors := t.get("heartbeat_read_errors_total"):
+    if errors := t.heartbeat_read_errors_total:
         lines.append("  " + paint(f"heartbeat unreadable {errors} time{'s' if errors != 1 else ''} (not a regular "
                                   "file of at most 64 KiB: a FIFO, a link, too large); its progress is not seen",
                                   YELLOW))
     return lines
 
 
-def _use(use: TrainerGpuUseDoc) -> str:
-    text = f"vram {size(use.get('vram_bytes'))}  gtt {size(use.get('gtt_bytes'))}" \
-           f"  engine {pct(use.get('engine_busy_ratio'))}"
-    if use.get("kfd_vram_bytes") is not None:
-        text += f"  rocm vram {size(use.get('kfd_vram_bytes'))}  cu {pct(use.get('kfd_cu_occupancy_ratio'))}"
-    return text + f"  ({use.get('processes', 0)} process{'es' if use.get('processes', 0) != 1 else ''})"
+def _use(use: TrainerGpuUse) -> str:
+    text = f"vram {size(use.vram_bytes)}  gtt {size(use.gtt_bytes)}" \
+           f"  engine {pct(use.engine_busy_ratio)}"
+    if use.kfd_vram_bytes is not None:
+        text += f"  rocm vram {size(use.kfd_vram_bytes)}  cu {pct(use.kfd_cu_occupancy_ratio)}"
+    return text + f"  ({use.processes} process{'es' if use.processes != 1 else ''})"

@@ -9,15 +9,6 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
-# Where gpuwatch's files are lives in runtime.py (pydantic-free, for `gpuwatch health`); re-exported here.
-from gpuwatch.config.runtime import CONTROL_SOCKET_NAME as CONTROL_SOCKET_NAME
-from gpuwatch.config.runtime import DEFAULT_CONFIG_PATH as DEFAULT_CONFIG_PATH
-from gpuwatch.config.runtime import STATE_FILE_NAME as STATE_FILE_NAME
-from gpuwatch.config.runtime import SYSTEM_RUNTIME_DIR as SYSTEM_RUNTIME_DIR
-from gpuwatch.config.runtime import client_runtime_dir as client_runtime_dir
-from gpuwatch.config.runtime import daemon_files_in as daemon_files_in
-from gpuwatch.config.runtime import default_runtime_dir as default_runtime_dir
-
 DEFAULT_HTTP_PORT = 9840
 
 # A GPU's id everywhere in gpuwatch: its PCI slot as sysfs names it, the kernel's "%04x:%02x:%02x.%d" of domain,

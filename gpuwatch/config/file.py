@@ -12,18 +12,9 @@ from typing import Any, Literal
 import tomli_w
 from pydantic import Field, ValidationError, field_validator
 
-from gpuwatch.config.base import (
-    CONTROL_SOCKET_NAME,
-    DEFAULT_SYSFS_DEADLINE_S,
-    STATE_FILE_NAME,
-    ConfigError,
-    Strict,
-    default_runtime_dir,
-)
+from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S, ConfigError, Strict
 from gpuwatch.config.cooling import FanConfig, PowerConfig, ThermalConfig
-
-# The config file's default path lives in runtime.py (pydantic-free: `gpuwatch health`); its old name here stays.
-from gpuwatch.config.runtime import DEFAULT_CONFIG_PATH as DEFAULT_CONFIG_PATH
+from gpuwatch.config.runtime import CONTROL_SOCKET_NAME, STATE_FILE_NAME, default_runtime_dir
 from gpuwatch.config.sections import (
     AmdgpuInfoConfig,
     AttachedConfig,

@@ -1,6 +1,6 @@
 """Where gpuwatch's files are: the config file, the runtime directory (the daemon's, and where a client finds
 one), and the names in it. Plain paths, no pydantic: `gpuwatch health` finds the state file through this
-module alone (it must answer in milliseconds; docs/cluster.md). ``config.base`` re-exports every name.
+module alone (it must answer in milliseconds; docs/cluster.md). Every caller imports it directly.
 
 The paths are ``str`` and built with ``os.path``, not ``pathlib.Path``: pathlib's import (with urllib.parse and
 ipaddress under it) was 3-4 ms of every check (tests/cluster/test_health_imports.py). A caller that works in

@@ -51,8 +51,8 @@ from gpuwatch.daemon.attach_sessions import Sessions, is_attach, peer_of, serve_
 from gpuwatch.daemon.bounds import CONNECTIONS_TOTAL, Slots, UserRate
 from gpuwatch.daemon.ratelog import RateLimitedLog
 from gpuwatch.procfs import Procfs
+from gpuwatch.publish.document import StatusDocument
 from gpuwatch.publish.redact import redact
-from gpuwatch.publish.schema import StatusDocument
 from gpuwatch.safefs import client_refusal
 from gpuwatch.supervise.access import NOT_PERMITTED, privileged, redacted, refusal
 from gpuwatch.supervise.actions import Command

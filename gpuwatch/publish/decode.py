@@ -11,12 +11,13 @@ against ``SPECS`` and raises ``Invalid`` with the first field that is not what i
   layer above this one reads it as None), except the keys in ``REQUIRED``, which name the thing itself;
 * a wrong type, a non-finite number or a bool where a number belongs is refused.
 
-``SPECS`` is the same shape as publish/schema.py's TypedDicts, written as plain data (tests/test_decode.py keeps
-the two equal): `gpuwatch health` decodes on its fast path, where typing, dataclasses and pathlib may not be
-imported (tests/cluster/test_health_imports.py). A type is ``int``, ``float``, ``str``, ``bool``, ``str|int`` or
-an object's name; ``?`` after it allows null; ``[T]`` is a list of T, ``{"*": T}`` an object of T by name,
-``("?", T)`` a nullable list or object. The field helpers (``need_dict`` ...) are the home of the same checks
-for the receipts a restarted daemon takes back (publish/receipt_resume.py).
+``SPECS`` is model.py's dataclasses as published, written as plain data (tests/publish/test_decode.py keeps the
+two equal): `gpuwatch health` decodes on its fast path, where typing, dataclasses and pathlib may not be
+imported (tests/cluster/test_health_imports.py); the other readers then build the dataclasses (publish/view.py).
+A type is ``int``, ``float``, ``str``, ``bool``, ``str|int`` or an object's name; ``?`` after it allows null;
+``[T]`` is a list of T, ``{"*": T}`` an object of T by name, ``("?", T)`` a nullable list or object. The field
+helpers (``need_dict`` ...) are the home of the same checks for the receipts a restarted daemon takes back
+(publish/receipt_resume.py).
 """
 
 from __future__ import annotations
@@ -145,7 +146,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "JobReceiptDoc": ("job_id", "first_seen_unix", "last_seen_unix", "paused_s", "gpus"),
 }
 
-SCHEMA_VERSION = 1  # publish/schema.py's (kept equal by tests/test_decode.py: that module imports typing)
+SCHEMA_VERSION = 1  # the one home of the version: publish/document.py writes it
 
 
 def document(raw: object) -> Any:

@@ -1,33 +1,24 @@
 """The stable JSON document (schema 1) of `gpuwatch status --json`, `/status` and the state file.
 
-Built from the PublishedState only, the thermal limits included (``PublishedState.limits_c``); its
-typed shape is schema.py's. Enums become their values and tuples lists, as json.dumps and a reader expect.
+Built from the PublishedState only, the thermal limits included (``PublishedState.limits_c``): the one encoder;
+publish/view.py decodes it back into model's dataclasses. Enums become their values and tuples lists, as
+json.dumps and a reader expect.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, fields
 from enum import Enum
-from typing import Any, cast
+from typing import Any
 
 from gpuwatch.limits import over_limit
-from gpuwatch.model import GpuReading, GpuResetState, JobReceipt, NodeHealth, PublishedState, UnmanagedState
+from gpuwatch.model import GpuReading, GpuResetState, JobReceipt, NodeHealth, PublishedState, Source, UnmanagedState
+from gpuwatch.publish.decode import SCHEMA_VERSION
 from gpuwatch.publish.health_codes import fault_line
-from gpuwatch.publish.schema import (
-    SCHEMA_VERSION,
-    ClockCeilingDoc,
-    FanControllerDoc,
-    GpuDoc,
-    GpuResetDoc,
-    HealthDoc,
-    JobReceiptDoc,
-    PowerGovernorDoc,
-    Source,
-    StatusDocument,
-    TemperatureDoc,
-    UnmanagedDoc,
-    UnsupportedDoc,
-)
+
+# The document as JSON's plain data: its shape is model's dataclasses (publish/view.py decodes it into them) and
+# publish/decode.py's SPECS (what every reader validates it with), kept equal by tests/publish/test_decode.py.
+StatusDocument = dict[str, Any]
 
 _FLAT_SKIP = {"temps", "errors", "throttled_s", "sources"}
 
@@ -53,7 +44,7 @@ def to_document(state: PublishedState, source: Source) -> StatusDocument:
                  None if gpu.gpu_id not in clocks else _plain(asdict(clocks[gpu.gpu_id])))
             for gpu in snapshot.gpus
         ],
-        "unsupported": [cast(UnsupportedDoc, asdict(card)) for card in snapshot.unsupported],
+        "unsupported": [asdict(card) for card in snapshot.unsupported],
         "trainers": [_plain(asdict(trainer)) for trainer in state.trainers],
         "processes": [_plain(asdict(process)) for process in snapshot.processes],
         "processes_unreadable": snapshot.processes_unreadable,
@@ -62,36 +53,36 @@ def to_document(state: PublishedState, source: Source) -> StatusDocument:
     }
 
 
-def _health(health: NodeHealth) -> HealthDoc:
-    doc = _plain(asdict(health))
+def _health(health: NodeHealth) -> dict[str, Any]:
+    doc: dict[str, Any] = _plain(asdict(health))
     doc["faults"] = [{**_plain(asdict(f)), "line": fault_line(f.code, f.gpu_id, f.detail)} for f in health.faults]
-    return cast(HealthDoc, doc)
+    return doc
 
 
-def _job(job: JobReceipt) -> JobReceiptDoc:
-    doc = _plain(asdict(job))
+def _job(job: JobReceipt) -> dict[str, Any]:
+    doc: dict[str, Any] = _plain(asdict(job))
     doc["gpus"] = [{**_plain(asdict(gpu)), "max_temps_c": dict(gpu.max_temps_c), "throttled_s": dict(gpu.throttled_s)}
                    for gpu in job.gpus]
-    return cast(JobReceiptDoc, doc)
+    return doc
 
 
-def _reset(state: GpuResetState) -> GpuResetDoc:
-    doc = _plain(asdict(state))
+def _reset(state: GpuResetState) -> dict[str, Any]:
+    doc: dict[str, Any] = _plain(asdict(state))
     del doc["gpu_id"]
-    return cast(GpuResetDoc, doc)
+    return doc
 
 
-def _unmanaged(state: UnmanagedState) -> UnmanagedDoc:
-    doc = _plain(asdict(state))
+def _unmanaged(state: UnmanagedState) -> dict[str, Any]:
+    doc: dict[str, Any] = _plain(asdict(state))
     del doc["gpu_id"]
-    return cast(UnmanagedDoc, doc)
+    return doc
 
 
-def _gpu(state: PublishedState, gpu: GpuReading, fan: FanControllerDoc | None, power: PowerGovernorDoc | None,
-         reset: GpuResetDoc | None, unmanaged: UnmanagedDoc | None = None,
-         clock: ClockCeilingDoc | None = None) -> GpuDoc:
+def _gpu(state: PublishedState, gpu: GpuReading, fan: dict[str, Any] | None, power: dict[str, Any] | None,
+         reset: dict[str, Any] | None, unmanaged: dict[str, Any] | None = None,
+         clock: dict[str, Any] | None = None) -> dict[str, Any]:
     doc: dict[str, Any] = {f.name: getattr(gpu, f.name) for f in fields(gpu) if f.name not in _FLAT_SKIP}
-    temperatures: dict[str, TemperatureDoc] = {
+    temperatures: dict[str, dict[str, Any]] = {
         t.label: {
             "temp_c": t.temp_c,
             "crit_c": t.crit_c,
@@ -115,7 +106,7 @@ def _gpu(state: PublishedState, gpu: GpuReading, fan: FanControllerDoc | None, p
     doc["errors"] = [asdict(e) for e in gpu.errors]
     doc["reset"] = reset
     doc["unmanaged"] = unmanaged
-    return cast(GpuDoc, doc)
+    return doc
 
 
 def _plain(value: Any) -> Any:

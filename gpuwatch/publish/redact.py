@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuwatch.config.sections import ExposeSensitive
-from gpuwatch.publish.schema import StatusDocument
+from gpuwatch.publish.document import StatusDocument
 
 REDACTED = "(redacted)"
 # A reason's detail starts at the first of these: a colon or semicolon, a parenthesis, a quote, a path, an
@@ -98,7 +98,7 @@ def redact(document: StatusDocument) -> StatusDocument:
             if key in row:
                 row[key] = blank(row[key]) if callable(blank) else blank
     out["redacted"] = True
-    return out  # type: ignore[return-value]  # the same keys, blanked
+    return out
 
 
 def _rows(document: dict[str, Any], where: str) -> list[dict[str, Any]]:

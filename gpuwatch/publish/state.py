@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from gpuwatch.model import PublishedState
-    from gpuwatch.publish.schema import StatusDocument
+    from gpuwatch.publish.document import StatusDocument
 
 # Its logger is "gpuwatch.state" (the name log lines had before the move), made where it logs: `gpuwatch health`
 # imports this module for is_stale alone, and importing logging would be a sixth of its time.
@@ -74,8 +74,8 @@ def state_age(document: StatusDocument, now_unix: float, boot: str | None, now_b
     if daemon is not None and boot is not None and daemon.get("boot_id") == boot:
         stamp = daemon.get("taken_boottime_s")
         if stamp is not None:
-            return now_boottime_s - stamp
-    return now_unix - document["taken_unix"]
+            return now_boottime_s - float(stamp)
+    return now_unix - float(document["taken_unix"])
 
 
 class StateHolder:

@@ -9,8 +9,7 @@ import pytest
 
 from gpuwatch.cli import fleet
 from gpuwatch.cli.remote import HostResult
-from gpuwatch.publish.document import to_document
-from gpuwatch.publish.schema import StatusDocument
+from gpuwatch.publish.document import StatusDocument, to_document
 from tests.support.published import GPU_A, GPU_B, GPU_GONE, NOW_UNIX, example_state
 
 

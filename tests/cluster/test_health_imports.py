@@ -36,7 +36,7 @@ FAST_PATH = {"gpuwatch", "gpuwatch.cli", "gpuwatch.cli.health", "gpuwatch.cli.he
 
 # Never on the fast path (a name covers its submodules): the config's models, the daemon, the other commands,
 # the GPUs, and the standard library's heavy parts it once took in (typing alone was a tenth of the check).
-NEVER = ("pydantic", "psutil", "prometheus_client", "yaml", "bcrypt", "gpuwatch.model", "gpuwatch.states",
+NEVER = ("pydantic", "psutil", "prometheus_client", "yaml", "bcrypt", "gpuwatch.model",
          "gpuwatch.config.base", "gpuwatch.config.file", "gpuwatch.daemon", "gpuwatch.gpus", "gpuwatch.cli.parser",
          "gpuwatch.cli.settings", "gpuwatch.cli.slurm", "asyncio", "ssl", "socket", "subprocess", "logging",
          "threading", "dataclasses", "inspect", "shutil", "ipaddress", "email", "http",

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.config.base import ConfigError, canonical_pci_slot, default_runtime_dir, distinct_slots
+from gpuwatch.config.base import ConfigError, canonical_pci_slot, distinct_slots
 from gpuwatch.config.file import Config, effective_config_toml, load_config, parse_config
+from gpuwatch.config.runtime import default_runtime_dir
 
 
 def test_what_is_no_slot_at_all_is_refused_with_the_form_and_where_to_find_it() -> None:
