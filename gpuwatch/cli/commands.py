@@ -103,7 +103,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"gpuwatch train: cannot run {argv[0]!r}: {exc.strerror}", file=sys.stderr)
             return 127
-    from gpuwatch.cli.train_start import start_run
+    from gpuwatch.cli.train.start import start_run
 
     return start_run(args, command, gpus, build)
 

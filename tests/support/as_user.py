@@ -23,7 +23,7 @@ import gpuwatch.cli.commands
 import gpuwatch.cli.parser  # main() imports the parser lazily (the fast `health` path): load it here
 import gpuwatch.cli.settings
 import gpuwatch.cli.status
-import gpuwatch.cli.train_start  # `cli train`: the wrapper's modules (train/argv.py, the link, the run)
+import gpuwatch.cli.train.start  # `cli train`: the wrapper's modules (train/argv.py, the link, the run)
 import gpuwatch.daemon.control  # imported before the privileges go
 import gpuwatch.train.argv
 from tests.support import attach_client, hostile_client

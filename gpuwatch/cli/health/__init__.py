@@ -17,8 +17,8 @@ import os
 import sys
 import time
 
-from gpuwatch.cli.health_render import FORMATS, Answer, from_document, no_daemon, only, render
-from gpuwatch.cli.options import common_options, formatter
+from gpuwatch.cli.health.options import common_options, formatter
+from gpuwatch.cli.health.render import FORMATS, Answer, from_document, no_daemon, only, render
 from gpuwatch.config.runtime import (
     DEFAULT_CONFIG_PATH,
     STATE_FILE_NAME,
@@ -162,7 +162,7 @@ def _direct_answer(args: argparse.Namespace) -> tuple[Answer, str]:
 def _slurm(answer: Answer, runtime_dir: str | None) -> int:
     from pathlib import Path  # --slurm's module imports it anyway
 
-    from gpuwatch.cli import slurm
+    from gpuwatch.cli.health import slurm
 
     if runtime_dir is None:  # pragma: no cover - the direct path always resolves one
         print("gpuwatch health --slurm: no runtime directory to count checks in", file=sys.stderr)
