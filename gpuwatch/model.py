@@ -243,7 +243,7 @@ class Snapshot:
     """One tick's readings of every GPU. ``taken_unix`` is wall time, ``taken_monotonic`` for ages.
 
     ``processes`` and ``resets`` are filled after sampling, by the process monitor and the reset
-    watch (daemon/gpu_use.py), from the same tick."""
+    watch (daemon/sense.py), from the same tick."""
 
     taken_unix: float
     taken_monotonic: float

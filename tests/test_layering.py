@@ -53,7 +53,7 @@ ALLOWED: dict[str, set[str]] = {
     # what the caps' and the clock's hand-back of a stored record share (gpus: the cards discovered once)
     "handback": {"actuation", "gpus", "sysfs"},
     # act on trainers; FanState only via model
-    "supervise": {"model", "config", "limits", "heartbeat", "attach", "safefs"},
+    "supervise": {"model", "config", "limits", "heartbeat", "attach", "safefs", "procfs", "procs"},
     # report: never hardware (no sysfs, gpus, fan, supervise); safefs: the state files read and written
     "publish": {"model", "config", "limits", "safefs"},
     # plays the kernel (sysfs: the clock files' writes, sim/kernel.py); borrows the pure interpolation

@@ -30,7 +30,7 @@ from types import FrameType
 from gpuwatch import __version__
 from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import Config, load_config
-from gpuwatch.daemon import compose
+from gpuwatch.daemon import compose, sense
 from gpuwatch.daemon.compose import Parts
 from gpuwatch.daemon.control import ControlServer
 from gpuwatch.daemon.health import NodeWatch
@@ -41,7 +41,6 @@ from gpuwatch.daemon.reload import plan_reload
 from gpuwatch.daemon.sdnotify import Notifier
 from gpuwatch.daemon.servers import http_server, start_control
 from gpuwatch.daemon.wakeup import Flag, Signals, Wakeup
-from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.model import DaemonInfo, PublishedState
 from gpuwatch.publish.document import to_document
 from gpuwatch.publish.http import HttpServer
@@ -74,7 +73,7 @@ class Daemon:
         self.notifier = notifier or Notifier(None)
         self.parts = parts
         # A longer gap between two readings (a stuck tick) adds no energy or time throttled.
-        self.sampler = Sampler(self.parts.sources, max_gap_s=max(10.0, 5 * config.interval_s))
+        self.sampler = sense.sampler(self.parts.sources, config.interval_s)
         self.holder = StateHolder()
         self.live = LiveFeed(config.interval_s)  # the live page's summary, history and events (docs/page.md)
         self.started_unix = time.time()

@@ -10,7 +10,7 @@ power governor does not hold the card above its floor), it is SIGSTOPped. It is 
   which job it is (its collectives in flight, an NCCL watchdog), or ``[unmanaged] max_pause_s`` if shorter;
   it is then not stopped again for ``restop_after_s`` (it finishes what was in flight; the card's firmware
   still throttles it);
-* the policy becomes "report" (a reload), or the daemon exits (the effects: daemon/unmanaged.py).
+* the policy becomes "report" (a reload), or the daemon exits (the effects: supervise/unmanaged_stops.py).
 
 Never stopped: the daemon itself, pid 1, kernel threads, a process something else stopped (state T or t:
 its SIGCONT would not be ours to send), a zombie, and processes of uid 0 unless ``stop_root``. A stop is

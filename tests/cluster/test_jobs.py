@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.daemon.peers import run_job
 from gpuwatch.model import GpuProcess
 from gpuwatch.procfs import Procfs
 from gpuwatch.procs.jobs import JobRef, attribute, job_of_cgroup, parse_mapping, read_mappings
 from gpuwatch.procs.monitor import ProcessMonitor
 from gpuwatch.sim.proctree import RENDER_NODE, FakeProcTree, amdgpu_fdinfo
+from gpuwatch.supervise.peers import run_job
 
 A, B = "0000:03:00.0", "0000:0c:00.0"
 

@@ -139,8 +139,7 @@ def _daemon_answer(runtime_dir: str) -> Answer | None:
 
 def _direct_answer(args: argparse.Namespace) -> tuple[Answer, str]:
     from gpuwatch.cli.settings import load_cli_config
-    from gpuwatch.daemon.compose import build_sources
-    from gpuwatch.gpus.sampler import Sampler
+    from gpuwatch.daemon.sense import read_directly
     from gpuwatch.limits import limits_in_force
     from gpuwatch.model import PublishedState
     from gpuwatch.publish.health_codes import fault_line
@@ -149,7 +148,7 @@ def _direct_answer(args: argparse.Namespace) -> tuple[Answer, str]:
     config = load_cli_config(args, client=True)
     settings = config.health
     effective = config.with_effective_sysfs()
-    snapshot = Sampler(build_sources(effective)).sample()
+    snapshot = read_directly(effective).sample()
     state = PublishedState(snapshot=snapshot, limits_c=limits_in_force(snapshot, config.thermal))
     now = snapshot.taken_monotonic
     # One reading cannot say for how long a sensor has been over crit: it counts at once.
