@@ -282,7 +282,7 @@ class PublishedState:
     jobs: tuple[JobReceipt, ...] = ()  # the receipts of the jobs seen on the GPUs, the last [health] jobs_kept
     clocks: tuple[ClockState, ...] = ()  # per GPU: the clock rung (issue 36)
     # (gpu_id, rung) per GPU that is up: the highest rung of fan -> cap -> clock -> pause in use (publish.live.rung_of,
-    # which needs the tick's fan settings: computed when the state is built, daemon/published.py)
+    # which needs the tick's fan settings: computed when the state is built, daemon/loop.py)
     ladder_rungs: tuple[tuple[str, str], ...] = ()
 
     def limit_c(self, gpu_id: str, sensor: str) -> float | None:

@@ -27,8 +27,7 @@ from gpuwatch.config.sections import remote_base_url
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from gpuwatch.daemon.gpu_lock import GpuHeld
-    from gpuwatch.daemon.lock import Held, Untrusted, acquire
+    from gpuwatch.daemon.lock import GpuHeld, Held, Untrusted, acquire
     from gpuwatch.daemon.loop import Daemon
     from gpuwatch.daemon.sdnotify import Notifier
 

@@ -30,8 +30,7 @@ import time
 from typing import Any, Protocol, runtime_checkable
 
 from gpuwatch import attach as proto
-from gpuwatch.daemon.bounds import UserRate
-from gpuwatch.daemon.ratelog import RateLimitedLog
+from gpuwatch.daemon.bounds import RateLimitedLog, UserRate
 from gpuwatch.procfs import Procfs
 from gpuwatch.supervise.access import Peer
 from gpuwatch.supervise.peers import gone, run_job, run_refusal, with_groups

@@ -26,7 +26,7 @@ from gpuwatch.actuation import Actuator, ActuatorKind, Handback
 from gpuwatch.clock import restore as clock_restore
 from gpuwatch.config.file import Config
 from gpuwatch.daemon.control import Handler
-from gpuwatch.daemon.gpu_lock import lock_cards
+from gpuwatch.daemon.lock import lock_cards
 from gpuwatch.daemon.sense import GpuUseWatch, amdgpu_source, build_gpu_use, build_sources
 from gpuwatch.fan import restore as fan_restore
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource

@@ -1,8 +1,10 @@
 """The daemon's loop: ticks the parts compose.py built, handles signals, and cleans up on every exit path.
 
 Each tick: sample every GPU into one Snapshot, let the rungs act on that same snapshot (ladder.py), then
-publish the result (memory for HTTP, an atomic JSON file for the CLI). A consumer that raises is
-logged and reported as a daemon failure; it never stops the loop.
+publish the result (memory for HTTP, an atomic JSON file for the CLI): the ``PublishedState`` built from every
+part's state (``published_state``: the thermal limits in force, the read errors counted across ticks). A consumer
+that raises is logged and reported as a daemon failure; it never stops the loop. At the start, the GPUs found
+are logged (``log_discovery``).
 
 systemd (docs/systemd.md): READY=1 after the first full tick (every GPU read or reported missing),
 STATUS= with a one-line summary when it changes, WATCHDOG=1 from this loop only (a stuck tick stops the
@@ -35,16 +37,17 @@ from gpuwatch.daemon.compose import Parts
 from gpuwatch.daemon.control import ControlServer
 from gpuwatch.daemon.health import NodeWatch
 from gpuwatch.daemon.ladder import Guard, act, hand_back
-from gpuwatch.daemon.published import count_read_errors, log_discovery, published_state
-from gpuwatch.daemon.receipt_store import keep_last_state
 from gpuwatch.daemon.reload import plan_reload
 from gpuwatch.daemon.sdnotify import Notifier
 from gpuwatch.daemon.servers import http_server, start_control
 from gpuwatch.daemon.wakeup import Flag, Signals, Wakeup
-from gpuwatch.model import DaemonInfo, PublishedState
+from gpuwatch.limits import limits_in_force
+from gpuwatch.model import ClockState, DaemonInfo, FanState, PowerState, PublishedState, Snapshot, TrainerState
 from gpuwatch.publish.document import to_document
 from gpuwatch.publish.http import HttpServer
+from gpuwatch.publish.live import rung_of
 from gpuwatch.publish.live_feed import LiveFeed
+from gpuwatch.publish.receipt_store import keep_last_state
 from gpuwatch.publish.state import StateHolder, write_state_file
 from gpuwatch.publish.summary import status_line
 
@@ -241,7 +244,7 @@ class Daemon:
         hand_back(self.parts, self._guard)
         if self.parts.gpu_use is not None:
             self._guard("uevent socket close", self.parts.gpu_use.close, None)
-        try:  # renamed, not removed: the next daemon takes the job receipts back from it (daemon/receipt_store.py)
+        try:  # renamed, not removed: the next daemon takes the job receipts back from it (publish/receipt_store.py)
             keep_last_state(Path(self.config.state_file))
         except OSError as exc:  # a read-only runtime directory: fans and caps went back, so still exit 0
             log.warning("cannot remove the state file %s: %s", self.config.state_file, exc.strerror or exc)
@@ -277,3 +280,43 @@ class Daemon:
     def _install_signals(self) -> None:
         if threading.current_thread() is threading.main_thread():
             self._signals.install(self.request_stop, self.request_reload)
+
+
+def published_state(snapshot: Snapshot, daemon: DaemonInfo, fans: tuple[FanState, ...],
+                    powers: tuple[PowerState, ...], trainers: tuple[TrainerState, ...],
+                    read_errors: Counter[tuple[str, str]], config: Config,
+                    clocks: tuple[ClockState, ...] = ()) -> PublishedState:
+    """The tick's state as /metrics, /status and the state file read it; the limits from ``config`` (the
+    tick's own configuration: a reload shows from the next tick on)."""
+    state = PublishedState(
+        snapshot=snapshot, daemon=daemon, fans=fans, trainers=trainers, powers=powers,
+        read_errors_total=tuple((gpu, sensor, n) for (gpu, sensor), n in sorted(read_errors.items())),
+        limits_c=limits_in_force(snapshot, config.thermal), clocks=clocks,
+    )
+    return replace(state, ladder_rungs=tuple((gpu.gpu_id, rung_of(state, gpu.gpu_id, config.fan.for_gpu(gpu.gpu_id)))
+                                             for gpu in snapshot.gpus if gpu.up))
+
+
+def count_read_errors(totals: Counter[tuple[str, str]], snapshot: Snapshot) -> None:
+    """Cumulative per-sensor read failures for the exporter's counter; a GPU that is gone counts as down, not
+    as errors."""
+    for gpu in snapshot.gpus:
+        if gpu.up:
+            totals.update((gpu.gpu_id, error.sensor) for error in gpu.errors)
+
+
+def log_discovery(config: Config, snapshot: Snapshot) -> None:
+    """The first sample, for the journal: each GPU, each card not read, each slot the config names that is not here."""
+    for gpu in snapshot.gpus:
+        log.info("GPU %s (%s, %s): %s", gpu.gpu_id, gpu.card, gpu.backend, gpu.name or gpu.device_id)
+    for card in snapshot.unsupported:
+        log.info("card %s uses driver %s: not supported, not read", card.card, card.driver)
+    for line in config.slots_not_present({gpu.gpu_id for gpu in snapshot.gpus}):
+        log.warning("%s", line)
+    if not snapshot.gpus:
+        log.warning(
+            "no GPU found (backend %s; amdgpu under %s/class/drm). Point gpuwatch at another sysfs tree with "
+            "--sysfs-root DIR (or sysfs_root in the config), or run the simulator: gpuwatch run --simulate",
+            config.backend,
+            config.sysfs_root,
+        )
