@@ -291,3 +291,15 @@ class PublishedState:
             if limit.gpu_id == gpu_id and limit.sensor == sensor:
                 return limit.limit_c
         return None
+
+
+@dataclass(frozen=True)
+class Acted:
+    """What the ladder's rungs published this tick, in their order (empty where a part is off or failed). Each
+    rung's ``tick(snapshot, below, config)`` sees the rungs below it in one ``Acted``: a new rung is one field."""
+
+    fans: tuple[FanState, ...] = ()
+    powers: tuple[PowerState, ...] = ()
+    clocks: tuple[ClockState, ...] = ()
+    trainers: tuple[TrainerState, ...] = ()
+    unmanaged: tuple[UnmanagedState, ...] = ()

@@ -33,7 +33,7 @@ from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.file import Config
 from gpuwatch.handback import Locate
 from gpuwatch.limits import headroom_c, thermals_on
-from gpuwatch.model import ClockMode, ClockState, FanState, GpuReading, PowerState, Snapshot
+from gpuwatch.model import Acted, ClockMode, ClockState, GpuReading, Snapshot
 from gpuwatch.sysfs import Sysfs
 
 log = logging.getLogger("gpuwatch.clock")
@@ -52,12 +52,11 @@ class ClockController:
         self.gpus: dict[str, GpuClock] = {}
         self.stuck = Stuck(log, "clock ceiling")
 
-    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
-             config: Config) -> tuple[ClockState, ...]:
+    def tick(self, snapshot: Snapshot, below: Acted, config: Config) -> tuple[ClockState, ...]:
         """Each GPU's step under the live ``config``; the steps that touch the hardware on the GPUs' workers."""
         now = self.clock()
-        fan_of = {fan.gpu_id: fan for fan in fans}
-        power_of = {power.gpu_id: power for power in powers}
+        fan_of = {fan.gpu_id: fan for fan in below.fans}
+        power_of = {power.gpu_id: power for power in below.powers}
         steps: dict[str, Callable[[], ClockState]] = {}
         touches: dict[str, Callable[[], bool]] = {}
         for gpu in snapshot.gpus:

@@ -32,7 +32,16 @@ from gpuwatch.fan import restore as fan_restore
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.nvml import NvmlSource
 from gpuwatch.gpus.source import GpuSource
-from gpuwatch.model import ClockState, FanState, PowerState, PublishedState, Snapshot, TrainerState, UnmanagedState
+from gpuwatch.model import (
+    Acted,
+    ClockState,
+    FanState,
+    PowerState,
+    PublishedState,
+    Snapshot,
+    TrainerState,
+    UnmanagedState,
+)
 from gpuwatch.power import restore as power_restore
 from gpuwatch.procfs import Procfs
 from gpuwatch.sim.cards import SimulatedGpus
@@ -55,28 +64,25 @@ class FanConsumer(Protocol):
 
 
 class PowerConsumer(Protocol):
-    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], config: Config) -> tuple[PowerState, ...]: ...
+    def tick(self, snapshot: Snapshot, below: Acted, config: Config) -> tuple[PowerState, ...]: ...
     def restore(self) -> None: ...
 
 
 class ClockConsumer(Protocol):
-    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
-             config: Config) -> tuple[ClockState, ...]: ...
+    def tick(self, snapshot: Snapshot, below: Acted, config: Config) -> tuple[ClockState, ...]: ...
     def restore(self) -> None: ...
 
 
 class TrainerConsumer(Protocol):
     def start(self) -> None: ...  # once, on the daemon's main thread, before the first tick
-    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
-             config: Config, clocks: tuple[ClockState, ...] = ()) -> tuple[TrainerState, ...]: ...
+    def tick(self, snapshot: Snapshot, below: Acted, config: Config) -> tuple[TrainerState, ...]: ...
     def command(self, verb: str, name: str | None) -> tuple[bool, str]: ...  # the control socket's commands
     def trees(self) -> dict[str, list[int]]: ...  # each trainer's process tree (the process scan's input)
     def stop(self) -> None: ...
 
 
 class UnmanagedConsumer(Protocol):  # GPU processes not run under gpuwatch: SIGSTOP past crit, SIGCONT when cool
-    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
-             config: Config) -> tuple[UnmanagedState, ...]: ...
+    def tick(self, snapshot: Snapshot, below: Acted, config: Config) -> tuple[UnmanagedState, ...]: ...
     def stop(self) -> None: ...  # every process it stopped continued
 
 

@@ -42,7 +42,7 @@ from gpuwatch.daemon.sdnotify import Notifier
 from gpuwatch.daemon.servers import http_server, start_control
 from gpuwatch.daemon.wakeup import Flag, Signals, Wakeup
 from gpuwatch.limits import limits_in_force
-from gpuwatch.model import ClockState, DaemonInfo, FanState, PowerState, PublishedState, Snapshot, TrainerState
+from gpuwatch.model import Acted, DaemonInfo, PublishedState, Snapshot
 from gpuwatch.publish.document import to_document
 from gpuwatch.publish.http import HttpServer
 from gpuwatch.publish.live import rung_of
@@ -111,8 +111,7 @@ class Daemon:
                             ticks_total=self.ticks_total, interval_s=config.interval_s,
                             taken_boottime_s=time.clock_gettime(time.CLOCK_BOOTTIME),
                             failures=failures + (("config: " + "; ".join(absent),) if absent else ()))
-        state = replace(published_state(snapshot, daemon, acted.fans, acted.powers, acted.trainers, self.read_errors,
-                                        config, acted.clocks), unmanaged=acted.unmanaged)
+        state = published_state(snapshot, daemon, acted, self.read_errors, config)
         state = self._guard("health verdict", partial(self.node.observe, state, config), state)
         document = to_document(state, source="daemon")
         self.holder.publish(state, document)
@@ -282,16 +281,14 @@ class Daemon:
             self._signals.install(self.request_stop, self.request_reload)
 
 
-def published_state(snapshot: Snapshot, daemon: DaemonInfo, fans: tuple[FanState, ...],
-                    powers: tuple[PowerState, ...], trainers: tuple[TrainerState, ...],
-                    read_errors: Counter[tuple[str, str]], config: Config,
-                    clocks: tuple[ClockState, ...] = ()) -> PublishedState:
+def published_state(snapshot: Snapshot, daemon: DaemonInfo, acted: Acted, read_errors: Counter[tuple[str, str]],
+                    config: Config) -> PublishedState:
     """The tick's state as /metrics, /status and the state file read it; the limits from ``config`` (the
     tick's own configuration: a reload shows from the next tick on)."""
     state = PublishedState(
-        snapshot=snapshot, daemon=daemon, fans=fans, trainers=trainers, powers=powers,
+        snapshot=snapshot, daemon=daemon, fans=acted.fans, trainers=acted.trainers, powers=acted.powers,
         read_errors_total=tuple((gpu, sensor, n) for (gpu, sensor), n in sorted(read_errors.items())),
-        limits_c=limits_in_force(snapshot, config.thermal), clocks=clocks,
+        limits_c=limits_in_force(snapshot, config.thermal), clocks=acted.clocks, unmanaged=acted.unmanaged,
     )
     return replace(state, ladder_rungs=tuple((gpu.gpu_id, rung_of(state, gpu.gpu_id, config.fan.for_gpu(gpu.gpu_id)))
                                              for gpu in snapshot.gpus if gpu.up))

@@ -30,7 +30,7 @@ from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.config.file import Config
 from gpuwatch.handback import Locate
-from gpuwatch.model import FanState, GpuReading, PowerMode, PowerState, Snapshot
+from gpuwatch.model import Acted, FanState, GpuReading, PowerMode, PowerState, Snapshot
 from gpuwatch.power.backend import VERIFY_TOLERANCE_W, CapUnavailable, CapWriteError
 from gpuwatch.power.governor import GovernorState, floor_cap_w, governor_params
 from gpuwatch.power.gpu_cap import GpuCap, touches_hardware
@@ -56,12 +56,12 @@ class PowerController:
         self.gpus: dict[str, GpuCap] = {}
         self.stuck = Stuck(log, "power cap")
 
-    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], config: Config) -> tuple[PowerState, ...]:
+    def tick(self, snapshot: Snapshot, below: Acted, config: Config) -> tuple[PowerState, ...]:
         """Each GPU's step; ``config`` is the live configuration (its limits in force now). A step that touches
         the hardware this tick (``touches_hardware``) runs on the GPU's worker within the deadline, all such
         steps at once; one that only decides runs here and costs no hand-off (the common tick)."""
         now = self.clock()
-        by_gpu = {fan.gpu_id: fan for fan in fans}
+        by_gpu = {fan.gpu_id: fan for fan in below.fans}
         steps: dict[str, Callable[[], PowerState]] = {}
         touches: dict[str, Callable[[], bool]] = {}
         for gpu in snapshot.gpus:

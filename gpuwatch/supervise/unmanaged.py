@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.config.sections import UnmanagedConfig
-from gpuwatch.model import FanState, GpuProcess, PowerState, Snapshot, UnmanagedState, at_crit
+from gpuwatch.model import Acted, GpuProcess, Snapshot, UnmanagedState, at_crit
 from gpuwatch.supervise.actions import pause_limit_s, thermal_verdict
 
 NEVER_STATES = frozenset({"T", "t", "Z", "X"})  # stopped or traced by someone else, dead
@@ -88,12 +88,13 @@ class Decision:
     forget: tuple[Stopped, ...] = ()  # gone, or its pid is another process now: no signal
 
 
-def verdicts(snapshot: Snapshot, fans: Iterable[FanState], powers: Iterable[PowerState],
-             thermal: ThermalConfig) -> tuple[GpuVerdict, ...]:
-    """Every GPU of ``snapshot``: at crit, the other rungs spent, cool."""
-    cannot_rise = {f.gpu_id for f in fans if not f.can_rise}
-    driven = {f.gpu_id for f in fans}
-    holding = {p.gpu_id for p in powers if not p.pause_allowed}
+def verdicts(snapshot: Snapshot, below: Acted, thermal: ThermalConfig) -> tuple[GpuVerdict, ...]:
+    """Every GPU of ``snapshot``: at crit, the other rungs spent (the fan cannot rise, neither the power cap nor
+    the clock ceiling holds the card above its floor: the trainers' rule, actions.thermal_verdict), cool."""
+    cannot_rise = {f.gpu_id for f in below.fans if not f.can_rise}
+    driven = {f.gpu_id for f in below.fans}
+    holding = {p.gpu_id for p in below.powers if not p.pause_allowed}
+    holding |= {c.gpu_id for c in below.clocks if not c.pause_allowed}
     found = []
     for gpu in snapshot.gpus:
         # No fans passed: the fan failsafe (a sensor that cannot be read) is not "past crit" here.

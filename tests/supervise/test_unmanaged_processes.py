@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.config.file import Config
-from gpuwatch.model import FanMode, FanState, GpuProcess, GpuReading, Snapshot, TempReading
+from gpuwatch.model import Acted, FanMode, FanState, GpuProcess, GpuReading, Snapshot, TempReading
 from gpuwatch.procfs import Procfs
 from gpuwatch.sim.proctree import RENDER_NODE, FakeProcTree, amdgpu_fdinfo
 from gpuwatch.supervise.actions import TIMEOUT_SHARE, UNKNOWN_JOB_TIMEOUT_S
@@ -63,7 +63,7 @@ class Rig:
                          temps=(TempReading("junction", junction_c, crit_c=110.0),))
         rows = tuple(GpuProcess(pid=pid, gpu_id=SLOT, command="python3 mine.py", trainer=trainer) for pid in self.pids)
         snapshot = Snapshot(taken_unix=0.0, taken_monotonic=0.0, gpus=(gpu,), processes=rows)
-        (state,) = self.part.tick(snapshot, FULL_FAN, (), config)
+        (state,) = self.part.tick(snapshot, Acted(fans=FULL_FAN), config)
         return state.stopped_pids
 
     def record(self) -> list[int]:
