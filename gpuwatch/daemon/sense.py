@@ -1,5 +1,7 @@
-"""What the daemon and the CLI read, one way: the GPU sources the config names, the Sampler over them, and
-who uses which GPU and which GPU was reset, from the same tick.
+"""What the daemon and the CLI read, one way: the GPU sources, the Sampler, who uses which GPU, which was reset.
+
+The GPU sources the config names and the Sampler over them; who uses which GPU and which GPU was reset, from the
+same tick.
 
 The daemon's loop samples every tick and hands the snapshot to ``GpuUseWatch``; `gpuwatch status`/`sensors`
 (cli/show.py) and `gpuwatch health` without a daemon (cli/health/) read once through the same ``sampler``.
