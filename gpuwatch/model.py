@@ -517,7 +517,7 @@ class Snapshot:
     """One tick's readings of every GPU. ``taken_unix`` is wall time, ``taken_monotonic`` for ages.
 
     ``processes`` and ``resets`` are filled after sampling, by the process monitor and the reset
-    watch (daemon/gpu_use.py), from the same tick."""
+    watch (daemon/sense.py), from the same tick."""
 
     taken_unix: float
     taken_monotonic: float
@@ -556,7 +556,7 @@ class PublishedState:
     jobs: tuple[JobReceipt, ...] = ()  # the receipts of the jobs seen on the GPUs, the last [health] jobs_kept
     clocks: tuple[ClockState, ...] = ()  # per GPU: the clock rung (issue 36)
     # (gpu_id, rung) per GPU that is up: the highest rung of fan -> cap -> clock -> pause in use (publish.live.rung_of,
-    # which needs the tick's fan settings: computed when the state is built, daemon/published.py)
+    # which needs the tick's fan settings: computed when the state is built, daemon/loop.py)
     ladder_rungs: tuple[tuple[str, str], ...] = ()
 
     def limit_c(self, gpu_id: str, sensor: str) -> float | None:
@@ -617,3 +617,15 @@ class StatusView:
     health: NodeHealth | None = None  # None: not judged (a direct read without a daemon)
     jobs: tuple[JobReceipt, ...] = ()
     redacted: bool = False  # its sensitive fields were blanked for its reader (publish/redact.py)
+
+
+@dataclass(frozen=True)
+class Acted:
+    """What the ladder's rungs published this tick, in their order (empty where a part is off or failed). Each
+    rung's ``tick(snapshot, below, config)`` sees the rungs below it in one ``Acted``: a new rung is one field."""
+
+    fans: tuple[FanState, ...] = ()
+    powers: tuple[PowerState, ...] = ()
+    clocks: tuple[ClockState, ...] = ()
+    trainers: tuple[TrainerState, ...] = ()
+    unmanaged: tuple[UnmanagedState, ...] = ()

@@ -5,7 +5,8 @@ Every import counts: module level, inside functions, under TYPE_CHECKING. The ru
 * the packages of one floor (act: fan, power, supervise; report: publish) never import each other, and
   only the wiring (daemon, cli) knows the simulator;
 * a subpackage's ``__init__.py`` imports nothing (importing ``gpuwatch.fan.curve`` must not pull in
-  the controller); ``cli/__init__.py`` is the exception: it is the CLI's main (``gpuwatch.cli:main``);
+  the controller); ``cli/__init__.py`` is the exception: it is the CLI's main (``gpuwatch.cli:main``), and so is
+  ``cli/health/__init__.py``, the command ``gpuwatch health`` itself (its fast path: one import fewer);
 * there is no import cycle between modules;
 * only the train extra imports torch, and ``train/__init__.py`` and ``train/argv.py`` do not.
 """
@@ -50,7 +51,7 @@ ALLOWED: dict[str, set[str]] = {
     # act on the clock ceiling (gpus: locate cards, NVML bus ids; limits: the headroom it holds)
     "clock": {"model", "sysfs", "config", "limits", "actuation", "deadline", "gpus"},
     # act on trainers; FanState only via model
-    "supervise": {"model", "config", "limits", "heartbeat", "attach", "safefs"},
+    "supervise": {"model", "config", "limits", "heartbeat", "attach", "safefs", "procfs", "procs"},
     # report: never hardware (no sysfs, gpus, fan, supervise); safefs: the state files read and written
     "publish": {"model", "config", "limits", "safefs"},
     # plays the kernel (sysfs: the clock files' writes, sim/kernel.py); borrows the pure interpolation
@@ -158,7 +159,7 @@ def test_the_table_keeps_the_floors_apart_and_the_leaves_at_the_bottom() -> None
 
 def test_subpackage_faces_import_nothing() -> None:
     for name, path in MODULES.items():
-        if path.name != "__init__.py" or name in ("gpuwatch", "gpuwatch.cli"):
+        if path.name != "__init__.py" or name in ("gpuwatch", "gpuwatch.cli", "gpuwatch.cli.health"):
             continue
         imports = [n for n in ast.parse(path.read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))]
         assert imports == [], f"{path} imports {ast.unparse(imports[0])}"

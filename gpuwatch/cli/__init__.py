@@ -11,7 +11,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     if words[:1] == ["health"]:
         # Every node's health check runs this: it must not build the other commands (pydantic, the daemon's
-        # modules); cli/health.py has its own parser from the same definitions (docs/cluster.md).
+        # modules); cli/health/__init__.py has its own parser from the same definitions (docs/cluster.md).
         from gpuwatch.cli import health
 
         return _guarded(lambda: health.main(words[1:]))

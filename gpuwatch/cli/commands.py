@@ -28,8 +28,7 @@ from gpuwatch.config.sections import remote_base_url
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from gpuwatch.daemon.gpu_lock import GpuHeld
-    from gpuwatch.daemon.lock import Held, Untrusted, acquire
+    from gpuwatch.daemon.lock import GpuHeld, Held, Untrusted, acquire
     from gpuwatch.daemon.loop import Daemon
     from gpuwatch.daemon.sdnotify import Notifier
 
@@ -104,7 +103,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"gpuwatch train: cannot run {argv[0]!r}: {exc.strerror}", file=sys.stderr)
             return 127
-    from gpuwatch.cli.train_start import start_run
+    from gpuwatch.cli.train.start import start_run
 
     return start_run(args, command, gpus, build)
 

@@ -27,7 +27,7 @@ def leftovers(doc: StatusDocument, runtime_dir: Path) -> list[str]:
     """The warnings for ``doc`` (a reading) and the restore files in ``runtime_dir``: empty while a daemon runs."""
     if doc.get("daemon"):
         return []
-    from gpuwatch.daemon.unmanaged import describe_recorded  # processes a killed daemon left SIGSTOPped
+    from gpuwatch.supervise.unmanaged_stops import describe_recorded  # processes a killed daemon left SIGSTOPped
 
     return leftover_lines(doc, restore_records(runtime_dir)) + describe_recorded(runtime_dir)
 

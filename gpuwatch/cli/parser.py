@@ -19,9 +19,9 @@ from gpuwatch.cli.commands import (
 )
 from gpuwatch.cli.completion import SHELLS, cmd_completion
 from gpuwatch.cli.health import add_health_arguments, cmd_health
+from gpuwatch.cli.health.options import common_options
+from gpuwatch.cli.health.receipt import add_receipt_arguments, cmd_receipt
 from gpuwatch.cli.logs import cmd_logs
-from gpuwatch.cli.options import common_options
-from gpuwatch.cli.receipt import add_receipt_arguments, cmd_receipt
 from gpuwatch.cli.show import watch_seconds
 from gpuwatch.config.runtime import DEFAULT_CONFIG_PATH
 from gpuwatch.config.trainer import BackoffConfig, TrainerConfig
@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _common_options() -> argparse.ArgumentParser:
-    """The options every command that reads a config or the machine takes (a parent parser: cli/options.py)."""
+    """The options every command that reads a config or the machine takes (a parent parser: cli/health/options.py)."""
     return common_options(Path)
 
 

@@ -17,7 +17,7 @@ from gpuwatch.config.runtime import DEFAULT_CONFIG_PATH, client_runtime_dir, dae
 def cli_config_path(args: argparse.Namespace) -> Path | None:
     """The config named on the command line, else the default file if it exists, else None (defaults)."""
     if args.config is not None:
-        return Path(args.config)  # a str from `gpuwatch health`'s parser (cli/options.py), else a Path already
+        return Path(args.config)  # a str from `gpuwatch health`'s parser (cli/health/options.py), else a Path already
     default = Path(DEFAULT_CONFIG_PATH)
     return default if default.exists() else None
 

@@ -178,9 +178,9 @@ class DirectReader:
 
         config = self.config
         if self._sampler is None:
-            from gpuwatch.daemon.compose import build_sources
+            from gpuwatch.daemon.sense import read_directly
 
-            self._sampler = Sampler(build_sources(config))
+            self._sampler = read_directly(config)
         snapshot = self._sampler.sample()
         if processes:
             try:

@@ -33,7 +33,7 @@ from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.file import Config
 from gpuwatch.gpus.amdgpu import Locate
 from gpuwatch.limits import headroom_c, thermals_on
-from gpuwatch.model import ClockMode, ClockState, FanState, GpuReading, PowerState, Snapshot
+from gpuwatch.model import Acted, ClockMode, ClockState, GpuReading, Snapshot
 from gpuwatch.sysfs import Sysfs
 
 log = logging.getLogger("gpuwatch.clock")
@@ -47,12 +47,11 @@ class ClockController(HeldControl[GpuClock, Locate]):
                  deadline_s: float = DEFAULT_SYSFS_DEADLINE_S) -> None:
         super().__init__(kind, log, sysfs, runtime_dir, locate, nvml, clock, check_access, deadline_s)
 
-    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
-             config: Config) -> tuple[ClockState, ...]:
+    def tick(self, snapshot: Snapshot, below: Acted, config: Config) -> tuple[ClockState, ...]:
         """Each GPU's step under the live ``config``, on its worker within the deadline (``Actuator.run``)."""
         now = self.clock()
-        fan_of = {fan.gpu_id: fan for fan in fans}
-        power_of = {power.gpu_id: power for power in powers}
+        fan_of = {fan.gpu_id: fan for fan in below.fans}
+        power_of = {power.gpu_id: power for power in below.powers}
         steps: dict[str, Callable[[], ClockState]] = {}
         for gpu in snapshot.gpus:
             g = self.gpus.get(gpu.gpu_id) or self._new(gpu, config)

@@ -19,7 +19,7 @@ SYSTEM_RUNTIME_DIR = "/run/gpuwatch"
 
 # In the runtime directory: the published state (`gpuwatch status`) and the supervisor's control socket.
 STATE_FILE_NAME = "state.json"
-# A cleanly stopped daemon's last state file, kept for the next one's job receipts (daemon/receipt_store.py).
+# A cleanly stopped daemon's last state file, kept for the next one's job receipts (publish/receipt_store.py).
 LAST_STATE_FILE_NAME = "state.last.json"
 
 CONTROL_SOCKET_NAME = "control.sock"

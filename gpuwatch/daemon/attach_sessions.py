@@ -1,7 +1,7 @@
 """Attach sessions on the control socket (gpuwatch/attach.py): the daemon's end of `gpuwatch train`.
 
 A connection whose first line is ``{"cmd": "attach", ...}`` becomes a session: the peer is who the
-kernel says (SO_PEERCRED, ``peer_of``), the run's pid is checked (daemon/peers.py), the supervisor
+kernel says (SO_PEERCRED, ``peer_of``), the run's pid is checked (supervise/peers.py), the supervisor
 registers it (``Sessions.attach``: the name, the bounds) and the reply goes back. Then its lines are
 read one by one (each at most ``attach.MAX_LINE_BYTES``) with no whole-request deadline; a session silent
 for ``SESSION_SILENCE_S`` (ten beats) is gone (unless its last ``Beat`` said its user suspended the run:
@@ -30,11 +30,10 @@ import time
 from typing import Any, Protocol, runtime_checkable
 
 from gpuwatch import attach as proto
-from gpuwatch.daemon.bounds import UserRate
-from gpuwatch.daemon.peers import gone, run_job, run_refusal, with_groups
-from gpuwatch.daemon.ratelog import RateLimitedLog
+from gpuwatch.daemon.bounds import RateLimitedLog, UserRate
 from gpuwatch.procfs import Procfs
 from gpuwatch.supervise.access import Peer
+from gpuwatch.supervise.peers import gone, run_job, run_refusal, with_groups
 
 log = logging.getLogger("gpuwatch.control")
 noisy = RateLimitedLog(log)

@@ -1,4 +1,4 @@
-"""Per-user bounds on the control socket (pure; ``now`` is an argument): what one local user may cost the daemon.
+"""Per-user bounds on the control socket: what one local user may cost the daemon (``now`` is an argument).
 
 The socket is every user's (mode 0666), so one user's load must never cost the loop its tick nor root its
 commands. ``Bucket``: a token bucket (``rate_per_s`` refilled, ``burst`` at most) for the lines and the bytes a
@@ -6,10 +6,16 @@ user's sessions send: an empty bucket says how long to wait, and the session's t
 more (the kernel's socket buffer fills, the sender blocks: back-pressure, never a busy loop). ``Slots``: how
 many connections each uid holds while they are read; a privileged peer is never counted (it has its own socket
 too: daemon/control.py), an unprivileged uid over ``per_user`` or all of them over ``total`` is refused at once.
+
+``RateLimitedLog``: a log line a local user can cause on demand, one per key per ``every_s``, with how many
+were left out since (a hostile client must not fill the journal, and the first of each kind is never lost).
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from dataclasses import dataclass
 
 LINES_PER_S = 20.0  # a wrapper beats once a second per run; a user with many runs shares this
@@ -78,3 +84,29 @@ class Slots:
             self.held[uid] = left
         else:
             self.held.pop(uid, None)
+
+
+EVERY_S = 10.0
+
+
+class RateLimitedLog:
+    def __init__(self, logger: logging.Logger, every_s: float = EVERY_S) -> None:
+        self.logger = logger
+        self.every_s = every_s
+        self._lock = threading.Lock()
+        self._last: dict[str, tuple[float, int]] = {}  # key -> (when last written, left out since)
+
+    def warning(self, key: str, message: str, *args: object, now: float | None = None) -> bool:
+        """Log ``message % args`` at WARNING unless ``key`` was logged less than ``every_s`` ago; whether it was."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            last, left_out = self._last.get(key, (-self.every_s, 0))
+            if now - last < self.every_s:
+                self._last[key] = (last, left_out + 1)
+                return False
+            self._last[key] = (now, 0)
+            if len(self._last) > 1024:  # keys name uids and kinds: bounded anyway, never a leak
+                self._last = {key: (now, 0)}
+        suffix = f" ({left_out} more like it in the last {now - last:.0f} s not logged)" if left_out else ""
+        self.logger.warning(message + suffix, *args)
+        return True

@@ -1,12 +1,12 @@
-"""Composition root: config -> the parts the daemon runs. The one module that names the concrete classes.
+"""Composition root: config -> the parts the daemon runs. It names the concrete classes (sense.py those it reads).
 
 ``build`` makes the GPU sources (amdgpu, NVML), the fan controller (it drives the cards the amdgpu
 source reads, through ``locate``), the power-cap governor (the same way, plus NVML's limit), the process
-monitor and reset watch (gpu_use.py), the training supervisor and, for ``--simulate``, the simulated
+monitor and reset watch (sense.py, with the sources), the training supervisor and, for ``--simulate``, the simulated
 cards: their trees are laid out first and become the sysfs and proc roots, read exactly like a real
 card's; the simulator's uevents stand in for the kernel's, and it steps right before each sample and
 follows the published trainer phases. The loop (loop.py) sees only the Parts and their Protocols. The
-CLI reads sysfs once for `gpuwatch status`/`sensors` with ``build_sources``.
+CLI reads the GPUs itself through sense.py.
 
 Every actuator (gpuwatch.actuation) is registered in ``actuator_kinds``: the controllers give their own
 records back at shutdown through the same kinds, and ``restore_all`` (`gpuwatch restore`, systemd's
@@ -24,28 +24,31 @@ from typing import Any, Protocol
 
 from gpuwatch.actuation.actuator import Actuator, ActuatorKind, Handback
 from gpuwatch.clock import restore as clock_restore
-from gpuwatch.config.base import ConfigError
-from gpuwatch.config.file import REAL_SYSFS_ROOT, Config
+from gpuwatch.config.file import Config
 from gpuwatch.daemon.control import Handler
-from gpuwatch.daemon.gpu_lock import lock_cards
-from gpuwatch.daemon.gpu_use import GpuUseWatch
-from gpuwatch.daemon.unmanaged import UnmanagedProcesses, resume_recorded
+from gpuwatch.daemon.lock import lock_cards
+from gpuwatch.daemon.sense import GpuUseWatch, amdgpu_source, build_gpu_use, build_sources
 from gpuwatch.fan import restore as fan_restore
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
-from gpuwatch.gpus.amdgpuinfo import AmdgpuInfo, WithAmdgpuInfo
-from gpuwatch.gpus.nvml import NvmlSource, NvmlUnavailable
+from gpuwatch.gpus.nvml import NvmlSource
 from gpuwatch.gpus.source import GpuSource
-from gpuwatch.model import ClockState, FanState, PowerState, PublishedState, Snapshot, TrainerState, UnmanagedState
+from gpuwatch.model import (
+    Acted,
+    ClockState,
+    FanState,
+    PowerState,
+    PublishedState,
+    Snapshot,
+    TrainerState,
+    UnmanagedState,
+)
 from gpuwatch.power import restore as power_restore
 from gpuwatch.procfs import Procfs
-from gpuwatch.procs.monitor import ProcessMonitor
-from gpuwatch.resets.devcoredump import DevCoredumps
-from gpuwatch.resets.uevent import UeventFeed, open_uevents
-from gpuwatch.resets.watch import ResetWatch
 from gpuwatch.sim.cards import SimulatedGpus
 from gpuwatch.sim.kernel import KernelSysfs
 from gpuwatch.sim.profiles import PROFILES
 from gpuwatch.sim.start import SimulatedSource, start_simulator
+from gpuwatch.supervise.unmanaged_stops import UnmanagedProcesses, resume_recorded
 from gpuwatch.sysfs import Sysfs
 
 log = logging.getLogger("gpuwatch")
@@ -61,28 +64,25 @@ class FanConsumer(Protocol):
 
 
 class PowerConsumer(Protocol):
-    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], config: Config) -> tuple[PowerState, ...]: ...
+    def tick(self, snapshot: Snapshot, below: Acted, config: Config) -> tuple[PowerState, ...]: ...
     def restore(self) -> None: ...
 
 
 class ClockConsumer(Protocol):
-    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
-             config: Config) -> tuple[ClockState, ...]: ...
+    def tick(self, snapshot: Snapshot, below: Acted, config: Config) -> tuple[ClockState, ...]: ...
     def restore(self) -> None: ...
 
 
 class TrainerConsumer(Protocol):
     def start(self) -> None: ...  # once, on the daemon's main thread, before the first tick
-    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
-             config: Config, clocks: tuple[ClockState, ...] = ()) -> tuple[TrainerState, ...]: ...
+    def tick(self, snapshot: Snapshot, below: Acted, config: Config) -> tuple[TrainerState, ...]: ...
     def command(self, verb: str, name: str | None) -> tuple[bool, str]: ...  # the control socket's commands
     def trees(self) -> dict[str, list[int]]: ...  # each trainer's process tree (the process scan's input)
     def stop(self) -> None: ...
 
 
 class UnmanagedConsumer(Protocol):  # GPU processes not run under gpuwatch: SIGSTOP past crit, SIGCONT when cool
-    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
-             config: Config) -> tuple[UnmanagedState, ...]: ...
+    def tick(self, snapshot: Snapshot, below: Acted, config: Config) -> tuple[UnmanagedState, ...]: ...
     def stop(self) -> None: ...  # every process it stopped continued
 
 
@@ -141,43 +141,6 @@ def simulator_control(simulator: SimulatedGpus, trainers: TrainerConsumer | None
     return handle
 
 
-def amdgpu_source(config: Config) -> AmdgpuSource | None:
-    """The amdgpu reader when ``config.backend`` asks for one (it also locates cards for the fans)."""
-    if config.backend not in ("auto", "amdgpu"):
-        return None
-    return AmdgpuSource(Sysfs(config.sysfs_root), deadline_s=config.sysfs_deadline_s)
-
-
-def with_amdgpuinfo(config: Config, amdgpu: GpuSource, module: object | None = None) -> GpuSource:
-    """``amdgpu`` with pyamdgpuinfo's readings merged in when they describe the same GPUs: the real /sys
-    (not a simulated or test tree); ``module`` injects a stand-in for pyamdgpuinfo (tests)."""
-    # /dev/dri, what pyamdgpuinfo reads, belongs to the machine's own tree only.
-    if config.amdgpuinfo.mode == "off" or (module is None and config.sysfs_root != REAL_SYSFS_ROOT):
-        return amdgpu
-    return WithAmdgpuInfo(amdgpu, AmdgpuInfo(module, polls_per_second=config.amdgpuinfo.polls_per_second))
-
-
-def build_sources(config: Config, nvml: object | None = None, amdgpu: AmdgpuSource | None = None) -> list[GpuSource]:
-    """The GPU sources ``config.backend`` names; ``nvml`` injects a pynvml-like module (tests), ``amdgpu``
-    a reader built with ``amdgpu_source`` (shared with the fan controller).
-
-    auto never fails: NVML that is absent or cannot initialise is logged and skipped. An explicit
-    ``backend = "nvml"`` without a working NVML is a configuration error (exit 2), said plainly.
-    """
-    sources: list[GpuSource] = []
-    amdgpu = amdgpu or amdgpu_source(config)
-    if amdgpu is not None:
-        sources.append(with_amdgpuinfo(config, amdgpu))
-    if config.backend in ("auto", "nvml"):
-        try:
-            sources.append(NvmlSource(nvml))
-        except NvmlUnavailable as exc:
-            if config.backend == "nvml":
-                raise ConfigError(f"backend = \"nvml\": {exc}") from None
-            log.debug("NVIDIA backend not used: %s", exc)
-    return sources
-
-
 def build_fans(config: Config, amdgpu: AmdgpuSource | None) -> FanConsumer | None:
     """The fan controller; it drives the amdgpu cards ``amdgpu`` reads (none without it), and is
     rebound with them when one comes back at a new place."""
@@ -195,28 +158,6 @@ def build_fans(config: Config, amdgpu: AmdgpuSource | None) -> FanConsumer | Non
 
 def _nowhere(gpu_id: str) -> None:
     return None
-
-
-def build_gpu_use(config: Config, uevents: UeventFeed | None = None,
-                  on_cards_changed: Callable[[], None] | None = None) -> GpuUseWatch | None:
-    """The process monitor and the reset watch ``[processes]``/``[resets]`` ask for; ``uevents`` stands in
-    for the kernel's uevent socket (the simulator's); ``on_cards_changed`` hears a DRM card come or go."""
-    if not (config.processes.enabled or config.resets.enabled):
-        return None
-    sysfs = Sysfs(config.sysfs_root)
-    monitor = None
-    if config.processes.enabled:
-        monitor = ProcessMonitor(Procfs(config.proc_root), sysfs, config.processes.scan_all_every_s)
-    resets, close = None, None
-    if config.resets.enabled:
-        if uevents is None and config.resets.uevents:
-            sock = open_uevents()
-            if sock is not None:
-                uevents, close = sock.drain, sock.close
-        dumps = DevCoredumps(sysfs, config.reset_dump_dir, config.resets.dumps_kept, config.resets.dump_max_bytes,
-                             config.resets.dismiss_dumps)
-        resets = ResetWatch(dumps, uevents, config.resets.answer_ticks, on_cards_changed)
-    return GpuUseWatch(monitor, resets, close)
 
 
 def build_power(config: Config, amdgpu: AmdgpuSource | None, sources: list[GpuSource],
@@ -281,7 +222,7 @@ def restore_all(config: Config) -> Handback:
         part = Actuator(kind, config.resolved_runtime_dir, config.sysfs_deadline_s).restore_all(without_records=True)
         result.done += part.done
         result.problems += part.problems
-    # Processes not run under gpuwatch that a killed daemon left SIGSTOPped (daemon/unmanaged.py).
+    # Processes not run under gpuwatch that a killed daemon left SIGSTOPped (supervise/unmanaged_stops.py).
     done, problems = resume_recorded(Procfs(config.proc_root), config.resolved_runtime_dir)
     result.done += done
     result.problems += problems

@@ -20,7 +20,7 @@ waiting) is not carried out: a command the user saw time out never happens later
 
 Local users are hostile to it (docs/security.md "The control socket"): every line goes through one decoder
 (``attach.json_object``: bounded, no surrogate or control character, no deep nesting, no non-finite number),
-a bad one gets an error answer and a rate-limited log line (daemon/ratelog.py), never a traceback. An
+a bad one gets an error answer and a rate-limited log line (daemon/bounds.py), never a traceback. An
 unprivileged uid holds at most ``bounds.CONNECTIONS_PER_USER`` connections being read (all such users
 ``bounds.CONNECTIONS_TOTAL``); one more is answered with an error and closed at once, without a thread. Root,
 the daemon's user and the admin group have a socket of their own beside it (``CONTROL_ADMIN_SOCKET_NAME``,
@@ -48,8 +48,7 @@ from gpuwatch import attach as proto
 from gpuwatch.config.file import REAL_PROC_ROOT
 from gpuwatch.config.runtime import CONTROL_ADMIN_SOCKET_NAME
 from gpuwatch.daemon.attach_sessions import Sessions, is_attach, peer_of, serve_session
-from gpuwatch.daemon.bounds import CONNECTIONS_TOTAL, Slots, UserRate
-from gpuwatch.daemon.ratelog import RateLimitedLog
+from gpuwatch.daemon.bounds import CONNECTIONS_TOTAL, RateLimitedLog, Slots, UserRate
 from gpuwatch.procfs import Procfs
 from gpuwatch.publish.document import StatusDocument
 from gpuwatch.publish.redact import redact

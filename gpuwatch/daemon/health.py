@@ -4,7 +4,7 @@ receipts, and the node's health verdict, added to the tick's PublishedState (doc
 The state that spans ticks lives here (since when each GPU is over crit, the receipts, the previous
 state the counters' increases are taken from); the rules are pure (publish/verdict.py,
 publish/receipts.py, publish/receipt_resume.py, procs/jobs.py). The [health] settings come with each tick's
-configuration. At the start the receipts are taken back from the previous daemon (daemon/receipt_store.py) and
+configuration. At the start the receipts are taken back from the previous daemon (publish/receipt_store.py) and
 the first tick says the time no daemon ran on them; a reload keeps them (one NodeWatch for the daemon's life).
 """
 
@@ -14,12 +14,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpuwatch.config.file import Config
-from gpuwatch.daemon import receipt_store
 from gpuwatch.gpus.accounting import counter_grew
 from gpuwatch.model import JobReceipt, JobStart, PublishedState
 from gpuwatch.procfs import Procfs
 from gpuwatch.procs.jobs import CGROUP_ROOT, attribute, cgroups_made, job_start, read_mappings
-from gpuwatch.publish import receipts
+from gpuwatch.publish import receipt_store, receipts
 from gpuwatch.publish.receipt_resume import Carried, resume, unseen_before
 from gpuwatch.publish.verdict import judge, over_crit_since
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from gpuwatch.actuation.actuator import RestoreFailed
 from gpuwatch.config.file import Config
 from gpuwatch.daemon.compose import Parts
-from gpuwatch.model import ClockState, FanState, PowerState, Snapshot, TrainerState, UnmanagedState
+from gpuwatch.model import Acted, Snapshot
 
 log = logging.getLogger("gpuwatch")
 T = TypeVar("T")
@@ -49,37 +49,28 @@ class Guard:
         return result
 
 
-@dataclass(frozen=True)
-class Acted:
-    """What every rung published this tick (empty where a part is off or failed)."""
-
-    fans: tuple[FanState, ...] = ()
-    powers: tuple[PowerState, ...] = ()
-    clocks: tuple[ClockState, ...] = ()
-    trainers: tuple[TrainerState, ...] = ()
-    unmanaged: tuple[UnmanagedState, ...] = ()
-
-
 def act(parts: Parts, snapshot: Snapshot, config: Config, guard: Guard) -> Acted:
-    """Every rung on this tick's snapshot and the live ``config``, in the ladder's order."""
-    fans: tuple[FanState, ...] = ()
-    powers: tuple[PowerState, ...] = ()
-    clocks: tuple[ClockState, ...] = ()
-    trainers: tuple[TrainerState, ...] = ()
-    unmanaged: tuple[UnmanagedState, ...] = ()
+    """Every rung on this tick's snapshot and the live ``config``, in the ladder's order; each sees the rungs
+    below it (``Acted``, filled as the ladder climbs)."""
+    acted = Acted()
     fan_part, power_part, clock_part, trainer_part = parts.fans, parts.power, parts.clock, parts.trainers
-    if fan_part is not None:
-        fans = guard("fan controller", lambda: fan_part.tick(snapshot, config), ())
-    if power_part is not None:
-        powers = guard("power governor", lambda: power_part.tick(snapshot, fans, config), ())
-    if clock_part is not None:
-        clocks = guard("clock ceiling", lambda: clock_part.tick(snapshot, fans, powers, config), ())
-    if trainer_part is not None:
-        trainers = guard("supervisor", lambda: trainer_part.tick(snapshot, fans, powers, config, clocks), ())
     unmanaged_part = parts.unmanaged
+    if fan_part is not None:
+        acted = replace(acted, fans=guard("fan controller", lambda: fan_part.tick(snapshot, config), ()))
+    if power_part is not None:
+        below = acted
+        acted = replace(acted, powers=guard("power governor", lambda: power_part.tick(snapshot, below, config), ()))
+    if clock_part is not None:
+        below = acted
+        acted = replace(acted, clocks=guard("clock ceiling", lambda: clock_part.tick(snapshot, below, config), ()))
+    if trainer_part is not None:
+        below = acted
+        acted = replace(acted, trainers=guard("supervisor", lambda: trainer_part.tick(snapshot, below, config), ()))
     if unmanaged_part is not None:
-        unmanaged = guard("unmanaged processes", lambda: unmanaged_part.tick(snapshot, fans, powers, config), ())
-    return Acted(fans, powers, clocks, trainers, unmanaged)
+        below = acted
+        acted = replace(acted, unmanaged=guard("unmanaged processes",
+                                               lambda: unmanaged_part.tick(snapshot, below, config), ()))
+    return acted
 
 
 def hand_back(parts: Parts, guard: Guard) -> None:

@@ -1,8 +1,10 @@
 """The daemon's loop: ticks the parts compose.py built, handles signals, and cleans up on every exit path.
 
 Each tick: sample every GPU into one Snapshot, let the rungs act on that same snapshot (ladder.py), then
-publish the result (memory for HTTP, an atomic JSON file for the CLI). A consumer that raises is
-logged and reported as a daemon failure; it never stops the loop.
+publish the result (memory for HTTP, an atomic JSON file for the CLI): the ``PublishedState`` built from every
+part's state (``published_state``: the thermal limits in force, the read errors counted across ticks). A consumer
+that raises is logged and reported as a daemon failure; it never stops the loop. At the start, the GPUs found
+are logged (``log_discovery``).
 
 systemd (docs/systemd.md): READY=1 after the first full tick (every GPU read or reported missing),
 STATUS= with a one-line summary when it changes, WATCHDOG=1 from this loop only (a stuck tick stops the
@@ -30,22 +32,22 @@ from types import FrameType
 from gpuwatch import __version__
 from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import Config, load_config
-from gpuwatch.daemon import compose
+from gpuwatch.daemon import compose, sense
 from gpuwatch.daemon.compose import Parts
 from gpuwatch.daemon.control import ControlServer
 from gpuwatch.daemon.health import NodeWatch
 from gpuwatch.daemon.ladder import Guard, act, hand_back
-from gpuwatch.daemon.published import count_read_errors, log_discovery, published_state
-from gpuwatch.daemon.receipt_store import keep_last_state
 from gpuwatch.daemon.reload import plan_reload
 from gpuwatch.daemon.sdnotify import Notifier
 from gpuwatch.daemon.servers import http_server, start_control
 from gpuwatch.daemon.wakeup import Flag, Signals, Wakeup
-from gpuwatch.gpus.sampler import Sampler
-from gpuwatch.model import DaemonInfo, PublishedState
+from gpuwatch.limits import limits_in_force
+from gpuwatch.model import Acted, DaemonInfo, PublishedState, Snapshot
 from gpuwatch.publish.document import to_document
 from gpuwatch.publish.http import HttpServer
+from gpuwatch.publish.live import rung_of
 from gpuwatch.publish.live_feed import LiveFeed
+from gpuwatch.publish.receipt_store import keep_last_state
 from gpuwatch.publish.state import StateHolder, write_state_file
 from gpuwatch.publish.summary import status_line
 
@@ -74,7 +76,7 @@ class Daemon:
         self.notifier = notifier or Notifier(None)
         self.parts = parts
         # A longer gap between two readings (a stuck tick) adds no energy or time throttled.
-        self.sampler = Sampler(self.parts.sources, max_gap_s=max(10.0, 5 * config.interval_s))
+        self.sampler = sense.sampler(self.parts.sources, config.interval_s)
         self.holder = StateHolder()
         self.live = LiveFeed(config.interval_s)  # the live page's summary, history and events (docs/page.md)
         self.started_unix = time.time()
@@ -109,8 +111,7 @@ class Daemon:
                             ticks_total=self.ticks_total, interval_s=config.interval_s,
                             taken_boottime_s=time.clock_gettime(time.CLOCK_BOOTTIME),
                             failures=failures + (("config: " + "; ".join(absent),) if absent else ()))
-        state = replace(published_state(snapshot, daemon, acted.fans, acted.powers, acted.trainers, self.read_errors,
-                                        config, acted.clocks), unmanaged=acted.unmanaged)
+        state = published_state(snapshot, daemon, acted, self.read_errors, config)
         state = self._guard("health verdict", partial(self.node.observe, state, config), state)
         document = to_document(state, source="daemon")
         self.holder.publish(state, document)
@@ -242,7 +243,7 @@ class Daemon:
         hand_back(self.parts, self._guard)
         if self.parts.gpu_use is not None:
             self._guard("uevent socket close", self.parts.gpu_use.close, None)
-        try:  # renamed, not removed: the next daemon takes the job receipts back from it (daemon/receipt_store.py)
+        try:  # renamed, not removed: the next daemon takes the job receipts back from it (publish/receipt_store.py)
             keep_last_state(Path(self.config.state_file))
         except OSError as exc:  # a read-only runtime directory: fans and caps went back, so still exit 0
             log.warning("cannot remove the state file %s: %s", self.config.state_file, exc.strerror or exc)
@@ -278,3 +279,41 @@ class Daemon:
     def _install_signals(self) -> None:
         if threading.current_thread() is threading.main_thread():
             self._signals.install(self.request_stop, self.request_reload)
+
+
+def published_state(snapshot: Snapshot, daemon: DaemonInfo, acted: Acted, read_errors: Counter[tuple[str, str]],
+                    config: Config) -> PublishedState:
+    """The tick's state as /metrics, /status and the state file read it; the limits from ``config`` (the
+    tick's own configuration: a reload shows from the next tick on)."""
+    state = PublishedState(
+        snapshot=snapshot, daemon=daemon, fans=acted.fans, trainers=acted.trainers, powers=acted.powers,
+        read_errors_total=tuple((gpu, sensor, n) for (gpu, sensor), n in sorted(read_errors.items())),
+        limits_c=limits_in_force(snapshot, config.thermal), clocks=acted.clocks, unmanaged=acted.unmanaged,
+    )
+    return replace(state, ladder_rungs=tuple((gpu.gpu_id, rung_of(state, gpu.gpu_id, config.fan.for_gpu(gpu.gpu_id)))
+                                             for gpu in snapshot.gpus if gpu.up))
+
+
+def count_read_errors(totals: Counter[tuple[str, str]], snapshot: Snapshot) -> None:
+    """Cumulative per-sensor read failures for the exporter's counter; a GPU that is gone counts as down, not
+    as errors."""
+    for gpu in snapshot.gpus:
+        if gpu.up:
+            totals.update((gpu.gpu_id, error.sensor) for error in gpu.errors)
+
+
+def log_discovery(config: Config, snapshot: Snapshot) -> None:
+    """The first sample, for the journal: each GPU, each card not read, each slot the config names that is not here."""
+    for gpu in snapshot.gpus:
+        log.info("GPU %s (%s, %s): %s", gpu.gpu_id, gpu.card, gpu.backend, gpu.name or gpu.device_id)
+    for card in snapshot.unsupported:
+        log.info("card %s uses driver %s: not supported, not read", card.card, card.driver)
+    for line in config.slots_not_present({gpu.gpu_id for gpu in snapshot.gpus}):
+        log.warning("%s", line)
+    if not snapshot.gpus:
+        log.warning(
+            "no GPU found (backend %s; amdgpu under %s/class/drm). Point gpuwatch at another sysfs tree with "
+            "--sysfs-root DIR (or sysfs_root in the config), or run the simulator: gpuwatch run --simulate",
+            config.backend,
+            config.sysfs_root,
+        )

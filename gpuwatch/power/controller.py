@@ -31,7 +31,7 @@ from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.config.file import Config
 from gpuwatch.gpus.amdgpu import Locate
 from gpuwatch.limits import thermals_on
-from gpuwatch.model import FanState, GpuReading, PowerMode, PowerState, Snapshot
+from gpuwatch.model import Acted, FanState, GpuReading, PowerMode, PowerState, Snapshot
 from gpuwatch.power.backend import VERIFY_TOLERANCE_W
 from gpuwatch.power.governor import decide, floor_cap_w, governor_params
 from gpuwatch.power.gpu_cap import GpuCap
@@ -52,11 +52,11 @@ class PowerController(HeldControl[GpuCap, Locate]):
                  deadline_s: float = DEFAULT_SYSFS_DEADLINE_S) -> None:
         super().__init__(kind, log, sysfs, runtime_dir, locate, nvml, clock, check_access, deadline_s)
 
-    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], config: Config) -> tuple[PowerState, ...]:
+    def tick(self, snapshot: Snapshot, below: Acted, config: Config) -> tuple[PowerState, ...]:
         """Each GPU's step on its worker within the deadline, all at once (``Actuator.run``); ``config`` is the
         live configuration (its limits in force now)."""
         now = self.clock()
-        by_gpu = {fan.gpu_id: fan for fan in fans}
+        by_gpu = {fan.gpu_id: fan for fan in below.fans}
         steps: dict[str, Callable[[], PowerState]] = {}
         for gpu in snapshot.gpus:
             g = self.gpus.get(gpu.gpu_id) or self._new(gpu, config)

@@ -53,7 +53,7 @@ def ladder_rung(fan: FanState | None, fan_floor_percent: float, power: PowerStat
 
 def rung_of(state: PublishedState, gpu_id: str, fan_config: FanConfig) -> Rung:
     """``ladder_rung`` of one GPU of ``state`` under its own fan settings (``fan_config``: already for_gpu):
-    the live page and ``gpuwatch_ladder_rung`` (daemon/published.py) alike."""
+    the live page and ``gpuwatch_ladder_rung`` (daemon/loop.py) alike."""
     curve = [[float(t), float(s)] for t, s in fan_config.curve]
     floor_percent = max(fan_config.floor_percent, curve[0][1] if curve else 0.0)
     held = any(t.phase in HELD_PHASES and gpu_id in (t.gpus or t.gpus_used) for t in state.trainers)

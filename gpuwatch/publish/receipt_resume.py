@@ -3,7 +3,7 @@ and the time no daemon ran said on each receipt rather than silently merged.
 
 A ten-day job outlives daemon upgrades, crashes and `systemctl restart gpuwatch`; its receipt must still
 cover the whole job or say what it did not see. The previous daemon's last document (the state file a killed
-daemon leaves, or the one a stopped daemon kept: daemon/receipt_store.py) is parsed here: ``carried`` accepts it
+daemon leaves, or the one a stopped daemon kept: publish/receipt_store.py) is parsed here: ``carried`` accepts it
 only from this boot (``daemon.boot_id``: the GPUs' counters and the runtime directory are this boot's) and
 well-formed throughout, else raises ``Untrusted`` with the one-line reason; the newest ``kept`` receipts only.
 

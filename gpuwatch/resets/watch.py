@@ -3,7 +3,7 @@
 amdgpu has no reset counter in sysfs (only the kernel log's ``GPU reset(N) succeeded!`` and a per-context
 ioctl), so gpuwatch counts what the kernel announces: a device coredump naming the GPU (devcoredump.py)
 and, on 6.15+ kernels, the WEDGED uevent (uevent.py). ``dump_events`` and ``uevent_events`` find this
-tick's events (two stages: one that raises costs the other nothing, daemon/gpu_use.py), ``update`` steps
+tick's events (two stages: one that raises costs the other nothing, daemon/sense.py), ``update`` steps
 each GPU's recovery (recovery.py, pure) with the tick's readings and processes and logs what it says.
 
 The same uevents tell when a DRM card node comes or goes (``add``/``remove`` of ``.../drm/cardN``: a GPU

@@ -1,7 +1,7 @@
 """The attached runs (effects): the registry of runs `gpuwatch train` attached, their sessions, their ticks.
 
 The control server (daemon/control.py) validates an ``Attach`` (the peer's credentials, the run's pid:
-daemon/peers.py) and hands it here with the session's ``Link``; its later lines (``Beat``, ``Exited``,
+supervise/peers.py) and hands it here with the session's ``Link``; its later lines (``Beat``, ``Exited``,
 ``Restarted``) arrive on that connection's thread through ``receive``, its end through ``detach``. The
 supervisor ticks every run with the trainers (``tick``): the pure step (attached.py) decides, and the
 events it returns are sent on the run's session. What is published is a ``TrainerState`` with

@@ -26,7 +26,7 @@ from gpuwatch.attach import Attach, Attached, Message
 from gpuwatch.config.file import Config
 from gpuwatch.config.sections import AttachedConfig
 from gpuwatch.config.trainer import TrainerConfig
-from gpuwatch.model import ClockState, FanState, PowerState, Snapshot, TrainerState
+from gpuwatch.model import Acted, Snapshot, TrainerState
 from gpuwatch.supervise import energy, orphans
 from gpuwatch.supervise.access import Peer, Target, refusal
 from gpuwatch.supervise.actions import Command, Thermal, thermal_verdict
@@ -60,9 +60,7 @@ class Supervisor:
         self.looked_for_leftovers = False
         # The last readings seen: a tick without a snapshot judges, reports and gathers hang evidence on them.
         self.last_snapshot: Snapshot | None = None
-        self.last_fans: tuple[FanState, ...] = ()
-        self.last_powers: tuple[PowerState, ...] = ()
-        self.last_clocks: tuple[ClockState, ...] = ()
+        self.last_acted = Acted()  # the rungs below, as the last snapshot's tick left them
         # Runs `gpuwatch train` attached from users' shells (attached_runs.py), ticked with the trainers.
         self.attached = AttachedRuns()
         self.attached_config = AttachedConfig()  # the live [attached] of the last tick (attach() reads it)
@@ -83,13 +81,11 @@ class Supervisor:
             name = leftover.record.trainer
             self.leftovers[name] = LeftoverStop(leftover, grace.get(name, default_s))  # said at its first step
 
-    def tick(self, snapshot: Snapshot | None, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
-             config: Config, clocks: tuple[ClockState, ...] = ()) -> tuple[TrainerState, ...]:
+    def tick(self, snapshot: Snapshot | None, below: Acted, config: Config) -> tuple[TrainerState, ...]:
         """Step every trainer against this tick's readings and the live ``config`` (its [[trainer]]s too)."""
         now = time.monotonic()
         if snapshot is not None:
-            self.last_snapshot, self.last_fans, self.last_powers = snapshot, fans, powers
-            self.last_clocks = clocks
+            self.last_snapshot, self.last_acted = snapshot, below
         if not self.looked_for_leftovers:
             self._find_leftovers()
         if self.configured is None:
@@ -153,15 +149,17 @@ class Supervisor:
         """Hot, cool or critical for ``trainer``'s GPUs under the limits in force now (cool before any snapshot)."""
         if self.last_snapshot is None:
             return Thermal()
+        below = self.last_acted
         return thermal_verdict(self.last_snapshot, trainer.gpus(), trainer.config.thermal(config.thermal),
-                               self.last_fans, self.last_powers, config.power.pause_backstop_s, self.last_clocks)
+                               below.fans, below.powers, config.power.pause_backstop_s, below.clocks)
 
     def _verdict_on(self, gpus: tuple[str, ...], config: Config) -> Thermal:
         """An attached run's verdict: the [thermal] limits on ``gpus`` (all when empty), as a trainer's."""
         if self.last_snapshot is None:
             return Thermal()
-        return thermal_verdict(self.last_snapshot, gpus, config.thermal, self.last_fans, self.last_powers,
-                               config.power.pause_backstop_s, self.last_clocks)
+        below = self.last_acted
+        return thermal_verdict(self.last_snapshot, gpus, config.thermal, below.fans, below.powers,
+                               config.power.pause_backstop_s, below.clocks)
 
     def _shutdown_tick(self, now: float) -> None:
         """One tick of the daemon's shutdown: every trainer is being stopped, so no thermal verdict matters

@@ -10,7 +10,7 @@ power governor does not hold the card above its floor), it is SIGSTOPped. It is 
   which job it is (its collectives in flight, an NCCL watchdog), or ``[unmanaged] max_pause_s`` if shorter;
   it is then not stopped again for ``restop_after_s`` (it finishes what was in flight; the card's firmware
   still throttles it);
-* the policy becomes "report" (a reload), or the daemon exits (the effects: daemon/unmanaged.py).
+* the policy becomes "report" (a reload), or the daemon exits (the effects: supervise/unmanaged_stops.py).
 
 Never stopped: the daemon itself, pid 1, kernel threads, a process something else stopped (state T or t:
 its SIGCONT would not be ours to send), a zombie, and processes of uid 0 unless ``stop_root``. A stop is
@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.config.sections import UnmanagedConfig
-from gpuwatch.model import FanState, GpuProcess, PowerState, Snapshot, UnmanagedState, at_crit
+from gpuwatch.model import Acted, GpuProcess, Snapshot, UnmanagedState, at_crit
 from gpuwatch.supervise.actions import pause_limit_s, thermal_verdict
 
 NEVER_STATES = frozenset({"T", "t", "Z", "X"})  # stopped or traced by someone else, dead
@@ -88,12 +88,13 @@ class Decision:
     forget: tuple[Stopped, ...] = ()  # gone, or its pid is another process now: no signal
 
 
-def verdicts(snapshot: Snapshot, fans: Iterable[FanState], powers: Iterable[PowerState],
-             thermal: ThermalConfig) -> tuple[GpuVerdict, ...]:
-    """Every GPU of ``snapshot``: at crit, the other rungs spent, cool."""
-    cannot_rise = {f.gpu_id for f in fans if not f.can_rise}
-    driven = {f.gpu_id for f in fans}
-    holding = {p.gpu_id for p in powers if not p.pause_allowed}
+def verdicts(snapshot: Snapshot, below: Acted, thermal: ThermalConfig) -> tuple[GpuVerdict, ...]:
+    """Every GPU of ``snapshot``: at crit, the other rungs spent (the fan cannot rise, neither the power cap nor
+    the clock ceiling holds the card above its floor: the trainers' rule, actions.thermal_verdict), cool."""
+    cannot_rise = {f.gpu_id for f in below.fans if not f.can_rise}
+    driven = {f.gpu_id for f in below.fans}
+    holding = {p.gpu_id for p in below.powers if not p.pause_allowed}
+    holding |= {c.gpu_id for c in below.clocks if not c.pause_allowed}
     found = []
     for gpu in snapshot.gpus:
         # No fans passed: the fan failsafe (a sensor that cannot be read) is not "past crit" here.

@@ -20,8 +20,8 @@ import psutil
 import pytest
 
 from gpuwatch.attach import Attach, Beat, Exited, Restarted
-from gpuwatch.cli.attach_link import AttachLink
-from gpuwatch.cli.run_dir import RunDirError, make_run_dir
+from gpuwatch.cli.train.link import AttachLink
+from gpuwatch.cli.train.run_dir import RunDirError, make_run_dir
 from gpuwatch.heartbeat import read_heartbeat
 from tests.support.attach_server import AttachServer, Conn
 from tests.support.train_wrapper import Wrapper, Wrappers, loop_command

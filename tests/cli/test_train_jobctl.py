@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.attach import Attach, Beat, Exited
-from gpuwatch.cli.attach_link import AttachLink
+from gpuwatch.cli.train.link import AttachLink
 from tests.support.attach_server import AttachServer, Conn
 from tests.support.train_wrapper import Wrapper, Wrappers, loop_command
 from tests.support.waiting import wait_for

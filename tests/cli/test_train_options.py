@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch.cli.train_run import exit_status
+from gpuwatch.cli.train.run import exit_status
 from gpuwatch.train.argv import RestartPolicy, parse_restart
 
 

@@ -17,7 +17,7 @@ from gpuwatch.actuation.setting import SettingUnavailable
 from gpuwatch.clock import restore as clock_restore
 from gpuwatch.clock.controller import ClockController
 from gpuwatch.config.file import parse_config
-from gpuwatch.model import ClockMode, GpuReading, PowerMode, PowerState, Snapshot, TempReading
+from gpuwatch.model import Acted, ClockMode, GpuReading, PowerMode, PowerState, Snapshot, TempReading
 from gpuwatch.sysfs import Sysfs
 from tests.support.clock_rig import clock_records
 
@@ -70,7 +70,8 @@ class FakeNvml:
 def _tick(controller: ClockController, config: Any, now: list[float], junction_c: float) -> Any:
     now[0] += 1
     gpu = GpuReading(gpu_id=GPU, card="nvidia0", backend="nvml", temps=(TempReading("junction", junction_c, 95.0),))
-    (state,) = controller.tick(Snapshot(now[0], now[0], (gpu,)), (), (PowerState(GPU, PowerMode.FLOOR),), config)
+    (state,) = controller.tick(Snapshot(now[0], now[0], (gpu,)), Acted(powers=(PowerState(GPU, PowerMode.FLOOR),)),
+                                config)
     return state
 
 

@@ -1,4 +1,4 @@
-"""`gpuwatch health`'s formats (cli/health_render.py): exit codes, one line, at most 80 characters, the prefix."""
+"""`gpuwatch health`'s formats (cli/health/render.py): exit codes, one line, at most 80 characters, the prefix."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from gpuwatch.cli.health_render import Answer, from_document, no_daemon, render, summary
+from gpuwatch.cli.health.render import Answer, from_document, no_daemon, render, summary
 
 SLOT = "0000:03:00.0"
 FAILSAFE = f"gpuwatch:G006 {SLOT} junction 108C>105C fan failsafe"
@@ -91,7 +91,7 @@ def test_every_gpu_code_is_in_exactly_one_class() -> None:
 
 
 def test_one_class_keeps_its_faults_and_the_daemons() -> None:
-    from gpuwatch.cli.health_render import only
+    from gpuwatch.cli.health.render import only
 
     fan = only(FAULT, "fan")
     assert fan.lines == (FAILSAFE,) and render(fan, "npd") == (1, FAILSAFE)

@@ -28,8 +28,8 @@ from tests.support.waiting import wait_for
 
 # The fast path's whole share of gpuwatch: the command, its renderer, the verdict's vocabulary, the staleness rule
 # and where the files are. A new import here is a cost on every check: measure it (benchmarks/health_latency.py).
-FAST_PATH = {"gpuwatch", "gpuwatch.cli", "gpuwatch.cli.health", "gpuwatch.cli.health_render",
-             "gpuwatch.cli.options", "gpuwatch.config", "gpuwatch.config.runtime", "gpuwatch.publish",
+FAST_PATH = {"gpuwatch", "gpuwatch.cli", "gpuwatch.cli.health", "gpuwatch.cli.health.render",
+             "gpuwatch.cli.health.options", "gpuwatch.config", "gpuwatch.config.runtime", "gpuwatch.publish",
              "gpuwatch.publish.health_codes", "gpuwatch.publish.state",
              "gpuwatch.publish.decode",
              "gpuwatch.safefs"}  # safefs: the runtime directory trusted (os, stat, errno only)
@@ -38,7 +38,7 @@ FAST_PATH = {"gpuwatch", "gpuwatch.cli", "gpuwatch.cli.health", "gpuwatch.cli.he
 # the GPUs, and the standard library's heavy parts it once took in (typing alone was a tenth of the check).
 NEVER = ("pydantic", "psutil", "prometheus_client", "yaml", "bcrypt", "gpuwatch.model",
          "gpuwatch.config.base", "gpuwatch.config.file", "gpuwatch.daemon", "gpuwatch.gpus", "gpuwatch.cli.parser",
-         "gpuwatch.cli.settings", "gpuwatch.cli.slurm", "asyncio", "ssl", "socket", "subprocess", "logging",
+         "gpuwatch.cli.settings", "gpuwatch.cli.health.slurm", "asyncio", "ssl", "socket", "subprocess", "logging",
          "threading", "dataclasses", "inspect", "shutil", "ipaddress", "email", "http",
          # pathlib with urllib.parse under it (3-4 ms of the check): config/runtime.py's paths are str.
          "pathlib", "urllib")
@@ -117,10 +117,10 @@ def test_a_config_naming_runtime_dir_adds_tomllib_alone(daemon: tuple[Path, dict
 
 @pytest.mark.parametrize("columns", [None, "60", "200", "0", "wide"])
 def test_help_is_as_wide_as_shutil_would_make_it(monkeypatch: pytest.MonkeyPatch, columns: str | None) -> None:
-    """cli/options.formatter gives argparse the width shutil.get_terminal_size() would, without importing shutil."""
+    """cli/health/options.formatter gives argparse the width shutil.get_terminal_size() would, without shutil."""
     import shutil
 
-    from gpuwatch.cli.options import formatter
+    from gpuwatch.cli.health.options import formatter
 
     if columns is None:
         monkeypatch.delenv("COLUMNS", raising=False)

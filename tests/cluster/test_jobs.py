@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.daemon.peers import run_job
 from gpuwatch.model import GpuProcess, JobStart
 from gpuwatch.procfs import Procfs
 from gpuwatch.procs.jobs import (
@@ -24,6 +23,7 @@ from gpuwatch.procs.jobs import (
 )
 from gpuwatch.procs.monitor import ProcessMonitor
 from gpuwatch.sim.proctree import RENDER_NODE, FakeProcTree, amdgpu_fdinfo
+from gpuwatch.supervise.peers import run_job
 
 A, B = "0000:03:00.0", "0000:0c:00.0"
 

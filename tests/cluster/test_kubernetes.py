@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from gpuwatch.cli.health import add_health_arguments
-from gpuwatch.cli.options import common_options
+from gpuwatch.cli.health.options import common_options
 from gpuwatch.config.runtime import client_runtime_dir, default_runtime_dir
 from gpuwatch.publish.health_codes import CLASSES
 from tests.support.paths import REPO
@@ -62,7 +62,7 @@ def test_the_config_in_the_configmap_is_valid_and_matches_the_mounts() -> None:
 @pytest.mark.parametrize("euid", [0, 1000], ids=["root", "an image with another USER"])
 def test_both_containers_find_the_runtime_volume_without_the_config_naming_it(euid: int) -> None:
     """The daemon publishes, and every NPD check looks, in the shared "runtime" volume, with no runtime_dir in the
-    config: `gpuwatch health` then never parses it (tomllib was 8-11 ms of every check; cli/health.py)."""
+    config: `gpuwatch health` then never parses it (tomllib was 8-11 ms of every check; cli/health/__init__.py)."""
     docs = documents(DEPLOY / "gpuwatch-daemonset.yaml")
     assert "runtime_dir" not in kind(docs, "ConfigMap")["data"]["gpuwatch.toml"]
     pod = kind(docs, "DaemonSet")["spec"]["template"]["spec"]
@@ -80,7 +80,7 @@ def test_the_npd_plugin_contract() -> None:
     settings = plugin["pluginConfig"]
     assert settings["max_output_length"] == 80 and _seconds(settings["timeout"]) <= 15
     conditions = {c["type"] for c in plugin["conditions"]}
-    parser = common_options(str)  # as `gpuwatch health`'s own parser (cli/health.py)
+    parser = common_options(str)  # as `gpuwatch health`'s own parser (cli/health/__init__.py)
     add_health_arguments(parser)
     classes: dict[str, str | None] = {}
     for rule in plugin["rules"]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.cli.receipt import render
+from gpuwatch.cli.health.receipt import render
 from tests.support.processes import Processes
 from tests.support.stack import GPUWATCH
 from tests.support.waiting import wait_for

@@ -1,4 +1,4 @@
-"""Where receipts wait while no daemon runs (daemon/receipt_store.py) and NodeWatch taking them back, on real files:
+"""Where receipts wait while no daemon runs (publish/receipt_store.py) and NodeWatch taking them back, on real files:
 the newer of a killed daemon's state file and a stopped daemon's state.last.json, this boot's only; garbage, another
 boot or nothing at all is one log line and empty receipts; a reload keeps them and [health] jobs_kept bounds them."""
 
@@ -18,8 +18,8 @@ import pytest
 from gpuwatch.config.file import Config
 from gpuwatch.config.sections import HealthConfig
 from gpuwatch.daemon.health import NodeWatch
-from gpuwatch.daemon.receipt_store import boot_id, keep_last_state, last_state_file, take_back
 from gpuwatch.model import DaemonInfo, GpuProcess, GpuReading, PublishedState, Snapshot, TempReading
+from gpuwatch.publish.receipt_store import boot_id, keep_last_state, last_state_file, take_back
 from gpuwatch.publish.state import BOOT_ID_FILE
 
 SLOT = "0000:03:00.0"

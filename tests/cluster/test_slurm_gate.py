@@ -1,4 +1,5 @@
-"""`gpuwatch health --slurm` (cli/slurm.py): N unhealthy checks drain, M healthy resume, never an admin's drain."""
+"""`gpuwatch health --slurm` (cli/health/slurm.py): N unhealthy checks drain, M healthy resume, never an admin's
+drain."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.cli.slurm import Checks, Node, decide, parse_node, read_checks, write_checks
+from gpuwatch.cli.health.slurm import Checks, Node, decide, parse_node, read_checks, write_checks
 from tests.support.tmpfs import fill, tmpfs
 
 OURS = Node(drained=True, reason="gpuwatch:G006 0000:03:00.0 fan failsafe")

@@ -6,8 +6,7 @@ import logging
 
 import pytest
 
-from gpuwatch.daemon.bounds import Bucket, Slots, UserRate
-from gpuwatch.daemon.ratelog import RateLimitedLog
+from gpuwatch.daemon.bounds import Bucket, RateLimitedLog, Slots, UserRate
 
 
 @pytest.mark.parametrize("takes, waits", [

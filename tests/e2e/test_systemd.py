@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.config.file import CONFIG_ERROR_EXIT, Config, parse_config
-from gpuwatch.daemon.compose import Parts, build_sources
+from gpuwatch.daemon.compose import Parts
 from gpuwatch.daemon.loop import Daemon
 from gpuwatch.daemon.sdnotify import Notifier
+from gpuwatch.daemon.sense import build_sources
 from gpuwatch.model import FanState, Snapshot
 from gpuwatch.sim.tree import FakeSysfsTree
 from tests.support.trees import capture

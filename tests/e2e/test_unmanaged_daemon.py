@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.daemon.unmanaged import RECORD_NAME
 from gpuwatch.sim.proctree import RENDER_NODE, FakeProcTree, amdgpu_fdinfo
 from gpuwatch.sim.tree import FakeSysfsTree
+from gpuwatch.supervise.unmanaged_stops import RECORD_NAME
 from tests.support.daemon_process import DaemonProcess
 from tests.support.processes import Processes
 from tests.support.stack import GPUWATCH

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.config.file import Config
-from gpuwatch.daemon.compose import with_amdgpuinfo
+from gpuwatch.daemon.sense import with_amdgpuinfo
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.amdgpuinfo import AmdgpuInfo, WithAmdgpuInfo
 from gpuwatch.gpus.sampler import Sampler

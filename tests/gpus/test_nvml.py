@@ -22,8 +22,9 @@ from gpuwatch.cli import main
 from gpuwatch.cli.status import exit_code, render
 from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import parse_config
-from gpuwatch.daemon.compose import Parts, build_sources
+from gpuwatch.daemon.compose import Parts
 from gpuwatch.daemon.loop import Daemon
+from gpuwatch.daemon.sense import build_sources
 from gpuwatch.gpus.nvml import NvmlSource, NvmlUnavailable, normalise_bus_id
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.limits import breaches

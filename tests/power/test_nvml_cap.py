@@ -14,7 +14,7 @@ import pytest
 
 from gpuwatch.actuation.setting import SettingUnavailable
 from gpuwatch.config.file import parse_config
-from gpuwatch.model import GpuReading, PowerMode, Snapshot, TempReading
+from gpuwatch.model import Acted, GpuReading, PowerMode, Snapshot, TempReading
 from gpuwatch.power.controller import PowerController
 from gpuwatch.power.nvml_cap import NvmlCap
 from gpuwatch.sysfs import Sysfs
@@ -124,7 +124,7 @@ def test_an_nvidia_gpu_near_its_edge_limit_is_capped_then_given_back(tmp_path: P
     # NVIDIA fans are never driven by gpuwatch: no fan state, so "the fan cannot rise" near the limit.
     for second in range(60):
         now[0] = second
-        (state,) = controller.tick(_reading(89.0, nvml.limit_mw / 1000, 650.0), (), CONFIG)
+        (state,) = controller.tick(_reading(89.0, nvml.limit_mw / 1000, 650.0), Acted(), CONFIG)
     assert state.mode is PowerMode.GOVERNING and state.original_cap_w == 700 and state.backend == "nvml"
     assert nvml.sets and nvml.limit_mw < 700_000 and state.floor_cap_w == 420
     controller.restore()
@@ -136,7 +136,7 @@ def test_without_root_it_falls_back_to_the_pause(tmp_path: Path) -> None:
     controller = _controller(tmp_path, nvml, now)
     for second in range(60):
         now[0] = second
-        (state,) = controller.tick(_reading(89.0, 700.0, 700.0), (), CONFIG)
+        (state,) = controller.tick(_reading(89.0, 700.0, 700.0), Acted(), CONFIG)
     assert state.mode is PowerMode.UNAVAILABLE and state.pause_allowed and "root" in (state.reason or "")
     assert not (tmp_path / "run/power-restore.json").exists()
 
@@ -146,7 +146,7 @@ def test_restore_command_gives_the_limit_back_after_a_crash(tmp_path: Path) -> N
     controller = _controller(tmp_path, nvml, now)
     for second in range(60):
         now[0] = second
-        controller.tick(_reading(89.0, nvml.limit_mw / 1000, 650.0), (), CONFIG)
+        controller.tick(_reading(89.0, nvml.limit_mw / 1000, 650.0), Acted(), CONFIG)
     assert nvml.limit_mw < 700_000  # SIGKILL here: no restore() ran
     result = restore_caps(Sysfs(tmp_path), tmp_path / "run", lambda: nvml)
     assert result.problems == [] and len(result.done) == 1 and nvml.limit_mw == 700_000

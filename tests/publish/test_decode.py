@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from gpuwatch import model
-from gpuwatch.cli import receipt, status
-from gpuwatch.cli.health_render import FORMATS, from_document, render
+from gpuwatch.cli import status
+from gpuwatch.cli.health import receipt
+from gpuwatch.cli.health.render import FORMATS, from_document, render
 from gpuwatch.publish import decode
 from gpuwatch.publish.document import to_document
 from tests.support.published import example_state

@@ -13,7 +13,7 @@ from gpuwatch.clock.controller import ClockController
 from gpuwatch.config.file import parse_config
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
-from gpuwatch.model import ClockMode, FanMode, FanState, PowerMode, PowerState
+from gpuwatch.model import Acted, ClockMode, FanMode, FanState, PowerMode, PowerState
 from gpuwatch.sim import navi31
 from gpuwatch.sim.cards import SimulatedGpus
 from gpuwatch.sim.physics import (
@@ -98,7 +98,7 @@ def test_the_clock_rung_holds_a_hot_simulated_card_at_the_cap_floor(tmp_path: Pa
     junctions, states = [], []
     for _ in range(1000):
         sim.advance_by(1.0)
-        (state,) = controller.tick(sampler.sample(), fan, power, config)
+        (state,) = controller.tick(sampler.sample(), Acted(fans=fan, powers=power), config)
         states.append(state)
         junctions.append(card.state.junction_c)
     try:

@@ -12,7 +12,7 @@ import pytest
 
 from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.heartbeat import read_heartbeat
-from gpuwatch.model import GpuResetState, TrainerState
+from gpuwatch.model import Acted, GpuResetState, TrainerState
 from gpuwatch.model import TrainerPhase as P
 from gpuwatch.sim.tree import FakeSysfsTree
 from gpuwatch.supervise.actions import Freeze, Inputs, RequestPause, Spawn, Thermal
@@ -32,7 +32,7 @@ class ResettableHarness(Harness):
     def tick(self) -> TrainerState:
         snapshot = replace(self.sampler.sample(), resets=(GpuResetState(gpu_id=SLOT, resets_total=self.resets_total,
                                                                         last_source="devcoredump"),))
-        return self.sup.tick(snapshot, self.fans, (), self.config)[0]
+        return self.sup.tick(snapshot, Acted(fans=self.fans), self.config)[0]
 
 
 @pytest.fixture

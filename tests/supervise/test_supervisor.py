@@ -24,7 +24,7 @@ from gpuwatch.config.file import Config
 from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
-from gpuwatch.model import FanMode, FanState, PublishedState, TrainerState
+from gpuwatch.model import Acted, FanMode, FanState, PublishedState, TrainerState
 from gpuwatch.model import TrainerPhase as P
 from gpuwatch.publish.metrics import GpuwatchCollector
 from gpuwatch.sim.tree import FakeSysfsTree
@@ -72,7 +72,7 @@ class Harness:
         self.fake.write(f"{self.hwmon}/temp2_input", f"{int(temp_c * 1000)}\n")
 
     def tick(self) -> TrainerState:
-        return self.sup.tick(self.sampler.sample(), self.fans, (), self.config)[0]
+        return self.sup.tick(self.sampler.sample(), Acted(fans=self.fans), self.config)[0]
 
     def until(self, pred: Callable[[TrainerState], bool], timeout_s: float = 8.0) -> TrainerState:
         """Tick until the trainer's state satisfies ``pred``."""

@@ -8,7 +8,19 @@ import pytest
 
 from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.config.sections import UnmanagedConfig
-from gpuwatch.model import FanMode, FanState, GpuProcess, GpuReading, PowerMode, PowerState, Snapshot, TempReading
+from gpuwatch.model import (
+    Acted,
+    ClockMode,
+    ClockState,
+    FanMode,
+    FanState,
+    GpuProcess,
+    GpuReading,
+    PowerMode,
+    PowerState,
+    Snapshot,
+    TempReading,
+)
 from gpuwatch.supervise.actions import TIMEOUT_SHARE, UNKNOWN_JOB_TIMEOUT_S
 from gpuwatch.supervise.unmanaged import (
     Book,
@@ -180,22 +192,30 @@ FLOOR = PowerState(gpu_id=A, mode=PowerMode.FLOOR, pause_allowed=True)
 HOLDING = PowerState(gpu_id=A, mode=PowerMode.GOVERNING, pause_allowed=False)
 
 
-@pytest.mark.parametrize(("temp_c", "fans", "powers", "critical", "exhausted", "cool"), [
-    (111.0, (FULL,), (FLOOR,), True, True, False),
-    (110.0, (FULL,), (), True, True, False),  # at crit counts (model.at_crit); no governor: nothing holds it
-    (111.0, (RISING,), (FLOOR,), True, False, False),  # the fan can still rise
-    (111.0, (FULL,), (HOLDING,), True, False, False),  # the governor holds it above its floor
-    (111.0, (), (), True, True, False),  # no fan gpuwatch drives: nothing to raise
-    (60.0, (FULL,), (FLOOR,), False, True, True),
-    (None, (FULL,), (FLOOR,), False, True, False),  # unreadable: never "cool"
+CLOCK_HOLDING = ClockState(gpu_id=A, mode=ClockMode.LIMITING, pause_allowed=False)
+CLOCK_FLOOR = ClockState(gpu_id=A, mode=ClockMode.FLOOR, pause_allowed=True)
+
+
+@pytest.mark.parametrize(("temp_c", "fans", "powers", "clocks", "critical", "exhausted", "cool"), [
+    (111.0, (FULL,), (FLOOR,), (), True, True, False),
+    (110.0, (FULL,), (), (), True, True, False),  # at crit counts (model.at_crit); no governor: nothing holds it
+    (111.0, (RISING,), (FLOOR,), (), True, False, False),  # the fan can still rise
+    (111.0, (FULL,), (HOLDING,), (), True, False, False),  # the governor holds it above its floor
+    (111.0, (), (), (), True, True, False),  # no fan gpuwatch drives: nothing to raise
+    (60.0, (FULL,), (FLOOR,), (), False, True, True),
+    (None, (FULL,), (FLOOR,), (), False, True, False),  # unreadable: never "cool"
+    # The clock rung above the cap's floor (issue 48): it holds the card as the trainers wait for it
+    # (actions.thermal_verdict); at its own floor it is spent.
+    (111.0, (FULL,), (FLOOR,), (CLOCK_HOLDING,), True, False, False),
+    (111.0, (FULL,), (FLOOR,), (CLOCK_FLOOR,), True, True, False),
 ])
-def test_verdicts(temp_c: float | None, fans: tuple[FanState, ...], powers: tuple[PowerState, ...], critical: bool,
-                  exhausted: bool, cool: bool) -> None:
-    (v,) = verdicts(_snapshot(_gpu(temp_c)), fans, powers, ThermalConfig())
+def test_verdicts(temp_c: float | None, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
+                  clocks: tuple[ClockState, ...], critical: bool, exhausted: bool, cool: bool) -> None:
+    (v,) = verdicts(_snapshot(_gpu(temp_c)), Acted(fans, powers, clocks), ThermalConfig())
     assert (v.critical, v.exhausted, v.cool) == (critical, exhausted, cool)
     assert (v.reason is not None) == critical
 
 
 def test_a_gpu_that_is_down_is_neither_critical_nor_cool() -> None:
-    (v,) = verdicts(_snapshot(_gpu(120.0, up=False)), (), (), ThermalConfig())
+    (v,) = verdicts(_snapshot(_gpu(120.0, up=False)), Acted(), ThermalConfig())
     assert not v.critical and not v.cool

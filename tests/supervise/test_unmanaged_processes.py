@@ -1,4 +1,4 @@
-"""The daemon's part for processes not run under gpuwatch (daemon/unmanaged.py), on real processes.
+"""The daemon's part for processes not run under gpuwatch (supervise/unmanaged_stops.py), on real processes.
 
 Real ``sleep`` children stand for a user's training run started outside gpuwatch; their pids (with their real
 start times) appear in a fake /proc tree (sim/proctree.py, the kernel's layout) holding a render node of the GPU.
@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.config.file import Config
-from gpuwatch.daemon.unmanaged import RECORD_NAME, UnmanagedProcesses, resume_recorded, write_record
-from gpuwatch.model import FanMode, FanState, GpuProcess, GpuReading, Snapshot, TempReading
+from gpuwatch.model import Acted, FanMode, FanState, GpuProcess, GpuReading, Snapshot, TempReading
 from gpuwatch.procfs import Procfs
 from gpuwatch.sim.proctree import RENDER_NODE, FakeProcTree, amdgpu_fdinfo
 from gpuwatch.supervise.actions import TIMEOUT_SHARE, UNKNOWN_JOB_TIMEOUT_S
 from gpuwatch.supervise.unmanaged import Stopped
+from gpuwatch.supervise.unmanaged_stops import RECORD_NAME, UnmanagedProcesses, resume_recorded, write_record
 from tests.support.processes import Processes
 from tests.support.waiting import wait_for
 
@@ -63,7 +63,7 @@ class Rig:
                          temps=(TempReading("junction", junction_c, crit_c=110.0),))
         rows = tuple(GpuProcess(pid=pid, gpu_id=SLOT, command="python3 mine.py", trainer=trainer) for pid in self.pids)
         snapshot = Snapshot(taken_unix=0.0, taken_monotonic=0.0, gpus=(gpu,), processes=rows)
-        (state,) = self.part.tick(snapshot, FULL_FAN, (), config)
+        (state,) = self.part.tick(snapshot, Acted(fans=FULL_FAN), config)
         return state.stopped_pids
 
     def record(self) -> list[int]:

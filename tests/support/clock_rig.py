@@ -14,7 +14,7 @@ from gpuwatch.clock.controller import ClockController
 from gpuwatch.config.file import parse_config
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
-from gpuwatch.model import ClockState, FanMode, FanState, PowerMode, PowerState
+from gpuwatch.model import Acted, ClockState, FanMode, FanState, PowerMode, PowerState
 from gpuwatch.sim import navi31
 from gpuwatch.sim.tree import CardCapture, FakeCard, FakeSysfsTree
 from gpuwatch.sysfs import Sysfs, SysfsError
@@ -119,7 +119,7 @@ class ClockRig:
         slot = self.card.pci_slot
         fan = FanState(gpu_id=slot, backend="pwm1", mode=FanMode.CURVE, can_rise=False)
         power = PowerState(gpu_id=slot, mode=self.power_mode, pause_allowed=self.power_mode is not PowerMode.GOVERNING)
-        (state,) = self.controller.tick(self.sampler.sample(), (fan,), (power,), self.config)
+        (state,) = self.controller.tick(self.sampler.sample(), Acted(fans=(fan,), powers=(power,)), self.config)
         return state
 
     def hot(self, seconds: int, junction_c: float = 100.0) -> ClockState:

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from gpuwatch.config.file import Config
 from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.heartbeat import Heartbeat, read_rank_heartbeats
-from gpuwatch.model import TrainerPhase, TrainerState
+from gpuwatch.model import Acted, TrainerPhase, TrainerState
 from gpuwatch.supervise.supervisor import Supervisor, Trainer
 from tests.support.paths import REPO
 from tests.support.processes import free_port
@@ -74,7 +74,7 @@ class Supervised:
         self._thread = threading.Thread(target=self._run, name="ticks", daemon=True)
 
     def __enter__(self) -> Supervised:
-        self._state = self.supervisor.tick(None, (), (), LIVE_CONFIG)[0]
+        self._state = self.supervisor.tick(None, Acted(), LIVE_CONFIG)[0]
         self._thread.start()
         return self
 
@@ -86,7 +86,7 @@ class Supervised:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            states = self.supervisor.tick(None, (), (), LIVE_CONFIG)
+            states = self.supervisor.tick(None, Acted(), LIVE_CONFIG)
             with self._lock:
                 self._state = states[0]
             self._stop.wait(self.tick_s)

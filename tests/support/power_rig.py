@@ -12,7 +12,7 @@ from gpuwatch.actuation.actuator import Actuator, Handback, RestoreFile, restore
 from gpuwatch.config.file import parse_config
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
-from gpuwatch.model import FanMode, FanState, PowerState
+from gpuwatch.model import Acted, FanMode, FanState, PowerState
 from gpuwatch.power import restore as power_restore
 from gpuwatch.power.controller import PowerController
 from gpuwatch.sim.tree import CardCapture, FakeCard, FakeSysfsTree
@@ -92,7 +92,7 @@ class PowerRig:
         if at is not None:
             self.now = at
         fan = FanState(gpu_id=self.card.pci_slot, backend="pwm1", mode=FanMode.CURVE, can_rise=can_rise)
-        (state,) = self.controller.tick(self.sampler.sample(), (fan,), self.config)
+        (state,) = self.controller.tick(self.sampler.sample(), Acted(fans=(fan,)), self.config)
         return state
 
     def governing(self, junction_c: float = 99.0, seconds: int = 60) -> PowerState:

@@ -162,7 +162,7 @@ def example_state(root: Path) -> PublishedState:
 
 
 def with_rungs(state: PublishedState, fan: FanConfig | None = None) -> PublishedState:
-    """``state`` with its ladder rungs as the daemon computes them (daemon/published.py) under ``fan``."""
+    """``state`` with its ladder rungs as the daemon computes them (daemon/loop.py) under ``fan``."""
     fan = fan or FanConfig()
     return replace(state, ladder_rungs=tuple((gpu.gpu_id, rung_of(state, gpu.gpu_id, fan.for_gpu(gpu.gpu_id)))
                                              for gpu in state.snapshot.gpus if gpu.up))

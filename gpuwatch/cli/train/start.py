@@ -1,5 +1,5 @@
 """`gpuwatch train` as the run's parent: its run directory, the command's environment, the daemon's
-socket and the link to it, put together for cli/train_run.py (docs/attached-runs.md).
+socket and the link to it, put together for cli/train/run.py (docs/attached-runs.md).
 
 The daemon's socket is where `gpuwatch status` and `pause` find a daemon (``config.runtime.client_runtime_dir``:
 ``RUNTIME_DIRECTORY``, ``$XDG_RUNTIME_DIR/gpuwatch``, /tmp/gpuwatch-<uid>, else the service's /run/gpuwatch)
@@ -20,10 +20,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpuwatch.attach import JOB_ID_MAX_CHARS, TEXT_MAX_CHARS, Attach, Event, text_refusal
-from gpuwatch.cli.attach_link import AttachLink, hold_window_s
-from gpuwatch.cli.run_dir import RunDir, RunDirError, make_run_dir
 from gpuwatch.cli.text import safe
-from gpuwatch.cli.train_run import RunSettings, TrainRun
+from gpuwatch.cli.train.link import AttachLink, hold_window_s
+from gpuwatch.cli.train.run import RunSettings, TrainRun
+from gpuwatch.cli.train.run_dir import RunDir, RunDirError, make_run_dir
 from gpuwatch.config.runtime import CONTROL_SOCKET_NAME, client_runtime_dir, daemon_files_in
 from gpuwatch.heartbeat import HEARTBEAT_ENV, PAUSE_ENV
 

@@ -4,7 +4,7 @@ One background thread: it connects to the daemon's control socket, sends ``Attac
 every ``attach.BEAT_INTERVAL_S`` with the ranks' heartbeats as it reads them from the run's own files
 (the daemon never opens a user's files), and carries out the daemon's events: ``pause`` creates the
 pause file (refreshed every ``heartbeat.PAUSE_REFRESH_S`` while held), ``resume`` removes it, ``stop``
-and ``hung`` go to the run (cli/train_run.py). The run never waits for it: the command starts before the
+and ``hung`` go to the run (cli/train/run.py). The run never waits for it: the command starts before the
 first connect, and nothing the daemon does or fails to do stops the training.
 
 Without a daemon it says so once and tries again every ``attach.RECONNECT_S``, quietly; the first
@@ -13,7 +13,7 @@ attach says one line. A daemon that goes away: the pause it asked for is held fo
 pause; none in time, the pause is released with one line. A refused attach (not permitted, too many
 runs): one line, and the run trains unattached (the link stops trying).
 
-Ctrl-Z (cli/job_control.py stops the command, then the wrapper): ``suspend`` wakes the thread, which sends a
+Ctrl-Z (cli/train/job_control.py stops the command, then the wrapper): ``suspend`` wakes the thread, which sends a
 ``Beat`` with ``suspended`` before the wrapper stops (waited for up to ``job_control.SUSPEND_NOTICE_S``), and
 one without once it is continued; the daemon keeps the silent session and lists the run ``suspended``.
 """
@@ -43,9 +43,9 @@ from gpuwatch.attach import (
     decode_reply,
     encode,
 )
-from gpuwatch.cli.attach_handshake import REPLY_TIMEOUT_S, connect, handshake
-from gpuwatch.cli.job_control import SUSPEND_NOTICE_S, SuspendNotice
 from gpuwatch.cli.text import safe
+from gpuwatch.cli.train.handshake import REPLY_TIMEOUT_S, connect, handshake
+from gpuwatch.cli.train.job_control import SUSPEND_NOTICE_S, SuspendNotice
 from gpuwatch.heartbeat import read_heartbeat, read_rank_heartbeats, refresh_pause, request_pause
 
 # Tests only: a hold window of a few seconds instead of a minute (docs/attached-runs.md says so).

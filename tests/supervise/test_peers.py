@@ -1,4 +1,4 @@
-"""An attached run's pid checked against /proc (daemon/peers.py), on a fake tree with the kernel's layout."""
+"""An attached run's pid checked against /proc (supervise/peers.py), on a fake tree with the kernel's layout."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.daemon.peers import run_refusal, with_groups
 from gpuwatch.procfs import Procfs
 from gpuwatch.sim.proctree import FakeProcTree
 from gpuwatch.supervise.access import Peer
+from gpuwatch.supervise.peers import run_refusal, with_groups
 
 ALICE = Peer(pid=100, uid=1001, gid=1001)  # her shell; her wrapper 200 and its torchrun 300 and rank 301
 

@@ -17,8 +17,8 @@ import os
 import sys
 import time
 
-from gpuwatch.cli.health_render import FORMATS, Answer, from_document, no_daemon, only, render
-from gpuwatch.cli.options import common_options, formatter
+from gpuwatch.cli.health.options import common_options, formatter
+from gpuwatch.cli.health.render import FORMATS, Answer, from_document, no_daemon, only, render
 from gpuwatch.config.runtime import (
     DEFAULT_CONFIG_PATH,
     STATE_FILE_NAME,
@@ -139,8 +139,7 @@ def _daemon_answer(runtime_dir: str) -> Answer | None:
 
 def _direct_answer(args: argparse.Namespace) -> tuple[Answer, str]:
     from gpuwatch.cli.settings import load_cli_config
-    from gpuwatch.daemon.compose import build_sources
-    from gpuwatch.gpus.sampler import Sampler
+    from gpuwatch.daemon.sense import read_directly
     from gpuwatch.limits import limits_in_force
     from gpuwatch.model import PublishedState
     from gpuwatch.publish.health_codes import fault_line
@@ -149,7 +148,7 @@ def _direct_answer(args: argparse.Namespace) -> tuple[Answer, str]:
     config = load_cli_config(args, client=True)
     settings = config.health
     effective = config.with_effective_sysfs()
-    snapshot = Sampler(build_sources(effective)).sample()
+    snapshot = read_directly(effective).sample()
     state = PublishedState(snapshot=snapshot, limits_c=limits_in_force(snapshot, config.thermal))
     now = snapshot.taken_monotonic
     # One reading cannot say for how long a sensor has been over crit: it counts at once.
@@ -162,7 +161,7 @@ def _direct_answer(args: argparse.Namespace) -> tuple[Answer, str]:
 def _slurm(answer: Answer, runtime_dir: str | None) -> int:
     from pathlib import Path  # --slurm's module imports it anyway
 
-    from gpuwatch.cli import slurm
+    from gpuwatch.cli.health import slurm
 
     if runtime_dir is None:  # pragma: no cover - the direct path always resolves one
         print("gpuwatch health --slurm: no runtime directory to count checks in", file=sys.stderr)

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.config.file import Config, parse_config
-from gpuwatch.daemon.compose import Parts, build_sources
-from gpuwatch.daemon.gpu_use import GpuUseWatch
+from gpuwatch.daemon.compose import Parts
 from gpuwatch.daemon.loop import Daemon
+from gpuwatch.daemon.sense import GpuUseWatch, build_sources
 from gpuwatch.model import GpuProcess, GpuResetState, Snapshot
 from gpuwatch.procfs import Procfs
 from gpuwatch.procs.monitor import ProcessMonitor

@@ -3,7 +3,7 @@
 The daemon keeps one receipt per job seen on a GPU (publish/receipts.py; the last ``[health] jobs_kept``) in
 its published state, so an epilog that runs after the job's processes ended still finds it in the state file.
 Rendering is pure (``render``); a job the daemon never saw is exit 1 with one line. With no daemon running, the
-receipts a cleanly stopped daemon kept for the next one (state.last.json, daemon/receipt_store.py) are read, and
+receipts a cleanly stopped daemon kept for the next one (state.last.json, publish/receipt_store.py) are read, and
 that is said; with neither, exit 3, as when a daemon runs but its state file cannot be used (said, never "no
 daemon"). A receipt is ``final`` once the daemon saw the job leave its GPUs, ``partial`` while it was still on one
 at the last tick (an epilog that runs before the next tick): the text says which, ``--json`` adds ``receipt``.
@@ -19,8 +19,8 @@ from typing import Any
 
 from gpuwatch.cli.settings import load_cli_config
 from gpuwatch.cli.text import safe, safe_strings
-from gpuwatch.daemon.receipt_store import last_state_file
 from gpuwatch.model import JobReceipt
+from gpuwatch.publish.receipt_store import last_state_file
 from gpuwatch.publish.state import read_state
 from gpuwatch.publish.view import build
 

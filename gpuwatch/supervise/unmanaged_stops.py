@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from gpuwatch.config.file import Config
-from gpuwatch.model import FanState, PowerState, Snapshot, UnmanagedState
+from gpuwatch.model import Acted, Snapshot, UnmanagedState
 from gpuwatch.procfs import ProcError, Procfs
 from gpuwatch.procs.fdinfo import parse_stat, parse_uid, u64
 from gpuwatch.safefs import read_bounded
@@ -159,12 +159,11 @@ class UnmanagedProcesses:
         for line in problems:
             log.error("%s", line)
 
-    def tick(self, snapshot: Snapshot, fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
-             config: Config) -> tuple[UnmanagedState, ...]:
+    def tick(self, snapshot: Snapshot, below: Acted, config: Config) -> tuple[UnmanagedState, ...]:
         if not self._started:
             self.start()
         settings = config.unmanaged
-        gpus = policy.verdicts(snapshot, fans, powers, config.thermal)
+        gpus = policy.verdicts(snapshot, below, config.thermal)
         wanted = policy.candidates(snapshot.processes, gpus, settings) | {s.pid for s in self.book.stopped}
         identities = {pid: ident for pid in sorted(wanted) if (ident := identity(self.procfs, pid)) is not None}
         decision = policy.decide(self.book, settings, gpus, snapshot.processes, identities, os.getpid(),

@@ -5,7 +5,7 @@ The command runs in a session of its own (like a configured trainer, supervise/p
 in the terminal reaches the wrapper alone, which passes it on once to the command's process group:
 SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded, never doubled, and a command ended by one is not restarted.
 SIGTSTP (Ctrl-Z), SIGTTIN and SIGTTOU stop the command's group, then the wrapper; a SIGCONT to the
-wrapper (fg, bg) continues both (cli/job_control.py), and the daemon lists the run ``suspended`` meanwhile.
+wrapper (fg, bg) continues both (cli/train/job_control.py), and the daemon lists the run ``suspended`` meanwhile.
 The wrapper's exit status is the command's (128+N for a signal N, as a shell reports it); a run stopped
 by the daemon (`gpuwatch stop`) exits 143 (128+SIGTERM) whatever the command returned.
 
@@ -34,8 +34,8 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from gpuwatch.attach import Event
-from gpuwatch.cli.attach_link import AttachLink
-from gpuwatch.cli.job_control import JOB_CONTROL, JobControl
+from gpuwatch.cli.train.job_control import JOB_CONTROL, JobControl
+from gpuwatch.cli.train.link import AttachLink
 from gpuwatch.heartbeat import read_heartbeat, read_rank_heartbeats, remove_heartbeats
 from gpuwatch.train.argv import RestartPolicy
 

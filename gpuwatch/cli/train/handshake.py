@@ -1,4 +1,4 @@
-"""One connection of the attached run's link (cli/attach_link.py) opened: the daemon's control socket
+"""One connection of the attached run's link (cli/train/link.py) opened: the daemon's control socket
 connected, the ``Attach`` sent and the daemon's reply read (gpuwatch/attach.py), each bounded by
 ``REPLY_TIMEOUT_S``.
 

@@ -1,12 +1,12 @@
 """Job control with `gpuwatch train`: Ctrl-Z, ``fg`` and ``bg`` act on the command as on the bare command
 (docs/attached-runs.md, "Job control").
 
-``JobControl.suspend`` is the wrapper's handler of SIGTSTP (Ctrl-Z), SIGTTIN and SIGTTOU (cli/train_run.py
+``JobControl.suspend`` is the wrapper's handler of SIGTSTP (Ctrl-Z), SIGTTIN and SIGTTOU (cli/train/run.py
 installs it): the command's process group is stopped, the daemon told, then the wrapper stops itself with the
 same signal, so the shell sees the job stopped; a SIGCONT to the wrapper (fg, bg) continues both, and the
 daemon lists the run ``suspended`` meanwhile.
 
-``SuspendNotice`` is how that handler tells the link's thread (cli/attach_link.py) without a lock the handler
+``SuspendNotice`` is how that handler tells the link's thread (cli/train/link.py) without a lock the handler
 could need: ``suspend`` wakes the thread, which sends a ``Beat`` with ``suspended`` before the wrapper stops
 (waited for up to ``SUSPEND_NOTICE_S``), and one without once it is continued; the daemon keeps the silent
 session and lists the run ``suspended``.
@@ -27,7 +27,7 @@ SUSPEND_NOTICE_S = 2.0
 
 
 class Link(Protocol):
-    """The run's link to the daemon as the handler tells it (cli/attach_link.AttachLink)."""
+    """The run's link to the daemon as the handler tells it (cli/train/link.AttachLink)."""
 
     def suspend(self, signum: int | None) -> bool: ...
 
