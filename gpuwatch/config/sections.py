@@ -15,6 +15,10 @@ from gpuwatch.config.trainer import DEBOUNCE_S, HANG_TIMEOUT_S, MIN_PAUSE_S
 from gpuwatch.publish.health_codes import NAMES, OFF_BY_DEFAULT
 
 _log = logging.getLogger(__name__)
+# The one boolean per check of the releases before `[health] off`, still read (into off): these only, a new check
+# has its name in off and no boolean.
+_SWITCHES_BEFORE_OFF = ("gpu_down", "fan_uncontrolled", "fan_failsafe", "fan_stalled", "over_crit", "reset_stuck",
+                        "reset_recovering", "pcie_width", "pcie_speed", "aer_fatal", "daemon_down")
 
 ExposeSensitive = Literal["none", "local", "authenticated", "all"]
 
@@ -210,21 +214,21 @@ class HealthConfig(Strict):
     def _switches_into_off(cls, data: object) -> object:
         """The deprecated booleans, one per check (``fan_stalled = false``), read into ``off`` with one warning line;
         a boolean that contradicts an ``off`` also given is refused (two answers, neither can be preferred)."""
-        if not isinstance(data, dict) or not any(name in data for name in NAMES):
+        if not isinstance(data, dict) or not any(name in data for name in _SWITCHES_BEFORE_OFF):
             return data
         given = data.get("off")
         off = list(given) if isinstance(given, list) else list(OFF_BY_DEFAULT)
-        for name in (name for name in NAMES if name in data):
+        for name in (name for name in _SWITCHES_BEFORE_OFF if name in data):
             on = data[name]
             if not isinstance(on, bool):
                 raise ValueError(f"{name} = {on!r}: not a boolean (deprecated: write off = [...] instead)")
             if isinstance(given, list) and (name in given) == on:
                 raise ValueError(f"{name} = {str(on).lower()} contradicts off = {given!r} (deprecated: keep off only)")
-            off = [other for other in off if other != name] + ([] if on else [name])
-        used = ", ".join(name for name in NAMES if name in data)
+            off = [other for other in off if other != name] if on else off + [name] * (name not in off)
+        used = ", ".join(name for name in _SWITCHES_BEFORE_OFF if name in data)
         _log.warning("[health] %s: deprecated, read as off = %s; write that instead (docs/cluster.md)", used,
                      "[" + ", ".join(f'"{name}"' for name in off) + "]")
-        return {**{key: value for key, value in data.items() if key not in NAMES}, "off": off}
+        return {**{key: value for key, value in data.items() if key not in _SWITCHES_BEFORE_OFF}, "off": off}
 
     @field_validator("off")
     @classmethod

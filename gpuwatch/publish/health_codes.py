@@ -14,6 +14,7 @@ MAX_MESSAGE_CHARS = 80  # node-problem-detector's max_output_length in AMD's and
 STALE, NO_DAEMON, UNUSABLE, FUTURE = "G001", "G002", "G014", "G015"
 GPU_DOWN, FAN_UNCONTROLLED, FAN_FAILSAFE, FAN_STALLED, OVER_CRIT = "G004", "G005", "G006", "G007", "G008"
 RESET_STUCK, RESET_RECOVERING, PCIE_WIDTH, PCIE_SPEED, AER_FATAL = "G009", "G010", "G011", "G012", "G013"
+AER_NONFATAL = "G016"
 
 # The health checks, one row each: (code, its name in `[health] off` (None: never off), its fault class (None: the
 # daemon's own: every class), on by default, what it means). A new check is a row here and its predicate in
@@ -42,6 +43,10 @@ CHECKS = (
     # is not (a badly seated card, a bad riser).
     (PCIE_SPEED, "pcie_speed", "pcie", False, "the slot's PCIe link is slower than both ends support"),
     (AER_FATAL, "aer_fatal", "pcie", True, "a fatal PCIe error (AER) on the path to the GPU"),
+    # Off by default: the count is since boot, and a non-fatal error was recovered by the hardware; one alone would
+    # keep a node drained until its reboot. For sites that retire a link on any uncorrectable error (DCGM's PCIe
+    # watch, Primus-SaFE's monitor 308).
+    (AER_NONFATAL, "aer_nonfatal", "pcie", False, "a non-fatal uncorrectable PCIe error (AER) on the path to the GPU"),
 )
 
 # code -> (its name in `[health] off`, what it means)

@@ -30,6 +30,7 @@ from gpuwatch.model import (
 )
 from gpuwatch.publish.health_codes import (
     AER_FATAL,
+    AER_NONFATAL,
     CHECKS,
     FAN_FAILSAFE,
     FAN_STALLED,
@@ -122,12 +123,16 @@ def _aer_fatal(seen: Seen) -> str | None:
     return f"pcie aer fatal {seen.gpu.pcie_aer_fatal_total}" if seen.gpu.pcie_aer_fatal_total else None
 
 
+def _aer_nonfatal(seen: Seen) -> str | None:
+    return f"pcie aer nonfatal {seen.gpu.pcie_aer_nonfatal_total}" if seen.gpu.pcie_aer_nonfatal_total else None
+
+
 # Each GPU check of publish/health_codes.py's CHECKS: its predicate, the fault's detail when it fails, else None.
 # (The daemon's own checks, G001, G002, G014 and G015, are the state's reader's: cli/health.py.)
 PREDICATES: dict[str, Callable[[Seen], str | None]] = {
     GPU_DOWN: _gpu_down, FAN_UNCONTROLLED: _fan_uncontrolled, FAN_FAILSAFE: _fan_failsafe, FAN_STALLED: _fan_stalled,
     OVER_CRIT: _over_crit, RESET_STUCK: _reset_stuck, RESET_RECOVERING: _reset_recovering, PCIE_WIDTH: _pcie_width,
-    PCIE_SPEED: _pcie_speed, AER_FATAL: _aer_fatal,
+    PCIE_SPEED: _pcie_speed, AER_FATAL: _aer_fatal, AER_NONFATAL: _aer_nonfatal,
 }
 _GPU_CHECKS = tuple((code, name, PREDICATES[code]) for code, name, _, _, _ in CHECKS if code in PREDICATES)
 

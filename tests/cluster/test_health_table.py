@@ -33,6 +33,11 @@ def test_every_gpu_check_has_its_predicate_and_the_daemons_have_none() -> None:
     assert not set(PREDICATES) & set(DAEMON_CODES)
 
 
+def test_a_check_added_after_off_has_no_deprecated_boolean() -> None:
+    with pytest.raises(ValidationError):
+        HealthConfig.model_validate({"aer_nonfatal": True})
+
+
 def test_the_checks_that_guard_the_verdict_itself_are_never_off() -> None:
     never_off = {code for code, name, _, _, _ in CHECKS if name is None}
     assert never_off == {"G001", "G014", "G015"} and "daemon_down" in NAMES
@@ -41,7 +46,7 @@ def test_the_checks_that_guard_the_verdict_itself_are_never_off() -> None:
 
 
 def test_off_defaults_to_the_table_and_refuses_what_is_not_a_check() -> None:
-    assert HealthConfig().off == list(OFF_BY_DEFAULT) == ["pcie_speed"]
+    assert HealthConfig().off == list(OFF_BY_DEFAULT) == ["pcie_speed", "aer_nonfatal"]
     assert HealthConfig(off=["fan_stalled", "fan_stalled"]).off == ["fan_stalled"]
     assert not HealthConfig(off=["fan_stalled"]).on("fan_stalled") and HealthConfig(off=[]).on("pcie_speed")
     with pytest.raises(ValidationError, match="not a health check: fan_stall "):
@@ -49,9 +54,10 @@ def test_off_defaults_to_the_table_and_refuses_what_is_not_a_check() -> None:
 
 
 @pytest.mark.parametrize(("given", "off"), [
-    ({"fan_stalled": False}, ["pcie_speed", "fan_stalled"]),
-    ({"pcie_speed": True}, []),
-    ({"pcie_speed": False, "daemon_down": True}, ["pcie_speed"]),
+    ({"fan_stalled": False}, ["pcie_speed", "aer_nonfatal", "fan_stalled"]),
+    ({"pcie_speed": True}, ["aer_nonfatal"]),
+    ({"pcie_speed": False, "daemon_down": True}, ["pcie_speed", "aer_nonfatal"]),
+    ({"aer_fatal": False, "daemon_down": False}, ["pcie_speed", "aer_nonfatal", "aer_fatal", "daemon_down"]),
     ({"off": ["fan_stalled"], "fan_stalled": False, "pcie_speed": True}, ["fan_stalled"]),  # both, agreeing
 ])
 def test_a_deprecated_boolean_is_read_into_off_with_one_warning(given: dict[str, object], off: list[str],
@@ -88,6 +94,7 @@ def test_a_deprecated_boolean_warns_in_one_line_and_loads(tmp_path: Path) -> Non
     path = tmp_path / "gpuwatch.toml"
     path.write_text("[health]\nfan_stalled = false\n")
     result = gpuwatch("check-config", "-c", str(path))
-    assert result.returncode == 0 and 'off = [\n    "pcie_speed",\n    "fan_stalled",\n]' in result.stdout
-    assert result.stderr == ('[health] fan_stalled: deprecated, read as off = ["pcie_speed", "fan_stalled"]; write '
-                             "that instead (docs/cluster.md)\n")
+    assert result.returncode == 0
+    assert 'off = [\n    "pcie_speed",\n    "aer_nonfatal",\n    "fan_stalled",\n]' in result.stdout
+    assert result.stderr == ('[health] fan_stalled: deprecated, read as off = ["pcie_speed", "aer_nonfatal", '
+                             '"fan_stalled"]; write that instead (docs/cluster.md)\n')
