@@ -93,8 +93,8 @@ def test_the_user_cache_folder_is_train_argv_user_cache_dir() -> None:
     assert homes == {"gpuwatch/train/argv.py"}
 
 
-def test_the_pause_rule_is_supervise_pause() -> None:
-    """``pause.hot_pause`` and ``pause.may_resume``: when a hot run's pause is due (``debounce_s``, the governor's
+def test_the_pause_rule_is_supervise_machine() -> None:
+    """``machine.hot_pause`` and ``machine.may_resume``: when a hot run's pause is due (``debounce_s``, the governor's
     ``governed_backstop_s``) and when it may end (``min_pause_s``) is one rule for configured trainers and attached
     runs (issue 48); a module that compares a time against these settings itself has written the rule again."""
     names = ("debounce_s", "governed_backstop_s", "min_pause_s")
@@ -104,4 +104,4 @@ def test_the_pause_rule_is_supervise_pause() -> None:
                    and (isinstance(node, ast.Compare) or ast.unparse(node.func) == "max")
                    for node in ast.walk(ast.parse(path.read_text())))
 
-    assert _where(_daemon_modules(), weighs_the_rule) == {"gpuwatch/supervise/pause.py"}
+    assert _where(_daemon_modules(), weighs_the_rule) == {"gpuwatch/supervise/machine.py"}

@@ -195,8 +195,8 @@ class HealthConfig(Strict):
     those that do not), how long over crit counts, the drain/resume hysteresis, where jobs are mapped."""
 
     # The checks turned off, by name: publish/health_codes.py's table (docs/cluster.md's). The default turns off
-    # pcie_speed (G012): amdgpu's PCIe DPM lowers the link speed at idle. The daemon's own G001, G014 and G015
-    # are never off; "daemon_down" turns off G002 (no daemon).
+    # those a healthy node can trip (pcie_speed: amdgpu's PCIe DPM lowers the link speed at idle; aer_nonfatal).
+    # The daemon's own G001, G014 and G015 are never off; "daemon_down" turns off G002 (no daemon).
     off: list[str] = Field(default_factory=lambda: list(OFF_BY_DEFAULT))
     over_crit_s: float = Field(default=30.0, ge=0, le=3600)
     # `gpuwatch health --slurm`: drain after this many consecutive unhealthy checks, resume a node drained

@@ -1,13 +1,15 @@
 """The node's health verdict for a scheduler (pure): a PublishedState + the [health] settings -> NodeHealth.
 
-Each fault class has a stable code (publish/health_codes.py, docs/cluster.md) and one line, e.g.
+Each check is a row of publish/health_codes.py's table with a stable code (docs/cluster.md) and, for a GPU's,
+its predicate here (``PREDICATES``); a fault is one line, e.g.
 ``gpuwatch:G006 0000:03:00.0 junction 108C>105C fan failsafe``, so a drain reason or an NPD condition
 can be matched by a regex. Normal operation is never a fault: a power cap governing (even at its floor)
 and a paused trainer are what gpuwatch does to keep a hot card in its limits; they are ``notes``
 (Nagios WARNING). Only "over crit" needs history (how long): ``over_crit_since`` carries it from tick
 to tick, and ``judge`` is given it with ``now``.
 
-G001 (stale state) and G002 (no daemon) are found by the reader of the state (`gpuwatch health`), not here.
+The daemon's own checks (G001 stale, G002 no daemon, G014 unusable, G015 from the future) are found by the reader
+of the state (`gpuwatch health`), not here.
 """
 
 from __future__ import annotations
@@ -64,17 +66,6 @@ class Seen:
     counts_after_s: float  # [health] over_crit_s: how long before it counts
 
 
-def _gpu_down(seen: Seen) -> str | None:
-    return None if seen.gpu.up else ("not answering" if seen.gpu.unresponsive else "gone")
-
-
-def _fan_uncontrolled(seen: Seen) -> str | None:
-    fan = seen.fan
-    if fan is None or fan.mode is not FanMode.UNCONTROLLED:
-        return None
-    return "fan uncontrolled" + (f": {fan.message}" if fan.message else "")
-
-
 def _fan_failsafe(seen: Seen) -> str | None:
     fan, over = seen.fan, seen.over
     if fan is None or fan.mode is not FanMode.FAILSAFE:
@@ -84,10 +75,6 @@ def _fan_failsafe(seen: Seen) -> str | None:
     return "fan failsafe" + (f": {fan.failsafe_reason}" if fan.failsafe_reason else "")
 
 
-def _fan_stalled(seen: Seen) -> str | None:
-    return f"fan stalled at {seen.fan.rpm or 0} rpm" if seen.fan is not None and seen.fan.stalled else None
-
-
 def _over_crit(seen: Seen) -> str | None:
     over, lasted_s = seen.over, seen.over_for_s
     if over is None or lasted_s is None or lasted_s < seen.counts_after_s:
@@ -95,44 +82,34 @@ def _over_crit(seen: Seen) -> str | None:
     return f"{over[0]} {over[1]:.0f}C>={over[2]:.0f}C crit for {lasted_s:.0f}s"
 
 
-def _reset_stuck(seen: Seen) -> str | None:
-    reset = seen.reset
-    if reset is None or not reset.stuck_pids:
-        return None
-    return f"reset, {len(reset.stuck_pids)} stuck process(es) {','.join(str(pid) for pid in reset.stuck_pids[:4])}"
-
-
-def _reset_recovering(seen: Seen) -> str | None:
-    reset = seen.reset  # stuck processes are G009's: the one fault of a reset
-    return f"reset #{reset.resets_total}, recovering" if reset and reset.recovering and not reset.stuck_pids else None
-
-
-def _pcie_width(seen: Seen) -> str | None:
-    width, most = seen.gpu.pcie_slot_link_width, seen.gpu.pcie_slot_max_link_width
-    return f"pcie x{width}<x{most}" if seen.gpu.up and width is not None and most is not None and width < most else None
-
-
-def _pcie_speed(seen: Seen) -> str | None:
-    speed, top = seen.gpu.pcie_slot_link_speed_gts, seen.gpu.pcie_slot_max_link_speed_gts
-    if seen.gpu.up and speed is not None and top is not None and speed < top:
-        return f"pcie {speed:g}<{top:g}GT/s"
-    return None
-
-
-def _aer_fatal(seen: Seen) -> str | None:
-    return f"pcie aer fatal {seen.gpu.pcie_aer_fatal_total}" if seen.gpu.pcie_aer_fatal_total else None
-
-
-def _aer_nonfatal(seen: Seen) -> str | None:
-    return f"pcie aer nonfatal {seen.gpu.pcie_aer_nonfatal_total}" if seen.gpu.pcie_aer_nonfatal_total else None
+def _below(now: float | None, most: float | None) -> bool:
+    return now is not None and most is not None and now < most
 
 
 # Each GPU check of publish/health_codes.py's CHECKS: its predicate, the fault's detail when it fails, else None.
 # (The daemon's own checks, G001, G002, G014 and G015, are the state's reader's: cli/health.py.)
 PREDICATES: dict[str, Callable[[Seen], str | None]] = {
-    GPU_DOWN: _gpu_down, FAN_UNCONTROLLED: _fan_uncontrolled, FAN_FAILSAFE: _fan_failsafe, FAN_STALLED: _fan_stalled,
-    OVER_CRIT: _over_crit, RESET_STUCK: _reset_stuck, RESET_RECOVERING: _reset_recovering, PCIE_WIDTH: _pcie_width,
-    PCIE_SPEED: _pcie_speed, AER_FATAL: _aer_fatal, AER_NONFATAL: _aer_nonfatal,
+    GPU_DOWN: lambda s: None if s.gpu.up else "not answering" if s.gpu.unresponsive else "gone",
+    FAN_UNCONTROLLED: lambda s: ("fan uncontrolled" + (f": {s.fan.message}" if s.fan.message else "")
+                                 if s.fan is not None and s.fan.mode is FanMode.UNCONTROLLED else None),
+    FAN_FAILSAFE: _fan_failsafe,
+    FAN_STALLED: lambda s: f"fan stalled at {s.fan.rpm or 0} rpm" if s.fan is not None and s.fan.stalled else None,
+    OVER_CRIT: _over_crit,
+    RESET_STUCK: lambda s: (f"reset, {len(s.reset.stuck_pids)} stuck process(es) "
+                            + ",".join(str(pid) for pid in s.reset.stuck_pids[:4]) if s.reset and s.reset.stuck_pids
+                            else None),
+    # Stuck processes are G009's: the one fault of a reset.
+    RESET_RECOVERING: lambda s: (f"reset #{s.reset.resets_total}, recovering"
+                                 if s.reset and s.reset.recovering and not s.reset.stuck_pids else None),
+    PCIE_WIDTH: lambda s: (f"pcie x{s.gpu.pcie_slot_link_width}<x{s.gpu.pcie_slot_max_link_width}"
+                           if s.gpu.up and _below(s.gpu.pcie_slot_link_width, s.gpu.pcie_slot_max_link_width)
+                           else None),
+    PCIE_SPEED: lambda s: (f"pcie {s.gpu.pcie_slot_link_speed_gts:g}<{s.gpu.pcie_slot_max_link_speed_gts:g}GT/s"
+                           if s.gpu.up and _below(s.gpu.pcie_slot_link_speed_gts, s.gpu.pcie_slot_max_link_speed_gts)
+                           else None),
+    AER_FATAL: lambda s: f"pcie aer fatal {s.gpu.pcie_aer_fatal_total}" if s.gpu.pcie_aer_fatal_total else None,
+    AER_NONFATAL: lambda s: (f"pcie aer nonfatal {s.gpu.pcie_aer_nonfatal_total}" if s.gpu.pcie_aer_nonfatal_total
+                             else None),
 }
 _GPU_CHECKS = tuple((code, name, PREDICATES[code]) for code, name, _, _, _ in CHECKS if code in PREDICATES)
 

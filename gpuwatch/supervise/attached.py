@@ -5,7 +5,7 @@ daemon is not its parent: it never spawns, signals or restarts it. What it decid
 ``attach.Event`` lines on the run's session, which its wrapper carries out (the pause file, a graceful
 stop, a restart on ``hung`` when ``--restart`` allows). The rules it shares with configured trainers
 are theirs, called here: the thermal verdict (``actions.thermal_verdict``, the governor's backstop
-included), the pause rule (``pause.hot_pause``, ``pause.may_resume``), a job's ranks
+included), the pause rule (``machine.hot_pause``, ``machine.may_resume``), a job's ranks
 (``ranks.aggregate``: paused only once every local rank holds).
 
 * A GPU it uses hot for ``[attached] debounce_s`` (or past the power governor's backstop) -> ``pause``;
@@ -38,8 +38,7 @@ from gpuwatch.attach import NAME_MAX_CHARS, Event
 from gpuwatch.config.sections import AttachedConfig
 from gpuwatch.model import TrainerPhase
 from gpuwatch.supervise.actions import Command, Thermal
-from gpuwatch.supervise.machine import Supervised, enter, note, paused_for_s
-from gpuwatch.supervise.pause import hot_pause, may_resume
+from gpuwatch.supervise.machine import Supervised, enter, hot_pause, may_resume, note, paused_for_s
 
 ENDED = (TrainerPhase.FINISHED, TrainerPhase.FAILED, TrainerPhase.STOPPED)
 _HELD = (TrainerPhase.PAUSING, TrainerPhase.PAUSED)
@@ -127,7 +126,7 @@ def _progress(run: RunState, inputs: RunInputs) -> RunState:
 
 def _own_pause(run: RunState, config: AttachedConfig,
                inputs: RunInputs) -> tuple[RunState, tuple[RunState, list[Event]] | None]:
-    """This node's own pause, when it asks for one: by hand, or the thermal rule's (``pause.hot_pause``: crit at
+    """This node's own pause, when it asks for one: by hand, or the thermal rule's (``machine.hot_pause``: crit at
     once, hot for ``debounce_s`` or the power governor's backstop)."""
     if inputs.command == "pause":
         return run, _pause(run, inputs.now, "manual pause", manual=True)

@@ -5,7 +5,9 @@ changes is named in a ``dataclasses.replace`` call or one of these functions, so
 name and type (no ``**changes: Any``). Counters that are published (restarts, pauses, resumes) live
 here next to the run's progress tracking; ``TrainerState`` repeats them for the status document.
 ``Supervised`` holds the fields a configured trainer's ``Machine`` and an attached run's
-``attached.RunState`` share, so that ``enter``, ``note`` and ``paused_for_s`` serve both.
+``attached.RunState`` share, so that ``enter``, ``note`` and ``paused_for_s`` serve both, as does the
+pause rule: ``hot_pause`` (when this node's thermal pause is due) and ``may_resume`` (when it may end),
+called by pause.py for configured trainers and by attached.py.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from gpuwatch.model import TrainerPhase
-from gpuwatch.supervise.actions import Action, AfterStop, PauseMode, RestartReason
+from gpuwatch.supervise.actions import Action, AfterStop, Command, PauseMode, RestartReason, Thermal
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,32 @@ def enter(machine: S, phase: TrainerPhase, now: float, reason: str) -> S:
 def note(machine: S, event: str | None = None) -> S:
     """Log ``event`` (default: the current reason) for this tick without changing phase."""
     return replace(machine, events=machine.events + (event or machine.reason or "",))
+
+
+def hot_pause(hot_since: float | None, thermal: Thermal, now: float,
+              debounce_s: float) -> tuple[float | None, str | None]:
+    """When the hot spell started (None: not hot) and, when this node's thermal pause is due, why.
+
+    Crit or fan failsafe is due at once (an attached run's; policy.step stops a configured trainer first); hot is
+    due after ``debounce_s``, or while the power governor or the clock rung still holds every hot card above its
+    floor, after the governor's backstop (docs/power.md)."""
+    if thermal.critical:
+        return hot_since, thermal.reason or "emergency"
+    if not thermal.hot:
+        return None, None
+    hot_since = hot_since if hot_since is not None else now
+    if now - hot_since >= max(debounce_s, thermal.governed_backstop_s or 0.0):
+        return hot_since, thermal.reason or "hot"
+    return hot_since, None
+
+
+def may_resume(command: Command | None, thermal: Thermal, manual_pause: bool, held_s: float,
+               min_pause_s: float) -> bool:
+    """A pause ends by hand, or, when not made by hand, once every sensor is cool and it lasted ``min_pause_s``."""
+    if command == "resume":
+        return True
+    cooled = thermal.cool and not thermal.hot and not thermal.critical
+    return not manual_pause and cooled and held_s >= min_pause_s
 
 
 def new_run(machine: Machine, now: float) -> Machine:

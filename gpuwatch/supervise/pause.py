@@ -1,18 +1,16 @@
-"""A trainer's pause (pure): the rule that starts and ends one, and how a configured trainer is held.
+"""A configured trainer's pause (pure): when this node asks for one, how the run is held, when it ends.
 
-``hot_pause`` and ``may_resume`` are the rule, the one home for configured trainers (policy.py's phase
-handlers, through the helpers below) and attached runs (attached.py) alike. The helpers below take a
-configured trainer's tick ``Inputs`` (``now`` included) and return the machine after it, appending to
-the tick's actions what the effects layer carries out.
+policy.py's phase handlers call these; each takes the tick's ``Inputs`` (``now`` included) and returns
+the machine after it, appending to the tick's actions what the effects layer carries out. When a pause is
+due and when it may end is the rule attached runs share (``machine.hot_pause``, ``machine.may_resume``).
 
-* This node asks for a pause by hand (`gpuwatch pause`), at once at crit or fan failsafe (a configured
-  trainer is stopped before: policy.step), or once a sensor stayed hot ``debounce_s``; while the power
-  governor still holds the card above its floor cap, only after the governor's backstop
+* This node asks for a pause by hand (`gpuwatch pause`), or once a sensor stayed hot ``debounce_s``;
+  while the power governor still holds the card above its floor cap, only after the governor's backstop
   (``Thermal.governed_backstop_s``, docs/power.md).
 * A pause is cooperative (the pause file: the launcher holds at its next optimizer step) when the
   trainer is set to or, under ``auto``, once it sent a heartbeat; otherwise the run is frozen (SIGSTOP).
-* It ends by hand (`gpuwatch resume`) or, for a pause not made by hand, once every sensor is cool (none hot,
-  none at crit) and it lasted ``min_pause_s``. Only a SIGSTOP pause needs a bound (``actions.pause_limit_s``).
+* It ends by hand (`gpuwatch resume`) or, for a pause not made by hand, once every sensor is cool and it
+  lasted ``min_pause_s``. Only a SIGSTOP pause needs a bound (``actions.pause_limit_s``).
 """
 
 from __future__ import annotations
@@ -21,43 +19,8 @@ from dataclasses import replace
 
 from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.model import TrainerPhase
-from gpuwatch.supervise.actions import (
-    Action,
-    CancelPause,
-    Command,
-    Freeze,
-    Inputs,
-    RequestPause,
-    Thaw,
-    Thermal,
-    pause_limit_s,
-)
-from gpuwatch.supervise.machine import Machine, Transition, enter, paused_for_s
-
-
-def hot_pause(hot_since: float | None, thermal: Thermal, now: float,
-              debounce_s: float) -> tuple[float | None, str | None]:
-    """When the hot spell started (None: not hot) and, when this node's thermal pause is due, why.
-
-    Crit or fan failsafe is due at once; hot is due after ``debounce_s``, or while the power governor or the
-    clock rung still holds every hot card above its floor, after the governor's backstop (docs/power.md)."""
-    if thermal.critical:
-        return hot_since, thermal.reason or "emergency"
-    if not thermal.hot:
-        return None, None
-    hot_since = hot_since if hot_since is not None else now
-    if now - hot_since >= max(debounce_s, thermal.governed_backstop_s or 0.0):
-        return hot_since, thermal.reason or "hot"
-    return hot_since, None
-
-
-def may_resume(command: Command | None, thermal: Thermal, manual_pause: bool, held_s: float,
-               min_pause_s: float) -> bool:
-    """A pause ends by hand, or, when not made by hand, once every sensor is cool and it lasted ``min_pause_s``."""
-    if command == "resume":
-        return True
-    cooled = thermal.cool and not thermal.hot and not thermal.critical
-    return not manual_pause and cooled and held_s >= min_pause_s
+from gpuwatch.supervise.actions import Action, CancelPause, Freeze, Inputs, RequestPause, Thaw, pause_limit_s
+from gpuwatch.supervise.machine import Machine, Transition, enter, hot_pause, may_resume, paused_for_s
 
 
 def own_pause(machine: Machine, config: TrainerConfig, inputs: Inputs,
