@@ -92,3 +92,17 @@ def test_no_part_keeps_a_copy_of_live_settings() -> None:
 def test_the_user_cache_folder_is_train_argv_user_cache_dir() -> None:
     homes = _where(list(PACKAGE.rglob("*.py")), lambda path: "XDG_CACHE_HOME" in _constants(path))
     assert homes == {"gpuwatch/train/argv.py"}
+
+
+def test_the_pause_rule_is_supervise_machine() -> None:
+    """``machine.hot_pause`` and ``machine.may_resume``: when a hot run's pause is due (``debounce_s``, the governor's
+    ``governed_backstop_s``) and when it may end (``min_pause_s``) is one rule for configured trainers and attached
+    runs (issue 48); a module that compares a time against these settings itself has written the rule again."""
+    names = ("debounce_s", "governed_backstop_s", "min_pause_s")
+
+    def weighs_the_rule(path: Path) -> bool:
+        return any(isinstance(node, (ast.Compare, ast.Call)) and any(name in ast.unparse(node) for name in names)
+                   and (isinstance(node, ast.Compare) or ast.unparse(node.func) == "max")
+                   for node in ast.walk(ast.parse(path.read_text())))
+
+    assert _where(_daemon_modules(), weighs_the_rule) == {"gpuwatch/supervise/machine.py"}

@@ -3,14 +3,22 @@
 
 from __future__ import annotations
 
+import logging
 import urllib.parse
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from gpuwatch.config.base import DEFAULT_HTTP_PORT, Strict
 from gpuwatch.config.trainer import DEBOUNCE_S, HANG_TIMEOUT_S, MIN_PAUSE_S
+from gpuwatch.publish.health_codes import NAMES, OFF_BY_DEFAULT
+
+_log = logging.getLogger(__name__)
+# The one boolean per check of the releases before `[health] off`, still read (into off): these only, a new check
+# has its name in off and no boolean.
+_SWITCHES_BEFORE_OFF = ("gpu_down", "fan_uncontrolled", "fan_failsafe", "fan_stalled", "over_crit", "reset_stuck",
+                        "reset_recovering", "pcie_width", "pcie_speed", "aer_fatal", "daemon_down")
 
 ExposeSensitive = Literal["none", "local", "authenticated", "all"]
 
@@ -183,23 +191,14 @@ class AttachedConfig(Strict):
 
 
 class HealthConfig(Strict):
-    """`gpuwatch health` and the Slurm gate (docs/cluster.md): which conditions make the node unhealthy (each
-    fault class on or off), how long over crit counts, the drain/resume hysteresis, where jobs are mapped."""
+    """`gpuwatch health` and the Slurm gate (docs/cluster.md): which checks make the node unhealthy (``off`` names
+    those that do not), how long over crit counts, the drain/resume hysteresis, where jobs are mapped."""
 
-    gpu_down: bool = True  # G004: a GPU gone or not answering
-    fan_uncontrolled: bool = True  # G005: the fan should be driven and cannot be written
-    fan_failsafe: bool = True  # G006: the fan at 100 % (its temperature missing or frozen, the GPU gone)
-    fan_stalled: bool = True  # G007: the fan stopped while driven
-    over_crit: bool = True  # G008: a sensor at or above the card's crit for longer than over_crit_s
+    # The checks turned off, by name: publish/health_codes.py's table (docs/cluster.md's). The default turns off
+    # those a healthy node can trip (pcie_speed: amdgpu's PCIe DPM lowers the link speed at idle; aer_nonfatal).
+    # The daemon's own G001, G014 and G015 are never off; "daemon_down" turns off G002 (no daemon).
+    off: list[str] = Field(default_factory=lambda: list(OFF_BY_DEFAULT))
     over_crit_s: float = Field(default=30.0, ge=0, le=3600)
-    reset_stuck: bool = True  # G009: processes stuck in D state holding a GPU after its reset
-    reset_recovering: bool = True  # G010: a GPU reset and not yet usable again
-    pcie_width: bool = True  # G011: the slot's PCIe link narrower than both ends support
-    # G012: the slot's link slower than its maximum. Off by default: amdgpu's PCIe DPM lowers the speed at
-    # idle, so a lower speed alone is normal; a lower width is not (a badly seated card, a bad riser).
-    pcie_speed: bool = False
-    aer_fatal: bool = True  # G013: a fatal PCIe error (AER) on the path to the GPU
-    daemon_down: bool = True  # G001/G002: no fresh state (stuck daemon) or no daemon: no thermal protection
     # `gpuwatch health --slurm`: drain after this many consecutive unhealthy checks, resume a node drained
     # by gpuwatch after this many consecutive healthy ones.
     drain_after_checks: int = Field(default=2, ge=1, le=100)
@@ -209,3 +208,36 @@ class HealthConfig(Strict):
     job_mapping_dirs: list[Path] = []
     # Receipts of the last this many jobs kept (`gpuwatch receipt JOBID`).
     jobs_kept: int = Field(default=32, ge=1, le=1000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _switches_into_off(cls, data: object) -> object:
+        """The deprecated booleans, one per check (``fan_stalled = false``), read into ``off`` with one warning line;
+        a boolean that contradicts an ``off`` also given is refused (two answers, neither can be preferred)."""
+        if not isinstance(data, dict) or not any(name in data for name in _SWITCHES_BEFORE_OFF):
+            return data
+        given = data.get("off")
+        off = list(given) if isinstance(given, list) else list(OFF_BY_DEFAULT)
+        for name in (name for name in _SWITCHES_BEFORE_OFF if name in data):
+            on = data[name]
+            if not isinstance(on, bool):
+                raise ValueError(f"{name} = {on!r}: not a boolean (deprecated: write off = [...] instead)")
+            if isinstance(given, list) and (name in given) == on:
+                raise ValueError(f"{name} = {str(on).lower()} contradicts off = {given!r} (deprecated: keep off only)")
+            off = [other for other in off if other != name] if on else off + [name] * (name not in off)
+        used = ", ".join(name for name in _SWITCHES_BEFORE_OFF if name in data)
+        _log.warning("[health] %s: deprecated, read as off = %s; write that instead (docs/cluster.md)", used,
+                     "[" + ", ".join(f'"{name}"' for name in off) + "]")
+        return {**{key: value for key, value in data.items() if key not in _SWITCHES_BEFORE_OFF}, "off": off}
+
+    @field_validator("off")
+    @classmethod
+    def _known_checks(cls, off: list[str]) -> list[str]:
+        unknown = [name for name in off if name not in NAMES]
+        if unknown:
+            raise ValueError(f"not a health check: {', '.join(unknown)} (checks: {', '.join(NAMES)})")
+        return list(dict.fromkeys(off))
+
+    def on(self, name: str) -> bool:
+        """Whether the check of this ``[health] off`` name is on."""
+        return name not in self.off

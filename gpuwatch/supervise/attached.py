@@ -5,7 +5,8 @@ daemon is not its parent: it never spawns, signals or restarts it. What it decid
 ``attach.Event`` lines on the run's session, which its wrapper carries out (the pause file, a graceful
 stop, a restart on ``hung`` when ``--restart`` allows). The rules it shares with configured trainers
 are theirs, called here: the thermal verdict (``actions.thermal_verdict``, the governor's backstop
-included), a job's ranks (``ranks.aggregate``: paused only once every local rank holds).
+included), the pause rule (``machine.hot_pause``, ``machine.may_resume``), a job's ranks
+(``ranks.aggregate``: paused only once every local rank holds).
 
 * A GPU it uses hot for ``[attached] debounce_s`` (or past the power governor's backstop) -> ``pause``;
   PAUSED once the heartbeats acknowledge it; ``resume`` once every sensor is below limit - hysteresis
@@ -31,35 +32,25 @@ from __future__ import annotations
 
 import re
 import signal
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from gpuwatch.attach import NAME_MAX_CHARS, Event
 from gpuwatch.config.sections import AttachedConfig
 from gpuwatch.model import TrainerPhase
 from gpuwatch.supervise.actions import Command, Thermal
+from gpuwatch.supervise.machine import Supervised, enter, hot_pause, may_resume, note, paused_for_s
 
 ENDED = (TrainerPhase.FINISHED, TrainerPhase.FAILED, TrainerPhase.STOPPED)
 _HELD = (TrainerPhase.PAUSING, TrainerPhase.PAUSED)
 
 
 @dataclass(frozen=True)
-class RunState:
+class RunState(Supervised):
+    """An attached run: what every supervised run has (``machine.Supervised``), and what only an attached one."""
     phase: TrainerPhase = TrainerPhase.RUNNING
-    since: float = 0.0
-    hot_since: float | None = None
-    paused_since: float | None = None
-    manual_pause: bool = False
-    last_progress: float = 0.0  # when its step counter last moved (or it attached, or resumed)
-    seen_steps: int | None = None
-    heartbeat_seen: bool = False
     hung: bool = False  # ``hung`` was sent for the current silence
     remote: bool = False  # PAUSED because another node's request holds the job (``RunInputs.held_by``)
-    pauses_total: int = 0
-    resumes_total: int = 0
-    last_exit_code: int | None = None
     ended: float | None = None  # when it ended (monotonic): dropped ``keep_ended_s`` later
-    reason: str | None = None
-    events: tuple[str, ...] = field(default=(), compare=False)  # this tick's, for the log
 
 
 @dataclass(frozen=True)
@@ -109,10 +100,10 @@ def step(run: RunState, config: AttachedConfig, inputs: RunInputs) -> tuple[RunS
     if not inputs.connected:
         if inputs.alive:
             why = "detached: its wrapper's connection ended; waiting for it to re-attach"
-            return (run if run.reason == why else _note(replace(run, reason=why))), []
+            return (run if run.reason == why else note(replace(run, reason=why))), []
         return _end(run, TrainerPhase.FAILED, inputs.now, "gone: its wrapper went away without an exit status"), []
     if inputs.command == "stop":
-        stopping = _enter(run, TrainerPhase.STOPPING, inputs.now, "stopping: gpuwatch stop")
+        stopping = enter(run, TrainerPhase.STOPPING, inputs.now, "stopping: gpuwatch stop")
         return stopping, [Event("stop", "gpuwatch stop")]
     if run.phase is TrainerPhase.STOPPING:
         return run, []
@@ -135,20 +126,13 @@ def _progress(run: RunState, inputs: RunInputs) -> RunState:
 
 def _own_pause(run: RunState, config: AttachedConfig,
                inputs: RunInputs) -> tuple[RunState, tuple[RunState, list[Event]] | None]:
-    """This node's own pause, when it asks for one: by hand, crit at once, hot for ``debounce_s`` (or the power
-    governor's backstop)."""
+    """This node's own pause, when it asks for one: by hand, or the thermal rule's (``machine.hot_pause``: crit at
+    once, hot for ``debounce_s`` or the power governor's backstop)."""
     if inputs.command == "pause":
         return run, _pause(run, inputs.now, "manual pause", manual=True)
-    thermal = inputs.thermal
-    if thermal.critical:
-        return run, _pause(run, inputs.now, thermal.reason or "emergency", manual=False)
-    if not thermal.hot:
-        return replace(run, hot_since=None), None
-    hot_since = run.hot_since if run.hot_since is not None else inputs.now
+    hot_since, why = hot_pause(run.hot_since, inputs.thermal, inputs.now, config.debounce_s)
     run = replace(run, hot_since=hot_since)
-    if inputs.now - hot_since >= max(config.debounce_s, thermal.governed_backstop_s or 0.0):
-        return run, _pause(run, inputs.now, thermal.reason or "hot", manual=False)
-    return run, None
+    return run, (_pause(run, inputs.now, why, manual=False) if why is not None else None)
 
 
 def _running(run: RunState, config: AttachedConfig, inputs: RunInputs) -> tuple[RunState, list[Event]]:
@@ -157,26 +141,24 @@ def _running(run: RunState, config: AttachedConfig, inputs: RunInputs) -> tuple[
         return paused
     if inputs.held_by is not None:
         held = replace(run, remote=True, paused_since=inputs.now)
-        return _enter(held, TrainerPhase.PAUSED, inputs.now, f"paused by {inputs.held_by}"), []
+        return enter(held, TrainerPhase.PAUSED, inputs.now, f"paused by {inputs.held_by}"), []
     quiet_s = inputs.now - run.last_progress
     hang_s = config.hang_timeout_s
     if hang_s is not None and run.heartbeat_seen and not run.hung and quiet_s >= hang_s:
         why = f"hung: no step for {quiet_s:.0f}s"
-        return _note(replace(run, hung=True, reason=why)), [Event("hung", why)]
+        return note(replace(run, hung=True, reason=why)), [Event("hung", why)]
     return run, []
 
 
 def _held(run: RunState, config: AttachedConfig, inputs: RunInputs) -> tuple[RunState, list[Event]]:
-    cooled = inputs.thermal.cool and not inputs.thermal.hot and not inputs.thermal.critical
-    held_s = inputs.now - (run.paused_since if run.paused_since is not None else run.since)
-    if inputs.command == "resume" or (not run.manual_pause and cooled and held_s >= config.min_pause_s):
+    if may_resume(inputs.command, inputs.thermal, run.manual_pause, paused_for_s(run, inputs.now), config.min_pause_s):
         resumed = replace(run, paused_since=None, manual_pause=False, hot_since=None, last_progress=inputs.now,
                           resumes_total=run.resumes_total + 1, hung=False)
-        return _enter(resumed, TrainerPhase.RUNNING, inputs.now, "resumed"), [Event("resume")]
+        return enter(resumed, TrainerPhase.RUNNING, inputs.now, "resumed"), [Event("resume")]
     if inputs.command == "pause" and not run.manual_pause:
-        return _note(replace(run, manual_pause=True), "held by hand from now on"), []
+        return note(replace(run, manual_pause=True), "held by hand from now on"), []
     if run.phase is TrainerPhase.PAUSING and inputs.acknowledged:
-        return _enter(run, TrainerPhase.PAUSED, inputs.now, "paused at a step boundary"), []
+        return enter(run, TrainerPhase.PAUSED, inputs.now, "paused at a step boundary"), []
     return replace(run, last_progress=inputs.now), []  # held is not hung
 
 
@@ -187,9 +169,9 @@ def _held_remotely(run: RunState, config: AttachedConfig, inputs: RunInputs) -> 
         return paused
     if inputs.held_by is None:
         released = replace(run, remote=False, paused_since=None, last_progress=inputs.now)
-        return _enter(released, TrainerPhase.RUNNING, inputs.now, "running again: no node asks for the pause"), []
+        return enter(released, TrainerPhase.RUNNING, inputs.now, "running again: no node asks for the pause"), []
     if inputs.command == "resume":
-        return _note(run, f"not resumed: paused by {inputs.held_by} (resume it there)"), []
+        return note(run, f"not resumed: paused by {inputs.held_by} (resume it there)"), []
     return replace(run, reason=f"paused by {inputs.held_by}", last_progress=inputs.now), []  # held is not hung
 
 
@@ -199,20 +181,20 @@ def _suspended(run: RunState, config: AttachedConfig, inputs: RunInputs) -> tupl
     pause asked meanwhile (by hand, a hot card) is sent as usual: its wrapper carries it out when continued."""
     if inputs.suspended is None:
         back = replace(run, last_progress=inputs.now, hung=False)
-        return _enter(back, TrainerPhase.RUNNING, inputs.now, "continued by its user"), []
+        return enter(back, TrainerPhase.RUNNING, inputs.now, "continued by its user"), []
     run, paused = _own_pause(run, config, inputs)
     if paused:
         return paused
     if run.phase is TrainerPhase.SUSPENDED:
         return replace(run, last_progress=inputs.now), []
     why = f"suspended by its user: {_signal_name(inputs.suspended)} (fg, bg or kill -CONT of its wrapper continue it)"
-    return _enter(replace(run, last_progress=inputs.now), TrainerPhase.SUSPENDED, inputs.now, why), []
+    return enter(replace(run, last_progress=inputs.now), TrainerPhase.SUSPENDED, inputs.now, why), []
 
 
 def _pause(run: RunState, now: float, why: str, manual: bool) -> tuple[RunState, list[Event]]:
     paused = replace(run, paused_since=now, manual_pause=manual, hot_since=None, pauses_total=run.pauses_total + 1,
                      remote=False)
-    return _enter(paused, TrainerPhase.PAUSING, now, f"pausing: {why}"), [Event("pause", why)]
+    return enter(paused, TrainerPhase.PAUSING, now, f"pausing: {why}"), [Event("pause", why)]
 
 
 def _exited(run: RunState, now: float, code: int, signalled: int | None = None) -> RunState:
@@ -234,15 +216,7 @@ def _signal_name(signum: int) -> str:
 
 
 def _end(run: RunState, phase: TrainerPhase, now: float, why: str) -> RunState:
-    return _enter(replace(run, ended=now, paused_since=None), phase, now, why)
-
-
-def _enter(run: RunState, phase: TrainerPhase, now: float, why: str) -> RunState:
-    return _note(replace(run, phase=phase, since=now, reason=why))
-
-
-def _note(run: RunState, event: str | None = None) -> RunState:
-    return replace(run, events=run.events + (event or run.reason or "",))
+    return enter(replace(run, ended=now, paused_since=None), phase, now, why)
 
 
 # ---- names ---------------------------------------------------------------------------------------

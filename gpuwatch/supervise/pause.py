@@ -1,7 +1,8 @@
 """A configured trainer's pause (pure): when this node asks for one, how the run is held, when it ends.
 
 policy.py's phase handlers call these; each takes the tick's ``Inputs`` (``now`` included) and returns
-the machine after it, appending to the tick's actions what the effects layer carries out.
+the machine after it, appending to the tick's actions what the effects layer carries out. When a pause is
+due and when it may end is the rule attached runs share (``machine.hot_pause``, ``machine.may_resume``).
 
 * This node asks for a pause by hand (`gpuwatch pause`), or once a sensor stayed hot ``debounce_s``;
   while the power governor still holds the card above its floor cap, only after the governor's backstop
@@ -19,23 +20,19 @@ from dataclasses import replace
 from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.model import TrainerPhase
 from gpuwatch.supervise.actions import Action, CancelPause, Freeze, Inputs, RequestPause, Thaw, pause_limit_s
-from gpuwatch.supervise.machine import Machine, Transition, enter, paused_for_s
+from gpuwatch.supervise.machine import Machine, Transition, enter, hot_pause, may_resume, paused_for_s
 
 
 def own_pause(machine: Machine, config: TrainerConfig, inputs: Inputs,
               actions: list[Action]) -> tuple[Machine, Transition | None]:
-    """This node's own pause, when it asks for one: a manual pause, or a sensor hot for ``debounce_s`` (or the
-    power governor's backstop)."""
+    """This node's own pause, when it asks for one: by hand, or the thermal rule's (``hot_pause``)."""
     if inputs.command == "pause":
         return machine, start(machine, config, inputs, actions, manual=True)
-    if not inputs.thermal.hot:
-        return replace(machine, hot_since=None), None
-    hot_since = machine.hot_since if machine.hot_since is not None else inputs.now
+    hot_since, why = hot_pause(machine.hot_since, inputs.thermal, inputs.now, config.debounce_s)
     machine = replace(machine, hot_since=hot_since)
-    # While the power governor still lowers the cap, the pause waits for its backstop (docs/power.md).
-    if inputs.now - hot_since >= max(config.debounce_s, inputs.thermal.governed_backstop_s or 0.0):
+    if why is not None:
         return machine, start(replace(machine, reason=inputs.thermal.reason), config, inputs, actions,
-                                    manual=False)
+                              manual=False)
     return machine, None
 
 
@@ -57,10 +54,8 @@ def start(machine: Machine, config: TrainerConfig, inputs: Inputs, actions: list
 
 
 def should_resume(machine: Machine, config: TrainerConfig, inputs: Inputs) -> bool:
-    if inputs.command == "resume":
-        return True
-    cooled = inputs.thermal.cool and not inputs.thermal.hot
-    return not machine.manual_pause and cooled and paused_for_s(machine, inputs.now) >= config.min_pause_s
+    return may_resume(inputs.command, inputs.thermal, machine.manual_pause, paused_for_s(machine, inputs.now),
+                      config.min_pause_s)
 
 
 def limit_reached_s(machine: Machine, config: TrainerConfig, inputs: Inputs) -> float | None:

@@ -115,6 +115,17 @@ def test_every_fault_class_can_be_switched_off(code: str) -> None:
     assert code not in [f.code for f in judge(published, off, since, NOW).faults]
 
 
+def test_a_nonfatal_aer_error_is_a_fault_only_once_turned_on() -> None:
+    """G016 (issue 48, the "how to add a health check" recipe followed once): off by default, the count being since
+    boot and the error recovered; a site that retires a link on any uncorrectable error turns it on."""
+    published = state(gpu(pcie_aer_nonfatal_total=2, pcie_aer_correctable_total=40))
+    assert judge(published, HealthConfig(), {}, NOW).healthy
+    verdict = judge(published, HealthConfig(off=["pcie_speed"]), {}, NOW)
+    lines = [fault_line(f.code, f.gpu_id, f.detail) for f in verdict.faults]
+    assert lines == [f"gpuwatch:G016 {SLOT} pcie aer nonfatal 2"]
+    assert judge(state(gpu(pcie_aer_nonfatal_total=0)), HealthConfig(off=[]), {}, NOW).healthy
+
+
 def test_over_crit_since_keeps_the_start_and_forgets_a_cooled_gpu() -> None:
     since = over_crit_since({}, state(hot()), 10.0)
     assert since == {SLOT: 10.0}

@@ -154,7 +154,7 @@ def _direct_answer(args: argparse.Namespace) -> tuple[Answer, str]:
     # One reading cannot say for how long a sensor has been over crit: it counts at once.
     verdict = judge(state, settings, over_crit_since({}, state, now - settings.over_crit_s), now)
     lines = tuple(fault_line(f.code, f.gpu_id, f.detail) for f in verdict.faults)
-    return no_daemon(lines, verdict.notes, settings.daemon_down, settings.drain_after_checks,
+    return no_daemon(lines, verdict.notes, settings.on("daemon_down"), settings.drain_after_checks,
                      settings.resume_after_checks), str(config.resolved_runtime_dir)
 
 
