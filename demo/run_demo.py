@@ -44,6 +44,7 @@ from gpuwatch.cli.text import painter  # noqa: E402
 from gpuwatch.config.base import ConfigError  # noqa: E402
 from gpuwatch.config.file import Config, parse_config  # noqa: E402
 from gpuwatch.publish.state import read_state_file  # noqa: E402
+from gpuwatch.publish.view import status_view  # noqa: E402
 
 
 def prepare(source: Path, notes: list[str]) -> tuple[dict[str, Any], Config]:
@@ -225,7 +226,7 @@ def status_parts(config: Config) -> Status:
     if not doc:
         return Status(head=["waiting for the daemon's first tick..."])
     color = sys.stdout.isatty()
-    sizes = [len(gpu_block(gpu, painter(color))) for gpu in doc.get("gpus", [])]
+    sizes = [len(gpu_block(gpu, painter(color))) for gpu in status_view(doc).gpus]
     return split_status(render(doc, color=color), sizes)
 
 

@@ -32,6 +32,7 @@ from gpuwatch.heartbeat import HEARTBEAT_ENV, PAUSE_ENV, read_heartbeat
 from gpuwatch.model import GpuResetState, TrainerPhase, TrainerState
 from gpuwatch.publish.document import to_document
 from gpuwatch.publish.state import read_state_file
+from gpuwatch.publish.view import status_view
 from tests.support.paths import REPO
 from tests.support.waiting import wait_for
 
@@ -143,7 +144,7 @@ def _status_of(tmp_path: Path, cards: int, reset: bool = False) -> Any:
                    for gpu in state.snapshot.gpus) if reset else ()
     snapshot = replace(state.snapshot, resets=resets)
     doc = to_document(replace(state, snapshot=snapshot, trainers=(trainer,)), source="daemon")
-    sizes = [len(gpu_block(gpu, painter(True))) for gpu in doc["gpus"]]
+    sizes = [len(gpu_block(gpu, painter(True))) for gpu in status_view(doc).gpus]
     return layout.split_status(render(doc, color=True), sizes)
 
 
