@@ -1,10 +1,10 @@
 """The one home of gpuwatch's metric naming: the ``gpuwatch_`` prefix, gauge and counter families, per-GPU tables.
 
-Every family module (metrics.py, control_metrics.py, health_metrics.py, use_metrics.py) builds its
-families here, so a name cannot lose its prefix and a per-GPU gauge read from the reading is one table
-row wherever it lives. /metrics is read by anyone who reaches the port: a family whose label is named
-after a sensitive field (publish/redact.py, ``METRIC_LABELS_REFUSED``: a user, a command, a path, a pid)
-is refused here, when it is built.
+Every family module (metrics.py, control_metrics.py, clock_metrics.py, health_metrics.py, use_metrics.py,
+unmanaged_metrics.py, node_metrics.py) builds its families here, so a name cannot lose its prefix and a per-GPU
+gauge read from the reading is one table row wherever it lives. /metrics is read by anyone who reaches the
+port: a family whose label is named after a sensitive field (publish/redact.py, ``METRIC_LABELS_REFUSED``: a
+user, a command, a path, a pid) is refused here, when it is built.
 """
 
 from __future__ import annotations
