@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.safefs import SMALL_FILE_MAX_BYTES, read_bounded
+from gpuwatch.safefs import SMALL_FILE_MAX_BYTES, read_bounded, write_atomic
 
 HEARTBEAT_ENV = "GPUWATCH_HEARTBEAT_FILE"
 PAUSE_ENV = "GPUWATCH_PAUSE_FILE"
@@ -90,19 +90,9 @@ _OPTIONAL_STR = ("node", "job", "paused_by", "backend")
 
 
 def write_heartbeat(path: str | os.PathLike[str], heartbeat: Heartbeat) -> None:
-    """Atomically replace ``path`` with ``heartbeat`` so a reader never sees half a file."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=".hb-", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(asdict(heartbeat), handle)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    """Atomically replace ``path`` with ``heartbeat`` so a reader never sees half a file (``safefs.write_atomic``:
+    an unpredictable temporary name, renamed over the target; 0600, as the training process's own file)."""
+    write_atomic(path, json.dumps(asdict(heartbeat)).encode(), mode=0o600)
 
 
 def read_heartbeat(path: str | os.PathLike[str], problems: list[str] | None = None) -> Heartbeat | None:
