@@ -17,15 +17,16 @@ from gpuwatch.config.file import Config
 from gpuwatch.gpus.accounting import counter_grew
 from gpuwatch.model import JobReceipt, JobStart, PublishedState
 from gpuwatch.procfs import Procfs
-from gpuwatch.procs.jobs import CGROUP_ROOT, attribute, cgroups_made, job_start, read_mappings
+from gpuwatch.procs.jobs import CGROUP_DIR, attribute, cgroups_made, job_start, read_mappings
 from gpuwatch.publish import receipt_store, receipts
 from gpuwatch.publish.receipt_resume import Carried, resume, unseen_before
 from gpuwatch.publish.verdict import judge, over_crit_since
 
 
 class NodeWatch:
-    def __init__(self, cgroup_root: Path = CGROUP_ROOT) -> None:
-        self._cgroup_root = cgroup_root  # where a Slurm job's cgroup tells its start (procs/jobs.py)
+    def __init__(self, cgroup_root: Path | None = None) -> None:
+        # Where a Slurm job's cgroup tells its start (procs/jobs.py); None: under the configured sysfs root.
+        self._cgroup_root = cgroup_root
         self._since: dict[str, float] = {}
         self._jobs: tuple[JobReceipt, ...] = ()
         self._previous: PublishedState | None = None
@@ -52,7 +53,8 @@ class NodeWatch:
         self._jobs = receipts.step(jobs, self._previous, state, settings.jobs_kept)
         if self._took_none and state.daemon is not None:  # a job already running: its start to now was not seen
             self._took_none = False
-            self._jobs = unseen_before(self._jobs, _job_starts(state, Procfs(config.proc_root), self._cgroup_root),
+            cgroups = self._cgroup_root or Path(config.sysfs_root) / CGROUP_DIR
+            self._jobs = unseen_before(self._jobs, _job_starts(state, Procfs(config.proc_root), cgroups),
                                        state.daemon.started_unix, state.snapshot.taken_unix)
         now = state.snapshot.taken_monotonic
         self._since = over_crit_since(self._since, state, now)

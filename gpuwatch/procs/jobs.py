@@ -32,8 +32,9 @@ from gpuwatch.procfs import ProcError, Procfs
 
 _JOB = re.compile(r"/job_(?P<job>\d+)(?:/step_(?P<step>[^/\s]+))?")
 MAX_MAPPING_BYTES = 64 * 1024  # a prolog's file is a few lines; anything larger is not one
-# Where the kernel's cgroup file system is mounted (cgroups(7)): v2 itself, v1 one directory per hierarchy.
-CGROUP_ROOT = Path("/sys/fs/cgroup")
+# Where the kernel's cgroup file system is mounted under the sysfs root (cgroups(7): /sys/fs/cgroup), v2 itself,
+# v1 one directory per hierarchy; relative, so it follows the injected sysfs root like every other sysfs path.
+CGROUP_DIR = "fs/cgroup"
 # A process's start (psutil: the boot time from /proc/stat, whole seconds, plus its start in clock ticks) may read
 # up to a second early; a job's processes start after its cgroup is made.
 START_SLACK_S = 2.0
@@ -63,7 +64,8 @@ def job_of_cgroup(text: str) -> JobRef | None:
 
 
 def job_cgroup_dir(text: str) -> str | None:
-    """The job's own cgroup directory in /proc/<pid>/cgroup's text, relative to ``CGROUP_ROOT``: v2 the path up
+    """The job's own cgroup directory in /proc/<pid>/cgroup's text, relative to the cgroup mount (``CGROUP_DIR``
+    under the sysfs root): v2 the path up
     to ``job_<id>``; v1 the hierarchy's mount directory first (its controllers as the kernel lists them,
     ``cpu,cpuacct``; a named hierarchy ``name=systemd`` is mounted as ``systemd``). None outside a job."""
     found = _job_match(text)
