@@ -5,10 +5,7 @@ first is gone (SIGKILL: the kernel drops its flock) a new one starts."""
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from gpuwatch.sim.tree import FakeSysfsTree
 from tests.support.processes import Processes
@@ -17,12 +14,6 @@ from tests.support.trees import capture
 from tests.support.waiting import wait_for
 
 CONFIG = 'runtime_dir = "{run}"\ninterval_s = 0.1\n[http]\nenabled = false\n'
-
-
-@pytest.fixture
-def processes(tmp_path: Path) -> Iterator[Processes]:
-    with Processes(tmp_path / "logs") as started:
-        yield started
 
 
 def _config(tmp: Path, name: str) -> Path:

@@ -12,7 +12,6 @@ import os
 import pwd
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,18 +38,8 @@ def _cli(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def processes(tmp_path: Path) -> Iterator[Processes]:
-    with Processes(tmp_path / "logs") as started:
-        yield started
-
-
-@pytest.fixture
-def secret(tmp_path: Path) -> Path:
-    target = tmp_path / "root-only"
-    target.mkdir(mode=0o700)
-    (target / "shadow").write_text("root's\n")
-    os.chmod(target / "shadow", 0o600)
-    return target / "shadow"
+def secret(root_only: Path) -> Path:
+    return root_only / "shadow"
 
 
 def _made_by(user: str, directory: Path) -> None:

@@ -39,16 +39,6 @@ def _their_dir(tmp_path: Path, user: str) -> Path:
     return directory
 
 
-@pytest.fixture
-def root_only(tmp_path: Path) -> Path:
-    """A root-only file and a root-only directory, the targets a link would aim at."""
-    secret = tmp_path / "root-only"
-    secret.mkdir(mode=0o700)
-    (secret / "shadow").write_text("root's\n")
-    os.chmod(secret / "shadow", 0o600)
-    return secret
-
-
 @pytest.mark.parametrize("target", ["shadow", "new-file"])
 def test_a_log_replaced_by_a_link_is_refused_never_written_through(tmp_path: Path, root_only: Path,
                                                                    target: str) -> None:
