@@ -2,14 +2,15 @@
 
 A ``Setting`` backend probes what the card offers, writes and reads back; a failure that will not go away (no
 permission, a value the driver refuses, no interface) is ``SettingUnavailable``: the controller gives the GPU up,
-says why once, and the supervisor pauses instead. Anything else (EIO, a GPU mid-reset) is ``SettingWriteError``
-and counted; ``FAILURES_BEFORE_GIVING_UP`` in a row give up too. ``Held`` is one GPU's bookkeeping of what it
-holds (recorded, written, failures, counters, reason), and ``Holder`` the verified write, the failure, the
-give-up, the give-back and the restore-all every such controller (a ``HeldControl``) runs through its
-``Actuator``: the original recorded before the first write and never a write without it
-(``Actuator.record_first``). ``StoredHandback`` is what their kinds share to give a stored record back (the
-record parsed by its ``backend`` key, NVML loaded once for all GPUs); how a kind finds a card is given to it
-(the daemon's amdgpu source, or ``gpus.amdgpu.discovered_once``): this package imports no ``gpus``.
+says why once, and the supervisor pauses instead. Anything else (EIO, a GPU mid-reset) is ``SettingWriteError`` and
+counted; ``FAILURES_BEFORE_GIVING_UP`` in a row give up too. A first write whose record cannot be persisted (a full
+runtime directory) writes nothing and is tried again every tick, the card free to pause meanwhile. ``Held`` is one
+GPU's bookkeeping of what it holds (recorded, written, failures, counters, reason), and ``Holder`` the verified
+write, the failure, the give-up, the give-back and the restore-all every such controller (a ``HeldControl``) runs
+through its ``Actuator``: the original recorded before the first write and never a write without it
+(``Actuator.record_first``). ``StoredHandback`` is what their kinds share to give a stored record back (the record
+parsed by its ``backend`` key, NVML loaded once for all GPUs); how a kind finds a card is given to it (the daemon's
+amdgpu source, or ``gpus.amdgpu.discovered_once``): this package imports no ``gpus``.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class Held:
     pause_allowed: bool = True
     failures: int = 0  # consecutive write or verify failures
     write_failed: bool = False  # the last write failed: the old value read back does not end the run of failures
+    unrecorded: bool = False  # the last try could not record the original: nothing written, tried again next tick
     writes_total: int = 0
     write_errors_total: int = 0
     last_now: float | None = None
@@ -140,9 +142,12 @@ class Holder(Generic[H]):
             # without it (a full or read-only runtime directory: nothing is written, the card pauses instead).
             problem = self.actuator.record_first(g.gpu_id, record(), self.what)
             if problem:
-                self.failed(g, problem)
+                self.unrecordable(g, problem)
                 return None
             g.holding = True
+            if g.unrecorded:
+                g.unrecorded, g.reason = False, None
+                self.log.info("GPU %s: the original %s recorded: governed again", g.gpu_id, self.what)
         try:
             back = write(value)
         except SettingUnavailable as exc:
@@ -157,6 +162,17 @@ class Holder(Generic[H]):
         g.writes_total += 1
         g.written, g.write_failed = value, False
         return back
+
+    def unrecordable(self, g: H, problem: str) -> None:
+        """No way back could be persisted (a full or read-only runtime directory): nothing written, a hot card may
+        pause this tick, said once and tried again every tick. Never given up for it, as the fan waits on the
+        firmware: the directory gets space again, and then the rung governs again without a restart."""
+        g.write_errors_total += 1
+        g.pause_allowed, g.unrecorded = True, True
+        reason = f"{problem}; tried again every tick, {self.instead}"
+        if g.reason != reason:
+            self.log.error("GPU %s: %s", g.gpu_id, reason)
+        g.reason = reason
 
     def failed(self, g: H, problem: str) -> None:
         """A write that failed or could not be made: counted and said; a few in a row give up."""

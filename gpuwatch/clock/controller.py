@@ -138,7 +138,7 @@ class ClockController(HeldControl[GpuClock, Locate]):
             self._check_in_force(g)
         decision = decide(params, g.law, ClockInputs(now, headroom, exhausted, g.ceilings_mhz))
         g.law, g.target = decision.state, decision.ceiling_mhz
-        g.pause_allowed = decision.pause_allowed or g.mode is ClockMode.DRY_RUN
+        g.pause_allowed = decision.pause_allowed or g.mode is ClockMode.DRY_RUN or g.unrecorded
         if decision.write and g.mode is ClockMode.DRY_RUN:
             log.info("GPU %s: dry-run: would set the shader clock ceiling to %s", g.gpu_id,
                      "the card's maximum" if decision.ceiling_mhz is None else f"{decision.ceiling_mhz:g} MHz")

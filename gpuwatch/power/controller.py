@@ -129,7 +129,7 @@ class PowerController(HeldControl[GpuCap, Locate]):
         assert g.original_w is not None
         decision = decide(g.params, g.state, g.inputs(gpu, fan, now, thermals, observed))
         g.state, g.target = decision.state, decision.cap_w
-        g.pause_allowed = decision.pause_allowed or g.mode is PowerMode.DRY_RUN
+        g.pause_allowed = decision.pause_allowed or g.mode is PowerMode.DRY_RUN or g.unrecorded
         if decision.write:
             observed = self._write(g, decision.cap_w, observed)
         if observed < g.original_w - VERIFY_TOLERANCE_W:
