@@ -274,8 +274,6 @@ class ClockController(HeldControl[GpuClock, Locate]):
             self.holder.failed(g, f"shader clock ceiling reads {back:g} MHz after writing {ceiling_mhz:g} MHz")
             return
         g.failures = 0
-        if held is None or abs(held - ceiling_mhz) >= VERIFY_TOLERANCE_MHZ:
-            g.recommitted = False
         g.committed_at = g.last_now
         log.info("GPU %s: shader clock ceiling %g MHz", g.gpu_id, back)
 

@@ -7,8 +7,9 @@ current and average gfxclk (``GpuReading.sclk_hz``, ``sclk_average_hz``), else t
 ``pp_dpm_sclk``. Idle, a card runs low whatever its ceiling: nothing is concluded then.
 
 The controller re-commits a ceiling the card still runs above ``SETTLE_S`` after its commit, once; still
-above after that, the ceiling is reported as not taking effect (status, one log line) and the pause rung may
-act. A card seen at or under it under load clears both.
+above ``SETTLE_S`` after a later commit (that one, or the law's next step), the ceiling is reported as not
+taking effect (status, one log line) and the pause rung may act. A card seen at or under its ceiling under
+load clears both.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Literal
 
 from gpuwatch.model import GpuReading
 
-# The firmware answers a new maximum within a DPM interval (milliseconds); a tick or two covers a slow one.
-SETTLE_S = 5.0
+# The firmware answers a new maximum within a DPM interval (milliseconds); two ticks cover a slow one and a
+# gpu_metrics average, and stay under the law's dwell between steps down (law.DWELL_DOWN_S).
+SETTLE_S = 2.0
 # Busy at least this much: the card runs as fast as its ceiling and power let it, so above means ignored.
 LOAD_RATIO = 0.5
 # Above by more than this: DPM's own overshoot and the averaging of gpu_metrics are not a ceiling ignored.
