@@ -21,16 +21,20 @@ swsmu/smu13/smu_v13_0_0_ppt.c):
 
 The state of each OD table (the boot table, what is committed, the edit buffer, what the firmware runs) is kept
 in ``<root>/.sim-kernel.json`` beside the tree, so a second process over the same tree (`gpuwatch restore`
-after the daemon died) sees the same kernel. A table someone rewrote as a plain file (a test playing a GPU
+after the daemon died, a test playing another tool) sees the same kernel; each operation holds a lock on
+``.sim-kernel.lock`` as the driver holds its mutex. A table someone rewrote as a plain file (a test playing a GPU
 reset or another tool) is taken as committed, as it prints.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -41,7 +45,7 @@ OD, LEVEL, SCLK = "pp_od_clk_voltage", "power_dpm_force_performance_level", "pp_
 # strlen(name)), in this order, so "highest" is high and "manual\n" manual.
 LEVELS = ("low", "high", "auto", "manual", "profile_exit", "profile_standard", "profile_min_sclk",
           "profile_min_mclk", "profile_peak", "perf_determinism")
-STATE_FILE = ".sim-kernel.json"
+STATE_FILE, LOCK_FILE = ".sim-kernel.json", ".sim-kernel.lock"
 Firmware = Literal["smu13", "sienna_cichlid", "navi10"]
 _SCLK = re.compile(r"^OD_SCLK:\n0: (\d+)Mhz\n1: (\d+)Mhz\n", re.MULTILINE)
 _RANGE = re.compile(r"^SCLK:\s+(\d+)Mhz\s+(\d+)Mhz$", re.MULTILINE)
@@ -98,6 +102,13 @@ class KernelSysfs(Sysfs):
         self.masks: dict[str, tuple[int, ...]] = {}  # the pp_dpm_sclk mask in force, by device directory
         self.boards: dict[str, Board] = {}  # set by the simulator for its cards
 
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """This process's threads and every other process over the tree, one at a time (the driver's mutex)."""
+        with self._lock, open(self.path(LOCK_FILE), "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
+
     # -- the writes -----------------------------------------------------------------------------------
 
     def write(self, relative: str, value: str) -> None:
@@ -105,7 +116,7 @@ class KernelSysfs(Sysfs):
         if name not in (OD, LEVEL, SCLK):
             super().write(relative, value)
             return
-        with self._lock:
+        with self._locked():
             if name == LEVEL:
                 self._level(relative, device, value)
             elif name == SCLK:
@@ -201,7 +212,7 @@ class KernelSysfs(Sysfs):
 
     def board(self, device_dir: str, board: Board) -> None:
         """The firmware's behaviour for the OD table of ``device_dir`` (the simulator, at start)."""
-        with self._lock:
+        with self._locked():
             self.boards[self._key(f"{device_dir}/{OD}")] = board
             states = self._load()
             state = self._state(states, f"{device_dir}/{OD}", device_dir)
@@ -259,20 +270,20 @@ class KernelSysfs(Sysfs):
         path = f"{device_dir}/{OD}"
         if not os.path.isfile(self.path(path)):
             return None
-        with self._lock:
+        with self._locked():
             state = self._state(self._load(), path, device_dir)
         return None if state is None else state.running_max
 
     def od_committed_mhz(self, device_dir: str) -> tuple[int, int] | None:
         """The committed (Fmin, Fmax), which no file prints (tests)."""
         path = f"{device_dir}/{OD}"
-        with self._lock:
+        with self._locked():
             state = self._state(self._load(), path, device_dir)
         return None if state is None else (state.committed[0], state.committed[1])
 
     def reset(self, device_dir: str) -> None:
         """A GPU reset: the firmware's table and the firmware's DPM back."""
-        with self._lock:
+        with self._locked():
             path = f"{device_dir}/{OD}"
             states = self._load()
             if os.path.isfile(self.path(path)) and (state := self._state(states, path, device_dir)) is not None:
