@@ -101,6 +101,8 @@ class KernelSysfs(Sysfs):
         self._lock = threading.RLock()
         self.masks: dict[str, tuple[int, ...]] = {}  # the pp_dpm_sclk mask in force, by device directory
         self.boards: dict[str, Board] = {}  # set by the simulator for its cards
+        self._cache: tuple[tuple[int, int, int], str] | None = None  # the state file's (identity, text)
+        self._keys: dict[str, str] = {}
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -222,7 +224,14 @@ class KernelSysfs(Sysfs):
                 self._save(states)
 
     def _key(self, relative: str) -> str:
-        return self.resolve(relative) or relative
+        """The table's link-free path (the daemon and the simulator name a card's directory differently)."""
+        key = self._keys.get(relative)
+        if key is None:
+            key = self.resolve(relative)
+            if key is None:
+                return relative
+            self._keys[relative] = key
+        return key
 
     def _state(self, states: dict[str, OdState], relative: str, device: str) -> OdState | None:
         """The table's state; a file that prints something else than we last printed (rewritten as a plain
@@ -249,8 +258,14 @@ class KernelSysfs(Sysfs):
         state.printed = text.rstrip("\n") + "\n"
 
     def _load(self) -> dict[str, OdState]:
+        """Every table's state, as the file holds it now (read again only when it was replaced)."""
+        path = self.path(STATE_FILE)
         try:
-            raw = json.loads(self.path(STATE_FILE).read_text())
+            st = os.stat(path)
+            identity = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if self._cache is None or self._cache[0] != identity:
+                self._cache = identity, path.read_text()
+            raw = json.loads(self._cache[1])
         except (OSError, ValueError):
             return {}
         return {key: OdState(**value) for key, value in raw.items()} if isinstance(raw, dict) else {}
@@ -270,7 +285,7 @@ class KernelSysfs(Sysfs):
         path = f"{device_dir}/{OD}"
         if not os.path.isfile(self.path(path)):
             return None
-        with self._locked():
+        with self._lock:  # a read of a file replaced whole (os.replace): no other process can tear it
             state = self._state(self._load(), path, device_dir)
         return None if state is None else state.running_max
 
