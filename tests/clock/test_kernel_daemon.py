@@ -2,8 +2,8 @@
 card whose firmware refuses a GfxclkFmax under an unprinted 2300 MHz and drops a forced performance level at
 every OD commit, in a hot case (the fan stuck, the cap at its floor at once). The rung keeps the lowest ceiling
 the card takes (published as its floor), the user's forced ``high`` is written back after every commit, a
-maximum the user commits meanwhile is kept, and every exit (SIGTERM, SIGINT; SIGKILL then `gpuwatch restore`)
-leaves exactly the user's settings: their maximum and their level."""
+maximum the user commits meanwhile is kept, and every exit (SIGTERM, SIGINT; SIGKILL or the watchdog's SIGABRT,
+then `gpuwatch restore`) leaves exactly the user's settings: their maximum and their level."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _clock(run_dir: Path) -> dict[str, Any]:
 
 class Scenario:
     """The user's side while the daemon runs: the forced level set once the tree is there, the floor awaited,
-    then the user's own maximum committed, awaited as the daemon's new original."""
+    then the user's own maximum committed, awaited as the daemon's new original, and the level set again."""
 
     def __init__(self, tmp_path: Path) -> None:
         self.tree, self.run_dir = tmp_path / "tree", tmp_path / "run"
@@ -59,26 +59,34 @@ class Scenario:
             user = KernelSysfs(self.tree)  # the user (LACT, a script) on the same table
             user.write(f"{DEVICE}/pp_od_clk_voltage", f"s 1 {USER_MHZ}\n")
             user.write(f"{DEVICE}/pp_od_clk_voltage", "c\n")
-            # The user's own commit dropped their level too (the board does it to every commit): they set it
-            # again, as LACT does after its commits (LACT #298).
-            user.write(f"{DEVICE}/power_dpm_force_performance_level", "high\n")
             self.step = "user"
-        return _clock(self.run_dir).get("original_mhz") == USER_MHZ
+        if self.step == "user":
+            if _clock(self.run_dir).get("original_mhz") != USER_MHZ:
+                return False
+            # The user's own commit dropped their level too (the board does it to every commit): they set it
+            # again once gpuwatch has taken their maximum, as LACT does after its commits (LACT #298).
+            self.level.write_text("high\n")
+            self.step = "done"
+        return self.step == "done"
 
     def od_max_mhz(self) -> int | None:
         return KernelSysfs(self.tree).od_max_mhz(DEVICE)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=["SIGTERM", "SIGINT", "SIGKILL"])
+KILLED = (signal.SIGKILL, signal.SIGABRT)  # no restore of its own: ExecStopPost's `gpuwatch restore` gives back
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, *KILLED],
+                         ids=["SIGTERM", "SIGINT", "SIGKILL", "SIGABRT-watchdog"])
 def test_the_rung_as_the_kernel_behaves_and_the_users_settings_on_every_exit(tmp_path: Path, sig: int) -> None:
     scenario = Scenario(tmp_path)
     status, err = signalled_once(scenario.config, scenario.ready, "the floor, then the user's maximum kept", 120, sig)
     log = err.decode(errors="replace")
     # The lowest ceiling the card took held, published as the card's own floor; a hot card may pause below it.
     assert scenario.floor_seen["mode"] == "floor" and scenario.floor_seen["pause_allowed"], scenario.floor_seen
-    assert "is this card's lowest shader clock ceiling" in log or sig == signal.SIGKILL
+    assert "is this card's lowest shader clock ceiling" in log or sig in KILLED
     assert scenario.level_after_commits == "high"  # written back after every commit that dropped it
-    if sig == signal.SIGKILL:
+    if sig in KILLED:
         assert status == -sig
         assert scenario.od_max_mhz() == FMAX_MIN_MHZ  # nobody gave it back yet
         record = json.loads((scenario.run_dir / "clock-restore.json").read_text())
