@@ -139,11 +139,16 @@ class ClockState:
     target_ceiling_mhz: float | None = None  # the one the law wants (what dry-run would write)
     original_mhz: float | None = None  # the card's own maximum found at start; restored on exit
     floor_mhz: float | None = None  # the lowest ceiling it sets; still hot there: pause
+    # The lowest ceiling the card took; it refused the step under it (EINVAL: its unprinted GfxclkFmax
+    # minimum): the ladder ends here for this run (None: no refusal seen).
+    card_floor_mhz: float | None = None
     pause_allowed: bool = True  # False while it holds a hot card above its floor: the supervisor waits
     limited_seconds_total: float = 0.0  # time with a ceiling of ours in force
     writes_total: int = 0
     write_errors_total: int = 0
     resets_total: int = 0  # our ceiling found gone (a GPU reset, another tool) and taken again
+    # The card runs above our ceiling under load after a second commit (the firmware ignores it): pause allowed.
+    not_in_force: bool = False
     reason: str | None = None  # why unavailable, or what the last write did wrong
 
 

@@ -133,9 +133,15 @@ def cmd_restore(args: argparse.Namespace) -> int:
         config = load_cli_config(args)
     except ConfigError as exc:
         # ExecStopPost runs this after every exit, also when the file was broken while the daemon ran
-        # (a rejected reload): fans and caps must still go back, so fall back to the defaults.
-        print(f"gpuwatch {args.verb}: {exc}\ngpuwatch {args.verb}: using the default settings", file=sys.stderr)
-        config = with_runtime_dir(load_config(None, {"sysfs_root": str(args.sysfs_root)} if args.sysfs_root else None))
+        # (a rejected reload): fans and caps must still go back, so fall back to the defaults, in the
+        # runtime directory the file sets if it can still be read (its records are there).
+        overrides = {"sysfs_root": str(args.sysfs_root)} if args.sysfs_root else {}
+        runtime_dir = _configured_runtime_dir(cli_config_path(args))
+        if runtime_dir:
+            overrides["runtime_dir"] = runtime_dir
+        also = f" in its runtime_dir {runtime_dir}" if runtime_dir else ""
+        print(f"gpuwatch {args.verb}: {exc}\ngpuwatch {args.verb}: using the default settings{also}", file=sys.stderr)
+        config = with_runtime_dir(load_config(None, overrides or None))
     setup_logging("debug" if config.log_level == "debug" else "warning")  # what was handed back is printed below
     running = holder(config.resolved_runtime_dir)
     if running is not None and not args.force:
@@ -159,6 +165,19 @@ def cmd_restore(args: argparse.Namespace) -> int:
     for problem in result.problems:
         print(f"gpuwatch {args.verb}: {problem}", file=sys.stderr)
     return 1 if result.problems else 0
+
+
+def _configured_runtime_dir(path: Path | None) -> str | None:
+    """The ``runtime_dir`` of a config file that does not load (config.runtime.configured_runtime_dir)."""
+    from gpuwatch.config.runtime import configured_runtime_dir
+    from gpuwatch.safefs import read_bounded
+
+    if path is None:
+        return None
+    try:
+        return configured_runtime_dir(read_bounded(path))
+    except (OSError, ValueError):
+        return None
 
 
 def cmd_curve(args: argparse.Namespace) -> int:

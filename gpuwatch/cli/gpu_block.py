@@ -73,16 +73,26 @@ def _control_lines(gpu: PublishedGpu, paint: Paint) -> list[str]:
 
 def _clock_line(gpu: PublishedGpu, paint: Paint) -> str | None:
     """The clock rung (issue 36) while it holds a ceiling (or would, in dry-run); why it cannot act only where
-    it would have to (the cap at its floor): ``clock  ceiling 2300/2500 MHz, floor 1500 MHz``."""
+    it would have to (the cap at its floor): ``clock  ceiling 2300/2500 MHz, floor 1500 MHz``; a floor the card
+    showed (it refused a lower ceiling) and a ceiling the card runs above are said there too."""
     clock = gpu.clock_ceiling
     if not clock:
         return None
     mode = clock.mode
     floor = f", floor {num(clock.floor_mhz, 'MHz')}"
+    if clock.card_floor_mhz is not None:
+        floor += " (card's own)"  # it refused a lower ceiling (EINVAL)
     if mode in ("limiting", "floor"):
         held = clock.ceiling_mhz
-        text = f"ceiling {NA if held is None else f'{held:.0f}'}/{num(clock.original_mhz, 'MHz')}{floor}"
-        return "  clock  " + paint(text + (" (at its floor: pause allowed)" if mode == "floor" else ""), YELLOW)
+        text = f"ceiling {NA if held is None else f'{held:.0f}'}/{num(clock.original_mhz, 'MHz')}"
+        if clock.not_in_force:
+            text += " ignored by the card: pause allowed"
+        elif mode == "floor":
+            own = clock.card_floor_mhz is not None
+            text += floor + (": pause allowed" if own else " (at its floor: pause allowed)")
+        else:
+            text += floor
+        return "  clock  " + paint(text, YELLOW)
     if mode == "dry-run" and clock.target_ceiling_mhz is not None:
         return f"  clock  dry-run: would set {num(clock.target_ceiling_mhz, 'MHz')}{floor}"
     power = gpu.power_governor

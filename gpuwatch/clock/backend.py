@@ -18,6 +18,11 @@ from gpuwatch.model import ClockBackendName
 VERIFY_TOLERANCE_MHZ = 1.0
 
 
+class CeilingRefused(Exception):
+    """The interface refused this ceiling as out of its range (EINVAL on ``s 1 <MHz>``): on a step down, the
+    card's floor lies above it (the unprinted GfxclkFmax minimum, issue 49). Nothing was written."""
+
+
 @dataclass(frozen=True)
 class ClockRange:
     """What a probe found, in MHz: the ceiling in force (the card's own maximum, the one given back), the

@@ -7,8 +7,13 @@ headroom and whether the rungs below are exhausted, the writes through the clock
 recorded before the first write of every episode; every step on the GPU's worker within the sysfs
 deadline: a stuck write costs one deadline, published as blocked, never the loop).
 A ceiling we hold is read back every tick: one that reads otherwise (a GPU reset, another tool) is logged,
-counted (``resets_total``) and written again, as the fan controller takes a pwm1_enable reset back. A GPU
-whose ceiling cannot be set is published as unavailable with the reason, and paused at the cap's floor.
+counted (``resets_total``) and written again, as the fan controller takes a pwm1_enable reset back; on the OD
+table a maximum that is neither ours nor the original is the user's (issue 49): the new original, never
+raised above, given back at exit. A step down the card refuses (EINVAL: its unprinted GfxclkFmax minimum) is
+its floor: the last ceiling it took is held, and the pause rung acts below it. What the card runs at under
+load verifies a commit (in_force.py): above it after the settle time, committed once more, then reported as
+not taking effect (pause allowed). A GPU whose ceiling cannot be set is published as unavailable with the
+reason, and paused at the cap's floor.
 """
 
 from __future__ import annotations
@@ -22,19 +27,20 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.actuation.setting import HeldControl, SettingUnavailable, SettingWriteError
-from gpuwatch.clock.backend import VERIFY_TOLERANCE_MHZ, ClockBackend
-from gpuwatch.clock.dpm_mask import DpmMaskClock, DpmMaskRestore
+from gpuwatch.clock.backend import VERIFY_TOLERANCE_MHZ, CeilingRefused, ClockBackend
+from gpuwatch.clock.dpm_mask import SCLK_FILE, DpmMaskClock, DpmMaskRestore, parse_sclk
 from gpuwatch.clock.gpu_clock import GpuClock, cap_exhausted, probe_backend
+from gpuwatch.clock.in_force import SETTLE_S, running_mhz, verdict
 from gpuwatch.clock.law import ClockInputs, ClockParams, ceilings, decide
 from gpuwatch.clock.nvml_clock import NvmlClock
-from gpuwatch.clock.od_table import OdTableClock
+from gpuwatch.clock.od_table import OdTableClock, OdTableRestore
 from gpuwatch.clock.restore import give_back, kind
 from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.file import Config
 from gpuwatch.gpus.amdgpu import Locate
 from gpuwatch.limits import headroom_c, thermals_on
 from gpuwatch.model import Acted, ClockMode, ClockState, GpuReading, Snapshot
-from gpuwatch.sysfs import Sysfs
+from gpuwatch.sysfs import Sysfs, SysfsError
 
 log = logging.getLogger("gpuwatch.clock")
 
@@ -93,7 +99,7 @@ class ClockController(HeldControl[GpuClock, Locate]):
             return
         g.backend, g.found = probed
         found = probed[1]
-        g.ceilings_mhz = ceilings(found.original_mhz, found.min_mhz, params.floor_ratio, found.levels_mhz)
+        g.ceilings_mhz = self._ladder(g, params)
         if len(g.ceilings_mhz) < 2:
             self.holder.give_up(g, f"no ceiling between the floor ({params.floor_ratio:.0%} of "
                                    f"{found.original_mhz:g} MHz) and the card's maximum ({g.backend.name}, lowest "
@@ -103,6 +109,20 @@ class ClockController(HeldControl[GpuClock, Locate]):
             log.info("GPU %s: shader clock %g MHz (%s), lowered down to %g MHz when the cap is at its floor%s",
                      g.gpu_id, found.original_mhz, g.backend.name, g.ceilings_mhz[0],
                      " (dry-run)" if g.mode is ClockMode.DRY_RUN else "")
+
+    @staticmethod
+    def _ladder(g: GpuClock, params: ClockParams) -> tuple[float, ...]:
+        """The law's ceilings from what was found, none under the floor the card showed (it refused a step
+        under ``card_floor_mhz``)."""
+        assert g.found is not None
+        found = g.found
+        ladder = ceilings(found.original_mhz, found.min_mhz, params.floor_ratio, found.levels_mhz)
+        floor = g.card_floor_mhz
+        if floor is None:
+            return ladder
+        if floor >= found.original_mhz:
+            return (found.original_mhz,)
+        return tuple(sorted({c for c in ladder if c > floor} | {floor}))
 
     def _adopt(self, g: GpuClock) -> bool:
         """A ceiling a daemon that did not exit cleanly left (its record, the true original) goes back before the
@@ -135,10 +155,13 @@ class ClockController(HeldControl[GpuClock, Locate]):
         if not g.governable:
             return self._published(g)
         if g.holding:
-            self._check_in_force(g)
+            self._check_in_force(g, params)
+        if g.holding:
+            self._verify_running(g, gpu, params, now)
         decision = decide(params, g.law, ClockInputs(now, headroom, exhausted, g.ceilings_mhz))
         g.law, g.target = decision.state, decision.ceiling_mhz
-        g.pause_allowed = decision.pause_allowed or g.mode is ClockMode.DRY_RUN or g.unrecorded
+        g.pause_allowed = (decision.pause_allowed or g.mode is ClockMode.DRY_RUN or g.not_in_force
+                           or g.unrecorded)
         if decision.write and g.mode is ClockMode.DRY_RUN:
             log.info("GPU %s: dry-run: would set the shader clock ceiling to %s", g.gpu_id,
                      "the card's maximum" if decision.ceiling_mhz is None else f"{decision.ceiling_mhz:g} MHz")
@@ -146,25 +169,93 @@ class ClockController(HeldControl[GpuClock, Locate]):
             if decision.ceiling_mhz is None:
                 self.holder.give_back(g)
             else:
-                self._write(g, decision.ceiling_mhz)
+                self._write(g, decision.ceiling_mhz, params)
         if g.holding:
             g.limited_s += dt
         return self._published(g)
 
-    def _check_in_force(self, g: GpuClock) -> None:
-        """The ceiling we wrote must still be in force: a GPU reset or another tool is seen and taken back."""
+    def _check_in_force(self, g: GpuClock, params: ClockParams) -> None:
+        """The ceiling we wrote must still be in force: a GPU reset or another tool is seen and taken back; on the
+        OD table a maximum that is neither ours nor the original is the user's setting (``_user_maximum``)."""
         assert g.backend is not None
         if g.written is None:
             return
         observed = g.backend.current_mhz()
         if observed is None or abs(observed - g.written) < VERIFY_TOLERANCE_MHZ:
             return
+        if isinstance(g.backend, OdTableClock) and g.found is not None and \
+                abs(observed - g.found.original_mhz) >= VERIFY_TOLERANCE_MHZ and \
+                (g.backend.last_edit_mhz is None or abs(observed - g.backend.last_edit_mhz) >= VERIFY_TOLERANCE_MHZ):
+            self._user_maximum(g, observed, params)
+            return
         g.resets_total += 1
         log.warning("GPU %s: shader clock ceiling reads %g MHz, %g MHz was written (a GPU reset or another tool): "
                     "taken again", g.gpu_id, observed, g.written)
-        self._write(g, g.written)
+        self._write(g, g.written, params)
 
-    def _write(self, g: GpuClock, ceiling_mhz: float) -> None:
+    def _user_maximum(self, g: GpuClock, user_mhz: float, params: ClockParams) -> None:
+        """A maximum the user set in the OD table while we hold a ceiling (the file prints the edit buffer:
+        committed, or pending and committed by our next ``c``): the user's setting from now on. It is the
+        original given back at exit and the top of the ladder; ours stays in force only where it is lower."""
+        assert g.found is not None and g.written is not None
+        held = g.written
+        log.warning("GPU %s: shader clock maximum %g MHz set outside gpuwatch while it held %g MHz: the user's "
+                    "setting from now on (never raised above, given back at exit)", g.gpu_id, user_mhz, held)
+        g.found = replace(g.found, original_mhz=user_mhz)
+        record = OdTableRestore(round(user_mhz))
+        try:
+            self.actuator.record(g.gpu_id, record, adopt=lambda _stored: record.to_json())
+        except OSError as exc:
+            self.holder.failed(g, f"the user's shader clock maximum not recorded in {self.actuator.file.path} "
+                                  f"({exc.strerror or exc}): the old original stays the one given back")
+        g.ceilings_mhz = self._ladder(g, params)
+        lower = [index for index, mhz in enumerate(g.ceilings_mhz[:-1]) if mhz <= held + VERIFY_TOLERANCE_MHZ]
+        if not lower:
+            self.holder.release(g)  # the user's maximum is at or under ours: theirs is in force, nothing of ours
+            return
+        g.law = replace(g.law, index=lower[-1])
+        self._write(g, g.ceilings_mhz[lower[-1]], params)
+
+    def _verify_running(self, g: GpuClock, gpu: GpuReading, params: ClockParams, now: float) -> None:
+        """What the card runs at under load says whether the ceiling took (in_force.py): above it ``SETTLE_S``
+        after the commit, committed once more; still above, reported as not taking effect (pause allowed)."""
+        if g.written is None or g.committed_at is None:
+            return
+        dpm = None if gpu.sclk_hz or gpu.sclk_average_hz else self._dpm_current_mhz(gpu.gpu_id)
+        running = running_mhz(gpu, dpm)
+        found = verdict(g.written, running, gpu.gpu_busy_ratio)
+        if found == "in_force":
+            g.recommitted = False
+            if g.not_in_force:
+                log.info("GPU %s: shader clock ceiling %g MHz takes effect now", g.gpu_id, g.written)
+                g.not_in_force, g.reason = False, None
+            return
+        if found != "above" or now - g.committed_at < SETTLE_S or g.not_in_force:
+            return
+        if not g.recommitted:
+            log.warning("GPU %s: runs at %g MHz, above its shader clock ceiling %g MHz %.0f s after the commit: "
+                        "committed again", g.gpu_id, running, g.written, now - g.committed_at)
+            g.recommitted = True
+            self._write(g, g.written, params)
+            return
+        g.not_in_force = True
+        g.reason = (f"shader clock ceiling {g.written:g} MHz not taking effect: the card runs at {running:g} MHz "
+                    "after a second commit (the firmware keeps its maximum); pause allowed")
+        log.warning("GPU %s: %s", g.gpu_id, g.reason)
+
+    def _dpm_current_mhz(self, gpu_id: str) -> float | None:
+        """The ``*`` line of pp_dpm_sclk (where gpu_metrics gives no gfxclk)."""
+        card = self.locate(gpu_id)
+        if card is None:
+            return None
+        try:
+            text = self.sysfs.read(f"{card.device_dir}/{SCLK_FILE}")
+        except SysfsError:
+            return None
+        current = None if text is None else parse_sclk(text).current_mhz
+        return None if current is None else float(current)
+
+    def _write(self, g: GpuClock, ceiling_mhz: float, params: ClockParams) -> None:
         assert g.backend is not None
         if not g.holding:
             try:
@@ -172,14 +263,43 @@ class ClockController(HeldControl[GpuClock, Locate]):
             except (SettingUnavailable, SettingWriteError) as exc:
                 self.holder.failed(g, f"clock ceiling probe before the first write failed: {exc}")
                 return
-        back = self.holder.write(g, ceiling_mhz, g.backend.record, g.backend.write)
+        held = g.written if g.holding else None
+        try:
+            back = self.holder.write(g, ceiling_mhz, g.backend.record, g.backend.write)
+        except CeilingRefused as exc:
+            self._refused(g, ceiling_mhz, held, params, str(exc))
+            return
         if back is None:
             return
         if abs(back - ceiling_mhz) >= VERIFY_TOLERANCE_MHZ:
             self.holder.failed(g, f"shader clock ceiling reads {back:g} MHz after writing {ceiling_mhz:g} MHz")
             return
         g.failures = 0
+        g.committed_at = g.last_now
         log.info("GPU %s: shader clock ceiling %g MHz", g.gpu_id, back)
+
+    def _refused(self, g: GpuClock, ceiling_mhz: float, held: float | None, params: ClockParams,
+                 problem: str) -> None:
+        """EINVAL on the edit: on a step down, the card's floor (issue 49): the last ceiling it took is held and
+        remembered for the run, the law's ladder ends there and the pause rung acts below it. Refused on the
+        first step (no ceiling under the maximum) or on a step up: given up, as any refusal."""
+        assert g.found is not None
+        if held is None:
+            self.holder.release(g, law=False)  # recorded for the first write, nothing written
+            g.card_floor_mhz = g.found.original_mhz
+            self.holder.give_up(g, f"the card refuses any ceiling under its maximum {g.found.original_mhz:g} MHz: "
+                                   f"{problem}")
+            return
+        if ceiling_mhz >= held:
+            self.holder.give_up(g, problem)
+            return
+        first = g.card_floor_mhz is None or abs(g.card_floor_mhz - held) >= VERIFY_TOLERANCE_MHZ
+        g.card_floor_mhz = held
+        g.ceilings_mhz = self._ladder(g, params)
+        g.law, g.target = replace(g.law, index=0), held
+        if first:
+            log.warning("GPU %s: %s: %g MHz is this card's lowest shader clock ceiling for this run (held; a hotter "
+                        "card is paused below it)", g.gpu_id, problem, held)
 
     def _give_back(self, g: GpuClock) -> str | None:
         """The recorded original put back, verified."""
@@ -202,7 +322,8 @@ class ClockController(HeldControl[GpuClock, Locate]):
             gpu_id=g.gpu_id, mode=mode, backend=None if g.backend is None else g.backend.name,
             ceiling_mhz=g.written if g.holding else None, target_ceiling_mhz=g.target,
             original_mhz=None if g.found is None else g.found.original_mhz,
-            floor_mhz=g.ceilings_mhz[0] if len(g.ceilings_mhz) > 1 else None,
+            floor_mhz=g.ceilings_mhz[0] if len(g.ceilings_mhz) > 1 else None, card_floor_mhz=g.card_floor_mhz,
+            not_in_force=g.not_in_force,
             pause_allowed=g.pause_allowed or mode not in (ClockMode.LIMITING,), limited_seconds_total=g.limited_s,
             writes_total=g.writes_total, write_errors_total=g.write_errors_total, resets_total=g.resets_total,
             reason=g.reason,

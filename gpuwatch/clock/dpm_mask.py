@@ -9,7 +9,10 @@ tests/fixtures/amdgpu/SYSFS_FACTS.md §3 and quirk 6), checked on every capture 
   levels. Navi 1x..4x list only the range's two ends, plus, while the clock sits between them, a synthetic
   middle line with the *current* clock (``1: 0Mhz *``, ``1: 2605Mhz *``): their fine-grained gfx clock takes
   only the two ends as levels (``*_force_clk_levels`` clamps any mask to 0..1), so the middle line is no
-  level. SI prints an empty table;
+  level. Kernels before the two-line print (navi10_print_clk_levels and sienna_cichlid_print_clk_levels of
+  Linux 5.x: ``freq_values[1] = (freq_values[0] + freq_values[2]) / 2`` when the current clock sits at an end)
+  print three lines even then: the middle one *unmarked*, the mean of the ends, the ``*`` on an end. SI
+  prints an empty table;
 * a level the user set (``manual`` already: another tool or a person drives the clocks) is not taken over:
   its mask cannot be read back, so it could not be given back either. Every other level (``auto``,
   ``high``, ``profile_*``...) is recorded and written back on every exit path.
@@ -40,10 +43,11 @@ _LINE = re.compile(r"^(\d+):\s*(\d+)\s*mhz\s*(\*)?$", re.IGNORECASE)
 @dataclass(frozen=True)
 class SclkTable:
     """``pp_dpm_sclk`` read: the real levels (MHz, by index) and the index of the current one (None: unmarked or
-    synthetic)."""
+    synthetic); ``current_mhz``: the clock on the ``*`` line, synthetic or not (None: no single one)."""
 
     levels_mhz: tuple[int, ...]
     current: int | None
+    current_mhz: int | None = None
 
 
 def parse_sclk(text: str) -> SclkTable:
@@ -51,15 +55,19 @@ def parse_sclk(text: str) -> SclkTable:
     levels (SI's empty table, RDNA4's ``S:`` deep-sleep line) are skipped."""
     lines = [(int(m.group(1)), int(m.group(2)), bool(m.group(3)))
              for raw in text.splitlines() if (m := _LINE.match(raw.strip()))]
-    if len(lines) == 3 and lines[1][2] and not lines[0][2] and not lines[2][2]:
+    marked = [index for index, (_, _, current) in enumerate(lines) if current]
+    current_mhz = lines[marked[0]][1] if len(marked) == 1 else None
+    if len(lines) == 3 and marked == [1]:
         # The fine-grained form: min, the current clock (synthetic), max.
-        return SclkTable((lines[0][1], lines[2][1]), None)
+        return SclkTable((lines[0][1], lines[2][1]), None, current_mhz)
+    if len(lines) == 3 and marked in ([0], [2]) and lines[1][1] == (lines[0][1] + lines[2][1]) // 2:
+        # The older fine-grained print (module docstring): the unmarked middle is the ends' mean, no level.
+        return SclkTable((lines[0][1], lines[2][1]), 0 if marked == [0] else 1, current_mhz)
     levels = tuple(mhz for _, mhz, _ in lines)
     if any(b <= a for a, b in zip(levels, levels[1:], strict=False)) or 0 in levels:
         # Not increasing (two lines marked current, 0 MHz): a table whose levels cannot be told.
         return SclkTable((), None)
-    marked = [index for index, _, current in lines if current]
-    return SclkTable(levels, marked[0] if len(marked) == 1 else None)
+    return SclkTable(levels, marked[0] if len(marked) == 1 else None, current_mhz)
 
 
 @dataclass(frozen=True)

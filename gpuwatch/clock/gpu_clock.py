@@ -28,6 +28,13 @@ class GpuClock(Held):
     law: ClockLawState = field(default_factory=ClockLawState)
     resets_total: int = 0
     limited_s: float = 0.0
+    # The lowest ceiling the card took; it refused the step under it (EINVAL): its floor for this run.
+    card_floor_mhz: float | None = None
+    # The ceiling's check by the clock the card runs at (in_force.py): when it was last committed, whether
+    # it was committed again for running above it, and whether it is reported as not taking effect.
+    committed_at: float | None = None
+    recommitted: bool = False
+    not_in_force: bool = False
 
     @property
     def governable(self) -> bool:
@@ -38,6 +45,7 @@ class GpuClock(Held):
 
     def released(self, by_restore: bool) -> None:
         self.law = ClockLawState() if by_restore else replace(self.law, index=None)
+        self.committed_at, self.recommitted, self.not_in_force = None, False, False
 
 
 def cap_exhausted(power: PowerState | None, fan: FanState | None) -> bool:

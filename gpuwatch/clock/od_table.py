@@ -13,24 +13,46 @@ smu_v13_0_0_ppt.c), with the write logs LACT records on the captures in tests/fi
   ``s <level> <MHz> <mV>``; RDNA4 prints ``OD_SCLK_OFFSET`` and takes an offset: neither parses here, so
   the probe says so and the controller uses the level mask (dpm_mask.py) where the card offers one;
 * ``r`` resets the *whole* table to the board's defaults, a user's undervolt and memory clock with it
-  (LACT PR #513): the original maximum is written back instead (``s 1 <original>``, ``c``), so only what
-  gpuwatch changed changes back.
+  (LACT PR #513), and on sienna_cichlid and smu13 commits them at once (``*_od_edit_dpm_table``:
+  PP_OD_RESTORE_DEFAULT_TABLE falls through to PP_OD_COMMIT_DPM_TABLE): never sent. The original maximum is
+  written back instead (``s 1 <original>``, ``c``), so only what gpuwatch changed changes back;
+* a read prints the driver's *edit buffer* (``*_print_clk_levels``, SMU_OD_SCLK prints ``od_table``), not what
+  is in force: what reads back after ``c`` proves only that the edit was taken (the controller verifies the
+  ceiling by the clock the card runs at, clock/in_force.py). There is one edit buffer for every writer: a
+  person's ``s`` not committed yet is committed by our ``c`` (said in the log when the table differs from
+  what we last saw);
+* ``s 1 <MHz>`` is checked against GfxclkFmax's own limits (smu_v13_0_0_get_od_setting_limits,
+  sienna_cichlid_od_setting_check_range), whose minimum OD_RANGE does not print (its SCLK low end is
+  GfxclkFmin's): EINVAL there is ``CeilingRefused``, the card's floor, not a broken interface;
+* an OD commit can drop a forced ``power_dpm_force_performance_level`` (LACT #294/#298, #675/#677): the level
+  read before every ``c`` is written back after it when the commit changed it;
+* Renoir, Van Gogh and Yellow Carp APUs print and take OD_SCLK only while the level is ``manual``
+  (renoir_od_edit_dpm_table, vangogh_od_edit_dpm_table, yellow_carp_od_edit_dpm_table: "pp_od_clk_voltage is
+  not accessible if power_dpm_force_performance_level is not in manual mode"): taking the clocks from the
+  firmware's DPM for that is not gpuwatch's to do, so they are declined with that reason.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from gpuwatch.actuation.setting import SettingUnavailable, SettingWriteError
-from gpuwatch.clock.backend import VERIFY_TOLERANCE_MHZ, ClockRange, ClockRecord
+from gpuwatch.clock.backend import VERIFY_TOLERANCE_MHZ, CeilingRefused, ClockRange, ClockRecord
 from gpuwatch.gpus.amdgpu import Locate
 from gpuwatch.model import ClockBackendName
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 FILE = "pp_od_clk_voltage"
+LEVEL_FILE = "power_dpm_force_performance_level"
+# PCI device ids of the APUs whose OD table needs ``manual`` (amdgpu_drv.c pciidlist: Renoir, Cezanne, Lucienne
+# -> renoir_ppt.c; Van Gogh -> vangogh_ppt.c; Rembrandt -> yellow_carp_ppt.c).
+MANUAL_ONLY_APUS = {0x1636: "renoir", 0x1638: "renoir", 0x164C: "renoir", 0x163F: "vangogh",
+                    0x164D: "yellow_carp", 0x1681: "yellow_carp"}
+log = logging.getLogger("gpuwatch.clock")
 # EACCES: not root; EINVAL: a value out of OD_RANGE or a table the firmware refuses; EROFS: read-only tree.
 PERMANENT = {"EACCES", "EINVAL", "EROFS"}
 _LEVEL = re.compile(r"^([01]):\s*(\d+)\s*mhz$", re.IGNORECASE)
@@ -103,6 +125,9 @@ class OdTableClock:
         self.locate = locate
         self.check_access = check_access
         self.found: OdTable | None = None
+        self.seen: str | None = None  # the table as we last left it (probe, commit): a change is another's edit
+        self.last_edit_mhz: int | None = None  # our last ``s 1`` (its commit may have failed)
+        self._foreign: str | None = None  # the other's edit last said in the log
 
     def path(self) -> str:
         card = self.locate(self.gpu_id)
@@ -111,6 +136,9 @@ class OdTableClock:
         return f"{card.device_dir}/{FILE}"
 
     def table(self) -> OdTable:
+        return self._table()[0]
+
+    def _table(self) -> tuple[OdTable, str]:
         try:
             text = self.sysfs.read(self.path())
         except SysfsError as exc:
@@ -122,14 +150,20 @@ class OdTableClock:
         parsed = parse_od_table(text)
         if isinstance(parsed, str):
             raise SettingUnavailable(f"{FILE}: {parsed}")
-        return parsed
+        return parsed, text
 
     def probe(self) -> ClockRange:
         try:
             path = self.path()
         except SettingWriteError:
             raise SettingUnavailable("the card is not found: nothing to set") from None
-        table = self.found = self.table()
+        apu = MANUAL_ONLY_APUS.get(_device_id(self.sysfs, path.rpartition("/")[0]) or -1)
+        if apu is not None:
+            raise SettingUnavailable(f"{FILE}: a {apu} APU takes OD edits only while {LEVEL_FILE} is manual "
+                                     f"({apu}_ppt.c od_edit_dpm_table), which takes the clocks from the "
+                                     "firmware's DPM: not driven")
+        table, self.seen = self._table()
+        self.found = table
         if self.check_access and not self.sysfs.writable(path):
             raise SettingUnavailable(f"{FILE} is not writable (run gpuwatch as root)")
         low = max(table.range_min_mhz, table.sclk_min_mhz + 1)
@@ -142,9 +176,28 @@ class OdTableClock:
             return None
 
     def write(self, ceiling_mhz: float) -> float:
+        """``s 1`` then ``c``; what the edit buffer reads after it (the edit taken, not proof it is in force).
+        Raises CeilingRefused when the edit is EINVAL (out of GfxclkFmax's limits)."""
         mhz = round(ceiling_mhz)
+        self._say_foreign_edit()
         self._commit(f"s 1 {mhz}\n")
-        return float(self.table().sclk_max_mhz)
+        table, self.seen = self._table()
+        return float(table.sclk_max_mhz)
+
+    def _say_foreign_edit(self) -> None:
+        """A table that differs from the one we last left is another's edit (a person's ``s``, committed or not,
+        which the file cannot tell apart: it prints the edit buffer); ours commits it too. Said once per edit."""
+        try:
+            text = self.sysfs.read(self.path())
+        except (SysfsError, SettingWriteError):
+            return
+        if self.seen is None or text is None or text == self.seen or text == self._foreign:
+            return
+        self._foreign = text
+        changed = sorted(set(text.splitlines()) - set(self.seen.splitlines()))
+        log.warning("GPU %s: %s differs from what gpuwatch last left (%s): an edit of another's, committed or "
+                    "not; gpuwatch's commit commits it too (the kernel keeps one edit buffer)", self.gpu_id, FILE,
+                    ", ".join(changed) or "lines removed")
 
     def record(self) -> OdTableRestore:
         assert self.found is not None, "probe before record"
@@ -157,16 +210,52 @@ class OdTableClock:
             back = self.write(record.original_mhz)
         except SettingUnavailable as exc:
             raise SettingWriteError(str(exc)) from None
+        except CeilingRefused as exc:
+            raise SettingWriteError(str(exc)) from None
         if abs(back - record.original_mhz) >= VERIFY_TOLERANCE_MHZ:
             raise SettingWriteError(f"{FILE} reads {back:g} MHz after restoring {record.original_mhz:g} MHz")
 
     def _commit(self, command: str) -> None:
-        """One edit and the commit that makes it take effect (each its own write, as the kernel parses them)."""
+        """One edit and the commit that makes it take effect (each its own write, as the kernel parses them),
+        then the forced performance level written back if the commit changed it (module docstring)."""
         path = self.path()
+        level_path = f"{path.rpartition('/')[0]}/{LEVEL_FILE}"
+        level = self._level(level_path)
         for text in (command, "c\n"):
             try:
                 self.sysfs.write(path, text)
             except SysfsError as exc:
+                if exc.reason == "EINVAL" and text is command:
+                    raise CeilingRefused(f"{FILE} refuses {text.strip()!r} (EINVAL: under the card's own "
+                                         "GfxclkFmax limit, which OD_RANGE does not print)") from None
                 if exc.reason in PERMANENT:
                     raise SettingUnavailable(f"{FILE} refuses {text.strip()!r} ({exc.reason})") from None
                 raise SettingWriteError(f"{FILE} write {text.strip()!r} failed: {exc.reason}") from None
+            if text is command:
+                self.last_edit_mhz = int(command.split()[-1])
+        after = self._level(level_path)
+        if level is None or after is None or after == level:
+            return
+        try:
+            self.sysfs.write(level_path, level + "\n")
+        except SysfsError as exc:
+            raise SettingWriteError(f"{LEVEL_FILE} reads {after!r} after the OD commit, {level!r} not written back "
+                                    f"({exc.reason})") from None
+        log.warning("GPU %s: the OD commit set %s to %r: the forced %r written back", self.gpu_id, LEVEL_FILE,
+                    after, level)
+
+    def _level(self, level_path: str) -> str | None:
+        """The performance level now (None: no such file, unreadable, or empty: nothing to put back)."""
+        try:
+            return self.sysfs.read(level_path) or None
+        except SysfsError:
+            return None
+
+
+def _device_id(sysfs: Sysfs, device_dir: str) -> int | None:
+    """The PCI device id of ``device_dir`` (its ``device`` file, ``0x163f``); None when unreadable."""
+    try:
+        text = sysfs.read(f"{device_dir}/device")
+        return None if text is None else int(text, 16)
+    except (SysfsError, ValueError):
+        return None

@@ -96,6 +96,18 @@ class SimulatedFaultsConfig(Strict):
     cards: list[int] = Field(default_factory=list)
 
 
+class SimulatedKernelConfig(Strict):
+    """What the simulated card's OD firmware does that its files do not print (sim/kernel.Board, issue 49)."""
+
+    firmware: Literal["smu13", "sienna_cichlid", "navi10"] = "smu13"
+    # GfxclkFmax's minimum, which OD_RANGE does not print: an `s 1` under it is EINVAL.
+    fmax_min_mhz: int | None = Field(default=None, ge=0, le=10_000)
+    # The PMFW takes a committed maximum and keeps running at the old one (RDNA3, drm/amd #3625).
+    ignores_fmax: bool = False
+    # An OD commit drops a forced performance level to this one (LACT #294, #675), e.g. "auto".
+    commit_sets_level: Literal["auto", "low", "high", "manual"] | None = None
+
+
 class SimulateConfig(Strict):
     """`gpuwatch run --simulate`: simulated RX 5600 XT cards instead of /sys (docs/simulator.md)."""
 
@@ -117,6 +129,7 @@ class SimulateConfig(Strict):
     # and whose shader clock ceiling is set through the overdrive table (gpuwatch/sim/navi31.py, issue 36).
     card: Literal["rx5600xt", "navi31"] = "rx5600xt"
     faults: SimulatedFaultsConfig = SimulatedFaultsConfig()
+    kernel: SimulatedKernelConfig = SimulatedKernelConfig()
 
 
 class AmdgpuInfoConfig(Strict):

@@ -65,8 +65,9 @@ SPECS: dict[str, dict[str, Any]] = {
     },
     "ClockCeilingDoc": {
         "gpu_id": "str", "mode": "str", "backend": "str?", "ceiling_mhz": "float?", "target_ceiling_mhz": "float?",
-        "original_mhz": "float?", "floor_mhz": "float?", "pause_allowed": "bool", "limited_seconds_total": "float",
-        "writes_total": "int", "write_errors_total": "int", "resets_total": "int", "reason": "str?",
+        "original_mhz": "float?", "floor_mhz": "float?", "card_floor_mhz": "float?", "pause_allowed": "bool",
+        "limited_seconds_total": "float", "writes_total": "int", "write_errors_total": "int", "resets_total": "int",
+        "not_in_force": "bool", "reason": "str?",
     },
     "ErrorDoc": {"sensor": "str", "error": "str"},
     "GpuResetDoc": {

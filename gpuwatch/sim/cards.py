@@ -31,7 +31,7 @@ from gpuwatch.sim import navi10
 from gpuwatch.sim.clients import SimulatedClients
 from gpuwatch.sim.driver import SimCard, clock_ratio, fan_duty, power_cap_w, write_outputs
 from gpuwatch.sim.faults import SimFaults, apply_faults, arm, schedule
-from gpuwatch.sim.kernel import KernelSysfs
+from gpuwatch.sim.kernel import Board, KernelSysfs
 from gpuwatch.sim.physics import ThermalInputs, ThermalParams, idle_state, step
 from gpuwatch.sim.profiles import PROFILES
 from gpuwatch.sim.resets import SimulatedResets
@@ -66,6 +66,7 @@ class SimulatedGpus:
     cards: list[SimCard] = field(default_factory=list)
     sim_time_s: float = 0.0
     card: str = "rx5600xt"  # the profile (sim/profiles.py): the RX 5600 XT or the Navi 31-like card
+    board: Board = field(default_factory=Board)  # what its OD firmware does unprinted (sim/kernel.py)
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -88,6 +89,8 @@ class SimulatedGpus:
                 next_reset_s=next_reset_s, gpu_resets_at_s=gpu_resets_at_s, profile=profile,
                 power_cap_uw=profile.cap_uw,
             ))
+            if profile.clock_files:
+                self.kernel.board(placed.device_dir, self.board)
         self._random = random.Random(self.seed)
         self._requested: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         self._last_clock = self.clock()

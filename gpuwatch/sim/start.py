@@ -14,6 +14,7 @@ from gpuwatch.gpus.source import GpuSource
 from gpuwatch.model import GpuReading, SourceName, UnsupportedCard
 from gpuwatch.sim.cards import SimulatedGpus
 from gpuwatch.sim.faults import SimFaults
+from gpuwatch.sim.kernel import Board
 from gpuwatch.sim.profiles import PROFILES
 
 log = logging.getLogger("gpuwatch.simulator")
@@ -61,4 +62,5 @@ def start_simulator(config: Config) -> SimulatedGpus:
         fan1_input=sim.fan1_input,
         desktop_client=sim.desktop_client,
         proc_root=config.simulated_proc_dir,
+        board=Board(**sim.kernel.model_dump()),
     )

@@ -27,6 +27,12 @@ def test_status_shows_the_ceiling_in_force(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("clock", "power_mode", "line"), [
     (ClockState(GPU_A, ClockMode.FLOOR, ceiling_mhz=1500.0, original_mhz=2500.0, floor_mhz=1500.0), PowerMode.FLOOR,
      "  clock  ceiling 1500/2500 MHz, floor 1500 MHz (at its floor: pause allowed)"),
+    (ClockState(GPU_A, ClockMode.FLOOR, ceiling_mhz=2400.0, original_mhz=2500.0, floor_mhz=2400.0,
+                card_floor_mhz=2400.0), PowerMode.FLOOR,
+     "  clock  ceiling 2400/2500 MHz, floor 2400 MHz (card's own): pause allowed"),
+    (ClockState(GPU_A, ClockMode.LIMITING, ceiling_mhz=2300.0, original_mhz=2500.0, floor_mhz=1500.0,
+                not_in_force=True), PowerMode.FLOOR,
+     "  clock  ceiling 2300/2500 MHz ignored by the card: pause allowed"),
     (ClockState(GPU_A, ClockMode.DRY_RUN, target_ceiling_mhz=2400.0, floor_mhz=1500.0), PowerMode.FLOOR,
      "  clock  dry-run: would set 2400 MHz, floor 1500 MHz"),
     (ClockState(GPU_A, ClockMode.UNAVAILABLE, reason="no pp_od_clk_voltage"), PowerMode.FLOOR,

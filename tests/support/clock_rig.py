@@ -1,6 +1,6 @@
 """Test harness for the clock rung: a real capture in a fake tree with the clock files amdgpu keeps, a Sysfs
-that plays the kernel's ``pp_od_clk_voltage`` edit/commit and the level mask (what a plain file cannot), the
-controller over it, and the power governor's and fan's states as knobs."""
+that plays the kernel's ``pp_od_clk_voltage`` edit/commit and the level mask (sim/kernel.py: what a plain
+file cannot), the controller over it, and the power governor's and fan's states as knobs."""
 
 from __future__ import annotations
 
@@ -16,67 +16,31 @@ from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.model import Acted, ClockState, FanMode, FanState, PowerMode, PowerState
 from gpuwatch.sim import navi31
+from gpuwatch.sim.kernel import LEVEL, OD, SCLK, KernelSysfs
 from gpuwatch.sim.tree import CardCapture, FakeCard, FakeSysfsTree
 from gpuwatch.sysfs import Sysfs, SysfsError
-from tests.support.fan_rig import RecordingSysfs
-
-_EDIT = re.compile(r"^s ([01]) (\d+)$")
-LEVELS = ("auto", "low", "high", "manual", "profile_standard", "profile_min_sclk", "profile_min_mclk",
-          "profile_peak", "perf_determinism")
 
 
-class ClockSysfs(RecordingSysfs):
-    """amdgpu_set_pp_od_clk_voltage (amdgpu_pm.c) where a file cannot: ``s 0|1 <MHz>`` edits a table the
-    driver keeps, out of OD_RANGE is EINVAL, ``c`` commits it into what a read shows, ``r`` resets it to the
-    board's defaults; ``power_dpm_force_performance_level`` takes the known levels only; ``pp_dpm_sclk``
-    takes a mask only while the level is manual (EINVAL otherwise). ``refuse`` answers every clock write with
+class ClockSysfs(KernelSysfs):
+    """The simulated kernel's clock files (sim/kernel.py: the OD edit buffer and commit, the per-setting limits,
+    the level mask), every write recorded as ``(file name, value)``; ``refuse`` answers every clock write with
     that errno."""
 
     def __init__(self, root: Path) -> None:
         super().__init__(root)
-        self.pending: dict[str, dict[int, int]] = {}
-        self.defaults: dict[str, tuple[int, int]] = {}
+        self.log: list[tuple[str, str]] = []
         self.refuse: str | None = None
 
     def write(self, relative: str, value: str) -> None:
         name = relative.rsplit("/", 1)[-1]
-        if name not in ("pp_od_clk_voltage", "power_dpm_force_performance_level", "pp_dpm_sclk"):
-            super().write(relative, value)
-            return
         self.log.append((name, value))
-        if self.refuse:
+        if self.refuse and name in (OD, LEVEL, SCLK):
             raise SysfsError(relative, self.refuse)
-        device = relative.rsplit("/", 1)[0]
-        if name == "power_dpm_force_performance_level":
-            if value.strip() not in LEVELS:
-                raise SysfsError(relative, "EINVAL")
-            Sysfs.write(self, relative, value.strip() + "\n")
-            return
-        if name == "pp_dpm_sclk":
-            if self.read(f"{device}/power_dpm_force_performance_level") != "manual":
-                raise SysfsError(relative, "EINVAL")
-            return  # the mask is the firmware's business; the table still lists every level
-        self._od(relative, value.strip())
+        super().write(relative, value)
 
-    def _od(self, relative: str, command: str) -> None:
-        text = self.read(relative) or ""
-        section = text.split("OD_SCLK:\n", 1)[1].split("OD_", 1)[0]  # the gfx clock's lines only
-        sclk = dict(re.findall(r"^([01]): (\d+)Mhz$", section, re.MULTILINE))
-        low, high = (int(v) for v in re.findall(r"^SCLK:\s+(\d+)Mhz\s+(\d+)Mhz$", text, re.MULTILINE)[0])
-        table = {int(k): int(v) for k, v in sclk.items()}
-        self.defaults.setdefault(relative, (table[0], table[1]))
-        pending = self.pending.setdefault(relative, dict(table))
-        if command == "c":
-            head, rest = text.split("OD_SCLK:\n", 1)
-            tail = rest.split("OD_", 1)[1]
-            Sysfs.write(self, relative, f"{head}OD_SCLK:\n0: {pending[0]}Mhz\n1: {pending[1]}Mhz\nOD_{tail}")
-            del self.pending[relative]
-        elif command == "r":
-            pending[0], pending[1] = self.defaults[relative]
-        elif (m := _EDIT.match(command)) and low <= int(m.group(2)) <= high:
-            pending[int(m.group(1))] = int(m.group(2))
-        else:
-            raise SysfsError(relative, "EINVAL")
+    def take_log(self) -> list[tuple[str, str]]:
+        log, self.log = self.log, []
+        return log
 
 
 class ClockRig:
