@@ -1,7 +1,7 @@
-"""The on-disk history's format and the /history document (docs/page.md "History"), pure: no file, no clock.
+"""The on-disk history's format and the /history document (docs/page.md "History on disk"), pure: no file, no clock.
 
 The ring (publish/history_store.py) keeps the chart points (publish/history.py ``point``) at three
-resolutions, each a tier of segment files: ``1s`` for an hour, ``10s`` for a day, ``60s`` for a week. A
+resolutions, each a tier of segment files: ``1s`` for an hour, ``60s`` for a day, ``600s`` for a week. A
 tier's point is its bucket's aggregate (``Bucket``: the hottest temperature's maximum, the mean of the
 others), so a reload to another interval changes nothing downstream.
 
@@ -18,9 +18,10 @@ from __future__ import annotations
 import json
 import math
 import zlib
+from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from gpuwatch.publish.history import GPU_SERIES, Event, Point
 from gpuwatch.publish.redact import reason_class
@@ -43,16 +44,19 @@ class Tier:
 
 
 MIB = 1 << 20
+# At most 3600 points a range: a chart is not wider, and /history's cost grows with the points it serves
+# (docs/performance.md, benchmarks/history_cost.py: a day at 10 s, 8640 points of 8 GPUs, was 0.35 s of the
+# HTTP thread and 2.5 MB).
 TIERS = (
     Tier("1s", 1.0, 3600.0, 600.0, 4 * MIB),
-    Tier("10s", 10.0, 86400.0, 4 * 3600.0, 8 * MIB),
-    Tier("60s", 60.0, 7 * 86400.0, 86400.0, 10 * MIB),
+    Tier("60s", 60.0, 86400.0, 4 * 3600.0, 2 * MIB),
+    Tier("600s", 600.0, 7 * 86400.0, 86400.0, 2 * MIB),
 )
 TIER_BY_NAME = {tier.name: tier for tier in TIERS}
 MAX_SEGMENTS = 40  # per tier, whatever their sizes (a daemon restarting in a loop starts one per run)
 EVENTS_MAX = 1000  # events kept on disk; past it the file is rewritten with the newest EVENTS_KEEP
 EVENTS_KEEP = 500
-EVENTS_MAX_BYTES = EVENTS_MAX * 1024  # an event line is under 1 KiB (``bounded_event``)
+EVENTS_MAX_BYTES = MIB  # EVENTS_MAX lines of under 1 KiB each (``bounded_event``)
 TOTAL_BYTES = sum(tier.budget_bytes for tier in TIERS) + EVENTS_MAX_BYTES  # the stated size (docs/page.md)
 
 # The line size bound: a point carries at most this many GPUs and runs, names and texts this long.
@@ -61,7 +65,6 @@ MAX_RUNS = 16
 MAX_NAME_CHARS = 64
 MAX_TEXT_CHARS = 300
 
-RangeName = Literal["15m", "1h", "24h", "7d"]
 # /history?range= -> (seconds, the tier served)
 RANGES: dict[str, tuple[float, Tier]] = {
     "15m": (900.0, TIERS[0]),
@@ -234,16 +237,20 @@ def parse_range(query: Mapping[str, list[str]]) -> tuple[str | None, str | None]
 
 class Columns:
     """The /history document built point by point from the segments' lines (``add_segment``), oldest first:
-    every series as long as ``t``, null where a GPU or a run had no value and at each gap."""
+    every series as long as ``t``, null where a GPU or a run had no value and at each gap.
+
+    The values are kept in ``array('d')`` (NaN for null) and the JSON is written here (``encode``): an hour of
+    8 GPUs is 170,000 values, which as Python floats in lists, then json.dumps's copy, cost the daemon 10-40
+    MiB of RSS per request (benchmarks/history_cost.py); as doubles they are 1.4 MiB."""
 
     def __init__(self, range_name: str, now_unix: float) -> None:
         self.range = range_name
         self.range_s, self.tier = RANGES[range_name]
         self.now = now_unix
         self.since = now_unix - self.range_s
-        self.t: list[float] = []
-        self.gpus: dict[str, dict[str, list[float | None]]] = {}
-        self.runs: dict[str, list[float | None]] = {}
+        self.t = array("d")
+        self.gpus: dict[str, array[float]] = {}  # per GPU its rows, GPU_SERIES after GPU_SERIES
+        self.runs: dict[str, array[float]] = {}
         self._gap_after = math.inf  # a point later than this follows a gap
 
     def add_segment(self, lines: Iterable[bytes]) -> None:
@@ -264,34 +271,34 @@ class Columns:
                 continue  # the clock went back: keep the series in order
             if self.t and (t > self._gap_after or t - self.t[-1] > gap_s):
                 last = self.t[-1]
-                self._row(last + min(self.tier.step_s, (t - last) / 2), {}, {})  # strictly between the two
+                self.t.append(last + min(self.tier.step_s, (t - last) / 2))  # a null point strictly between
             self._gap_after = math.inf
-            gpus, runs = value.get("g"), value.get("r")
-            self._row(t, gpus if isinstance(gpus, dict) else {}, runs if isinstance(runs, dict) else {})
+            self._row(t, value.get("g"), value.get("r"))
 
-    def _row(self, t: float, gpus: dict[str, Any], runs: dict[str, Any]) -> None:
+    def _row(self, t: float, gpus: Any, runs: Any) -> None:
         n = len(self.t)
         self.t.append(t)
-        for gpu, values in gpus.items():
-            series = self.gpus.get(gpu)
-            if series is None and isinstance(values, list):
-                series = self.gpus[gpu] = {name: [None] * n for name in GPU_SERIES}
-            if series is not None and isinstance(values, list):
-                for i, name in enumerate(GPU_SERIES):
-                    series[name].append(_finite(values[i]) if i < len(values) else None)
-        for series in self.gpus.values():
-            if len(series[GPU_SERIES[0]]) == n:
-                for column in series.values():
-                    column.append(None)
-        for run, value in runs.items():
-            column = self.runs.setdefault(str(run), [None] * n)
-            column.append(_finite(value))
-        for column in self.runs.values():
-            if len(column) == n:
-                column.append(None)
+        for gpu, values in gpus.items() if isinstance(gpus, dict) else ():
+            if not isinstance(values, list):
+                continue
+            rows = self.gpus.get(gpu)
+            if rows is None:
+                rows = self.gpus[gpu] = array("d")
+            _pad(rows, n * _WIDTH)
+            try:  # the common case in one call: six numbers
+                rows.extend(values[:_WIDTH] if len(values) >= _WIDTH else values + [NAN] * (_WIDTH - len(values)))
+            except TypeError:  # a null (or garbage) among them
+                rows.extend([v if type(v) in _NUMBERS else NAN for v in (values + _NULLS)[:_WIDTH]])
+        for run, value in runs.items() if isinstance(runs, dict) else ():
+            rate = self.runs.get(run)
+            if rate is None:
+                rate = self.runs[run] = array("d")
+            _pad(rate, n)
+            rate.append(value if type(value) in _NUMBERS else NAN)
 
-    def document(self, events: Iterable[Any], redacted: bool) -> dict[str, Any]:
+    def encode(self, events: Iterable[Any], redacted: bool) -> bytes:
         """The JSON of /history (docs/page.md); ``redacted``: each event's text as its class (publish/redact.py)."""
+        n = len(self.t)
         kept = []
         for event in events:
             if not isinstance(event, dict) or (unix := _finite(event.get("unix"))) is None or unix < self.since:
@@ -299,6 +306,43 @@ class Columns:
             text = event.get("text") if isinstance(event.get("text"), str) else ""
             kept.append({"unix": unix, "kind": str(event.get("kind")), "text": reason_class(text) if redacted else text,
                          "gpu": event.get("gpu"), "run": event.get("run")})
-        return {"schema": SCHEMA, "range": self.range, "step_s": self.tier.step_s, "now_unix": round(self.now, 3),
-                "t": self.t, "gpus": self.gpus, "runs": {run: {"steps_per_s": v} for run, v in self.runs.items()},
-                "events": kept[-EVENTS_MAX:]}
+        head = json.dumps({"schema": SCHEMA, "range": self.range, "step_s": self.tier.step_s,
+                           "now_unix": round(self.now, 3)}, separators=(",", ":"))
+        for rows in self.gpus.values():
+            _pad(rows, n * _WIDTH)
+        gpus = ",".join(json.dumps(gpu) + ":{" + ",".join(f'"{name}":{_series(rows[i::_WIDTH], n)}'
+                                                          for i, name in enumerate(GPU_SERIES)) + "}"
+                        for gpu, rows in self.gpus.items())
+        runs = ",".join(json.dumps(run) + ':{"steps_per_s":' + _series(column, n) + "}"
+                        for run, column in self.runs.items())
+        return (head[:-1] + f',"t":{_series(self.t, n)},"gpus":{{{gpus}}},"runs":{{{runs}}},"events":'
+                + json.dumps(kept[-EVENTS_MAX:], separators=(",", ":")) + "}").encode()
+
+    def document(self, events: Iterable[Any], redacted: bool) -> dict[str, Any]:
+        """``encode``'s document as Python values (the CLI on the box, the tests)."""
+        value: dict[str, Any] = json.loads(self.encode(events, redacted))
+        return value
+
+
+NAN = float("nan")
+_NUMBERS = (int, float)  # exact types: a bool is neither
+_WIDTH = len(GPU_SERIES)
+_NULLS = [None] * _WIDTH
+
+
+def _pad(column: array[float], length: int) -> None:
+    """``column`` to ``length`` values with nulls (a GPU or run absent from the points before)."""
+    if len(column) < length:
+        column.extend(array("d", [NAN]) * (length - len(column)))
+
+
+def _series(column: array[float], length: int) -> str:
+    """A JSON array of ``length`` numbers: NaN (and what a column lacks at its end) as null, whole numbers without
+    ``.0``, the rest as Python's shortest repr."""
+    _pad(column, length)
+    # json's C encoder writes a double as Python's shortest repr; NaN (and an infinity, which no writer makes)
+    # become null: the text holds numbers only, so the replacements cannot touch anything else.
+    # A whole number loses its ".0" (a sixth of the bytes): values are tenths or times, never in exponent form.
+    text = json.dumps(column.tolist(), separators=(",", ":"))
+    text = text.replace("-Infinity", "null").replace("Infinity", "null").replace("NaN", "null")
+    return text.replace(".0,", ",").replace(".0]", "]")

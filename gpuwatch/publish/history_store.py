@@ -80,6 +80,7 @@ class HistoryStore:
         self._synced = time.monotonic()
         self._warned = float("-inf")
         self.problem: str | None = None  # why nothing is kept (an untrusted directory), once known
+        self._reading = threading.Lock()  # one /history built at a time: their memory never adds up
 
     # ---- the tick's side ----
     def add(self, point: Point, events: list[Event], interval_s: float) -> None:
@@ -106,11 +107,12 @@ class HistoryStore:
         while True:
             self._wake.wait()
             self._wake.clear()
+            final = self._stopping  # read once: a stop during this batch wakes the loop for the final one
             try:
-                self._write_queued(final=self._stopping)
+                self._write_queued(final=final)
             except Exception:  # a bug here must not end the history for the daemon's life without a word
                 log.exception("writing the history failed")
-            if self._stopping:
+            if final:
                 break
         for fd, _, _ in self._open.values():
             os.close(fd)
@@ -286,14 +288,20 @@ class HistoryStore:
             log.warning("%s (said at most every %g s)", text, WARN_EVERY_S)
 
     # ---- the reader (the HTTP server's thread) ----
+    def encode(self, range_name: str, now_unix: float, redacted: bool) -> bytes:
+        """/history's body (one at a time)."""
+        with self._reading:
+            columns = read_columns(self.directory, range_name, now_unix, (os.geteuid(),))
+            return columns.encode(_events(self.directory, (os.geteuid(),)), redacted)
+
     def document(self, range_name: str, now_unix: float, redacted: bool) -> dict[str, Any]:
-        return read_document(self.directory, range_name, now_unix, redacted, owners=(os.geteuid(),))
+        return read_columns(self.directory, range_name, now_unix, (os.geteuid(),)).document(
+            _events(self.directory, (os.geteuid(),)), redacted)
 
 
-def read_document(directory: Path, range_name: str, now_unix: float, redacted: bool,
-                  owners: tuple[int, ...] | None) -> dict[str, Any]:
-    """The /history document of ``range_name`` from the files in ``directory``; a file that cannot be read is left
-    out (its points are a gap). ``owners``: whose files are read (a client passes None after ``client_refusal``)."""
+def read_columns(directory: Path, range_name: str, now_unix: float, owners: tuple[int, ...] | None) -> Columns:
+    """The points of ``range_name`` from the files in ``directory``; a file that cannot be read is left out (its
+    points are a gap). ``owners``: whose files are read (a client passes None after ``client_refusal``)."""
     columns = Columns(range_name, now_unix)
     tier = RANGES[range_name][1]
     try:
@@ -303,8 +311,11 @@ def read_document(directory: Path, range_name: str, now_unix: float, redacted: b
     segments = [seg for name in names if (seg := parse_segment_name(name)) is not None]
     for segment in segments_for(tier, segments, columns.since):
         columns.add_segment(_file_lines(directory / segment.name, tier.budget_bytes, owners))
-    events = (decode_line(line) for line in _file_lines(directory / EVENTS_FILE, EVENTS_MAX_BYTES, owners))
-    return columns.document(events, redacted)
+    return columns
+
+
+def _events(directory: Path, owners: tuple[int, ...] | None) -> Iterator[Any]:
+    return (decode_line(line) for line in _file_lines(directory / EVENTS_FILE, EVENTS_MAX_BYTES, owners))
 
 
 def read_local(directory: Path, range_name: str, now_unix: float) -> tuple[dict[str, Any] | None, str | None]:
@@ -314,7 +325,7 @@ def read_local(directory: Path, range_name: str, now_unix: float) -> tuple[dict[
         return None, refusal
     if not directory.is_dir():
         return None, f"no history in {directory} (no daemon has kept one here)"
-    return read_document(directory, range_name, now_unix, redacted=False, owners=None), None
+    return read_columns(directory, range_name, now_unix, None).document(_events(directory, None), redacted=False), None
 
 
 def _file_lines(path: Path, max_bytes: int, owners: tuple[int, ...] | None) -> Iterator[bytes]:

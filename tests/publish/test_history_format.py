@@ -84,7 +84,7 @@ def test_a_point_is_bounded_for_the_line_bound() -> None:
 
 def test_segment_names() -> None:
     assert parse_segment_name(segment_name(ONE, 123)) == Segment("1s", 123, "1s-123.log")
-    for name in ("1s-12.txt", "2s-12.log", "1s-x.log", "events.log", "aside-1s-12.log", "1s-.log"):
+    for name in ("1s-12.txt", "2s-12.log", "10s-12.log", "1s-x.log", "events.log", "aside-1s-12.log", "1s-.log"):
         assert parse_segment_name(name) is None
 
 
@@ -105,14 +105,14 @@ def test_the_ring_removes_what_is_past_its_span_then_past_its_budget() -> None:
 
 
 def test_a_range_reads_only_the_segments_that_may_hold_its_points() -> None:
-    segments = [seg(0), seg(600), seg(1200), seg(0, "10s")]
+    segments = [seg(0), seg(600), seg(1200), seg(0, "60s")]
     assert segments_for(ONE, segments, T0 + 700) == [seg(600), seg(1200)]
     assert segments_for(ONE, segments, T0 + 5000) == [seg(1200)]
-    assert segments_for(ONE, [], T0) == [] and segments_for(ONE, [seg(0, "60s")], T0) == []
+    assert segments_for(ONE, [], T0) == [] and segments_for(ONE, [seg(0, "600s")], T0) == []
 
 
 def test_the_size_is_fixed() -> None:
-    assert TOTAL_BYTES == sum(t.budget_bytes for t in TIERS) + EVENTS_MAX_BYTES <= 24 << 20
+    assert TOTAL_BYTES == sum(t.budget_bytes for t in TIERS) + EVENTS_MAX_BYTES == 9 << 20
 
 
 @pytest.mark.parametrize(("query", "expected"), [
@@ -138,6 +138,9 @@ def test_every_series_as_long_as_t_with_nulls_where_a_gpu_or_run_had_none() -> N
     assert doc["gpus"]["b"]["sclk_mhz"] == [None, None, 900]
     assert doc["runs"] == {"demo": {"steps_per_s": [5.0, 5.0, None]}}
     assert all(len(v) == 3 for g in doc["gpus"].values() for v in g.values())
+    body = columns.encode([], redacted=False)  # what /history sends: whole numbers without ".0", NaN as null
+    assert b'"hottest_c":[70,70,71],' in body and b'"power_w":[100,100,null]' in body and b"NaN" not in body
+    assert f'"t":[{T0 + 1:.0f},{T0 + 2:.0f},{T0 + 3:.0f}]'.encode() in body
 
 
 def test_a_restart_leaves_a_gap_never_a_line_across_it() -> None:
@@ -174,4 +177,4 @@ def test_events_in_the_range_their_text_as_its_class_when_redacted() -> None:
 
 @pytest.mark.parametrize("name", RANGES)
 def test_each_range_has_its_step(name: str) -> None:
-    assert Columns(name, T0).document([], False)["step_s"] == {"15m": 1.0, "1h": 1.0, "24h": 10.0, "7d": 60.0}[name]
+    assert Columns(name, T0).document([], False)["step_s"] == {"15m": 1.0, "1h": 1.0, "24h": 60.0, "7d": 600.0}[name]

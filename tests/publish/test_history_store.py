@@ -45,9 +45,9 @@ def test_points_and_events_are_kept_across_a_restart_with_a_gap_between(tmp_path
     temps = doc["gpus"]["0000:28:00.0"]["hottest_c"]
     assert temps[30] is None and None not in temps[:30] + temps[31:] and len(temps) == 51
     assert [e["unix"] for e in doc["events"]] == [T0, T0 + 40]
-    # The coarser tiers hold the same hour as buckets: 10 s, each the hottest of its points.
+    # The coarser tiers hold the same hour as buckets: a minute, each the hottest of its points.
     day = HistoryStore(directory).document("24h", T0 + 100, redacted=False)
-    assert day["step_s"] == 10.0 and max(v for v in day["gpus"]["0000:28:00.0"]["hottest_c"] if v) == 69
+    assert day["step_s"] == 60.0 and max(v for v in day["gpus"]["0000:28:00.0"]["hottest_c"] if v) == 69
     assert {p.stat().st_mode & 0o777 for p in directory.iterdir()} == {0o644}
     assert directory.stat().st_mode & 0o777 == 0o755
 
@@ -71,19 +71,19 @@ def test_unknown_and_hostile_files_are_moved_aside_with_one_line_each(tmp_path: 
     secret = tmp_path / "secret"
     secret.write_text("root only\n")
     (directory / "1s-1000.log").write_bytes(encode_line({"schema": 7, "tier": "1s"}))  # a newer version's
-    (directory / "60s-1000.log").write_bytes(b"\0" * 64)  # a header a crash left as zeros
-    (directory / "10s-1000.log").symlink_to(secret)  # a link where a segment was: moved, never followed
+    (directory / "600s-1000.log").write_bytes(b"\0" * 64)  # a header a crash left as zeros
+    (directory / "60s-1000.log").symlink_to(secret)  # a link where a segment was: moved, never followed
     os.mkfifo(directory / "events.log")  # a FIFO: opening it must not block the writer
     (directory / "notes.txt").write_text("someone's")  # not ours: left alone
     with caplog.at_level(logging.WARNING, logger="gpuwatch.history"):
         run(directory, T0, 3, [{"unix": T0, "kind": "start", "text": "started", "gpu": None, "run": None}])
     names = sorted(p.name for p in directory.iterdir())
-    assert {"aside-1s-1000.log", "aside-10s-1000.log", "aside-60s-1000.log", "aside-events.log", "notes.txt",
+    assert {"aside-1s-1000.log", "aside-60s-1000.log", "aside-600s-1000.log", "aside-events.log", "notes.txt",
             "events.log"} <= set(names)
-    assert secret.read_text() == "root only\n" and (directory / "aside-10s-1000.log").is_symlink()
+    assert secret.read_text() == "root only\n" and (directory / "aside-60s-1000.log").is_symlink()
     moved = [r.getMessage() for r in caplog.records]
     assert len(moved) == 4 and all(m.startswith("history: moved ") for m in moved), moved
-    assert "schema 7, this version reads 1" in moved[1]
+    assert "schema 7, this version reads 1" in moved[0]
     assert HistoryStore(directory).document("15m", T0 + 10, redacted=False)["t"] == [T0, T0 + 1, T0 + 2]
 
 
