@@ -296,8 +296,10 @@ class Columns:
             _pad(rate, n)
             rate.append(value if type(value) in _NUMBERS else NAN)
 
-    def encode(self, events: Iterable[Any], redacted: bool) -> bytes:
-        """The JSON of /history (docs/page.md); ``redacted``: each event's text as its class (publish/redact.py)."""
+    def chunks(self, events: Iterable[Any], redacted: bool) -> list[bytes]:
+        """The JSON of /history (docs/page.md) in pieces, one per GPU besides the head and the tail: the server
+        writes them one after the other, never a copy of the whole. ``redacted``: each event's text as its class
+        (publish/redact.py)."""
         n = len(self.t)
         kept = []
         for event in events:
@@ -308,15 +310,19 @@ class Columns:
                          "gpu": event.get("gpu"), "run": event.get("run")})
         head = json.dumps({"schema": SCHEMA, "range": self.range, "step_s": self.tier.step_s,
                            "now_unix": round(self.now, 3)}, separators=(",", ":"))
-        for rows in self.gpus.values():
+        pieces = [f'{head[:-1]},"t":{_series(self.t, n)},"gpus":{{'.encode()]
+        for number, (gpu, rows) in enumerate(self.gpus.items()):
             _pad(rows, n * _WIDTH)
-        gpus = ",".join(json.dumps(gpu) + ":{" + ",".join(f'"{name}":{_series(rows[i::_WIDTH], n)}'
-                                                          for i, name in enumerate(GPU_SERIES)) + "}"
-                        for gpu, rows in self.gpus.items())
+            series = ",".join(f'"{name}":{_series(rows[i::_WIDTH], n)}' for i, name in enumerate(GPU_SERIES))
+            pieces.append(f'{"," if number else ""}{json.dumps(gpu)}:{{{series}}}'.encode())
         runs = ",".join(json.dumps(run) + ':{"steps_per_s":' + _series(column, n) + "}"
                         for run, column in self.runs.items())
-        return (head[:-1] + f',"t":{_series(self.t, n)},"gpus":{{{gpus}}},"runs":{{{runs}}},"events":'
-                + json.dumps(kept[-EVENTS_MAX:], separators=(",", ":")) + "}").encode()
+        pieces.append(f'}},"runs":{{{runs}}},"events":{json.dumps(kept[-EVENTS_MAX:], separators=(",", ":"))}}}'
+                      .encode())
+        return pieces
+
+    def encode(self, events: Iterable[Any], redacted: bool) -> bytes:
+        return b"".join(self.chunks(events, redacted))
 
     def document(self, events: Iterable[Any], redacted: bool) -> dict[str, Any]:
         """``encode``'s document as Python values (the CLI on the box, the tests)."""

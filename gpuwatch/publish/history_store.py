@@ -80,7 +80,7 @@ class HistoryStore:
         self._synced = time.monotonic()
         self._warned = float("-inf")
         self.problem: str | None = None  # why nothing is kept (an untrusted directory), once known
-        self._reading = threading.Lock()  # one /history built at a time: their memory never adds up
+        self._reading = threading.Lock()  # one /history built at a time
 
     # ---- the tick's side ----
     def add(self, point: Point, events: list[Event], interval_s: float) -> None:
@@ -288,11 +288,11 @@ class HistoryStore:
             log.warning("%s (said at most every %g s)", text, WARN_EVERY_S)
 
     # ---- the reader (the HTTP server's thread) ----
-    def encode(self, range_name: str, now_unix: float, redacted: bool) -> bytes:
-        """/history's body (one at a time)."""
+    def chunks(self, range_name: str, now_unix: float, redacted: bool) -> list[bytes]:
+        """/history's body in pieces (one at a time: their memory never adds up)."""
         with self._reading:
             columns = read_columns(self.directory, range_name, now_unix, (os.geteuid(),))
-            return columns.encode(_events(self.directory, (os.geteuid(),)), redacted)
+            return columns.chunks(_events(self.directory, (os.geteuid(),)), redacted)
 
     def document(self, range_name: str, now_unix: float, redacted: bool) -> dict[str, Any]:
         return read_columns(self.directory, range_name, now_unix, (os.geteuid(),)).document(

@@ -281,27 +281,28 @@ def _history(history: HistoryStore, request: Request, redacted: bool) -> Respons
     """/history?range=15m|1h|24h|7d (docs/page.md): the on-disk ring's points and events, 400 for another range.
 
     The body is built on a worker thread (``_Built``), one at a time (``HistoryStore.encode``'s lock): an hour of
-    8 GPUs is ~0.1 s of reading and encoding, which on the server's own loop would hold every scrape that long."""
+    8 GPUs is 0.1-0.2 s of reading and encoding, which on the server's own loop would hold every scrape that long."""
     range_name, bad = parse_range(parse_qs(request.target.partition("?")[2], keep_blank_values=True))
     if range_name is None:
         return Response(400, _TEXT, f"{bad}\n".encode())
     return Response(200, "application/json", b"", (("Cache-Control", "no-store"),),
-                    stream=_Built(lambda: history.encode(range_name, time.time(), redacted)))
+                    stream=_Built(lambda: history.chunks(range_name, time.time(), redacted)))
 
 
 class _Built:
-    """A body made by ``build`` on a worker thread, sent as the response's one chunk (serve.py's Stream)."""
+    """A body made by ``build`` on a worker thread, sent piece by piece (serve.py's Stream)."""
 
-    def __init__(self, build: Callable[[], bytes]) -> None:
+    def __init__(self, build: Callable[[], list[bytes]]) -> None:
         self._build = build
 
     async def chunks(self) -> AsyncIterator[bytes]:
         try:
-            body = await asyncio.to_thread(self._build)
+            pieces = await asyncio.to_thread(self._build)
         except Exception:  # the head is sent: the client gets a short body, the log says why
             log.exception("building /history failed")
             return
-        yield body
+        while pieces:
+            yield pieces.pop(0)  # each piece freed once written
 
     def close(self) -> None:
         pass
