@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from gpuwatch.cli.settings import (
     check_config_path,
@@ -248,6 +249,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     from gpuwatch.daemon.lock import holder
 
     config = load_cli_config(args, client=True)
+    if args.history is not None:
+        return _show_history(args, config)
     if args.remote is not None:
         if args.gpu:
             args.parser.error("--gpu chooses among this machine's GPUs: not with --remote")
@@ -278,6 +281,44 @@ def _show_remote(args: argparse.Namespace, config: Config) -> int:
         now = time.time()
         text = document_text(fleet.to_json(results, now), args) if args.json else fleet.render(results, now, color)
         return text, fleet.fleet_exit_code(results)
+
+    return repeat(args, once)
+
+
+def _show_history(args: argparse.Namespace, config: Config) -> int:
+    """`status --history`: the ring's files on this machine, or one host's /history (--remote HOST)."""
+    from gpuwatch.cli import history_view
+
+    if args.gpu or args.processes:
+        args.parser.error("--history shows every GPU's charts: not with --gpu or --processes")
+    if args.remote is not None:
+        from gpuwatch.cli.remote import access, fetch_history
+
+        try:
+            urls = [remote_base_url(url) for url in args.remote] or config.status.remote
+            reach = access(config.status, os.environ, args.ca_file, args.user, args.password_file)
+        except ValueError as exc:
+            print(f"gpuwatch status --history: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        if len(urls) != 1:
+            print("gpuwatch status --history --remote: name one machine (--remote box1)", file=sys.stderr)
+            return EXIT_USAGE
+        timeout_s = args.timeout or config.status.timeout_s
+
+        def fetch() -> tuple[dict[str, Any] | None, str | None]:
+            return fetch_history(urls[0], args.history, timeout_s, reach)
+    else:
+        from gpuwatch.publish.history_store import read_local
+
+        def fetch() -> tuple[dict[str, Any] | None, str | None]:
+            return read_local(config.history_dir, args.history, time.time())
+
+    def once(color: bool) -> tuple[str, int]:
+        document, problem = fetch()
+        if document is None:
+            print(f"gpuwatch status --history: {problem}", file=sys.stderr)
+            return "", 1
+        return (document_text(document, args) if args.json else history_view.render(document, color)), 0
 
     return repeat(args, once)
 

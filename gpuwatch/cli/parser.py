@@ -111,6 +111,9 @@ def _add_views(sub: Commands, common: argparse.ArgumentParser) -> None:
             p.add_argument("--password-file", type=Path, metavar="FILE",
                            help="--remote: a file whose first line is the user's password (default [status] "
                                 "password_file); never the password itself on the command line")
+            p.add_argument("--history", nargs="?", const="1h", choices=("15m", "1h", "24h", "7d"), metavar="RANGE",
+                           help="sparklines of the daemon's history on disk (15m, 1h, 24h or 7d; default 1h); with "
+                                "--remote HOST, that host's /history")
 
 
 def _add_restore_and_curve(sub: Commands, common: argparse.ArgumentParser) -> None:

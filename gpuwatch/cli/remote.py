@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from gpuwatch.config.sections import StatusConfig
 from gpuwatch.publish import decode
@@ -123,6 +123,28 @@ def fetch(url: str, timeout_s: float, access: Access | None = None) -> HostResul
     except ValueError as exc:
         return HostResult(url, None, f"bad response: {exc}")
     return HostResult(url, document, stale=_staleness(url, timeout_s, reach))
+
+
+def fetch_history(url: str, range_name: str, timeout_s: float,
+                  access: Access | None = None) -> tuple[dict[str, Any] | None, str | None]:
+    """`gpuwatch status --history --remote HOST`: the host's /history document, or None and the one-line reason."""
+    reach = access or Access()
+    try:
+        status, body = _get(f"{url}/history?range={range_name}", timeout_s, reach)
+    except _Failed as exc:
+        return None, str(exc)
+    if status == 401:
+        return None, _unauthorized(url, reach)
+    if status != 200:
+        older = " (a gpuwatch without /history?)" if status == 404 else ""
+        return None, f"HTTP {status}: {_first_line(body)}{older}"
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError):
+        return None, "not JSON (is this gpuwatch's HTTP port?)"
+    if not isinstance(document, dict) or document.get("schema") != 1 or not isinstance(document.get("t"), list):
+        return None, "JSON, but not a gpuwatch history document (schema 1)"
+    return document, None
 
 
 def _unauthorized(url: str, reach: Access) -> str:

@@ -14,12 +14,13 @@ from pydantic import Field, ValidationError, field_validator
 
 from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S, ConfigError, Strict
 from gpuwatch.config.cooling import FanConfig, PowerConfig, ThermalConfig
-from gpuwatch.config.runtime import CONTROL_SOCKET_NAME, STATE_FILE_NAME, default_runtime_dir
+from gpuwatch.config.runtime import CONTROL_SOCKET_NAME, STATE_FILE_NAME, default_runtime_dir, default_state_dir
 from gpuwatch.config.sections import (
     AmdgpuInfoConfig,
     AttachedConfig,
     ControlConfig,
     HealthConfig,
+    HistoryConfig,
     HttpConfig,
     ProcessesConfig,
     ResetsConfig,
@@ -58,6 +59,7 @@ class Config(Strict):
     resets: ResetsConfig = ResetsConfig()
     unmanaged: UnmanagedConfig = UnmanagedConfig()
     health: HealthConfig = HealthConfig()
+    history: HistoryConfig = HistoryConfig()
     trainer: list[TrainerConfig] = []
     control: ControlConfig = ControlConfig()
     attached: AttachedConfig = AttachedConfig()
@@ -122,6 +124,13 @@ class Config(Strict):
         if state:
             return Path(state.split(":")[0]) / "gpu-resets"
         return self.resolved_runtime_dir / "gpu-resets"
+
+    @property
+    def history_dir(self) -> Path:
+        """Where the history ring is kept (``[history] dir``, else in the state directory: survives a restart)."""
+        if self.history.dir is not None:
+            return self.history.dir
+        return Path(default_state_dir(os.environ, os.fspath(self.resolved_runtime_dir))) / "history"
 
     @property
     def state_file(self) -> Path:

@@ -17,6 +17,9 @@ DEFAULT_CONFIG_PATH = "/etc/gpuwatch/gpuwatch.toml"
 # The systemd unit's RuntimeDirectory=gpuwatch, and root's default runtime_dir.
 SYSTEM_RUNTIME_DIR = "/run/gpuwatch"
 
+# The systemd unit's StateDirectory=gpuwatch: what the system daemon keeps across reboots (its history).
+SYSTEM_STATE_DIR = "/var/lib/gpuwatch"
+
 # In the runtime directory: the published state (`gpuwatch status`) and the supervisor's control socket.
 STATE_FILE_NAME = "state.json"
 # A cleanly stopped daemon's last state file, kept for the next one's job receipts (publish/receipt_store.py).
@@ -58,6 +61,15 @@ def default_runtime_dir(environ: Mapping[str, str], euid: int) -> str:
         return SYSTEM_RUNTIME_DIR
     xdg = environ.get("XDG_RUNTIME_DIR")
     return os.path.join(xdg, "gpuwatch") if xdg else f"/tmp/gpuwatch-{euid}"
+
+
+def default_state_dir(environ: Mapping[str, str], runtime_dir: str) -> str:
+    """Where a daemon publishing in ``runtime_dir`` keeps what survives it: systemd's StateDirectory, else
+    /var/lib/gpuwatch for the system daemon (runtime directory /run/gpuwatch), else its runtime directory. A
+    client (`status --history`) finds the same from the runtime directory it found (``client_runtime_dir``)."""
+    if environ.get("STATE_DIRECTORY"):
+        return environ["STATE_DIRECTORY"].split(":")[0]
+    return SYSTEM_STATE_DIR if runtime_dir == SYSTEM_RUNTIME_DIR else runtime_dir
 
 
 def client_runtime_dir(environ: Mapping[str, str], euid: int, holds_daemon: Callable[[str], bool]) -> str:

@@ -203,6 +203,15 @@ class AttachedConfig(Strict):
     max_runs_per_user: int = Field(default=64, ge=1, le=4096)
 
 
+class HistoryConfig(Strict):
+    """The history kept on disk for the live page's charts, /history and `gpuwatch status --history` (docs/page.md)."""
+
+    enabled: bool = True
+    # None: <state directory>/history (config/runtime.default_state_dir: systemd's StateDirectory, /var/lib/gpuwatch
+    # for the system daemon, else the runtime directory). Root-owned, writable by root only (else history is off).
+    dir: Path | None = None
+
+
 class HealthConfig(Strict):
     """`gpuwatch health` and the Slurm gate (docs/cluster.md): which checks make the node unhealthy (``off`` names
     those that do not), how long over crit counts, the drain/resume hysteresis, where jobs are mapped."""

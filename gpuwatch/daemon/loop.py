@@ -44,6 +44,7 @@ from gpuwatch.daemon.wakeup import Flag, Signals, Wakeup
 from gpuwatch.limits import limits_in_force
 from gpuwatch.model import Acted, DaemonInfo, PublishedState, Snapshot
 from gpuwatch.publish.document import to_document
+from gpuwatch.publish.history_store import HistoryStore
 from gpuwatch.publish.http import HttpServer
 from gpuwatch.publish.live import rung_of
 from gpuwatch.publish.live_feed import LiveFeed
@@ -79,6 +80,10 @@ class Daemon:
         self.sampler = sense.sampler(self.parts.sources, config.interval_s)
         self.holder = StateHolder()
         self.live = LiveFeed(config.interval_s)  # the live page's summary, history and events (docs/page.md)
+        # The history ring on disk (its own writer thread), fed by the live feed's points and events.
+        self.history = HistoryStore(config.history_dir) if config.history.enabled else None
+        if self.history is not None:
+            self.live.record = self.history.add
         self.started_unix = time.time()
         self.ticks_total = 0
         # Set by signal handlers: plain flags and a self-pipe, never a lock (see Wakeup).
@@ -115,7 +120,7 @@ class Daemon:
         state = self._guard("health verdict", partial(self.node.observe, state, config), state)
         document = to_document(state, source="daemon")
         self.holder.publish(state, document)
-        if self.http is not None:
+        if self.http is not None or self.history is not None:
             self._guard("live page", lambda: self.live.publish(state, config), None)
         self._guard("state file", lambda: write_state_file(self.config.state_file, document), None)
         for hook in self.parts.on_tick:
@@ -136,6 +141,8 @@ class Daemon:
             self._guard("job receipts", partial(self.node.take_back, self.config), None)
             deadline = time.monotonic()
             ready = False
+            if self.history is not None:
+                self.history.start()
             self.start_http()
             while not self.stop_requested.is_set():
                 self._signals.log_new(log)
@@ -241,6 +248,8 @@ class Daemon:
             self._guard("control socket stop", self.control.stop, None)
             self.control = None
         hand_back(self.parts, self._guard)
+        if self.history is not None:  # the open buckets written, before the state file goes
+            self._guard("history stop", self.history.stop, None)
         if self.parts.gpu_use is not None:
             self._guard("uevent socket close", self.parts.gpu_use.close, None)
         try:  # renamed, not removed: the next daemon takes the job receipts back from it (publish/receipt_store.py)
@@ -260,7 +269,7 @@ class Daemon:
 
         A port already in use is logged and the daemon goes on: fans and supervision matter more.
         """
-        self.http = http_server(self.config, self.holder, self.live, self.failures)
+        self.http = http_server(self.config, self.holder, self.live, self.failures, self.history)
         if self.http is not None:
             self.http.start()
 

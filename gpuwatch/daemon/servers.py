@@ -18,6 +18,7 @@ from gpuwatch.daemon.attach_sessions import Sessions
 from gpuwatch.daemon.compose import Parts
 from gpuwatch.daemon.control import ControlServer
 from gpuwatch.daemon.ladder import Guard
+from gpuwatch.publish.history_store import HistoryStore
 from gpuwatch.publish.http import HttpServer
 from gpuwatch.publish.live_feed import LiveFeed
 from gpuwatch.publish.state import StateHolder
@@ -25,7 +26,8 @@ from gpuwatch.publish.state import StateHolder
 log = logging.getLogger("gpuwatch")
 
 
-def http_server(config: Config, holder: StateHolder, live: LiveFeed, failures: dict[str, str]) -> HttpServer | None:
+def http_server(config: Config, holder: StateHolder, live: LiveFeed, failures: dict[str, str],
+                history: HistoryStore | None = None) -> HttpServer | None:
     """The HTTP server ``[http]`` asks for, bound but not started; None when it is off or cannot serve (logged,
     and kept in ``failures``)."""
     http = config.http
@@ -33,7 +35,7 @@ def http_server(config: Config, holder: StateHolder, live: LiveFeed, failures: d
         return None
     try:
         return HttpServer(holder, http.listen, http.port, web_config=http.web_config,
-                          expose_sensitive=http.expose_sensitive, live=live)
+                          expose_sensitive=http.expose_sensitive, live=live, history=history)
     except ConfigError as exc:  # the web config broke after the start's check (load_daemon_config)
         log.error("cannot serve HTTP: %s; metrics are off", exc)
         failures["http"] = str(exc)

@@ -1,9 +1,11 @@
-"""The live page's memory (docs/page.md): the last hour of chart points and the recent events (pure).
+"""The live page's memory (docs/page.md): the chart points, the last hour of them and the recent events (pure).
 
-Kept by the daemon in memory only, bounded whatever the interval: ``capacity(interval_s)`` points
-(an hour at the tick interval, at most ``MAX_POINTS``) and the last ``MAX_EVENTS`` events. Events are
-derived by comparing consecutive summaries (publish/live.py): pauses, resumes, restarts, resets,
-failsafe, a GPU lost or back, reloads. Every timestamp comes from the summaries; nothing here reads a clock.
+Kept by the daemon in memory, bounded whatever the interval: ``capacity(interval_s)`` points
+(an hour at the tick interval, at most ``MAX_POINTS``) and the last ``MAX_EVENTS`` events; the same points
+and events go to the on-disk ring (publish/history_store.py). Events are derived by comparing consecutive
+summaries (publish/live.py) and clock readings (``clocks``): pauses, resumes, restarts, resets, failsafe,
+a GPU lost or back, reloads, a cap lowered or given back, a clock ceiling set or released. Every timestamp
+comes from the summaries; nothing here reads a clock.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from gpuwatch.model import ClockMode, PublishedState
 from gpuwatch.publish.live import Summary
 
 HISTORY_S = 3600.0  # what the charts cover at the tick interval
@@ -22,6 +25,11 @@ MAX_EVENTS = 30
 Point = dict[str, Any]
 Event = dict[str, Any]
 MakeEvent = Callable[..., Event]  # (kind, text, gpu=, run=) -> the event at this tick
+# Per GPU id, what the summary does not carry: {"sclk_mhz", "ceiling_mhz", "limiting"} (``clocks``).
+Clocks = dict[str, dict[str, Any]]
+# A point's values per GPU, in this order (docs/page.md); readers of a shorter (older) point take the missing as null.
+GPU_SERIES = ("hottest_c", "fan_pct", "power_w", "busy_pct", "cap_w", "sclk_mhz")
+CAPPING = ("governing", "floor")  # the power governor's modes with a cap of ours in force
 
 
 def capacity(interval_s: float) -> int:
@@ -31,12 +39,28 @@ def capacity(interval_s: float) -> int:
     return max(1, min(MAX_POINTS, math.ceil(HISTORY_S / interval_s)))
 
 
-def point(summary: Summary) -> Point:
-    """One tick's chart values, compact: per GPU [hottest °C, fan duty %, power W, busy %], per run steps/s."""
+def clocks(state: PublishedState) -> Clocks:
+    """Each GPU's shader clock (MHz, rounded) and the clock rung's ceiling, from the tick's state."""
+    rungs = {c.gpu_id: c for c in state.clocks}
+    found: Clocks = {}
+    for gpu in state.snapshot.gpus:
+        rung = rungs.get(gpu.gpu_id)
+        limiting = rung is not None and rung.mode in (ClockMode.LIMITING, ClockMode.FLOOR)
+        ceiling = None if rung is None or rung.ceiling_mhz is None else round(rung.ceiling_mhz)
+        found[gpu.gpu_id] = {"sclk_mhz": None if gpu.sclk_hz is None else round(gpu.sclk_hz / 1e6),
+                             "ceiling_mhz": ceiling, "limiting": limiting}
+    return found
+
+
+def point(summary: Summary, clocks: Clocks | None = None) -> Point:
+    """One tick's chart values, compact: per GPU ``GPU_SERIES`` [hottest °C, fan duty %, power W, busy %, cap W,
+    shader clock MHz], per run steps/s."""
     gpus = {}
     for gpu in summary["gpus"]:
         temps = [t["temp_c"] for t in gpu["temps"] if t["temp_c"] is not None]
-        gpus[gpu["id"]] = [max(temps) if temps else None, gpu["fan"]["duty_pct"], gpu["power"]["w"], gpu["busy_pct"]]
+        sclk = (clocks or {}).get(gpu["id"], {}).get("sclk_mhz")
+        gpus[gpu["id"]] = [max(temps) if temps else None, gpu["fan"]["duty_pct"], gpu["power"]["w"], gpu["busy_pct"],
+                           gpu["power"]["cap_w"], sclk]
     return {"t": summary["taken_unix"], "g": gpus, "r": {run["name"]: run["steps_per_s"] for run in summary["runs"]}}
 
 
@@ -46,11 +70,11 @@ class History:
     def __init__(self, interval_s: float) -> None:
         self._points: deque[Point] = deque(maxlen=capacity(interval_s))
 
-    def add(self, summary: Summary) -> Point:
+    def add(self, summary: Summary, clocks: Clocks | None = None) -> Point:
         wanted = capacity(summary["interval_s"] or 0.0)
         if wanted != self._points.maxlen:
             self._points = deque(self._points, maxlen=wanted)
-        new = point(summary)
+        new = point(summary, clocks)
         self._points.append(new)
         return new
 
@@ -61,8 +85,9 @@ class History:
         return len(self._points)
 
 
-def events(before: Summary | None, after: Summary, reloaded: bool) -> list[Event]:
-    """What changed from one tick's summary to the next, oldest rule first."""
+def events(before: Summary | None, after: Summary, reloaded: bool, clocks_before: Clocks | None = None,
+           clocks_after: Clocks | None = None) -> list[Event]:
+    """What changed from one tick's summary (and ``clocks``) to the next, oldest rule first."""
     tick, unix = after["tick"], after["taken_unix"]
 
     def event(kind: str, text: str, gpu: str | None = None, run: str | None = None) -> Event:
@@ -76,6 +101,8 @@ def events(before: Summary | None, after: Summary, reloaded: bool) -> list[Event
     old_gpus = {g["id"]: g for g in before["gpus"]} if before else {}
     for gpu in after["gpus"]:
         found += _gpu_events(old_gpus.get(gpu["id"]), gpu, event)
+        found += _acting_events(old_gpus.get(gpu["id"]), gpu, (clocks_before or {}).get(gpu["id"]),
+                                (clocks_after or {}).get(gpu["id"]), event)
     old_runs = {r["name"]: r for r in before["runs"]} if before else {}
     for run in after["runs"]:
         found += _run_events(old_runs.get(run["name"]), run, event)
@@ -99,6 +126,35 @@ def _gpu_events(old: Summary | None, new: Summary, event: MakeEvent) -> list[Eve
     elif was_failsafe and not failsafe:
         found.append(event("failsafe", f"fan of {gpu} back on the curve ({new['fan']['mode']})", gpu=gpu))
     return found
+
+
+def _acting_events(old: Summary | None, new: Summary, old_clock: dict[str, Any] | None,
+                   new_clock: dict[str, Any] | None, event: MakeEvent) -> list[Event]:
+    """The moments gpuwatch acted on a GPU: its cap lowered or given back, a clock ceiling set or released (the
+    rungs' mode changes, not every step of the governor: the chart's cap series shows those)."""
+    gpu = new["id"]
+    found: list[Event] = []
+    if old is not None:
+        was, now = old["power"]["mode"] in CAPPING, new["power"]["mode"] in CAPPING
+        cap, before = new["power"]["cap_w"], old["power"]["cap_w"]
+        if now and not was:
+            found.append(event("cap", f"cap of {gpu} lowered to {_w(cap)} (from {_w(before)})", gpu=gpu))
+        elif was and not now:
+            found.append(event("cap", f"cap of {gpu} raised back to {_w(cap)}", gpu=gpu))
+        elif now and new["power"]["mode"] != old["power"]["mode"]:
+            found.append(event("cap", f"cap of {gpu} at {_w(cap)} ({new['power']['mode']})", gpu=gpu))
+    if old_clock is not None and new_clock is not None and old_clock["limiting"] != new_clock["limiting"]:
+        if new_clock["limiting"]:
+            mhz = new_clock["ceiling_mhz"]
+            found.append(event("ceiling", f"clock ceiling of {gpu} set to "
+                                          + (f"{mhz:g} MHz" if mhz is not None else "a lower clock"), gpu=gpu))
+        else:
+            found.append(event("ceiling", f"clock ceiling of {gpu} released", gpu=gpu))
+    return found
+
+
+def _w(watts: float | None) -> str:
+    return "? W" if watts is None else f"{watts:g} W"
 
 
 def _run_events(old: Summary | None, new: Summary, event: MakeEvent) -> list[Event]:
@@ -125,11 +181,12 @@ class EventLog:
     def __init__(self) -> None:
         self._events: deque[Event] = deque(maxlen=MAX_EVENTS)
         self._last: Summary | None = None
+        self._clocks: Clocks | None = None
 
-    def add(self, summary: Summary, reloaded: bool) -> list[Event]:
-        new = events(self._last, summary, reloaded)
+    def add(self, summary: Summary, reloaded: bool, clocks: Clocks | None = None) -> list[Event]:
+        new = events(self._last, summary, reloaded, self._clocks, clocks)
         self._events.extend(new)
-        self._last = summary
+        self._last, self._clocks = summary, clocks
         return new
 
     def recent(self) -> list[Event]:

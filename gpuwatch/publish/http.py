@@ -1,4 +1,4 @@
-"""The read-only HTTP endpoint: /metrics, /healthz and /status, and the live page (/ and /events,
+"""The read-only HTTP endpoint: /metrics, /healthz and /status, and the live page (/, /events and /history,
 docs/page.md), served from its own thread.
 
 Every response is rendered from the StateHolder (what the last tick published); nothing here reads
@@ -9,19 +9,21 @@ With ``[http] web_config`` (docs/security.md): TLS from the Gate in force (publi
 its files change), every request authenticated when the web config has ``basic_auth_users`` (401 with
 ``WWW-Authenticate`` otherwise; publish/auth.py), the configured response headers on every answer. /status
 gives the full document only to the clients ``[http] expose_sensitive`` names, a redacted one to the
-others (publish/redact.py).
+others (publish/redact.py); /history the same way (event texts as their class).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import gzip
 import json
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
@@ -30,6 +32,8 @@ from prometheus_client.exposition import generate_latest
 from gpuwatch.config.sections import ExposeSensitive, HttpConfig
 from gpuwatch.publish.auth import BasicAuth, credentials
 from gpuwatch.publish.families import gauge
+from gpuwatch.publish.history_format import parse_range
+from gpuwatch.publish.history_store import HistoryStore
 from gpuwatch.publish.live_feed import LiveFeed, TooManyClients, page
 from gpuwatch.publish.metrics import GpuwatchCollector
 from gpuwatch.publish.redact import is_loopback, redact, sees_sensitive
@@ -149,7 +153,8 @@ class HttpServer:
                  monotonic: Callable[[], float] = time.monotonic,
                  request_deadline_s: float = REQUEST_DEADLINE_S, web_config: Path | None = None,
                  expose_sensitive: ExposeSensitive | None = None, live: LiveFeed | None = None,
-                 keepalive_idle_s: float = KEEPALIVE_IDLE_S, max_requests: int = MAX_REQUESTS_PER_CONNECTION) -> None:
+                 keepalive_idle_s: float = KEEPALIVE_IDLE_S, max_requests: int = MAX_REQUESTS_PER_CONNECTION,
+                 history: HistoryStore | None = None) -> None:
         """``expose_sensitive`` None: ``[http]``'s default (config/sections.py, its one home)."""
         expose = expose_sensitive or HttpConfig().expose_sensitive
         self._watch = GateWatch(web_config)
@@ -163,7 +168,7 @@ class HttpServer:
                                            name="gpuwatch-metrics", daemon=True)
         self._sock = bind(listen, port)
         gate = self._watch.gate
-        self._server = Server(self._sock, _routes(holder, self._metrics, monotonic, expose, live),
+        self._server = Server(self._sock, _routes(holder, self._metrics, monotonic, expose, live, history),
                               request_deadline_s, tls=lambda: gate().context, admit=_admission(gate, self._auth),
                               finish=lambda response: _with_headers(response, gate()),
                               keepalive_idle_s=keepalive_idle_s, max_requests=max_requests)
@@ -180,7 +185,8 @@ class HttpServer:
     def start(self) -> None:
         self._server.start()
         self._prerender.start()
-        log.info("HTTP listening on %s:%d (/metrics, /healthz, /status, the live page /%s)", self.address, self.port,
+        log.info("HTTP listening on %s:%d (/metrics, /healthz, /status, /history, the live page /%s)", self.address,
+                 self.port,
                  "; TLS" if self.tls else "")
 
     def reload(self) -> None:
@@ -236,7 +242,8 @@ def _san_allowed(request: Request, allowed: frozenset[str]) -> bool:
 
 
 def _routes(holder: StateHolder, metrics: MetricsCache, monotonic: Callable[[], float],
-            expose_sensitive: ExposeSensitive, live: LiveFeed | None = None) -> Callable[[Request], Response]:
+            expose_sensitive: ExposeSensitive, live: LiveFeed | None = None,
+            history: HistoryStore | None = None) -> Callable[[Request], Response]:
     page_body = page() if live is not None else b""
 
     def route(request: Request) -> Response:
@@ -252,19 +259,53 @@ def _routes(holder: StateHolder, metrics: MetricsCache, monotonic: Callable[[], 
         if path == "/healthz":
             fresh, reason = health(holder, monotonic())
             return Response(200 if fresh else 503, _TEXT, (reason + "\n").encode())
+        sensitive = sees_sensitive(expose_sensitive, is_loopback(request.client), request.authenticated)
         if path == "/status":
             document = holder.document()
             if document is None:
                 return Response(503, _TEXT, b"no sample published yet\n")
-            if not sees_sensitive(expose_sensitive, is_loopback(request.client), request.authenticated):
+            if not sensitive:
                 document = redact(document)
             return Response(200, "application/json", json.dumps(document, indent=2, sort_keys=True).encode())
-        return Response(404, _TEXT, b"not found: try /, /metrics, /healthz, /status\n")
+        if path == "/history" and history is not None:
+            return _history(history, request, redacted=not sensitive)
+        return Response(404, _TEXT, b"not found: try /, /metrics, /healthz, /status, /history\n")
 
     return route
 
 
 _GZIP_HEADERS = (("Content-Encoding", "gzip"), ("Vary", "Accept-Encoding"))
+
+
+def _history(history: HistoryStore, request: Request, redacted: bool) -> Response:
+    """/history?range=15m|1h|24h|7d (docs/page.md): the on-disk ring's points and events, 400 for another range.
+
+    The body is built on a worker thread (``_Built``), one at a time (``HistoryStore.encode``'s lock): an hour of
+    8 GPUs is 0.1-0.2 s of reading and encoding, which on the server's own loop would hold every scrape that long."""
+    range_name, bad = parse_range(parse_qs(request.target.partition("?")[2], keep_blank_values=True))
+    if range_name is None:
+        return Response(400, _TEXT, f"{bad}\n".encode())
+    return Response(200, "application/json", b"", (("Cache-Control", "no-store"),),
+                    stream=_Built(lambda: history.chunks(range_name, time.time(), redacted)))
+
+
+class _Built:
+    """A body made by ``build`` on a worker thread, sent piece by piece (serve.py's Stream)."""
+
+    def __init__(self, build: Callable[[], list[bytes]]) -> None:
+        self._build = build
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        try:
+            pieces = await asyncio.to_thread(self._build)
+        except Exception:  # the head is sent: the client gets a short body, the log says why
+            log.exception("building /history failed")
+            return
+        while pieces:
+            yield pieces.pop(0)  # each piece freed once written
+
+    def close(self) -> None:
+        pass
 
 
 # The page may load nothing from elsewhere (issue 37): the browser enforces it too.

@@ -18,7 +18,7 @@ from importlib import resources
 
 from gpuwatch.config.file import Config
 from gpuwatch.model import PublishedState
-from gpuwatch.publish.history import EventLog, History
+from gpuwatch.publish.history import Event, EventLog, History, Point, clocks
 from gpuwatch.publish.live import Summary, summary
 
 MAX_CLIENTS = 32
@@ -54,23 +54,28 @@ class LiveFeed:
         self._config: Config | None = None  # the last tick's, only to recognise a reload by identity; never read
         self._wakers: set[Callable[[], None]] = set()
         self.max_clients = max_clients
+        # Each tick's point and new events, with the tick's interval, handed on (the on-disk ring's ``add``:
+        # publish/history_store.py); called on the tick's thread, outside the lock.
+        self.record: Callable[[Point, list[Event], float], None] | None = None
 
     def publish(self, state: PublishedState, config: Config) -> None:
         """The tick's part (the daemon's thread): summary, point, events, then every client woken.
 
         ``config`` is the tick's: a reload shows as a new object (the loop swaps its Config, never edits one)."""
-        tick = summary(state, config.fan)
+        tick, clocked = summary(state, config.fan), clocks(state)
         with self._lock:
             reloaded = self._config is not None and config is not self._config
             self._config = config
-            point = self._history.add(tick)
-            self._events.add(tick, reloaded)
+            point = self._history.add(tick, clocked)
+            new = self._events.add(tick, reloaded, clocked)
             self._latest = tick
             self._message = sse({"summary": tick, "point": point, "events": self._events.recent()})
             self._seq += 1
             wakers = list(self._wakers)
         for wake in wakers:
             wake()
+        if self.record is not None:
+            self.record(point, new, config.interval_s)
 
     @property
     def clients(self) -> int:

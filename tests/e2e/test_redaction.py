@@ -1,10 +1,10 @@
 """Nothing personal leaves the box (issue 47): a REAL `gpuwatch run --simulate` daemon whose configured trainer
 fails to spawn on a path, and a run attached with the REAL `gpuwatch train` by a REAL unprivileged user, read
 on every route as a reader who proved nothing: over HTTP from a non-loopback address of this machine
-(/metrics, /status, /healthz, /, /events, `gpuwatch status --remote`) and through the control socket by
-another unprivileged user. The run's user, paths, argv, working directory, environment and code each carry
-a marker; no marker may appear anywhere (the full view, the state file, is checked to hold them: the test
-would prove nothing with markers that never reached the daemon).
+(/metrics, /status, /healthz, /, /events, /history, `gpuwatch status --remote` and `--history --remote`) and
+through the control socket by another unprivileged user. The run's user, paths, argv, working directory,
+environment and code each carry a marker; no marker may appear anywhere (the full view, the state file, is
+checked to hold them: the test would prove nothing with markers that never reached the daemon).
 """
 
 from __future__ import annotations
@@ -130,6 +130,10 @@ def test_no_marker_of_a_runs_user_path_argv_cwd_env_or_code_reaches_an_unauthent
         remote = subprocess.run([*GPUWATCH, "status", "--remote", f"http://{address}:{port}", "-c", str(config)],
                                 capture_output=True, text=True, timeout=WAIT_S)
         outputs["status --remote"] = remote.stdout + remote.stderr
+        outputs["/history"] = _get(address, port, "/history?range=15m")
+        charts = subprocess.run([*GPUWATCH, "status", "--history", "15m", "--remote", f"http://{address}:{port}", "-c",
+                                 str(config)], capture_output=True, text=True, timeout=WAIT_S)
+        outputs["status --history --remote"] = charts.stdout + charts.stderr
         socket = subprocess.run([sys.executable, "-m", "tests.support.as_user", reader, "document",
                                  str(runtime / "control.sock")], capture_output=True, text=True, timeout=WAIT_S,
                                 cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -141,5 +145,7 @@ def test_no_marker_of_a_runs_user_path_argv_cwd_env_or_code_reaches_an_unauthent
         assert json.loads(socket.stdout)["redacted"] is True
         assert 'gpuwatch_trainer_failed_info{reason="spawn failed",trainer="broken"} 1.0' in outputs["/metrics"]
         assert "broken" in outputs["status --remote"] and "python3" in outputs["status --remote"], remote
+        assert {"broken", "python3"} <= set(json.loads(outputs["/history"])["runs"]), outputs["/history"][:2000]
+        assert "run broken" in outputs["status --history --remote"], charts
         leaks = {(route, marker) for route, text in outputs.items() for marker in markers if marker in text}
         assert leaks == set(), {route: outputs[route][:2000] for route, _ in leaks}

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.publish.history import MAX_EVENTS, MAX_POINTS, EventLog, History, capacity, events, point
+from gpuwatch.publish.history import MAX_EVENTS, MAX_POINTS, EventLog, History, capacity, clocks, events, point
 
 
 def tick_summary(tick: int, interval_s: float = 1.0) -> dict[str, Any]:
@@ -55,10 +55,27 @@ def test_the_ring_keeps_the_newest_and_never_grows_past_its_capacity() -> None:
 
 
 def test_a_point_is_the_charts_values() -> None:
+    """[hottest °C, fan %, power W, busy %, cap W, sclk MHz] (the interface with the page: docs/page.md)."""
     s = tick_summary(3)
-    assert point(s) == {"t": s["taken_unix"], "g": {"0000:28:00.0": [73.0, 60.0, 140.0, 100.0]}, "r": {"demo": 5.0}}
+    assert point(s) == {"t": s["taken_unix"], "g": {"0000:28:00.0": [73.0, 60.0, 140.0, 100.0, 150.0, None]},
+                        "r": {"demo": 5.0}}
+    assert point(s, {"0000:28:00.0": clock(sclk_mhz=2500)})["g"]["0000:28:00.0"][5] == 2500
     s["gpus"][0]["temps"] = [{"label": "edge", "temp_c": None, "limit_c": None, "crit_c": None}]
     assert point(s)["g"]["0000:28:00.0"][0] is None
+
+
+def clock(sclk_mhz: float | None = 2000, ceiling_mhz: float | None = None, limiting: bool = False) -> dict[str, Any]:
+    return {"sclk_mhz": sclk_mhz, "ceiling_mhz": ceiling_mhz, "limiting": limiting}
+
+
+def test_the_clocks_come_from_the_state() -> None:
+    from gpuwatch.model import ClockMode, ClockState, GpuReading, PublishedState, Snapshot
+
+    gpus = (GpuReading(gpu_id="a", card="card0", backend="amdgpu", sclk_hz=2_487_000_000.0),
+            GpuReading(gpu_id="b", card="card1", backend="amdgpu"))
+    state = PublishedState(snapshot=Snapshot(taken_monotonic=1.0, taken_unix=2.0, gpus=gpus),
+                           clocks=(ClockState("a", ClockMode.LIMITING, ceiling_mhz=2100.4),))
+    assert clocks(state) == {"a": clock(2487, 2100, True), "b": clock(None)}
 
 
 def changed(**edits: Any) -> dict[str, Any]:
@@ -111,3 +128,28 @@ def test_the_event_log_is_bounded_newest_first() -> None:
         log.add(changed(gpu_resets_total=tick) | {"tick": tick}, reloaded=False)
     recent = log.recent()
     assert len(recent) == MAX_EVENTS and recent[0]["tick"] == 99 and recent[-1]["tick"] == 100 - MAX_EVENTS
+
+
+def powered(mode: str, cap_w: float) -> dict[str, Any]:
+    return changed(gpu_power={"w": 140.0, "cap_w": cap_w, "original_cap_w": 150.0, "floor_cap_w": 90.0,
+                              "mode": mode, "reason": None})
+
+
+@pytest.mark.parametrize(("before", "after", "clocks_before", "clocks_after", "text"), [
+    (powered("idle", 150), powered("governing", 140), None, None, "cap of 0000:28:00.0 lowered to 140 W (from 150 W)"),
+    (powered("governing", 140), powered("governing", 130), None, None, None),  # the cap series shows each step
+    (powered("governing", 100), powered("floor", 90), None, None, "cap of 0000:28:00.0 at 90 W (floor)"),
+    (powered("floor", 90), powered("idle", 150), None, None, "cap of 0000:28:00.0 raised back to 150 W"),
+    (powered("idle", 150), powered("unavailable", 150), None, None, None),
+    (tick_summary(1), changed(), {"0000:28:00.0": clock()}, {"0000:28:00.0": clock(1800, 1800, True)},
+     "clock ceiling of 0000:28:00.0 set to 1800 MHz"),
+    (tick_summary(1), changed(), {"0000:28:00.0": clock(1800, 1800, True)}, {"0000:28:00.0": clock(1700, 1700, True)},
+     None),
+    (tick_summary(1), changed(), {"0000:28:00.0": clock(1800, 1800, True)}, {"0000:28:00.0": clock()},
+     "clock ceiling of 0000:28:00.0 released"),
+])
+def test_the_moments_gpuwatch_acted(before: dict[str, Any], after: dict[str, Any], clocks_before: Any,
+                                    clocks_after: Any, text: str | None) -> None:
+    found = events(before, after, False, clocks_before, clocks_after)
+    assert [e["text"] for e in found] == ([text] if text else [])
+    assert all(e["kind"] in ("cap", "ceiling") and e["gpu"] == "0000:28:00.0" for e in found)

@@ -37,7 +37,7 @@ _gpuwatch() {
                 --user) COMPREPLY=(); return ;;
                 --password-file) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
             esac
-            words="-h --help -c --config --sysfs-root --proc-root --json --watch --color --processes --gpu --remote --timeout --ca-file --user --password-file"
+            words="-h --help -c --config --sysfs-root --proc-root --json --watch --color --processes --gpu --remote --timeout --ca-file --user --password-file --history"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
         sensors)

@@ -39,6 +39,7 @@ complete -c gpuwatch -n "__fish_seen_subcommand_from status" -l timeout -x -d 'p
 complete -c gpuwatch -n "__fish_seen_subcommand_from status" -l ca-file -r -F -d '--remote over https: the CA that signs the hosts certificates'
 complete -c gpuwatch -n "__fish_seen_subcommand_from status" -l user -x -d '--remote: the basic auth user'
 complete -c gpuwatch -n "__fish_seen_subcommand_from status" -l password-file -r -F -d '--remote: a file whose first line is the users password'
+complete -c gpuwatch -n "__fish_seen_subcommand_from status" -l history -d 'sparklines of the daemons history on disk'
 complete -c gpuwatch -n "__fish_seen_subcommand_from sensors" -s h -l help -d 'show this help message and exit'
 complete -c gpuwatch -n "__fish_seen_subcommand_from sensors" -s c -l config -r -F -d 'config file'
 complete -c gpuwatch -n "__fish_seen_subcommand_from sensors" -l sysfs-root -r -F -d 'sysfs tree to read instead of /sys'
