@@ -53,10 +53,11 @@ class LiveFeed:
         self._events = EventLog()
         self._latest: Summary | None = None
         self._message = b""
-        self._message_redacted = b""  # the same tick for a reader /status redacts for (publish/live.redacted)
+        # The same tick for a reader /status redacts for (publish/live.redacted): encoded only while one is open.
+        self._message_redacted = b""
         self._seq = 0
         self._config: Config | None = None  # the last tick's, only to recognise a reload by identity; never read
-        self._wakers: set[Callable[[], None]] = set()
+        self._wakers: dict[Callable[[], None], bool] = {}  # each open stream's waker: does it see it all?
         self.max_clients = max_clients
 
     def publish(self, state: PublishedState, config: Config) -> None:
@@ -72,7 +73,8 @@ class LiveFeed:
             self._latest = tick
             recent = self._events.recent()
             self._message = sse({"summary": tick, "point": point, "events": recent})
-            self._message_redacted = sse({"summary": redacted(tick), "point": point, "events": recent})
+            if not all(self._wakers.values()):
+                self._message_redacted = sse({"summary": redacted(tick), "point": point, "events": recent})
             self._seq += 1
             wakers = list(self._wakers)
         for wake in wakers:
@@ -104,15 +106,15 @@ class LiveFeed:
         ``sensitive`` False: a reader /status redacts for, who gets ``redacted`` summaries."""
         return LiveStream(self, sensitive)
 
-    def _join(self, wake: Callable[[], None]) -> None:
+    def _join(self, wake: Callable[[], None], sensitive: bool) -> None:
         with self._lock:
             if len(self._wakers) >= self.max_clients:
                 raise TooManyClients(f"{self.max_clients} live pages are open already")
-            self._wakers.add(wake)
+            self._wakers[wake] = sensitive
 
     def _leave(self, wake: Callable[[], None]) -> None:
         with self._lock:
-            self._wakers.discard(wake)
+            self._wakers.pop(wake, None)
 
     def _after(self, seen: int, sensitive: bool) -> tuple[int, bytes]:
         with self._lock:
@@ -133,7 +135,7 @@ class LiveStream:
         except RuntimeError:
             self._loop = None
         self._closed = False
-        feed._join(self._wake)
+        feed._join(self._wake, sensitive)
 
     def _wake(self) -> None:  # the tick's thread
         loop = self._loop

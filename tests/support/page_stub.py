@@ -91,8 +91,13 @@ def history(now_unix: float, range_name: str) -> dict[str, Any]:
 class PageStub:
     """The page, /events and /history on 127.0.0.1; ``tick()`` sends the next tick to every stream."""
 
-    def __init__(self, state: PublishedState, *, sensitive: bool = True, serve_history: bool = True) -> None:
+    def __init__(self, state: PublishedState, *, sensitive: bool = True, serve_history: bool = True,
+                 html: bytes | None = None, snapshot_points: list[dict[str, Any]] | None = None) -> None:
+        """``html``: another page than this checkout's (a benchmark's baseline); ``snapshot_points``: the
+        stream snapshot's history (else the current tick's point alone)."""
         self.state = state
+        self.html = page() if html is None else html
+        self.snapshot_points = snapshot_points
         self.sensitive = sensitive
         self.serve_history = serve_history
         self.requests: list[str] = []
@@ -114,7 +119,7 @@ class PageStub:
                 stub.requests.append(self.path)
                 url = urllib.parse.urlsplit(self.path)
                 if url.path == "/":
-                    self._send(200, "text/html; charset=utf-8", page(), _PAGE_HEADERS)
+                    self._send(200, "text/html; charset=utf-8", stub.html, _PAGE_HEADERS)
                 elif url.path == "/history" and stub.serve_history:
                     wanted = urllib.parse.parse_qs(url.query).get("range", ["1h"])[0]
                     if wanted not in SPAN_S:
@@ -173,7 +178,8 @@ class PageStub:
         handler.send_header("Content-Type", "text/event-stream; charset=utf-8")
         handler.send_header("Cache-Control", "no-cache")
         handler.end_headers()
-        snapshot = {"summary": copy.deepcopy(self.summary), "points": [point(self.summary)], "events": []}
+        points = self.snapshot_points if self.snapshot_points is not None else [point(self.summary)]
+        snapshot = {"summary": copy.deepcopy(self.summary), "points": points, "events": []}
         seen = self._seq
         try:
             handler.wfile.write(b"retry: 1000\n\n" + sse(snapshot, event="snapshot"))
