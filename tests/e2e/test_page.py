@@ -47,6 +47,12 @@ NETWORK_ERRORS = ("net::ERR_CONNECTION_REFUSED", "net::ERR_CONNECTION_RESET", "n
                   "Failed to load resource")
 
 
+# What sticks out of the page on its right (a sideways scroll's culprits), for an assertion's message.
+WIDER_THAN_THE_PAGE = ("() => [...document.querySelectorAll('body *')].filter((e) => e.getBoundingClientRect().right"
+                       " > document.documentElement.clientWidth + 1).slice(0, 8).map((e) => e.tagName + '.' "
+                       "+ e.className + ' ' + Math.round(e.getBoundingClientRect().right))")
+
+
 def _playwright() -> Any:
     try:
         from playwright.sync_api import sync_playwright
@@ -214,7 +220,8 @@ def test_the_page_shows_status_live_and_a_reset_within_two_ticks(browser: Browse
             browser.page.screenshot(path=str(SCREENSHOT), full_page=True)
         browser.page.set_viewport_size(NARROW)
         width = browser.page.evaluate("() => document.documentElement.scrollWidth")
-        assert width <= NARROW["width"], f"the page is {width} px wide at 360 px: it scrolls sideways"
+        assert width <= NARROW["width"], (f"the page is {width} px wide at 360 px: it scrolls sideways",
+                                          browser.page.evaluate(WIDER_THAN_THE_PAGE))
         browser.page.emulate_media(color_scheme="dark")
         browser.page.set_viewport_size(WIDE)
 
