@@ -61,10 +61,12 @@ test: $(STAMP) system-deps
 check: $(STAMP)
 	scripts/run-tests.sh --check
 
-# The README's picture of the live page (docs/page.png, docs/page.md): taken by its browser test in headless
-# Chromium against a simulated daemon, which also prints the page's first paint.
+# The live page's pictures (docs/page.md): docs/page.png taken by its browser test in headless Chromium against a
+# simulated daemon, which also prints the page's first paint; docs/page-hot.png and page-cool.png of two cards.
 screenshot: $(STAMP) system-deps
-	GPUWATCH_UPDATE_SCREENSHOT=1 $(PY) -m pytest -q -s -p no:randomly tests/e2e/test_page.py -k status
+	GPUWATCH_UPDATE_SCREENSHOT=1 $(PY) -m pytest -q -s -p no:randomly \
+		tests/e2e/test_page.py::test_the_page_shows_status_live_and_a_reset_within_two_ticks \
+		tests/e2e/test_page_levels.py::test_a_hot_card_does_not_look_like_a_cool_one
 
 # Mutation testing of the pure modules (mutmut, from the test extra; scripts/mutation.py, docs/testing.md): each
 # module in its own copy under .mutation/ with only its own tests, one test process at a time (the machine may be

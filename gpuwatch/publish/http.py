@@ -251,7 +251,8 @@ def _routes(holder: StateHolder, metrics: MetricsCache, monotonic: Callable[[], 
             return Response(405, _TEXT, b"read-only endpoint: GET or HEAD only\n", (("Allow", "GET, HEAD"),))
         path = request.path
         if live is not None and path in ("/", "/index.html", "/events"):
-            return _live(live, page_body, path)
+            return _live(live, page_body, path,
+                         sees_sensitive(expose_sensitive, is_loopback(request.client), request.authenticated))
         if path == "/metrics":
             if accepts_gzip(request.headers):
                 return Response(200, METRICS_CONTENT_TYPE, metrics.gzipped(), _GZIP_HEADERS)
@@ -317,12 +318,13 @@ _PAGE_HEADERS = (
 )
 
 
-def _live(live: LiveFeed, page_body: bytes, path: str) -> Response:
-    """/ (the page) or /events (its Server-Sent Events: a stream, or 503 over the cap on live pages)."""
+def _live(live: LiveFeed, page_body: bytes, path: str, sensitive: bool) -> Response:
+    """/ (the page) or /events (its Server-Sent Events: a stream, or 503 over the cap on live pages; the
+    processes' names and users only to a reader /status does not redact for, ``sensitive``)."""
     if path != "/events":
         return Response(200, "text/html; charset=utf-8", page_body, _PAGE_HEADERS)
     try:
-        stream = live.open()
+        stream = live.open(sensitive)
     except TooManyClients as exc:
         return Response(503, _TEXT, f"{exc}; retry later\n".encode(), (("Retry-After", "5"),))
     return Response(200, "text/event-stream; charset=utf-8", b"",

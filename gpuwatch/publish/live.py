@@ -1,21 +1,27 @@
 """The live page's per-tick summary (docs/page.md): a PublishedState -> a small JSON-ready dict (pure).
 
 What one box's user watches: per GPU the temperatures against their limits, the fan against its curve,
-the power against its cap and floor, the ladder's rung, busy and VRAM; per run its phase, step rate,
-GPUs, energy and why it is paused. Built from an allow-list of fields: it never carries what the status
-document redacts for remote clients (command lines, users, log paths, dump paths: contracts.md), so the
-stream needs no redaction of its own. Numbers are rounded here, once, to the digits the page shows.
+the power against its cap and floor, the ladder's rung, its heat level, clocks, throttle reasons, PCIe link,
+busy, VRAM and the processes on it; per run its phase, step rate, GPUs, energy and why it is paused; the box's
+hostname and what gpuwatch is doing. Built from an allow-list of fields: it never carries a command line, a
+log path or a dump path. The processes' program names and users are the one part the status document
+redacts too (publish/redact.py's SENSITIVE): ``redacted`` takes them out, leaving their count, for the
+readers /status redacts for. Numbers are rounded here, once, to the digits the page shows.
 """
 
 from __future__ import annotations
 
+import copy
+import os
 from typing import Any, Literal
 
 from gpuwatch.config.cooling import FanConfig
+from gpuwatch.limits import over_limit
 from gpuwatch.model import (
     ClockMode,
     FanMode,
     FanState,
+    GpuProcess,
     GpuReading,
     GpuResetState,
     PowerMode,
@@ -23,6 +29,7 @@ from gpuwatch.model import (
     PublishedState,
     TrainerPhase,
     TrainerState,
+    at_crit,
 )
 
 # The escalation ladder, lowest first (docs/power.md): more air, a lower power cap, a clock ceiling, then the pause.
@@ -32,6 +39,31 @@ HELD_PHASES = (TrainerPhase.PAUSING, TrainerPhase.PAUSED)
 ABOVE_FLOOR_PERCENT = 0.5  # a fan target this far above the curve's lowest speed is the fan answering heat
 
 Summary = dict[str, Any]
+
+# How hot against the limits in force, lowest first (docs/page.md): within NEAR_C of the limit, at or over it,
+# at or over the card's own critical temperature (the driver's temp*_crit: the hardware throttles there).
+Level = Literal["ok", "near", "over", "critical"]
+LEVELS: tuple[Level, ...] = ("ok", "near", "over", "critical")
+NEAR_C = 5.0
+# What gpuwatch is doing on the box, by the highest rung in use on any GPU (the tab's title says it).
+DOING: dict[Rung, str] = {"none": "watching", "fan": "cooling", "cap": "capping", "clock": "clocking down",
+                          "pause": "pausing"}
+
+
+def temp_level(temp_c: float | None, limit_c: float | None, crit_c: float | None) -> Level | None:
+    """One sensor's level; None when unreadable (the page says so in words, it never counts as cool)."""
+    if temp_c is None:
+        return None
+    if at_crit(temp_c, crit_c):
+        return "critical"
+    if over_limit(temp_c, limit_c):
+        return "over"
+    return "near" if over_limit(temp_c, limit_c, margin_c=NEAR_C) else "ok"
+
+
+def worst(levels: list[Level | None]) -> Level:
+    """The highest of ``levels`` (an unreadable sensor, None, adds nothing); ok when none."""
+    return max((level for level in levels if level is not None), key=LEVELS.index, default="ok")
 
 
 def ladder_rung(fan: FanState | None, fan_floor_percent: float, power: PowerState | None,
@@ -62,34 +94,57 @@ def rung_of(state: PublishedState, gpu_id: str, fan_config: FanConfig) -> Rung:
                        next((p for p in state.powers if p.gpu_id == gpu_id), None), held, clock)
 
 
-def summary(state: PublishedState, fan_config: FanConfig) -> Summary:
-    """The tick's summary; ``fan_config`` gives each GPU's curve (the tick's own configuration)."""
+def summary(state: PublishedState, fan_config: FanConfig, hostname: str = "") -> Summary:
+    """The tick's summary; ``fan_config`` gives each GPU's curve (the tick's own configuration), ``hostname``
+    the box's name (the header and the tab's title: two boxes in two tabs are told apart)."""
     fans = {f.gpu_id: f for f in state.fans}
     powers = {p.gpu_id: p for p in state.powers}
     resets = {r.gpu_id: r for r in state.snapshot.resets}
     daemon = state.daemon
+    gpus = [_gpu(state, gpu, fans.get(gpu.gpu_id), powers.get(gpu.gpu_id), resets.get(gpu.gpu_id),
+                 fan_config.for_gpu(gpu.gpu_id)) for gpu in state.snapshot.gpus]
+    hottest = [t["temp_c"] for g in gpus for t in g["temps"] if t["temp_c"] is not None]
     return {
+        "hostname": hostname,
+        "level": worst([g["level"] for g in gpus]),
+        "hottest_c": max(hottest) if hottest else None,
+        "doing": DOING[max((g["rung"] for g in gpus), key=RUNGS.index, default="none")],
         "tick": daemon.ticks_total if daemon else 0,
         "taken_unix": round(state.snapshot.taken_unix, 3),
         "interval_s": daemon.interval_s if daemon else None,
         "version": daemon.version if daemon else None,
         "started_unix": daemon.started_unix if daemon else None,
         "failures": list(daemon.failures) if daemon else [],
-        "gpus": [_gpu(state, gpu, fans.get(gpu.gpu_id), powers.get(gpu.gpu_id), resets.get(gpu.gpu_id),
-                      fan_config.for_gpu(gpu.gpu_id)) for gpu in state.snapshot.gpus],
+        "gpus": gpus,
         "runs": [_run(t) for t in state.trainers],
     }
+
+
+def redacted(tick: Summary) -> Summary:
+    """``tick`` for a reader /status redacts for (publish/redact.py's ``sees_sensitive``): the processes'
+    names and users (SENSITIVE's ``processes.command`` and ``processes.user``) out, their count kept."""
+    out = copy.copy(tick)
+    out["gpus"] = [gpu | {"processes": []} for gpu in tick["gpus"]]
+    out["redacted"] = True
+    return out
 
 
 def _gpu(state: PublishedState, gpu: GpuReading, fan: FanState | None, power: PowerState | None,
          reset: GpuResetState | None, fan_config: FanConfig) -> Summary:
     curve = [[float(t), float(s)] for t, s in fan_config.curve]
+    temps: list[Summary] = []
+    levels: list[Level | None] = []
+    for t in gpu.temps:
+        temp_c, limit_c, crit_c = _r(t.temp_c, 0), _r(state.limit_c(gpu.gpu_id, t.label), 0), _r(t.crit_c, 0)
+        levels.append(temp_level(temp_c, limit_c, crit_c))
+        temps.append({"label": t.label, "temp_c": temp_c, "limit_c": limit_c, "crit_c": crit_c, "level": levels[-1]})
+    processes = [p for p in state.snapshot.processes if p.gpu_id == gpu.gpu_id]
     return {
         "id": gpu.gpu_id,
         "name": gpu.name or gpu.device_id or gpu.card,
         "state": _gpu_state(gpu, reset),
-        "temps": [{"label": t.label, "temp_c": _r(t.temp_c, 0), "limit_c": _r(state.limit_c(gpu.gpu_id, t.label), 0),
-                   "crit_c": _r(t.crit_c, 0)} for t in gpu.temps],
+        "level": worst(levels),
+        "temps": temps,
         "fan": _fan(gpu, fan, curve),
         "power": _power(gpu, power),
         "rung": rung_of(state, gpu.gpu_id, fan_config),
@@ -97,6 +152,39 @@ def _gpu(state: PublishedState, gpu: GpuReading, fan: FanState | None, power: Po
         "vram_used_bytes": gpu.vram_used_bytes,
         "vram_total_bytes": gpu.vram_total_bytes,
         "resets_total": reset.resets_total if reset else 0,
+        "clocks": _clocks(gpu),
+        "pcie": _pcie(gpu),
+        "process_count": len(processes),
+        "processes": [_process(p) for p in processes],
+    }
+
+
+def _clocks(gpu: GpuReading) -> Summary:
+    return {
+        "sclk_mhz": _mhz(gpu.sclk_hz if gpu.sclk_hz is not None else gpu.sclk_average_hz),
+        "mclk_mhz": _mhz(gpu.mclk_hz if gpu.mclk_hz is not None else gpu.mclk_average_hz),
+        "throttle": list(gpu.throttle_reasons) if gpu.throttle_reasons is not None else None,
+    }
+
+
+def _pcie(gpu: GpuReading) -> Summary:
+    return {
+        "gts": gpu.pcie_link_speed_gts, "width": gpu.pcie_link_width,
+        "max_gts": gpu.pcie_max_link_speed_gts, "max_width": gpu.pcie_max_link_width,
+    }
+
+
+def _process(process: GpuProcess) -> Summary:
+    """One process on a GPU as nvtop lists it, without its arguments (a command line can carry a secret):
+    the program's name, its user, the run it belongs to, its VRAM and its share of the GPU."""
+    argv0 = process.command.split(" ", 1)[0]
+    busy = process.engine_busy_ratio if process.engine_busy_ratio else process.kfd_cu_occupancy_ratio
+    return {
+        "name": argv0 if argv0.startswith("[") else os.path.basename(argv0),
+        "user": process.user,
+        "run": process.trainer,
+        "vram_bytes": process.kfd_vram_bytes if process.kfd_vram_bytes is not None else process.vram_bytes,
+        "busy_pct": _pct(busy),
     }
 
 
@@ -170,6 +258,10 @@ def _r(value: float | None, digits: int) -> float | None:
     """Rounded here to the digits the page shows, once: a page that rounded a rounded value again could show
     149.49 W as 150 W."""
     return None if value is None else round(value, digits)
+
+
+def _mhz(hz: float | None) -> float | None:
+    return None if hz is None else round(hz / 1e6)
 
 
 def _pct(ratio: float | None) -> float | None:

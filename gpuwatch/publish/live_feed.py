@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
 from collections.abc import AsyncIterator, Callable
 from importlib import resources
@@ -19,7 +20,7 @@ from importlib import resources
 from gpuwatch.config.file import Config
 from gpuwatch.model import PublishedState
 from gpuwatch.publish.history import Event, EventLog, History, Point, clocks
-from gpuwatch.publish.live import Summary, summary
+from gpuwatch.publish.live import Summary, redacted, summary
 
 MAX_CLIENTS = 32
 RETRY_MS = 1000  # how soon a page's EventSource reconnects after the stream ends (the daemon restarts)
@@ -44,15 +45,19 @@ class TooManyClients(Exception):
 class LiveFeed:
     """The latest tick message, the history and events; thread-safe between the tick and the server."""
 
-    def __init__(self, interval_s: float = 1.0, max_clients: int = MAX_CLIENTS) -> None:
+    def __init__(self, interval_s: float = 1.0, max_clients: int = MAX_CLIENTS, hostname: str | None = None) -> None:
+        """``hostname`` None: this machine's (``socket.gethostname()``, read once)."""
+        self._hostname = socket.gethostname() if hostname is None else hostname
         self._lock = threading.Lock()
         self._history = History(interval_s)
         self._events = EventLog()
         self._latest: Summary | None = None
         self._message = b""
+        # The same tick for a reader /status redacts for (publish/live.redacted): encoded only while one is open.
+        self._message_redacted = b""
         self._seq = 0
         self._config: Config | None = None  # the last tick's, only to recognise a reload by identity; never read
-        self._wakers: set[Callable[[], None]] = set()
+        self._wakers: dict[Callable[[], None], bool] = {}  # each open stream's waker: does it see it all?
         self.max_clients = max_clients
         # Each tick's point and new events, with the tick's interval, handed on (the on-disk ring's ``add``:
         # publish/history_store.py); called on the tick's thread, outside the lock.
@@ -62,14 +67,17 @@ class LiveFeed:
         """The tick's part (the daemon's thread): summary, point, events, then every client woken.
 
         ``config`` is the tick's: a reload shows as a new object (the loop swaps its Config, never edits one)."""
-        tick, clocked = summary(state, config.fan), clocks(state)
+        tick, clocked = summary(state, config.fan, self._hostname), clocks(state)
         with self._lock:
             reloaded = self._config is not None and config is not self._config
             self._config = config
             point = self._history.add(tick, clocked)
             new = self._events.add(tick, reloaded, clocked)
             self._latest = tick
-            self._message = sse({"summary": tick, "point": point, "events": self._events.recent()})
+            recent = self._events.recent()
+            self._message = sse({"summary": tick, "point": point, "events": recent})
+            if not all(self._wakers.values()):
+                self._message_redacted = sse({"summary": redacted(tick), "point": point, "events": recent})
             self._seq += 1
             wakers = list(self._wakers)
         for wake in wakers:
@@ -86,46 +94,53 @@ class LiveFeed:
         with self._lock:
             return self._latest
 
-    def snapshot(self) -> bytes:
-        """The first message of a stream: the summary, the whole history and the events.
+    def snapshot(self, sensitive: bool = True) -> bytes:
+        """The first message of a stream: the summary, the whole history and the events; ``sensitive`` False:
+        the summary ``redacted``.
 
         Encoded outside the lock (an hour of points is a few hundred KB, ~15 ms): the tick never waits on
         a page connecting. Points and summaries are never changed once published."""
         with self._lock:
-            document = {"summary": self._latest, "points": self._history.points(), "events": self._events.recent()}
+            latest = self._latest
+            document = {"summary": latest if sensitive or latest is None else redacted(latest),
+                        "points": self._history.points(), "events": self._events.recent()}
         return sse(document, event="snapshot")
 
-    def open(self) -> LiveStream:
-        """A stream with its place taken now (TooManyClients over the cap); ``close`` gives it back."""
-        return LiveStream(self)
+    def open(self, sensitive: bool = True) -> LiveStream:
+        """A stream with its place taken now (TooManyClients over the cap); ``close`` gives it back.
+        ``sensitive`` False: a reader /status redacts for, who gets ``redacted`` summaries."""
+        return LiveStream(self, sensitive)
 
-    def _join(self, wake: Callable[[], None]) -> None:
+    def _join(self, wake: Callable[[], None], sensitive: bool) -> None:
         with self._lock:
             if len(self._wakers) >= self.max_clients:
                 raise TooManyClients(f"{self.max_clients} live pages are open already")
-            self._wakers.add(wake)
+            self._wakers[wake] = sensitive
 
     def _leave(self, wake: Callable[[], None]) -> None:
         with self._lock:
-            self._wakers.discard(wake)
+            self._wakers.pop(wake, None)
 
-    def _after(self, seen: int) -> tuple[int, bytes]:
+    def _after(self, seen: int, sensitive: bool) -> tuple[int, bytes]:
         with self._lock:
-            return self._seq, self._message if self._seq != seen else b""
+            if self._seq == seen:
+                return self._seq, b""
+            return self._seq, self._message if sensitive else self._message_redacted
 
 
 class LiveStream:
     """One /events client: ``chunks()`` yields the snapshot, then the latest message after each tick."""
 
-    def __init__(self, feed: LiveFeed) -> None:
+    def __init__(self, feed: LiveFeed, sensitive: bool = True) -> None:
         self._feed = feed
+        self._sensitive = sensitive
         self._event = asyncio.Event()
         try:  # opened by a route, on the server's loop
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             self._loop = None
         self._closed = False
-        feed._join(self._wake)
+        feed._join(self._wake, sensitive)
 
     def _wake(self) -> None:  # the tick's thread
         loop = self._loop
@@ -138,12 +153,12 @@ class LiveStream:
 
     async def chunks(self) -> AsyncIterator[bytes]:
         self._loop = asyncio.get_running_loop()
-        seen, _ = self._feed._after(-1)
-        yield f"retry: {RETRY_MS}\n\n".encode() + self._feed.snapshot()
+        seen, _ = self._feed._after(-1, self._sensitive)
+        yield f"retry: {RETRY_MS}\n\n".encode() + self._feed.snapshot(self._sensitive)
         while not self._closed:
             await self._event.wait()
             self._event.clear()
-            seen, message = self._feed._after(seen)
+            seen, message = self._feed._after(seen, self._sensitive)
             if message:
                 yield message
 

@@ -12,7 +12,8 @@ the program's path, a dump's summary the process) is kept as its class, ``reason
 before its first detail (``spawn failed: cannot start '/home/alice/x'`` -> ``spawn failed``). /metrics
 is read by everyone and cached once for all: its label names never include a sensitive field
 (``families.py`` refuses one, ``METRIC_LABELS_REFUSED``) and a reason label carries only the class. The
-live page is an allow-list (``live.py``). Run names never come from code or argument values
+live page is an allow-list (``live.py``) whose processes' names and users reach only the readers
+``sees_sensitive`` names (``live.redacted`` for the others). Run names never come from code or argument values
 (supervise/run_name.py). ``sees_sensitive`` is the rule of ``[http] expose_sensitive``: who gets the full
 document. docs/security.md has the table; tests/publish/test_redact.py and tests/e2e/test_redaction.py scan
 every route.

@@ -10,7 +10,7 @@ import pytest
 
 from gpuwatch.config.cooling import FanConfig
 from gpuwatch.model import FanMode, FanState, PowerMode, PowerState, PublishedState, TrainerPhase
-from gpuwatch.publish.live import ladder_rung, summary
+from gpuwatch.publish.live import Level, ladder_rung, redacted, summary, temp_level, worst
 from tests.support.published import GPU_A, GPU_B, GPU_GONE, example_state
 
 
@@ -66,13 +66,65 @@ def test_a_failed_run_says_its_exit_never_its_spawn_error(example: PublishedStat
     assert run["why"] == why and "alice" not in json.dumps(run)
 
 
-def test_no_command_line_user_or_path_reaches_the_page(example: PublishedState) -> None:
-    """contracts.md: processes' commands and users, log and dump paths stay out of the stream."""
+def test_no_command_line_or_path_reaches_the_page(example: PublishedState) -> None:
+    """contracts.md: no argument of a command line, no log or dump path, no pid, even for a full reader; the
+    processes' names and users only for a reader /status does not redact for: the others get counts."""
     state = replace(example, trainers=tuple(replace(t, log_path="/home/alice/runs/secret.log")
                                             for t in example.trainers))
-    text = json.dumps(summary(state, FanConfig()))
-    for secret in ("alice", "bob", "python3", "gnome-shell", "/var/lib", "secret.log", "devcd", "31337", "4242"):
+    full = summary(state, FanConfig())
+    text = json.dumps(full)
+    for secret in ("train.py", "old_job.py", "/usr/bin", "/var/lib", "secret.log", "devcd", "31337", "4242"):
         assert secret not in text
+    a, b, gone = full["gpus"]
+    assert a["process_count"] == 3 and b["process_count"] == 1 and gone["process_count"] == 0
+    assert a["processes"][0] == {"name": "python3", "user": "alice", "run": "resnet", "vram_bytes": 6 * 2**30,
+                                 "busy_pct": 75}
+    assert a["processes"][2] | {"vram_bytes": 0} == {"name": "gnome-shell", "user": "bob", "run": None,
+                                                     "vram_bytes": 0, "busy_pct": 4}
+    shown = redacted(full)
+    text = json.dumps(shown)
+    for secret in ("alice", "bob", "python3", "gnome-shell"):
+        assert secret not in text
+    assert shown["redacted"] is True and [g["process_count"] for g in shown["gpus"]] == [3, 1, 0]
+    assert full["gpus"][0]["processes"], "redacted changes a copy: the full summary is shared by other readers"
+
+
+def test_clocks_throttle_and_pcie_link(example: PublishedState) -> None:
+    a, b, _ = summary(example, FanConfig())["gpus"]
+    reading = example.snapshot.gpu(GPU_B)
+    assert b["pcie"] == {"gts": reading.pcie_link_speed_gts, "width": reading.pcie_link_width,
+                         "max_gts": reading.pcie_max_link_speed_gts, "max_width": reading.pcie_max_link_width}
+    assert b["clocks"]["throttle"] == list(reading.throttle_reasons or [])
+    assert a["clocks"]["sclk_mhz"] is not None and a["clocks"]["mclk_mhz"] is not None
+
+
+@pytest.mark.parametrize(("temp", "limit", "crit", "level"), [
+    (None, 100, 110, None),  # unreadable: said in words, never counted as cool
+    (60, None, None, "ok"), (60, 100, 110, "ok"), (94.9, 100, 110, "ok"), (95, 100, 110, "near"),
+    (99, 100, 110, "near"), (100, 100, 110, "over"), (109, 100, 110, "over"), (110, 100, 110, "critical"),
+    (120, None, 110, "critical"),
+])
+def test_the_heat_level_against_the_limit_and_crit(temp: float | None, limit: float | None, crit: float | None,
+                                                   level: str | None) -> None:
+    assert temp_level(temp, limit, crit) == level
+
+
+@pytest.mark.parametrize(("levels", "expected"), [
+    ([], "ok"), ([None], "ok"), (["ok", "near"], "near"), (["over", None, "near"], "over"),
+    (["critical", "ok"], "critical"),
+])
+def test_the_worst_level(levels: list[Level | None], expected: str) -> None:
+    assert worst(levels) == expected
+
+
+def test_the_hostname_hottest_and_what_gpuwatch_does(example: PublishedState) -> None:
+    s = summary(example, FanConfig(), hostname="gpu-box-3")
+    assert s["hostname"] == "gpu-box-3"
+    assert s["hottest_c"] == max(t["temp_c"] for g in s["gpus"] for t in g["temps"] if t["temp_c"] is not None)
+    assert s["doing"] == "pausing"  # bert is held on GPU B
+    calm = replace(example, trainers=(), powers=(), clocks=(), fans=())
+    assert summary(calm, FanConfig())["doing"] == "watching"
+    assert summary(replace(example, trainers=()), FanConfig())["doing"] == "clocking down"
 
 
 def test_a_per_gpu_curve_is_the_gpus_own(example: PublishedState) -> None:

@@ -3,7 +3,8 @@ answer 401 without credentials and serve the page and its stream (the snapshot, 
 with client certificates required, only a certificate the client CA signed gets the page and the stream;
 and the stream carries no sensitive field to a client that /status would give the redacted document (not
 loopback and unauthenticated, or authenticated under ``expose_sensitive = "local"``), while the full
-document of the same daemon does carry them. Real sockets, certificates made by openssl."""
+document of the same daemon does carry them; a reader /status gives in full gets the processes' names and users
+on the page too (never an argument). Real sockets, certificates made by openssl."""
 
 from __future__ import annotations
 
@@ -300,6 +301,18 @@ def test_the_stream_carries_no_sensitive_field_of_any_kind(tmp_path: Path, ca: A
         assert client.message()[0] is None
         stream = client.received.decode()
         assert [secret for secret in secrets if secret in stream] == []
+        assert '"process_count":3' in stream  # the processes counted, as /metrics counts them
+
+        # A loopback reader gets /status in full, and the processes' names and users on the page (no argument).
+        client.close()
+        client = Client(ca, server.port, "/events")
+        event, snapshot = client.message()
+        assert event == "snapshot" and snapshot["summary"]["gpus"][0]["processes"][0]["user"] == "alice"
+        feed.publish(state, config)
+        _, tick = client.message()
+        assert [(p["name"], p["user"]) for p in tick["summary"]["gpus"][0]["processes"]] == [
+            ("python3", "alice"), ("python3", "alice"), ("gnome-shell", "bob")]
+        assert "train.py" not in client.received.decode()
     finally:
         if client is not None:
             client.close()
