@@ -41,3 +41,10 @@ def _columns() -> int:
         return (os.get_terminal_size(stdout.fileno()).columns if stdout is not None else 0) or 80
     except (ValueError, OSError):
         return 80
+
+
+def add_receipt_arguments(parser: argparse.ArgumentParser) -> None:
+    """`gpuwatch receipt`'s own arguments, here beside the common ones: cli/health/receipt.py's imports (the
+    config's models, the view) are its handler's, not the parser's."""
+    parser.add_argument("job_id", metavar="JOBID", help="the scheduler's job id (Slurm: $SLURM_JOB_ID)")
+    parser.add_argument("--json", action="store_true", help="the receipt as a JSON object")
