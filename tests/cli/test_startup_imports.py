@@ -9,14 +9,19 @@ The modules are those in ``sys.modules`` when the command ends (an atexit hook i
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.paths import REPO
+from tests.support.processes import Processes
+from tests.support.stack import GPUWATCH
+from tests.support.waiting import wait_for
 
 # Never at start-up: the config's models, the daemon, the other commands' modules, the renderers, the GPUs.
 HEAVY = ("pydantic", "psutil", "prometheus_client", "yaml", "bcrypt", "tomllib", "gpuwatch.config.base",
@@ -36,9 +41,10 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
-def loaded(tmp_path: Path, *argv: str, site: bool = False) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+def loaded(tmp_path: Path, *argv: str, site: bool = False,
+           runtime: Path | None = None) -> tuple[subprocess.CompletedProcess[str], set[str]]:
     out = tmp_path / "modules.txt"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RUNTIME_DIRECTORY": str(tmp_path / "run")}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RUNTIME_DIRECTORY": str(runtime or tmp_path / "run")}
     flags = [] if site else ["-S"]  # with site: the third-party packages the models need
     done = subprocess.run([sys.executable, *flags, "-c", SCRIPT, str(out), *argv], capture_output=True, text=True,
                           timeout=120, env=env, cwd=tmp_path)
@@ -77,3 +83,37 @@ def test_a_config_the_quick_read_cannot_take_is_loaded_whole(tmp_path: Path) -> 
     done, names = loaded(tmp_path, "pause", "-c", str(config), site=True)
     assert done.returncode == 2 and "runtime_dir = 5" in done.stderr, done.stderr
     assert "pydantic" in names
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A simulated daemon publishing in $RUNTIME_DIRECTORY (its config names no runtime_dir); yields that directory."""
+    tmp = tmp_path_factory.mktemp("startup-imports")
+    runtime, config = tmp / "run", tmp / "gpuwatch.toml"
+    config.write_text(f'interval_s = 5.0\n[http]\nenabled = false\n'
+                      f'[simulate]\nenabled = true\ngpus = 2\ntree_dir = "{tmp / "tree"}"\n')
+    with pytest.MonkeyPatch.context() as patch, Processes(tmp / "logs") as processes:
+        patch.setenv("RUNTIME_DIRECTORY", str(runtime))
+        started = processes.start("gpuwatch", [*GPUWATCH, "run", "-c", str(config)])
+        wait_for(lambda: json.loads((runtime / "state.json").read_text()).get("daemon"), "the daemon's first state",
+                 60, ignore=(OSError, ValueError), detail=started.tail)
+        yield runtime
+
+
+@pytest.mark.parametrize("argv", [[], ["--json"], ["--processes"], ["--gpu", "0"]], ids=repr)
+def test_status_of_a_running_daemon_loads_no_model(daemon: Path, tmp_path: Path, argv: list[str]) -> None:
+    """The daemon's fresh document, shown without the config's models or the GPUs' modules (cli/status_quick.py);
+    the renderers' dataclasses are the rest of its cost."""
+    done, names = loaded(tmp_path, "status", *argv, runtime=daemon)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert ("daemon running (pid" in done.stdout) or ('"daemon"' in done.stdout), done.stdout
+    assert among(names, tuple(n for n in HEAVY if n not in ("gpuwatch.cli.show", "gpuwatch.cli.status",
+                                                            "gpuwatch.model", "gpuwatch.publish.view"))) == set()
+
+
+def test_status_without_a_daemon_loads_the_config(tmp_path: Path) -> None:
+    """No daemon: the handler of cli/commands.py, which reads the GPUs the whole config means."""
+    (tmp_path / "sys").mkdir()
+    done, names = loaded(tmp_path, "status", "--sysfs-root", str(tmp_path / "sys"), site=True)
+    assert "gpuwatch daemon is not running" in done.stdout, done.stdout + done.stderr
+    assert {"pydantic", "gpuwatch.cli.commands"} <= names
