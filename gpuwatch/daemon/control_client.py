@@ -14,8 +14,8 @@ import socket
 import time
 from pathlib import Path
 
-from gpuwatch import attach as proto
 from gpuwatch.config.runtime import CONTROL_ADMIN_SOCKET_NAME
+from gpuwatch.connect import connect_retrying
 from gpuwatch.safefs import client_refusal
 
 TYPE_CHECKING = False
@@ -65,7 +65,7 @@ def _open(path: Path, deadline: float) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.settimeout(max(0.001, deadline - time.monotonic()))
-            proto.connect_retrying(sock, str(admin), deadline)
+            connect_retrying(sock, str(admin), deadline)
             return sock
         except (FileNotFoundError, PermissionError, ConnectionRefusedError):
             sock.close()  # an older daemon without it, or not ours: the public socket
@@ -75,7 +75,7 @@ def _open(path: Path, deadline: float) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(max(0.001, deadline - time.monotonic()))
-        proto.connect_retrying(sock, str(path), deadline)
+        connect_retrying(sock, str(path), deadline)
     except BaseException:
         sock.close()
         raise
