@@ -50,7 +50,7 @@ _ESCAPES = {"b": "\b", "t": "\t", "n": "\n", "f": "\f", "r": "\r", '"': '"', "\\
 
 def config_file(named: str | os.PathLike[str] | None) -> str | None:
     """The config file a command reads: the one named (``-c``), else the default file if it exists, else None (the
-    defaults). (cli/settings.cli_config_path is the same rule for the commands that load the models.)"""
+    defaults). cli/settings.cli_config_path gives it as a Path to the commands that load the models."""
     if named is not None:
         return os.fspath(named)
     return DEFAULT_CONFIG_PATH if os.path.exists(DEFAULT_CONFIG_PATH) else None

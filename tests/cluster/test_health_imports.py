@@ -132,3 +132,32 @@ def test_help_is_as_wide_as_shutil_would_make_it(monkeypatch: pytest.MonkeyPatch
     else:
         monkeypatch.setenv("COLUMNS", columns)
     assert formatter("gpuwatch health")._width == shutil.get_terminal_size().columns - 2
+
+
+@pytest.mark.parametrize("argv", [[], ["-c", "/etc/g.toml"], ["--config=/etc/g.toml", "--format", "npd"],
+                                  ["--format=json", "--class", "thermal", "--slurm"], ["-c", "a", "-c", "b"],
+                                  ["--sysfs-root", "/s", "--proc-root=/p", "--format", "nagios"], ["-c", ""]],
+                         ids=repr)
+def test_the_quick_options_are_argparse_s(argv: list[str]) -> None:
+    """A plain check's options read without argparse (cli/health.quick_args) are what its parser gives."""
+    import argparse
+
+    from gpuwatch.cli.health import add_health_arguments, quick_args
+    from gpuwatch.cli.health.options import common_options
+
+    parser = argparse.ArgumentParser(prog="gpuwatch health", parents=[common_options(str)])
+    add_health_arguments(parser)
+    quick = quick_args(argv)
+    expected = vars(parser.parse_args(argv))
+    assert quick is not None and {name: getattr(quick, name) for name in expected} == expected
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["-h"], ["--form", "npd"], ["--format", "xml"], ["-c"], ["-c", "-x"],
+                                  ["--class=nope"], ["-cfile"], ["--slurm=1"], ["extra"], ["--", "-c", "x"]],
+                         ids=repr)
+def test_anything_else_is_left_to_argparse(argv: list[str]) -> None:
+    """Help, abbreviations, other spellings, bad or missing values: argparse parses them (and says what is wrong,
+    exit 2), as before."""
+    from gpuwatch.cli.health import quick_args
+
+    assert quick_args(argv) is None
