@@ -2,8 +2,8 @@
 
 The common case, the command a user types most: the config's ``runtime_dir`` read alone (config/quick.py), the
 state file read and decoded, shown by the same ``show`` as always. Everything else (no daemon or a stale one: a
-direct reading; ``--remote``; ``--watch``, which starts once; a config the quick read cannot take) is the
-handler in cli/commands.py, which loads the whole config. Issue 52: within 2x of Python's own start
+direct reading; ``--remote``; ``--watch``, which starts once; ``--history``; a config the quick read cannot take)
+is the handler in cli/commands.py, which loads the whole config. Issue 52: within 2x of Python's own start
 (tests/cli/test_startup_imports.py pins the imports, benchmarks/cli_latency.py measures it).
 """
 
@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    if args.remote is None and not args.watch:
+    # Any other view (`--history` on main since hist's merge, options still to come) is the whole handler's.
+    if args.remote is None and not args.watch and getattr(args, "history", None) is None:
         runtime_dir = client_runtime_dir_quick(config_file(args.config))
         if runtime_dir is not None:
             from gpuwatch.cli.show import fresh_document, show
