@@ -40,13 +40,15 @@ Stdlib only (the wrapper runs in the user's interpreter; the daemon never import
 
 from __future__ import annotations
 
-import errno
 import json
 import math
-import socket
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
+
+# Connecting is a leaf of its own (the CLI's commands connect without this module); the wrapper's names here.
+from gpuwatch.connect import CONNECT_RETRY_S as CONNECT_RETRY_S
+from gpuwatch.connect import REFUSED_GRACE_S as REFUSED_GRACE_S
+from gpuwatch.connect import connect_retrying as connect_retrying
 
 PROTOCOL_VERSION = 1
 MAX_LINE_BYTES = 64 * 1024  # a Beat of 64 ranks' heartbeats fits; a longer line is a protocol error
@@ -61,38 +63,12 @@ RUN_ID_MAX_CHARS = 64
 MAX_DEPTH = 8  # a Beat nests 3 deep (message, heartbeats, a heartbeat's fields)
 MAX_PID = 1 << 22  # PID_MAX_LIMIT on 64-bit (include/linux/threads.h)
 MAX_CODE = 1 << 16  # an exit status or a signal number (negative: killed by that signal)
-CONNECT_RETRY_S = 0.02  # between two connects to the control socket that found a full backlog
-REFUSED_GRACE_S = 0.5  # a socket file nobody listens on: a daemon starting (bind, then listen), else none
 EventKind = Literal["pause", "resume", "stop", "hung"]
 EVENT_KINDS: tuple[EventKind, ...] = ("pause", "resume", "stop", "hung")
 
 
 class ProtocolError(ValueError):
     """A line that is not a message of this protocol; the text is one line for the log."""
-
-
-def connect_retrying(sock: socket.socket, path: str, deadline: float) -> None:
-    """Connect to the daemon's control socket (every client: the CLI, the wrapper), trying again while its listen
-    backlog is full (EAGAIN: a unix socket with a timeout never waits for room, unix(7)) until ``deadline``
-    (monotonic), and for at most ``REFUSED_GRACE_S`` while nothing listens (ECONNREFUSED: a daemon between its
-    bind and its listen; longer, it is a socket file left by a daemon that is gone, and "not running" is said at
-    once); the last error then."""
-    refused_until = time.monotonic() + REFUSED_GRACE_S
-    while True:
-        try:
-            sock.connect(path)
-            return
-        except (BlockingIOError, ConnectionRefusedError, InterruptedError) as exc:
-            now = time.monotonic()
-            if exc.errno == errno.ECONNREFUSED:
-                give_up_at = min(deadline, refused_until)
-            elif exc.errno in (errno.EAGAIN, errno.EINTR):
-                give_up_at = deadline
-            else:
-                raise
-            if now + CONNECT_RETRY_S >= give_up_at:
-                raise
-            time.sleep(CONNECT_RETRY_S)
 
 
 @dataclass(frozen=True)

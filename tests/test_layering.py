@@ -24,7 +24,7 @@ from tests.support.paths import REPO
 
 PACKAGE = REPO / "gpuwatch"
 
-LEAVES = {"model", "sysfs", "procfs", "heartbeat", "attach", "config", "limits", "actuation", "deadline",
+LEAVES = {"model", "sysfs", "procfs", "heartbeat", "attach", "connect", "config", "limits", "actuation", "deadline",
           "safefs"}
 # unit -> the units it may import besides itself; "unit.module" allows that one module only.
 ALLOWED: dict[str, set[str]] = {
@@ -34,7 +34,8 @@ ALLOWED: dict[str, set[str]] = {
     "procfs": set(),
     "safefs": set(),  # files in a directory another user may write, and whether a directory is trusted
     "heartbeat": {"safefs"},  # the daemon reads the trainer's files through it
-    "attach": set(),  # the attach protocol: shared by the wrapper (`gpuwatch train`) and the daemon
+    "attach": {"connect"},  # the attach protocol: shared by the wrapper (`gpuwatch train`) and the daemon
+    "connect": set(),  # connecting to the control socket: every client (the CLI's commands, the wrapper)
     "config": {"publish.health_codes"},  # `[health] off` names the health checks' table (which imports nothing)
     "deadline": set(),
     # every hardware write: restore records (atomic JSON through safefs), the per-GPU deadline workers, and the held

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Sequence
+
+TYPE_CHECKING = False  # collections' import alone was a tenth of `gpuwatch health`'s own time
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -15,16 +18,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpuwatch.cli import health
 
         return _guarded(lambda: health.main(words[1:]))
+    # Only what every command needs: the parser imports no command's module, each handler its own (issue 52).
     from gpuwatch.cli.parser import build_parser
-    from gpuwatch.cli.status import EXIT_USAGE
-    from gpuwatch.config.base import ConfigError
-    from gpuwatch.config.file import CONFIG_ERROR_EXIT
+    from gpuwatch.config.quick import CONFIG_ERROR_EXIT, ConfigError
 
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # said with the command's own usage, not gpuwatch's
         getattr(args, "parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "handler", None):
+        from gpuwatch.cli.status import EXIT_USAGE
+
         parser.print_help()
         return EXIT_USAGE
     try:

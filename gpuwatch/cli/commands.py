@@ -21,7 +21,6 @@ from gpuwatch.cli.settings import (
 )
 from gpuwatch.cli.show import document_text, repeat, sensors_fetch, show, status_fetch
 from gpuwatch.cli.status import EXIT_USAGE
-from gpuwatch.cli.text import safe
 from gpuwatch.config.base import ConfigError, canonical_pci_slot, pci_slot_problem
 from gpuwatch.config.file import Config, effective_config_toml, load_config
 from gpuwatch.config.runtime import default_runtime_dir
@@ -209,23 +208,6 @@ def _amdgpu_slots(config: Config) -> list[str]:
     from gpuwatch.sysfs import Sysfs
 
     return [card.gpu_id for card in discover(Sysfs(config.with_effective_sysfs().sysfs_root)).cards]
-
-
-def cmd_control(args: argparse.Namespace) -> int:
-    from gpuwatch.daemon.control import ControlError, send_command
-    from gpuwatch.supervise.access import NOT_PERMITTED
-
-    config = load_cli_config(args, client=True)
-    try:
-        ok, message = send_command(config.control_socket, args.verb, args.name)
-    except ControlError as exc:
-        print(f"gpuwatch: {exc}", file=sys.stderr)
-        return 1
-    message = safe(message)  # it may quote a run's name or a user's request back
-    print(message if ok else f"gpuwatch: {message}", file=sys.stdout if ok else sys.stderr)
-    if ok:
-        return 0
-    return 1 if message.startswith(NOT_PERMITTED) else EXIT_USAGE
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-SHELLS = ("bash", "zsh", "fish")
+from gpuwatch.cli.parser import SHELLS as SHELLS  # the parser's choices (it imports this module only to run it)
+
 FILES = {"bash": "gpuwatch.bash", "zsh": "_gpuwatch", "fish": "gpuwatch.fish"}
 HEADER = "generated from gpuwatch's argument parser by gpuwatch/cli/completion.py: do not edit"
 

@@ -4,38 +4,72 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TypeAlias
 
 from gpuwatch import __version__
-from gpuwatch.cli.commands import (
-    cmd_check_config,
-    cmd_control,
-    cmd_curve,
-    cmd_restore,
-    cmd_run,
-    cmd_sensors,
-    cmd_status,
-    cmd_train,
-)
-from gpuwatch.cli.completion import SHELLS, cmd_completion
 from gpuwatch.cli.health import add_health_arguments, cmd_health
-from gpuwatch.cli.health.options import common_options
-from gpuwatch.cli.health.receipt import add_receipt_arguments, cmd_receipt
-from gpuwatch.cli.logs import cmd_logs
-from gpuwatch.cli.show import watch_seconds
+from gpuwatch.cli.health.options import add_receipt_arguments, common_options, formatter
+from gpuwatch.config.quick import BACKOFF_INITIAL_S, TRAINER_GRACE_S
 from gpuwatch.config.runtime import DEFAULT_CONFIG_PATH
-from gpuwatch.config.trainer import BackoffConfig, TrainerConfig
-from gpuwatch.train.argv import FALLBACK_MODES, RestartPolicy, parse_restart
+
+TYPE_CHECKING = False  # typing's import was a tenth of `gpuwatch --help`: annotations only
+if TYPE_CHECKING:
+    from typing import Any, TypeAlias
+
+    from gpuwatch.train.argv import RestartPolicy
 
 # argparse's type for the subcommands' registry (private, but what add_subparsers returns).
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
+def _lazy(module: str, name: str) -> Any:
+    """``module.name``, imported when it is first called: a command's handler (or an option's type) and what it
+    imports are loaded only when that command runs. Building the parser imports no command's module: pydantic,
+    the daemon's modules, the renderers were two thirds of `gpuwatch --help`'s time (issue 52;
+    tests/cli/test_startup_imports.py)."""
+
+    def call(*args: Any) -> Any:
+        return getattr(__import__(module, fromlist=[name]), name)(*args)
+
+    call.__name__ = call.__qualname__ = name  # argparse names a type by it in its errors
+    return call
+
+
+cmd_check_config = _lazy("gpuwatch.cli.commands", "cmd_check_config")
+cmd_control = _lazy("gpuwatch.cli.control", "cmd_control")
+cmd_curve = _lazy("gpuwatch.cli.commands", "cmd_curve")
+cmd_restore = _lazy("gpuwatch.cli.commands", "cmd_restore")
+cmd_run = _lazy("gpuwatch.cli.commands", "cmd_run")
+cmd_sensors = _lazy("gpuwatch.cli.commands", "cmd_sensors")
+cmd_status = _lazy("gpuwatch.cli.status_quick", "cmd_status")
+cmd_train = _lazy("gpuwatch.cli.commands", "cmd_train")
+cmd_completion = _lazy("gpuwatch.cli.completion", "cmd_completion")
+cmd_receipt = _lazy("gpuwatch.cli.health.receipt", "cmd_receipt")
+cmd_logs = _lazy("gpuwatch.cli.logs", "cmd_logs")
+watch_seconds = _lazy("gpuwatch.cli.show", "watch_seconds")
+SHELLS = ("bash", "zsh", "fish")  # `gpuwatch completion`'s choices: cli/completion.py writes a script for each
+# `train --conv2d-fallback`'s modes: train/argv.py's FALLBACK_MODES (a test keeps them equal), whose module's
+# import (dataclasses, typing, the heartbeat's json and tempfile) was a third of `gpuwatch --help`.
+FALLBACK_MODES = ("auto", "on", "off")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every command's parser, with the parent's formatter: argparse's own imports shutil (with zlib, bz2 and
+    lzma) for the terminal's width (cli/health/options.formatter)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", formatter)
+        super().__init__(*args, **kwargs)
+
+
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpuwatch", description="GPU health daemon for AMD training machines.")
+    parser = _Parser(prog="gpuwatch", description="GPU health daemon for AMD training machines.")
     parser.add_argument("--version", action="version", version=f"gpuwatch {__version__}")
     common = _common_options()
-    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+    # Typed as argparse's own (the parents are plain parsers): _Parser only sets the formatter.
+    sub: Commands = parser.add_subparsers(title="commands", metavar="COMMAND",
+                                          parser_class=_Parser)
     # The order of these calls is the order `gpuwatch --help` lists the commands in.
     _add_run(sub, common)
     _add_views(sub, common)
@@ -201,13 +235,13 @@ def _add_attach_options(train: argparse.ArgumentParser) -> None:
     train.add_argument("--gpu", action="append", metavar="SLOT",
                        help="a GPU the run uses, by PCI slot (repeatable; default: found from the processes' GPU "
                             "files)")
-    train.add_argument("--restart", type=_restart_policy, default=parse_restart("no"),
+    train.add_argument("--restart", type=_restart_policy, default="no",  # a str default goes through the type
                        metavar="no|on-failure|on-failure:N",
                        help="start the command again after a non-zero exit or a hang, N times at most (default no)")
-    train.add_argument("--grace-s", type=_seconds, default=TrainerConfig.model_fields["grace_s"].default,
+    train.add_argument("--grace-s", type=_seconds, default=TRAINER_GRACE_S,
                        metavar="SECONDS",
                        help="a stop or a hang: SIGTERM, then SIGKILL after this (default %(default)g)")
-    train.add_argument("--backoff-s", type=_seconds, default=BackoffConfig.model_fields["initial_s"].default,
+    train.add_argument("--backoff-s", type=_seconds, default=BACKOFF_INITIAL_S,
                        metavar="SECONDS", help="the first restart's delay, doubled per failure in a row without "
                                                "progress (default %(default)g)")
     train.add_argument("--checkpoint-glob", metavar="GLOB",
@@ -221,6 +255,8 @@ def _add_attach_options(train: argparse.ArgumentParser) -> None:
 
 
 def _restart_policy(text: str) -> RestartPolicy:
+    from gpuwatch.train.argv import parse_restart
+
     try:
         return parse_restart(text)
     except ValueError as exc:

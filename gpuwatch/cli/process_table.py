@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from gpuwatch.cli.text import NA, size
-from gpuwatch.model import GpuProcess
-from gpuwatch.publish.document import StatusDocument
 from gpuwatch.publish.view import status_view
+
+TYPE_CHECKING = False  # publish/document.py imports the config's models (pydantic): annotations only (issue 52)
+if TYPE_CHECKING:
+    from gpuwatch.model import GpuProcess
+    from gpuwatch.publish.document import StatusDocument
 
 HEADER = ("PID", "USER", "GPU", "VRAM", "GTT", "BUSY", "STATE", "TRAINER", "COMMAND")
 

@@ -11,15 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.config.file import Config, load_config, parse_config
+from gpuwatch.config.quick import config_file
 from gpuwatch.config.runtime import DEFAULT_CONFIG_PATH, client_runtime_dir, daemon_files_in, default_runtime_dir
 
 
 def cli_config_path(args: argparse.Namespace) -> Path | None:
     """The config named on the command line, else the default file if it exists, else None (defaults)."""
-    if args.config is not None:
-        return Path(args.config)  # a str from `gpuwatch health`'s parser (cli/health/options.py), else a Path already
-    default = Path(DEFAULT_CONFIG_PATH)
-    return default if default.exists() else None
+    path = config_file(args.config)  # a str from `gpuwatch health`'s parser (cli/health/options.py), else a Path
+    return Path(path) if path is not None else None
 
 
 def load_cli_config(args: argparse.Namespace, *, client: bool = False, **overrides: Any) -> Config:

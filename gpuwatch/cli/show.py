@@ -10,26 +10,27 @@ document per line with ``--watch`` (JSON Lines, for pipes).
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 import os
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import replace
 
 from gpuwatch.cli.process_table import render_processes
 from gpuwatch.cli.status import exit_code, render, select_gpus
-from gpuwatch.config.base import ConfigError
-from gpuwatch.config.file import Config
-from gpuwatch.gpus.sampler import Sampler
-from gpuwatch.limits import limits_in_force
-from gpuwatch.model import PublishedState
-from gpuwatch.publish.document import StatusDocument, to_document
 from gpuwatch.publish.state import from_future, is_stale, read_state, state_age, this_boot
-from gpuwatch.supervise.leftovers import describe_all
 
-Fetch = Callable[[], tuple[StatusDocument, str | None]]  # the document and a note for the text view
+# A running daemon's view needs neither the config's models nor the GPUs' modules: they are imported where a
+# direct reading is made (issue 52: `gpuwatch status` within 2x of Python's own start, cli/status_quick.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+    from typing import TypeAlias
+
+    from gpuwatch.config.file import Config
+    from gpuwatch.gpus.sampler import Sampler
+    from gpuwatch.publish.document import StatusDocument
+
+Fetch: TypeAlias = "Callable[[], tuple[StatusDocument, str | None]]"  # the document and a note for the text view
 
 NOT_RUNNING = "gpuwatch daemon is not running: values read directly"
 ASK_TIMEOUT_S = 2.0  # asking a running daemon whose state file is stale or missing
@@ -54,6 +55,8 @@ def status_fetch(config: Config, processes: bool = False) -> Fetch:
             note = (f"gpuwatch daemon (pid {pid}) runs, but neither its state file nor HTTP nor its control socket "
                     f"answered{why}{_dir_problem(config)}: values read directly")
             return reader.document(processes), _direct_note(config, note)
+        from gpuwatch.supervise.leftovers import describe_all
+
         return reader.document(processes), "\n".join(
             [_direct_note(config, NOT_RUNNING), *describe_all(config.resolved_runtime_dir, time.time())])
 
@@ -72,6 +75,15 @@ def sensors_fetch(config: Config, processes: bool = False) -> Fetch:
         return reader.document(processes), _direct_note(config, beside)
 
     return fetch
+
+
+def fresh_document(state_file: Path) -> StatusDocument | None:
+    """The running daemon's published document when it is fresh (its pid lives, its stamp is recent): `status`'s
+    answer while a daemon runs, which needs nothing of the config but where the file is (cli/status_quick.py)."""
+    doc = read_state(state_file)[0]
+    daemon = doc.get("daemon") if doc else None
+    pid = daemon.get("pid") if daemon else None
+    return doc if doc and daemon and isinstance(pid, int) and _alive(pid) and not _stale(doc) else None
 
 
 def daemon_document(config: Config) -> tuple[StatusDocument, str | None] | None:
@@ -94,6 +106,8 @@ def daemon_document(config: Config) -> tuple[StatusDocument, str | None] | None:
         pid = holder(config.resolved_runtime_dir)
         if pid is None:
             if unusable:  # no daemon holds the directory: the file is said once, the values read directly
+                import logging
+
                 logging.getLogger("gpuwatch.state").warning("cannot use state file %s: %s", config.state_file,
                                                             unusable)
             return None
@@ -172,8 +186,14 @@ class DirectReader:
     def document(self, processes: bool = False) -> StatusDocument:
         """One reading; with ``processes``, every process holding a GPU too (read twice, 0.25 s apart,
         for engine busy)."""
+        from dataclasses import replace
+
+        from gpuwatch.config.base import ConfigError
+        from gpuwatch.limits import limits_in_force
+        from gpuwatch.model import PublishedState
         from gpuwatch.procfs import ProcError, Procfs
         from gpuwatch.procs.monitor import scan_once
+        from gpuwatch.publish.document import to_document
         from gpuwatch.sysfs import Sysfs
 
         config = self.config
@@ -222,6 +242,8 @@ def show(args: argparse.Namespace, fetch: Fetch, leftovers: Callable[[StatusDocu
 
 def document_text(doc: object, args: argparse.Namespace) -> str:
     """Indented for one look; one compact line per document when watching (JSON Lines)."""
+    import json
+
     if args.watch:
         return json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n"
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"

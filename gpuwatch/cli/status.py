@@ -6,14 +6,18 @@ Pure: takes the document, ``now`` and whether to colour; the CLI decides the col
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 
 from gpuwatch.cli.gpu_block import gpu_block
 from gpuwatch.cli.text import BOLD, DIM, RED, YELLOW, Paint, duration, painter, safe_strings
 from gpuwatch.cli.trainer_rows import trainer_gpu_lines, trainer_line
-from gpuwatch.model import StatusView
-from gpuwatch.publish.document import StatusDocument
 from gpuwatch.publish.view import status_view
+
+TYPE_CHECKING = False  # publish/document.py imports the config's models (pydantic): annotations only (issue 52)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from gpuwatch.model import StatusView
+    from gpuwatch.publish.document import StatusDocument
 
 EXIT_OK, EXIT_ALARM, EXIT_USAGE = 0, 1, 2
 

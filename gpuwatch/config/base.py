@@ -9,6 +9,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
+from gpuwatch.config.quick import ConfigError as ConfigError  # its home: quick.py (no pydantic)
+
 DEFAULT_HTTP_PORT = 9840
 
 # A GPU's id everywhere in gpuwatch: its PCI slot as sysfs names it, the kernel's "%04x:%02x:%02x.%d" of domain,
@@ -24,10 +26,6 @@ _SLOT_SPELLING = re.compile(r"^(?:(?P<domain>[0-9a-f]{1,8}):)?(?P<bus>[0-9a-f]{2
 # unresponsive (docs/robustness.md). A whole GPU reads in well under 10 ms (benchmarks/poll_cycle.py);
 # only a driver that is really stuck (an SMU message that never completes, a reset) waits this out.
 DEFAULT_SYSFS_DEADLINE_S = 1.0
-
-
-class ConfigError(Exception):
-    """The configuration file cannot be used; the message is meant for the user as is."""
 
 
 class Strict(BaseModel):

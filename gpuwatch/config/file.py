@@ -14,6 +14,8 @@ from pydantic import Field, ValidationError, field_validator
 
 from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S, ConfigError, Strict
 from gpuwatch.config.cooling import FanConfig, PowerConfig, ThermalConfig
+from gpuwatch.config.quick import CONFIG_ERROR_EXIT as CONFIG_ERROR_EXIT  # its home: quick.py
+from gpuwatch.config.quick import RUNTIME_DIR_DEFAULT
 from gpuwatch.config.runtime import CONTROL_SOCKET_NAME, STATE_FILE_NAME, default_runtime_dir, default_state_dir
 from gpuwatch.config.sections import (
     AmdgpuInfoConfig,
@@ -34,8 +36,6 @@ from gpuwatch.config.trainer import TrainerConfig
 REAL_SYSFS_ROOT = Path("/sys")
 REAL_PROC_ROOT = Path("/proc")
 
-CONFIG_ERROR_EXIT = 2
-
 
 class Config(Strict):
     """The whole daemon configuration (`/etc/gpuwatch/gpuwatch.toml`)."""
@@ -44,7 +44,7 @@ class Config(Strict):
     proc_root: Path = REAL_PROC_ROOT
     # auto: amdgpu always (it finds nothing, harmlessly, on NVIDIA boxes) plus NVML when it initialises.
     backend: Literal["auto", "amdgpu", "nvml", "simulated"] = "auto"
-    runtime_dir: Path | None = None
+    runtime_dir: Path | None = RUNTIME_DIR_DEFAULT  # quick.py's read of it must agree: keep it a plain key
     interval_s: float = Field(default=1.0, gt=0, le=60)
     sysfs_deadline_s: float = Field(default=DEFAULT_SYSFS_DEADLINE_S, gt=0, le=30)
     log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 
 from gpuwatch.config.base import PciSlot, Strict, distinct_slots
 from gpuwatch.config.cooling import ThermalConfig
+from gpuwatch.config.quick import BACKOFF_INITIAL_S, TRAINER_GRACE_S
 
 # Shared with [attached] (config/sections.py): a run attached from a shell is paused, held and judged hung
 # as a configured trainer is.
@@ -19,7 +20,7 @@ HANG_TIMEOUT_S = 1800.0
 class BackoffConfig(Strict):
     """Crash restart delay: initial_s * 2**(crashes-1), capped at max_s, +/- jitter_ratio."""
 
-    initial_s: float = Field(default=10.0, ge=0, le=86400)
+    initial_s: float = Field(default=BACKOFF_INITIAL_S, ge=0, le=86400)
     max_s: float = Field(default=600.0, ge=0, le=86400)
     jitter_ratio: float = Field(default=0.2, ge=0, le=1)
 
@@ -54,7 +55,7 @@ class TrainerConfig(Strict):
     min_pause_s: float = Field(default=MIN_PAUSE_S, ge=0)
     cooperative_pause: Literal["auto", "always", "never"] = "auto"
     pause_ack_timeout_s: float = Field(default=60.0, gt=0)
-    grace_s: float = Field(default=120.0, ge=0)
+    grace_s: float = Field(default=TRAINER_GRACE_S, ge=0)
     backoff: BackoffConfig = BackoffConfig()
     give_up_after_crashes: int = Field(default=5, ge=1)
     # A GPU reset of one of its GPUs ends the run (its GPU context is lost): TERM, then KILL after this.

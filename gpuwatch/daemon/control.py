@@ -46,13 +46,16 @@ from typing import Any, cast, get_args
 
 from gpuwatch import attach as proto
 from gpuwatch.config.file import REAL_PROC_ROOT
-from gpuwatch.config.runtime import CONTROL_ADMIN_SOCKET_NAME
 from gpuwatch.daemon.attach_sessions import Sessions, is_attach, peer_of, serve_session
 from gpuwatch.daemon.bounds import CONNECTIONS_TOTAL, RateLimitedLog, Slots, UserRate
+from gpuwatch.daemon.control_client import CLIENT_TIMEOUT_S as CLIENT_TIMEOUT_S
+from gpuwatch.daemon.control_client import ControlError as ControlError
+from gpuwatch.daemon.control_client import admin_socket
+from gpuwatch.daemon.control_client import fetch_document as fetch_document
+from gpuwatch.daemon.control_client import send_command as send_command
 from gpuwatch.procfs import Procfs
 from gpuwatch.publish.document import StatusDocument
 from gpuwatch.publish.redact import redact
-from gpuwatch.safefs import client_refusal
 from gpuwatch.supervise.access import NOT_PERMITTED, privileged, redacted, refusal
 from gpuwatch.supervise.actions import Command
 
@@ -63,21 +66,11 @@ Document = Callable[[], "Mapping[str, Any] | None"]  # the last published status
 MAX_REQUEST_BYTES = 4096
 REQUEST_DEADLINE_S = 2.0  # the whole request line, from the accept
 MAX_CLIENTS = CONNECTIONS_TOTAL  # unprivileged connections being read at once
-CLIENT_TIMEOUT_S = 5.0  # the CLI's wait for an answer
 BACKLOG = socket.SOMAXCONN  # the kernel caps it at net.core.somaxconn
 ADMIN_SOCKET_MODE = 0o660
 SUPERVISOR_VERBS = frozenset(get_args(Command))  # authorized per run by the supervisor (it knows the owners)
 SOCKET_MODE = 0o666
 noisy = RateLimitedLog(log)
-
-
-def admin_socket(path: Path) -> Path:
-    """The privileged socket beside the public ``path``."""
-    return path.with_name(CONTROL_ADMIN_SOCKET_NAME)
-
-
-class ControlError(Exception):
-    """The daemon cannot be reached or refused us; the message is meant for the user."""
 
 
 class ControlServer:
@@ -322,86 +315,3 @@ def _cut(conn: socket.socket) -> None:
         conn.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass
-
-
-def send_command(path: Path, cmd: str, name: str | None, timeout_s: float = CLIENT_TIMEOUT_S) -> tuple[bool, str]:
-    """Ask the daemon; raises ControlError when it is not running or we may not talk to it."""
-    reply = _ask(path, cmd, name, timeout_s)
-    return bool(reply["ok"]), str(reply["message"])
-
-
-def fetch_document(path: Path, timeout_s: float = CLIENT_TIMEOUT_S) -> dict[str, Any] | None:
-    """The daemon's last published document through its control socket; None when it has none yet.
-    Raises ControlError as ``send_command`` does."""
-    from gpuwatch.publish.decode import Invalid
-    from gpuwatch.publish.decode import document as decoded
-
-    document = _ask(path, "status", None, timeout_s).get("document")
-    if document is None:
-        return None
-    try:
-        return cast("dict[str, Any]", decoded(document))
-    except Invalid as exc:  # the one decoder every client reads the published document with
-        raise ControlError(f"the daemon's document over {path} cannot be used: {exc}") from None
-
-
-def _open(path: Path, deadline: float) -> socket.socket:
-    """A connection to the daemon: its privileged socket when this caller may use it (root, the daemon's user,
-    the admin group: its backlog is theirs alone), else the public one."""
-    admin = admin_socket(path)
-    if os.access(admin, os.W_OK):
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(max(0.001, deadline - time.monotonic()))
-            proto.connect_retrying(sock, str(admin), deadline)
-            return sock
-        except (FileNotFoundError, PermissionError, ConnectionRefusedError):
-            sock.close()  # an older daemon without it, or not ours: the public socket
-        except BaseException:
-            sock.close()
-            raise
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(max(0.001, deadline - time.monotonic()))
-        proto.connect_retrying(sock, str(path), deadline)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def _ask(path: Path, cmd: str, name: str | None, timeout_s: float) -> dict[str, Any]:
-    refusal = client_refusal(path.parent)  # another user's socket would be asked, and believed, in its place
-    if refusal is not None:
-        raise ControlError(refusal)
-    deadline = time.monotonic() + timeout_s
-    try:
-        with _open(path, deadline) as sock:
-            sock.settimeout(max(0.001, deadline - time.monotonic()))
-            sock.sendall(json.dumps({"cmd": cmd, "name": name}).encode() + b"\n")
-            data = b""
-            while b"\n" not in data:
-                chunk = sock.recv(4096)
-                if not chunk:
-                    break
-                data += chunk
-    except (FileNotFoundError, ConnectionRefusedError):
-        raise ControlError(f"the daemon is not running (no control socket at {path})") from None
-    except BlockingIOError:
-        raise ControlError(f"the daemon at {path} is busy: no connection within {timeout_s:g} s: {cmd} not "
-                           "carried out") from None
-    except PermissionError:
-        raise ControlError(f"not permitted to use {path}: run as root or as a member of its group") from None
-    except TimeoutError:
-        # Closing the connection tells the daemon: a request it has not carried out yet never is.
-        raise ControlError(f"the daemon at {path} did not answer within {timeout_s:g} s: {cmd} not carried out") \
-            from None
-    except OSError as exc:
-        raise ControlError(f"cannot talk to the daemon at {path}: {exc}") from None
-    try:
-        reply = json.loads(data.decode())
-        if isinstance(reply, dict) and "ok" in reply and "message" in reply:
-            return reply
-    except ValueError:
-        pass
-    raise ControlError(f"unexpected reply from the daemon: {data[:200]!r}") from None

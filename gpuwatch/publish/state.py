@@ -6,7 +6,6 @@ runs, so a hung GPU read can never hang them.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -17,6 +16,7 @@ from gpuwatch.safefs import client_refusal, read_bounded
 # (tests/cluster/test_health_imports.py).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
     from gpuwatch.model import PublishedState
@@ -78,6 +78,50 @@ def state_age(document: StatusDocument, now_unix: float, boot: str | None, now_b
     return now_unix - float(document["taken_unix"])
 
 
+def parse(data: bytes) -> object:
+    """The state file's JSON as Python objects, exactly as ``json.loads`` gives them, by the C scanner that
+    ``json.loads`` itself runs (CPython's ``_json``) without importing ``json``: its import, with re and enum under
+    it, was a third of `gpuwatch health`'s own time (tests/cluster/test_health_imports.py). The daemon writes one
+    compact object in UTF-8; anything else, and a document the scanner does not take whole, goes to
+    ``json.loads`` itself (its encoding detection, its error and message: a ValueError)."""
+    scan = _c_scanner() if data[:1] == b"{" else None
+    if scan is not None:
+        try:
+            text = data.decode("utf-8")
+            value, end = scan(text, 0)
+        except (UnicodeDecodeError, StopIteration, ValueError, SystemError):
+            # Not JSON: _json's error needs json.decoder imported (it takes JSONDecodeError from sys.modules; a
+            # SystemError when it is not there): json.loads below raises it with its message.
+            pass
+        else:
+            if not text[end:].strip(" \t\n\r"):  # JSON's whitespace (RFC 8259, section 2) only after it
+                return value
+    import json
+
+    return json.loads(data)
+
+
+def _c_scanner() -> Callable[[str, int], tuple[object, int]] | None:
+    try:
+        from _json import make_scanner
+    except ImportError:  # pragma: no cover - an interpreter without CPython's accelerator
+        return None
+    return make_scanner(_Decoder)  # type: ignore[arg-type]  # it reads a JSONDecoder's attributes, duck-typed
+
+
+class _Decoder:
+    """What ``_json.make_scanner`` reads from its context: a default ``json.JSONDecoder``'s settings (strict
+    strings, no hooks, Python's int and float; NaN and the infinities as ``float`` spells them, which are
+    json.decoder's own constants)."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = float
+
+
 class StateHolder:
     """The latest PublishedState and its JSON document, swapped atomically under a lock."""
 
@@ -124,6 +168,8 @@ def write_state_file(path: Path, document: StatusDocument) -> None:
     except FileNotFoundError:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    import json  # here, not above: the readers parse without it (``parse``)
+
     try:
         with os.fdopen(fd, "w") as handle:
             # dumps, not dump: only the one-shot path uses the C encoder; json.dump's chunked
@@ -150,7 +196,7 @@ def read_state(path: Path) -> tuple[StatusDocument | None, str | None]:
     if refusal is not None:
         return None, refusal
     try:
-        return document(json.loads(read_bounded(path, STATE_FILE_MAX_BYTES))), None
+        return document(parse(read_bounded(path, STATE_FILE_MAX_BYTES))), None
     except FileNotFoundError:
         return None, None
     except OSError as exc:

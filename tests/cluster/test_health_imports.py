@@ -29,7 +29,7 @@ from tests.support.waiting import wait_for
 # The fast path's whole share of gpuwatch: the command, its renderer, the verdict's vocabulary, the staleness rule
 # and where the files are. A new import here is a cost on every check: measure it (benchmarks/health_latency.py).
 FAST_PATH = {"gpuwatch", "gpuwatch.cli", "gpuwatch.cli.health", "gpuwatch.cli.health.render",
-             "gpuwatch.cli.health.options", "gpuwatch.config", "gpuwatch.config.runtime", "gpuwatch.publish",
+             "gpuwatch.config", "gpuwatch.config.quick", "gpuwatch.config.runtime", "gpuwatch.publish",
              "gpuwatch.publish.health_codes", "gpuwatch.publish.state",
              "gpuwatch.publish.decode",
              "gpuwatch.safefs"}  # safefs: the runtime directory trusted (os, stat, errno only)
@@ -41,10 +41,14 @@ NEVER = ("pydantic", "psutil", "prometheus_client", "yaml", "bcrypt", "gpuwatch.
          "gpuwatch.cli.settings", "gpuwatch.cli.health.slurm", "asyncio", "ssl", "socket", "subprocess", "logging",
          "threading", "dataclasses", "inspect", "shutil", "ipaddress", "email", "http",
          # pathlib with urllib.parse under it (3-4 ms of the check): config/runtime.py's paths are str.
-         "pathlib", "urllib")
+         "pathlib", "urllib",
+         # issue 52: argparse (a plain check's options are read by cli/health's quick_args), json (the state file is
+         # parsed by json's own C scanner: publish.state.parse), with re, enum, gettext and locale under them, and
+         # collections (annotations only): each as costly as the rest of the check; the options' parent parser.
+         "argparse", "json", "re", "enum", "gettext", "locale", "collections", "gpuwatch.cli.health.options")
 
-# Only when the config names runtime_dir: the default needs no TOML (tomllib brings typing and datetime, each as
-# costly as the rest of the check's own imports; no library parses a TOML file for one key).
+# Never either, runtime_dir in the config or not: config/quick.py reads the top-level keys (tomllib brings typing
+# and datetime, each as costly as the rest of the check's own imports); tomllib only for a form it does not take.
 TOML = ("tomllib", "typing", "datetime")
 
 INTERVAL_S = 5.0  # stale only after half a minute: a slow tick on a loaded machine still leaves the verdict fresh
@@ -94,25 +98,26 @@ def test_the_fast_path_imports_only_what_the_verdict_needs(daemon: tuple[Path, d
                                                            command: list[str], fmt: str) -> None:
     config, env = daemon
     env = without_site(env) if flags else env
-    _, python = imported([*flags, "-c", "pass"], env)
+    _, python = imported([*flags, "-c", "import runpy" if command[0] == "-m" else "pass"], env)  # -m: runpy's own
     done, names = imported([*flags, *command, "health", "-c", str(config), "--format", fmt], env)
     assert done.returncode == 0 and "healthy" in done.stdout, done.stdout + done.stderr[-2000:]
     ours = names - python
     assert {n for n in ours if n.split(".")[0] == "gpuwatch"} == FAST_PATH
-    assert not among(ours, NEVER + TOML)
+    # --format json prints its object with json.dumps (and re and enum under it): that format alone.
+    assert not among(ours, tuple(n for n in NEVER + TOML if fmt != "json" or n not in ("json", "re", "enum")))
 
 
-def test_a_config_naming_runtime_dir_adds_tomllib_alone(daemon: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+def test_a_config_naming_runtime_dir_adds_nothing(daemon: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     config, env = daemon
     named = tmp_path / "named.toml"
     named.write_text(f'runtime_dir = "{env["RUNTIME_DIRECTORY"]}"\n' + config.read_text())
     env = without_site({k: v for k, v in env.items() if k != "RUNTIME_DIRECTORY"})  # the config alone says where
-    _, python = imported(["-S", "-c", "pass"], env)
+    _, python = imported(["-S", "-c", "import runpy"], env)  # what -m imports itself
     done, names = imported(["-S", "-m", "gpuwatch", "health", "-c", str(named), "--format", "npd"], env)
     assert (done.returncode, done.stdout) == (0, "gpuwatch: healthy\n"), done.stderr[-2000:]
     ours = names - python
     assert {n for n in ours if n.split(".")[0] == "gpuwatch"} == FAST_PATH
-    assert "tomllib" in ours and not among(ours, NEVER)
+    assert not among(ours, NEVER + TOML)
 
 
 @pytest.mark.parametrize("columns", [None, "60", "200", "0", "wide"])
@@ -127,3 +132,32 @@ def test_help_is_as_wide_as_shutil_would_make_it(monkeypatch: pytest.MonkeyPatch
     else:
         monkeypatch.setenv("COLUMNS", columns)
     assert formatter("gpuwatch health")._width == shutil.get_terminal_size().columns - 2
+
+
+@pytest.mark.parametrize("argv", [[], ["-c", "/etc/g.toml"], ["--config=/etc/g.toml", "--format", "npd"],
+                                  ["--format=json", "--class", "thermal", "--slurm"], ["-c", "a", "-c", "b"],
+                                  ["--sysfs-root", "/s", "--proc-root=/p", "--format", "nagios"], ["-c", ""]],
+                         ids=repr)
+def test_the_quick_options_are_argparse_s(argv: list[str]) -> None:
+    """A plain check's options read without argparse (cli/health.quick_args) are what its parser gives."""
+    import argparse
+
+    from gpuwatch.cli.health import add_health_arguments, quick_args
+    from gpuwatch.cli.health.options import common_options
+
+    parser = argparse.ArgumentParser(prog="gpuwatch health", parents=[common_options(str)])
+    add_health_arguments(parser)
+    quick = quick_args(argv)
+    expected = vars(parser.parse_args(argv))
+    assert quick is not None and {name: getattr(quick, name) for name in expected} == expected
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["-h"], ["--form", "npd"], ["--format", "xml"], ["-c"], ["-c", "-x"],
+                                  ["--class=nope"], ["-cfile"], ["--slurm=1"], ["extra"], ["--", "-c", "x"]],
+                         ids=repr)
+def test_anything_else_is_left_to_argparse(argv: list[str]) -> None:
+    """Help, abbreviations, other spellings, bad or missing values: argparse parses them (and says what is wrong,
+    exit 2), as before."""
+    from gpuwatch.cli.health import quick_args
+
+    assert quick_args(argv) is None

@@ -1,37 +1,35 @@
 """`gpuwatch health [--format nhc|npd|nagios|json] [--slurm]`: the node's verdict for a scheduler.
 
-The fast path, taken whenever a daemon publishes: find the runtime directory (config/runtime.py: the config
-file is read for ``runtime_dir`` alone, with tomllib), read the state file, render the daemon's own verdict
-(``health`` in the document, judged every tick with its live [health] settings), or G001 when the state is
-stale. No pydantic, no GPU I/O, none of the other commands: `gpuwatch` dispatches here before building its
-full parser (cli/__init__.py), and benchmarks/health_latency.py measures it end to end. Only when no daemon
-runs (no state file, or a stale one with nobody holding the runtime directory's lock) is the whole config
-loaded and the GPUs read directly, the verdict judged here, and G002 added (``[health] daemon_down``).
+The fast path, taken whenever a daemon publishes: read the options (``quick_args``; argparse only for anything
+but a plain check), find the runtime directory (config/quick.py reads the config's ``runtime_dir`` alone, without
+tomllib), read the state file (``publish.state.parse``: json's C scanner without json's import), render the
+daemon's own verdict (``health`` in the document, judged every tick with its live [health] settings), or G001
+when the state is stale. No pydantic, no GPU I/O, none of the other commands: `gpuwatch` dispatches here before
+building its full parser (cli/__init__.py); tests/cluster/test_health_imports.py pins the imports by name and
+benchmarks/health_latency.py measures it end to end against ``python -c pass`` (issue 52: at most 1.5x). Only
+when no daemon runs (no state file, or a stale one with nobody holding the runtime directory's lock) is the whole
+config loaded and the GPUs read directly, the verdict judged here, and G002 added (``[health] daemon_down``).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
 
-from gpuwatch.cli.health.options import common_options, formatter
 from gpuwatch.cli.health.render import FORMATS, Answer, from_document, no_daemon, only, render
-from gpuwatch.config.runtime import (
-    DEFAULT_CONFIG_PATH,
-    STATE_FILE_NAME,
-    client_runtime_dir,
-    daemon_files_in,
-)
+from gpuwatch.config.quick import client_runtime_dir_quick, config_file
+from gpuwatch.config.runtime import STATE_FILE_NAME
 from gpuwatch.publish.health_codes import CLASSES, UNUSABLE, fault_line
-from gpuwatch.publish.state import STATE_FILE_MAX_BYTES, this_boot
+from gpuwatch.publish.state import STATE_FILE_MAX_BYTES, parse, this_boot
 from gpuwatch.safefs import client_refusal, read_bounded
 
 TYPE_CHECKING = False  # typing's import alone was a tenth of the check (tests/cluster/test_health_imports.py)
 if TYPE_CHECKING:
+    import argparse
     from collections.abc import Sequence
+
+    from gpuwatch.cli.health.render import Format
 
 
 def add_health_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,21 +45,70 @@ def add_health_arguments(parser: argparse.ArgumentParser) -> None:
                              "gpuwatch drained after resume_after_checks healthy ones")
 
 
+class QuickArgs:
+    """The options of a plain check (`health -c FILE --format npd`), read without argparse: argparse's import (with
+    re, gettext and locale under it) was a third of the check's own time. Anything else (``--help``, an abbreviated
+    or unknown option, a bad or missing value) is argparse's to parse and to answer, as before."""
+
+    __slots__ = ("config", "sysfs_root", "proc_root", "format", "fault_class", "slurm")
+
+    def __init__(self) -> None:
+        self.config: str | None = None
+        self.sysfs_root: str | None = None
+        self.proc_root: str | None = None
+        self.format: Format = "nhc"
+        self.fault_class: str | None = None
+        self.slurm = False
+
+
+# The options a plain check takes with their value: the attribute each sets, the values allowed (None: any).
+_VALUED = {"-c": "config", "--config": "config", "--sysfs-root": "sysfs_root", "--proc-root": "proc_root",
+           "--format": "format", "--class": "fault_class"}
+_CHOICES = {"format": FORMATS, "fault_class": tuple(CLASSES)}
+
+
+def quick_args(argv: Sequence[str]) -> QuickArgs | None:
+    """``argv`` as `gpuwatch health`'s argparse parser would take it, when it is a plain check; None otherwise."""
+    args = QuickArgs()
+    words = iter(argv)
+    for word in words:
+        if word == "--slurm":
+            args.slurm = True
+            continue
+        option, equals, value = word.partition("=") if word.startswith("--") else (word, "", "")
+        name = _VALUED.get(option)
+        if name is None:
+            return None
+        if not equals:
+            value = next(words, "-")
+            if value.startswith("-"):  # missing, or an option: argparse's error to say
+                return None
+        if value not in _CHOICES.get(name, (value,)):
+            return None
+        setattr(args, name, value)
+    return args
+
+
 def main(argv: Sequence[str]) -> int:
     """`gpuwatch health ARGS` (the fast entry, before gpuwatch's full parser is built)."""
-    # str, not pathlib.Path, for the paths: pathlib's import was 3-4 ms of every check.
+    quick = quick_args(argv)
+    if quick is not None:
+        return cmd_health(quick)
+    import argparse
+
+    from gpuwatch.cli.health.options import common_options, formatter
+
+    # str, not pathlib.Path, for the paths, as the quick read's: the handler takes either.
     parser = argparse.ArgumentParser(prog="gpuwatch health", parents=[common_options(str)], formatter_class=formatter,
                                      description="The node's health verdict for a scheduler.")
     add_health_arguments(parser)
     return cmd_health(parser.parse_args(argv))
 
 
-def cmd_health(args: argparse.Namespace) -> int:
+def cmd_health(args: argparse.Namespace | QuickArgs) -> int:
     # A str from the fast entry's parser, a Path from gpuwatch's full one (``-c ''`` is named too: the slow path
     # then says what is wrong with it, as every command does).
-    config_path = os.fspath(args.config) if args.config is not None else (
-        DEFAULT_CONFIG_PATH if os.path.exists(DEFAULT_CONFIG_PATH) else None)
-    runtime_dir = _runtime_dir(config_path)
+    runtime_dir = client_runtime_dir_quick(config_file(args.config))
     answer = None
     if runtime_dir is not None:
         answer = _daemon_answer(runtime_dir)
@@ -69,8 +116,7 @@ def cmd_health(args: argparse.Namespace) -> int:
         try:
             answer, runtime_dir = _direct_answer(args)
         except Exception as exc:  # noqa: BLE001 - a health check answers, whatever went wrong
-            from gpuwatch.config.base import ConfigError
-            from gpuwatch.config.file import CONFIG_ERROR_EXIT
+            from gpuwatch.config.quick import CONFIG_ERROR_EXIT, ConfigError
 
             if isinstance(exc, ConfigError):
                 print(f"gpuwatch: {exc}", file=sys.stderr)
@@ -84,31 +130,6 @@ def cmd_health(args: argparse.Namespace) -> int:
     return code
 
 
-def _runtime_dir(config_path: str | None) -> str | None:
-    """The runtime directory a client looks in; None when the config file cannot be read quickly (the slow
-    path then loads it and says what is wrong)."""
-    configured: str | None = None
-    if config_path is not None:
-        try:
-            with open(config_path, "rb") as handle:
-                data = handle.read()
-        except OSError:
-            return None
-        if b"runtime_dir" in data:  # else the default applies, without tomllib (its import: a tenth of the check)
-            import tomllib
-
-            try:
-                value = tomllib.loads(data.decode()).get("runtime_dir")
-            except (UnicodeDecodeError, tomllib.TOMLDecodeError):
-                return None
-            if value is not None and not isinstance(value, str):
-                return None
-            configured = value
-    if configured:
-        return configured
-    return client_runtime_dir(os.environ, os.geteuid(), daemon_files_in)
-
-
 def _daemon_answer(runtime_dir: str) -> Answer | None:
     """The daemon's verdict from its state file; None when no daemon runs there. A file the daemon's holder of
     the runtime directory's lock published but that cannot be used (missing, unreadable, not its document) is
@@ -118,7 +139,7 @@ def _daemon_answer(runtime_dir: str) -> Answer | None:
         print(f"gpuwatch health: {refusal}", file=sys.stderr)
         return None
     try:
-        raw = json.loads(read_bounded(os.path.join(runtime_dir, STATE_FILE_NAME), STATE_FILE_MAX_BYTES))
+        raw = parse(read_bounded(os.path.join(runtime_dir, STATE_FILE_NAME), STATE_FILE_MAX_BYTES))
     except FileNotFoundError:
         answer = Answer(lines=(fault_line(UNUSABLE, None, "daemon publishes no state file"),))
     except (OSError, ValueError, RecursionError) as exc:  # JSON's (and UTF-8's) errors are ValueErrors
@@ -137,7 +158,9 @@ def _daemon_answer(runtime_dir: str) -> Answer | None:
     return answer
 
 
-def _direct_answer(args: argparse.Namespace) -> tuple[Answer, str]:
+def _direct_answer(args: argparse.Namespace | QuickArgs) -> tuple[Answer, str]:
+    import argparse
+
     from gpuwatch.cli.settings import load_cli_config
     from gpuwatch.daemon.sense import read_directly
     from gpuwatch.limits import limits_in_force
@@ -145,7 +168,8 @@ def _direct_answer(args: argparse.Namespace) -> tuple[Answer, str]:
     from gpuwatch.publish.health_codes import fault_line
     from gpuwatch.publish.verdict import judge, over_crit_since
 
-    config = load_cli_config(args, client=True)
+    config = load_cli_config(argparse.Namespace(config=args.config, sysfs_root=args.sysfs_root,
+                                                proc_root=args.proc_root), client=True)
     settings = config.health
     effective = config.with_effective_sysfs()
     snapshot = read_directly(effective).sample()

@@ -11,6 +11,25 @@ from collections.abc import Callable
 from gpuwatch.config.runtime import DEFAULT_CONFIG_PATH
 
 
+def _translated_once(translate: Callable[[str], str]) -> Callable[[str], str]:
+    """``translate`` (gettext.gettext), each message looked up once per process."""
+    done: dict[str, str] = {}
+
+    def lookup(message: str) -> str:
+        if message not in done:
+            done[message] = translate(message)
+        return done[message]
+
+    return lookup
+
+
+# argparse passes each of its own strings through gettext.gettext ("show this help message and exit", "options",
+# "usage: "...), which looks for a message catalogue on disk on every call, found or not (gettext.find: a stat per
+# candidate .mo file of each language in $LANGUAGE, $LC_ALL, $LC_MESSAGES and $LANG): about 230 stats for
+# gpuwatch's parser, half the time of building it (issue 52). The catalogues do not change while a command runs.
+argparse._ = _translated_once(argparse._)  # type: ignore[attr-defined]
+
+
 def common_options(path: Callable[[str], object]) -> argparse.ArgumentParser:
     """The parent parser; ``path`` makes each option's value: ``pathlib.Path`` for gpuwatch's full parser,
     ``str`` for `gpuwatch health`'s (pathlib's import, with urllib.parse and ipaddress, was 3-4 ms of every
@@ -41,3 +60,10 @@ def _columns() -> int:
         return (os.get_terminal_size(stdout.fileno()).columns if stdout is not None else 0) or 80
     except (ValueError, OSError):
         return 80
+
+
+def add_receipt_arguments(parser: argparse.ArgumentParser) -> None:
+    """`gpuwatch receipt`'s own arguments, here beside the common ones: cli/health/receipt.py's imports (the
+    config's models, the view) are its handler's, not the parser's."""
+    parser.add_argument("job_id", metavar="JOBID", help="the scheduler's job id (Slurm: $SLURM_JOB_ID)")
+    parser.add_argument("--json", action="store_true", help="the receipt as a JSON object")

@@ -28,11 +28,6 @@ EXIT_NOT_FOUND = 1
 EXIT_NO_DAEMON = 3
 
 
-def add_receipt_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("job_id", metavar="JOBID", help="the scheduler's job id (Slurm: $SLURM_JOB_ID)")
-    parser.add_argument("--json", action="store_true", help="the receipt as a JSON object")
-
-
 def cmd_receipt(args: argparse.Namespace) -> int:
     from gpuwatch.daemon.lock import holder
 

@@ -9,13 +9,12 @@ The formats and their contracts (docs/cluster.md):
   look), 2 CRITICAL (a fault), 3 UNKNOWN (as npd's 2); ``GPUWATCH OK - ...`` then one fault per line.
 * ``json``: the verdict as an object; the exit code is nhc's.
 
-Imports nothing but json and the verdict's vocabulary: this runs on every health check of every node, a new
-process each time (docs/cluster.md, benchmarks/health_latency.py; tests/cluster/test_health_imports.py pins it).
+Imports nothing but the verdict's vocabulary (json for ``--format json`` alone): this runs on every health check of
+every node, a new process each time (docs/cluster.md, benchmarks/health_latency.py; tests/cluster/
+test_health_imports.py pins it).
 """
 
 from __future__ import annotations
-
-import json
 
 from gpuwatch.publish import decode
 from gpuwatch.publish.health_codes import (
@@ -135,6 +134,8 @@ def render(answer: Answer, fmt: Format) -> tuple[int, str]:
         rest = [*answer.lines[1:], *answer.notes] if answer.lines else []
         return code, "\n".join([f"GPUWATCH {word} - {summary(answer, 200)}", *rest])
     if fmt == "json":
+        import json  # here: the other formats need no json module (the state file: publish.state.parse)
+
         doc = {"status": status, "healthy": answer.healthy, "faults": list(answer.lines), "notes": list(answer.notes),
                "source": answer.source, "age_s": answer.age_s}
         return (0 if answer.healthy else 1), json.dumps(doc)

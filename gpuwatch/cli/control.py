@@ -1,0 +1,49 @@
+"""`gpuwatch pause|resume|restart|stop|simulate-reset [NAME]`: the commands a running daemon carries out, sent
+through its control socket, and their exit codes.
+
+Imports no model: the config's ``runtime_dir`` is read alone (config/quick.py) and the whole file only when that
+read cannot say; the socket's client half alone (daemon/control_client.py). Issue 52: each within 2x of Python's
+own start (tests/cli/test_startup_imports.py pins the imports, benchmarks/cli_latency.py measures them).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from gpuwatch.config.quick import client_runtime_dir_quick, config_file
+from gpuwatch.config.runtime import CONTROL_SOCKET_NAME
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+
+EXIT_USAGE = 2  # cli/status.py's EXIT_USAGE (a test keeps them equal): that module imports the models
+NOT_PERMITTED = "not permitted"  # supervise/access.py's, the start of a refusal's message (a test keeps them equal)
+
+
+def cmd_control(args: argparse.Namespace) -> int:
+    from gpuwatch.cli.text import safe
+    from gpuwatch.daemon.control_client import ControlError, send_command
+
+    try:
+        ok, message = send_command(control_socket(args), args.verb, args.name)
+    except ControlError as exc:
+        print(f"gpuwatch: {exc}", file=sys.stderr)
+        return 1
+    message = safe(message)  # it may quote a run's name or a user's request back
+    print(message if ok else f"gpuwatch: {message}", file=sys.stdout if ok else sys.stderr)
+    if ok:
+        return 0
+    return 1 if message.startswith(NOT_PERMITTED) else EXIT_USAGE
+
+
+def control_socket(args: argparse.Namespace) -> Path:
+    """The daemon's control socket: in the config's runtime directory (its quick read), else where a client looks;
+    the whole config is loaded only when the quick read cannot say (it then says what is wrong with the file)."""
+    runtime_dir = client_runtime_dir_quick(config_file(args.config))
+    if runtime_dir is not None:
+        return Path(runtime_dir, CONTROL_SOCKET_NAME)
+    from gpuwatch.cli.settings import load_cli_config
+
+    return load_cli_config(args, client=True).control_socket
