@@ -29,7 +29,7 @@ BLOCK = 64 * 1024
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    config = load_cli_config(args, client=True)
+    config = load_cli_config(args, client=True, simulators=True)
     trainer = _trainer(config, args.name)
     if isinstance(trainer, str):
         print(f"gpuwatch logs: {trainer}", file=sys.stderr)

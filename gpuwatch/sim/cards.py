@@ -12,8 +12,8 @@ each published state (a daemon ``on_tick`` hook): a trainer RUNNING (or still PA
 full load there, anything else idle. A simulator that supervises nothing (no trainer configured, no run
 attached yet) runs at ``load_without_trainer`` (full load by default, so the fan curve still has something to
 do in a demo without training); once a run has been listed, a card no run loads idles, also after the last
-ended run is dropped: idle between attached runs means idle, not a card heating to crit with nothing running. The trainers'
-processes also show in a fake /proc beside the tree (clients.py), and ``inject_reset`` resets a card
+ended run is dropped: idle between attached runs means idle, not a card heating to crit with nothing running.
+The trainers' processes also show in a fake /proc beside the tree (clients.py), and ``inject_reset`` resets a card
 (resets.py): a devcoredump, a few seconds without answers, its processes hung.
 """
 

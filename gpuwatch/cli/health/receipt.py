@@ -36,7 +36,7 @@ def add_receipt_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_receipt(args: argparse.Namespace) -> int:
     from gpuwatch.daemon.lock import holder
 
-    config = load_cli_config(args, client=True)
+    config = load_cli_config(args, client=True, simulators=True)
     document, problem = read_state(config.state_file)
     if document is None:
         running = holder(config.resolved_runtime_dir)
