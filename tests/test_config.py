@@ -195,7 +195,8 @@ def test_a_simulator_never_publishes_where_real_runs_attach(
     runtime_dir, why = simulator_runtime_dir(configured, {}, euid)
     assert runtime_dir == expected
     assert (why is not None) == moved
-    assert why is None or (why.startswith(f"runtime_dir {configured} is where real daemons publish") and "\n" not in why)
+    said = f"runtime_dir {configured} is where real daemons publish"
+    assert why is None or (why.startswith(said) and "\n" not in why)
 
 
 def test_daemon_files_in_names_the_state_file_and_the_socket(tmp_path: Path) -> None:

@@ -150,7 +150,8 @@ def test_cli_train_execs_the_launcher_or_the_command(monkeypatch, venv_path):
 
 def test_autotune_options_are_passed_only_when_given(monkeypatch, venv_path):
     argv = build_launch_argv("on", False, ["python", "t.py"], autotune=False, tune_cache="none")
-    assert argv == [str(venv_path / "python"), *LAUNCH, "on", "--conv2d-autotune", "off", "--conv2d-tune-cache", "none", "t.py"]
+    assert argv == [str(venv_path / "python"), *LAUNCH, "on", "--conv2d-autotune", "off", "--conv2d-tune-cache", "none",
+                    "t.py"]
     from gpuwatch import cli
 
     def fake_execvpe(file, argv, env):
