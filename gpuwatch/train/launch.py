@@ -167,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     # ps, htop, nvtop and `status --processes` show the user's command, tracebacks start in the script.
     target = ["-m", options.module] if options.module is not None else [options.script or ""]
-    shown = user_command(getattr(sys, "orig_argv", []), [*target, *options.args])
+    shown = user_command(sys.orig_argv, [*target, *options.args])
     if shown is not None:  # the process is the launcher's (not a caller's main(argv))
         show_command(shown)
         trim_tracebacks()

@@ -15,8 +15,9 @@ import sys
 from collections.abc import Sequence
 from types import TracebackType
 
+from gpuwatch.train.argv import BOOTSTRAP
+
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../gpuwatch
-BOOTSTRAP = os.path.join(_PACKAGE_DIR, "train", "bootstrap.py")
 LAUNCH_MODULES = ("gpuwatch.launch", "gpuwatch.train.launch")
 
 

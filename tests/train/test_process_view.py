@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.cli.process_table import fit_command
-from gpuwatch.train.process_view import BOOTSTRAP, user_command, user_frames
+from gpuwatch.train.argv import BOOTSTRAP
+from gpuwatch.train.process_view import user_command, user_frames
 from tests.train.test_two_venvs import CLI, env_without_pythonpath, make_venv
 
 torch = pytest.importorskip("torch")
