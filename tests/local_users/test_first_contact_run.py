@@ -119,7 +119,7 @@ def test_her_simulator_is_found_by_plain_commands_and_her_venvs_python_runs(alic
         logs = _cli(user, home, "logs", "fc")
         said = logs.stderr.splitlines()  # the simulator's line, then the answer
         assert logs.returncode == 1 and len(said) == 2 and "using the simulator's" in said[0], logs.stderr
-        assert said[1].startswith("gpuwatch logs: fc is a run attached with `gpuwatch train` (pid "), logs.stderr
+        assert said[1].startswith("gpuwatch logs: fc is a run attached with `gpuwatch train` "), logs.stderr
 
         paused = _cli(user, home, "pause", "fc")  # plain, it reaches her simulator too
         assert paused.returncode == 0, paused.stderr + paused.stdout
