@@ -22,7 +22,7 @@ SCRIPT = """
 import subprocess, sys, os
 with open(sys.argv[1], "wb") as out:
     out.write(open("/proc/self/cmdline", "rb").read())
-ps = subprocess.run(["ps", "-o", "args=", "-p", str(os.getpid())], capture_output=True, text=True).stdout
+ps = subprocess.run(["ps", "-ww", "-o", "args=", "-p", str(os.getpid())], capture_output=True, text=True).stdout
 with open(sys.argv[1] + ".ps", "w") as out:
     out.write(ps)
 
