@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
 def _status(config: Config) -> str:
     """The plain status (no colours: --plain is for logs and pipes)."""
     doc = read_state_file(config.state_file)
-    return render(doc) if doc else "waiting for the daemon's first tick...\n"
+    return render(doc, logs=_logs(config)) if doc else "waiting for the daemon's first tick...\n"
 
 
 def status_parts(config: Config) -> Status:
@@ -227,7 +227,12 @@ def status_parts(config: Config) -> Status:
         return Status(head=["waiting for the daemon's first tick..."])
     color = sys.stdout.isatty()
     sizes = [len(gpu_block(gpu, painter(color))) for gpu in status_view(doc).gpus]
-    return split_status(render(doc, color=color), sizes)
+    return split_status(render(doc, color=color, logs=_logs(config)), sizes)
+
+
+def _logs(config: Config) -> str:
+    """The status's log hint as it works from this checkout: the demo's config finds its trainer."""
+    return f"{_gpuwatch()} logs -c {_short(config.resolved_runtime_dir / 'demo.toml')}"
 
 
 # "2026-11-23 17:52:52,518 INFO gpuwatch.fan: GPU 0000:28:00.0: ..." -> "17:52:52 GPU 0000:28:00.0: ..."

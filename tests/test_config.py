@@ -11,7 +11,7 @@ import pytest
 
 from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import load_config, parse_config
-from gpuwatch.config.runtime import client_runtime_dir, daemon_files_in
+from gpuwatch.config.runtime import client_runtime_dir, daemon_files_in, is_simulator_dir, simulator_runtime_dir
 from tests.support.paths import REPO
 
 
@@ -152,6 +152,51 @@ def test_client_runtime_dir_finds_the_system_service(
     environ: dict[str, str], euid: int, daemons: set[str], expected: str
 ) -> None:
     assert client_runtime_dir(environ, euid, lambda d: d in daemons) == expected
+
+
+@pytest.mark.parametrize(
+    "environ, euid, daemons, expected",
+    [
+        # No real daemon: this user's own simulator, else root's (`sudo gpuwatch run --simulate`).
+        ({}, USER, {OWN + "-simulate", SYSTEM + "-simulate"}, OWN + "-simulate"),
+        ({}, USER, {SYSTEM + "-simulate"}, SYSTEM + "-simulate"),
+        ({"XDG_RUNTIME_DIR": "/run/user/1000"}, USER, {"/run/user/1000/gpuwatch-simulate"},
+         "/run/user/1000/gpuwatch-simulate"),
+        ({}, 0, {SYSTEM + "-simulate"}, SYSTEM + "-simulate"),
+        # A real daemon always wins, the user's own or the service.
+        ({}, USER, {SYSTEM, OWN + "-simulate"}, SYSTEM),
+        ({}, 0, {SYSTEM, SYSTEM + "-simulate"}, SYSTEM),
+        ({}, USER, set(), OWN),
+    ],
+)
+def test_clients_find_a_simulator_when_no_real_daemon_runs(
+    environ: dict[str, str], euid: int, daemons: set[str], expected: str
+) -> None:
+    assert client_runtime_dir(environ, euid, lambda d: d in daemons, simulators=True) == expected
+    assert is_simulator_dir(expected) == expected.endswith("-simulate")
+    # `gpuwatch health` (simulators off) never answers from simulated cards.
+    assert not is_simulator_dir(client_runtime_dir(environ, euid, lambda d: d in daemons))
+
+
+@pytest.mark.parametrize(
+    "configured, euid, expected, moved",
+    [
+        (None, 0, SYSTEM + "-simulate", False),  # `run --simulate -c FILE` without runtime_dir: never /run/gpuwatch
+        (None, USER, OWN + "-simulate", False),
+        (SYSTEM, USER, SYSTEM + "-simulate", True),  # configured where real runs attach: moved, with the reason
+        (SYSTEM + "/", 0, SYSTEM + "-simulate", True),
+        (OWN, USER, OWN + "-simulate", True),
+        ("/srv/sim", 0, "/srv/sim", False),  # any other directory: as configured
+    ],
+)
+def test_a_simulator_never_publishes_where_real_runs_attach(
+    configured: str | None, euid: int, expected: str, moved: bool
+) -> None:
+    runtime_dir, why = simulator_runtime_dir(configured, {}, euid)
+    assert runtime_dir == expected
+    assert (why is not None) == moved
+    said = f"runtime_dir {configured} is where real daemons publish"
+    assert why is None or (why.startswith(said) and "\n" not in why)
 
 
 def test_daemon_files_in_names_the_state_file_and_the_socket(tmp_path: Path) -> None:

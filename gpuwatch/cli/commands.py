@@ -23,7 +23,7 @@ from gpuwatch.cli.show import document_text, repeat, sensors_fetch, show, status
 from gpuwatch.cli.status import EXIT_USAGE
 from gpuwatch.config.base import ConfigError, canonical_pci_slot, pci_slot_problem
 from gpuwatch.config.file import Config, effective_config_toml, load_config
-from gpuwatch.config.runtime import default_runtime_dir
+from gpuwatch.config.runtime import is_simulator_dir, simulator_runtime_dir
 from gpuwatch.config.sections import remote_base_url
 
 
@@ -33,11 +33,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gpuwatch.daemon.sdnotify import Notifier
 
     def load() -> Config:  # also what SIGHUP re-runs: same file, overrides and checks
-        config = load_daemon_config(args)
-        if args.simulate is not None and args.config is None:
-            # Not the service's directory: its lock, state file, control socket and restore files.
-            config = config.model_copy(update={"runtime_dir": simulation_runtime_dir()})
-        return config
+        return load_daemon_config(args)
 
     config = load()
     setup_logging(config.log_level)
@@ -54,10 +50,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if runtime_lock.problem:
         logging.getLogger("gpuwatch").warning("%s: a second daemon with this runtime directory would not be "
                                               "refused", runtime_lock.problem)
-    if args.simulate is not None and args.config is None:
-        logging.getLogger("gpuwatch").info(
-            "simulating in %s (not the service's runtime directory): RUNTIME_DIRECTORY=%s gpuwatch status",
-            config.resolved_runtime_dir, config.resolved_runtime_dir)
+    if config.simulating:
+        _say_where_simulating(args, config)
     notifier = Notifier.from_env(unset=True)  # trainers we spawn must not inherit NOTIFY_SOCKET
     try:
         daemon = Daemon(config, config_path=cli_config_path(args), load=load, notifier=notifier)
@@ -71,11 +65,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         runtime_lock.release()
 
 
-def simulation_runtime_dir() -> Path:
-    """`gpuwatch run --simulate` without ``-c``: beside this user's own runtime directory, never in it
-    (as root that is the service's /run/gpuwatch): /run/gpuwatch-simulate, $XDG_RUNTIME_DIR/gpuwatch-simulate."""
-    own = Path(default_runtime_dir(os.environ, os.geteuid()))
-    return own.with_name(own.name + "-simulate")
+def _say_where_simulating(args: argparse.Namespace, config: Config) -> None:
+    """One line on where a simulator publishes and how the clients reach it; a warning when the configured
+    ``runtime_dir`` was a real daemon's (``config.runtime.simulator_runtime_dir`` moved it)."""
+    log = logging.getLogger("gpuwatch")
+    runtime_dir = config.resolved_runtime_dir
+    try:
+        configured = load_config(cli_config_path(args)).runtime_dir
+    except ConfigError:  # loaded a moment ago: only a file changed in between
+        configured = None
+    _, why = simulator_runtime_dir(None if configured is None else str(configured), os.environ, os.geteuid())
+    if why:
+        log.warning("%s", why)
+    if is_simulator_dir(runtime_dir):
+        log.info("simulating in %s (never where real runs attach): `gpuwatch status`, `train`, `pause` and `logs` "
+                 "find it while no real daemon runs", runtime_dir)
+    else:
+        log.info("simulating in %s (the configured runtime_dir): clients reach it with -c %s or "
+                 "RUNTIME_DIRECTORY=%s", runtime_dir, cli_config_path(args), runtime_dir)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -230,7 +237,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from gpuwatch.cli.leftovers import leftovers
     from gpuwatch.daemon.lock import holder
 
-    config = load_cli_config(args, client=True)
+    config = load_cli_config(args, client=True, simulators=args.remote is None)
     if args.history is not None:
         return _show_history(args, config)
     if args.remote is not None:
@@ -306,4 +313,4 @@ def _show_history(args: argparse.Namespace, config: Config) -> int:
 
 
 def cmd_sensors(args: argparse.Namespace) -> int:
-    return show(args, sensors_fetch(load_cli_config(args, client=True), args.processes))
+    return show(args, sensors_fetch(load_cli_config(args, client=True, simulators=True), args.processes))

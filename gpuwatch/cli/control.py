@@ -41,9 +41,9 @@ def cmd_control(args: argparse.Namespace) -> int:
 def control_socket(args: argparse.Namespace) -> Path:
     """The daemon's control socket: in the config's runtime directory (its quick read), else where a client looks;
     the whole config is loaded only when the quick read cannot say (it then says what is wrong with the file)."""
-    runtime_dir = client_runtime_dir_quick(config_file(args.config))
+    runtime_dir = client_runtime_dir_quick(config_file(args.config), simulators=True)
     if runtime_dir is not None:
         return Path(runtime_dir, CONTROL_SOCKET_NAME)
     from gpuwatch.cli.settings import load_cli_config
 
-    return load_cli_config(args, client=True).control_socket
+    return load_cli_config(args, client=True, simulators=True).control_socket

@@ -1,5 +1,8 @@
 """`gpuwatch logs NAME [-n N] [-f]`: a supervised trainer's captured output (stdout and stderr), like `tail`.
 
+NAME is a trainer of the configuration, else one the running daemon lists (its own configuration's, e.g. the
+demo's); an attached run's output is not the daemon's to keep: one line says where it goes.
+
 It reads the trainer's log file and needs no daemon: the path is the one the daemon published for it in the
 state file, else the one the daemon would use (``supervise.trainer.log_path``: the trainer's ``log_dir``,
 else its folder in the runtime directory). The supervisor rotates the file at ``log_max_bytes``
@@ -15,10 +18,11 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from gpuwatch.cli.settings import load_cli_config
 from gpuwatch.cli.status import EXIT_ALARM, EXIT_OK, EXIT_USAGE
+from gpuwatch.cli.text import safe
 from gpuwatch.config.file import Config
 from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.publish.state import read_state_file
@@ -29,14 +33,22 @@ BLOCK = 64 * 1024
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    config = load_cli_config(args, client=True)
+    config = load_cli_config(args, client=True, simulators=True)
     trainer = _trainer(config, args.name)
-    if isinstance(trainer, str):
-        print(f"gpuwatch logs: {trainer}", file=sys.stderr)
-        return EXIT_USAGE
-    path = trainer_log_path(config, trainer)
+    name = args.name or ""
+    if isinstance(trainer, str):  # not in this configuration: the running daemon may still list it
+        published = _published(config, args.name)
+        if published is not None and published.get("origin") == "attached":
+            print(f"gpuwatch logs: {attached_run_note(published)}", file=sys.stderr)
+            return EXIT_ALARM
+        if published is None or not published.get("log_path"):
+            print(f"gpuwatch logs: {trainer}", file=sys.stderr)
+            return EXIT_USAGE
+        path = Path(published["log_path"])  # a trainer of the daemon's own configuration (another -c FILE)
+    else:
+        name, path = trainer.name, trainer_log_path(config, trainer)
     try:
-        return _show(path, trainer.name, args.lines, args.follow)
+        return _show(path, name, args.lines, args.follow)
     except OSError as exc:  # a log only root may read (the daemon's user and group), a vanished folder...
         print(f"gpuwatch logs: cannot read {exc.filename or path}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_ALARM
@@ -64,6 +76,25 @@ def _show(path: Path, name: str, count: int, following: bool) -> int:
         if current is not None:
             current.close()
     return EXIT_OK  # follow() only ends on Ctrl-C (main: exit 130) or a closed pipe
+
+
+def _published(config: Config, name: str | None) -> dict[str, Any] | None:
+    """The trainer or attached run ``name`` as the running daemon lists it in its state file; None if none."""
+    doc = read_state_file(config.state_file)
+    for published in doc.get("trainers", []) if doc and name else []:
+        if isinstance(published, dict) and published.get("name") == name:
+            return published
+    return None
+
+
+def attached_run_note(published: dict[str, Any]) -> str:
+    """Where an attached run's output is, in one line: `gpuwatch train` leaves its command on the terminal it was
+    started from (a pipe or a file if redirected), and the daemon, which is not its parent, never sees it."""
+    who = f" of {published['user']}" if published.get("user") else ""
+    pid = f" (pid {published['pid']}{who})" if published.get("pid") else who
+    return (f"{safe(str(published.get('name')))} is a run attached with `gpuwatch train`{safe(pid)}: its output goes "
+            "where that command's output goes (its terminal, or the file it was redirected to); the daemon keeps "
+            "no copy (redirect it to keep one: gpuwatch train -- python train.py ARGS 2>&1 | tee train.log)")
 
 
 def trainer_log_path(config: Config, trainer: TrainerConfig) -> Path:

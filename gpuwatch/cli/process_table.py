@@ -36,8 +36,8 @@ def render_processes(doc: StatusDocument, width: int = 160) -> str:
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
     lines = []
     for row in table:
-        line = "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])) + "  " + row[-1]
-        lines.append(line[:width].rstrip())
+        line = "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])) + "  "
+        lines.append((line + fit_command(row[-1], width - len(line))).rstrip())
     if not rows:
         lines.append("no process has a GPU open (that gpuwatch may see)")
     unreadable = view.processes_unreadable
@@ -46,6 +46,17 @@ def render_processes(doc: StatusDocument, width: int = 160) -> str:
     if any(r.kfd for r in rows):
         lines.append("ROCm (KFD) compute is not in the kernel's engine time: BUSY shows 'cu' occupancy for it")
     return "\n".join(lines) + "\n"
+
+
+def fit_command(command: str, room: int) -> str:
+    """The command in ``room`` columns, its script's name kept: too long, its paths are shown by their last part
+    (``/home/alice/venv/bin/python /home/alice/exp/train.py`` -> ``python train.py``; the interpreter and the
+    script come first), then it is cut with "…"."""
+    if len(command) <= room:
+        return command
+    short = " ".join((word.rstrip("/").rsplit("/", 1)[-1] or word) if word.startswith("/") else word
+                     for word in command.split(" "))
+    return short if len(short) <= room else short[:max(room - 1, 0)] + "…"
 
 
 def _held(row: GpuProcess) -> bool:

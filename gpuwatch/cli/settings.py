@@ -12,7 +12,15 @@ from typing import Any
 
 from gpuwatch.config.file import Config, load_config, parse_config
 from gpuwatch.config.quick import config_file
-from gpuwatch.config.runtime import DEFAULT_CONFIG_PATH, client_runtime_dir, daemon_files_in, default_runtime_dir
+from gpuwatch.config.runtime import (
+    DEFAULT_CONFIG_PATH,
+    client_runtime_dir,
+    daemon_files_in,
+    default_runtime_dir,
+    is_simulator_dir,
+    simulator_notice,
+    simulator_runtime_dir,
+)
 
 
 def cli_config_path(args: argparse.Namespace) -> Path | None:
@@ -21,18 +29,24 @@ def cli_config_path(args: argparse.Namespace) -> Path | None:
     return Path(path) if path is not None else None
 
 
-def load_cli_config(args: argparse.Namespace, *, client: bool = False, **overrides: Any) -> Config:
+def load_cli_config(args: argparse.Namespace, *, client: bool = False, simulators: bool = False,
+                    simulate: int | None = None, **overrides: Any) -> Config:
     """The config named on the command line, else the default file if it exists, else defaults.
 
     ``client``: a command that talks to a running daemon (status, pause...), which finds the system
-    service's runtime directory too (``config.client_runtime_dir``); the daemon and ``fans-auto`` use
-    their own (``config.default_runtime_dir``).
+    service's runtime directory too (``config.client_runtime_dir``), and with ``simulators`` a running
+    simulator's when no real daemon runs; the daemon and ``fans-auto`` use their own
+    (``config.default_runtime_dir``). ``simulate``: `run --simulate [N]` (``with_simulation``), before the runtime
+    directory is chosen (a simulator's is never a real daemon's).
     """
     path = cli_config_path(args)
     for key in ("sysfs_root", "proc_root"):
         if getattr(args, key, None) is not None:
             overrides[key] = str(Path(getattr(args, key)))  # as a Path spells it, also `gpuwatch health`'s str
-    return with_runtime_dir(load_config(path, overrides), client=client)
+    config = load_config(path, overrides)
+    if simulate is not None:
+        config = with_simulation(config, simulate)
+    return with_runtime_dir(config, client=client, simulators=simulators)
 
 
 def load_daemon_config(args: argparse.Namespace) -> Config:
@@ -42,12 +56,10 @@ def load_daemon_config(args: argparse.Namespace) -> Config:
     refuses. Raises ConfigError: exit 2 at start, the file rejected whole (running config kept) at a reload."""
     from gpuwatch.supervise.preflight import check_trainers
 
-    config = load_cli_config(args)
+    config = load_cli_config(args, simulate=args.simulate)
     if args.dry_run:
         config = config.model_copy(update={"fan": config.fan.model_copy(update={"mode": "dry-run"}),
                                            "power": config.power.model_copy(update={"mode": "dry-run"})})
-    if args.simulate is not None:
-        config = with_simulation(config, args.simulate)
     check_trainers(config, str(cli_config_path(args) or "the default configuration"), as_daemon=True)
     if config.http.enabled and config.http.web_config is not None:
         from gpuwatch.publish.tls import load_gate
@@ -64,12 +76,20 @@ def check_config_path(args: argparse.Namespace) -> Path:
     return path
 
 
-def with_runtime_dir(config: Config, *, client: bool = False) -> Config:
-    """The runtime directory resolved once, here (environment and euid), instead of on every use."""
+def with_runtime_dir(config: Config, *, client: bool = False, simulators: bool = False) -> Config:
+    """The runtime directory resolved once, here (environment and euid), instead of on every use. A simulating
+    config's is never a real daemon's (``config.runtime.simulator_runtime_dir``), for its daemon and its clients
+    alike. A client that finds a simulator (``simulators``: no real daemon runs) says so on stderr, in one line."""
+    if config.simulating:
+        configured = None if config.runtime_dir is None else str(config.runtime_dir)
+        runtime_dir, _ = simulator_runtime_dir(configured, os.environ, os.geteuid())
+        return config.model_copy(update={"runtime_dir": Path(runtime_dir)})
     if config.runtime_dir is not None:
         return config
     if client:
-        runtime_dir = client_runtime_dir(os.environ, os.geteuid(), daemon_files_in)
+        runtime_dir = client_runtime_dir(os.environ, os.geteuid(), daemon_files_in, simulators=simulators)
+        if simulators and is_simulator_dir(runtime_dir):
+            print(simulator_notice(runtime_dir), file=sys.stderr)
     else:
         runtime_dir = default_runtime_dir(os.environ, os.geteuid())
     return config.model_copy(update={"runtime_dir": Path(runtime_dir)})  # model_copy does not validate: the type

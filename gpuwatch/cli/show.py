@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import time
 
@@ -230,7 +231,8 @@ def show(args: argparse.Namespace, fetch: Fetch, leftovers: Callable[[StatusDocu
             except ValueError as exc:
                 args.parser.error(str(exc))
         found = leftovers(doc) if leftovers else []
-        text = document_text(doc, args) if args.json else render(doc, color=color, note=note, leftovers=found)
+        text = document_text(doc, args) if args.json else render(doc, color=color, note=note, leftovers=found,
+                                                                 logs=logs_command(args))
         for line in found if args.json else ():  # stdout stays one JSON document
             print(f"gpuwatch: {line}", file=sys.stderr)
         if getattr(args, "processes", False) and not args.json:
@@ -238,6 +240,12 @@ def show(args: argparse.Namespace, fetch: Fetch, leftovers: Callable[[StatusDocu
         return text, exit_code(doc, found)
 
     return repeat(args, once)
+
+
+def logs_command(args: argparse.Namespace) -> str:
+    """`gpuwatch logs` as this status was asked for: with its ``-c FILE`` (what finds that daemon's trainers)."""
+    config = getattr(args, "config", None)
+    return f"gpuwatch logs -c {shlex.quote(str(config))}" if config is not None else "gpuwatch logs"
 
 
 def document_text(doc: object, args: argparse.Namespace) -> str:

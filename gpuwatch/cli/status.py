@@ -66,7 +66,9 @@ def select_gpus(doc: StatusDocument, wanted: Sequence[str]) -> StatusDocument:
 
 
 def render(doc: StatusDocument, now: float | None = None, color: bool = False, note: str | None = None,
-           leftovers: Sequence[str] = ()) -> str:
+           leftovers: Sequence[str] = (), logs: str = "gpuwatch logs") -> str:
+    """``logs``: the command a trainer's log hint names, as it must be typed to reach this daemon (with its ``-c
+    FILE`` when the status was read through one: the demo's daemon, a daemon with a runtime_dir of its own)."""
     now = time.time() if now is None else now
     view = status_view(safe_strings(doc))  # run names, reasons, job ids, commands: any local user's strings
     paint = painter(color)
@@ -87,7 +89,7 @@ def render(doc: StatusDocument, now: float | None = None, color: bool = False, n
         lines.append(trainer_line(trainer, now, paint))
         lines.extend(trainer_gpu_lines(trainer, paint))
         if trainer.log_path:  # where to look when it failed (`gpuwatch logs NAME` prints it)
-            lines.append(f"  log    {trainer.log_path}  (gpuwatch logs {trainer.name})")
+            lines.append(f"  log    {trainer.log_path}  ({logs} {trainer.name})")
     return "\n".join(lines) + "\n"
 
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def cmd_status(args: argparse.Namespace) -> int:
     # Any other view (`--history` on main since hist's merge, options still to come) is the whole handler's.
     if args.remote is None and not args.watch and getattr(args, "history", None) is None:
-        runtime_dir = client_runtime_dir_quick(config_file(args.config))
+        runtime_dir = client_runtime_dir_quick(config_file(args.config), simulators=True)
         if runtime_dir is not None:
             from gpuwatch.cli.show import fresh_document, show
 

@@ -14,8 +14,17 @@ only, imported by nothing heavy (tests/cluster/test_health_imports.py, tests/cli
 from __future__ import annotations
 
 import os
+import sys
 
-from gpuwatch.config.runtime import DEFAULT_CONFIG_PATH, client_runtime_dir, daemon_files_in
+from gpuwatch.config.runtime import (
+    DEFAULT_CONFIG_PATH,
+    SYSTEM_RUNTIME_DIR,
+    client_runtime_dir,
+    daemon_files_in,
+    default_runtime_dir,
+    is_simulator_dir,
+    simulator_notice,
+)
 
 CONFIG_ERROR_EXIT = 2  # the exit code of a command whose config file cannot be used
 
@@ -56,14 +65,20 @@ def config_file(named: str | os.PathLike[str] | None) -> str | None:
     return DEFAULT_CONFIG_PATH if os.path.exists(DEFAULT_CONFIG_PATH) else None
 
 
-def client_runtime_dir_quick(config_path: str | None) -> str | None:
+def client_runtime_dir_quick(config_path: str | None, *, simulators: bool = False) -> str | None:
     """Where a client (`health`, `status`, `pause`...) looks for the daemon: the config's ``runtime_dir``, else
-    ``config.runtime.client_runtime_dir``; None when the file must be loaded whole to say (the caller then does,
-    and says what is wrong with it)."""
+    ``config.runtime.client_runtime_dir`` (with ``simulators``, a running simulator when no real daemon runs: said
+    on stderr); None when the file must be loaded whole to say (the caller then does, and says what is wrong with
+    it)."""
     configured = configured_runtime_dir(config_path) if config_path is not None else RUNTIME_DIR_DEFAULT
     if isinstance(configured, Unsure):
         return None
-    return configured or client_runtime_dir(os.environ, os.geteuid(), daemon_files_in)
+    if configured:
+        return configured
+    found = client_runtime_dir(os.environ, os.geteuid(), daemon_files_in, simulators=simulators)
+    if simulators and is_simulator_dir(found):
+        print(simulator_notice(found), file=sys.stderr)
+    return found
 
 
 def configured_runtime_dir(config_path: str) -> str | None | Unsure:
@@ -77,7 +92,12 @@ def configured_runtime_dir(config_path: str) -> str | None | Unsure:
     if b"runtime_dir" not in data:
         return RUNTIME_DIR_DEFAULT  # the file is not parsed at all
     keys = top_level_strings(data, ("runtime_dir",))
-    return keys["runtime_dir"] if not isinstance(keys, Unsure) else _tomllib_runtime_dir(data)
+    value = keys["runtime_dir"] if not isinstance(keys, Unsure) else _tomllib_runtime_dir(data)
+    if value in (SYSTEM_RUNTIME_DIR, default_runtime_dir(os.environ, os.geteuid())) and b"simulate" in data:
+        # A simulating config ([simulate], backend = "simulated") naming a real daemon's directory publishes
+        # beside it (runtime.simulator_runtime_dir): the models decide.
+        return UNSURE
+    return value
 
 
 def _tomllib_runtime_dir(data: bytes) -> str | None | Unsure:

@@ -9,9 +9,11 @@ code as a real card; ``SimulatedSource`` (start.py) only advances the model righ
 
 The workload's heat comes from whether the supervised trainer is really running: ``observe`` takes
 each published state (a daemon ``on_tick`` hook): a trainer RUNNING (or still PAUSING) on a GPU means
-full load there, anything else idle. With no trainer at all, ``load_without_trainer`` applies (full
-load by default, so the fan curve still has something to do in a demo without training). The trainers'
-processes also show in a fake /proc beside the tree (clients.py), and ``inject_reset`` resets a card
+full load there, anything else idle. A simulator that supervises nothing (no trainer configured, no run
+attached yet) runs at ``load_without_trainer`` (full load by default, so the fan curve still has something to
+do in a demo without training); once a run has been listed, a card no run loads idles, also after the last
+ended run is dropped: idle between attached runs means idle, not a card heating to crit with nothing running.
+The trainers' processes also show in a fake /proc beside the tree (clients.py), and ``inject_reset`` resets a card
 (resets.py): a devcoredump, a few seconds without answers, its processes hung.
 """
 
@@ -65,6 +67,7 @@ class SimulatedGpus:
     proc_root: Path | None = None  # the fake /proc; default: beside the tree, "<root>-proc"
     cards: list[SimCard] = field(default_factory=list)
     sim_time_s: float = 0.0
+    runs_seen: bool = False  # a trainer or an attached run has been listed: load_without_trainer no longer applies
     card: str = "rx5600xt"  # the profile (sim/profiles.py): the RX 5600 XT or the Navi 31-like card
     board: Board = field(default_factory=Board)  # what its OD firmware does unprinted (sim/kernel.py)
 
@@ -168,10 +171,11 @@ class SimulatedGpus:
     def observe(self, state: PublishedState) -> None:
         """Daemon on_tick hook: the next step's load follows what the supervisor says is running."""
         running: list[tuple[int, int, float]] = []
+        self.runs_seen = self.runs_seen or bool(state.trainers)
         for card in self.cards:
             loaded, pids = _trainers_on(card, state.trainers, time.time())
             running += [(pid, card.index, 1.0 if loaded else 0.0) for pid in pids]
-            card.load_ratio = 1.0 if loaded else 0.0 if state.trainers else self.load_without_trainer
+            card.load_ratio = 1.0 if loaded else 0.0 if self.runs_seen else self.load_without_trainer
         self.clients.follow(running)
 
     def _write_outputs(self, card: SimCard) -> None:

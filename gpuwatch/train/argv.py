@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -73,22 +74,38 @@ def parse_python_command(command: Sequence[str]) -> PythonCommand:
 
 def build_launch_argv(
     fallback: str, spawn: bool, command: Sequence[str], *, autotune: bool = True, tune_cache: str | None = None,
-    heartbeat_file: str | None = None, pause_file: str | None = None,
+    heartbeat_file: str | None = None, pause_file: str | None = None, environ: Mapping[str, str] | None = None,
 ) -> list[str]:
     """``['python', 'train.py', ...]`` -> ``[python, BOOTSTRAP, ..., 'train.py', ...]``.
 
-    A bare ``python``/``python3`` becomes ``sys.executable``; an interpreter given as a path (another
-    virtualenv's python, say) is kept, since that is where the user's torch lives. That environment
-    need not have gpuwatch: ``bootstrap.py``, run by its path, imports this gpuwatch and starts the
-    launcher (``python -m gpuwatch.launch`` works only where gpuwatch is installed). ``autotune`` and
-    ``tune_cache`` are passed on only when they differ from the launcher's defaults; the heartbeat and
-    pause files when given (else the launcher reads the supervisor's environment).
+    The interpreter is the one the caller's shell would run (``resolve_interpreter``: the activated venv's
+    ``python``, not gpuwatch's own). That environment need not have gpuwatch: ``bootstrap.py``, run by its
+    path, imports this gpuwatch and starts the launcher (``python -m gpuwatch.launch`` works only where
+    gpuwatch is installed). ``autotune`` and ``tune_cache`` are passed on only when they differ from the
+    launcher's defaults; the heartbeat and pause files when given (else the launcher reads the supervisor's
+    environment).
     """
     options = launcher_options(fallback, spawn, autotune=autotune, tune_cache=tune_cache,
                                heartbeat_file=heartbeat_file, pause_file=pause_file)
     parsed = parse_python_command(command)
-    interpreter = parsed.interpreter if parsed.interpreter and os.sep in parsed.interpreter else sys.executable
+    interpreter = resolve_interpreter(parsed.interpreter, os.environ if environ is None else environ)
     return [interpreter, *parsed.flags, BOOTSTRAP, *options, *parsed.target]
+
+
+def resolve_interpreter(interpreter: str | None, environ: Mapping[str, str]) -> str:
+    """The interpreter as the caller's shell means it: one given as a path is kept; a bare ``python``/``python3`` is
+    looked up in the caller's ``PATH`` (an activated venv or conda env comes first there), as ``sudo``, ``timeout``
+    or ``torchrun`` would; a script given without one runs with that ``PATH``'s ``python3`` (what its usual
+    ``#!/usr/bin/env python3`` line runs). Never gpuwatch's own interpreter by default: the README keeps torch out
+    of the daemon's venv. LaunchCommandError when the name is on no ``PATH`` entry (what the shell would say)."""
+    if interpreter is not None and os.sep in interpreter:
+        return interpreter
+    name = interpreter or "python3"
+    found = shutil.which(name, path=environ.get("PATH", os.defpath))
+    if found is None:
+        raise LaunchCommandError(f"{name!r} is not on your PATH: give the interpreter as a path "
+                                 "(-- /path/to/venv/bin/python SCRIPT)")
+    return os.path.abspath(found)
 
 
 def launcher_options(
@@ -121,7 +138,8 @@ def build_train_command(
     if not command:
         raise LaunchCommandError("no training command given (expected: -- python train.py ARGS, or -- torchrun ...)")
     if is_python(command[0]) or command[0].endswith(".py"):
-        return build_launch_argv(fallback, spawn, command, **settings), dict(environ)  # type: ignore[arg-type]
+        argv = build_launch_argv(fallback, spawn, command, environ=environ, **settings)  # type: ignore[arg-type]
+        return argv, dict(environ)
     return list(command), injection_env(environ, options)
 
 

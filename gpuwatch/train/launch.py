@@ -34,6 +34,7 @@ from gpuwatch.train.conv2d.plan import Conv2dTuning
 from gpuwatch.train.dataloader import apply_spawn_defaults
 from gpuwatch.train.patch import patch_conv2d
 from gpuwatch.train.pause.hooks import install_step_hooks
+from gpuwatch.train.process_view import show_command, trim_tracebacks, user_command
 
 _VALUE_OPTIONS = ("--heartbeat-file", "--pause-file", "--conv2d-autotune", "--conv2d-tune-cache")
 _log = logging.getLogger("gpuwatch.train")
@@ -164,6 +165,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.script is not None and not os.path.exists(options.script):
         print(f"python -m gpuwatch.launch: can't open file {options.script!r}", file=sys.stderr)
         return 2
+    # ps, htop, nvtop and `status --processes` show the user's command, tracebacks start in the script.
+    target = ["-m", options.module] if options.module is not None else [options.script or ""]
+    shown = user_command(sys.orig_argv, [*target, *options.args])
+    if shown is not None:  # the process is the launcher's (not a caller's main(argv))
+        show_command(shown)
+        trim_tracebacks()
     saved_env = dict(os.environ)
     uninstall = install(options)
     try:

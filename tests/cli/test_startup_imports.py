@@ -88,7 +88,8 @@ def test_a_config_the_quick_read_cannot_take_is_loaded_whole(tmp_path: Path) -> 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A simulated daemon publishing in $RUNTIME_DIRECTORY (its config names no runtime_dir); yields that directory."""
+    """A simulated daemon started with $RUNTIME_DIRECTORY (its config names no runtime_dir): it publishes beside it
+    (``<dir>-simulate``, issue 50), where a plain client finds it; yields $RUNTIME_DIRECTORY."""
     tmp = tmp_path_factory.mktemp("startup-imports")
     runtime, config = tmp / "run", tmp / "gpuwatch.toml"
     config.write_text(f'interval_s = 5.0\n[http]\nenabled = false\n'
@@ -96,7 +97,8 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with pytest.MonkeyPatch.context() as patch, Processes(tmp / "logs") as processes:
         patch.setenv("RUNTIME_DIRECTORY", str(runtime))
         started = processes.start("gpuwatch", [*GPUWATCH, "run", "-c", str(config)])
-        wait_for(lambda: json.loads((runtime / "state.json").read_text()).get("daemon"), "the daemon's first state",
+        state = tmp / "run-simulate" / "state.json"
+        wait_for(lambda: json.loads(state.read_text()).get("daemon"), "the daemon's first state",
                  60, ignore=(OSError, ValueError), detail=started.tail)
         yield runtime
 

@@ -81,7 +81,15 @@ def daemon(tmp_path: Path) -> Any:
 def test_status_names_the_log_and_logs_prints_its_last_lines(daemon: Path, tmp_path: Path) -> None:
     log = tmp_path / "run/trainers/t/t.log"
     wait_for(lambda: log.exists() and log.read_text().count("step ") >= 5, "five steps in the log", 30)
-    assert f"  log    {log}  (gpuwatch logs t)" in gpuwatch("status", "-c", str(daemon)).stdout.splitlines()
+    hint = f"  log    {log}  (gpuwatch logs -c {daemon} t)"  # the status's own -c: the hint works as typed
+    assert hint in gpuwatch("status", "-c", str(daemon)).stdout.splitlines()
+    typed = subprocess.run([GPUWATCH, *hint.split("(")[1].rstrip(")").split()[1:], "-n", "2"], capture_output=True,
+                           text=True, timeout=60)
+    assert typed.returncode == 0 and typed.stdout.count("step ") == 2, typed.stderr
+    # Without the file: the running daemon's published trainer (a daemon started with another config: the demo's).
+    found = subprocess.run([GPUWATCH, "logs", "t", "-n", "2", "-c", "/dev/null"], capture_output=True, text=True,
+                           timeout=60, env={**os.environ, "RUNTIME_DIRECTORY": str(tmp_path / "run")})
+    assert found.returncode == 0 and found.stdout.count("step ") == 2, found.stderr
     result = gpuwatch("logs", "t", "-n", "3", "-c", str(daemon))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()

@@ -71,13 +71,13 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dic
     """A simulated daemon publishing in $RUNTIME_DIRECTORY (as the systemd unit's does), its config naming no
     runtime_dir; yields the runtime directory and the environment a check runs in."""
     tmp = tmp_path_factory.mktemp("health-imports")
-    runtime = tmp / "run"
+    runtime = tmp / "run-simulate"  # a simulator publishes beside its $RUNTIME_DIRECTORY, never in it (issue 50)
     config = tmp / "gpuwatch.toml"
     config.write_text(f'interval_s = {INTERVAL_S}\n[http]\nenabled = false\n'
                       f'[simulate]\nenabled = true\ngpus = 2\ntree_dir = "{tmp / "tree"}"\n')
     env = {**os.environ, "RUNTIME_DIRECTORY": str(runtime)}
     with pytest.MonkeyPatch.context() as patch, Processes(tmp / "logs") as processes:
-        patch.setenv("RUNTIME_DIRECTORY", str(runtime))
+        patch.setenv("RUNTIME_DIRECTORY", str(tmp / "run"))
         started = processes.start("gpuwatch", [*GPUWATCH, "run", "-c", str(config)])
         wait_for(lambda: json.loads((runtime / "state.json").read_text()).get("health"), "the daemon's first verdict",
                  60, ignore=(OSError, ValueError), detail=started.tail)

@@ -83,6 +83,30 @@ def test_run_simulate_without_a_config_stays_out_of_the_services_runtime_dir(tmp
     assert not service.exists()
     status = _cli("status", "--json", env={**env, "RUNTIME_DIRECTORY": str(beside)})
     assert json.loads(status.stdout)["daemon"]["pid"] == child.process.pid
+    # A plain client finds it by itself while no real daemon runs, and says it is the simulator (issue 50).
+    status = _cli("status", "--json", env=env)
+    assert json.loads(status.stdout)["daemon"]["pid"] == child.process.pid
+    assert f"using the simulator's (gpuwatch run --simulate) in {beside}" in status.stderr
+
+
+@pytest.mark.parametrize("configured", [None, "service"])
+def test_run_simulate_with_a_config_never_takes_the_real_runtime_dir(tmp_path: Path, processes: Processes,
+                                                                     configured: str | None) -> None:
+    """`run --simulate -c FILE` without runtime_dir, or with the real one: beside it (and said why), never in it."""
+    service = tmp_path / "gpuwatch"
+    config = tmp_path / "sim.toml"
+    config.write_text((f'runtime_dir = "{service}"\n' if configured else "") + "[http]\nenabled = false\n")
+    child = processes.start("simulated", ["env", f"RUNTIME_DIRECTORY={service}", *GPUWATCH, "run", "--simulate",
+                                          "-c", str(config)])
+    beside = tmp_path / "gpuwatch-simulate"
+    wait_for(lambda: (beside / "state.json").exists(), "the simulator's state file beside the real directory", 60,
+             detail=child.tail)
+    assert not (service / "state.json").exists() and not (service / "control.sock").exists()
+    said = f"runtime_dir {service} is where real daemons publish and real runs attach: the simulator publishes in " \
+           f"{beside} instead"
+    wait_for(lambda: "find it while no real daemon runs" in child.tail(), "the simulator's one line on where", 30,
+             detail=child.tail)
+    assert (said in child.tail()) == bool(configured), child.tail()
 
 
 def _lowered(tmp_path: Path, processes: Processes) -> tuple[Path, Path, subprocess.Popen[bytes]]:

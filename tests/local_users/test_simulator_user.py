@@ -49,13 +49,18 @@ def user() -> Iterator[str]:
         try:
             yield name
         finally:
-            for leftover in (_runtime(name), _runtime(name).with_name(_runtime(name).name + "-simulate")):
+            for leftover in (_runtime(name), _simulator_runtime(name)):
                 shutil.rmtree(leftover, ignore_errors=True)  # the next user may get the same uid
 
 
 def _runtime(user: str) -> Path:
     """A non-root daemon's default runtime directory (config/runtime.py)."""
     return Path(f"/tmp/gpuwatch-{pwd.getpwnam(user).pw_uid}")
+
+
+def _simulator_runtime(user: str) -> Path:
+    """A non-root simulator's: beside the user's own, never in it (config/runtime.simulation_runtime_dir)."""
+    return _runtime(user).with_name(_runtime(user).name + "-simulate")
 
 
 def _config(tmp_path: Path) -> Path:
@@ -77,7 +82,7 @@ def test_the_clients_without_a_daemon_say_so_in_one_line(user: str) -> None:
 
 def test_a_non_root_simulator_runs_in_its_own_directory_and_its_clients_read_it(user: str, tmp_path: Path) -> None:
     config = _config(tmp_path)
-    runtime = _runtime(user)
+    runtime = _simulator_runtime(user)  # with -c and no runtime_dir too: never where the user's real runs attach
     log = (tmp_path / "daemon.log").open("w")
     daemon = subprocess.Popen(_argv(user, "run", "--simulate", "-c", str(config)), cwd="/tmp", env=_env(),
                               stdout=log, stderr=subprocess.STDOUT)
@@ -85,15 +90,18 @@ def test_a_non_root_simulator_runs_in_its_own_directory_and_its_clients_read_it(
         wait_for(lambda: (runtime / "state.json").exists(), "the simulator's first state", 90,
                  detail=lambda: (tmp_path / "daemon.log").read_text())
         assert runtime.stat().st_uid == pwd.getpwnam(user).pw_uid and runtime.stat().st_mode & 0o022 == 0
-        status = _cli(user, "status", "--color", "never", "-c", str(config))
-        assert status.returncode == 0 and "daemon running" in status.stdout, _no_traceback(status) + status.stdout
-        health = _cli(user, "health", "-c", str(config))
+        assert not _runtime(user).exists()
+        for plain in ([], ["-c", str(config)]):  # found by itself, and said to be the simulator
+            status = _cli(user, "status", "--color", "never", *plain)
+            assert status.returncode == 0 and "daemon running" in status.stdout, _no_traceback(status) + status.stdout
+            assert f"using the simulator's (gpuwatch run --simulate) in {runtime}" in status.stderr, status.stderr
+        health = _cli(user, "health", "-c", str(config), RUNTIME_DIRECTORY=str(runtime))  # a node's gate: named only
         assert health.returncode == 0, _no_traceback(health) + health.stdout
         receipt = _cli(user, "receipt", "7", "-c", str(config))
         assert receipt.returncode == 1 and "was not seen on a GPU" in _no_traceback(receipt), receipt.stderr
-        train = _cli(user, "train", "--", "true")
+        train = _cli(user, "train", "--", "sleep", "2")  # long enough for the handshake: `true` ends before it
         assert train.returncode == 0, _no_traceback(train) + train.stdout
-        assert "not protected" not in train.stderr  # it attached to the user's own simulator
+        assert f"attached to the simulated gpuwatch daemon ({runtime}: no real daemon runs here)" in train.stderr
         second = _cli(user, "run", "--simulate", "-c", str(config))
         assert second.returncode != 0 and len(_no_traceback(second).strip().splitlines()) == 1, second.stderr
     finally:
@@ -110,7 +118,7 @@ def test_a_non_root_simulator_runs_in_its_own_directory_and_its_clients_read_it(
 
 def test_a_simulator_directory_another_user_made_is_refused_in_one_line(user: str, tmp_path: Path) -> None:
     with unprivileged_user() as other:
-        runtime = _runtime(user)
+        runtime = _simulator_runtime(user)
         runtime.mkdir(mode=0o755)
         entry = pwd.getpwnam(other)
         os.chown(runtime, entry.pw_uid, entry.pw_gid)

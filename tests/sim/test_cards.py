@@ -273,3 +273,19 @@ def test_cli_simulate_flag_and_config_errors() -> None:
         with_simulation(Config(), 99)
     with pytest.raises(ConfigError, match="simulate.faults.fan_stuck_percent"):
         parse_config({"simulate": {"faults": {"fan_stuck_percent": 130}}})
+
+
+def test_idle_between_attached_runs_means_idle(tmp_path: Path) -> None:
+    """`load_without_trainer` is the load of a simulator that supervises nothing yet: once a run was listed, a card no
+    run loads idles, also after the last ended run was dropped (issue 50, item 12: not 109 °C between runs)."""
+    sim = make(tmp_path, count=1)
+    nothing = PublishedState(snapshot=Snapshot(0.0, 0.0, ()), trainers=())
+    sim.observe(nothing)
+    assert sim.cards[0].load_ratio == 1.0  # nothing listed yet: the fan curve has work
+    ended = TrainerState(name="train", phase=TrainerPhase.FINISHED, origin="attached")
+    for listed in [(trainer(TrainerPhase.RUNNING),), (ended,), ()]:
+        sim.observe(PublishedState(snapshot=Snapshot(0.0, 0.0, ()), trainers=listed))
+    assert sim.cards[0].load_ratio == 0.0  # the ended run dropped: idle, not back to full load
+    sim.advance_by(1200)
+    junction = reading(sim).temp("junction")
+    assert junction is not None and junction.temp_c is not None and junction.temp_c < 60

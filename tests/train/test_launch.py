@@ -209,6 +209,7 @@ def test_the_last_heartbeat_counts_every_step_however_the_script_ends(tmp_path, 
     script.write_text(STEPS_SCRIPT)
     beat_file = tmp_path / "hb.json"
     env = {**os.environ, "GPUWATCH_HEARTBEAT_INTERVAL_S": "60"}
+    env["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{env.get('PATH', os.defpath)}"  # the venv, activated
     env.pop("GPUWATCH_PAUSE_FILE", None)
     done = subprocess.run([GPUWATCH, "train", "--conv2d-fallback", "off", "--heartbeat-file", str(beat_file), "--",
                            "python", str(script), *(["--fail"] if fail else [])],

@@ -56,4 +56,7 @@ def test_seeded_losses_are_the_same_bit_for_bit_under_gpuwatch_train(tmp_path: P
 
 def _env(tmp_path: Path) -> dict[str, str]:
     # The autotuner's cache goes to this test's folder, not the user's; the pause file exists nowhere.
-    return dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), GPUWATCH_PAUSE_FILE=str(tmp_path / "pause"))
+    # `python` is the caller's PATH's (issue 50): this venv's bin first, as when it is activated.
+    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
+    return dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), GPUWATCH_PAUSE_FILE=str(tmp_path / "pause"),
+                PATH=path)

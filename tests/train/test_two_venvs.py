@@ -103,13 +103,13 @@ def test_another_venvs_python_running_torch_distributed_run(tmp_path: Path, trai
 
 
 @pytest.mark.timeout(120)
-def test_without_torch_one_line_naming_the_extra(tmp_path: Path) -> None:
+def test_without_torch_one_line_naming_the_fix(tmp_path: Path) -> None:
     python = make_venv(tmp_path / "bare", None)
     (tmp_path / "train.py").write_text("print('never runs')\n")
     done = gpuwatch_train(tmp_path, str(python), "train.py")
     assert done.returncode == 1 and done.stdout == "", done
     said = [line for line in done.stderr.splitlines() if "this run is not protected" not in line]  # no daemon here
-    assert "pip install 'gpuwatch[train]'" in done.stderr and len(said) == 1, done.stderr
+    assert f"{python} has no torch: install torch into that environment" in done.stderr and len(said) == 1, done.stderr
 
 
 def _free_port() -> int:

@@ -31,7 +31,7 @@ EXIT_NO_DAEMON = 3
 def cmd_receipt(args: argparse.Namespace) -> int:
     from gpuwatch.daemon.lock import holder
 
-    config = load_cli_config(args, client=True)
+    config = load_cli_config(args, client=True, simulators=True)
     document, problem = read_state(config.state_file)
     if document is None:
         running = holder(config.resolved_runtime_dir)

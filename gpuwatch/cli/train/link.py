@@ -46,6 +46,7 @@ from gpuwatch.attach import (
 from gpuwatch.cli.text import safe
 from gpuwatch.cli.train.handshake import REPLY_TIMEOUT_S, connect, handshake
 from gpuwatch.cli.train.job_control import SUSPEND_NOTICE_S, SuspendNotice
+from gpuwatch.config.runtime import is_simulator_dir
 from gpuwatch.heartbeat import read_heartbeat, read_rank_heartbeats, refresh_pause, request_pause
 
 # Tests only: a hold window of a few seconds instead of a minute (docs/attached-runs.md says so).
@@ -202,7 +203,9 @@ class AttachLink:
         word = "re-attached" if again else "attached"
         # The daemon's word on the request (a --gpu not there).
         note = f"; {safe(reply.message)}" if reply.message else ""
-        self._say(f"gpuwatch train: {word} to the gpuwatch daemon as {self.name or '?'}{kept}{note}")
+        daemon = (f"the simulated gpuwatch daemon ({self.socket_path.parent}: no real daemon runs here)"
+                  if is_simulator_dir(self.socket_path.parent) else "the gpuwatch daemon")
+        self._say(f"gpuwatch train: {word} to {daemon} as {self.name or '?'}{kept}{note}")
 
     def _refused(self, message: str) -> None:
         self.attached = False

@@ -2,7 +2,8 @@
 socket and the link to it, put together for cli/train/run.py (docs/attached-runs.md).
 
 The daemon's socket is where `gpuwatch status` and `pause` find a daemon (``config.runtime.client_runtime_dir``:
-``RUNTIME_DIRECTORY``, ``$XDG_RUNTIME_DIR/gpuwatch``, /tmp/gpuwatch-<uid>, else the service's /run/gpuwatch)
+``RUNTIME_DIRECTORY``, ``$XDG_RUNTIME_DIR/gpuwatch``, /tmp/gpuwatch-<uid>, else the service's /run/gpuwatch, else a
+running simulator's)
 plus ``CONTROL_SOCKET_NAME``; ``--runtime-dir DIR`` names another. The command gets the run's heartbeat
 and pause files in its environment (``GPUWATCH_HEARTBEAT_FILE``, ``GPUWATCH_PAUSE_FILE``), in the run's
 own directory unless ``--heartbeat-file`` / ``--pause-file`` or the environment already name them (as the
@@ -40,7 +41,8 @@ def say(line: str) -> None:
 
 
 def socket_path(runtime_dir: Path | None, environ: Mapping[str, str], euid: int) -> Path:
-    return (runtime_dir or Path(client_runtime_dir(environ, euid, daemon_files_in))) / CONTROL_SOCKET_NAME
+    found = runtime_dir or Path(client_runtime_dir(environ, euid, daemon_files_in, simulators=True))
+    return found / CONTROL_SOCKET_NAME
 
 
 def start_run(args: argparse.Namespace, command: list[str], gpus: list[str], build: Build) -> int:
