@@ -143,6 +143,10 @@ def _add_control(sub: Commands, common: argparse.ArgumentParser) -> None:
         p = sub.add_parser(name, parents=[common], help=helptext)
         if name == "simulate-reset":
             p.add_argument("name", nargs="?", metavar="GPU", help="PCI slot of the simulated GPU (default: the first)")
+        elif name == "restart":  # the daemon restarts only what it started: an attached run's wrapper restarts it
+            p.add_argument("name", nargs="?", metavar="NAME",
+                           help="a [[trainer]]'s name (default: every trainer); an attached run is restarted by its "
+                                "own `gpuwatch train --restart`, not here")
         else:
             p.add_argument("name", nargs="?", metavar="NAME",
                            help="a [[trainer]]'s or an attached run's name, or any pid of an attached run (default: "

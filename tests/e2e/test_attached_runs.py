@@ -359,6 +359,17 @@ def test_another_user_cannot_pause_a_run_root_can_and_they_govern_their_own(shor
                 wait_for(theirs.pause_file().exists, "the owner's pause file (root's pause)", WAIT_S,
                          detail=theirs.output)
                 daemon.wait_run("theirs", lambda r: r["phase"] == "paused", "the owner's run paused by root")
+                # Issue 50 item 7: what a command changes, and the true reason first.
+                again = gpuwatch("pause", "theirs", "-c", config)
+                assert again.returncode == 0
+                assert again.stdout.strip() == "pause requested for theirs; theirs is already paused by hand: " \
+                    "nothing changes", again
+                for who in (other, None):  # its owner, and root: the same reason, not a permission
+                    restart = _as_user(other, "restart", "mine", "-c", config) if who else gpuwatch(
+                        "restart", "mine", "-c", config)
+                    assert restart.returncode == 2 and restart.stderr.strip() == (
+                        "gpuwatch: run mine was attached: its wrapper restarts it (gpuwatch train --restart), the "
+                        "daemon cannot"), restart
                 # Without NAME, an unprivileged user means their own runs only.
                 resumed = _as_user(other, "resume", "-c", config)
                 assert resumed.returncode == 0 and "mine" in resumed.stdout + resumed.stderr, resumed
@@ -374,6 +385,12 @@ def test_another_user_cannot_pause_a_run_root_can_and_they_govern_their_own(shor
                 assert theirs_seen == (None, None, "running")
                 for wrapper in wrappers:
                     wrapper.stop()
+                # Ended, still listed in status: said as ended, not as unknown beside a list that names it.
+                daemon.wait_run("mine", lambda r: r["phase"] in ("stopped", "failed", "finished"), "their run ended")
+                ended = _as_user(other, "pause", "mine", "-c", config)
+                phase = daemon.run("mine")["phase"]  # type: ignore[index]
+                assert ended.returncode == 2
+                assert ended.stderr.strip() == f"gpuwatch: run mine has already ended ({phase}): nothing to pause"
         finally:
             for wrapper in wrappers:
                 wrapper.stop()
