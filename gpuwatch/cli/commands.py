@@ -193,19 +193,26 @@ def _amdgpu_slots(config: Config) -> list[str]:
 
 def cmd_control(args: argparse.Namespace) -> int:
     from gpuwatch.daemon.control import ControlError, send_command
-    from gpuwatch.supervise.access import NOT_PERMITTED
 
     config = load_cli_config(args, client=True)
     try:
         ok, message = send_command(config.control_socket, args.verb, args.name)
     except ControlError as exc:
         print(f"gpuwatch: {exc}", file=sys.stderr)
-        return 1
+        return control_exit(None, str(exc))
     message = safe(message)  # it may quote a run's name or a user's request back
     print(message if ok else f"gpuwatch: {message}", file=sys.stdout if ok else sys.stderr)
+    return control_exit(ok, message)
+
+
+def control_exit(ok: bool | None, message: str) -> int:
+    """`pause|resume|stop|restart|simulate-reset`'s exit code (docs/security.md states this table): 0 taken; 1
+    refused (``not permitted: ...``) or no daemon answered (``ok`` None); 2 nothing to act on or it cannot be done."""
+    from gpuwatch.supervise.access import NOT_PERMITTED
+
     if ok:
         return 0
-    return 1 if message.startswith(NOT_PERMITTED) else EXIT_USAGE
+    return 1 if ok is None or message.startswith(NOT_PERMITTED) else EXIT_USAGE
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

@@ -236,7 +236,8 @@ class Supervisor:
             ended = self.attached.ended(name)
             if ended:  # listed in status until keep_ended_s: say that it ended, not that it does not exist
                 again = " (start it again with gpuwatch train)" if command == "restart" else ""
-                return False, f"run {ended[0].name} has already ended ({ended[0].state.phase.value}): nothing to {verb}{again}"
+                phase = ended[0].state.phase.value
+                return False, f"run {ended[0].name} has already ended ({phase}): nothing to {verb}{again}"
             known = ", ".join([t.config.name for t in self.trainers] + sorted(self.attached.names(live=True))) or "none"
             if name.isascii() and name.isdigit():  # a pid: say so, not "no trainer named '1780'"
                 return False, f"no attached run with a process {name} (trainers and runs: {known})"

@@ -20,7 +20,10 @@ MAKE = shutil.which("make")
 # Each step prints a marker line with its exit status; the container's one program runs them in order.
 SCRIPT = r"""
 cd /usr/src/gpuwatch
-step() { name=$1; shift; "$@" >"/tmp/$name.out" 2>"/tmp/$name.err"; echo "== $name rc=$?"; sed 's/^/out: /' "/tmp/$name.out"; sed 's/^/err: /' "/tmp/$name.err"; }
+step() {
+  name=$1; shift; "$@" >"/tmp/$name.out" 2>"/tmp/$name.err"
+  echo "== $name rc=$?"; sed 's/^/out: /' "/tmp/$name.out"; sed 's/^/err: /' "/tmp/$name.err"
+}
 useradd -m -s /bin/bash alice
 listing() { find /usr/share/bash-completion /usr/share/zsh /usr/share/fish /usr/local /opt 2>&1 | sort; }
 step before listing
@@ -40,8 +43,10 @@ def steps(stdout: str) -> dict[str, tuple[int, list[str], list[str]]]:
         if line.startswith("== "):
             name, _, rc = line[3:].partition(" rc=")
             found[name] = (int(rc), [], [])
-        elif name and line.startswith(("out: ", "err: ")):
-            found[name][1 if line.startswith("out") else 2].append(line[5:])
+        elif name and line.startswith("out: "):
+            found[name][1].append(line[5:])
+        elif name and line.startswith("err: "):
+            found[name][2].append(line[5:])
     return found
 
 
