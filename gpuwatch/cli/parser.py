@@ -23,6 +23,7 @@ from gpuwatch.cli.health.options import common_options
 from gpuwatch.cli.health.receipt import add_receipt_arguments, cmd_receipt
 from gpuwatch.cli.logs import cmd_logs
 from gpuwatch.cli.show import watch_seconds
+from gpuwatch.config.base import GPU_HELP, GPU_METAVAR
 from gpuwatch.config.runtime import DEFAULT_CONFIG_PATH
 from gpuwatch.config.trainer import BackoffConfig, TrainerConfig
 from gpuwatch.train.argv import FALLBACK_MODES, RestartPolicy, parse_restart
@@ -93,9 +94,7 @@ def _add_views(sub: Commands, common: argparse.ArgumentParser) -> None:
         p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
         p.add_argument("--processes", action="store_true",
                        help="also list the processes using each GPU (pid, user, VRAM, engine busy, command)")
-        p.add_argument("--gpu", action="append", metavar="SLOT|INDEX",
-                       help="only this GPU: its PCI slot (0000:28:00.0) or its index in the list, from 0 "
-                            "(repeatable)")
+        p.add_argument("--gpu", action="append", metavar=GPU_METAVAR, help=f"only this GPU, {GPU_HELP} (repeatable)")
         p.set_defaults(handler=handler)
         if name == "status":
             p.add_argument("--remote", nargs="*", metavar="HOST",
@@ -125,7 +124,7 @@ def _add_restore_and_curve(sub: Commands, common: argparse.ArgumentParser) -> No
                                   "again before its next write); refused without it, exit 2")
         restore.set_defaults(handler=cmd_restore, verb=name)
     curve = sub.add_parser("curve", parents=[common], help="print the configured fan curve as a table and plot")
-    curve.add_argument("--gpu", metavar="PCI_SLOT", help="the curve of one GPU (with its overrides)")
+    curve.add_argument("--gpu", metavar=GPU_METAVAR, help=f"the curve of one GPU (with its overrides), {GPU_HELP}")
     curve.set_defaults(handler=cmd_curve)
 
 
@@ -169,7 +168,7 @@ def _add_train(sub: Commands) -> None:
                                          "(gpuwatch[train])",
                            usage="gpuwatch train [--conv2d-fallback [auto|on|off]] [--conv2d-autotune on|off] "
                                  "[--conv2d-tune-cache DIR] [--spawn] [--heartbeat-file FILE] [--pause-file FILE] "
-                                 "[--name NAME] [--gpu SLOT] [--restart no|on-failure|on-failure:N] "
+                                 "[--name NAME] [--gpu GPU] [--restart no|on-failure|on-failure:N] "
                                  "[--grace-s SECONDS] [--backoff-s SECONDS] [--checkpoint-glob GLOB] "
                                  "[--resume-args ARGS] [--runtime-dir DIR] [--no-attach] -- python train.py ARGS\n"
                                  "       gpuwatch train [options] -- torchrun [TORCHRUN ARGS] train.py ARGS")
@@ -199,8 +198,8 @@ def _add_attach_options(train: argparse.ArgumentParser) -> None:
     """The attached run's options (docs/attached-runs.md); the defaults are a configured trainer's."""
     train.add_argument("--name", metavar="NAME", help="the run's name in status and /metrics (default: from the "
                                                       "command; the daemon keeps names unique)")
-    train.add_argument("--gpu", action="append", metavar="SLOT",
-                       help="a GPU the run uses, by PCI slot (repeatable; default: found from the processes' GPU "
+    train.add_argument("--gpu", action="append", metavar=GPU_METAVAR,
+                       help=f"a GPU the run uses, {GPU_HELP} (repeatable; default: found from the processes' GPU "
                             "files)")
     train.add_argument("--restart", type=_restart_policy, default=parse_restart("no"),
                        metavar="no|on-failure|on-failure:N",

@@ -204,11 +204,11 @@ def show(args: argparse.Namespace, fetch: Fetch, leftovers: Callable[[StatusDocu
     """``leftovers``: what a daemon that did not stop cleanly left behind (cli/leftovers.py), said and exit 1."""
     def once(color: bool) -> tuple[str, int]:
         doc, note = fetch()
-        if getattr(args, "gpu", None):  # --gpu SLOT|INDEX
+        if getattr(args, "gpu", None):  # --gpu GPU (config.base.resolve_gpu)
             try:
                 doc = select_gpus(doc, args.gpu)
             except ValueError as exc:
-                args.parser.error(str(exc))
+                args.parser.error(f"--gpu {exc}")
         found = leftovers(doc) if leftovers else []
         text = document_text(doc, args) if args.json else render(doc, color=color, note=note, leftovers=found)
         for line in found if args.json else ():  # stdout stays one JSON document

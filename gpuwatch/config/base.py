@@ -4,7 +4,7 @@ a GPU everywhere, and where a daemon publishes (the runtime directory, its state
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
@@ -50,17 +50,38 @@ def canonical_pci_slot(text: str) -> str:
     return f"{int(match['domain'] or '0', 16):04x}:{match['bus'].lower()}:{device:02x}.{function}"
 
 
-def pci_slot_problem(text: str) -> str | None:
-    """Why ``text`` is not a PCI slot exactly as sysfs names it, or None when it is one (``curve --gpu``)."""
-    if PCI_SLOT.match(text):
-        return None
-    try:
-        canonical = canonical_pci_slot(text)
-    except ValueError as exc:
-        return str(exc)
-    if len(text.split(":")) == 2:
-        return f"{text!r} is a short PCI slot: write it with its domain, as {canonical}"
-    return f"{text!r}: write the PCI slot as sysfs names it, {canonical}"
+# `--gpu` of every command (status, sensors, curve, train): one spelling of the forms, one help text.
+GPU_METAVAR = "GPU"
+GPU_HELP = ("a GPU: its index as `gpuwatch status` lists them (0, 1, ...), its PCI slot (0000:28:00.0, or lspci's "
+            "28:00.0) or its DRM card (card1)")
+_CARD_NAME = re.compile(r"^card[0-9]+$")
+
+
+def gpus_listed(here: Sequence[tuple[str, str]]) -> str:
+    """``0 0000:28:00.0 card1, 1 ...``: what an error about ``--gpu`` names as there."""
+    return ", ".join(f"{i} {slot} {card}" for i, (slot, card) in enumerate(here)) or "none found"
+
+
+def resolve_gpu(text: str, here: Sequence[tuple[str, str]]) -> str:
+    """The PCI slot that ``--gpu TEXT`` means, among ``here``: (slot, DRM card) in the order `gpuwatch status`
+    lists the GPUs. An index counts from 0 (as nvidia-smi -i and rocm-smi -d do), a card name is the DRM card
+    (card1, as amdgpu_top and LACT show it), a slot is any spelling ``canonical_pci_slot`` reads (lspci's
+    short form included) and need not be ``here`` (the caller says whether it must be). ValueError says what
+    is here."""
+    text = text.strip()
+    listed = gpus_listed(here)
+    if text.isdecimal():
+        if int(text) < len(here):
+            return here[int(text)][0]
+        raise ValueError(f"{text}: no GPU with index {text} here (index, slot, card: {listed})")
+    if _CARD_NAME.match(text):
+        for slot, card in here:
+            if card == text:
+                return slot
+        raise ValueError(f"{text}: no DRM card {text} here (index, slot, card: {listed})")
+    if ":" not in text:
+        raise ValueError(f"{text!r} is not an index, a PCI slot or a DRM card (index, slot, card: {listed})")
+    return canonical_pci_slot(text)  # a slot misspelt: its own reason
 
 
 def distinct_slots(slots: Iterable[object]) -> None:

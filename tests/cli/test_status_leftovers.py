@@ -120,6 +120,8 @@ def test_a_running_daemons_restore_files_are_not_leftovers(tmp_path: Path) -> No
 @pytest.mark.parametrize(("chosen", "slots"), [
     (["1"], [NAVI10]),
     ([NAVI10], [NAVI10]),
+    (["28:00.0"], [NAVI10]),  # lspci's form, as every command reads --gpu (issue 50 item 8)
+    (["card1"], [NAVI10]),
     (["1", NAVI31], [NAVI31, NAVI10]),
     (["1", NAVI10], [NAVI10]),
 ])
@@ -135,13 +137,16 @@ def test_status_gpu_shows_only_the_gpus_named(setup: tuple[FakeSysfsTree, Path],
         "gpus"]] == slots
 
 
-@pytest.mark.parametrize("item", ["2", "0000:99:00.0", "card1"])
-def test_status_gpu_of_no_such_gpu_is_a_usage_error(setup: tuple[FakeSysfsTree, Path], item: str) -> None:
+@pytest.mark.parametrize("item, why", [
+    ("2", "no GPU with index 2 here"), ("0000:99:00.0", "no such GPU here"), ("99:00.0", "no such GPU here"),
+    ("card7", "no DRM card card7 here"),
+])
+def test_status_gpu_of_no_such_gpu_is_a_usage_error(setup: tuple[FakeSysfsTree, Path], item: str, why: str) -> None:
     _, config = setup
     result = gpuwatch("status", "--gpu", item, "-c", str(config))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.startswith("usage: gpuwatch status")
-    assert f"--gpu {item}: no such GPU here (index and slot: 0 {NAVI31}, 1 {NAVI10})" in result.stderr
+    assert f"--gpu {item}: {why} (index, slot, card: 0 {NAVI31} card0, 1 {NAVI10} card1)" in result.stderr
 
 
 def test_status_gpu_is_not_for_remote(setup: tuple[FakeSysfsTree, Path]) -> None:
