@@ -185,10 +185,10 @@ def test_the_screen_fits_80x24_and_the_log_gets_what_is_left(tmp_path: Path, car
     assert "trainer demo: running" in text
     if cards == 1:  # it all fits, wrapped at spaces: nothing left out
         assert "left out" not in text and "crit" in text and len(shown) >= (0 if reset else 3)
-        assert ("RECOVERING" in text) == reset
+        assert ("recovering: waiting for pid" in text) == reset and "reboot" not in text
     else:  # two cards do not fit wrapped: one row a line, cut on purpose ("…"); after a reset not even
         # that, so the least telling lines are left out, and a row says so
-        assert "…" in text and text.count("  temp ") == 2 and text.count("RECOVERING") == (2 if reset else 0)
+        assert "…" in text and text.count("  temp ") == 2 and text.count("recovering: waiting") == (2 if reset else 0)
         assert ("status lines left out to fit the terminal; `gpuwatch status` shows all" in text) == reset
 
 
