@@ -132,6 +132,14 @@ def test_a_run_from_a_plain_shell_is_paused_when_hot_resumed_when_cool_and_seen(
         assert "attached to the gpuwatch daemon as shell-run" in wrapper.output()
         status = gpuwatch("status", "-c", str(daemon.config))
         assert f"shell-run: running  [attached, {me}, job 4242]" in status.stdout, status.stdout + status.stderr
+        # Issue 50 item 11: status shows job 4242 on the run; the receipt says why it has none, and what would.
+        receipt = gpuwatch("receipt", "4242", "-c", str(daemon.config))
+        assert receipt.returncode == 1 and receipt.stderr.splitlines() == [
+            "gpuwatch receipt: job 4242 was not seen on a GPU (receipts kept: none).",
+            "  `gpuwatch status` shows it on run shell-run (its SLURM_JOB_ID), but a receipt counts only processes "
+            "that Slurm's job cgroup places in the job, and [health] job_mapping_dirs is not set for a prolog's "
+            "mapping file: with proctrack/cgroup, or a prolog writing the mapping (docs/cluster.md, \"Job "
+            "attribution\"), the job gets one"], receipt.stderr
         info = re.search(r'gpuwatch_trainer_info\{[^}]*trainer="shell-run"[^}]*\} 1', daemon.metrics())
         assert info and 'origin="attached"' in info.group(0) and "user=" not in info.group(0), info
         beats, pause = run_dir(wrapper) / "heartbeat.json", run_dir(wrapper) / "pause"
