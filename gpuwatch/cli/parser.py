@@ -17,7 +17,7 @@ from gpuwatch.cli.commands import (
     cmd_status,
     cmd_train,
 )
-from gpuwatch.cli.completion import SHELLS, cmd_completion
+from gpuwatch.cli.completion import SHELLS, VALUE_KINDS, cmd_completion
 from gpuwatch.cli.health import add_health_arguments, cmd_health
 from gpuwatch.cli.health.options import common_options
 from gpuwatch.cli.health.receipt import add_receipt_arguments, cmd_receipt
@@ -60,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the config file, as -c names it (its first form)")
     check.set_defaults(handler=cmd_check_config)
     completion = sub.add_parser("completion", help="print the shell completion script for bash, zsh or fish")
-    completion.add_argument("shell", choices=SHELLS, help="the shell the script is for")
+    completion.add_argument("shell", nargs="?", choices=SHELLS, help="the shell the script is for")
+    # What the scripts ask at TAB time (run names and pids, GPUs): not for people, so not in --help.
+    completion.add_argument("--values", choices=VALUE_KINDS, help=argparse.SUPPRESS)
     completion.set_defaults(handler=cmd_completion, root=parser)  # the script is generated from this parser
     for command in sub.choices.values():
         command.set_defaults(parser=command)  # a usage error found later is said with the command's usage
@@ -94,7 +96,7 @@ def _add_views(sub: Commands, common: argparse.ArgumentParser) -> None:
         p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
         p.add_argument("--processes", action="store_true",
                        help="also list the processes using each GPU (pid, user, VRAM, engine busy, command)")
-        p.add_argument("--gpu", action="append", metavar=GPU_METAVAR, help=f"only this GPU, {GPU_HELP} (repeatable)")
+        p.add_argument("--gpu", action="append", metavar=GPU_METAVAR, help=f"only this GPU (repeatable); {GPU_HELP}")
         p.set_defaults(handler=handler)
         if name == "status":
             p.add_argument("--remote", nargs="*", metavar="HOST",
@@ -124,7 +126,7 @@ def _add_restore_and_curve(sub: Commands, common: argparse.ArgumentParser) -> No
                                   "again before its next write); refused without it, exit 2")
         restore.set_defaults(handler=cmd_restore, verb=name)
     curve = sub.add_parser("curve", parents=[common], help="print the configured fan curve as a table and plot")
-    curve.add_argument("--gpu", metavar=GPU_METAVAR, help=f"the curve of one GPU (with its overrides), {GPU_HELP}")
+    curve.add_argument("--gpu", metavar=GPU_METAVAR, help=f"the curve of one GPU (with its overrides); {GPU_HELP}")
     curve.set_defaults(handler=cmd_curve)
 
 
@@ -199,8 +201,8 @@ def _add_attach_options(train: argparse.ArgumentParser) -> None:
     train.add_argument("--name", metavar="NAME", help="the run's name in status and /metrics (default: from the "
                                                       "command; the daemon keeps names unique)")
     train.add_argument("--gpu", action="append", metavar=GPU_METAVAR,
-                       help=f"a GPU the run uses, {GPU_HELP} (repeatable; default: found from the processes' GPU "
-                            "files)")
+                       help=f"a GPU the run uses (repeatable; default: found from the processes' GPU files); "
+                            f"{GPU_HELP}")
     train.add_argument("--restart", type=_restart_policy, default=parse_restart("no"),
                        metavar="no|on-failure|on-failure:N",
                        help="start the command again after a non-zero exit or a hang, N times at most (default no)")

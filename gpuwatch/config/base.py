@@ -52,7 +52,7 @@ def canonical_pci_slot(text: str) -> str:
 
 # `--gpu` of every command (status, sensors, curve, train): one spelling of the forms, one help text.
 GPU_METAVAR = "GPU"
-GPU_HELP = ("a GPU: its index as `gpuwatch status` lists them (0, 1, ...), its PCI slot (0000:28:00.0, or lspci's "
+GPU_HELP = ("GPU: its index as `gpuwatch status` lists them (0, 1, ...), its PCI slot (0000:28:00.0, or lspci's "
             "28:00.0) or its DRM card (card1)")
 _CARD_NAME = re.compile(r"^card[0-9]+$")
 

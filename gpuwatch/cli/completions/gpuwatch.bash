@@ -30,7 +30,7 @@ _gpuwatch() {
                 --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --watch) COMPREPLY=(); return ;;
                 --color) mapfile -t COMPREPLY < <(compgen -W "auto always never" -- "$cur"); return ;;
-                --gpu) COMPREPLY=(); return ;;
+                --gpu) mapfile -t COMPREPLY < <(compgen -W "$("${COMP_WORDS[0]}" completion --values gpus 2>/dev/null)" -- "$cur"); return ;;
                 --remote) COMPREPLY=(); return ;;
                 --timeout) COMPREPLY=(); return ;;
                 --ca-file) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
@@ -47,7 +47,7 @@ _gpuwatch() {
                 --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --watch) COMPREPLY=(); return ;;
                 --color) mapfile -t COMPREPLY < <(compgen -W "auto always never" -- "$cur"); return ;;
-                --gpu) COMPREPLY=(); return ;;
+                --gpu) mapfile -t COMPREPLY < <(compgen -W "$("${COMP_WORDS[0]}" completion --values gpus 2>/dev/null)" -- "$cur"); return ;;
             esac
             words="-h --help -c --config --sysfs-root --proc-root --json --watch --color --processes --gpu"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
@@ -75,7 +75,7 @@ _gpuwatch() {
                 -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-                --gpu) COMPREPLY=(); return ;;
+                --gpu) mapfile -t COMPREPLY < <(compgen -W "$("${COMP_WORDS[0]}" completion --values gpus 2>/dev/null)" -- "$cur"); return ;;
             esac
             words="-h --help -c --config --sysfs-root --proc-root --gpu"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
@@ -86,7 +86,7 @@ _gpuwatch() {
                 --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
             esac
-            words="-h --help -c --config --sysfs-root --proc-root"
+            [[ "$cur" == -* ]] && words="-h --help -c --config --sysfs-root --proc-root" || words="$("${COMP_WORDS[0]}" completion --values runs 2>/dev/null)"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
         resume)
@@ -95,7 +95,7 @@ _gpuwatch() {
                 --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
             esac
-            words="-h --help -c --config --sysfs-root --proc-root"
+            [[ "$cur" == -* ]] && words="-h --help -c --config --sysfs-root --proc-root" || words="$("${COMP_WORDS[0]}" completion --values runs 2>/dev/null)"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
         restart)
@@ -104,7 +104,7 @@ _gpuwatch() {
                 --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
             esac
-            words="-h --help -c --config --sysfs-root --proc-root"
+            [[ "$cur" == -* ]] && words="-h --help -c --config --sysfs-root --proc-root" || words="$("${COMP_WORDS[0]}" completion --values runs 2>/dev/null)"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
         stop)
@@ -113,7 +113,7 @@ _gpuwatch() {
                 --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
             esac
-            words="-h --help -c --config --sysfs-root --proc-root"
+            [[ "$cur" == -* ]] && words="-h --help -c --config --sysfs-root --proc-root" || words="$("${COMP_WORDS[0]}" completion --values runs 2>/dev/null)"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
         simulate-reset)
@@ -122,7 +122,7 @@ _gpuwatch() {
                 --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
             esac
-            words="-h --help -c --config --sysfs-root --proc-root"
+            [[ "$cur" == -* ]] && words="-h --help -c --config --sysfs-root --proc-root" || words="$("${COMP_WORDS[0]}" completion --values gpus 2>/dev/null)"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
         logs)
@@ -132,7 +132,7 @@ _gpuwatch() {
                 --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 -n|--lines) COMPREPLY=(); return ;;
             esac
-            words="-h --help -c --config --sysfs-root --proc-root -n --lines -f --follow"
+            [[ "$cur" == -* ]] && words="-h --help -c --config --sysfs-root --proc-root -n --lines -f --follow" || words="$("${COMP_WORDS[0]}" completion --values runs 2>/dev/null)"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
         health)
@@ -157,13 +157,14 @@ _gpuwatch() {
             ;;
         train)
             case "$prev" in
+                --conv2d-fallback) mapfile -t COMPREPLY < <(compgen -W "auto on off" -- "$cur"); return ;;
                 --conv2d-autotune) mapfile -t COMPREPLY < <(compgen -W "on off" -- "$cur"); return ;;
                 --conv2d-tune-cache) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --heartbeat-file) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --pause-file) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --name) COMPREPLY=(); return ;;
-                --gpu) COMPREPLY=(); return ;;
-                --restart) COMPREPLY=(); return ;;
+                --gpu) mapfile -t COMPREPLY < <(compgen -W "$("${COMP_WORDS[0]}" completion --values gpus 2>/dev/null)" -- "$cur"); return ;;
+                --restart) mapfile -t COMPREPLY < <(compgen -W "no on-failure" -- "$cur"); return ;;
                 --grace-s) COMPREPLY=(); return ;;
                 --backoff-s) COMPREPLY=(); return ;;
                 --checkpoint-glob) COMPREPLY=(); return ;;
@@ -185,7 +186,7 @@ _gpuwatch() {
         completion)
             case "$prev" in
             esac
-            words="bash zsh fish"; [[ "$cur" == -* ]] && words="-h --help"
+            [[ "$cur" == -* ]] && words="-h --help" || words="bash zsh fish"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
     esac

@@ -1,7 +1,8 @@
 """`make install` and `make uninstall` as run in an image build or a plain container: the Debian root with
 systemd installed but not running (nspawn's stub init is PID 1), the defaults, pip offline from the
 wheelhouse. Both exit 0 with one note for each skipped systemctl step; `gpuwatch` is on a fresh user's
-login PATH after the install and gone after the uninstall, with nothing the install made left behind."""
+login PATH after the install (and the README's completion lines work in that user's fresh home) and gone
+after the uninstall, with nothing the install made left behind."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ listing() { find /usr/share/bash-completion /usr/share/zsh /usr/share/fish /usr/
 step before listing
 step install make install
 step path su -l alice -c 'command -v gpuwatch && gpuwatch sensors --help >/dev/null && echo runs'
+grep '^mkdir -p ~/' README.md > /tmp/readme-completion.sh
+step readme su -l alice -c 'bash -e /tmp/readme-completion.sh && cd && find .local .config -type f | sort'
 step uninstall make uninstall
 step after su -l alice -c 'command -v gpuwatch || echo "no gpuwatch"'
 step left listing
@@ -68,7 +71,7 @@ def test_install_and_uninstall_exit_0_without_systemd_and_gpuwatch_is_on_path() 
         problems = box.close()
     assert not problems, problems
     seen = steps(done.stdout)
-    assert set(seen) == {"before", "install", "path", "uninstall", "after", "left"}, done.stdout + done.stderr
+    assert set(seen) == {"before", "install", "path", "readme", "uninstall", "after", "left"}, done.stdout + done.stderr
 
     rc, out, err = seen["install"]
     assert rc == 0, "\n".join(out + err)
@@ -77,6 +80,11 @@ def test_install_and_uninstall_exit_0_without_systemd_and_gpuwatch_is_on_path() 
 
     rc, out, err = seen["path"]
     assert (rc, out) == (0, ["/usr/local/bin/gpuwatch", "runs"]), "\n".join(out + err)
+
+    # README's completion lines for one's own account, on a fresh one (issue 50 item 14: the folders made first).
+    rc, out, err = seen["readme"]
+    assert (rc, out) == (0, [".config/fish/completions/gpuwatch.fish",
+                             ".local/share/bash-completion/completions/gpuwatch"]), "\n".join(out + err)
 
     rc, out, err = seen["uninstall"]
     assert rc == 0, "\n".join(out + err)
