@@ -87,13 +87,14 @@ def _add_views(sub: Commands, common: argparse.ArgumentParser) -> None:
     """`status` and `sensors`: the same view options; `status` also reads other machines (--remote)."""
     for name, helptext, handler in (
         ("status", "GPU, fan and trainer status (from the daemon, else from sysfs)", cmd_status),
-        ("sensors", "one-shot reading straight from sysfs", cmd_sensors),
+        ("sensors", "a reading straight from sysfs (and NVML), not the daemon's", cmd_sensors),
     ):
         p = sub.add_parser(name, parents=[common], help=helptext)
         p.add_argument("--json", action="store_true", help="print the stable JSON document (schema 1)")
         p.add_argument("--watch", type=watch_seconds, metavar="SECONDS",
                        help="refresh every SECONDS until Ctrl-C (with --json: one compact document per line)")
-        p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+        p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                       help="colour on a terminal (auto, the default, unless NO_COLOR is set), always or never")
         p.add_argument("--processes", action="store_true",
                        help="also list the processes using each GPU (pid, user, VRAM, engine busy, command)")
         p.add_argument("--gpu", action="append", metavar=GPU_METAVAR, help=f"only this GPU (repeatable); {GPU_HELP}")
@@ -131,7 +132,9 @@ def _add_restore_and_curve(sub: Commands, common: argparse.ArgumentParser) -> No
 
 
 def _add_control(sub: Commands, common: argparse.ArgumentParser) -> None:
-    """The commands a running daemon carries out (through its control socket)."""
+    """The commands a running daemon carries out (through its control socket): they read no sysfs or proc tree,
+    so they take the config alone (-c, its first option)."""
+    common = common_options(Path, machine=False)
     for name, helptext in (
         ("pause", "pause a supervised trainer or attached run (all, or a user's own runs, when NAME is omitted) "
                   "until `resume`"),

@@ -113,8 +113,7 @@ def test_bash_completes_run_names_and_pids_and_gpus(tmp_path: Path, published: t
         assert _bash(SHIPPED / FILES["bash"], f"gpuwatch {verb} ", tmp_path, env) == names + pids
     assert _bash(SHIPPED / FILES["bash"], f"gpuwatch stop {pids[0][:2]}", tmp_path, env) == [
         p for p in pids if p.startswith(pids[0][:2])]
-    assert _bash(SHIPPED / FILES["bash"], "gpuwatch pause -", tmp_path, env) == [
-        "-h", "--help", "-c", "--config", "--sysfs-root", "--proc-root"]
+    assert _bash(SHIPPED / FILES["bash"], "gpuwatch pause -", tmp_path, env) == ["-h", "--help", "-c", "--config"]
     gpus = doc["gpus"]
     every = [str(i) for i in range(len(gpus))] + [g["gpu_id"] for g in gpus] + [g["card"] for g in gpus]
     for line in ("gpuwatch status --gpu ", "gpuwatch curve --gpu ", "gpuwatch train --gpu "):

@@ -153,3 +153,13 @@ def test_status_gpu_is_not_for_remote(setup: tuple[FakeSysfsTree, Path]) -> None
     _, config = setup
     result = gpuwatch("status", "--remote", "box1", "--gpu", "0", "-c", str(config))
     assert result.returncode == 2 and "not with --remote" in result.stderr
+
+
+def test_status_watch_into_a_pipe_writes_no_escape_codes(setup: tuple[FakeSysfsTree, Path]) -> None:
+    """Issue 50 item 15: `status --watch 1 | head` got ESC[H ESC[2J in the pipe; a reading after a blank line now."""
+    _, config = setup
+    done = subprocess.run(["bash", "-c", f"{GPUWATCH} status --watch 0.1 --color never -c {config} | head -n 400"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "\x1b" not in done.stdout, done
+    readings = done.stdout.split("\n\ngpuwatch  ")
+    assert len(readings) >= 2 and readings[0].startswith("gpuwatch  "), done.stdout

@@ -83,46 +83,36 @@ _gpuwatch() {
         pause)
             case "$prev" in
                 -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-                --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-                --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
             esac
-            [[ "$cur" == -* ]] && words="-h --help -c --config --sysfs-root --proc-root" || words="$("${COMP_WORDS[0]}" completion --values runs 2>/dev/null)"
+            [[ "$cur" == -* ]] && words="-h --help -c --config" || words="$("${COMP_WORDS[0]}" completion --values runs 2>/dev/null)"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
         resume)
             case "$prev" in
                 -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-                --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-                --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
             esac
-            [[ "$cur" == -* ]] && words="-h --help -c --config --sysfs-root --proc-root" || words="$("${COMP_WORDS[0]}" completion --values runs 2>/dev/null)"
+            [[ "$cur" == -* ]] && words="-h --help -c --config" || words="$("${COMP_WORDS[0]}" completion --values runs 2>/dev/null)"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
         restart)
             case "$prev" in
                 -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-                --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-                --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
             esac
-            [[ "$cur" == -* ]] && words="-h --help -c --config --sysfs-root --proc-root" || words="$("${COMP_WORDS[0]}" completion --values runs 2>/dev/null)"
+            [[ "$cur" == -* ]] && words="-h --help -c --config" || words="$("${COMP_WORDS[0]}" completion --values runs 2>/dev/null)"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
         stop)
             case "$prev" in
                 -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-                --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-                --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
             esac
-            [[ "$cur" == -* ]] && words="-h --help -c --config --sysfs-root --proc-root" || words="$("${COMP_WORDS[0]}" completion --values runs 2>/dev/null)"
+            [[ "$cur" == -* ]] && words="-h --help -c --config" || words="$("${COMP_WORDS[0]}" completion --values runs 2>/dev/null)"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
         simulate-reset)
             case "$prev" in
                 -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-                --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-                --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
             esac
-            [[ "$cur" == -* ]] && words="-h --help -c --config --sysfs-root --proc-root" || words="$("${COMP_WORDS[0]}" completion --values gpus 2>/dev/null)"
+            [[ "$cur" == -* ]] && words="-h --help -c --config" || words="$("${COMP_WORDS[0]}" completion --values gpus 2>/dev/null)"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
         logs)
