@@ -171,11 +171,14 @@ def _add_train(sub: Commands) -> None:
     the `--` form."""
     train = sub.add_parser("train", help="run a training command attached to the daemon, with the training patches "
                                          "(gpuwatch[train])",
-                           usage="gpuwatch train [--conv2d-fallback [auto|on|off]] [--conv2d-autotune on|off] "
-                                 "[--conv2d-tune-cache DIR] [--spawn] [--heartbeat-file FILE] [--pause-file FILE] "
-                                 "[--name NAME] [--gpu GPU] [--restart no|on-failure|on-failure:N] "
-                                 "[--grace-s SECONDS] [--backoff-s SECONDS] [--checkpoint-glob GLOB] "
-                                 "[--resume-args ARGS] [--runtime-dir DIR] [--no-attach] -- python train.py ARGS\n"
+                           # Lines of at most 80 columns, as argparse wraps its own usages (one was 330 wide).
+                           usage="gpuwatch train [--conv2d-fallback [auto|on|off]]\n"
+                                 "                      [--conv2d-autotune on|off] [--conv2d-tune-cache DIR]\n"
+                                 "                      [--spawn] [--heartbeat-file FILE] [--pause-file FILE]\n"
+                                 "                      [--name NAME] [--gpu GPU] [--backoff-s SECONDS]\n"
+                                 "                      [--restart no|on-failure|on-failure:N] [--grace-s SECONDS]\n"
+                                 "                      [--checkpoint-glob GLOB] [--resume-args ARGS]\n"
+                                 "                      [--runtime-dir DIR] [--no-attach] -- python train.py ARGS\n"
                                  "       gpuwatch train [options] -- torchrun [TORCHRUN ARGS] train.py ARGS")
     train.add_argument("--conv2d-fallback", choices=FALLBACK_MODES, nargs="?", const="on", default="auto",
                        help="im2col Conv2d instead of MIOpen: auto = only where a native probe conv fails "
