@@ -115,7 +115,7 @@ def _train_gpus(args: argparse.Namespace) -> list[str]:
     try:
         # An index or card name counts this machine's GPUs, as `gpuwatch status` lists them (/sys, read only when
         # one is given): the run's processes use the real cards.
-        here = _machine_gpus() if any(not _slot_like(g) for g in args.gpu or []) else []
+        here = _machine_gpus() if any(":" not in g for g in args.gpu or []) else []
         gpus = list(dict.fromkeys(resolve_gpu(text, here) for text in args.gpu or []))
     except ValueError as exc:
         args.parser.error(f"--gpu {exc}")
@@ -124,10 +124,6 @@ def _train_gpus(args: argparse.Namespace) -> list[str]:
     if "{last_checkpoint}" in (args.resume_args or "") and not args.checkpoint_glob:
         args.parser.error("--resume-args uses {last_checkpoint}: give --checkpoint-glob to find it")
     return gpus
-
-
-def _slot_like(text: str) -> bool:
-    return ":" in text
 
 
 def _machine_gpus() -> list[tuple[str, str]]:
