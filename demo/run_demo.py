@@ -20,6 +20,7 @@ import argparse
 import importlib.util
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -96,8 +97,15 @@ def simulated_cards(config: Config, extra: list[str]) -> int:
     return known.simulate or config.simulate.gpus
 
 
-def banner(config: Config, config_path: Path, log_path: Path, notes: list[str], cards: int, columns: int = 80) -> str:
-    """What is printed once at the start (and stays in the scrollback): every line fits ``columns``."""
+# How long the banner stays before the live screen is drawn over it (Enter: at once). It used to be cleared in
+# the instant it was printed, so nobody could read it (issue 50 item 9).
+BANNER_S = 20.0
+
+
+def banner(config: Config, config_path: Path, log_path: Path, notes: list[str], cards: int, columns: int = 80,
+           hold_s: float | None = None) -> str:
+    """What is printed once at the start: every line fits ``columns``; ``hold_s``: the live screen replaces it
+    after this long (said in its last line)."""
     url = f"http://{config.http.listen}:{config.http.port}"
     cmd, conf = _gpuwatch(), _short(config_path)
     what = "one simulated RX 5600 XT" if cards == 1 else f"{cards} simulated RX 5600 XT cards"
@@ -116,6 +124,8 @@ def banner(config: Config, config_path: Path, log_path: Path, notes: list[str], 
              "restarts from its checkpoint once the card answers again. Ctrl-C stops it all: the trainer first, "
              "then the fan goes back to the firmware."]
     prose += [f"note: {note}" for note in notes]
+    if hold_s is not None:
+        prose.append(f"The live screen follows in {hold_s:g} s: press Enter to see it now.")
     rows = [row for line in lines for row in wrap(line, columns, indent=12)]
     rows += [row for paragraph in prose for row in wrap("  " + paragraph, columns, indent=0)]
     return "\n".join(rows) + "\n"
@@ -163,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, default=REPO / "config/demo.toml")
     parser.add_argument("--seconds", type=float, default=0, help="stop after this long (0: until Ctrl-C)")
     parser.add_argument("--plain", action="store_true", help="no screen redraw (default when not a terminal)")
+    parser.add_argument("--banner-s", type=float, default=BANNER_S,
+                        help="seconds the banner stays before the live screen (Enter: at once; default %(default)g)")
     args, extra = parser.parse_known_args(argv)  # the rest goes to `gpuwatch run`, e.g. --simulate 2
     notes: list[str] = []
     try:
@@ -177,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     cards = simulated_cards(config, extra)
     redraw = not args.plain and sys.stdout.isatty()
     columns = shutil.get_terminal_size().columns if sys.stdout.isatty() else 80
-    print(banner(config, config_path, log_path, notes, cards, columns), flush=True)
+    print(banner(config, config_path, log_path, notes, cards, columns, args.banner_s if redraw else None), flush=True)
     top = screen_header(config, config_path, cards)
     with open(log_path, "w") as log:
         # Its own session: a Ctrl-C in this terminal reaches only the demo, which stops the daemon with
@@ -188,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     started = last_print = time.monotonic()
     try:
+        if redraw:
+            _hold_banner(args.banner_s, stop, daemon)
         while not stop and daemon.poll() is None:
             if args.seconds and time.monotonic() - started >= args.seconds:
                 break
@@ -212,6 +226,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"The daemon exited with code {code}; the end of its log:\n{_tail(log_path, 15)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _hold_banner(seconds: float, stop: list[bool], daemon: subprocess.Popen[bytes]) -> None:
+    """Leave the banner to be read: ``seconds``, or until Enter (a line on stdin), a stop or the daemon's end."""
+    deadline = time.monotonic() + seconds
+    while not stop and daemon.poll() is None and (left := deadline - time.monotonic()) > 0:
+        try:
+            ready, _, _ = select.select([sys.stdin], [], [], min(left, 0.5))
+        except (OSError, ValueError):  # no stdin to wait on: wait out the time
+            time.sleep(min(left, 0.5))
+            continue
+        if ready:
+            sys.stdin.readline()  # the Enter (or an end of input: nobody to wait for)
+            return
 
 
 def _status(config: Config) -> str:
@@ -251,17 +279,23 @@ def _log_lines(path: Path, last: int = 40) -> list[str]:
     return lines
 
 
+_CAP_BACK = re.compile(r"power cap (back to its original|[\d.]+ W -> [\d.]+ W)")
+
+
 def handed_back(log_path: Path, since: int, config_path: Path) -> str:
-    """What the daemon's stop did to the fans, from what it logged after ``since`` (bytes into its log)."""
+    """What the daemon's stop did to the fans and power caps, from what it logged after ``since`` (bytes into
+    its log)."""
     try:
         with open(log_path, "rb") as log:
             took = any("took the fan" in line for line in log.read(since).decode(errors="replace").splitlines())
             said = log.read().decode(errors="replace").splitlines()
     except OSError:
         took, said = False, []
-    fans = [m.group(3) for line in said if (m := _LOG_LINE.match(line)) and "fan handed back" in m.group(3)]
-    if fans:
-        return "the trainer was stopped first, then\n" + "\n".join(f"  {fan}" for fan in fans)
+    messages = [m.group(3) for line in said if (m := _LOG_LINE.match(line))]
+    fans = [text for text in messages if "fan handed back" in text]
+    if fans:  # and the caps the governor lowered, put back (power/controller.py's lines)
+        caps = [text for text in messages if _CAP_BACK.search(text)]
+        return "the trainer was stopped first, then\n" + "\n".join(f"  {line}" for line in fans + caps)
     if not took and not any("took the fan" in line for line in said):
         # A start that failed (a bad argument, a config the daemon refuses...): it never wrote a fan.
         return "the daemon stopped before it took the fan: nothing to hand back"

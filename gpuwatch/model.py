@@ -236,6 +236,9 @@ class GpuResetState:
     dump_path: str | None = None  # the kept copy of the kernel's devcoredump
     recovering: bool = False  # since the last reset: not answering yet, or held by a stuck process
     stuck_pids: tuple[int, ...] = ()  # processes in D state holding it after the reset
+    # One of them has held it past resets.recovery.STUCK_REPORT_S: a normal recovery has processes in D for a
+    # few seconds; only this one is a recovery that failed (and may need a reboot).
+    stuck_past_deadline: bool = False
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,9 @@ class Sysfs:
             # Some dumps and kernels pad with NULs; they are not part of the value.
             return raw.rstrip(b"\x00").decode("ascii").strip()
         except UnicodeDecodeError as exc:
-            raise SysfsError(self._prefix + relative.lstrip("/"), f"not text: {raw[:32]!r}") from exc
+            # The bytes themselves are for nobody: their count says enough (a reading in reset, a broken driver).
+            raise SysfsError(self._prefix + relative.lstrip("/"), f"not text ({len(raw)} bytes that are not ASCII)") \
+                from exc
 
     def read_bytes(self, relative: str) -> bytes | None:
         """The file's bytes as one read() returns them (binary attributes such as gpu_metrics; every

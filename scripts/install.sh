@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs gpuwatch as a systemd service: a venv under $PREFIX, the unit, the example config (only if
-# none exists), then `systemctl daemon-reload`. Does not enable or start anything; it prints how.
+# none exists), a `gpuwatch` link on every user's PATH, then `systemctl daemon-reload` (skipped with a note
+# where systemd is not PID 1: image builds, chroots, containers). Does not enable or start anything; it prints how.
 #
 #   PREFIX=/opt/gpuwatch        the venv (bin/gpuwatch); the unit is rewritten to point here
 #   SYSCONFDIR=/etc             config goes to $SYSCONFDIR/gpuwatch/gpuwatch.toml
@@ -8,6 +9,9 @@
 #   DESTDIR=                    staging root for packaging: the unit, config and docs land under $DESTDIR,
 #                               paths inside them name the final location, and systemctl is not run.
 #                               Needs WITH_VENV=0: a venv cannot be staged (see below)
+#   BINDIR=/usr/local/bin       where the `gpuwatch` link to $PREFIX/bin/gpuwatch goes (on every user's PATH;
+#                               uninstall.sh removes it); empty: no link. A file there that is not such a
+#                               link is left alone, with a note
 #   SYSTEMCTL=systemctl         `true` in tests, so the real system is never touched
 #   PYTHON=python3              interpreter for the venv (3.11+)
 #   PIP_INSTALL_ARGS=           extra pip arguments (an offline wheelhouse: --no-index --find-links DIR)
@@ -17,6 +21,8 @@
 #                               folder: site-functions on distributions other than Debian's) and
 #                               $DATADIR/fish/vendor_completions.d/gpuwatch.fish; COMPLETION=0 skips it
 set -euo pipefail
+# shellcheck source=scripts/systemctl-or-note.sh
+. "$(dirname "$0")/systemctl-or-note.sh"
 SRC="$(cd "$(dirname "$0")/.." && pwd)"
 PREFIX="${PREFIX:-/opt/gpuwatch}"
 SYSCONFDIR="${SYSCONFDIR:-/etc}"
@@ -28,6 +34,7 @@ WITH_VENV="${WITH_VENV:-1}"
 DATADIR="${DATADIR:-/usr/share}"
 ZSH_COMPLETIONDIR="${ZSH_COMPLETIONDIR:-$DATADIR/zsh/vendor-completions}"
 COMPLETION="${COMPLETION:-1}"
+BINDIR="${BINDIR-/usr/local/bin}"
 read -r -a pip_args <<<"${PIP_INSTALL_ARGS:-}"
 
 if [ -n "$DESTDIR" ] && [ "$WITH_VENV" = 1 ]; then
@@ -70,6 +77,21 @@ if [ "$COMPLETION" = 1 ]; then
     "$DESTDIR$DATADIR/fish/vendor_completions.d/gpuwatch.fish"
 fi
 
+cli="$PREFIX/bin/gpuwatch"  # how the hints below name the command: `gpuwatch` once it is on PATH
+if [ -n "$BINDIR" ] && [ "$BINDIR" != "$PREFIX/bin" ]; then
+  # A link, not a copy or a wrapper: the entry point's #! names the venv's python, so the venv is what runs
+  # whoever types `gpuwatch`; uninstall.sh removes exactly this link.
+  link="$DESTDIR$BINDIR/gpuwatch"
+  if [ -e "$link" ] && ! [ -L "$link" ]; then
+    echo "note: $link exists and is not a link: left alone (run $PREFIX/bin/gpuwatch, or remove it and install again)" >&2
+  else
+    install -d -m 0755 "$DESTDIR$BINDIR"
+    ln -sfn "$PREFIX/bin/gpuwatch" "$link"
+    echo "command: $link -> $PREFIX/bin/gpuwatch"
+    cli=gpuwatch
+  fi
+fi
+
 install -d -m 0755 "$unitdir"
 sed -e "s#/opt/gpuwatch#$PREFIX#g" -e "s#/etc/gpuwatch/#$SYSCONFDIR/gpuwatch/#g" \
   "$SRC/systemd/gpuwatch.service" >"$unitdir/gpuwatch.service.tmp"
@@ -82,11 +104,11 @@ if [ -e "$confdir/gpuwatch.toml" ]; then
   echo "config: $confdir/gpuwatch.toml exists, left as is (example: $SRC/config/gpuwatch.toml)"
 else
   install -m 0644 "$SRC/config/gpuwatch.toml" "$confdir/gpuwatch.toml"
-  echo "config: $confdir/gpuwatch.toml (from the example; edit it, then: gpuwatch check-config)"
+  echo "config: $confdir/gpuwatch.toml (from the example; edit it, then: $cli check-config)"
 fi
 
 if [ -z "$DESTDIR" ]; then
-  "$SYSTEMCTL" daemon-reload
+  systemctl_or_note daemon-reload
 fi
 echo
 echo "done. Start it now and at every boot with:"

@@ -21,10 +21,11 @@ from gpuwatch.cli.settings import (
 )
 from gpuwatch.cli.show import document_text, repeat, sensors_fetch, show, status_fetch
 from gpuwatch.cli.status import EXIT_USAGE
-from gpuwatch.config.base import ConfigError, canonical_pci_slot, pci_slot_problem
+from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import Config, effective_config_toml, load_config
 from gpuwatch.config.runtime import is_simulator_dir, simulator_runtime_dir
 from gpuwatch.config.sections import remote_base_url
+from gpuwatch.config.slots import gpus_listed, resolve_gpu
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -120,14 +121,27 @@ def _train_gpus(args: argparse.Namespace) -> list[str]:
     from gpuwatch.attach import NAME_MAX_CHARS
 
     try:
-        gpus = list(dict.fromkeys(canonical_pci_slot(slot) for slot in args.gpu or []))
+        # An index or card name counts this machine's GPUs, as `gpuwatch status` lists them (/sys, read only when
+        # one is given): the run's processes use the real cards.
+        here = _machine_gpus() if any(":" not in g for g in args.gpu or []) else []
+        gpus = list(dict.fromkeys(resolve_gpu(text, here) for text in args.gpu or []))
     except ValueError as exc:
-        args.parser.error(f"--gpu: {exc}")
+        args.parser.error(f"--gpu {exc}")
     if args.name is not None and not (0 < len(args.name) <= NAME_MAX_CHARS and args.name.isprintable()):
         args.parser.error(f"--name: 1 to {NAME_MAX_CHARS} printable characters, got {args.name!r}")
     if "{last_checkpoint}" in (args.resume_args or "") and not args.checkpoint_glob:
         args.parser.error("--resume-args uses {last_checkpoint}: give --checkpoint-glob to find it")
     return gpus
+
+
+def _machine_gpus() -> list[tuple[str, str]]:
+    """(slot, DRM card) of this machine's amdgpu GPUs, in `gpuwatch status`'s order."""
+    from gpuwatch.config.file import REAL_SYSFS_ROOT
+    from gpuwatch.gpus.amdgpu import discover
+    from gpuwatch.sysfs import Sysfs
+
+    found = discover(Sysfs(REAL_SYSFS_ROOT))
+    return [(card.gpu_id, card.card) for card in found.cards]
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
@@ -194,27 +208,28 @@ def cmd_curve(args: argparse.Namespace) -> int:
     if not args.gpu:
         print(render_curve(config.fan), end="")
         return 0
-    problem = pci_slot_problem(args.gpu)
-    if problem:
-        print(f"gpuwatch curve: --gpu {problem}", file=sys.stderr)
+    present = _amdgpu_gpus(config)
+    try:
+        slot = resolve_gpu(args.gpu, present)
+    except ValueError as exc:
+        print(f"gpuwatch curve: --gpu {exc}", file=sys.stderr)
         return EXIT_USAGE
-    present = _amdgpu_slots(config)
-    if args.gpu not in config.fan.gpus and args.gpu not in present:
-        print(f"gpuwatch curve: no amdgpu GPU {args.gpu} here ({', '.join(present) or 'none found'}) and no "
-              f"[fan.gpus.\"{args.gpu}\"] in the config ({', '.join(config.fan.gpus) or 'none'})", file=sys.stderr)
+    if slot not in config.fan.gpus and slot not in dict(present):
+        print(f"gpuwatch curve: no amdgpu GPU {slot} here ({gpus_listed(present)}) and no "
+              f"[fan.gpus.\"{slot}\"] in the config ({', '.join(config.fan.gpus) or 'none'})", file=sys.stderr)
         return EXIT_USAGE
-    if args.gpu not in config.fan.gpus:
-        print(f"# GPU {args.gpu}: no [fan.gpus.\"{args.gpu}\"] overrides, it follows the global curve")
-    print(render_curve(config.fan.for_gpu(args.gpu)), end="")
+    if slot not in config.fan.gpus:
+        print(f"# GPU {slot}: no [fan.gpus.\"{slot}\"] overrides, it follows the global curve")
+    print(render_curve(config.fan.for_gpu(slot)), end="")
     return 0
 
 
-def _amdgpu_slots(config: Config) -> list[str]:
-    """The amdgpu GPUs of the sysfs tree the config means (the fan curve drives only those)."""
+def _amdgpu_gpus(config: Config) -> list[tuple[str, str]]:
+    """(slot, DRM card) of the amdgpu GPUs of the sysfs tree the config means (the fan curve drives only those)."""
     from gpuwatch.gpus.amdgpu import discover
     from gpuwatch.sysfs import Sysfs
 
-    return [card.gpu_id for card in discover(Sysfs(config.with_effective_sysfs().sysfs_root)).cards]
+    return [(card.gpu_id, card.card) for card in discover(Sysfs(config.with_effective_sysfs().sysfs_root)).cards]
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

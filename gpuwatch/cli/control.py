@@ -30,12 +30,18 @@ def cmd_control(args: argparse.Namespace) -> int:
         ok, message = send_command(control_socket(args), args.verb, args.name)
     except ControlError as exc:
         print(f"gpuwatch: {exc}", file=sys.stderr)
-        return 1
+        return control_exit(None, str(exc))
     message = safe(message)  # it may quote a run's name or a user's request back
     print(message if ok else f"gpuwatch: {message}", file=sys.stdout if ok else sys.stderr)
+    return control_exit(ok, message)
+
+
+def control_exit(ok: bool | None, message: str) -> int:
+    """`pause|resume|stop|restart|simulate-reset`'s exit code (docs/security.md states this table): 0 taken; 1
+    refused (``not permitted: ...``) or no daemon answered (``ok`` None); 2 nothing to act on or it cannot be done."""
     if ok:
         return 0
-    return 1 if message.startswith(NOT_PERMITTED) else EXIT_USAGE
+    return 1 if ok is None or message.startswith(NOT_PERMITTED) else EXIT_USAGE
 
 
 def control_socket(args: argparse.Namespace) -> Path:

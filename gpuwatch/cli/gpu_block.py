@@ -105,6 +105,8 @@ def _error_lines(gpu: PublishedGpu, paint: Paint) -> list[str]:
     errors = gpu.errors
     if not errors:
         return []
+    if gpu.reset and gpu.reset.recovering:  # the driver refuses reads while in reset: expected, not a fault
+        return ["  " + paint(f"errors {len(errors)} sensor(s) unreadable while it recovers from its reset", YELLOW)]
     # The first few and a count: one line, however many sensors fail.
     errs = ", ".join(f"{e.sensor}: {e.error}" for e in errors[:ERRORS_SHOWN])
     more = f" (+{len(errors) - ERRORS_SHOWN} more)" if len(errors) > ERRORS_SHOWN else ""
@@ -121,11 +123,14 @@ def _reset_lines(gpu: PublishedGpu, paint: Paint) -> list[str]:
     if reset.dump_path:
         text += f"; dump {reset.dump_path}"
     lines = [paint(text, YELLOW)]
-    if reset.stuck_pids:
-        pids = ", ".join(str(p) for p in reset.stuck_pids)
-        lines.append("  " + paint(f"RECOVERING: held by pid {pids} in D state; the host may need a reboot", RED))
+    pids = ", ".join(str(p) for p in reset.stuck_pids)
+    if reset.stuck_past_deadline:  # the recovery failed: a process in D past resets.recovery.STUCK_REPORT_S
+        lines.append("  " + paint(f"RECOVERY FAILED: held by pid {pids} in D state since its reset; the GPU is "
+                                  "not used while they hold it, the host may need a reboot", RED))
+    elif reset.stuck_pids:  # every recovery has processes in D for a few seconds
+        lines.append("  " + paint(f"recovering: waiting for pid {pids} to let go of it (D state)", YELLOW))
     elif reset.recovering:
-        lines.append("  " + paint("RECOVERING: not answering since its reset", RED))
+        lines.append("  " + paint("recovering: not answering since its reset", YELLOW))
     return lines
 
 

@@ -10,6 +10,7 @@ from gpuwatch.cli.health import add_health_arguments, cmd_health
 from gpuwatch.cli.health.options import add_receipt_arguments, common_options, formatter
 from gpuwatch.config.quick import BACKOFF_INITIAL_S, TRAINER_GRACE_S
 from gpuwatch.config.runtime import DEFAULT_CONFIG_PATH
+from gpuwatch.config.slots import GPU_HELP, GPU_METAVAR
 
 TYPE_CHECKING = False  # typing's import was a tenth of `gpuwatch --help`: annotations only
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ cmd_receipt = _lazy("gpuwatch.cli.health.receipt", "cmd_receipt")
 cmd_logs = _lazy("gpuwatch.cli.logs", "cmd_logs")
 watch_seconds = _lazy("gpuwatch.cli.show", "watch_seconds")
 SHELLS = ("bash", "zsh", "fish")  # `gpuwatch completion`'s choices: cli/completion.py writes a script for each
+VALUE_KINDS = ("runs", "gpus")  # `gpuwatch completion --values`: what the scripts ask at TAB time
 # `train --conv2d-fallback`'s modes: train/argv.py's FALLBACK_MODES (a test keeps them equal), whose module's
 # import (dataclasses, typing, the heartbeat's json and tempfile) was a third of `gpuwatch --help`.
 FALLBACK_MODES = ("auto", "on", "off")
@@ -93,7 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the config file, as -c names it (its first form)")
     check.set_defaults(handler=cmd_check_config)
     completion = sub.add_parser("completion", help="print the shell completion script for bash, zsh or fish")
-    completion.add_argument("shell", choices=SHELLS, help="the shell the script is for")
+    completion.add_argument("shell", nargs="?", choices=SHELLS, help="the shell the script is for")
+    # What the scripts ask at TAB time (run names and pids, GPUs): not for people, so not in --help.
+    completion.add_argument("--values", choices=VALUE_KINDS, help=argparse.SUPPRESS)
     completion.set_defaults(handler=cmd_completion, root=parser)  # the script is generated from this parser
     for command in sub.choices.values():
         command.set_defaults(parser=command)  # a usage error found later is said with the command's usage
@@ -118,18 +122,17 @@ def _add_views(sub: Commands, common: argparse.ArgumentParser) -> None:
     """`status` and `sensors`: the same view options; `status` also reads other machines (--remote)."""
     for name, helptext, handler in (
         ("status", "GPU, fan and trainer status (from the daemon, else from sysfs)", cmd_status),
-        ("sensors", "one-shot reading straight from sysfs", cmd_sensors),
+        ("sensors", "a reading straight from sysfs (and NVML), not the daemon's", cmd_sensors),
     ):
         p = sub.add_parser(name, parents=[common], help=helptext)
         p.add_argument("--json", action="store_true", help="print the stable JSON document (schema 1)")
         p.add_argument("--watch", type=watch_seconds, metavar="SECONDS",
                        help="refresh every SECONDS until Ctrl-C (with --json: one compact document per line)")
-        p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+        p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                       help="colour on a terminal (auto, the default, unless NO_COLOR is set), always or never")
         p.add_argument("--processes", action="store_true",
                        help="also list the processes using each GPU (pid, user, VRAM, engine busy, command)")
-        p.add_argument("--gpu", action="append", metavar="SLOT|INDEX",
-                       help="only this GPU: its PCI slot (0000:28:00.0) or its index in the list, from 0 "
-                            "(repeatable)")
+        p.add_argument("--gpu", action="append", metavar=GPU_METAVAR, help=f"only this GPU (repeatable); {GPU_HELP}")
         p.set_defaults(handler=handler)
         if name == "status":
             p.add_argument("--remote", nargs="*", metavar="HOST",
@@ -162,12 +165,14 @@ def _add_restore_and_curve(sub: Commands, common: argparse.ArgumentParser) -> No
                                   "again before its next write); refused without it, exit 2")
         restore.set_defaults(handler=cmd_restore, verb=name)
     curve = sub.add_parser("curve", parents=[common], help="print the configured fan curve as a table and plot")
-    curve.add_argument("--gpu", metavar="PCI_SLOT", help="the curve of one GPU (with its overrides)")
+    curve.add_argument("--gpu", metavar=GPU_METAVAR, help=f"the curve of one GPU (with its overrides); {GPU_HELP}")
     curve.set_defaults(handler=cmd_curve)
 
 
 def _add_control(sub: Commands, common: argparse.ArgumentParser) -> None:
-    """The commands a running daemon carries out (through its control socket)."""
+    """The commands a running daemon carries out (through its control socket): they read no sysfs or proc tree,
+    so they take the config alone (-c, its first option)."""
+    common = common_options(Path, machine=False)
     for name, helptext in (
         ("pause", "pause a supervised trainer or attached run (all, or a user's own runs, when NAME is omitted) "
                   "until `resume`"),
@@ -180,6 +185,10 @@ def _add_control(sub: Commands, common: argparse.ArgumentParser) -> None:
         p = sub.add_parser(name, parents=[common], help=helptext)
         if name == "simulate-reset":
             p.add_argument("name", nargs="?", metavar="GPU", help="PCI slot of the simulated GPU (default: the first)")
+        elif name == "restart":  # the daemon restarts only what it started: an attached run's wrapper restarts it
+            p.add_argument("name", nargs="?", metavar="NAME",
+                           help="a [[trainer]]'s name (default: every trainer); an attached run is restarted by its "
+                                "own `gpuwatch train --restart`, not here")
         else:
             p.add_argument("name", nargs="?", metavar="NAME",
                            help="a [[trainer]]'s or an attached run's name, or any pid of an attached run (default: "
@@ -200,11 +209,14 @@ def _add_train(sub: Commands) -> None:
     the `--` form."""
     train = sub.add_parser("train", help="run a training command attached to the daemon, with the training patches "
                                          "(gpuwatch[train])",
-                           usage="gpuwatch train [--conv2d-fallback [auto|on|off]] [--conv2d-autotune on|off] "
-                                 "[--conv2d-tune-cache DIR] [--spawn] [--heartbeat-file FILE] [--pause-file FILE] "
-                                 "[--name NAME] [--gpu SLOT] [--restart no|on-failure|on-failure:N] "
-                                 "[--grace-s SECONDS] [--backoff-s SECONDS] [--checkpoint-glob GLOB] "
-                                 "[--resume-args ARGS] [--runtime-dir DIR] [--no-attach] -- python train.py ARGS\n"
+                           # Lines of at most 80 columns, as argparse wraps its own usages (one was 330 wide).
+                           usage="gpuwatch train [--conv2d-fallback [auto|on|off]]\n"
+                                 "                      [--conv2d-autotune on|off] [--conv2d-tune-cache DIR]\n"
+                                 "                      [--spawn] [--heartbeat-file FILE] [--pause-file FILE]\n"
+                                 "                      [--name NAME] [--gpu GPU] [--backoff-s SECONDS]\n"
+                                 "                      [--restart no|on-failure|on-failure:N] [--grace-s SECONDS]\n"
+                                 "                      [--checkpoint-glob GLOB] [--resume-args ARGS]\n"
+                                 "                      [--runtime-dir DIR] [--no-attach] -- python train.py ARGS\n"
                                  "       gpuwatch train [options] -- torchrun [TORCHRUN ARGS] train.py ARGS")
     train.add_argument("--conv2d-fallback", choices=FALLBACK_MODES, nargs="?", const="on", default="auto",
                        help="im2col Conv2d instead of MIOpen: auto = only where a native probe conv fails "
@@ -232,9 +244,9 @@ def _add_attach_options(train: argparse.ArgumentParser) -> None:
     """The attached run's options (docs/attached-runs.md); the defaults are a configured trainer's."""
     train.add_argument("--name", metavar="NAME", help="the run's name in status and /metrics (default: from the "
                                                       "command; the daemon keeps names unique)")
-    train.add_argument("--gpu", action="append", metavar="SLOT",
-                       help="a GPU the run uses, by PCI slot (repeatable; default: found from the processes' GPU "
-                            "files)")
+    train.add_argument("--gpu", action="append", metavar=GPU_METAVAR,
+                       help=f"a GPU the run uses (repeatable; default: found from the processes' GPU files); "
+                            f"{GPU_HELP}")
     train.add_argument("--restart", type=_restart_policy, default="no",  # a str default goes through the type
                        metavar="no|on-failure|on-failure:N",
                        help="start the command again after a non-zero exit or a hang, N times at most (default no)")

@@ -225,11 +225,11 @@ def show(args: argparse.Namespace, fetch: Fetch, leftovers: Callable[[StatusDocu
     """``leftovers``: what a daemon that did not stop cleanly left behind (cli/leftovers.py), said and exit 1."""
     def once(color: bool) -> tuple[str, int]:
         doc, note = fetch()
-        if getattr(args, "gpu", None):  # --gpu SLOT|INDEX
+        if getattr(args, "gpu", None):  # --gpu GPU (config.base.resolve_gpu)
             try:
                 doc = select_gpus(doc, args.gpu)
             except ValueError as exc:
-                args.parser.error(str(exc))
+                args.parser.error(f"--gpu {exc}")
         found = leftovers(doc) if leftovers else []
         text = document_text(doc, args) if args.json else render(doc, color=color, note=note, leftovers=found,
                                                                  logs=logs_command(args))
@@ -258,16 +258,22 @@ def document_text(doc: object, args: argparse.Namespace) -> str:
 
 
 def repeat(args: argparse.Namespace, once: Callable[[bool], tuple[str, int]]) -> int:
-    """Print what ``once(color)`` renders, every ``--watch`` seconds (text: screen cleared) or once; its exit code.
+    """Print what ``once(color)`` renders, every ``--watch`` seconds (text: the screen cleared on a terminal, a
+    blank line between readings elsewhere) or once; its exit code.
 
     Colour: ``--color always`` always (it overrides NO_COLOR, as no-color.org asks of an explicit
     option), ``never`` never, ``auto`` on a terminal unless NO_COLOR is set.
     """
-    color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and "NO_COLOR" not in os.environ)
+    terminal = sys.stdout.isatty()
+    color = args.color == "always" or (args.color == "auto" and terminal and "NO_COLOR" not in os.environ)
+    first = True
     while True:
         text, code = once(color)
         if args.watch and not args.json:
-            print("\033[H\033[2J", end="")
+            # A terminal's screen is redrawn; a pipe or file (`| head`, a log) gets no escape codes, each
+            # reading after a blank line, as `vmstat 1` does.
+            print("\033[H\033[2J" if terminal else "" if first else "\n", end="")
+        first = False
         print(text, end="")
         sys.stdout.flush()
         if not args.watch:

@@ -10,6 +10,7 @@ import time
 from gpuwatch.cli.gpu_block import gpu_block
 from gpuwatch.cli.text import BOLD, DIM, RED, YELLOW, Paint, duration, painter, safe_strings
 from gpuwatch.cli.trainer_rows import trainer_gpu_lines, trainer_line
+from gpuwatch.config.slots import gpus_listed, resolve_gpu
 from gpuwatch.publish.view import status_view
 
 TYPE_CHECKING = False  # publish/document.py imports the config's models (pydantic): annotations only (issue 52)
@@ -46,18 +47,17 @@ def exit_code(doc: StatusDocument, leftovers: Sequence[str] = ()) -> int:
 
 
 def select_gpus(doc: StatusDocument, wanted: Sequence[str]) -> StatusDocument:
-    """``status --gpu SLOT|INDEX`` (repeatable): only those GPUs, their processes and unsupported cards; an index
-    counts the GPUs in the order status lists them, from 0 (as nvidia-smi -i does). ValueError names what exists."""
+    """``status|sensors --gpu GPU`` (repeatable): only those GPUs, their processes and unsupported cards; GPU is
+    what ``config.base.resolve_gpu`` reads (an index counts the GPUs in the order status lists them, from 0).
+    ValueError names what exists."""
     gpus = doc.get("gpus", [])
+    here = [(gpu["gpu_id"], gpu["card"]) for gpu in gpus]
     slots = set()
     for item in wanted:
-        if item.isdecimal() and int(item) < len(gpus):
-            slots.add(gpus[int(item)]["gpu_id"])
-        elif any(gpu["gpu_id"] == item for gpu in gpus):
-            slots.add(item)
-        else:
-            here = ", ".join(f"{i} {gpu['gpu_id']}" for i, gpu in enumerate(gpus)) or "none found"
-            raise ValueError(f"--gpu {item}: no such GPU here (index and slot: {here})")
+        slot = resolve_gpu(item, here)
+        if slot not in dict(here):
+            raise ValueError(f"{item}: no such GPU here (index, slot, card: {gpus_listed(here)})")
+        slots.add(slot)
     chosen = dict(doc)
     chosen["gpus"] = [gpu for gpu in gpus if gpu["gpu_id"] in slots]
     chosen["processes"] = [p for p in doc.get("processes", []) if p.get("gpu_id") in slots]

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import signal
+
 from gpuwatch.cli.text import GREEN, NA, RED, YELLOW, Paint, duration, energy, pct, size
 from gpuwatch.model import TrainerGpuUse, TrainerState
 
+# No step for this many of its steps' time, and at least STALE_S (heartbeats are written about once a second): the
+# rate shown is the one before (a pause, a resume not stepping yet), and said so.
+STALE_STEPS = 10.0
+STALE_S = 10.0
 PHASE_COLOURS = {"running": GREEN, "paused": YELLOW, "pausing": YELLOW, "failed": RED, "backoff": YELLOW}
 
 
@@ -33,17 +39,34 @@ def _run(t: TrainerState, now: float) -> str:
         text += f"  up {duration(now - started_unix)}"
     text += f"  restarts {t.restarts_total}"
     if t.last_exit_code is not None:
-        text += f"  last exit {t.last_exit_code}"
+        text += f"  last exit {exit_text(t.last_exit_code)}"
     return text
+
+
+def exit_text(code: int) -> str:
+    """A run's exit as its user's shell says it: a negative code (Popen's killed by a signal) is the signal with
+    the shell's 128+N beside it, so `stop`'s ``-15`` reads as `gpuwatch train`'s ``exited with 143``."""
+    if code >= 0:
+        return str(code)
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    return f"{name} ({128 - code})"
 
 
 def _progress(t: TrainerState) -> str:
     """The training's pace (from its heartbeat) and its energy."""
     text = ""
-    if t.steps_per_s is not None:
-        text += f"  {t.steps_per_s:.2f} steps/s"
-    if t.last_step_age_s is not None:
-        text += f"  last step {t.last_step_age_s:.0f}s ago"
+    rate, age = t.steps_per_s, t.last_step_age_s
+    if rate and age is not None and age > max(STALE_S, STALE_STEPS / rate):
+        # No step for many of its steps' time (a pause, a resume not stepping yet): the rate is the one before.
+        text += f"  {rate:.2f} steps/s until its last step, {age:.0f}s ago"
+    else:
+        if rate is not None:
+            text += f"  {rate:.2f} steps/s"
+        if age is not None:
+            text += f"  last step {age:.0f}s ago"
     text += energy(t.run_energy_j)
     if t.steps_per_kj is not None:
         text += f"  {t.steps_per_kj:.1f} steps/kJ"
@@ -74,8 +97,11 @@ def trainer_gpu_lines(t: TrainerState, paint: Paint) -> list[str]:
 
 
 def _use(use: TrainerGpuUse) -> str:
+    # Two sources, named, since they disagree by design: the DRM fdinfo engine time counts what is submitted
+    # through the render node (graphics, Mesa compute), never ROCm's user-mode queues, whose load only KFD's CU
+    # occupancy shows; a ROCm training run reads `drm engine 0%  kfd cu 100%`.
     text = f"vram {size(use.vram_bytes)}  gtt {size(use.gtt_bytes)}" \
-           f"  engine {pct(use.engine_busy_ratio)}"
+           f"  drm engine {pct(use.engine_busy_ratio)}"
     if use.kfd_vram_bytes is not None:
-        text += f"  rocm vram {size(use.kfd_vram_bytes)}  cu {pct(use.kfd_cu_occupancy_ratio)}"
+        text += f"  rocm vram {size(use.kfd_vram_bytes)}  kfd cu {pct(use.kfd_cu_occupancy_ratio)}"
     return text + f"  ({use.processes} process{'es' if use.processes != 1 else ''})"

@@ -1,26 +1,17 @@
-"""The configuration's shared vocabulary: its error, the strict pydantic base, the PCI slot form that names
+"""The configuration's shared vocabulary: its error, the strict pydantic base, the PCI slot type that names
 a GPU everywhere, and where a daemon publishes (the runtime directory, its state file and socket)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
 from gpuwatch.config.quick import ConfigError as ConfigError  # its home: quick.py (no pydantic)
+from gpuwatch.config.slots import canonical_pci_slot
 
 DEFAULT_HTTP_PORT = 9840
-
-# A GPU's id everywhere in gpuwatch: its PCI slot as sysfs names it, the kernel's "%04x:%02x:%02x.%d" of domain,
-# bus, device and function (drivers/pci/probe.c, pci_setup_device), e.g. 0000:28:00.0. A domain above ffff
-# (Intel VMD's start at 10000) prints with more digits. The device is 5 bits (00-1f), the function 3 (0-7).
-PCI_SLOT = re.compile(r"^(?:[0-9a-f]{4}|[1-9a-f][0-9a-f]{4,7}):[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$")
-# What a user may write for one: lspci's short form 28:00.0 (lspci leaves the domain out only when it is 0:
-# pciutils' lspci.c prints every domain once any is non-zero), any case, NVML's 8-digit domain.
-_SLOT_SPELLING = re.compile(r"^(?:(?P<domain>[0-9a-f]{1,8}):)?(?P<bus>[0-9a-f]{2}):(?P<device>[0-9a-f]{2})"
-                            r"\.(?P<function>[0-9a-f])$", re.IGNORECASE)
 
 # The longest one GPU's sysfs reads (or its fan's writes) may hold a tick before the GPU counts as
 # unresponsive (docs/robustness.md). A whole GPU reads in well under 10 ms (benchmarks/poll_cycle.py);
@@ -30,35 +21,6 @@ DEFAULT_SYSFS_DEADLINE_S = 1.0
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def canonical_pci_slot(text: str) -> str:
-    """The slot as sysfs names it (``PCI_SLOT``) for any spelling that names exactly one PCI function:
-    lspci's short form (domain 0), upper case, NVML's ``00000000:2D:00.0``. Raises ValueError saying why
-    for anything else (a function 8 or 9, a device above 1f, not a slot at all)."""
-    match = _SLOT_SPELLING.match(text.strip())
-    if match is None:
-        raise ValueError(f"{text!r} is not a PCI slot (domain:bus:device.function, like 0000:28:00.0; see gpuwatch "
-                         "sensors)")
-    device, function = int(match["device"], 16), int(match["function"], 16)
-    if device > 0x1F:
-        raise ValueError(f"{text!r}: device {match['device']} is not a PCI device number (00 to 1f)")
-    if function > 7:
-        raise ValueError(f"{text!r}: function {match['function']} is not a PCI function number (0 to 7)")
-    return f"{int(match['domain'] or '0', 16):04x}:{match['bus'].lower()}:{device:02x}.{function}"
-
-
-def pci_slot_problem(text: str) -> str | None:
-    """Why ``text`` is not a PCI slot exactly as sysfs names it, or None when it is one (``curve --gpu``)."""
-    if PCI_SLOT.match(text):
-        return None
-    try:
-        canonical = canonical_pci_slot(text)
-    except ValueError as exc:
-        return str(exc)
-    if len(text.split(":")) == 2:
-        return f"{text!r} is a short PCI slot: write it with its domain, as {canonical}"
-    return f"{text!r}: write the PCI slot as sysfs names it, {canonical}"
 
 
 def distinct_slots(slots: Iterable[object]) -> None:

@@ -4,6 +4,7 @@ per-problem error a bad file gets (the CLI turns ``ConfigError`` into exit code 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Collection
 from pathlib import Path
@@ -210,5 +211,31 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
 
 
 def effective_config_toml(config: Config) -> str:
-    """The effective configuration as TOML for `gpuwatch check-config`; unset (None) keys are omitted."""
-    return tomli_w.dumps(config.model_dump(mode="json", exclude_none=True))
+    """The effective configuration as TOML for `gpuwatch check-config`, for a person to read: unset (None) keys
+    and empty tables and lists that are empty by default (`trainer = []`, `[fan.gpus]`) are left out, and an
+    array of numbers is one line (the fan curve: ``[[64.0, 50.0], [65.0, 60.0], ...]``, not 25 lines). It reads
+    back as the same configuration."""
+    data = _without_empty_defaults(config.model_dump(mode="json", exclude_none=True),
+                                   Config().model_dump(mode="json", exclude_none=True))
+    return _NUMBER_ARRAY.sub(_one_line_array, tomli_w.dumps(data))
+
+
+# tomli_w writes every array one item a line. One of numbers only (nested or not), spanning lines, is put on one:
+# a basic string cannot hold a newline, so such a span is never inside one.
+_NUMBER_ARRAY = re.compile(r"\[[-\d.,\s\[\]]*\n[-\d.,\s\[\]]*\]")
+
+
+def _one_line_array(match: re.Match[str]) -> str:
+    return re.sub(r"\s+", "", match.group(0)).replace(",]", "]").replace(",", ", ")
+
+
+def _without_empty_defaults(data: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    kept = {}
+    for key, value in data.items():
+        default = defaults.get(key)
+        if isinstance(value, dict) and isinstance(default, dict):
+            value = _without_empty_defaults(value, default)
+        if value in ([], {}) and key in defaults and default == value:
+            continue
+        kept[key] = value
+    return kept

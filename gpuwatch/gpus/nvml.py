@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, TypeVar
 
-from gpuwatch.config.base import canonical_pci_slot
+from gpuwatch.config.slots import canonical_pci_slot
 from gpuwatch.model import GpuReading, ReadError, SourceName, TempReading, UnsupportedCard
 
 log = logging.getLogger("gpuwatch.nvml")  # the name log lines had before the move to gpus/

@@ -72,7 +72,7 @@ SPECS: dict[str, dict[str, Any]] = {
     "ErrorDoc": {"sensor": "str", "error": "str"},
     "GpuResetDoc": {
         "resets_total": "int", "last_reset_unix": "float?", "last_source": "str?", "last_summary": "str?",
-        "dump_path": "str?", "recovering": "bool", "stuck_pids": ["int"],
+        "dump_path": "str?", "recovering": "bool", "stuck_pids": ["int"], "stuck_past_deadline": "bool",
     },
     "UnmanagedDoc": {
         "on_hot": "str", "stopped_pids": ["int"], "stops_total": "int", "stopped_since_unix": "float?",

@@ -19,7 +19,7 @@ def reset_families(state: PublishedState) -> list[Metric]:
     recovering = gauge("gpu_reset_recovering", "1 from a reset until the GPU answers again and no stuck process "
                        "holds it; supervised training waits for it.", ["gpu"])
     stuck = gauge("gpu_stuck_processes", "Processes in uninterruptible sleep (D) holding the GPU since its reset: "
-                  "the host may need a reboot.", ["gpu"])
+                  "a few seconds in every recovery; held for minutes, the host may need a reboot.", ["gpu"])
     for reset in state.snapshot.resets:
         labels = [reset.gpu_id]
         resets.add_metric(labels, reset.resets_total)

@@ -47,7 +47,8 @@ class Recovery:
     def published(self) -> GpuResetState:
         return GpuResetState(gpu_id=self.gpu_id, resets_total=self.resets_total, last_reset_unix=self.last_unix,
                              last_source=self.last_source, last_summary=self.last_summary,
-                             dump_path=self.dump_path, recovering=self.recovering, stuck_pids=self.stuck_pids)
+                             dump_path=self.dump_path, recovering=self.recovering, stuck_pids=self.stuck_pids,
+                             stuck_past_deadline=self.stuck_reported)
 
 
 def answers(reading: GpuReading | None) -> bool:

@@ -197,9 +197,15 @@ class AttachedRuns:
         with self._lock:
             return [r for r in self.runs.values() if uid in (None, r.uid) and r.state.phase not in ENDED]
 
-    def names(self) -> set[str]:
+    def names(self, live: bool = False) -> set[str]:
+        """Every listed run's name (ended ones too: status lists them until ``keep_ended_s``); ``live``: not ended."""
         with self._lock:
-            return {r.name for r in self.runs.values()}
+            return {r.name for r in self.runs.values() if not live or r.state.phase not in ENDED}
+
+    def ended(self, name_or_pid: str) -> list[AttachedRun]:
+        """The ended runs still listed that a NAME or their PID means (``find`` skips them: nothing to act on)."""
+        with self._lock:
+            return [r for r in self.runs.values() if r.state.phase in ENDED and name_or_pid in (r.name, str(r.pid))]
 
     def tick(self, snapshot: Snapshot | None, verdict: Verdict, config: AttachedConfig, now: float) -> None:
         """Step every run against this tick; send what it decides; drop the runs ended long enough ago."""

@@ -39,7 +39,9 @@ def gpu_verdict(snapshot: Snapshot, gpus: tuple[str, ...], seen: Mapping[str, in
     for r in mine:
         if r.stuck_pids:
             pids = ", ".join(str(p) for p in r.stuck_pids)
-            waits.append(f"GPU {r.gpu_id} held by pid {pids} in D state since its reset (the host may need a reboot)")
+            # A few seconds in D are every recovery's; only past the deadline is the reboot worth naming.
+            reboot = " (past its deadline: the host may need a reboot)" if r.stuck_past_deadline else ""
+            waits.append(f"GPU {r.gpu_id} held by pid {pids} in D state since its reset{reboot}")
         elif r.recovering:
             waits.append(f"GPU {r.gpu_id} not answering since its reset")
     return GpuVerdict(reset=reset, ready=not waits, wait="; ".join(waits) or None)

@@ -26,13 +26,13 @@ from gpuwatch.attach import Attach, Attached, Message
 from gpuwatch.config.file import Config
 from gpuwatch.config.sections import AttachedConfig
 from gpuwatch.config.trainer import TrainerConfig
-from gpuwatch.model import Acted, Snapshot, TrainerState
+from gpuwatch.model import Acted, Snapshot, TrainerPhase, TrainerState
 from gpuwatch.supervise import energy, orphans
 from gpuwatch.supervise.access import Peer, Target, refusal
 from gpuwatch.supervise.actions import Command, Thermal, thermal_verdict
 from gpuwatch.supervise.attached_runs import AttachedRuns, Link
 from gpuwatch.supervise.leftovers import LeftoverStop, find
-from gpuwatch.supervise.machine import LIVE
+from gpuwatch.supervise.machine import LIVE, Supervised
 from gpuwatch.supervise.orphans import reap_adopted, sweep, unit_cgroup
 from gpuwatch.supervise.policy import step
 from gpuwatch.supervise.reconcile import reconfigure
@@ -233,21 +233,28 @@ class Supervisor:
         if not targets:
             if name is None:
                 return False, "no trainer and no attached run of yours (name one: NAME or PID)"
-            known = ", ".join([t.config.name for t in self.trainers] + sorted(self.attached.names())) or "none"
+            ended = self.attached.ended(name)
+            if ended:  # listed in status until keep_ended_s: say that it ended, not that it does not exist
+                again = " (start it again with gpuwatch train)" if command == "restart" else ""
+                phase = ended[0].state.phase.value
+                return False, f"run {ended[0].name} has already ended ({phase}): nothing to {verb}{again}"
+            known = ", ".join([t.config.name for t in self.trainers] + sorted(self.attached.names(live=True))) or "none"
             if name.isascii() and name.isdigit():  # a pid: say so, not "no trainer named '1780'"
                 return False, f"no attached run with a process {name} (trainers and runs: {known})"
-            return False, f"no trainer named {name!r} (trainers: {known})"
+            return False, f"no trainer or run named {name!r} (trainers and runs: {known})"
+        if runs and command == "restart":  # the true reason first: nobody, root included, may restart it here
+            return False, (f"run {runs[0].name} was attached: its wrapper restarts it (gpuwatch train --restart), "
+                           "the daemon cannot")
         why = refusal(verb, peer, privileged, targets)
         if why is not None:
             return False, why
-        if runs and command == "restart":
-            return False, (f"run {runs[0].name} was attached: its wrapper restarts it (gpuwatch train --restart), "
-                           "the daemon cannot")
         for trainer in trainers:
             trainer.commands.put(command)
         for run in runs:
             self.attached.command(run, command)
-        return True, f"{verb} requested for {', '.join(t.name for t in targets)}"
+        unchanged = [f"{n} {why}" for n, why in [(t.config.name, unchanged_by(command, t.machine)) for t in trainers]
+                     + [(r.name, unchanged_by(command, r.state)) for r in runs] if why]
+        return True, "; ".join([f"{verb} requested for {', '.join(t.name for t in targets)}", *unchanged])
 
     def command(self, verb: str, name: str | None) -> tuple[bool, str]:
         """Queue a manual command for the next tick (called from the control thread)."""
@@ -287,3 +294,12 @@ class Supervisor:
         """A trainer whose run is over for good (shutdown, or removed by a reload): its files are closed."""
         trainer.close_run()
         trainer.pause_file.unlink(missing_ok=True)
+
+
+def unchanged_by(command: Command, run: Supervised) -> str | None:
+    """Why ``command`` changes nothing for a run in this state (said beside "requested"), None when it acts."""
+    if command == "pause" and run.manual_pause:
+        return "is already paused by hand: nothing changes"
+    if command == "resume" and not run.manual_pause and run.phase not in (TrainerPhase.PAUSING, TrainerPhase.PAUSED):
+        return f"is not paused ({run.phase.value}): nothing changes"
+    return None

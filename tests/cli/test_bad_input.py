@@ -118,13 +118,15 @@ def test_a_fan_table_for_a_gpu_that_is_not_here_is_a_warning_at_start(tmp_path: 
 def test_curve_for_a_gpu_says_what_it_shows(tmp_path: Path, fake_sysfs: FakeSysfsTree) -> None:
     fake_sysfs.add_capture(capture("navi21-rx6900xt-sapphire-nitro"), card="card0", pci_slot="0000:03:00.0")
     config = _config(tmp_path, f'sysfs_root = "{fake_sysfs.root}"\n[fan.gpus."0000:30:00.0"]\nfloor_percent = 70\n')
-    short = gpuwatch("curve", "-c", str(config), "--gpu", "03:00.0")
-    assert (short.returncode, short.stdout) == (2, "")
-    assert short.stderr == ("gpuwatch curve: --gpu '03:00.0' is a short PCI slot: write it with its domain, "
-                            "as 0000:03:00.0\n")
+    for same in ("03:00.0", "0", "card0"):  # lspci's slot, the index, the DRM card: the one GPU here
+        short = gpuwatch("curve", "-c", str(config), "--gpu", same)
+        assert short.returncode == 0 and short.stdout.startswith("# GPU 0000:03:00.0: no [fan.gpus"), short.stderr
+    bad = gpuwatch("curve", "-c", str(config), "--gpu", "1")
+    assert (bad.returncode, bad.stdout) == (2, "")
+    assert bad.stderr == "gpuwatch curve: --gpu 1: no GPU with index 1 here (index, slot, card: 0 0000:03:00.0 card0)\n"
     unknown = gpuwatch("curve", "-c", str(config), "--gpu", "0000:99:00.0")
     assert (unknown.returncode, unknown.stdout) == (2, "")
-    assert unknown.stderr == ('gpuwatch curve: no amdgpu GPU 0000:99:00.0 here (0000:03:00.0) and no '
+    assert unknown.stderr == ('gpuwatch curve: no amdgpu GPU 0000:99:00.0 here (0 0000:03:00.0 card0) and no '
                               '[fan.gpus."0000:99:00.0"] in the config (0000:30:00.0)\n')
     present = gpuwatch("curve", "-c", str(config), "--gpu", "0000:03:00.0")
     assert present.returncode == 0

@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,7 +43,7 @@ def test_every_command_and_option_of_the_parser_is_completed() -> None:
                 assert all(flag.lstrip("-") in text for flag in option.flags), (shell, name, option.flags)
 
 
-def _bash(script_path: Path, line: str, cwd: Path) -> list[str]:
+def _bash(script_path: Path, line: str, cwd: Path, env: dict[str, str] | None = None) -> list[str]:
     """What bash's completion offers for ``line`` (the cursor at its end), through the function `complete -p` names."""
     words = line.split(" ")
     program = f"""
@@ -56,7 +58,7 @@ _gpuwatch gpuwatch '{words[-1]}' '{words[-2]}'
 printf '%s\\n' "${{COMPREPLY[@]}}"
 """
     done = subprocess.run(["bash", "--norc", "--noprofile", "-c", program], capture_output=True, text=True,
-                          timeout=30, cwd=cwd)
+                          timeout=60, cwd=cwd, env=env)
     assert done.returncode == 0, done.stderr
     return [w for w in done.stdout.splitlines() if w]
 
@@ -82,6 +84,60 @@ def test_bash_completes(tmp_path: Path, line: str, expected: list[str] | None) -
         assert set(offered[3:]) == {c.name for c in read_commands(build_parser())}
     else:
         assert offered == expected
+
+
+@pytest.fixture
+def published(tmp_path: Path) -> tuple[dict[str, str], Any]:
+    """A daemon's state file (the example: its trainers, two GPUs and a gone one) where `gpuwatch` looks
+    (RUNTIME_DIRECTORY), and the venv's gpuwatch first on PATH: what the scripts ask at TAB time."""
+    from gpuwatch.publish.document import to_document
+    from gpuwatch.publish.state import write_state_file
+    from tests.support.published import example_state
+
+    run = tmp_path / "run"
+    run.mkdir(mode=0o755)
+    doc = to_document(example_state(tmp_path / "sys"), "daemon")
+    write_state_file(run / "state.json", doc)
+    venv_bin = str(Path(sys.executable).parent)
+    return {**os.environ, "RUNTIME_DIRECTORY": str(run), "PATH": f"{venv_bin}:{os.environ['PATH']}",
+            "HOME": str(tmp_path)}, doc
+
+
+def test_bash_completes_run_names_and_pids_and_gpus(tmp_path: Path, published: tuple[dict[str, str], Any]) -> None:
+    """Issue 50 item 14: `pause <TAB>` offers the runs (names, then pids), `--gpu <TAB>` the GPUs in every form."""
+    env, doc = published
+    names = [t["name"] for t in doc["trainers"]]
+    pids = [str(t["pid"]) for t in doc["trainers"] if t.get("pid")]
+    assert names and pids
+    for verb in ("pause", "resume", "stop", "restart", "logs"):
+        assert _bash(SHIPPED / FILES["bash"], f"gpuwatch {verb} ", tmp_path, env) == names + pids
+    assert _bash(SHIPPED / FILES["bash"], f"gpuwatch stop {pids[0][:2]}", tmp_path, env) == [
+        p for p in pids if p.startswith(pids[0][:2])]
+    assert _bash(SHIPPED / FILES["bash"], "gpuwatch pause -", tmp_path, env) == ["-h", "--help", "-c", "--config"]
+    gpus = doc["gpus"]
+    every = [str(i) for i in range(len(gpus))] + [g["gpu_id"] for g in gpus] + [g["card"] for g in gpus]
+    for line in ("gpuwatch status --gpu ", "gpuwatch curve --gpu ", "gpuwatch train --gpu "):
+        assert _bash(SHIPPED / FILES["bash"], line, tmp_path, env) == every
+    assert _bash(SHIPPED / FILES["bash"], "gpuwatch sensors --gpu card", tmp_path, env) == [g["card"] for g in gpus]
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ("gpuwatch train --restart ", ["no", "on-failure"]),
+    ("gpuwatch train --conv2d-fallback ", ["auto", "on", "off"]),
+])
+def test_bash_completes_the_values_of_restart_and_conv2d_fallback(tmp_path: Path, line: str,
+                                                                 expected: list[str]) -> None:
+    assert _bash(SHIPPED / FILES["bash"], line, tmp_path) == expected
+
+
+def test_values_of_a_broken_setup_are_nothing_not_an_error(tmp_path: Path) -> None:
+    """A TAB never prints a traceback: a state file that is garbage gives no words and exit 0."""
+    run = tmp_path / "run"
+    run.mkdir(mode=0o755)
+    (run / "state.json").write_bytes(b"\xff{not json")
+    for kind in ("runs", "gpus"):
+        done = gpuwatch("completion", "--values", kind, env={**os.environ, "RUNTIME_DIRECTORY": str(run)})
+        assert (done.returncode, done.stderr) == (0, ""), done
 
 
 @pytest.mark.skipif(not shutil.which("zsh"), reason="zsh is not installed (apt-get install zsh)")
@@ -112,3 +168,19 @@ def test_fish_completes(tmp_path: Path, line: str, expected: set[str]) -> None:
                           capture_output=True, text=True, timeout=30, env={**os.environ, "HOME": str(tmp_path)})
     assert done.returncode == 0, done.stderr
     assert {row.split("\t")[0] for row in done.stdout.splitlines()} == expected
+
+
+@pytest.mark.skipif(not shutil.which("fish"), reason="fish is not installed (apt-get install fish)")
+def test_fish_completes_run_names_and_gpus(tmp_path: Path, published: tuple[dict[str, str], Any]) -> None:
+    env, doc = published
+    path = SHIPPED / FILES["fish"]
+
+    def offered(line: str) -> set[str]:
+        done = subprocess.run(["fish", "--no-config", "-c", f"source {path}; complete -C '{line}'"],
+                              capture_output=True, text=True, timeout=60, env=env)
+        assert done.returncode == 0, done.stderr
+        return {row.split("\t")[0] for row in done.stdout.splitlines()}
+
+    assert {t["name"] for t in doc["trainers"]} <= offered("gpuwatch pause ")
+    assert offered("gpuwatch status --gpu card") == {g["card"] for g in doc["gpus"]}
+    assert offered("gpuwatch train --restart ") == {"no", "on-failure"}

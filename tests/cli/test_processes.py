@@ -3,6 +3,7 @@ and on the simulator with a supervised trainer (the daemon's published state, re
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -65,9 +66,13 @@ def test_status_processes_without_a_daemon_reads_the_proc_tree(tmp_path: Path) -
 def test_the_example_state_renders_trainer_gpu_lines_resets_and_the_table(tmp_path: Path) -> None:
     doc = to_document(example_state(tmp_path / "sys"), "daemon")
     text = render(doc, now=NOW_UNIX)
-    assert f"  on {GPU_A}: vram 12 MiB  gtt 20 MiB  engine 0%  rocm vram 6.0 GiB  cu 75%  (2 processes)" in text
+    assert f"  on {GPU_A}: vram 12 MiB  gtt 20 MiB  drm engine 0%  rocm vram 6.0 GiB  kfd cu 75%  (2 processes)" in text
     assert "  reset  2 since start, last " in text and "ring gfx_0.0.0 timed out; VRAM lost" in text
-    assert "RECOVERING: held by pid 31337 in D state; the host may need a reboot" in text
+    assert "recovering: waiting for pid 31337 to let go of it (D state)" in text and "reboot" not in text
+    failed = copy.deepcopy(doc)
+    failed["gpus"][1]["reset"]["stuck_past_deadline"] = True  # held past resets.recovery.STUCK_REPORT_S
+    assert ("RECOVERY FAILED: held by pid 31337 in D state since its reset; the GPU is not used while they hold "
+            "it, the host may need a reboot") in render(failed, now=NOW_UNIX).replace("\n", "")
     assert exit_code(doc) == 1
     table = render_processes(doc).splitlines()
     assert [line.split()[0] for line in table[1:5]] == ["4242", "1800", "4300", "31337"]  # by GPU, then VRAM
@@ -111,7 +116,7 @@ def test_status_processes_on_the_simulator_with_a_supervised_trainer(tmp_path: P
     finally:
         daemon.shutdown()
     assert "trainer demo: running" in done.stdout, done.stdout + done.stderr
-    assert "  on 0000:28:00.0: vram 12 MiB  gtt 20 MiB  engine 0%  rocm vram 4.0 GiB  cu 100%" in done.stdout
+    assert "  on 0000:28:00.0: vram 12 MiB  gtt 20 MiB  drm engine 0%  rocm vram 4.0 GiB  kfd cu 100%" in done.stdout
     rows = [line for line in done.stdout.split("\n\nPID")[1].splitlines()[1:] if line[:1].isdigit()]
     assert len(rows) == 2 and any(" demo " in row and "train_demo.py" in row for row in rows), rows
     assert any(row.startswith("4194404 ") and row.endswith("/usr/bin/gnome-shell") for row in rows), rows

@@ -88,7 +88,7 @@ def test_each_row_names_its_commands_options_values_and_arguments(name: str) -> 
     assert not unknown, f"the README names options `gpuwatch {name}` does not have: {unknown}"
     # One spelling of each option the parser has, beyond the common ones, is in the README.
     for action in {id(a): a for a in flags.values()}.values():
-        if set(action.option_strings) <= COMMON:
+        if set(action.option_strings) <= COMMON or action.help == argparse.SUPPRESS:  # hidden: the scripts' own
             continue
         spelled = [flag for flag in action.option_strings if flag in named]
         assert spelled, f"`gpuwatch {name}` has {'/'.join(action.option_strings)}; the README's row does not say so"

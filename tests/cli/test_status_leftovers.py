@@ -120,6 +120,8 @@ def test_a_running_daemons_restore_files_are_not_leftovers(tmp_path: Path) -> No
 @pytest.mark.parametrize(("chosen", "slots"), [
     (["1"], [NAVI10]),
     ([NAVI10], [NAVI10]),
+    (["28:00.0"], [NAVI10]),  # lspci's form, as every command reads --gpu (issue 50 item 8)
+    (["card1"], [NAVI10]),
     (["1", NAVI31], [NAVI31, NAVI10]),
     (["1", NAVI10], [NAVI10]),
 ])
@@ -135,16 +137,29 @@ def test_status_gpu_shows_only_the_gpus_named(setup: tuple[FakeSysfsTree, Path],
         "gpus"]] == slots
 
 
-@pytest.mark.parametrize("item", ["2", "0000:99:00.0", "card1"])
-def test_status_gpu_of_no_such_gpu_is_a_usage_error(setup: tuple[FakeSysfsTree, Path], item: str) -> None:
+@pytest.mark.parametrize("item, why", [
+    ("2", "no GPU with index 2 here"), ("0000:99:00.0", "no such GPU here"), ("99:00.0", "no such GPU here"),
+    ("card7", "no DRM card card7 here"),
+])
+def test_status_gpu_of_no_such_gpu_is_a_usage_error(setup: tuple[FakeSysfsTree, Path], item: str, why: str) -> None:
     _, config = setup
     result = gpuwatch("status", "--gpu", item, "-c", str(config))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.startswith("usage: gpuwatch status")
-    assert f"--gpu {item}: no such GPU here (index and slot: 0 {NAVI31}, 1 {NAVI10})" in result.stderr
+    assert f"--gpu {item}: {why} (index, slot, card: 0 {NAVI31} card0, 1 {NAVI10} card1)" in result.stderr
 
 
 def test_status_gpu_is_not_for_remote(setup: tuple[FakeSysfsTree, Path]) -> None:
     _, config = setup
     result = gpuwatch("status", "--remote", "box1", "--gpu", "0", "-c", str(config))
     assert result.returncode == 2 and "not with --remote" in result.stderr
+
+
+def test_status_watch_into_a_pipe_writes_no_escape_codes(setup: tuple[FakeSysfsTree, Path]) -> None:
+    """Issue 50 item 15: `status --watch 1 | head` got ESC[H ESC[2J in the pipe; a reading after a blank line now."""
+    _, config = setup
+    done = subprocess.run(["bash", "-c", f"{GPUWATCH} status --watch 0.1 --color never -c {config} | head -n 400"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "\x1b" not in done.stdout, done
+    readings = done.stdout.split("\n\ngpuwatch  ")
+    assert len(readings) >= 2 and readings[0].startswith("gpuwatch  "), done.stdout

@@ -418,7 +418,9 @@ def test_a_run_dir_only_where_nobody_else_can_reach_it(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("options, said", [
-    (["--gpu", "28:00.9"], "--gpu: '28:00.9': function 9 is not a PCI function number (0 to 7)"),
+    (["--gpu", "28:00.9"], "--gpu '28:00.9': function 9 is not a PCI function number (0 to 7)"),
+    (["--gpu", "99"], "--gpu 99: no GPU with index 99 here (index, slot, card: "),  # read as status reads it
+    (["--gpu", "card99"], "--gpu card99: no DRM card card99 here (index, slot, card: "),
     (["--restart", "always"], "argument --restart: 'always': give no, on-failure or on-failure:N"),
     (["--restart", "on-failure:0"], "argument --restart: 'on-failure:0': give no, on-failure or on-failure:N"),
     (["--resume-args", "--resume {last_checkpoint}"], "--resume-args uses {last_checkpoint}: give --checkpoint-glob"),

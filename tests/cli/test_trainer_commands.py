@@ -116,7 +116,7 @@ def test_stop_keeps_the_trainer_stopped_until_restart(daemon: Path, tmp_path: Pa
 
 def test_stop_of_an_unknown_trainer_says_which_exist(daemon: Path) -> None:
     result = gpuwatch("stop", "nope", "-c", str(daemon))
-    assert result.returncode == 2 and "no trainer named 'nope' (trainers: t)" in result.stderr
+    assert result.returncode == 2 and "no trainer or run named 'nope' (trainers and runs: t)" in result.stderr
 
 
 def test_logs_without_a_daemon_follows_across_a_rotation(tmp_path: Path) -> None:

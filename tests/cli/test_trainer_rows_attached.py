@@ -33,3 +33,25 @@ def test_a_failed_attached_run_does_not_make_status_exit_1(tmp_path: Path) -> No
     assert exit_code(doc) == 1  # a configured trainer given up on
     doc["trainers"][0]["origin"] = "attached"
     assert exit_code(doc) == 0  # a user's script that exited non-zero
+
+
+def test_the_exit_and_the_rate_read_as_the_user_sees_them(tmp_path: Path) -> None:
+    """Issue 50 item 15: `stop` gave `exited with 143` in the wrapper and `last exit -15` in status; after a
+    resume, `5.77 steps/s  last step 27s ago` read as a run stepping now."""
+    from gpuwatch.cli.trainer_rows import exit_text
+
+    assert [exit_text(code) for code in (0, 1, -15, -9, -99)] == ["0", "1", "SIGTERM (143)", "SIGKILL (137)",
+                                                                  "signal 99 (227)"]
+    doc = to_document(example_state(tmp_path / "sys"), "daemon")
+    trainer = doc["trainers"][0]
+
+    def line() -> str:
+        return next(row for row in render(doc, NOW_UNIX).splitlines() if row.startswith("trainer resnet"))
+
+    trainer.update(last_exit_code=-15, steps_per_s=5.77, last_step_age_s=27.0)
+    assert "  last exit SIGTERM (143)" in line()
+    assert "  5.77 steps/s until its last step, 27s ago" in line()
+    trainer.update(last_step_age_s=1.0)
+    assert "  5.77 steps/s  last step 1s ago" in line()
+    trainer.update(steps_per_s=0.05, last_step_age_s=30.0)  # a slow run between two steps: its rate is current
+    assert "  0.05 steps/s  last step 30s ago" in line()

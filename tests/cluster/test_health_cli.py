@@ -8,6 +8,7 @@ import pwd
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,21 @@ def test_a_stuck_daemon_is_unknown_g001_and_no_daemon_is_g002(tmp_path: Path, pr
     assert (down.returncode, down.stdout.strip()) == (2, "gpuwatch:G002 daemon not running"), down.stderr
     quiet = simulated(tmp_path, "[health]\ndaemon_down = false\n")
     assert health(quiet, "--format", "npd").returncode == 0
+
+
+def test_a_killed_daemons_fresh_looking_state_is_not_healthy(tmp_path: Path, processes: Processes) -> None:
+    """Issue 50 item 15: for up to 5 ticks + 2 s after a SIGKILL, `health` said healthy (rc 0) from the dead
+    daemon's last state while `status` already said that none runs. Once a tick is late, the lock decides."""
+    config = simulated(tmp_path).read_text().replace("interval_s = 0.5", "interval_s = 2.0")
+    (tmp_path / "gpuwatch.toml").write_text(config)
+    daemon = start(processes, tmp_path / "gpuwatch.toml", tmp_path)
+    assert health(tmp_path / "gpuwatch.toml").returncode == 0
+    daemon.process.send_signal(signal.SIGKILL)
+    daemon.process.wait(60)
+    taken = json.loads((tmp_path / "run/state.json").read_text())["taken_unix"]
+    wait_for(lambda: time.time() - taken > 3.6, "a tick late (1.5 ticks + 0.5 s)", 30)
+    down = health(tmp_path / "gpuwatch.toml", "--format", "npd")  # stale only 12 s after the last tick
+    assert (down.returncode, down.stdout.strip()) == (2, "gpuwatch:G002 daemon not running"), down
 
 
 def test_a_broken_config_is_one_line_and_exit_2(tmp_path: Path) -> None:

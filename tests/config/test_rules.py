@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.config.base import ConfigError, canonical_pci_slot, distinct_slots
+from gpuwatch.config.base import ConfigError, distinct_slots
 from gpuwatch.config.file import Config, effective_config_toml, load_config, parse_config
 from gpuwatch.config.runtime import default_runtime_dir
+from gpuwatch.config.slots import canonical_pci_slot
 
 
 def test_what_is_no_slot_at_all_is_refused_with_the_form_and_where_to_find_it() -> None:
@@ -99,3 +100,15 @@ def test_the_effective_config_is_toml_that_reads_back_as_the_same_config(data: d
     text = effective_config_toml(config)
     assert parse_config(tomllib.loads(text)) == config
     assert "runtime_dir" in text if "runtime_dir" in data else "runtime_dir" not in text  # None keys left out
+
+
+def test_the_effective_config_is_for_a_person_to_read() -> None:
+    """Issue 50 item 15: the curve was 25 lines of nested arrays, with `trainer = []` and an empty `[fan.gpus]`."""
+    text = effective_config_toml(parse_config({}))
+    assert "curve = [[64.0, 50.0], [65.0, 60.0], [75.0, 70.0], [85.0, 85.0], [95.0, 100.0]]\n" in text
+    assert "trainer = []" not in text and "[fan.gpus]" not in text and "= []" not in text
+    custom = parse_config({"fan": {"curve": [[40, 30], [90, 100]], "gpus": {"2d:00.0": {"floor_percent": 70}}},
+                           "trainer": [{"name": "t", "command": ["python3", "-c", "print('[1,\\n2]')"]}]})
+    text = effective_config_toml(custom)
+    assert "curve = [[40.0, 30.0], [90.0, 100.0]]" in text and '[fan.gpus."0000:2d:00.0"]' in text
+    assert parse_config(tomllib.loads(text)) == custom

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.config.base import PCI_SLOT, ConfigError, canonical_pci_slot, pci_slot_problem
+from gpuwatch.config.base import ConfigError
 from gpuwatch.config.file import parse_config
+from gpuwatch.config.slots import PCI_SLOT, canonical_pci_slot, resolve_gpu
 from gpuwatch.gpus.amdgpu import discover
 from gpuwatch.gpus.nvml import normalise_bus_id
 from gpuwatch.sim.tree import FakeSysfsTree
@@ -59,15 +60,30 @@ def test_the_kernels_form_matches_nothing_else(text: str) -> None:
     assert not PCI_SLOT.match(text)
 
 
-@pytest.mark.parametrize("text, problem", [
-    ("0000:03:00.0", None),
-    ("03:00.0", "'03:00.0' is a short PCI slot: write it with its domain, as 0000:03:00.0"),
-    ("0000:0A:00.0", "'0000:0A:00.0': write the PCI slot as sysfs names it, 0000:0a:00.0"),
-    ("0000:03:00.8", "'0000:03:00.8': function 8 is not a PCI function number (0 to 7)"),
+HERE = [("0000:03:00.0", "card0"), ("0000:28:00.0", "card1")]
+
+
+@pytest.mark.parametrize("text, slot", [
+    ("0", "0000:03:00.0"), ("1", "0000:28:00.0"),  # an index, as status lists them (nvidia-smi -i)
+    ("card1", "0000:28:00.0"),  # the DRM card (amdgpu_top, LACT)
+    ("28:00.0", "0000:28:00.0"), ("0000:28:00.0", "0000:28:00.0"), ("0000:2D:00.0", "0000:2d:00.0"),  # any slot
+    (" 1 ", "0000:28:00.0"),
 ])
-def test_pci_slot_problem_accepts_only_the_kernels_form(text: str, problem: str | None) -> None:
-    """`curve --gpu` compares the slot with the GPUs' ids as typed: it must be the kernel's form already."""
-    assert pci_slot_problem(text) == problem
+def test_one_gpu_form_for_every_command(text: str, slot: str) -> None:
+    assert resolve_gpu(text, HERE) == slot
+
+
+@pytest.mark.parametrize("text, why", [
+    ("2", "2: no GPU with index 2 here (index, slot, card: 0 0000:03:00.0 card0, 1 0000:28:00.0 card1)"),
+    ("card7", "card7: no DRM card card7 here (index, slot, card: 0 0000:03:00.0 card0, 1 0000:28:00.0 card1)"),
+    ("gpu0", "'gpu0' is not an index, a PCI slot or a DRM card (index, slot, card: 0 0000:03:00.0 card0, 1 "
+             "0000:28:00.0 card1)"),
+    ("0000:03:00.8", "function 8 is not a PCI function number (0 to 7)"),
+])
+def test_a_gpu_that_is_not_here_says_what_is(text: str, why: str) -> None:
+    with pytest.raises(ValueError) as err:
+        resolve_gpu(text, HERE)
+    assert why in str(err.value)
 
 
 @pytest.mark.parametrize("raw, gpu_id", [

@@ -132,6 +132,14 @@ def test_a_run_from_a_plain_shell_is_paused_when_hot_resumed_when_cool_and_seen(
         assert "attached to the gpuwatch daemon as shell-run" in wrapper.output()
         status = gpuwatch("status", "-c", str(daemon.config))
         assert f"shell-run: running  [attached, {me}, job 4242]" in status.stdout, status.stdout + status.stderr
+        # Issue 50 item 11: status shows job 4242 on the run; the receipt says why it has none, and what would.
+        receipt = gpuwatch("receipt", "4242", "-c", str(daemon.config))
+        assert receipt.returncode == 1 and receipt.stderr.splitlines() == [
+            "gpuwatch receipt: job 4242 was not seen on a GPU (receipts kept: none).",
+            "  `gpuwatch status` shows it on run shell-run (its SLURM_JOB_ID), but a receipt counts only processes "
+            "that Slurm's job cgroup places in the job, and [health] job_mapping_dirs is not set for a prolog's "
+            "mapping file: with proctrack/cgroup, or a prolog writing the mapping (docs/cluster.md, \"Job "
+            "attribution\"), the job gets one"], receipt.stderr
         info = re.search(r'gpuwatch_trainer_info\{[^}]*trainer="shell-run"[^}]*\} 1', daemon.metrics())
         assert info and 'origin="attached"' in info.group(0) and "user=" not in info.group(0), info
         beats, pause = run_dir(wrapper) / "heartbeat.json", run_dir(wrapper) / "pause"
@@ -359,6 +367,17 @@ def test_another_user_cannot_pause_a_run_root_can_and_they_govern_their_own(shor
                 wait_for(theirs.pause_file().exists, "the owner's pause file (root's pause)", WAIT_S,
                          detail=theirs.output)
                 daemon.wait_run("theirs", lambda r: r["phase"] == "paused", "the owner's run paused by root")
+                # Issue 50 item 7: what a command changes, and the true reason first.
+                again = gpuwatch("pause", "theirs", "-c", config)
+                assert again.returncode == 0
+                assert again.stdout.strip() == "pause requested for theirs; theirs is already paused by hand: " \
+                    "nothing changes", again
+                for who in (other, None):  # its owner, and root: the same reason, not a permission
+                    restart = _as_user(other, "restart", "mine", "-c", config) if who else gpuwatch(
+                        "restart", "mine", "-c", config)
+                    assert restart.returncode == 2 and restart.stderr.strip() == (
+                        "gpuwatch: run mine was attached: its wrapper restarts it (gpuwatch train --restart), the "
+                        "daemon cannot"), restart
                 # Without NAME, an unprivileged user means their own runs only.
                 resumed = _as_user(other, "resume", "-c", config)
                 assert resumed.returncode == 0 and "mine" in resumed.stdout + resumed.stderr, resumed
@@ -374,6 +393,12 @@ def test_another_user_cannot_pause_a_run_root_can_and_they_govern_their_own(shor
                 assert theirs_seen == (None, None, "running")
                 for wrapper in wrappers:
                     wrapper.stop()
+                # Ended, still listed in status: said as ended, not as unknown beside a list that names it.
+                daemon.wait_run("mine", lambda r: r["phase"] in ("stopped", "failed", "finished"), "their run ended")
+                ended = _as_user(other, "pause", "mine", "-c", config)
+                phase = daemon.run("mine")["phase"]  # type: ignore[index]
+                assert ended.returncode == 2
+                assert ended.stderr.strip() == f"gpuwatch: run mine has already ended ({phase}): nothing to pause"
         finally:
             for wrapper in wrappers:
                 wrapper.stop()

@@ -125,6 +125,20 @@ def test_a_fan_not_handed_back_names_the_restore_command(tmp_path: Path, monkeyp
     assert "restore failed: EACCES" in said
 
 
+def test_the_goodbye_says_the_cap_went_back_too(tmp_path: Path) -> None:
+    """Issue 50 item 9: the last screen said the fan was handed back, but not that the cap went 129 -> 150 W."""
+    run_demo = _run_demo()
+    log = tmp_path / "daemon.log"
+    took = "2026-11-23 17:52:40,100 INFO gpuwatch.fan: GPU 0000:28:00.0: took the fan at 27 % from the firmware\n"
+    log.write_text(took + "2026-11-23 17:52:52,518 INFO gpuwatch.power: GPU 0000:28:00.0: power cap 129 W -> 150 W\n"
+                   "2026-11-23 17:52:52,519 INFO gpuwatch: GPU 0000:28:00.0: fan handed back to the firmware "
+                   "(pwm1_enable 2, automatic)\n")
+    assert run_demo.handed_back(log, len(took), REPO / ".tmp/demo/demo.toml").splitlines() == [
+        "the trainer was stopped first, then",
+        "  GPU 0000:28:00.0: fan handed back to the firmware (pwm1_enable 2, automatic)",
+        "  GPU 0000:28:00.0: power cap 129 W -> 150 W"]
+
+
 def _status_of(tmp_path: Path, cards: int, reset: bool = False) -> Any:
     """A real daemon tick's status on ``cards`` simulated cards, a running trainer beside it, as the demo's
     screen gets it; ``reset``: each card just reset, its leftover still in D state."""
@@ -171,10 +185,10 @@ def test_the_screen_fits_80x24_and_the_log_gets_what_is_left(tmp_path: Path, car
     assert "trainer demo: running" in text
     if cards == 1:  # it all fits, wrapped at spaces: nothing left out
         assert "left out" not in text and "crit" in text and len(shown) >= (0 if reset else 3)
-        assert ("RECOVERING" in text) == reset
+        assert ("recovering: waiting for pid" in text) == reset and "reboot" not in text
     else:  # two cards do not fit wrapped: one row a line, cut on purpose ("…"); after a reset not even
         # that, so the least telling lines are left out, and a row says so
-        assert "…" in text and text.count("  temp ") == 2 and text.count("RECOVERING") == (2 if reset else 0)
+        assert "…" in text and text.count("  temp ") == 2 and text.count("recovering: waiting") == (2 if reset else 0)
         assert ("status lines left out to fit the terminal; `gpuwatch status` shows all" in text) == reset
 
 
@@ -370,9 +384,20 @@ def test_make_run_on_an_80x24_terminal_wraps_nothing_and_keeps_its_urls_on_top(t
     work.mkdir()
     text = config.read_text().replace(str(tmp_path / "run"), str(work / ".tmp/demo"))
     config.write_text(text)
-    argv = [sys.executable, str(REPO / "demo/run_demo.py"), "--config", str(config), "--simulate", str(cards)]
+    argv = [sys.executable, str(REPO / "demo/run_demo.py"), "--config", str(config), "--simulate", str(cards),
+            "--banner-s", "600"]
     term = DemoTerminal(argv, work)
     try:
+        # Issue 50 item 9: the banner stays readable while the daemon runs (it was cleared as it was printed),
+        # until its time is up or Enter is pressed.
+        wait_for(lambda: term.read() and (work / ".tmp/demo/state.json").exists(), "the daemon's first tick", 180)
+        wait_for(lambda: term.read() and b"press Enter" in term.raw, "the banner's last line", 60)
+        assert CLEAR not in term.raw
+        seen = pyte.Screen(term.columns, term.lines)
+        pyte.ByteStream(seen).feed(term.raw)
+        shown = "\n".join(row.rstrip() for row in seen.display)
+        assert "status --watch 1" in shown and "state file" in shown and "/metrics" in shown, shown
+        os.write(term.master, b"\n")
         term.wait_for("trainer demo: running", 180)
         banner = term.raw[:term.raw.find(CLEAR)].decode()
         assert "/metrics" in banner and "governor lowers the cap" in banner
@@ -383,6 +408,8 @@ def test_make_run_on_an_80x24_terminal_wraps_nothing_and_keeps_its_urls_on_top(t
         else:
             shown = term.wait_for("[0000:2b:00.0]", 60)
         assert "http://127.0.0.1:" in shown.splitlines()[1]
+        while term.frames < 3:  # redraws, each checked
+            term.wait_for("trainer demo", 60)
     finally:
         goodbye = term.stop()
     assert term.proc.returncode == 0, term.raw.decode(errors="replace")[-3000:]

@@ -124,6 +124,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Pa
         SYSCONFDIR=str(root / "etc"),
         UNITDIR=str(root / "lib/systemd/system"),
         DATADIR=str(root / "usr/share"),  # the shell completion: never the real /usr/share
+        BINDIR=str(root / "usr/local/bin"),  # the `gpuwatch` link: never the real /usr/local/bin
         SYSTEMCTL=str(stub),
         PIP_INSTALL_ARGS="--no-deps",  # the venv only has to prove the package and entry point install
     )
@@ -154,6 +155,8 @@ def test_install_lays_out_venv_unit_and_config(installed: dict) -> None:
     assert (root / "etc/gpuwatch/gpuwatch.toml").read_text() == (REPO / "config/gpuwatch.toml").read_text()
     assert installed["calls"].read_text().splitlines() == ["daemon-reload"]
     assert "systemctl enable --now gpuwatch" in installed["stdout"]
+    # issue 50 item 3: on every user's PATH through a link to the venv's entry point
+    assert os.readlink(root / "usr/local/bin/gpuwatch") == f"{root}/opt/gpuwatch/bin/gpuwatch"
     from gpuwatch.cli.completion import shipped
 
     for path, shell in COMPLETIONS.items():  # issue 32 point 12: completion installed with the package
@@ -182,6 +185,8 @@ def test_reinstall_keeps_an_edited_config_then_uninstall_removes_all_but_it(inst
     assert not (root / "opt/gpuwatch").exists()
     assert not (root / "lib/systemd/system/gpuwatch.service").exists()
     assert not any((root / path).exists() for path in COMPLETIONS)
+    assert list((root / "usr/share").iterdir()) == []  # the completion folders the install made went too
+    assert not (root / "usr/local/bin/gpuwatch").is_symlink()
     assert config.read_text() == "interval_s = 2.0\n"
     assert installed["calls"].read_text().splitlines()[-2:] == ["disable --now gpuwatch.service", "daemon-reload"]
 
@@ -189,6 +194,7 @@ def test_reinstall_keeps_an_edited_config_then_uninstall_removes_all_but_it(inst
                            capture_output=True, text=True, timeout=60)
     assert purge.returncode == 0, purge.stderr
     assert not (root / "etc/gpuwatch").exists()
+    assert "not a gpuwatch venv" not in purge.stderr  # already gone: nothing to say about it
 
 
 def test_destdir_stages_the_unit_config_and_docs_and_refuses_a_venv(tmp_path: Path) -> None:
@@ -207,6 +213,7 @@ def test_destdir_stages_the_unit_config_and_docs_and_refuses_a_venv(tmp_path: Pa
         "usr/share/fish/vendor_completions.d/gpuwatch.fish", "usr/share/zsh/vendor-completions/_gpuwatch"]
     unit = stage / "etc/systemd/system/gpuwatch.service"
     assert "ExecStart=/opt/gpuwatch/bin/gpuwatch run --config /etc/gpuwatch/gpuwatch.toml" in unit.read_text()
+    assert os.readlink(stage / "usr/local/bin/gpuwatch") == "/opt/gpuwatch/bin/gpuwatch"  # the final place
     if ANALYZE:
         # docs/systemd.md: on the build host the one expected complaint is the program not installed yet.
         done = subprocess.run([ANALYZE, "verify", str(unit)], capture_output=True, text=True, timeout=60)

@@ -73,6 +73,8 @@ def test_the_page_is_one_small_self_contained_file(daemon: Daemon) -> None:
     text = body.decode()
     assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]{2,}", text, re.I)
     assert not re.search(r"\bsrc=|@import|url\(", text)
+    # Issue 50 item 15: fetched without JavaScript (curl, w3m) it said only "Waiting for the daemon's first tick".
+    assert re.search(r'<noscript>.*href="status".*href="metrics".*</noscript>', text, re.S)
     assert fetch(daemon.http_port, "/", method="HEAD")[2] == b""
     assert fetch(daemon.http_port, "/metrics")[0] == 200 and fetch(daemon.http_port, "/nothing")[0] == 404
     assert fetch(daemon.http_port, "/events", method="POST")[0] == 405

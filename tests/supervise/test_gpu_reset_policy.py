@@ -115,8 +115,10 @@ def test_the_verdict_names_new_resets_and_what_the_trainer_waits_for() -> None:
     assert gpu_verdict(hit, (A,), {A: 1}).reset is None  # already seen
     assert gpu_verdict(hit, (A,), {}).reset is None  # a GPU first seen with resets behind it
     stuck = snapshot(GpuResetState(A, resets_total=1, recovering=True, stuck_pids=(7, 9)))
-    assert gpu_verdict(stuck, (A,), {A: 1}).wait == (
-        "GPU 0000:28:00.0 held by pid 7, 9 in D state since its reset (the host may need a reboot)")
+    assert gpu_verdict(stuck, (A,), {A: 1}).wait == "GPU 0000:28:00.0 held by pid 7, 9 in D state since its reset"
+    failed = snapshot(GpuResetState(A, resets_total=1, recovering=True, stuck_pids=(7, 9), stuck_past_deadline=True))
+    assert gpu_verdict(failed, (A,), {A: 1}).wait == (
+        "GPU 0000:28:00.0 held by pid 7, 9 in D state since its reset (past its deadline: the host may need a reboot)")
 
 
 def test_judged_gpus_configured_else_used_else_all() -> None:

@@ -169,27 +169,38 @@ class Container:
             self.close()
             raise
 
-    def boot(self) -> str:
-        """nspawn -b on an overlay of the root (a copy where overlayfs cannot be mounted); returns
-        ``systemctl is-system-running``'s answer once it is running or degraded."""
+    def _overlay_script(self, nspawn_args: Sequence[str]) -> list[str]:
+        """The command that mounts the overlay of the root in a private mount namespace and execs
+        systemd-nspawn on it with ``nspawn_args`` (a copy where overlayfs cannot be mounted)."""
         merged = self.run_dir / "merged"
         opts = f"lowerdir={self.root},upperdir={self.upper},workdir={self.run_dir / 'work'}"
         mount = f"mount -t overlay overlay -o {shlex.quote(opts)} {shlex.quote(str(merged))}"
         # --register=no needs --keep-unit (else "Failed to open system bus"); the network stays inside.
-        nspawn = ["systemd-nspawn", "--quiet", "-D", str(merged), "-M", self.machine, "-b", "--keep-unit",
-                  "--register=no", "--private-network", "--console=pipe", "--link-journal=no",
-                  "--timezone=off", "--resolv-conf=off"]
+        nspawn = ["systemd-nspawn", "--quiet", "-D", str(merged), "-M", self.machine, "--keep-unit",
+                  "--register=no", "--private-network", "--link-journal=no", "--timezone=off",
+                  "--resolv-conf=off", *nspawn_args]
         unshare = ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c"]
         tried = subprocess.run([*unshare, f"{mount} && umount {shlex.quote(str(merged))}"], capture_output=True)
         if tried.returncode == 0:
-            script = f"{mount} && exec {shlex.join(nspawn)}"
-        else:  # e.g. a cache that is itself on overlayfs: copy (reflink where the file system has it)
-            subprocess.run(["cp", "-a", "--reflink=auto", f"{self.root}/.", str(merged)], check=True)
-            subprocess.run(["cp", "-a", f"{self.upper}/.", str(merged)], check=True)
-            script = f"exec {shlex.join(nspawn)}"
+            return [*unshare, f"{mount} && exec {shlex.join(nspawn)}"]
+        # e.g. a cache that is itself on overlayfs: copy (reflink where the file system has it)
+        subprocess.run(["cp", "-a", "--reflink=auto", f"{self.root}/.", str(merged)], check=True)
+        subprocess.run(["cp", "-a", f"{self.upper}/.", str(merged)], check=True)
+        return [*unshare, f"exec {shlex.join(nspawn)}"]
+
+    def run(self, *argv: str, timeout: float = 300, env: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
+        """``argv`` as the only program of the container, without booting it: nspawn's stub init is PID 1
+        (``--as-pid2``), so systemd is installed but not running, as in an image build or a plain container."""
+        args = ["--as-pid2", "--console=pipe", *(f"--setenv={e}" for e in (*CONTAINER_ENV, *env)), "--", *argv]
+        return subprocess.run(self._overlay_script(args), capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, preexec_fn=self.cgroups.enter)
+
+    def boot(self) -> str:
+        """nspawn -b on an overlay of the root; returns ``systemctl is-system-running``'s answer once it is
+        running or degraded."""
         with open(self.run_dir / "console.log", "wb") as console:
-            self.nspawn = subprocess.Popen([*unshare, script], stdin=subprocess.DEVNULL, stdout=console,
-                                           stderr=subprocess.STDOUT, preexec_fn=self.cgroups.enter)
+            self.nspawn = subprocess.Popen(self._overlay_script(["-b", "--console=pipe"]), stdin=subprocess.DEVNULL,
+                                           stdout=console, stderr=subprocess.STDOUT, preexec_fn=self.cgroups.enter)
         deadline = time.monotonic() + self.boot_timeout_s
         state = ""
         while state not in ("running", "degraded"):

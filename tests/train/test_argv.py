@@ -193,7 +193,8 @@ def test_cli_train_usage_errors_show_trains_usage(args, error):
     assert done.returncode == 2 and done.stdout == ""
     lines = done.stderr.splitlines()
     usage, said = lines[0], lines[-1]
-    assert usage.startswith("usage: gpuwatch train [--conv2d-fallback [auto|on|off]] [--conv2d-autotune on|off]")
+    assert usage == "usage: gpuwatch train [--conv2d-fallback [auto|on|off]]"
+    assert all(len(line) <= 80 for line in lines[:lines.index(said)]), lines  # issue 50 item 15: it was 330 wide
     assert said.startswith(error)
 
 

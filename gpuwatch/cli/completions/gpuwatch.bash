@@ -30,12 +30,13 @@ _gpuwatch() {
                 --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --watch) COMPREPLY=(); return ;;
                 --color) mapfile -t COMPREPLY < <(compgen -W "auto always never" -- "$cur"); return ;;
-                --gpu) COMPREPLY=(); return ;;
+                --gpu) mapfile -t COMPREPLY < <(compgen -W "$("${COMP_WORDS[0]}" completion --values gpus 2>/dev/null)" -- "$cur"); return ;;
                 --remote) COMPREPLY=(); return ;;
                 --timeout) COMPREPLY=(); return ;;
                 --ca-file) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --user) COMPREPLY=(); return ;;
                 --password-file) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+                --history) mapfile -t COMPREPLY < <(compgen -W "15m 1h 24h 7d" -- "$cur"); return ;;
             esac
             words="-h --help -c --config --sysfs-root --proc-root --json --watch --color --processes --gpu --remote --timeout --ca-file --user --password-file --history"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
@@ -47,7 +48,7 @@ _gpuwatch() {
                 --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --watch) COMPREPLY=(); return ;;
                 --color) mapfile -t COMPREPLY < <(compgen -W "auto always never" -- "$cur"); return ;;
-                --gpu) COMPREPLY=(); return ;;
+                --gpu) mapfile -t COMPREPLY < <(compgen -W "$("${COMP_WORDS[0]}" completion --values gpus 2>/dev/null)" -- "$cur"); return ;;
             esac
             words="-h --help -c --config --sysfs-root --proc-root --json --watch --color --processes --gpu"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
@@ -75,7 +76,7 @@ _gpuwatch() {
                 -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-                --gpu) COMPREPLY=(); return ;;
+                --gpu) mapfile -t COMPREPLY < <(compgen -W "$("${COMP_WORDS[0]}" completion --values gpus 2>/dev/null)" -- "$cur"); return ;;
             esac
             words="-h --help -c --config --sysfs-root --proc-root --gpu"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
@@ -83,46 +84,36 @@ _gpuwatch() {
         pause)
             case "$prev" in
                 -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-                --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-                --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
             esac
-            words="-h --help -c --config --sysfs-root --proc-root"
+            [[ "$cur" == -* ]] && words="-h --help -c --config" || words="$("${COMP_WORDS[0]}" completion --values runs 2>/dev/null)"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
         resume)
             case "$prev" in
                 -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-                --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-                --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
             esac
-            words="-h --help -c --config --sysfs-root --proc-root"
+            [[ "$cur" == -* ]] && words="-h --help -c --config" || words="$("${COMP_WORDS[0]}" completion --values runs 2>/dev/null)"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
         restart)
             case "$prev" in
                 -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-                --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-                --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
             esac
-            words="-h --help -c --config --sysfs-root --proc-root"
+            [[ "$cur" == -* ]] && words="-h --help -c --config" || words="$("${COMP_WORDS[0]}" completion --values runs 2>/dev/null)"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
         stop)
             case "$prev" in
                 -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-                --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-                --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
             esac
-            words="-h --help -c --config --sysfs-root --proc-root"
+            [[ "$cur" == -* ]] && words="-h --help -c --config" || words="$("${COMP_WORDS[0]}" completion --values runs 2>/dev/null)"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
         simulate-reset)
             case "$prev" in
                 -c|--config) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-                --sysfs-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
-                --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
             esac
-            words="-h --help -c --config --sysfs-root --proc-root"
+            [[ "$cur" == -* ]] && words="-h --help -c --config" || words="$("${COMP_WORDS[0]}" completion --values gpus 2>/dev/null)"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
         logs)
@@ -132,7 +123,7 @@ _gpuwatch() {
                 --proc-root) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 -n|--lines) COMPREPLY=(); return ;;
             esac
-            words="-h --help -c --config --sysfs-root --proc-root -n --lines -f --follow"
+            [[ "$cur" == -* ]] && words="-h --help -c --config --sysfs-root --proc-root -n --lines -f --follow" || words="$("${COMP_WORDS[0]}" completion --values runs 2>/dev/null)"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
         health)
@@ -157,13 +148,14 @@ _gpuwatch() {
             ;;
         train)
             case "$prev" in
+                --conv2d-fallback) mapfile -t COMPREPLY < <(compgen -W "auto on off" -- "$cur"); return ;;
                 --conv2d-autotune) mapfile -t COMPREPLY < <(compgen -W "on off" -- "$cur"); return ;;
                 --conv2d-tune-cache) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --heartbeat-file) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --pause-file) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
                 --name) COMPREPLY=(); return ;;
-                --gpu) COMPREPLY=(); return ;;
-                --restart) COMPREPLY=(); return ;;
+                --gpu) mapfile -t COMPREPLY < <(compgen -W "$("${COMP_WORDS[0]}" completion --values gpus 2>/dev/null)" -- "$cur"); return ;;
+                --restart) mapfile -t COMPREPLY < <(compgen -W "no on-failure" -- "$cur"); return ;;
                 --grace-s) COMPREPLY=(); return ;;
                 --backoff-s) COMPREPLY=(); return ;;
                 --checkpoint-glob) COMPREPLY=(); return ;;
@@ -185,7 +177,7 @@ _gpuwatch() {
         completion)
             case "$prev" in
             esac
-            words="bash zsh fish"; [[ "$cur" == -* ]] && words="-h --help"
+            [[ "$cur" == -* ]] && words="-h --help" || words="bash zsh fish"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
             ;;
     esac

@@ -147,15 +147,32 @@ def _daemon_answer(runtime_dir: str) -> Answer | None:
             if isinstance(exc, RecursionError) else str(exc)
         answer = Answer(lines=(fault_line(UNUSABLE, None, f"daemon state unreadable: {why}"),))
     else:
-        answer = from_document(raw, time.time(), *this_boot())
-    if answer.status == "unknown":  # stale or unusable: a stuck daemon, or a dead one that left its file behind
-        from pathlib import Path
-
-        from gpuwatch.daemon.lock import holder
-
-        if holder(Path(runtime_dir)) is None:
+        now = time.time()
+        answer = from_document(raw, now, *this_boot())
+        if answer.status != "unknown" and _missed_a_tick(raw, now) and _lock_free(runtime_dir):
+            # Killed (SIGKILL, the OOM killer) since its last tick: its file is no live daemon's verdict. Asked only
+            # once a tick is late, so a check of a running daemon never pays for the lock's import.
             return None
+    if answer.status == "unknown":  # stale or unusable: a stuck daemon, or a dead one that left its file behind
+        return None if _lock_free(runtime_dir) else answer
     return answer
+
+
+def _missed_a_tick(raw: object, now: float) -> bool:
+    """The state is older than its daemon's interval allows (1.5 ticks, and half a second for the write)."""
+    try:
+        return now - float(raw["taken_unix"]) > 1.5 * float(raw["daemon"]["interval_s"]) + 0.5  # type: ignore[index]
+    except (TypeError, KeyError, ValueError):
+        return False
+
+
+def _lock_free(runtime_dir: str) -> bool:
+    """Nobody holds the runtime directory's lock: no daemon runs there (`gpuwatch status` says the same)."""
+    from pathlib import Path
+
+    from gpuwatch.daemon.lock import holder
+
+    return holder(Path(runtime_dir)) is None
 
 
 def _direct_answer(args: argparse.Namespace | QuickArgs) -> tuple[Answer, str]:

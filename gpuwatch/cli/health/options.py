@@ -30,13 +30,16 @@ def _translated_once(translate: Callable[[str], str]) -> Callable[[str], str]:
 argparse._ = _translated_once(argparse._)  # type: ignore[attr-defined]
 
 
-def common_options(path: Callable[[str], object]) -> argparse.ArgumentParser:
+def common_options(path: Callable[[str], object], machine: bool = True) -> argparse.ArgumentParser:
     """The parent parser; ``path`` makes each option's value: ``pathlib.Path`` for gpuwatch's full parser,
     ``str`` for `gpuwatch health`'s (pathlib's import, with urllib.parse and ipaddress, was 3-4 ms of every
-    check; cli/settings.py makes a ``Path`` of either where a command's config is loaded)."""
+    check; cli/settings.py makes a ``Path`` of either where a command's config is loaded). ``machine``: also the
+    trees to read (not for the commands that only talk to the daemon: pause, resume, stop, restart)."""
     common = argparse.ArgumentParser(add_help=False, formatter_class=formatter)
     common.add_argument("-c", "--config", type=path, metavar="FILE",
                         help=f"config file (default {DEFAULT_CONFIG_PATH} if present)")
+    if not machine:
+        return common
     common.add_argument("--sysfs-root", type=path, metavar="DIR",
                         help="sysfs tree to read instead of /sys (tests, captures)")
     common.add_argument("--proc-root", type=path, metavar="DIR", help="proc tree to read instead of /proc (tests)")

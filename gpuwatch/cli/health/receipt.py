@@ -53,12 +53,27 @@ def cmd_receipt(args: argparse.Namespace) -> int:
     job = next((j for j in document.get("jobs", []) if j.get("job_id") == args.job_id), None)
     if job is None:
         known = safe(", ".join(str(j["job_id"]) for j in document.get("jobs", []))) or "none"
-        print(f"gpuwatch receipt: job {safe(args.job_id)} was not seen on a GPU (receipts kept: {known})",
-              file=sys.stderr)
+        print(f"gpuwatch receipt: job {safe(args.job_id)} was not seen on a GPU (receipts kept: {known})"
+              + not_seen_why(document, args.job_id, bool(config.health.job_mapping_dirs)), file=sys.stderr)
         return EXIT_NOT_FOUND
     print(json.dumps({**job, "receipt": "partial" if job.get("active") else "final"}) if args.json else render(job),
           end="" if not args.json else "\n")
     return 0
+
+
+def not_seen_why(document: Any, job_id: str, mapping: bool) -> str:
+    """Why a job `status` shows on a run has no receipt: receipts count only processes the kernel (a Slurm job
+    cgroup) or the prolog's mapping file place in the job; the run's job is its wrapper's SLURM_JOB_ID, which
+    any user may set (docs/cluster.md, "Receipts"). Empty when no run names the job."""
+    runs = [t for t in document.get("trainers", []) if t.get("job_id") == job_id]
+    if not runs:
+        return ""
+    names = safe(", ".join(str(t.get("name")) for t in runs))
+    where = ("nor a GPU's file in [health] job_mapping_dirs names it" if mapping
+             else "and [health] job_mapping_dirs is not set for a prolog's mapping file")
+    return (f".\n  `gpuwatch status` shows it on run {names} (its SLURM_JOB_ID), but a receipt counts only processes "
+            f"that Slurm's job cgroup places in the job, {where}: with proctrack/cgroup, or a prolog writing the "
+            "mapping (docs/cluster.md, \"Job attribution\"), the job gets one")
 
 
 # Where the start of a job's first gap came from (publish/receipt_resume.unseen_before, procs/jobs.job_start).

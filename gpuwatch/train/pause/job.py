@@ -125,7 +125,7 @@ class JobPause:
         first_reason = store.get(f"reason/{requester}").decode()  # set before the agreement
         notice = HoldNotice(self.pause_file, steps, time.monotonic())
         if rank == 0:
-            say(notice.held(_describe(first_reason)))
+            say(notice.held(_said(first_reason, self.node)))
         wants = pause_requested(self.pause_file)
         if wants:
             store.add(key + "wanting", 1)
@@ -179,9 +179,20 @@ class JobPause:
 
 
 def _describe(raw: str) -> str:
-    """``{"node": "node-b", "reason": "junction 101 °C"}`` -> ``node-b: junction 101 °C``."""
+    """``{"node": "node-b", "reason": "junction 101 °C"}`` -> ``node-b: junction 101 °C`` (the heartbeat's
+    ``paused_by``, which the daemon reads)."""
     try:
         data = json.loads(raw)
         return f"{data['node']}: {data['reason']}"
+    except (ValueError, KeyError, TypeError):
+        return raw
+
+
+def _said(raw: str, here: str) -> str:
+    """The requester as the held line names it to a person: ``node node-b: junction 101 °C``; this node's own
+    request (``here``) as a single process's reads, ``junction 101 °C``, never as if another node asked."""
+    try:
+        data = json.loads(raw)
+        return str(data["reason"]) if data["node"] == here else f"node {data['node']}: {data['reason']}"
     except (ValueError, KeyError, TypeError):
         return raw

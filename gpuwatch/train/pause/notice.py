@@ -28,9 +28,10 @@ class HoldNotice:
     stale_printed: bool = field(default=False)  # rank 0 printed the job's stale line
 
     def held(self, paused_by: str) -> str:
-        return (f"{PREFIX}training held at step {self.step} by {paused_by}; it goes on when the pause file "
-                f"{self.pause_file} is gone (the daemon removes it when it resumes the trainer; "
-                "`gpuwatch resume NAME` ends a manual pause)")
+        """One short line: who asks and why, and how it ends. The pause file's path is for the stale line, the
+        one case where the user may have to act on it (it made this line 300 characters long)."""
+        return (f"{PREFIX}training held at step {self.step} by {paused_by}; it goes on when the daemon resumes it "
+                "(`gpuwatch resume NAME` ends a manual pause)")
 
     def released(self, now_s: float) -> str:
         return f"{PREFIX}training released after {now_s - self.started_s:.1f} s held, at step {self.step}"

@@ -63,7 +63,19 @@ def test_stale_line_once_at_the_bound(age_s: float | None, said: bool) -> None:
 
 def test_held_line_names_the_requester_and_how_it_ends() -> None:
     notice = HoldNotice("/run/gpuwatch/t/pause", 7, 10.0)
-    held = notice.held("node-b: hot: junction 101 °C")
-    assert held.startswith("gpuwatch: training held at step 7 by node-b: hot: junction 101 °C")
-    assert "/run/gpuwatch/t/pause" in held and "gpuwatch resume" in held
+    held = notice.held("node node-b: hot: junction 101 °C")
+    assert held == ("gpuwatch: training held at step 7 by node node-b: hot: junction 101 °C; it goes on when the "
+                    "daemon resumes it (`gpuwatch resume NAME` ends a manual pause)")  # short: no pause file path
     assert notice.released(22.5) == "gpuwatch: training released after 12.5 s held, at step 7"
+
+
+@pytest.mark.parametrize(("raw", "said"), [
+    ('{"node": "vm", "reason": "hot: junction 101 °C"}', "hot: junction 101 °C"),  # this node: as a single process
+    ('{"node": "node-b", "reason": "hot: junction 101 °C"}', "node node-b: hot: junction 101 °C"),
+    ("not json", "not json"),
+])
+def test_a_jobs_held_line_names_another_node_only(raw: str, said: str) -> None:
+    """Issue 50 item 15: the DDP hold line said `by vm: hot: ...`, this box's own name, as if another node asked."""
+    from gpuwatch.train.pause.job import _said
+
+    assert _said(raw, "vm") == said
