@@ -37,6 +37,8 @@ from gpuwatch.model import Acted, ClockMode, ClockState, GpuReading, Snapshot
 from gpuwatch.sysfs import Sysfs
 
 log = logging.getLogger("gpuwatch.clock")
+# Under this share busy the card is idle (an evaluation's gaps, a pause): its clock is DPM's idle clock.
+IDLE_BUSY_RATIO = 0.5
 
 
 class ClockController(HeldControl[GpuClock, Locate]):
@@ -56,7 +58,8 @@ class ClockController(HeldControl[GpuClock, Locate]):
         for gpu in snapshot.gpus:
             g = self.gpus.get(gpu.gpu_id) or self._new(gpu, config)
             settings = config.power.for_gpu(gpu.gpu_id)
-            params = ClockParams(settings.hold_margin_c, settings.clock_floor_percent / 100.0)
+            params = ClockParams(settings.hold_margin_c, settings.clock_floor_percent / 100.0,
+                                 settings.idle_restore_after_s)
             exhausted = cap_exhausted(power_of.get(gpu.gpu_id), fan_of.get(gpu.gpu_id))
             room = headroom_c(gpu, thermals_on(config, gpu.gpu_id))
             steps[gpu.gpu_id] = partial(self._tick_one, g, gpu, params, now, room, exhausted)
@@ -136,7 +139,7 @@ class ClockController(HeldControl[GpuClock, Locate]):
             return self._published(g)
         if g.holding:
             self._check_in_force(g)
-        decision = decide(params, g.law, ClockInputs(now, headroom, exhausted, g.ceilings_mhz))
+        decision = decide(params, g.law, ClockInputs(now, headroom, exhausted, g.ceilings_mhz, running_mhz(gpu)))
         g.law, g.target = decision.state, decision.ceiling_mhz
         g.pause_allowed = decision.pause_allowed or g.mode is ClockMode.DRY_RUN
         if decision.write and g.mode is ClockMode.DRY_RUN:
@@ -207,3 +210,15 @@ class ClockController(HeldControl[GpuClock, Locate]):
             writes_total=g.writes_total, write_errors_total=g.write_errors_total, resets_total=g.resets_total,
             reason=g.reason,
         )
+
+
+def running_mhz(gpu: GpuReading) -> float | None:
+    """The shader clock the card runs at under its load: gpu_metrics' average gfxclk (smu_v13_0_0_get_gpu_metrics
+    fills average_gfxclk_frequency), else the current one (hwmon freq1_input, amdgpu_hwmon_show_sclk; NVML's
+    graphics clock); 0 while the card is idle (gpu_busy_percent under IDLE_BUSY_RATIO: its clock then says
+    nothing of what a ceiling does). The law starts its steps there: an RDNA3 card runs below its overdrive
+    maximum (LACT #1068)."""
+    if gpu.gpu_busy_ratio is not None and gpu.gpu_busy_ratio < IDLE_BUSY_RATIO:
+        return 0.0
+    hz = gpu.sclk_average_hz if gpu.sclk_average_hz is not None else gpu.sclk_hz
+    return None if hz is None or hz <= 0 else hz / 1e6
