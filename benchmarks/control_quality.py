@@ -34,7 +34,15 @@ the hot case on the high-floor card keeps >= 90 % with 0 pauses and <= 15 fan re
 cap+clock keeps at least what cap keeps in every scenario. Extra columns: clk rev/h (ceiling reversals),
 min clk (the lowest ceiling in force, MHz).
 
+Issue 49 (the clock rung as the kernel behaves): the Navi 31-like card is power-limited (it runs at ~2283 of its
+2500 MHz, physics.operating_clock_ratio), kept is against the card at its default cap, the law reads the clock the
+card runs at, "Tj >1min" is the true junction's highest after the first minute, two N31 scenarios more (a hot start,
+a stalled fan), and its targets: the junction at most 1 °C over the limit after the first minute in every scenario
+under cap+clock, no pause on the N31 card where a ceiling can hold, and (``--best-clock``) within 1.5 points of
+the best constant clock in hindsight.
+
     .venv/bin/python benchmarks/control_quality.py [--hours 2] [--tick-s 1] [--seed 1] [--robust] [--sensitivity]
+                                                   [--best-clock] [--jobs 4]
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -71,7 +80,16 @@ from gpuwatch.model import (  # noqa: E402
 from gpuwatch.power import governor  # noqa: E402
 from gpuwatch.power.rules import fan_can_rise  # noqa: E402
 from gpuwatch.sim import navi10, navi31  # noqa: E402
-from gpuwatch.sim.physics import ThermalInputs, ThermalParams, ThermalState, idle_state, speed_ratio, step  # noqa: E402
+from gpuwatch.sim.physics import (  # noqa: E402
+    ThermalInputs,
+    ThermalParams,
+    ThermalState,
+    equilibrium,
+    idle_state,
+    running_clock_mhz,
+    speed_ratio,
+    step,
+)
 from gpuwatch.supervise.actions import Inputs, thermal_verdict  # noqa: E402
 from gpuwatch.supervise.machine import Machine  # noqa: E402
 from gpuwatch.supervise.policy import step as supervise  # noqa: E402
@@ -97,8 +115,8 @@ class Card:
 
 
 RX5600XT = Card("RX 5600 XT", ThermalParams(), CAP_W, CAP_MIN_W, navi10.CRIT_C, navi10.SCLK_MAX_MHZ, 300.0)
-NAVI31 = Card("Navi 31-like (floor 90 %)", navi31.PARAMS, navi31.POWER_CAP_UW / 1e6, navi31.POWER_CAP_MIN_UW / 1e6,
-              navi31.CRIT_C, navi31.SCLK_MAX_MHZ, navi31.OD_SCLK_RANGE_MHZ[0])
+NAVI31 = Card("Navi 31-like (power-limited, floor 90 %)", navi31.PARAMS, navi31.POWER_CAP_UW / 1e6,
+              navi31.POWER_CAP_MIN_UW / 1e6, navi31.CRIT_C, navi31.SCLK_MAX_MHZ, navi31.OD_SCLK_RANGE_MHZ[0])
 
 
 @dataclass(frozen=True)
@@ -111,6 +129,7 @@ class Scenario:
     period_s: float = 600.0
     load: float = 1.0  # training load (1.0 = 150 W demand)
     card: Card = RX5600XT
+    hot_start: bool = False  # the card starts at its full-load equilibrium (fan at the top), not idle
 
 
 @dataclass
@@ -118,6 +137,7 @@ class Result:
     train_ticks: int = 0
     work: float = 0.0  # step rates summed over training ticks
     max_junction_c: float = 0.0
+    late_junction_c: float = 0.0  # the highest after the first minute (FIRST_MINUTE_S)
     overshoot_c: float = 0.0
     fan_reversals: int = 0
     cap_reversals: int = 0
@@ -129,9 +149,11 @@ class Result:
     clock_writes: int = 0
     min_clock_mhz: float | None = None
 
+    full: float = 0.0  # the same ticks' step rates at the card's default cap, never paused
+
     @property
     def kept_percent(self) -> float:
-        return 100.0 * self.work / self.train_ticks if self.train_ticks else 100.0
+        return 100.0 * self.work / self.full if self.full else 100.0
 
 
 class Reversals:
@@ -151,16 +173,24 @@ class Reversals:
         self.last = value
 
 
-def reading(state: ThermalState, rng: random.Random, crit_c: dict[str, int] = navi10.CRIT_C) -> GpuReading:
-    """What the daemon would read: whole degrees with a little noise, as the simulator writes them."""
+FIRST_MINUTE_S = 60.0  # issue 49's junction target holds after the first minute (a hot start needs that minute)
+
+
+def reading(state: ThermalState, rng: random.Random, crit_c: dict[str, int] = navi10.CRIT_C,
+            sclk_mhz: float | None = None) -> GpuReading:
+    """What the daemon would read: whole degrees with a little noise, as the simulator writes them, and the shader
+    clock the card runs at (gpu_metrics' average gfxclk)."""
     temps = tuple(TempReading(label=label, temp_c=float(round(temp + rng.uniform(-NOISE_C, NOISE_C))),
                               crit_c=float(crit_c[label]))
                   for label, temp in (("edge", state.edge_c), ("junction", state.junction_c), ("mem", state.mem_c)))
-    return GpuReading(gpu_id=GPU, card="card0", backend="amdgpu", temps=temps, power_w=state.power_w)
+    return GpuReading(gpu_id=GPU, card="card0", backend="amdgpu", temps=temps, power_w=state.power_w,
+                      sclk_average_hz=None if sclk_mhz is None else sclk_mhz * 1e6)
 
 
-def run(scenario: Scenario, config: Config, policy: str | bool, hours: float, tick_s: float, seed: int = 1) -> Result:
-    """One scenario under one policy (POLICIES; True/False: "cap"/"pause-only", as before issue 36)."""
+def run(scenario: Scenario, config: Config, policy: str | bool, hours: float, tick_s: float, seed: int = 1,
+        constant_mhz: float | None = None) -> Result:
+    """One scenario under one policy (POLICIES; True/False: "cap"/"pause-only", as before issue 36).
+    ``constant_mhz``: "cap" with that ceiling held from the start (the best constant clock's search)."""
     policy = {True: "cap", False: "pause-only"}.get(policy, policy) if isinstance(policy, bool) else policy
     card, params = scenario.card, scenario.params
     trainer = TrainerConfig(name="bench", command=["true"], hysteresis_c=scenario.hysteresis_c,
@@ -168,18 +198,25 @@ def run(scenario: Scenario, config: Config, policy: str | bool, hours: float, ti
     thermal = trainer.thermal(config.thermal)
     limit_c = sensor_limit_c(TempReading("junction", None, crit_c=float(card.crit_c["junction"])), thermal) or 100.0
     curve, gparams = curve_params(config.fan), governor.governor_params(config.power)
-    cparams = clock_law.ClockParams(config.power.hold_margin_c, config.power.clock_floor_percent / 100.0)
+    cparams = clock_law.ClockParams(config.power.hold_margin_c, config.power.clock_floor_percent / 100.0,
+                                    config.power.idle_restore_after_s)
     ceilings = clock_law.ceilings(card.sclk_max_mhz, card.sclk_min_mhz, cparams.floor_ratio, None)
     top = top_percent(curve)
     floor_w = governor.floor_cap_w(gparams.floor_ratio, card.cap_w, card.cap_min_w, card.cap_w)
     state, curve_state, gstate, rng = idle_state(params), CurveState(), governor.GovernorState(), random.Random(seed)
+    if scenario.hot_start:
+        state = equilibrium(params, ThermalInputs(fan_duty_ratio=1.0, load_ratio=scenario.load, power_cap_w=card.cap_w))
     cstate = clock_law.ClockLawState()
     machine = Machine(phase=TrainerPhase.RUNNING)
     result, fan_turns, cap_turns, cap_w = Result(min_cap_w=card.cap_w), Reversals(), Reversals(), card.cap_w
-    clock_turns, clock_mhz = Reversals(), card.sclk_max_mhz
+    clock_turns, clock_mhz = Reversals(), card.sclk_max_mhz if constant_mhz is None else constant_mhz
+    load = scenario.load if scenario.hot_start else 0.0
+    full_speed = speed_ratio(params, scenario.load, card.cap_w)  # the card as it comes: its default cap
     for i in range(int(hours * 3600 / tick_s)):
         now = i * tick_s
-        gpu = reading(state, rng, card.crit_c)
+        sclk_mhz = running_clock_mhz(params, load, cap_w, clock_mhz / card.sclk_max_mhz, card.sclk_max_mhz,
+                                    navi10.SCLK_IDLE_MHZ)
+        gpu = reading(state, rng, card.crit_c, sclk_mhz)
         junction = gpu.temp("junction")
         assert junction is not None
         fan = decide(curve, curve_state, junction.temp_c, junction.crit_c, now)
@@ -200,7 +237,8 @@ def run(scenario: Scenario, config: Config, policy: str | bool, hours: float, ti
                                  pause_allowed=gd.pause_allowed),)
             if policy == "cap+clock":
                 cd = clock_law.decide(cparams, cstate, clock_law.ClockInputs(
-                    now=now, headroom_c=headroom_c(gpu, [thermal]), cap_exhausted=gd.at_floor, ceilings_mhz=ceilings))
+                    now=now, headroom_c=headroom_c(gpu, [thermal]), cap_exhausted=gd.at_floor, ceilings_mhz=ceilings,
+                    running_mhz=sclk_mhz))
                 cstate, clock_mhz = cd.state, cd.ceiling_mhz or card.sclk_max_mhz
                 result.clock_writes += cd.write
                 clocks = (ClockState(gpu_id=GPU, mode=ClockMode.LIMITING, pause_allowed=cd.pause_allowed),)
@@ -219,10 +257,13 @@ def run(scenario: Scenario, config: Config, policy: str | bool, hours: float, ti
         if training:
             result.train_ticks += 1
             result.work += speed_ratio(params, load, cap_w, ratio) if running else 0.0
+            result.full += full_speed
         duty = scenario.fan_stuck_ratio if scenario.fan_stuck_ratio is not None else fan.percent / 100.0
         state = step(params, state, ThermalInputs(fan_duty_ratio=duty, load_ratio=load, power_cap_w=cap_w,
                                                   clock_ratio=ratio), tick_s)
         result.max_junction_c = max(result.max_junction_c, state.junction_c)
+        if now >= FIRST_MINUTE_S:
+            result.late_junction_c = max(result.late_junction_c, state.junction_c)
         result.paused_s += tick_s if not running else 0.0
         result.min_cap_w = min(result.min_cap_w, cap_w)
     result.pauses = machine.pauses_total
@@ -244,13 +285,21 @@ def scenarios(base: ThermalParams) -> list[Scenario]:
 
 
 N31 = "N31 "  # the Navi 31-like card's scenarios: the same cases, named with this prefix
+CANNOT_HOLD = "(floor cannot hold)"  # in a scenario's name: no ceiling holds the limit, the pause must come
+STALLED = "fan stalled " + CANNOT_HOLD
 
 
 def high_floor_scenarios() -> list[Scenario]:
-    """The main scenarios on the Navi 31-like card (cap floor 90 %)."""
+    """The main scenarios on the Navi 31-like card (power-limited, cap floor 90 %), and issue 49's: a hot start
+    (the daemon starts on a card already at its full-load equilibrium) and a stalled fan (no ceiling can hold it:
+    the pause must come before the card runs away)."""
     return [replace(s, name=N31 + s.name, params=replace(navi31.PARAMS, cooling_scale=s.params.cooling_scale,
                                                          ambient_c=s.params.ambient_c), card=NAVI31)
-            for s in scenarios(ThermalParams())]
+            for s in scenarios(ThermalParams())] + [
+        Scenario(N31 + "hot start (cooling x0.45)", replace(navi31.PARAMS, cooling_scale=0.45), card=NAVI31,
+                 hot_start=True),
+        Scenario(N31 + STALLED, navi31.PARAMS, fan_stuck_ratio=0.0, card=NAVI31),
+    ]
 
 
 def robustness(base: ThermalParams) -> list[Scenario]:
@@ -261,7 +310,7 @@ def robustness(base: ThermalParams) -> list[Scenario]:
         Scenario("hot case x0.4, ambient 40 °C", replace(hot, ambient_c=40.0)),
         Scenario("fan stuck at 20 %", base, fan_stuck_ratio=0.2),
         Scenario("fan stuck at 10 % (floor cannot hold)", base, fan_stuck_ratio=0.1),
-        Scenario("fan stalled (floor cannot hold)", base, fan_stuck_ratio=0.0),
+        Scenario(STALLED, base, fan_stuck_ratio=0.0),
         Scenario("healthy, ambient 45 °C", replace(base, ambient_c=45.0)),
         Scenario("hot case x0.4, no eval (train 100 %)", hot, train_s=600.0),
         Scenario("hot case x0.4, 2 min train / 1 min eval", hot, train_s=120.0, period_s=180.0),
@@ -269,15 +318,16 @@ def robustness(base: ThermalParams) -> list[Scenario]:
 
 
 HEADER = (f"| {'scenario':44} | {'policy':10} | {'kept':>6} | {'pauses/h':>8} | {'paused':>11} | {'max Tj':>8} | "
-          f"{'over':>5} | {'fan rev/h':>9} | {'cap rev/h':>9} | {'writes/h':>8} | {'min cap':>7} | {'clk rev/h':>9} | "
-          f"{'min clk':>8} |")
+          f"{'over':>5} | {'Tj >1min':>8} | {'fan rev/h':>9} | {'cap rev/h':>9} | {'writes/h':>8} | {'min cap':>7} | "
+          f"{'clk rev/h':>9} | {'min clk':>8} |")
 
 
 def row(name: str, policy: str, r: Result, hours: float) -> str:
     clock = "-" if r.min_clock_mhz is None else f"{r.min_clock_mhz:.0f} MHz"
     return (f"| {name:44} | {policy:10} | {r.kept_percent:5.1f}% | {r.pauses / hours:8.1f} | "
             f"{r.paused_s:5.0f} s {100 * r.paused_s / (hours * 3600):2.0f}% | {r.max_junction_c:5.1f} °C | "
-            f"{r.overshoot_c:5.1f} | {r.fan_reversals / hours:9.1f} | {r.cap_reversals / hours:9.1f} | "
+            f"{r.overshoot_c:5.1f} | {r.late_junction_c:5.1f} °C | {r.fan_reversals / hours:9.1f} | "
+            f"{r.cap_reversals / hours:9.1f} | "
             f"{r.cap_writes / hours:8.1f} | {r.min_cap_w:5.0f} W | {r.clock_reversals / hours:9.1f} | {clock:>8} |")
 
 
@@ -396,12 +446,88 @@ def sensitivity_table(found: dict[tuple[str, float, bool], Result]) -> str:
     return "\n".join(lines)
 
 
+def best_constant(scenario: Scenario, config: Config, hours: float, tick_s: float, seed: int,
+                  pool: Executor | None = None) -> tuple[float, Result]:
+    """The best constant clock in hindsight: the ceiling that, held from the start under fan -> cap -> pause, keeps
+    the most (every fourth ceiling of the law's ladder, then every ceiling around the best of those; the highest
+    clock of equals)."""
+    card = scenario.card
+    ladder = clock_law.ceilings(card.sclk_max_mhz, card.sclk_min_mhz, config.power.clock_floor_percent / 100.0, None)
+    found: dict[int, Result] = {}
+
+    def try_all(indices: list[int]) -> int:
+        todo = [i for i in indices if i not in found]
+        args = [(scenario, config, "cap", hours, tick_s, seed, ladder[i]) for i in todo]
+        for i, r in zip(todo, (pool.map(_run, args) if pool else map(_run, args)), strict=True):
+            found[i] = r
+        return max(indices, key=lambda i: found[i].kept_percent)  # indices descend: the highest clock of equals
+
+    coarse = try_all(list(range(len(ladder) - 1, -1, -4)))
+    best = try_all(list(range(min(len(ladder) - 1, coarse + 3), max(-1, coarse - 4), -1)))
+    return ladder[best], found[best]
+
+
+def _run(args: tuple[Scenario, Config, str, float, float, int, float | None]) -> Result:
+    scenario, config, policy, hours, tick_s, seed, constant_mhz = args
+    return run(scenario, config, policy, hours, tick_s, seed, constant_mhz)
+
+
+LIMIT_OVER_C = 1.0  # issue 49: the true junction at most 1 °C over the pause limit after the first minute
+BEST_WITHIN_POINTS = 1.5  # issue 49: cap+clock keeps within this of the best constant clock
+
+
+def check_issue49(results: dict[tuple[str, str], Result], best: dict[str, tuple[float, Result]],
+                  limit_c: float) -> list[str]:
+    """Issue 49: in every scenario cap+clock keeps the true junction within LIMIT_OVER_C of the pause limit after
+    the first minute; on the Navi 31-like card, where a ceiling can hold, with no pause and within
+    BEST_WITHIN_POINTS of the best constant clock (where it was searched); where none can, keeping at least what
+    cap keeps."""
+    lines = []
+    hot = [name for (name, policy), r in results.items()
+           if policy == "cap+clock" and r.late_junction_c > limit_c + LIMIT_OVER_C]
+    lines.append(f"{'met   ' if not hot else 'MISSED'} cap+clock: true junction <= {limit_c + LIMIT_OVER_C:g} °C after "
+                 f"the first minute in every scenario{'' if not hot else ' (NOT in: ' + ', '.join(hot) + ')'}")
+    for name in sorted({name for name, _ in results if name.startswith(N31)}):
+        r = results.get((name, "cap+clock"))
+        if r is None:
+            continue
+        if CANNOT_HOLD in name:
+            cap = results[(name, "cap")]
+            met = r.kept_percent >= cap.kept_percent
+            lines.append(f"{'met   ' if met else 'MISSED'} {name}: cap+clock keeps {r.kept_percent:.1f} % (cap "
+                         f"{cap.kept_percent:.1f} %), {r.pauses} pauses")
+            continue
+        within = name not in best or r.kept_percent >= best[name][1].kept_percent - BEST_WITHIN_POINTS
+        met = r.pauses == 0 and within
+        against = "" if name not in best else (f", the best constant clock ({best[name][0]:g} MHz) "
+                                               f"{best[name][1].kept_percent:.1f} % (within {BEST_WITHIN_POINTS:g})")
+        lines.append(f"{'met   ' if met else 'MISSED'} {name}: cap+clock keeps {r.kept_percent:.1f} %{against}, "
+                     f"{r.pauses} pauses (0)")
+    return lines
+
+
+def best_table(results: dict[tuple[str, str], Result], best: dict[str, tuple[float, Result]]) -> str:
+    """cap+clock against the best constant clock, side by side (one run)."""
+    widths = (46, 11, 15, 10, 8, 8, 12, 10)
+    lines = [f"| {'scenario':44} | {'cap+clock':>9} | {'best constant':>13} | {'its kept':>8} | {'ratio':>6} | "
+             f"{'pauses':>6} | {'its pauses':>10} | {'Tj >1min':>8} |", "|" + "|".join("-" * n for n in widths) + "|"]
+    for name, (mhz, b) in best.items():
+        r = results[(name, "cap+clock")]
+        lines.append(f"| {name:44} | {r.kept_percent:8.1f}% | {mhz:9.0f} MHz | {b.kept_percent:7.1f}% | "
+                     f"{r.kept_percent / b.kept_percent:6.3f} | {r.pauses:6} | {b.pauses:10} | "
+                     f"{r.late_junction_c:5.1f} °C |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="closed-loop control quality on the simulated GPU")
     parser.add_argument("--hours", type=float, default=2.0)
     parser.add_argument("--tick-s", type=float, default=1.0, help="daemon interval (simulated seconds)")
     parser.add_argument("--seed", type=int, default=1, help="sensor noise seed")
     parser.add_argument("--robust", action="store_true", help="also the robustness scenarios")
+    parser.add_argument("--best-clock", action="store_true",
+                        help="also the best constant clock of every Navi 31-like scenario (issue 49's comparison)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (processes)")
     parser.add_argument("--sensitivity", action="store_true",
                         help="also the hot case and the stuck fan under step-rate exponents 1/3..1")
     args = parser.parse_args(argv)
@@ -415,10 +541,13 @@ def main(argv: list[str] | None = None) -> int:
     print(HEADER)
     print("|" + "|".join("-" * len(cell) for cell in HEADER.split("|")[1:-1]) + "|")
     results: dict[tuple[str, str], Result] = {}
-    for scenario in scenarios(base) + (robustness(base) if args.robust else []) + high_floor_scenarios():
-        for policy in POLICIES:
-            r = results[(scenario.name, policy)] = run(scenario, config, policy, args.hours, args.tick_s, args.seed)
-            print(row(scenario.name, policy, r, args.hours), flush=True)
+    pool = ProcessPoolExecutor(args.jobs) if args.jobs > 1 else None
+    cases = [(scenario, policy) for scenario in scenarios(base) + (robustness(base) if args.robust else [])
+             + high_floor_scenarios() for policy in POLICIES]
+    runs = [(scenario, config, policy, args.hours, args.tick_s, args.seed, None) for scenario, policy in cases]
+    for (scenario, policy), r in zip(cases, pool.map(_run, runs) if pool else map(_run, runs), strict=True):
+        results[(scenario.name, policy)] = r
+        print(row(scenario.name, policy, r, args.hours), flush=True)
     robust: list[str] = []
     if args.sensitivity:
         found = sensitivity(config, base, args.hours, args.tick_s, args.seed)
@@ -426,11 +555,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nkept under each step-rate exponent (rate = (P/P_demand)^x; the model's x = "
               f"{base.speed_exponent:g}):\n{sensitivity_table(found)}\n\nrobust (the ladder, x = 1/3..1):\n"
               + "\n".join(robust))
+    best: dict[str, tuple[float, Result]] = {}
+    if args.best_clock:
+        for scenario in high_floor_scenarios():
+            best[scenario.name] = best_constant(scenario, config, args.hours, args.tick_s, args.seed, pool)
+        print("\ncap+clock against the best constant clock (fan -> cap -> that ceiling -> pause, in hindsight):\n"
+              + best_table(results, best))
     clock_lines = check_clock_targets(results, args.hours)
     print("\ntargets (the clock rung, issue 36):\n" + "\n".join(clock_lines))
+    limit_c = navi10.CRIT_C["junction"] - config.thermal.junction_crit_margin_c
+    law_lines = check_issue49(results, best, limit_c)
+    print("\ntargets (the clock rung as the kernel behaves, issue 49):\n" + "\n".join(law_lines))
     lines = check_targets(results)
     print("\ntargets (the ladder):\n" + "\n".join(lines))
-    return 1 if any(line.startswith("MISSED") for line in lines + robust + clock_lines) else 0
+    if pool is not None:
+        pool.shutdown()
+    return 1 if any(line.startswith("MISSED") for line in lines + robust + clock_lines + law_lines) else 0
 
 
 if __name__ == "__main__":

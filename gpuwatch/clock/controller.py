@@ -30,7 +30,7 @@ from gpuwatch.actuation.setting import HeldControl, SettingUnavailable, SettingW
 from gpuwatch.clock.backend import VERIFY_TOLERANCE_MHZ, CeilingRefused, ClockBackend
 from gpuwatch.clock.dpm_mask import SCLK_FILE, DpmMaskClock, DpmMaskRestore, parse_sclk
 from gpuwatch.clock.gpu_clock import GpuClock, cap_exhausted, probe_backend
-from gpuwatch.clock.in_force import SETTLE_S, running_mhz, verdict
+from gpuwatch.clock.in_force import SETTLE_S, operating_mhz, running_mhz, verdict
 from gpuwatch.clock.law import ClockInputs, ClockParams, ceilings, decide
 from gpuwatch.clock.nvml_clock import NvmlClock
 from gpuwatch.clock.od_table import OdTableClock, OdTableRestore
@@ -43,6 +43,7 @@ from gpuwatch.model import Acted, ClockMode, ClockState, GpuReading, Snapshot
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 log = logging.getLogger("gpuwatch.clock")
+# Under this share busy the card is idle (an evaluation's gaps, a pause): its clock is DPM's idle clock.
 
 
 class ClockController(HeldControl[GpuClock, Locate]):
@@ -62,7 +63,8 @@ class ClockController(HeldControl[GpuClock, Locate]):
         for gpu in snapshot.gpus:
             g = self.gpus.get(gpu.gpu_id) or self._new(gpu, config)
             settings = config.power.for_gpu(gpu.gpu_id)
-            params = ClockParams(settings.hold_margin_c, settings.clock_floor_percent / 100.0)
+            params = ClockParams(settings.hold_margin_c, settings.clock_floor_percent / 100.0,
+                                 settings.idle_restore_after_s)
             exhausted = cap_exhausted(power_of.get(gpu.gpu_id), fan_of.get(gpu.gpu_id))
             room = headroom_c(gpu, thermals_on(config, gpu.gpu_id))
             steps[gpu.gpu_id] = partial(self._tick_one, g, gpu, params, now, room, exhausted)
@@ -158,7 +160,7 @@ class ClockController(HeldControl[GpuClock, Locate]):
             self._check_in_force(g, params)
         if g.holding:
             self._verify_running(g, gpu, params, now)
-        decision = decide(params, g.law, ClockInputs(now, headroom, exhausted, g.ceilings_mhz))
+        decision = decide(params, g.law, ClockInputs(now, headroom, exhausted, g.ceilings_mhz, operating_mhz(gpu)))
         g.law, g.target = decision.state, decision.ceiling_mhz
         g.pause_allowed = (decision.pause_allowed or g.mode is ClockMode.DRY_RUN or g.not_in_force
                            or g.unrecorded)
@@ -293,6 +295,7 @@ class ClockController(HeldControl[GpuClock, Locate]):
         if ceiling_mhz >= held:
             self.holder.give_up(g, problem)
             return
+        held = self._lowest_taken(g, ceiling_mhz, held)
         first = g.card_floor_mhz is None or abs(g.card_floor_mhz - held) >= VERIFY_TOLERANCE_MHZ
         g.card_floor_mhz = held
         g.ceilings_mhz = self._ladder(g, params)
@@ -300,6 +303,24 @@ class ClockController(HeldControl[GpuClock, Locate]):
         if first:
             log.warning("GPU %s: %s: %g MHz is this card's lowest shader clock ceiling for this run (held; a hotter "
                         "card is paused below it)", g.gpu_id, problem, held)
+
+    def _lowest_taken(self, g: GpuClock, refused_mhz: float, held_mhz: float) -> float:
+        """The lowest ladder ceiling between a refused step and the one held that the card takes: the law steps
+        several rungs at once when the card heats fast, so the refused step says only that the card's minimum
+        lies above it. Each try is an edit the kernel refuses before any commit (amdgpu_pm.c,
+        amdgpu_set_pp_od_clk_voltage: the od_edit_dpm_table call's EINVAL returns before the ``c``)."""
+        assert g.backend is not None
+        for between in (c for c in g.ceilings_mhz if refused_mhz < c < held_mhz):
+            try:
+                back = self.holder.write(g, between, g.backend.record, g.backend.write)
+            except CeilingRefused:
+                continue
+            if back is not None and abs(back - between) < VERIFY_TOLERANCE_MHZ:
+                g.committed_at = g.last_now
+                log.info("GPU %s: shader clock ceiling %g MHz", g.gpu_id, back)
+                return between
+            break
+        return held_mhz
 
     def _give_back(self, g: GpuClock) -> str | None:
         """The recorded original put back, verified."""
@@ -328,3 +349,4 @@ class ClockController(HeldControl[GpuClock, Locate]):
             writes_total=g.writes_total, write_errors_total=g.write_errors_total, resets_total=g.resets_total,
             reason=g.reason,
         )
+

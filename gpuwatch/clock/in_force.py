@@ -36,6 +36,18 @@ def running_mhz(reading: GpuReading, dpm_current_mhz: float | None) -> float | N
     return min(values) if values else dpm_current_mhz
 
 
+
+def operating_mhz(gpu: GpuReading) -> float | None:
+    """The clock the law starts its steps from: gpu_metrics' average gfxclk (smu_v13_0_0_get_gpu_metrics fills
+    average_gfxclk_frequency), else the current one (hwmon freq1_input, amdgpu_hwmon_show_sclk; NVML's graphics
+    clock); 0 while the card is idle (busy under LOAD_RATIO: its clock then says nothing of what a ceiling does).
+    An RDNA3 card runs below its overdrive maximum (LACT #1068): the first ceilings above it change nothing."""
+    if gpu.gpu_busy_ratio is not None and gpu.gpu_busy_ratio < LOAD_RATIO:
+        return 0.0
+    hz = gpu.sclk_average_hz if gpu.sclk_average_hz is not None else gpu.sclk_hz
+    return None if hz is None or hz <= 0 else hz / 1e6
+
+
 def verdict(ceiling_mhz: float, running: float | None, busy_ratio: float | None) -> Verdict:
     """``above``: under load and over the ceiling by more than the margin; ``in_force``: under load and at or
     under it; ``unknown``: idle, or the clock or the load unread."""

@@ -11,7 +11,7 @@ from pathlib import Path
 from gpuwatch.fan.curve import interpolate
 from gpuwatch.sim import navi10
 from gpuwatch.sim.kernel import SCLK, KernelSysfs
-from gpuwatch.sim.physics import ThermalParams, ThermalState, speed_ratio
+from gpuwatch.sim.physics import ThermalParams, ThermalState, running_clock_mhz, speed_ratio
 from gpuwatch.sim.profiles import PROFILES, CardProfile
 
 # Firmware auto curve (junction °C, duty): the stock Navi 10 behaviour people complain about,
@@ -108,14 +108,16 @@ def write_outputs(root: Path, card: SimCard, params: ThermalParams, *, noise_c: 
     if fan1_input:
         write(hw / "fan1_input", str(round(s.fan_rpm)))
         write(hw / "fan1_target", str(round(s.fan_rpm)))
-    # A capped card is still 100 % busy, only slower: busy follows the load, the clock the power.
+    # A capped card is still 100 % busy, only slower: busy follows the load, the clock the power (a power-limited
+    # card runs below its maximum, and under a ceiling at most at the ceiling: physics.running_clock_mhz).
     busy = min(1.0, max(0.0, card.load_ratio))
-    speed = speed_ratio(params, card.load_ratio, card.power_cap_uw / 1e6, card.clock_ratio)
+    cap_w = card.power_cap_uw / 1e6
+    speed = speed_ratio(params, card.load_ratio, cap_w, card.clock_ratio)
     write(dev / "gpu_busy_percent", UNREADABLE if resetting else str(round(busy * 100)))
     write(dev / "mem_busy_percent", str(round(busy * 60)))
     vram_used = 300 * 1024**2 + card.load_ratio * 4 * 1024**3
     write(dev / "mem_info_vram_used", str(int(vram_used)))
-    sclk_mhz = navi10.SCLK_IDLE_MHZ + busy * speed * (card.profile.sclk_max_mhz - navi10.SCLK_IDLE_MHZ)
+    sclk_mhz = running_clock_mhz(params, busy, cap_w, card.clock_ratio, card.profile.sclk_max_mhz, navi10.SCLK_IDLE_MHZ)
     vddgfx_mv = 775 + busy * speed * 300
     write(hw / "freq1_input", str(round(sclk_mhz * 1e6)))
     write(hw / "in0_input", str(round(vddgfx_mv)))

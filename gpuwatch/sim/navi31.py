@@ -11,7 +11,7 @@ thermal.rst, pp_od_clk_voltage; the LACT write log of that capture, ``s 1 2850``
 Kept from the RX 5600 XT so the rest of the simulator is unchanged: the pwm1/pwm1_enable fan interface (a real
 RDNA3 card drives its fan through gpu_od/fan_ctrl, which the simulator does not model), the sensor layout and
 the gpu_metrics table. Its physics are the RX 5600 XT's scaled to 290 W (``PARAMS``): the same temperatures
-at the same fan duty, the same time constants.
+at the same fan duty, the same time constants; its load would draw more than the cap at the top clock (power-limited).
 """
 
 from __future__ import annotations
@@ -26,8 +26,12 @@ SCLK_MIN_MHZ, SCLK_MAX_MHZ = 500, 2500
 OD_SCLK_RANGE_MHZ = (500, 3150)
 MCLK_MHZ = 1249
 _SCALE = POWER_CAP_UW / navi10.POWER_CAP_UW
+# The load's demand at the overdrive maximum is above the default cap: like a real RX 7900 XTX, the card is
+# power-limited and runs at ~91 % of its maximum clock (physics.operating_clock_ratio; ~2680 of 2940 MHz there,
+# LACT #1068, 2283 of 2500 MHz here). At the default cap its power, temperatures and speed are those of a 290 W card.
+LOAD_POWER_W = 365.0
 PARAMS = ThermalParams(
-    idle_power_w=50.0, load_power_w=290.0, passive_w_per_k=0.8 * _SCALE, fan_w_per_k=4.0 * _SCALE,
+    idle_power_w=50.0, load_power_w=LOAD_POWER_W, passive_w_per_k=0.8 * _SCALE, fan_w_per_k=4.0 * _SCALE,
     heat_capacity_j_per_k=200.0 * _SCALE, junction_k_per_w=0.11 / _SCALE, mem_k_per_w=0.03 / _SCALE,
 )
 

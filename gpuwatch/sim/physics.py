@@ -22,6 +22,9 @@ stable):
   top (``dynamic_ratio``), so a small clock cut buys a large power cut; the step rate goes with the clock,
   times what a cap below that lower demand still takes (the rule above). Without a ceiling (1.0) every
   formula is the one of a card without clock control.
+* a power-limited card (its demand at the top clock above its cap, as RDNA3 boards at their default cap) runs
+  below its maximum clock (``operating_clock_ratio``): a ceiling above that clock changes neither its power nor
+  its speed, one below it lowers both (the speed in proportion to the clock).
 
 Default constants are picked so that an RX 5600 XT-like card (150 W under load, ~25 W idle) with
 ~30 °C case air idles around 42-45 °C, settles at a junction of ~84 °C under full load with gpuwatch's
@@ -101,14 +104,44 @@ def steady_power_w(params: ThermalParams, load_ratio: float, power_cap_w: float 
     return demand if power_cap_w is None else min(demand, power_cap_w)
 
 
+def operating_clock_ratio(params: ThermalParams, load_ratio: float, power_cap_w: float | None,
+                          clock_ratio: float = 1.0) -> float:
+    """The clock the shader runs at under ``load_ratio``, share of the card's maximum: the ceiling, or lower where
+    the power cap binds first. The SMU's power loop (PPT) lowers the clock until the board's power meets the cap,
+    so a power-limited card runs at the f where ``demand_w(f) == cap``, below its overdrive maximum (an RX 7900 XTX
+    sustains ~2680 of its 2940 MHz, LACT #1068): a ceiling above that f changes nothing."""
+    ceiling = min(1.0, max(0.0, clock_ratio))
+    if power_cap_w is None or demand_w(params, load_ratio, ceiling) <= power_cap_w:
+        return ceiling
+    low, high = 0.0, ceiling  # demand_w rises with the clock: bisect to well under a MHz
+    for _ in range(32):
+        mid = (low + high) / 2
+        low, high = (mid, high) if demand_w(params, load_ratio, mid) <= power_cap_w else (low, mid)
+    return low
+
+
+def running_clock_mhz(params: ThermalParams, load_ratio: float, power_cap_w: float | None, clock_ratio: float,
+                      max_mhz: float, idle_mhz: float) -> float:
+    """The shader clock a driver reports (gpu_metrics' gfxclk, hwmon's freq1_input): the idle clock, up to the
+    operating clock in proportion to the load (busy)."""
+    load = min(1.0, max(0.0, load_ratio))
+    top = operating_clock_ratio(params, load, power_cap_w, clock_ratio) * max_mhz
+    return idle_mhz + load * max(0.0, top - idle_mhz)
+
+
 def speed_ratio(params: ThermalParams, load_ratio: float, power_cap_w: float | None, clock_ratio: float = 1.0) -> float:
-    """The step rate as a share of full speed: the clock ceiling's ratio, times (P / P_demand) ** speed_exponent
-    of a cap below the demand at that clock."""
-    clock = min(1.0, max(0.0, clock_ratio))
-    demand = demand_w(params, load_ratio, clock)
-    if demand <= 0:
-        return clock
-    return float(clock * (steady_power_w(params, load_ratio, power_cap_w, clock) / demand) ** params.speed_exponent)
+    """The step rate as a share of full speed: (P / P_demand) ** speed_exponent under a cap below the demand (the
+    card then runs at its operating clock, ``operating_clock_ratio``), scaled down with the clock where a ceiling
+    holds it below that operating clock. A ceiling at or above the operating clock changes nothing."""
+    ceiling = min(1.0, max(0.0, clock_ratio))
+    demand = demand_w(params, load_ratio)
+    capped = 1.0 if demand <= 0 else (steady_power_w(params, load_ratio, power_cap_w) / demand) ** params.speed_exponent
+    if ceiling >= 1.0:
+        return float(capped)
+    operating = operating_clock_ratio(params, load_ratio, power_cap_w)
+    if operating <= 0:
+        return ceiling
+    return float(capped * min(1.0, ceiling / operating))
 
 
 def steady_rpm(params: ThermalParams, fan_duty_ratio: float) -> float:

@@ -17,6 +17,7 @@ from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.model import PublishedState, Snapshot, TrainerPhase, TrainerState
 from gpuwatch.sim.cards import SimulatedGpus
 from gpuwatch.sim.faults import SimFaults
+from gpuwatch.sim.physics import ThermalParams, operating_clock_ratio
 from gpuwatch.sim.start import SimulatedSource
 from gpuwatch.sysfs import Sysfs
 
@@ -132,8 +133,9 @@ def test_a_capped_card_is_busy_but_slower_and_cooler(tmp_path: Path) -> None:
         temps[cap], clocks[cap] = gpu.temp("junction").temp_c, gpu.sclk_hz  # type: ignore[union-attr]
         assert gpu.gpu_busy_ratio == 1.0
     assert temps["100000000"] < temps["150000000"] - 10
-    # the simulated step-rate law, physics.ThermalParams.speed_exponent = 1/2
-    assert clocks["100000000"] == pytest.approx(clocks["150000000"] * (100 / 150) ** (1 / 2), rel=0.01)
+    # the SMU lowers the clock until the board's power meets the cap (physics.operating_clock_ratio)
+    ratio = operating_clock_ratio(ThermalParams(), 1.0, 100.0)
+    assert clocks["100000000"] == pytest.approx(clocks["150000000"] * ratio, rel=0.01)
 
 
 def test_fault_power_cap_readonly_reverts_every_write(tmp_path: Path) -> None:

@@ -22,7 +22,10 @@ from gpuwatch.sim.physics import (
     demand_w,
     dynamic_ratio,
     equilibrium,
+    operating_clock_ratio,
+    running_clock_mhz,
     speed_ratio,
+    steady_power_w,
 )
 from gpuwatch.sysfs import Sysfs, SysfsError
 
@@ -43,8 +46,27 @@ def test_a_small_clock_cut_buys_a_large_power_cut() -> None:
     full, cut = demand_w(params, 1.0), demand_w(params, 1.0, 0.9)
     assert (full - cut) / full > 0.2  # 10 % of the clock: over 20 % of the board's power
     assert speed_ratio(params, 1.0, None, 0.9) == pytest.approx(0.9)  # the step rate goes with the clock
-    # Under a cap below the lower demand, the cap's law applies on top of the clock's.
-    assert speed_ratio(params, 1.0, 200.0, 0.9) == pytest.approx(0.9 * (200.0 / cut) ** params.speed_exponent)
+    # Under a cap below the lower demand the card runs under the ceiling (the cap binds first): the cap's law alone.
+    assert speed_ratio(params, 1.0, 200.0, 0.9) == speed_ratio(params, 1.0, 200.0)
+    assert speed_ratio(params, 1.0, 200.0) == pytest.approx((200.0 / full) ** params.speed_exponent)
+
+
+def test_a_power_limited_card_runs_below_its_maximum() -> None:
+    """The Navi 31-like card at its default cap runs ~91 % of its overdrive maximum (an RX 7900 XTX: ~2680 of 2940
+    MHz, LACT #1068); a ceiling above that clock changes neither its power nor its speed, one below lowers both."""
+    params, cap_w = navi31.PARAMS, navi31.POWER_CAP_UW / 1e6
+    operating = operating_clock_ratio(params, 1.0, cap_w)
+    assert 0.89 < operating < 0.93
+    assert demand_w(params, 1.0, operating) == pytest.approx(cap_w, abs=0.01)
+    assert running_clock_mhz(params, 1.0, cap_w, 1.0, 2500.0, 300.0) == pytest.approx(operating * 2500.0)
+    assert running_clock_mhz(params, 0.0, cap_w, 1.0, 2500.0, 300.0) == 300.0  # idle: the idle clock
+    for above in (operating + 0.01, 0.97, 1.0):
+        assert speed_ratio(params, 1.0, cap_w, above) == speed_ratio(params, 1.0, cap_w)
+        assert steady_power_w(params, 1.0, cap_w, above) == cap_w
+    below = operating - 0.05
+    assert steady_power_w(params, 1.0, cap_w, below) < cap_w
+    assert speed_ratio(params, 1.0, cap_w, below) == pytest.approx(speed_ratio(params, 1.0, cap_w) * below / operating)
+    assert operating_clock_ratio(params, 1.0, cap_w, below) == below
 
 
 def _simulator(tmp_path: Path, **kwargs: object) -> SimulatedGpus:
