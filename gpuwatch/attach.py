@@ -60,6 +60,7 @@ TEXT_MAX_CHARS = 4096  # any one string of a line (an argv element, a heartbeat'
 JOB_ID_MAX_CHARS = 64  # a Slurm job id ("123_4", "123+1") is far shorter
 REASON_MAX_CHARS = 256
 RUN_ID_MAX_CHARS = 64
+LOG_PATH_MAX_BYTES = 4096  # PATH_MAX (include/uapi/linux/limits.h)
 MAX_DEPTH = 8  # a Beat nests 3 deep (message, heartbeats, a heartbeat's fields)
 MAX_PID = 1 << 22  # PID_MAX_LIMIT on 64-bit (include/linux/threads.h)
 MAX_CODE = 1 << 16  # an exit status or a signal number (negative: killed by that signal)
@@ -82,6 +83,9 @@ class Attach:
     paused: bool = False  # the wrapper holds the pause file now (re-attach)
     reason: str | None = None  # the held pause's reason
     job_id: str | None = None  # SLURM_JOB_ID of the wrapper's environment, when set
+    # The run's log, written by the wrapper as its user (cli/train/output.py): published for `gpuwatch logs`, which
+    # reads it as its caller; the daemon never opens it. None: an older wrapper, or no copy kept.
+    log_path: str | None = None
     cmd: Literal["attach"] = "attach"
     v: int = PROTOCOL_VERSION
 
@@ -142,6 +146,19 @@ def text_refusal(text: str, max_chars: int = TEXT_MAX_CHARS) -> str | None:
     if not text.isprintable():
         bad = next(c for c in text if not c.isprintable())
         return f"holds {ascii(bad)} (control characters and lone surrogates are refused)"
+    return None
+
+
+def log_path_refusal(path: str) -> str | None:
+    """Why an attached run's log path is refused (one line): not absolute, not printable, over ``LOG_PATH_MAX_BYTES``
+    (encoded) or holding a NUL."""
+    why = text_refusal(path, LOG_PATH_MAX_BYTES)
+    if why is not None:
+        return why
+    if len(path.encode("utf-8", "surrogateescape")) > LOG_PATH_MAX_BYTES:
+        return f"over {LOG_PATH_MAX_BYTES} bytes"
+    if not path.startswith("/"):
+        return "not an absolute path"
     return None
 
 
@@ -230,6 +247,13 @@ def _text(raw: dict[str, Any], key: str, max_chars: int = TEXT_MAX_CHARS) -> str
     return value
 
 
+def _log_path(raw: dict[str, Any]) -> str | None:
+    path = _text(raw, "log_path", LOG_PATH_MAX_BYTES)
+    if path is not None and (why := log_path_refusal(path)):
+        raise ProtocolError(f"log_path {why}")
+    return path
+
+
 def _int(raw: dict[str, Any], key: str, low: int, high: int, default: int | None = None) -> int:
     """An integer field within [low, high] (a bool or a float is not one)."""
     value = raw.get(key, default)
@@ -262,7 +286,7 @@ def decode_request(line: bytes) -> Message:
                           gpus=_strings(raw, "gpus"), restart=_text(raw, "restart", NAME_MAX_CHARS) or "no",
                           run_id=_text(raw, "run_id", RUN_ID_MAX_CHARS), paused=raw.get("paused") is True,
                           reason=_text(raw, "reason", REASON_MAX_CHARS), job_id=_text(raw, "job_id", JOB_ID_MAX_CHARS),
-                          v=_int(raw, "v", 0, MAX_CODE, PROTOCOL_VERSION))
+                          log_path=_log_path(raw), v=_int(raw, "v", 0, MAX_CODE, PROTOCOL_VERSION))
         if cmd == "beat":
             beats = raw.get("heartbeats", [])
             if not isinstance(beats, list) or not all(isinstance(b, dict) for b in beats):

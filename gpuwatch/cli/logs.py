@@ -1,7 +1,10 @@
 """`gpuwatch logs NAME [-n N] [-f]`: a supervised trainer's captured output (stdout and stderr), like `tail`.
 
 NAME is a trainer of the configuration, else one the running daemon lists (its own configuration's, e.g. the
-demo's); an attached run's output is not the daemon's to keep: one line says where it goes.
+demo's, or a run attached with `gpuwatch train`). An attached run's log is its wrapper's copy of the output, in the
+run's own directory (cli/train/output.py): only its user and root may read it, root through the same ``safefs``
+open (no link, no FIFO, only a file of the run's user). A run of an older wrapper sent no log path: one line says
+where its output went.
 
 It reads the trainer's log file and needs no daemon: the path is the one the daemon published for it in the
 state file, else the one the daemon would use (``supervise.trainer.log_path``: the trainer's ``log_dir``,
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pwd
 import sys
 import time
 from collections.abc import Iterator
@@ -38,38 +42,42 @@ def cmd_logs(args: argparse.Namespace) -> int:
     name = args.name or ""
     if isinstance(trainer, str):  # not in this configuration: the running daemon may still list it
         published = _published(config, args.name)
+        owners: tuple[int, ...] | None = None
         if published is not None and published.get("origin") == "attached":
-            print(f"gpuwatch logs: {attached_run_note(published)}", file=sys.stderr)
-            return EXIT_ALARM
-        if published is None or not published.get("log_path"):
+            refusal, owners = attached_log_reader(published, os.getuid())
+            if refusal is not None:
+                print(f"gpuwatch logs: {refusal}", file=sys.stderr)
+                return EXIT_ALARM
+        elif published is None or not published.get("log_path"):
             print(f"gpuwatch logs: {trainer}", file=sys.stderr)
             return EXIT_USAGE
-        path = Path(published["log_path"])  # a trainer of the daemon's own configuration (another -c FILE)
+        # A trainer of the daemon's own configuration (another -c FILE), or an attached run's log.
+        path = Path(published["log_path"])
     else:
-        name, path = trainer.name, trainer_log_path(config, trainer)
+        name, path, owners = trainer.name, trainer_log_path(config, trainer), None
     try:
-        return _show(path, name, args.lines, args.follow)
+        return _show(path, name, args.lines, args.follow, owners)
     except OSError as exc:  # a log only root may read (the daemon's user and group), a vanished folder...
         print(f"gpuwatch logs: cannot read {exc.filename or path}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_ALARM
 
 
-def _show(path: Path, name: str, count: int, following: bool) -> int:
+def _show(path: Path, name: str, count: int, following: bool, owners: tuple[int, ...] | None = None) -> int:
     out = sys.stdout.buffer
-    current = _open(path)
+    current = _open(path, owners)
     if current is None and not following:
-        print(f"gpuwatch logs: no log of trainer {name} yet at {path} (it has not run with this runtime "
-              "directory; -f waits for it)", file=sys.stderr)
+        why = "its command wrote nothing yet" if owners is not None else "it has not run with this runtime directory"
+        print(f"gpuwatch logs: no log of trainer {name} yet at {path} ({why}; -f waits for it)", file=sys.stderr)
         return EXIT_ALARM
     if current is None:
         print(f"gpuwatch logs: waiting for {path}", file=sys.stderr)
     try:
-        out.writelines(last_lines(current, path, count))
+        out.writelines(last_lines(current, path, count, owners))
         out.flush()
         if not following:
             return EXIT_OK
         # From where the last lines ended, in the same open file: nothing written meanwhile is lost.
-        for chunk in follow(path, current):
+        for chunk in follow(path, current, owners=owners):
             out.write(chunk)
             out.flush()
     finally:
@@ -87,14 +95,31 @@ def _published(config: Config, name: str | None) -> dict[str, Any] | None:
     return None
 
 
+def attached_log_reader(published: dict[str, Any], caller_uid: int) -> tuple[str | None, tuple[int, ...] | None]:
+    """Whether ``caller_uid`` may read the attached run's log (its user or root), and the owner its file must have;
+    else why not, in one line."""
+    name = safe(str(published.get("name")))
+    if not published.get("log_path"):
+        return attached_run_note(published), None
+    user = published.get("user")
+    try:
+        uid = pwd.getpwnam(str(user)).pw_uid
+    except (KeyError, TypeError):
+        return f"{name} is a run of a user this machine does not know ({safe(str(user))}): not reading its log", None
+    if caller_uid not in (0, uid):
+        return (f"{name} is a run of {safe(str(user))}: only that user and root may read its log "
+                f"({safe(str(published['log_path']))})"), None
+    return None, (uid,)
+
+
 def attached_run_note(published: dict[str, Any]) -> str:
-    """Where an attached run's output is, in one line: `gpuwatch train` leaves its command on the terminal it was
-    started from (a pipe or a file if redirected), and the daemon, which is not its parent, never sees it."""
+    """Where the output of a run attached by an older `gpuwatch train` (no log path) is, in one line: on the terminal
+    it was started from (a pipe or a file if redirected); the daemon, which is not its parent, never sees it."""
     who = f" of {published['user']}" if published.get("user") else ""
     pid = f" (pid {published['pid']}{who})" if published.get("pid") else who
     return (f"{safe(str(published.get('name')))} is a run attached with `gpuwatch train`{safe(pid)}: its output goes "
             "where that command's output goes (its terminal, or the file it was redirected to); the daemon keeps "
-            "no copy (redirect it to keep one: gpuwatch train -- python train.py ARGS 2>&1 | tee train.log)")
+            "no copy, and that `gpuwatch train` (an older one, which sent no log path) keeps none")
 
 
 def trainer_log_path(config: Config, trainer: TrainerConfig) -> Path:
@@ -110,14 +135,15 @@ def trainer_log_path(config: Config, trainer: TrainerConfig) -> Path:
     return log_path(trainer, config.resolved_runtime_dir / "trainers")
 
 
-def last_lines(current: BinaryIO | None, path: Path, count: int) -> list[bytes]:
+def last_lines(current: BinaryIO | None, path: Path, count: int,
+               owners: tuple[int, ...] | None = None) -> list[bytes]:
     """The last ``count`` lines of the log (``current``: ``path`` open, left at the end of what was read), reaching
     into its rotated files (``.1`` is the newest of them)."""
     lines = _tail(current, count) if current is not None else []
     for part in _rotated(path):
         if len(lines) >= count:
             break
-        f = _open(part)
+        f = _open(part, owners)
         if f is None:  # rotated away meanwhile
             continue
         with f:
@@ -125,7 +151,8 @@ def last_lines(current: BinaryIO | None, path: Path, count: int) -> list[bytes]:
     return lines[-count:] if count else []
 
 
-def follow(path: Path, f: BinaryIO | None, poll_s: float = FOLLOW_POLL_S) -> Iterator[bytes]:
+def follow(path: Path, f: BinaryIO | None, poll_s: float = FOLLOW_POLL_S,
+           owners: tuple[int, ...] | None = None) -> Iterator[bytes]:
     """What is written to ``path`` from ``f``'s position on (``f``: ``path`` open, or None), forever. A file that
     appears later, or that replaces it (a rotation) or was truncated, is read from its start. The files it opens
     itself it closes; ``f`` is the caller's."""
@@ -133,7 +160,7 @@ def follow(path: Path, f: BinaryIO | None, poll_s: float = FOLLOW_POLL_S) -> Ite
     try:
         while True:
             if f is None:
-                f = _open(path)
+                f = _open(path, owners)
                 if f is None:
                     time.sleep(poll_s)
                     continue
@@ -155,12 +182,12 @@ def follow(path: Path, f: BinaryIO | None, poll_s: float = FOLLOW_POLL_S) -> Ite
             f.close()
 
 
-def _open(path: Path) -> BinaryIO | None:
+def _open(path: Path, owners: tuple[int, ...] | None = None) -> BinaryIO | None:
     """The log open for reading; None when it is not there. It is in the trainer's directory, which its user
     owns: a link or a FIFO in its place is refused (``safefs``: never read through, never blocking), in one
-    line, as ``Unsafe``."""
+    line, as ``Unsafe``; so is a file of anyone but ``owners`` (an attached run's log: its user's only)."""
     try:
-        return os.fdopen(open_regular(path), "rb")
+        return os.fdopen(open_regular(path, owners=owners), "rb")
     except FileNotFoundError:
         return None
 

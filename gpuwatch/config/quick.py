@@ -39,6 +39,10 @@ class ConfigError(Exception):
 RUNTIME_DIR_DEFAULT = None  # None: config.runtime.default_runtime_dir / client_runtime_dir decide
 TRAINER_GRACE_S = 120.0  # [[trainer]] grace_s, `train --grace-s`
 BACKOFF_INITIAL_S = 10.0  # [[trainer]] backoff.initial_s, `train --backoff-s`
+# [[trainer]] log_max_bytes / log_backups, and the size and count of an attached run's log (cli/train/output.py).
+TRAINER_LOG_MAX_BYTES = 20 * 1024 * 1024
+TRAINER_LOG_MIN_BYTES = 4096
+TRAINER_LOG_BACKUPS = 3
 
 
 class Unsure:

@@ -9,7 +9,13 @@ from pydantic import Field, field_validator
 
 from gpuwatch.config.base import PciSlot, Strict, distinct_slots
 from gpuwatch.config.cooling import ThermalConfig
-from gpuwatch.config.quick import BACKOFF_INITIAL_S, TRAINER_GRACE_S
+from gpuwatch.config.quick import (
+    BACKOFF_INITIAL_S,
+    TRAINER_GRACE_S,
+    TRAINER_LOG_BACKUPS,
+    TRAINER_LOG_MAX_BYTES,
+    TRAINER_LOG_MIN_BYTES,
+)
 
 # Shared with [attached] (config/sections.py): a run attached from a shell is paused, held and judged hung
 # as a configured trainer is.
@@ -68,8 +74,8 @@ class TrainerConfig(Strict):
     log_is_progress: bool = True
     restart_after_emergency: bool = True
     log_dir: Path | None = None
-    log_max_bytes: int = Field(default=20 * 1024 * 1024, ge=4096)
-    log_backups: int = Field(default=3, ge=0, le=100)
+    log_max_bytes: int = Field(default=TRAINER_LOG_MAX_BYTES, ge=TRAINER_LOG_MIN_BYTES)
+    log_backups: int = Field(default=TRAINER_LOG_BACKUPS, ge=0, le=100)
 
     @field_validator("gpus", mode="before")
     @classmethod

@@ -85,6 +85,7 @@ class AttachedRun:
     rate: RunningRate = field(default_factory=RunningRate)
     ranks: RankView | None = None
     suspended: int | None = None  # its user stopped it (Ctrl-Z): the signal its wrapper's last Beat named
+    log_path: str | None = None  # its wrapper's copy of its output (attach.Attach.log_path): published, never opened
 
     def target(self) -> Target:
         return Target(self.name, attached=True, uid=self.uid, user=self.user)
@@ -125,6 +126,7 @@ class AttachedRuns:
             if known is not None:
                 known.link, known.pid, known.created = link, request.pid, _created(request.pid)
                 known.wrapper_pid = peer.pid
+                known.log_path = request.log_path or known.log_path
                 known.state = reattached(known.state, now, request.paused, request.reason)
                 self._log(known, f"re-attached (pid {request.pid})")
                 return Attached(ok=True, run_id=known.run_id, name=known.name, interval_s=interval_s)
@@ -138,6 +140,7 @@ class AttachedRuns:
             run = AttachedRun(run_id=run_id, name=name, uid=peer.uid, user=user,
                               pid=request.pid, argv=list(request.argv), gpus=gpus,
                               job_id=request.job_id, link=link, created=_created(request.pid), wrapper_pid=peer.pid,
+                              log_path=request.log_path,
                               state=start(now, request.paused, request.reason))
             self.runs[run.run_id] = run
         log.info("attached run %s: pid %d of %s (uid %d): %s", name, run.pid, user, peer.uid, " ".join(run.argv))
@@ -288,6 +291,7 @@ class AttachedRuns:
             restarts_by_reason=(("wrapper", run.restarts),) if run.restarts else (),
             pauses_total=state.pauses_total, resumes_total=state.resumes_total, last_exit_code=state.last_exit_code,
             reason=state.reason, origin="attached", user=run.user, command=_command(run.argv), job_id=run.job_id,
+            log_path=run.log_path,
         )
 
 

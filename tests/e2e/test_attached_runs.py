@@ -286,7 +286,8 @@ class UserWrapper:
     """The real `gpuwatch train` as ``user`` in their own runtime directory, running the loop with the system's
     python (the test's interpreter may be where ``user`` cannot read); its tree stopped by ``stop``."""
 
-    def __init__(self, user: str, root: Path, daemon: Daemon, name: str) -> None:
+    def __init__(self, user: str, root: Path, daemon: Daemon, name: str, script: str = LOOP,
+                 extra_env: dict[str, str] | None = None) -> None:
         entry = pwd.getpwnam(user)
         self.xdg = root / f"xdg-{user}"
         self.xdg.mkdir(mode=0o700)
@@ -294,12 +295,12 @@ class UserWrapper:
         self.log = root / f"wrapper-{user}.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWATCH_")}
         env |= {"XDG_RUNTIME_DIR": str(self.xdg), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1",
-                "HOME": str(self.xdg)}
+                "HOME": str(self.xdg)} | (extra_env or {})
         python = shutil.which("python3", path="/usr/bin:/bin") or "python3"
         with self.log.open("wb") as sink:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "tests.support.as_user", user, "cli", "train", "--runtime-dir",
-                 str(daemon.runtime), "--name", name, "--", "env", python, LOOP], stdout=sink,
+                 str(daemon.runtime), "--name", name, "--", "env", python, script], stdout=sink,
                 stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
         self.tree: list[psutil.Process] = []
 
@@ -574,3 +575,78 @@ def test_a_manual_pause_stays_manual_across_a_daemon_sigkill(short_dir: Path) ->
         assert gpuwatch("resume", "manual", "-c", str(second.config)).returncode == 0
         wait_for(lambda: not pause.exists(), "the pause file removed", WAIT_S, detail=wrapper.output)
         second.wait_run("manual", lambda r: r["phase"] == "running", "running again")
+
+
+PRINTER = """
+import sys, time
+for i in range(400):
+    print(f"output line {i:04d} of the attached run")
+print("one line on stderr", file=sys.stderr)
+sys.stdout.flush()
+time.sleep(600)
+"""
+
+
+@pytest.mark.timeout(300)
+@needs_root
+def test_logs_shows_an_attached_runs_output_to_its_user_and_root_only(short_dir: Path) -> None:
+    """Issue 50 item 5: `gpuwatch train` keeps its command's output (stdout and stderr, also passed on to its own
+    stdout), rotated at the trainer log's size (a small one here), and `gpuwatch logs NAME` shows it to the run's
+    user and to root, never to another user; root refuses a symlink planted as the log."""
+    script = short_dir / "printer.py"
+    script.write_text(PRINTER)
+    script.chmod(0o644)
+    wrappers: list[UserWrapper] = []
+    with unprivileged_user("gwo") as owner, unprivileged_user("gwx") as other:
+        try:
+            with Processes(short_dir / "logs") as processes, Wrappers(short_dir) as roots:
+                daemon = Daemon(processes, roots, COOL)
+                config = str(daemon.config)
+                theirs = UserWrapper(owner, short_dir, daemon, "printer", str(script),
+                                     extra_env={"GPUWATCH_TRAIN_LOG_MAX_BYTES": "4096"})
+                wrappers.append(theirs)
+                run = daemon.wait_run("printer", lambda r: r["phase"] == "running" and r.get("log_path"),
+                                      "the run attached with its log path", theirs.output)
+                log = Path(run["log_path"])
+                assert log.name == "output.log" and log.parent.parent == theirs.xdg / "gpuwatch" / "runs"
+                expected = [f"output line {i:04d} of the attached run" for i in range(400)]
+                wait_for(lambda: "one line on stderr" in theirs.output(), "the output passed on", WAIT_S,
+                         detail=theirs.output)
+                assert [line for line in theirs.output().splitlines() if line.startswith("output line")] == expected
+                # Rotated at the bound, as a trainer's log: every file within it, the lines across them.
+                def whole_log() -> list[Path] | None:
+                    found = sorted(log.parent.glob("output.log*"))
+                    return found if sum(p.read_bytes().count(b"\n") for p in found) == 401 else None
+
+                rotated = wait_for(whole_log, "the whole output in the log", WAIT_S,
+                                   detail=lambda: str(sorted(log.parent.iterdir())))
+                assert log.with_name("output.log.1") in rotated and all(p.stat().st_size <= 4096 for p in rotated)
+                assert all(p.stat().st_uid == pwd.getpwnam(owner).pw_uid for p in rotated)
+                mine = _as_user(owner, "logs", "printer", "-n", "401", "-c", config)
+                assert mine.returncode == 0, mine
+                assert mine.stdout.splitlines() == [*expected, "one line on stderr"], mine.stdout[-500:]
+                refused = _as_user(other, "logs", "printer", "-c", config)
+                assert refused.returncode == 1 and refused.stdout == "", refused
+                assert f"printer is a run of {owner}: only that user and root may read its log" in refused.stderr
+                assert "Traceback" not in refused.stderr
+                by_root = gpuwatch("logs", "printer", "-n", "2", "-c", config)
+                assert by_root.returncode == 0 and by_root.stdout.splitlines() == [expected[-1], "one line on stderr"]
+                # A link in the log's place (the owner's doing): root never reads through it.
+                secret = short_dir / "root-only"
+                secret.write_text("root's secret\n")
+                secret.chmod(0o600)
+                log.rename(log.with_name("moved"))
+                log.symlink_to(secret)
+                planted = gpuwatch("logs", "printer", "-c", config)
+                assert planted.returncode == 1 and "root's secret" not in planted.stdout, planted
+                assert f"{log} is a symbolic link: refused" in planted.stderr and "Traceback" not in planted.stderr
+                log.unlink()
+                log.with_name("moved").rename(log)
+                theirs.stop()
+                # The run's files go with its wrapper, but for its log, kept for `gpuwatch logs` after the end.
+                assert {p.name for p in log.parent.iterdir()} <= {p.name for p in rotated}
+                ended = gpuwatch("logs", "printer", "-n", "1", "-c", config)
+                assert ended.returncode == 0 and ended.stdout == "one line on stderr\n", ended
+        finally:
+            for wrapper in wrappers:
+                wrapper.stop()

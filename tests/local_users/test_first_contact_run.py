@@ -39,6 +39,7 @@ with open(sys.argv[1] + ".tmp", "w") as out:
     json.dump({"executable": sys.executable, "gpuwatch": getattr(sys.modules.get("gpuwatch"), "__file__", None),
                "cmdline": [w for w in open("/proc/self/cmdline", "rb").read().decode().split("\\0") if w]}, out)
 os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+print("three steps done", flush=True)
 time.sleep(float(sys.argv[2]))
 """
 
@@ -115,23 +116,23 @@ def test_her_simulator_is_found_by_plain_commands_and_her_venvs_python_runs(alic
                           and s, "the run listed by a plain status", 60)
         assert "[attached" in listed.stdout
 
-        # Item 5: `gpuwatch logs NAME` of an attached run says where its output is, in one line.
-        logs = _cli(user, home, "logs", "fc")
-        said = logs.stderr.splitlines()  # the simulator's line, then the answer
-        assert logs.returncode == 1 and len(said) == 2 and "using the simulator's" in said[0], logs.stderr
-        assert said[1].startswith("gpuwatch logs: fc is a run attached with `gpuwatch train` "), logs.stderr
+        # Item 5: `gpuwatch logs NAME` of an attached run shows its output, as `gpuwatch train` kept it.
+        logs = wait_for(lambda: "three steps done" in (done := _cli(user, home, "logs", "fc")).stdout and done,
+                        "her run's output in `gpuwatch logs`", 60)
+        assert logs.returncode == 0 and "using the simulator's" in logs.stderr, logs.stderr
 
         paused = _cli(user, home, "pause", "fc")  # plain, it reaches her simulator too
         assert paused.returncode == 0, paused.stderr + paused.stdout
         assert f"using the simulator's (gpuwatch run --simulate) in {simulated}" in paused.stderr
         train.send_signal(signal.SIGINT)
-        _, stderr = train.communicate(timeout=120)
+        output, stderr = train.communicate(timeout=120)
         assert f"attached to the simulated gpuwatch daemon ({simulated}: no real daemon runs here) as fc" in stderr
         assert "this run is not protected" not in stderr, stderr
-        # Her Ctrl-C's traceback starts in her script: no bootstrap.py, launch.py or runpy frame (item 13).
-        lines = stderr.splitlines()
-        assert lines[lines.index("Traceback (most recent call last):") + 1].startswith('  File "train.py"'), stderr
-        assert not any(ours in stderr for ours in ("bootstrap.py", "launch.py", "runpy")), stderr
+        # Her Ctrl-C's traceback (the command's stderr, passed on with its stdout on the wrapper's stdout) starts
+        # in her script: no bootstrap.py, launch.py or runpy frame (item 13).
+        lines = output.splitlines()
+        assert lines[lines.index("Traceback (most recent call last):") + 1].startswith('  File "train.py"'), output
+        assert not any(ours in output for ours in ("bootstrap.py", "launch.py", "runpy")), output
     finally:
         if train is not None and train.poll() is None:
             train.kill()

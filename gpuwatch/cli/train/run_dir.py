@@ -1,16 +1,17 @@
-"""An attached run's own directory: where `gpuwatch train` keeps the run's heartbeat and pause files.
+"""An attached run's own directory: where `gpuwatch train` keeps the run's heartbeat and pause files and its log.
 
 $XDG_RUNTIME_DIR/gpuwatch/runs/<run>/ (else, or when that directory does not exist here, as under a Slurm job
 whose environment came from a login node: /tmp/gpuwatch-<uid>/runs/<run>/), mode 0700, owned by the
 user who trains. The daemon never opens it (the wrapper relays the heartbeats over the attach socket and
-makes the pause file itself), so nobody else needs to read it. Under /tmp another user could have made
-the parent folders first (to read the heartbeats or to swap a folder for a symlink to their own): every
+makes the pause file itself); only its user, and root's `gpuwatch logs`, read its log. Under /tmp another user
+could have made the parent folders first (to read the heartbeats or to swap a folder for a symlink to their own): every
 level this module makes or finds must be a real directory, not a symlink, owned by the user and not
 writable by anyone else, or there is no run directory and the run trains unattached (one line).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -21,6 +22,7 @@ from pathlib import Path
 
 HEARTBEAT_NAME = "heartbeat.json"  # the ranks' files go beside it (heartbeat.rank_heartbeat_path)
 PAUSE_NAME = "pause"
+LOG_NAME = "output.log"  # the command's output (cli/train/output.py), rotated to output.log.1...: kept at the end
 
 
 class RunDirError(Exception):
@@ -39,9 +41,28 @@ class RunDir:
     def pause_file(self) -> Path:
         return self.path / PAUSE_NAME
 
+    @property
+    def log_file(self) -> Path:
+        return self.path / LOG_NAME
+
     def remove(self) -> None:
-        """At the wrapper's exit: the run's files go with it."""
-        shutil.rmtree(self.path, ignore_errors=True)
+        """At the wrapper's exit: the run's files go with it, but for its log (`gpuwatch logs NAME` after a crash),
+        which goes with the directory when the user's runtime directory goes (logout) or /tmp is cleaned."""
+        try:
+            names = os.listdir(self.path)
+        except OSError:
+            return
+        for name in names:
+            if name == LOG_NAME or name.startswith(f"{LOG_NAME}."):
+                continue
+            entry = self.path / name
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    entry.unlink()
+        with contextlib.suppress(OSError):
+            self.path.rmdir()  # empty: no log was kept (the output was not copied)
 
 
 def runs_base(environ: Mapping[str, str], euid: int) -> tuple[Path, list[Path]]:

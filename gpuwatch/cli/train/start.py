@@ -1,5 +1,5 @@
-"""`gpuwatch train` as the run's parent: its run directory, the command's environment, the daemon's
-socket and the link to it, put together for cli/train/run.py (docs/attached-runs.md).
+"""`gpuwatch train` as the run's parent: its run directory, the command's environment and output (its log), the
+daemon's socket and the link to it, put together for cli/train/run.py (docs/attached-runs.md).
 
 The daemon's socket is where `gpuwatch status` and `pause` find a daemon (``config.runtime.client_runtime_dir``:
 ``RUNTIME_DIRECTORY``, ``$XDG_RUNTIME_DIR/gpuwatch``, /tmp/gpuwatch-<uid>, else the service's /run/gpuwatch, else a
@@ -20,9 +20,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from gpuwatch.attach import JOB_ID_MAX_CHARS, TEXT_MAX_CHARS, Attach, Event, text_refusal
+from gpuwatch.attach import JOB_ID_MAX_CHARS, TEXT_MAX_CHARS, Attach, Event, log_path_refusal, text_refusal
 from gpuwatch.cli.text import safe
 from gpuwatch.cli.train.link import AttachLink, hold_window_s
+from gpuwatch.cli.train.output import OutputCopy, RotatingLog, log_max_bytes
 from gpuwatch.cli.train.run import RunSettings, TrainRun
 from gpuwatch.cli.train.run_dir import RunDir, RunDirError, make_run_dir
 from gpuwatch.config.runtime import CONTROL_SOCKET_NAME, client_runtime_dir, daemon_files_in
@@ -63,9 +64,14 @@ def start_run(args: argparse.Namespace, command: list[str], gpus: list[str], bui
     # The daemon refuses a string with a control character (attach.text_refusal): the command line it shows is
     # sent escaped (a `python -c` script's newlines), a job id it would refuse is left out.
     job_id = os.environ.get(SLURM_JOB_ENV) or None
+    # The command's output is kept in the run's directory (`gpuwatch logs NAME`); a path the daemon would refuse
+    # (not printable) is kept too, but not sent.
+    output = _output_copy(run_dir)
+    log_path = str(run_dir.log_file) if output is not None and run_dir is not None else None
     request = Attach(pid=0, argv=[safe(arg)[:TEXT_MAX_CHARS] for arg in command], name=args.name, gpus=gpus or None,
                      restart=str(args.restart),
-                     job_id=job_id if job_id and text_refusal(job_id, JOB_ID_MAX_CHARS) is None else None)
+                     job_id=job_id if job_id and text_refusal(job_id, JOB_ID_MAX_CHARS) is None else None,
+                     log_path=log_path if log_path and log_path_refusal(log_path) is None else None)
     euid = os.geteuid()
 
     def link(pid: int, on_event: Callable[[Event], None]) -> AttachLink | None:
@@ -76,12 +82,28 @@ def start_run(args: argparse.Namespace, command: list[str], gpus: list[str], bui
 
     settings = RunSettings(command=list(command), restart=args.restart, grace_s=args.grace_s,
                            backoff_s=args.backoff_s, checkpoint_glob=args.checkpoint_glob,
-                           resume_args=_split(args.resume_args), heartbeat_file=heartbeat)
+                           resume_args=_split(args.resume_args), heartbeat_file=heartbeat,
+                           output_fd=output.child_fd if output is not None else None)
     try:
         return TrainRun(settings, lambda cmd: build(cmd, env), say, link).run()
     finally:
+        if output is not None:
+            output.close()
         if run_dir is not None:
             run_dir.remove()
+
+
+def _output_copy(run_dir: RunDir | None) -> OutputCopy | None:
+    """The copy of the command's output into the run's log; none without a run directory (the command writes to
+    the wrapper's stdout and stderr itself, as with --no-attach)."""
+    if run_dir is None:
+        return None
+    try:
+        return OutputCopy(RotatingLog(run_dir.log_file, log_max_bytes(os.environ), say=say), 1, say).start()
+    except OSError as exc:  # no pty left (/dev/pts full), no descriptor: the run goes on, its output not kept
+        say(f"gpuwatch train: cannot keep a copy of the output ({exc.strerror or exc}): `gpuwatch logs` will not "
+            "show this run")
+        return None
 
 
 def _path(given: str | None, own: Path | None, env_name: str) -> Path | None:
