@@ -17,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -189,6 +191,53 @@ def node_exporter(sysfs_root: Path, port: int, log_path: Path,
         stdout=open(log_path, "wb"),
         stderr=subprocess.STDOUT,
     )
+
+
+def start_prometheus(work: Path, targets: dict[str, int], interval_s: float,
+                     scheme_config: str = "") -> tuple[subprocess.Popen[bytes], int]:
+    """Debian's Prometheus on loopback scraping each job's ``127.0.0.1:port`` every ``interval_s``
+    (``scheme_config``: YAML lines for every job, e.g. TLS and basic auth); returns it and its port
+    once it listens. Its TSDB and log live in ``work``."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        raise SystemExit("prometheus is not installed (Debian: apt-get install prometheus)")
+    jobs = "".join(f"  - job_name: {job}\n{scheme_config}    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+                   for job, port in targets.items())
+    config = work / "prometheus.yml"
+    config.write_text(f"global:\n  scrape_interval: {interval_s:g}s\n  scrape_timeout: {interval_s:g}s\n"
+                      f"scrape_configs:\n{jobs}")
+    port = free_port()
+    proc = subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={work / 'tsdb'}",
+                             f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=open(work / "prometheus.log", "wb"), stderr=subprocess.STDOUT)
+    try:
+        wait_port(port, timeout_s=60)
+    except TimeoutError:
+        stop(proc)
+        raise
+    return proc, port
+
+
+def prometheus_query(port: int, expr: str) -> dict[str, float]:
+    """An instant query of the Prometheus on ``port``: job -> value."""
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(url, timeout=30) as response:
+        result = json.load(response)["data"]["result"]
+    return {r["metric"]["job"]: float(r["value"][1]) for r in result}
+
+
+def start_wrapper(work: Path, run_dir: Path, name: str, code: str) -> subprocess.Popen[bytes]:
+    """The real ``gpuwatch train --runtime-dir RUN --name NAME -- env python -c CODE``, attached to the
+    daemon of ``run_dir``, in its own session and with its own ``XDG_RUNTIME_DIR`` (``work/xdg-NAME``,
+    where the wrapper makes its run's directory)."""
+    xdg = work / f"xdg-{name}"
+    xdg.mkdir(mode=0o700)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWATCH_")}
+    env |= {"XDG_RUNTIME_DIR": str(xdg), "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, "-m", "gpuwatch.cli", "train", "--runtime-dir", str(run_dir), "--name",
+                             name, "--", "env", sys.executable, "-c", code], cwd=work, env=env,
+                            stdout=(work / f"wrapper-{name}.log").open("wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
 
 
 def machine() -> str:

@@ -40,6 +40,7 @@ from _common import (
     median,
     percentile,
     start_daemon,
+    start_wrapper,
     stop,
     temp_dir,
     wait_state,
@@ -76,19 +77,12 @@ def attach_times(sock: Path, count: int) -> list[float]:
     return times
 
 
-def start_wrapper(work: Path, run: Path) -> tuple[subprocess.Popen[bytes], Path]:
+def start_wrapper_run(work: Path, run: Path) -> tuple[subprocess.Popen[bytes], Path]:
     """The real `gpuwatch train` with a sleeping loop as its command; returns it and its pause file's path."""
-    xdg = work / "xdg"
-    xdg.mkdir(mode=0o700)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWATCH_")}
-    env |= {"XDG_RUNTIME_DIR": str(xdg), "PYTHONPATH": str(REPO)}
-    wrapper = subprocess.Popen([sys.executable, "-m", "gpuwatch.cli", "train", "--runtime-dir", str(run), "--name",
-                                "wrapped", "--", "env", sys.executable, "-c", TRAINER], cwd=work, env=env,
-                               stdout=(work / "wrapper.log").open("wb"), stderr=subprocess.STDOUT,
-                               start_new_session=True)
-    runs = xdg / "gpuwatch" / "runs"
+    wrapper = start_wrapper(work, run, "wrapped", TRAINER)
+    runs = work / "xdg-wrapped" / "gpuwatch" / "runs"
     if poll_until(lambda: any(runs.glob("*")), 30.0, 0.05) is None:
-        raise RuntimeError(f"the wrapper made no run directory; see {work}/wrapper.log")
+        raise RuntimeError(f"the wrapper made no run directory; see {work}/wrapper-wrapped.log")
     return wrapper, next(runs.glob("*")) / "pause"
 
 
@@ -128,12 +122,12 @@ def main() -> int:
             wait_state(run / "state.json", daemon)
             attach_s = attach_times(run / "control.sock", args.attaches)
             client = AttachClient(run / "control.sock", "attached")
-            wrapper, wrapped_pause = start_wrapper(work, run)
+            wrapper, wrapped_pause = start_wrapper_run(work, run)
             pause_file = run / "trainers" / "configured" / "pause"
             configured_s, attached_s, wrapped_s = [], [], []
             try:
                 if poll_until(lambda: "wrapped" in attached_names(run / "state.json"), 60.0, 0.05) is None:
-                    raise RuntimeError(f"the wrapper did not attach; see {work}/wrapper.log")
+                    raise RuntimeError(f"the wrapper did not attach; see {work}/wrapper-wrapped.log")
                 for trial in range(args.trials):
                     time.sleep(random.uniform(0, args.interval_s))
                     seen = len(client.events)

@@ -20,6 +20,9 @@ would run by default: native, nocudnn and naive on the autograd engine's device 
 default), the fallback on the calling thread (what ``patch_conv2d`` and ``gpuwatch train`` set). A suffix
 ``@caller`` or ``@engine`` overrides that, so ``native@caller`` is native under the fallback's setting.
 
+``--converge STEPS`` also trains native and the fallback STEPS steps each from the same seed at every
+point and prints how far apart their final losses are (issue 52: within 1 % after 150 steps).
+
 Peak memory is measured twice for the fallback: with its choices made (as the timed steps ran), and
 over its first steps in a fresh process state, autotuning included (``first_peak_bytes``).
 
@@ -238,6 +241,26 @@ def peak_bytes(variant: str, batch: int, precision: str, args: argparse.Namespac
     return torch.cuda.max_memory_allocated(device) - base
 
 
+def converge(batch: int, precision: str, args: argparse.Namespace) -> dict[str, float]:
+    """Native and the fallback each trained ``--converge`` steps from the same seed on the same batch:
+    the final losses (mean of the last 10 steps) and their relative difference."""
+    device = torch.device(args.device)
+    finals = {}
+    for variant in ("native", "fallback"):
+        torch.manual_seed(0)
+        model = build_model()
+        losses = []
+        with _patched(variant, model), variant_settings(variant):
+            step = make_step(model, batch_size=batch, image_size=args.image_size, device=device,
+                             amp_dtype=PRECISIONS[precision])
+            for _ in range(args.converge):
+                losses.append(float(step()))
+        finals[variant] = statistics.fmean(losses[-10:])
+        finals[f"{variant} first"] = losses[0]
+    finals["rel_diff"] = abs(finals["fallback"] - finals["native"]) / abs(finals["native"])
+    return finals
+
+
 def block_ratios(ref: list[float], other: list[float], blocks: int) -> list[float]:
     """Ratio of medians in each of ``blocks`` consecutive slices of the rounds: the host's speed
     drifts in phases, and a slow phase makes the (host-heavier) fallback look worse."""
@@ -304,6 +327,9 @@ def main() -> None:
     parser.add_argument("--tf32", choices=["on", "off"], default="on", help="TF32 for cuDNN convs and matmuls alike")
     parser.add_argument("--cudnn-benchmark", choices=["on", "off"], default="on")
     parser.add_argument("--json", type=Path, help="write every measurement here")
+    parser.add_argument("--converge", type=int, default=0, metavar="STEPS",
+                        help="also train native and the fallback STEPS steps each from one seed at every point and "
+                        "compare their final losses (issue 52: within 1 %% at 150 steps)")
     args = parser.parse_args()
 
     device = torch.device(args.device)
@@ -343,7 +369,13 @@ def main() -> None:
                       f"peak {summary[variant]['peak_bytes'] / 2**30:.3f} GiB"
                       + (f", first steps (autotuning) {summary[variant]['first_peak_bytes'] / 2**30:.3f} GiB"
                          if "first_peak_bytes" in summary[variant] else ""), flush=True)
-            raw.append({"batch": batch, "precision": precision, "summary": summary, "seconds": seconds})
+            entry = {"batch": batch, "precision": precision, "summary": summary, "seconds": seconds}
+            if args.converge:
+                entry["converge"] = converged = converge(batch, precision, args)
+                print(f"batch {batch} {precision}: after {args.converge} steps the loss is {converged['native']:.6g} "
+                      f"native, {converged['fallback']:.6g} fallback (first {converged['native first']:.6g}): "
+                      f"{100 * converged['rel_diff']:.3f} % apart", flush=True)
+            raw.append(entry)
             rows.append((batch, precision, summary))
 
     print()
@@ -364,6 +396,9 @@ def main() -> None:
                   f"{q1:.2f}x-{q3:.2f}x | {statistics.median(blocks):.2f}x ({min(blocks):.2f}x-{max(blocks):.2f}x) | "
                   f"{a['peak_bytes'] / 2**30:.2f} | {b['peak_bytes'] / 2**30:.2f} | {mem_ratio:.2f}x |")
     _summary_table(args.variants, rows)
+    if args.converge:
+        print(f"\n{args.converge}-step loss, fallback vs native: " + ", ".join(
+            f"batch {e['batch']} {e['precision']} {100 * e['converge']['rel_diff']:.3f} %" for e in raw))
     if args.json:
         args.json.write_text(json.dumps({"env": env, "results": raw}, indent=1))
 

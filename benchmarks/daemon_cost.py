@@ -6,7 +6,15 @@ they share whatever load the machine has. The window starts after start-up and t
 ``--baseline DIR`` runs another checkout's daemons beside them (the same trees), and prints this
 checkout's CPU per tick over the baseline's: a change's cost measured side by side in one run.
 
+A production-like load (issue 52): ``--attached N`` attaches N runs to every daemon through the real
+wrapper (`gpuwatch train --runtime-dir RUN -- python -c LOOP`: heartbeats, the run's cgroup and
+processes watched every tick), and ``--prometheus`` has a real Prometheus (Debian's, loopback) scrape
+every daemon's /metrics every ``--scrape-interval-s``, next to a node_exporter on each tree (hwmon and
+drm collectors) that the same Prometheus scrapes: node_exporter's own CPU and RSS are measured over
+the same window, so both exporters' cost comes from one run.
+
     .venv/bin/python benchmarks/daemon_cost.py [--window-s 60] [--gpus 1 8] [--baseline /path/to/checkout]
+    .venv/bin/python benchmarks/daemon_cost.py --gpus 8 --attached 2 --prometheus     # issue 52's load
 """
 
 from __future__ import annotations
@@ -25,7 +33,11 @@ from _common import (
     fixtures_arg,
     free_port,
     machine,
+    node_exporter,
+    prometheus_query,
     start_daemon,
+    start_prometheus,
+    start_wrapper,
     stop,
     temp_dir,
     wait_state,
@@ -35,6 +47,7 @@ from _common import (
 CPU_TARGET_PCT = 0.5
 RSS_TARGET_MIB = 60.0
 SETTLE_S = 3.0
+RUN_LOOP = "import time\nwhile True:\n    time.sleep(0.05)\n"  # an attached run's command
 
 
 def cpu_s(handle: psutil.Process) -> float:
@@ -63,23 +76,49 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--interval-s", type=float, default=1.0)
     parser.add_argument("--baseline", type=Path, help="another checkout whose daemons run side by side")
+    parser.add_argument("--attached", type=int, default=0, help="runs attached to every daemon (real wrappers)")
+    parser.add_argument("--prometheus", action="store_true",
+                        help="a real Prometheus scrapes every daemon and a node_exporter on each tree")
+    parser.add_argument("--scrape-interval-s", type=float, default=1.0)
     fixtures_arg(parser)
     args = parser.parse_args()
     sources = [("this", REPO)] + ([("baseline", args.baseline.resolve())] if args.baseline else [])
     work = temp_dir("cost")
     procs: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
+    helpers: list[subprocess.Popen[bytes]] = []  # wrappers and Prometheus: not measured
+    ports: dict[str, int] = {}
     try:
         for label, src in sources:
             for gpus in args.gpus:
                 base = work / f"{label}-g{gpus}"
+                # A tree each: a daemon controls its cards' fans alone (a second one on them exits).
                 build_tree(base / "sys", args.fixtures, args.capture, gpus)
                 (base / "run").mkdir(parents=True)
-                extra = f'[http]\nlisten = "127.0.0.1"\nport = {free_port()}\n'
-                config = write_config(base / "gpuwatch.toml", base / "sys", base / "run", extra, args.interval_s)
+                ports[f"{label}-g{gpus}"] = port = free_port()
+                extra = f'[http]\nlisten = "127.0.0.1"\nport = {port}\n'
+                config = write_config(base / "gpuwatch.toml", base / "sys", base / "run", extra,
+                                      args.interval_s)
                 procs[label, gpus] = start_daemon(config, base / "daemon.log", src=src)
+        if args.prometheus:
+            for gpus in args.gpus:
+                ports[f"node_exporter-g{gpus}"] = port = free_port()
+                procs["node_exporter", gpus] = node_exporter(work / f"this-g{gpus}" / "sys", port,
+                                                             work / f"node_exporter-g{gpus}.log")
         for (label, gpus), proc in procs.items():
+            if label == "node_exporter":
+                continue
             state = wait_state(work / f"{label}-g{gpus}" / "run" / "state.json", proc)
             assert len(state["gpus"]) == gpus, f"daemon sees {len(state['gpus'])} GPUs, expected {gpus}"
+            for index in range(args.attached):
+                helpers.append(start_wrapper(work, work / f"{label}-g{gpus}" / "run", f"{label}-g{gpus}-run{index}",
+                                             RUN_LOOP))
+        for label, gpus in procs if args.attached else ():
+            if label != "node_exporter":
+                _wait_attached(work / f"{label}-g{gpus}", args.attached)
+        prometheus_port = 0
+        if args.prometheus:
+            prometheus, prometheus_port = start_prometheus(work, ports, args.scrape_interval_s)
+            helpers.append(prometheus)
         time.sleep(SETTLE_S)
         handles = {key: psutil.Process(proc.pid) for key, proc in procs.items()}
         before = {key: (cpu_s(h), time.monotonic()) for key, h in handles.items()}
@@ -90,28 +129,36 @@ def main() -> int:
             for key, h in handles.items():
                 peak_rss[key] = max(peak_rss[key], h.memory_info().rss)
             time.sleep(min(1.0, max(0.0, end - time.monotonic())))
+        used = {key: (cpu_s(h) - before[key][0], time.monotonic() - before[key][1]) for key, h in handles.items()}
         print(f"machine: {machine()}")
         print(f"capture: {args.capture}; interval {args.interval_s} s; window {args.window_s:.0f} s; "
-              "daemons run side by side\n")
+              f"{args.attached} attached run(s) per daemon; "
+              + (f"Prometheus scraping every {args.scrape_interval_s:g} s; " if args.prometheus else "")
+              + "all side by side\n")
         print(
-            f"{'build':>8} {'GPUs':>4} {'ticks':>6} {'CPU % core':>11} {'target':>7} {'ratio':>6} "
+            f"{'build':>13} {'GPUs':>4} {'ticks':>6} {'CPU % core':>11} {'target':>7} {'ratio':>6} "
             f"{'peak RSS MiB':>13} {'USS MiB':>8} {'target':>7} {'ratio':>6} {'CPU ms/tick':>12} {'torch loaded':>13}"
         )
         failed = False
         per_tick_ms: dict[tuple[str, int], float] = {}
+        cost: dict[tuple[str, int], tuple[float, float]] = {}
         for (label, gpus), h in handles.items():
-            cpu0, t0 = before[label, gpus]
-            used_s, t1 = cpu_s(h) - cpu0, time.monotonic()
-            cpu_pct = 100.0 * used_s / (t1 - t0)
+            used_s, elapsed_s = used[label, gpus]
+            cpu_pct = 100.0 * used_s / elapsed_s
+            rss_mib = peak_rss[label, gpus] / 2**20
+            cost[label, gpus] = cpu_pct, rss_mib
+            uss_mib = h.memory_full_info().uss / 2**20
+            if label == "node_exporter":
+                print(f"{label:>13} {gpus:>4} {'-':>6} {cpu_pct:>11.3f} {'-':>7} {'-':>6} {rss_mib:>13.1f} "
+                      f"{uss_mib:>8.1f} {'-':>7} {'-':>6} {'-':>12} {'-':>13}")
+                continue
             ticks = _ticks(work / f"{label}-g{gpus}") - ticks_before[label, gpus]
             per_tick_ms[label, gpus] = 1e3 * used_s / max(ticks, 1)
-            rss_mib = peak_rss[label, gpus] / 2**20
-            uss_mib = h.memory_full_info().uss / 2**20
             torch = torch_mappings(h.pid)
             if label == "this":
                 failed |= cpu_pct >= CPU_TARGET_PCT or rss_mib >= RSS_TARGET_MIB or bool(torch)
             print(
-                f"{label:>8} {gpus:>4} {ticks:>6} {cpu_pct:>11.3f} {CPU_TARGET_PCT:>7.2f} "
+                f"{label:>13} {gpus:>4} {ticks:>6} {cpu_pct:>11.3f} {CPU_TARGET_PCT:>7.2f} "
                 f"{cpu_pct / CPU_TARGET_PCT:>6.2f} "
                 f"{rss_mib:>13.1f} {uss_mib:>8.1f} {RSS_TARGET_MIB:>7.0f} {rss_mib / RSS_TARGET_MIB:>6.2f} "
                 f"{per_tick_ms[label, gpus]:>12.2f} {'YES ' + ','.join(torch) if torch else 'no':>13}"
@@ -120,11 +167,36 @@ def main() -> int:
         for gpus in args.gpus if args.baseline else ():
             print(f"{gpus} GPU(s): CPU per tick this/baseline = "
                   f"{per_tick_ms['this', gpus] / max(per_tick_ms['baseline', gpus], 1e-9):.2f}")
+        if args.prometheus:
+            window = f"[{int(args.window_s)}s]"
+            scrapes = prometheus_query(prometheus_port, f"count_over_time(up{window})")
+            down = prometheus_query(prometheus_port, f"count_over_time(up{window}) - sum_over_time(up{window})")
+            took = prometheus_query(prometheus_port, f"quantile_over_time(0.5, scrape_duration_seconds{window})")
+            print("Prometheus over the window: " + ", ".join(
+                f"{job} {scrapes.get(job, 0):.0f} scrapes ({down.get(job, 0):.0f} failed, p50 "
+                f"{took.get(job, float('nan')) * 1e3:.1f} ms)" for job in ports))
+            for gpus in args.gpus:
+                (gw_cpu, gw_rss), (ne_cpu, ne_rss) = cost["this", gpus], cost["node_exporter", gpus]
+                print(f"{gpus} GPU(s): gpuwatch / node_exporter: CPU {gw_cpu / max(ne_cpu, 1e-9):.2f}, "
+                      f"peak RSS {gw_rss / max(ne_rss, 1e-9):.2f}")
         return 1 if failed else 0
     finally:
-        for proc in procs.values():
+        for proc in [*helpers, *procs.values()]:
             stop(proc)
         cleanup(work)
+
+
+def _wait_attached(base: Path, count: int, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            trainers = json.loads((base / "run" / "state.json").read_text())["trainers"]
+            if sum(t.get("origin") == "attached" for t in trainers) >= count:
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{count} run(s) not attached to {base} after {timeout_s:g} s; see its wrapper logs")
 
 
 def _ticks(base: Path) -> int:

@@ -29,7 +29,6 @@ import base64
 import gzip
 import http.client
 import json
-import shutil
 import ssl
 import subprocess
 import time
@@ -48,7 +47,9 @@ from _common import (
     median,
     node_exporter,
     percentile,
+    prometheus_query,
     start_daemon,
+    start_prometheus,
     stop,
     temp_dir,
     wait_port,
@@ -144,29 +145,14 @@ def run_prometheus(work: Path, tls: Tls, ports: dict[str, int], duration_s: floa
                    interval_s: float) -> dict[str, tuple[float, float, int]]:
     """Prometheus scraping each job for ``duration_s``: job -> (p50 s, p99 s, scrapes) of its own
     scrape_duration_seconds."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        raise SystemExit("prometheus is not installed (Debian: apt-get install prometheus)")
-    jobs = "".join(
-        f"  - job_name: {job}\n    scheme: https\n    tls_config:\n      ca_file: {work / 'cert.pem'}\n"
-        f"    basic_auth:\n      username: {USER}\n      password: {PASSWORD}\n"
-        f"    static_configs:\n      - targets: ['127.0.0.1:{port}']\n" for job, port in ports.items())
-    config = work / "prometheus.yml"
-    config.write_text(f"global:\n  scrape_interval: {interval_s:g}s\n  scrape_timeout: {interval_s:g}s\n"
-                      f"scrape_configs:\n{jobs}")
-    port = free_port()
-    proc = subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={work / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=open(work / "prometheus.log", "wb"), stderr=subprocess.STDOUT)
+    scheme = (f"    scheme: https\n    tls_config:\n      ca_file: {work / 'cert.pem'}\n"
+              f"    basic_auth:\n      username: {USER}\n      password: {PASSWORD}\n")
+    proc, port = start_prometheus(work, ports, interval_s, scheme)
     try:
-        wait_port(port, timeout_s=60)
         time.sleep(duration_s)
 
         def query(expr: str) -> dict[str, float]:
-            url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-            with urllib.request.urlopen(url, timeout=30) as response:
-                result = json.load(response)["data"]["result"]
-            return {r["metric"]["job"]: float(r["value"][1]) for r in result}
+            return prometheus_query(port, expr)
 
         window = f"[{int(duration_s)}s]"
         p50 = query(f"quantile_over_time(0.5, scrape_duration_seconds{window})")

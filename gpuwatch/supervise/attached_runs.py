@@ -28,6 +28,7 @@ from gpuwatch.attach import Attach, Attached, Beat, Event, Exited, Message, Rest
 from gpuwatch.config.sections import AttachedConfig
 from gpuwatch.heartbeat import Heartbeat, heartbeat_from_json
 from gpuwatch.model import Snapshot, TrainerPhase, TrainerState
+from gpuwatch.procs.index import TREE_EVERY_S
 from gpuwatch.supervise import energy
 from gpuwatch.supervise.access import Peer, Target
 from gpuwatch.supervise.actions import Command, Thermal
@@ -82,6 +83,7 @@ class AttachedRun:
     energy: energy.RunEnergy = field(default_factory=energy.RunEnergy)
     used_gpus: set[str] = field(default_factory=set)
     tree: list[int] = field(default_factory=list)
+    tree_walked: float | None = None  # when ``tree``'s descendants were last walked (the tick's clock)
     rate: RunningRate = field(default_factory=RunningRate)
     ranks: RankView | None = None
     suspended: int | None = None  # its user stopped it (Ctrl-Z): the signal its wrapper's last Beat named
@@ -193,7 +195,12 @@ class AttachedRuns:
             return by_name
         pid = int(name_or_pid)
         # The wrapper's pid only while its session is open (a wrapper gone may have its pid reused).
-        return [r for r in live if pid == r.pid or pid in r.tree or (r.link is not None and pid == r.wrapper_pid)]
+        found = [r for r in live if pid == r.pid or pid in r.tree or (r.link is not None and pid == r.wrapper_pid)]
+        if not found:  # a process started since the trees' last walk
+            for run in live:
+                self._tree(run, None)
+            found = [r for r in live if pid in r.tree]
+        return found
 
     def of_user(self, uid: int | None) -> list[AttachedRun]:
         """The live runs of ``uid`` (None: every user's)."""
@@ -216,7 +223,7 @@ class AttachedRuns:
             runs = list(self.runs.values())
         for run in runs:
             if run.state.phase not in ENDED:
-                self._tree(run)
+                self._tree(run, now)
         with self._lock:
             for run in runs:
                 self._step(run, snapshot, verdict, config, now)
@@ -224,13 +231,23 @@ class AttachedRuns:
                 if run.state.ended is not None and now - run.state.ended >= config.keep_ended_s:
                     del self.runs[run_id]
 
-    def _tree(self, run: AttachedRun) -> None:
-        """Its process tree and whether its pid still lives (outside the lock: it reads /proc)."""
+    def _tree(self, run: AttachedRun, now: float | None) -> None:
+        """Its process tree and whether its pid still lives (outside the lock: it reads /proc).
+
+        The leader is checked every tick (one stat read); its descendants are walked again only every
+        TREE_EVERY_S, the cadence at which the process monitor re-lists the trees' fds, or at once when
+        ``now`` is None. A walk is psutil's ``children()``, which reads every process's stat: a scan of the
+        whole of /proc per run per tick made two attached runs cost 10x the 8-GPU daemon's own tick
+        (benchmarks/daemon_cost.py --attached 2)."""
         try:
             proc = psutil.Process(run.pid)
             if run.created is not None and proc.create_time() != run.created:
                 raise psutil.NoSuchProcess(run.pid)
+            if (now is not None and run.tree[:1] == [run.pid] and run.tree_walked is not None
+                    and 0 <= now - run.tree_walked < TREE_EVERY_S):
+                return
             run.tree = [run.pid, *(child.pid for child in proc.children(recursive=True))]
+            run.tree_walked = now
         except (psutil.Error, OSError):
             run.tree = []
 

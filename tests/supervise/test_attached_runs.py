@@ -4,10 +4,12 @@ commands, events on the session, ended runs dropped. The run's pid is this test'
 from __future__ import annotations
 
 import os
+import subprocess
 
 from gpuwatch.attach import Attach, Beat, Event, Exited
 from gpuwatch.config.sections import AttachedConfig
 from gpuwatch.model import TrainerPhase
+from gpuwatch.procs.index import TREE_EVERY_S
 from gpuwatch.supervise.access import Peer
 from gpuwatch.supervise.actions import Thermal
 from gpuwatch.supervise.attached_runs import AttachedRuns
@@ -130,3 +132,27 @@ def test_a_declared_gpu_not_on_this_machine_is_dropped_and_the_reply_says_so() -
     runs.tick(None, lambda gpus: HOT if gpus in ((), ("0000:28:00.0",)) else Thermal(), CONFIG, 1.0)
     assert {s.name: s.phase for s in runs.states(1.0, 1000.0, None)} == dict.fromkeys(("typo", "both", "fine"),
                                                                                      TrainerPhase.PAUSING)
+
+
+def test_the_tree_is_walked_every_tree_every_s_and_a_pid_named_meanwhile_is_looked_for_at_once() -> None:
+    """The run's pid is checked every tick, its descendants (a whole /proc scan) every TREE_EVERY_S."""
+    runs = AttachedRuns()
+    _attach(runs, ALICE, "a")
+    (run,) = runs.runs.values()
+    runs.tick(None, lambda gpus: Thermal(), CONFIG, 100.0)
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        runs.tick(None, lambda gpus: Thermal(), CONFIG, 100.0 + TREE_EVERY_S / 2)
+        assert child.pid not in run.tree  # not walked yet
+        assert runs.find(str(child.pid)) == [run]  # named to the CLI: a fresh walk finds it
+        assert child.pid in run.tree
+        runs.tick(None, lambda gpus: Thermal(), CONFIG, 101.0)  # walked (the CLI's walk had no clock)
+        child.kill()
+        child.wait()
+        runs.tick(None, lambda gpus: Thermal(), CONFIG, 101.5)
+        assert child.pid in run.tree  # still the last walk's
+        runs.tick(None, lambda gpus: Thermal(), CONFIG, 101.0 + TREE_EVERY_S)
+        assert run.tree == [os.getpid()]  # walked again: the child is gone
+    finally:
+        child.kill()
+        child.wait()

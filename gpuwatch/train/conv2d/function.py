@@ -51,7 +51,8 @@ def conv2d(
     tuning: Conv2dTuning = DEFAULT_TUNING,
 ) -> Tensor:
     """Same signature and result as ``torch.nn.functional.conv2d``, without the vendor conv library."""
-    dtype = autocast_dtype(input.device.type)
+    device = input.device
+    dtype = autocast_dtype(device.type)
     if dtype is not None:
         # Computing in the autocast dtype makes AMP behave like a native conv: half precision
         # compute and output, float32 master-weight gradients.
@@ -67,7 +68,7 @@ def conv2d(
     grad = torch.is_grad_enabled()
     contiguous = input.is_contiguous()
     key = (
-        input.device,
+        device,
         weight.dtype,
         bias is not None,
         grad and input.requires_grad,
@@ -76,8 +77,18 @@ def conv2d(
         contiguous,
         not contiguous and input.is_contiguous(memory_format=torch.channels_last),
     )
-    choice = plan.choices.get(key) or _choose(plan, key, input, weight, bias, dtype, tuning)
-    out = _run(choice, input, weight, bias, plan, dtype, conv_host.host_ops(tuning.host))
+    host = conv_host.host_ops(tuning.host)
+    call = plan.host_calls.get(key) if host is not None else None
+    if call is not None:  # the common case: one lookup, then the compiled operator
+        op, args = call
+        out: Tensor = op(input, weight, bias, *args, dtype)
+    else:
+        choice = plan.choices.get(key) or _choose(plan, key, input, weight, bias, dtype, tuning)
+        out = _run(choice, input, weight, bias, plan, dtype, host)
+        if host is not None and plan.choices.get(key) is choice:
+            call = conv_host.call_of(host, plan, choice, weight)
+            if call is not None:
+                plan.host_calls[key] = call
     return out.squeeze(0) if plan.unbatched else out
 
 
@@ -89,17 +100,14 @@ def _run(
     choice: Choice, x: Tensor, weight: Tensor, bias: Tensor | None, plan: Plan, dtype: torch.dtype | None,
     host: conv_host.HostOps | None,
 ) -> Tensor:
+    call = conv_host.call_of(host, plan, choice, weight) if host is not None else None
+    if call is not None:
+        op, args = call
+        compiled: Tensor = op(x, weight, bias, *args, dtype)
+        return compiled
     if choice.route == "function":
-        if host is not None:
-            spec = plan.host_specs.get(choice, _UNPLANNED)
-            if spec is _UNPLANNED:
-                spec = plan.host_specs[choice] = conv_host.spec(plan, choice)
-            if spec is not None:
-                return host.function(x, weight, bias, plan, spec, dtype)
         out: Tensor = _TunedConv2d.apply(x, weight, bias, plan, dtype, choice)
         return out
-    if choice.route == "pointwise" and host is not None:
-        return host.pointwise(x, weight, bias, plan.geom.groups, dtype)
     w = weight if dtype is None else autocast_cast(weight, dtype)
     if choice.route == "pointwise":
         b = bias if dtype is None else autocast_cast(bias, dtype)
@@ -111,9 +119,6 @@ def _run(
         if bias is not None:
             out += bias.view(1, -1, 1, 1)
     return out.contiguous(memory_format=torch.channels_last) if _channels_last(x) else out
-
-
-_UNPLANNED: list[int] = []
 
 
 def _channels_last(x: Tensor) -> bool:

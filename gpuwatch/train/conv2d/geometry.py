@@ -125,7 +125,7 @@ def autocast_cast(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor: ...
 def autocast_cast(tensor: None, dtype: torch.dtype) -> None: ...
 def autocast_cast(tensor: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
     """Cast like autocast does for a lower-precision op: floating tensors except float64."""
-    if tensor is None or not tensor.is_floating_point() or tensor.dtype == torch.float64:
+    if tensor is None or tensor.dtype == dtype or not tensor.is_floating_point() or tensor.dtype == torch.float64:
         return tensor
     return tensor.to(dtype)
 

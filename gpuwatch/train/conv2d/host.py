@@ -58,19 +58,22 @@ class HostOps:
     function_op: Any
     pointwise_op: Any
 
-    def function(
-        self, x: Tensor, weight: Tensor, bias: Tensor | None, plan: Plan, spec: list[int], dtype: torch.dtype | None
-    ) -> Tensor:
-        flip = unflip = None
-        if spec[_INPUT_GRAD_AT] in _FLIPPED:
-            flip, unflip = _flip_indices(weight.shape, plan.geom.groups, weight.device)
-        out: Tensor = self.function_op(x, weight, bias, flip, unflip, spec, dtype)
-        return out
 
-    def pointwise(self, x: Tensor, weight: Tensor, bias: Tensor | None, groups: int,
-                  dtype: torch.dtype | None) -> Tensor:
-        out: Tensor = self.pointwise_op(x, weight, bias, groups, dtype)
-        return out
+def call_of(host: HostOps, plan: Plan, choice: Choice, weight: Tensor) -> tuple[Any, tuple[Any, ...]] | None:
+    """The compiled operator computing ``choice`` and its arguments after ``(x, weight, bias)`` and before
+    the autocast dtype, or None where a path of it has no compiled form (function.conv2d keeps it per
+    signature, so a call is one lookup and one operator call)."""
+    if choice.route == "pointwise":
+        return host.pointwise_op, (plan.geom.groups,)
+    if choice.route != "function":
+        return None
+    spec_ints = spec(plan, choice)
+    if spec_ints is None:
+        return None
+    flip = unflip = None
+    if spec_ints[_INPUT_GRAD_AT] in _FLIPPED:
+        flip, unflip = _flip_indices(weight.shape, plan.geom.groups, weight.device)
+    return host.function_op, (flip, unflip, spec_ints)
 
 
 _INPUT_GRAD_AT = SPEC_FIELDS.index("input_grad")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -103,8 +103,10 @@ class Plan:
     shared_cols: bool  # stride 1, wgrad "auto": the output gradient's columns serve both gradients
     # (device, weight dtype, bias, needs input grad, needs weight grad, channels_last) -> Choice
     choices: dict[tuple[object, ...], Choice] = field(default_factory=dict, compare=False, hash=False)
-    # Choice -> its spec for the compiled host code (host.py), None where it has no compiled form
-    host_specs: dict[Choice, list[int] | None] = field(default_factory=dict, compare=False, hash=False)
+    # the choices' key -> the compiled operator that computes it and its arguments after (x, weight, bias)
+    # and before the autocast dtype (host.call_of), where it has a compiled form: one lookup per call
+    host_calls: dict[tuple[object, ...], tuple[Any, tuple[Any, ...]]] = field(default_factory=dict, compare=False,
+                                                                               hash=False)
 
 
 @functools.lru_cache(maxsize=4096)
