@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # The conv2d fallback's compiled host code (gpuwatch/train/conv2d/host.py) is built once per machine
     # into the pytest cache rather than the user's ~/.cache; child processes (launcher tests) inherit it.
     # `-p no:cacheprovider` leaves no `config.cache` attribute at all (not None): then torch's default applies.
+    # The suite runs as from the project's activated venv (`make test`): `gpuwatch train -- python ...` takes the
+    # `python` of PATH, the caller's shell's (issue 50), which must be this interpreter, with torch.
+    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", os.defpath)
     cache = getattr(config, "cache", None)
     if cache is not None:
         os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache.mkdir("torch-extensions")))
