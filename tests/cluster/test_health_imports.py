@@ -32,6 +32,7 @@ FAST_PATH = {"gpuwatch", "gpuwatch.cli", "gpuwatch.cli.health", "gpuwatch.cli.he
              "gpuwatch.config", "gpuwatch.config.quick", "gpuwatch.config.runtime", "gpuwatch.publish",
              "gpuwatch.publish.health_codes", "gpuwatch.publish.state",
              "gpuwatch.publish.decode",
+             "gpuwatch.cli.quick_args",  # the options' table and its reader (os, sys only)
              "gpuwatch.safefs"}  # safefs: the runtime directory trusted (os, stat, errno only)
 
 # Never on the fast path (a name covers its submodules): the config's models, the daemon, the other commands,
