@@ -60,7 +60,10 @@ def install(src: Path, work: Path, name: str) -> list[str]:
 
 
 def from_checkout(src: Path) -> tuple[list[str], dict[str, str]]:
-    """`gpuwatch` as the console script runs it, from the checkout itself (no install): argv prefix and env."""
+    """`gpuwatch` as the console script runs it, from the checkout itself (no install): argv prefix and env. The
+    package byte-compiled first, as an install is (its __pycache__, which git ignores): a checkout's modules
+    compiled on every start (PYTHONDONTWRITEBYTECODE, a read-only tree) would be measured otherwise."""
+    step([sys.executable, "-m", "compileall", "-q", str(src / "gpuwatch")])
     return [sys.executable, "-c", "import sys; from gpuwatch.cli import main; sys.exit(main())"], \
         {"PYTHONPATH": str(src)}
 
