@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
+from gpuwatch.cli.quick_args import EXIT_USAGE
 from gpuwatch.config.quick import client_runtime_dir_quick, config_file
 from gpuwatch.config.runtime import CONTROL_SOCKET_NAME
 
@@ -19,7 +20,6 @@ if TYPE_CHECKING:
     import argparse
     from pathlib import Path
 
-EXIT_USAGE = 2  # cli/status.py's EXIT_USAGE (a test keeps them equal): that module imports the models
 NOT_PERMITTED = "not permitted"  # supervise/access.py's, the start of a refusal's message (a test keeps them equal)
 
 

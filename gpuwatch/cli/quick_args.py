@@ -59,11 +59,14 @@ COLOR = Option("--color", dest="color", choices=("auto", "always", "never"), def
 PROCESSES = Option("--processes", dest="processes", takes_value=False)
 GPU = Option("--gpu", dest="gpu", repeat=True)
 
+EXIT_USAGE = 2  # cli/status.py's EXIT_USAGE (a test keeps them equal): that module imports the models
+
 # What a command's handler reads that a plain form leaves at argparse's default (options it does not take).
-_STATUS_REST: dict[str, object] = {"watch": None, "remote": None, "timeout": None, "ca_file": None, "user": None,
-                "password_file": None, "history": None}
-# The commands with a plain form: their options, the positional (nargs="?") they take, the rest's defaults, the
-# handler (module, name) and the values argparse's set_defaults adds.
+_STATUS_REST: dict[str, object] = dict.fromkeys(("watch", "remote", "timeout", "ca_file", "user", "password_file",
+                                                 "history"))
+# The commands with a plain form: their options, the positional (nargs="?") they take, the other values their
+# handler reads (the defaults of the options a plain form does not take, what argparse's set_defaults adds), and
+# the handler (module, name).
 STATUS = (CONFIG, SYSFS_ROOT, PROC_ROOT, JSON, COLOR, PROCESSES, GPU)
 CONTROL = (CONFIG,)
 _COMMANDS: dict[str, tuple[tuple[Option, ...], str | None, dict[str, object], str, str]] = {
@@ -121,10 +124,9 @@ def read(argv: Sequence[str], options: Sequence[Option], positional: str | None 
                 return None
         if option.choices is not None and value not in option.choices:
             return None
-        if option.repeat:
-            values[option.dest] = [*(values[option.dest] or ()), value]  # type: ignore[misc]
-        else:
-            values[option.dest] = value
+        earlier = values[option.dest]
+        values[option.dest] = value if not option.repeat else [*earlier, value] if isinstance(earlier, list) \
+            else [value]
     return QuickArgs(command, values)
 
 
@@ -168,9 +170,9 @@ def _print_help(_args: QuickArgs) -> int:
 
 
 def _print_help_as_usage_error(args: QuickArgs) -> int:
-    """`gpuwatch` alone: the help, exit 2 (cli/status.EXIT_USAGE), as the parser's path does."""
+    """`gpuwatch` alone: the help, and a usage error's exit code, as the parser's path does."""
     _print_help(args)
-    return 2
+    return EXIT_USAGE
 
 
 def _print_version(_args: QuickArgs) -> int:

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 
-
 # Its own options (cli/quick_args.py's table: argparse builds them from it, a plain check is read by it).
 FORMAT = Option("--format", dest="format", choices=FORMATS, default="nhc")
 CLASS = Option("--class", dest="fault_class", choices=tuple(sorted(CLASSES)))
