@@ -7,8 +7,10 @@ tomllib's (with typing, datetime and re under it) as much as the rest of a healt
 above the first table header with ``str`` methods alone. It is tolerant of what it does not read (the daemon
 validated the whole file at its start; the tables below are not looked at) and strict about what it does: the
 answer is only ever what ``load_config`` would give for that key, else ``UNSURE`` and the caller loads the whole
-file, which then says what is wrong in its one line (tests/config/test_quick.py checks the two agree). Stdlib
-only, imported by nothing heavy (tests/cluster/test_health_imports.py, tests/cli/test_startup_imports.py).
+file, which then says what is wrong in its one line (tests/config/test_quick.py checks the two agree). The one
+reader of ``runtime_dir`` without the models: `gpuwatch restore` reads a file that does not load with it too, the
+lines it cannot take skipped (``broken_file_runtime_dir``). Stdlib only, imported by nothing heavy
+(tests/cluster/test_health_imports.py, tests/cli/test_startup_imports.py).
 """
 
 from __future__ import annotations
