@@ -9,13 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -24,6 +22,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from _startup import machine, stop, temp_dir  # noqa: E402, F401  # their home (stdlib only), for every benchmark
 
 from gpuwatch.gpus.gpu_metrics_layouts import LAYOUTS, encode  # noqa: E402
 from gpuwatch.sim.tree import FakeSysfsTree, load_capture  # noqa: E402
@@ -83,16 +83,6 @@ def _aer(directory: Path) -> None:
         (directory / f"aer_dev_{name}").write_text("RxErr 0\nBadTLP 0\n" + f"{total} 0\n")
 
 
-def temp_dir(prefix: str) -> Path:
-    """A scratch directory on tmpfs when there is one: real sysfs and /run (the state file's home
-    under systemd) are in-memory filesystems, and an ext4 /tmp's journaled rename alone was a sixth
-    of a tick. ``GPUWATCH_BENCH_TMP`` chooses another place."""
-    base = os.environ.get("GPUWATCH_BENCH_TMP")
-    if base is None and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
-        base = "/dev/shm"
-    return Path(tempfile.mkdtemp(prefix=f"gpuwatch-bench-{prefix}-", dir=base))
-
-
 def cleanup(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
@@ -148,16 +138,6 @@ def start_daemon(config: Path, log_path: Path, env: dict[str, str] | None = None
         stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {}), "PYTHONPATH": str(src)},
     )
-
-
-def stop(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def wait_state(path: Path, proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> dict:
@@ -238,16 +218,3 @@ def start_wrapper(work: Path, run_dir: Path, name: str, code: str) -> subprocess
                              name, "--", "env", sys.executable, "-c", code], cwd=work, env=env,
                             stdout=(work / f"wrapper-{name}.log").open("wb"), stderr=subprocess.STDOUT,
                             start_new_session=True)
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    load = os.getloadavg()[0]
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, load avg {load:.2f}"

@@ -1,4 +1,6 @@
-"""Shared by health_latency.py and cli_latency.py: a command's start measured side by side with ``python -c pass``.
+"""Shared by health_latency.py and cli_latency.py: a command's start measured side by side with ``python -c pass``;
+and the helpers of every benchmark that need no gpuwatch import (_common.py takes them from here): the scratch
+directory, stopping a daemon, the machine in words.
 
 Each round runs every command once, one after the other, so the machine's noise hits all alike; what a command
 adds to Python's own start is the median of each round's difference, and its ratio the ratio of the medians (p50)
@@ -18,10 +20,14 @@ import json
 import os
 import platform
 import resource
+import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import sysconfig
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -54,7 +60,10 @@ def install(src: Path, work: Path, name: str) -> list[str]:
 
 
 def from_checkout(src: Path) -> tuple[list[str], dict[str, str]]:
-    """`gpuwatch` as the console script runs it, from the checkout itself (no install): argv prefix and env."""
+    """`gpuwatch` as the console script runs it, from the checkout itself (no install): argv prefix and env. The
+    package byte-compiled first, as an install is (its __pycache__, which git ignores): a checkout's modules
+    compiled on every start (PYTHONDONTWRITEBYTECODE, a read-only tree) would be measured otherwise."""
+    step([sys.executable, "-m", "compileall", "-q", str(src / "gpuwatch")])
     return [sys.executable, "-c", "import sys; from gpuwatch.cli import main; sys.exit(main())"], \
         {"PYTHONPATH": str(src)}
 
@@ -86,6 +95,37 @@ def fake_state(runtime: Path, source: Path = STATE_8_GPUS) -> None:
     tmp = runtime / ".state.tmp"
     tmp.write_text(json.dumps(doc, separators=(",", ":")))
     tmp.replace(runtime / "state.json")
+
+
+# What a daemon answers `pause`, `resume` and `stop` with no run named and none of the caller's (exit 2).
+FAKE_CONTROL_REPLY = b'{"ok": false, "message": "no trainer and no attached run of yours (name one: NAME or PID)"}\n'
+
+
+def fake_control(runtime: Path) -> socket.socket:
+    """A control socket in ``runtime`` answering every request as a daemon with nothing to act on: the commands'
+    own work (connect, send, read the answer) without a daemon. Served by a thread of this process until the
+    returned socket is closed."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(runtime / "control.sock"))
+    server.listen(64)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:  # closed: the run is over
+                return
+            with conn:
+                data = b""
+                while b"\n" not in data:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+                conn.sendall(FAKE_CONTROL_REPLY)
+
+    threading.Thread(target=serve, name="fake-control", daemon=True).start()
+    return server
 
 
 def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, int]:
@@ -154,8 +194,37 @@ def table(seconds: dict[str, list[float]], cpu: dict[str, list[float]], codes: d
     return met
 
 
-def machine(where: str) -> str:
-    cpu = platform.machine()
+def temp_dir(prefix: str) -> Path:
+    """A scratch directory on tmpfs when there is one: real sysfs and /run (the state file's home under systemd)
+    are in-memory filesystems, and an ext4 /tmp's journaled rename alone was a sixth of a tick.
+    ``GPUWATCH_BENCH_TMP`` chooses another place."""
+    base = os.environ.get("GPUWATCH_BENCH_TMP")
+    if base is None and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        base = "/dev/shm"
+    return Path(tempfile.mkdtemp(prefix=f"gpuwatch-bench-{prefix}-", dir=base))
+
+
+def stop(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
+    """A daemon (or any process a benchmark started) stopped: SIGTERM, SIGKILL after ``timeout_s``."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def finish(daemon: subprocess.Popen[bytes] | None, work: Path) -> None:
+    """The end of a run, however it ends: its daemon stopped (when one was started), its scratch removed."""
+    if daemon is not None:
+        stop(daemon)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def machine(where: str | None = None) -> str:
+    """The CPU, its cores (``where``: what this process may run on, ``pin``), Python and the load, in words."""
+    cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -163,5 +232,5 @@ def machine(where: str) -> str:
                 break
     except OSError:
         pass
-    return (f"{cpu}, {os.cpu_count()} cores ({where}), Python {platform.python_version()}, "
-            f"load avg {os.getloadavg()[0]:.2f}")
+    cores = f"{os.cpu_count()} cores" + (f" ({where})" if where else "")
+    return f"{cpu}, {cores}, Python {platform.python_version()}, load avg {os.getloadavg()[0]:.2f}"

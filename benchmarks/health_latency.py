@@ -29,7 +29,7 @@ import os
 import sys
 from pathlib import Path
 
-from _startup import REPO, fake_state, from_checkout, install, machine, pin, side_by_side, table
+from _startup import REPO, fake_state, finish, from_checkout, install, machine, pin, side_by_side, table, temp_dir
 
 TARGET_P99_RATIO = 1.5
 
@@ -47,10 +47,7 @@ def main() -> int:
     parser.add_argument("--fixtures", type=Path, default=REPO / "tests/fixtures/amdgpu", help="captures directory")
     args = parser.parse_args()
     where = pin(args.cores)
-    import tempfile
-
-    work = Path(tempfile.mkdtemp(prefix="gpuwatch-bench-health-",
-                                 dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None))
+    work = temp_dir("health")
     daemon = None
     try:
         runtime = work / "run"
@@ -101,13 +98,7 @@ def main() -> int:
         met = table(seconds, cpu, codes, None if args.cold else TARGET_P99_RATIO)
         return 0 if met else 1
     finally:
-        if daemon is not None:
-            from _common import stop
-
-            stop(daemon)
-        import shutil
-
-        shutil.rmtree(work, ignore_errors=True)
+        finish(daemon, work)
 
 
 if __name__ == "__main__":

@@ -18,22 +18,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpuwatch.cli import health
 
         return _guarded(lambda: health.main(words[1:]))
-    # Only what every command needs: the parser imports no command's module, each handler its own (issue 52).
-    from gpuwatch.cli.parser import build_parser
-    from gpuwatch.config.quick import CONFIG_ERROR_EXIT, ConfigError
+    from gpuwatch.cli.quick_args import fast_command
 
-    parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
-    if unknown:  # said with the command's own usage, not gpuwatch's
-        getattr(args, "parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
-    if not getattr(args, "handler", None):
-        from gpuwatch.cli.status import EXIT_USAGE
+    # A plain form of the commands typed most, and `gpuwatch --help`: without argparse (issue 52). The rest, and
+    # any usage error, through the parser, which imports no command's module: each handler its own.
+    fast = fast_command(words)
+    args: object
+    if fast is not None:
+        handler, args = fast
+    else:
+        from gpuwatch.cli.parser import build_parser
 
-        parser.print_help()
-        return EXIT_USAGE
+        parser = build_parser()
+        args, unknown = parser.parse_known_args(words)
+        if unknown:  # said with the command's own usage, not gpuwatch's
+            getattr(args, "parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+        if not getattr(args, "handler", None):
+            from gpuwatch.cli.status import EXIT_USAGE
+
+            parser.print_help()
+            return EXIT_USAGE
+        handler = args.handler
     try:
-        return _guarded(lambda: int(args.handler(args)))
-    except ConfigError as exc:
+        return _guarded(lambda: int(handler(args)))
+    except Exception as exc:
+        from gpuwatch.config.quick import CONFIG_ERROR_EXIT, ConfigError  # here: `--help` needs neither
+
+        if not isinstance(exc, ConfigError):
+            raise
         print(f"gpuwatch: {exc}", file=sys.stderr)
         return CONFIG_ERROR_EXIT
 

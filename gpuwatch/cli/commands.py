@@ -189,14 +189,14 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 def _configured_runtime_dir(path: Path | None) -> str | None:
-    """The ``runtime_dir`` of a config file that does not load (config.runtime.configured_runtime_dir)."""
-    from gpuwatch.config.runtime import configured_runtime_dir
+    """The ``runtime_dir`` of a config file that does not load (config.quick.broken_file_runtime_dir)."""
+    from gpuwatch.config.quick import broken_file_runtime_dir
     from gpuwatch.safefs import read_bounded
 
     if path is None:
         return None
     try:
-        return configured_runtime_dir(read_bounded(path))
+        return broken_file_runtime_dir(read_bounded(path))
     except (OSError, ValueError):
         return None
 

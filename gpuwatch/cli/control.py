@@ -8,17 +8,18 @@ own start (tests/cli/test_startup_imports.py pins the imports, benchmarks/cli_la
 
 from __future__ import annotations
 
+import os
 import sys
-from pathlib import Path
 
+from gpuwatch.cli.quick_args import EXIT_USAGE
 from gpuwatch.config.quick import client_runtime_dir_quick, config_file
 from gpuwatch.config.runtime import CONTROL_SOCKET_NAME
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
+    from pathlib import Path
 
-EXIT_USAGE = 2  # cli/status.py's EXIT_USAGE (a test keeps them equal): that module imports the models
 NOT_PERMITTED = "not permitted"  # supervise/access.py's, the start of a refusal's message (a test keeps them equal)
 
 
@@ -44,12 +45,12 @@ def control_exit(ok: bool | None, message: str) -> int:
     return 1 if ok is None or message.startswith(NOT_PERMITTED) else EXIT_USAGE
 
 
-def control_socket(args: argparse.Namespace) -> Path:
+def control_socket(args: argparse.Namespace) -> str | Path:
     """The daemon's control socket: in the config's runtime directory (its quick read), else where a client looks;
     the whole config is loaded only when the quick read cannot say (it then says what is wrong with the file)."""
     runtime_dir = client_runtime_dir_quick(config_file(args.config), simulators=True)
     if runtime_dir is not None:
-        return Path(runtime_dir, CONTROL_SOCKET_NAME)
+        return os.path.join(runtime_dir, CONTROL_SOCKET_NAME)
     from gpuwatch.cli.settings import load_cli_config
 
     return load_cli_config(args, client=True, simulators=True).control_socket

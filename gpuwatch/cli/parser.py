@@ -7,7 +7,8 @@ from pathlib import Path
 
 from gpuwatch import __version__
 from gpuwatch.cli.health import add_health_arguments, cmd_health
-from gpuwatch.cli.health.options import add_receipt_arguments, common_options, formatter
+from gpuwatch.cli.health.options import add_option, add_receipt_arguments, common_options, formatter
+from gpuwatch.cli.quick_args import COLOR, GPU, HELP_COLUMNS, JSON, PROCESSES
 from gpuwatch.config.quick import BACKOFF_INITIAL_S, TRAINER_GRACE_S
 from gpuwatch.config.runtime import DEFAULT_CONFIG_PATH
 from gpuwatch.config.slots import GPU_HELP, GPU_METAVAR
@@ -16,6 +17,7 @@ TYPE_CHECKING = False  # typing's import was a tenth of `gpuwatch --help`: annot
 if TYPE_CHECKING:
     from typing import Any, TypeAlias
 
+    from gpuwatch.cli.quick_args import QuickArgs
     from gpuwatch.train.argv import RestartPolicy
 
 # argparse's type for the subcommands' registry (private, but what add_subparsers returns).
@@ -63,10 +65,15 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
+def _top_formatter(prog: str) -> argparse.HelpFormatter:
+    """`gpuwatch --help` at most HELP_COLUMNS wide: what cli/help.txt holds, printed without this parser on a
+    terminal at least as wide (cli/quick_args.py)."""
+    return formatter(prog, HELP_COLUMNS)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="gpuwatch", description="GPU health daemon for AMD training machines.")
+    parser = _Parser(prog="gpuwatch", description="GPU health daemon for AMD training machines.",
+                     formatter_class=_top_formatter)
     parser.add_argument("--version", action="version", version=f"gpuwatch {__version__}")
     common = _common_options()
     # Typed as argparse's own (the parents are plain parsers): _Parser only sets the formatter.
@@ -104,6 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_parser(args: argparse.Namespace | QuickArgs) -> argparse.ArgumentParser:
+    """The parser of the command ``args`` were read for, to say a usage error found later with its usage:
+    argparse's (``set_defaults(parser=...)``), else (cli/quick_args.py's quick read) built now."""
+    parser: argparse.ArgumentParser | None = getattr(args, "parser", None)
+    return parser if parser is not None else build_parser().parse_known_args([str(args.command)])[0].parser
+
+
 def _common_options() -> argparse.ArgumentParser:
     """The options every command that reads a config or the machine takes (a parent parser: cli/health/options.py)."""
     return common_options(Path)
@@ -125,14 +139,12 @@ def _add_views(sub: Commands, common: argparse.ArgumentParser) -> None:
         ("sensors", "a reading straight from sysfs (and NVML), not the daemon's", cmd_sensors),
     ):
         p = sub.add_parser(name, parents=[common], help=helptext)
-        p.add_argument("--json", action="store_true", help="print the stable JSON document (schema 1)")
+        add_option(p, JSON, help="print the stable JSON document (schema 1)")
         p.add_argument("--watch", type=watch_seconds, metavar="SECONDS",
                        help="refresh every SECONDS until Ctrl-C (with --json: one compact document per line)")
-        p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
-                       help="colour on a terminal (auto, the default, unless NO_COLOR is set), always or never")
-        p.add_argument("--processes", action="store_true",
-                       help="also list the processes using each GPU (pid, user, VRAM, engine busy, command)")
-        p.add_argument("--gpu", action="append", metavar=GPU_METAVAR, help=f"only this GPU (repeatable); {GPU_HELP}")
+        add_option(p, COLOR, help="colour on a terminal (auto, the default, unless NO_COLOR is set), always or never")
+        add_option(p, PROCESSES, help="also list the processes using each GPU (pid, user, VRAM, engine busy, command)")
+        add_option(p, GPU, metavar=GPU_METAVAR, help=f"only this GPU (repeatable); {GPU_HELP}")
         p.set_defaults(handler=handler)
         if name == "status":
             p.add_argument("--remote", nargs="*", metavar="HOST",

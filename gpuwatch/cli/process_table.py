@@ -7,7 +7,7 @@ from gpuwatch.publish.view import status_view
 
 TYPE_CHECKING = False  # publish/document.py imports the config's models (pydantic): annotations only (issue 52)
 if TYPE_CHECKING:
-    from gpuwatch.model import GpuProcess
+    from gpuwatch.model import GpuProcess, StatusView
     from gpuwatch.publish.document import StatusDocument
 
 HEADER = ("PID", "USER", "GPU", "VRAM", "GTT", "BUSY", "STATE", "TRAINER", "COMMAND")
@@ -22,7 +22,11 @@ def render_processes(doc: StatusDocument, width: int = 160) -> str:
     so for a ROCm process whose engines read 0 it is the compute units its waves occupy (``cu``), where the
     kernel reports that.
     """
-    view = status_view(doc)
+    return processes_text(status_view(doc), width)
+
+
+def processes_text(view: StatusView, width: int = 160) -> str:
+    """``render_processes`` of a view (cli/status.shown_view: `status --processes` builds one per reading)."""
     rows = sorted(view.processes, key=lambda r: (r.gpu_id, -_vram(r), r.pid))
     table: list[tuple[str, ...]] = [HEADER]
     table += [

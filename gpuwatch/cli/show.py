@@ -9,20 +9,19 @@ document per line with ``--watch`` (JSON Lines, for pipes).
 
 from __future__ import annotations
 
-import argparse
 import os
-import shlex
 import sys
 import time
 
-from gpuwatch.cli.process_table import render_processes
-from gpuwatch.cli.status import exit_code, render, select_gpus
+from gpuwatch.cli.process_table import processes_text
+from gpuwatch.cli.status import render_view, select_gpus, shown_view, view_exit_code
 from gpuwatch.publish.state import from_future, is_stale, read_state, state_age, this_boot
 
 # A running daemon's view needs neither the config's models nor the GPUs' modules: they are imported where a
 # direct reading is made (issue 52: `gpuwatch status` within 2x of Python's own start, cli/status_quick.py).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import argparse
     from collections.abc import Callable
     from pathlib import Path
     from typing import TypeAlias
@@ -78,7 +77,7 @@ def sensors_fetch(config: Config, processes: bool = False) -> Fetch:
     return fetch
 
 
-def fresh_document(state_file: Path) -> StatusDocument | None:
+def fresh_document(state_file: str | Path) -> StatusDocument | None:
     """The running daemon's published document when it is fresh (its pid lives, its stamp is recent): `status`'s
     answer while a daemon runs, which needs nothing of the config but where the file is (cli/status_quick.py)."""
     doc = read_state(state_file)[0]
@@ -229,15 +228,18 @@ def show(args: argparse.Namespace, fetch: Fetch, leftovers: Callable[[StatusDocu
             try:
                 doc = select_gpus(doc, args.gpu)
             except ValueError as exc:
-                args.parser.error(f"--gpu {exc}")
+                from gpuwatch.cli.parser import command_parser
+
+                command_parser(args).error(f"--gpu {exc}")
         found = leftovers(doc) if leftovers else []
-        text = document_text(doc, args) if args.json else render(doc, color=color, note=note, leftovers=found,
-                                                                 logs=logs_command(args))
+        view = shown_view(doc)  # once per reading: the text, the process table and the exit code
+        text = document_text(doc, args) if args.json else render_view(view, color=color, note=note, leftovers=found,
+                                                                      logs=logs_command(args))
         for line in found if args.json else ():  # stdout stays one JSON document
             print(f"gpuwatch: {line}", file=sys.stderr)
         if getattr(args, "processes", False) and not args.json:
-            text += "\n" + render_processes(doc)
-        return text, exit_code(doc, found)
+            text += "\n" + processes_text(view)
+        return text, view_exit_code(view, found)
 
     return repeat(args, once)
 
@@ -245,7 +247,11 @@ def show(args: argparse.Namespace, fetch: Fetch, leftovers: Callable[[StatusDocu
 def logs_command(args: argparse.Namespace) -> str:
     """`gpuwatch logs` as this status was asked for: with its ``-c FILE`` (what finds that daemon's trainers)."""
     config = getattr(args, "config", None)
-    return f"gpuwatch logs -c {shlex.quote(str(config))}" if config is not None else "gpuwatch logs"
+    if config is None:
+        return "gpuwatch logs"
+    import shlex  # here: re under it, for this one quote
+
+    return f"gpuwatch logs -c {shlex.quote(str(config))}"
 
 
 def document_text(doc: object, args: argparse.Namespace) -> str:
@@ -283,6 +289,8 @@ def repeat(args: argparse.Namespace, once: Callable[[bool], tuple[str, int]]) ->
 
 def watch_seconds(text: str) -> float:
     """``--watch S``: a refresh period above 0 (argparse turns the error into a usage error, exit 2)."""
+    import argparse  # the parser's, which calls this: already imported
+
     try:
         value = float(text)
     except ValueError:

@@ -28,11 +28,21 @@ NO_GPU = ("no GPU found: no amdgpu card in the sysfs tree read and no NVIDIA GPU
 LEFTOVERS_FIX = "  run `gpuwatch restore` to give them back (systemd's ExecStopPost does it after a crash)"
 
 
+def shown_view(doc: StatusDocument) -> StatusView:
+    """The view the text renders (its strings made safe: run names, reasons, job ids, commands are any local
+    user's), built once per reading: ``render_view``, ``view_exit_code`` and cli/process_table.py take it."""
+    return status_view(safe_strings(doc))
+
+
 def exit_code(doc: StatusDocument, leftovers: Sequence[str] = ()) -> int:
+    """``view_exit_code`` of a document."""
+    return view_exit_code(status_view(doc), leftovers)
+
+
+def view_exit_code(view: StatusView, leftovers: Sequence[str] = ()) -> int:
     """1 when no GPU is found, a GPU is over a limit, down, its fan in failsafe or uncontrolled, recovering from a
     reset, a trainer failed or left a process stuck, the daemon reports a failure, or ``leftovers`` (cli/leftovers.py:
     what a daemon that did not stop cleanly left behind) is not empty."""
-    view = status_view(doc)
     if (view.daemon and view.daemon.failures) or leftovers or not view.gpus:
         return EXIT_ALARM
     for gpu in view.gpus:
@@ -67,10 +77,15 @@ def select_gpus(doc: StatusDocument, wanted: Sequence[str]) -> StatusDocument:
 
 def render(doc: StatusDocument, now: float | None = None, color: bool = False, note: str | None = None,
            leftovers: Sequence[str] = (), logs: str = "gpuwatch logs") -> str:
+    """``render_view`` of a document."""
+    return render_view(shown_view(doc), now, color, note, leftovers, logs)
+
+
+def render_view(view: StatusView, now: float | None = None, color: bool = False, note: str | None = None,
+                leftovers: Sequence[str] = (), logs: str = "gpuwatch logs") -> str:
     """``logs``: the command a trainer's log hint names, as it must be typed to reach this daemon (with its ``-c
     FILE`` when the status was read through one: the demo's daemon, a daemon with a runtime_dir of its own)."""
     now = time.time() if now is None else now
-    view = status_view(safe_strings(doc))  # run names, reasons, job ids, commands: any local user's strings
     paint = painter(color)
     lines = [_header(view, now, paint)]
     if note:

@@ -9,7 +9,7 @@ is the handler in cli/commands.py, which loads the whole config. Issue 52: withi
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
 from gpuwatch.config.quick import client_runtime_dir_quick, config_file
 from gpuwatch.config.runtime import STATE_FILE_NAME
@@ -26,7 +26,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         if runtime_dir is not None:
             from gpuwatch.cli.show import fresh_document, show
 
-            document = fresh_document(Path(runtime_dir, STATE_FILE_NAME))
+            document = fresh_document(os.path.join(runtime_dir, STATE_FILE_NAME))
             if document is not None:  # a live daemon owns its restore files: nothing is left behind to say
                 return show(args, lambda: (document, None))
     from gpuwatch.cli.commands import cmd_status as whole

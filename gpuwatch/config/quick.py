@@ -7,8 +7,10 @@ tomllib's (with typing, datetime and re under it) as much as the rest of a healt
 above the first table header with ``str`` methods alone. It is tolerant of what it does not read (the daemon
 validated the whole file at its start; the tables below are not looked at) and strict about what it does: the
 answer is only ever what ``load_config`` would give for that key, else ``UNSURE`` and the caller loads the whole
-file, which then says what is wrong in its one line (tests/config/test_quick.py checks the two agree). Stdlib
-only, imported by nothing heavy (tests/cluster/test_health_imports.py, tests/cli/test_startup_imports.py).
+file, which then says what is wrong in its one line (tests/config/test_quick.py checks the two agree). The one
+reader of ``runtime_dir`` without the models: `gpuwatch restore` reads a file that does not load with it too, the
+lines it cannot take skipped (``broken_file_runtime_dir``). Stdlib only, imported by nothing heavy
+(tests/cluster/test_health_imports.py, tests/cli/test_startup_imports.py).
 """
 
 from __future__ import annotations
@@ -93,15 +95,35 @@ def configured_runtime_dir(config_path: str) -> str | None | Unsure:
             data = handle.read()
     except OSError:
         return UNSURE
-    if b"runtime_dir" not in data:
-        return RUNTIME_DIR_DEFAULT  # the file is not parsed at all
-    keys = top_level_strings(data, ("runtime_dir",))
-    value = keys["runtime_dir"] if not isinstance(keys, Unsure) else _tomllib_runtime_dir(data)
+    value = runtime_dir_in(data)
     if value in (SYSTEM_RUNTIME_DIR, default_runtime_dir(os.environ, os.geteuid())) and b"simulate" in data:
         # A simulating config ([simulate], backend = "simulated") naming a real daemon's directory publishes
         # beside it (runtime.simulator_runtime_dir): the models decide.
         return UNSURE
     return value
+
+
+def runtime_dir_in(data: bytes) -> str | None | Unsure:
+    """The top-level ``runtime_dir`` a config file's bytes set (None: none); ``UNSURE`` when the file is not TOML
+    or the value is not a path. The top-level lines alone when they are plain (``top_level_strings``), else
+    tomllib's read; a file without the word is not parsed at all."""
+    if b"runtime_dir" not in data:
+        return RUNTIME_DIR_DEFAULT
+    keys = top_level_strings(data, ("runtime_dir",))
+    return keys["runtime_dir"] if not isinstance(keys, Unsure) else _tomllib_runtime_dir(data)
+
+
+def broken_file_runtime_dir(data: bytes) -> str | None:
+    """The ``runtime_dir`` of a config file that does not load, read tolerantly (issue 49): `gpuwatch restore`
+    falls back to the defaults when the file is broken (ExecStopPost after a rejected reload), and must still
+    look where the daemon kept its records. ``runtime_dir_in``, and where that cannot say (TOML that does not
+    parse), a plain ``runtime_dir = "<path>"`` line above the first table, the lines it cannot take skipped.
+    None: not set, or not an absolute path."""
+    value = runtime_dir_in(data)
+    if isinstance(value, Unsure):
+        keys = top_level_strings(data, ("runtime_dir",), tolerant=True)
+        value = None if isinstance(keys, Unsure) else keys["runtime_dir"]
+    return value if value is not None and os.path.isabs(value) else None
 
 
 def _tomllib_runtime_dir(data: bytes) -> str | None | Unsure:
@@ -121,13 +143,15 @@ def _path_text(value: object) -> bool:
     return isinstance(value, str) and bool(value) and "\0" not in value
 
 
-def top_level_strings(data: bytes, keys: tuple[str, ...]) -> dict[str, str | None] | Unsure:
+def top_level_strings(data: bytes, keys: tuple[str, ...], *,
+                      tolerant: bool = False) -> dict[str, str | None] | Unsure:
     """``keys``' values (None: absent) among the top-level keys of the TOML document ``data``, each a non-empty
     string without NUL; ``UNSURE`` for anything else in the lines above the first table header: a value of another
     type for one of ``keys``, a key twice, a multi-line string, an array or inline table (which may span lines and
-    hide a header), a quoted or dotted key, text that is not UTF-8 or not TOML."""
+    hide a header), a quoted or dotted key, text that is not UTF-8 or not TOML. ``tolerant`` (a file known to be
+    broken): those lines are skipped instead, the last of a key twice taken, text that is not UTF-8 replaced."""
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8", errors="replace" if tolerant else "strict")
     except UnicodeDecodeError:
         return UNSURE
     found: dict[str, str | None] = dict.fromkeys(keys)
@@ -140,15 +164,16 @@ def top_level_strings(data: bytes, keys: tuple[str, ...]) -> dict[str, str | Non
             break  # the first table: the top level ends here
         key, equals, rest = line.partition("=")
         key = key.strip(" \t")
-        if not equals or not key or not _BARE_KEY.issuperset(key) or key in seen:
+        value = _scalar(rest.strip(" \t")) if equals and key and _BARE_KEY.issuperset(key) and (
+            tolerant or key not in seen) else UNSURE
+        if value is not UNSURE and key in found and (not isinstance(value, str) or not _path_text(value)):
+            value = UNSURE  # load_config says what is wrong with it
+        if value is UNSURE:
+            if tolerant:
+                continue
             return UNSURE
         seen.add(key)
-        value = _scalar(rest.strip(" \t"))
-        if value is UNSURE:
-            return UNSURE
-        if key in found:
-            if not isinstance(value, str) or not _path_text(value):
-                return UNSURE  # load_config says what is wrong with it
+        if key in found and isinstance(value, str):  # a path's text: checked above
             found[key] = value
     return found
 

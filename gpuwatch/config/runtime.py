@@ -36,27 +36,6 @@ SIMULATE_SUFFIX = "-simulate"
 CONTROL_ADMIN_SOCKET_NAME = "control-admin.sock"
 
 
-def configured_runtime_dir(data: bytes) -> str | None:
-    """The top-level ``runtime_dir`` a config file's bytes set, read tolerantly (issue 49): `gpuwatch restore`
-    falls back to the defaults when the file is broken (ExecStopPost after a rejected reload), and must still
-    look where the daemon kept its records. Valid TOML: its key; TOML that does not parse: a plain
-    ``runtime_dir = "<path>"`` line above the first table. None: not set, or not an absolute path."""
-    import tomllib
-
-    try:
-        value = tomllib.loads(data.decode()).get("runtime_dir")
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
-        value = None
-        for line in data.decode(errors="replace").splitlines():
-            if line.lstrip().startswith("["):
-                break  # a key under a table is not the top-level one
-            key, equals, rest = line.partition("=")
-            text = rest.split("#", 1)[0].strip()
-            if equals and key.strip() == "runtime_dir" and len(text) > 1 and text[0] == text[-1] and text[0] in "\"'":
-                value = text[1:-1]
-    return value if isinstance(value, str) and os.path.isabs(value) else None
-
-
 def default_runtime_dir(environ: Mapping[str, str], euid: int) -> str:
     """Where a daemon started this way publishes when the config sets no ``runtime_dir``: systemd's
     RuntimeDirectory, /run/gpuwatch for root, else a per-user directory."""

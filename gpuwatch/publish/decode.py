@@ -22,8 +22,6 @@ helpers (``need_dict`` ...) are the home of the same checks for the receipts a r
 
 from __future__ import annotations
 
-import math
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -230,6 +228,7 @@ def _check(value: object, spec: Any) -> Any:
 # int where float belongs included, in _scalar) and which of them may be null.
 _STR = frozenset((str,))
 _HUGE = 1.7976931348623157e308  # the largest finite float: NaN and the infinities compare outside it
+_NAN = float("nan")
 _TYPES = {"str": str, "bool": bool, "int": int, "float": float}
 _PLAIN = {name: {key: _TYPES[spec.rstrip("?")] for key, spec in fields.items()
                  if isinstance(spec, str) and spec.rstrip("?") in _TYPES} for name, fields in SPECS.items()}
@@ -291,9 +290,11 @@ def need_str(raw: object, where: str, empty: bool = False) -> str:
 def need_number(raw: object, where: str, signed: bool = False) -> float:
     """A finite number (not negative unless ``signed``); bool is not one, though Python's int says so."""
     try:
-        number = float(raw) if isinstance(raw, (int, float)) and not isinstance(raw, bool) else math.nan
+        number = float(raw) if isinstance(raw, (int, float)) and not isinstance(raw, bool) else _NAN
     except OverflowError:  # an int of 400 digits: JSON has no bound on them
-        number = math.nan
-    if not math.isfinite(number) or (number < 0 and not signed):
+        number = _NAN
+    # Finite: NaN compares false with everything (math.isfinite's rule, without math's import: a shared library
+    # to load on every health check).
+    if not -_HUGE <= number <= _HUGE or (number < 0 and not signed):
         raise Invalid(f"{where} is not a {'number' if signed else 'non-negative number'}")
     return number

@@ -185,7 +185,7 @@ def write_state_file(path: Path, document: StatusDocument) -> None:
         raise
 
 
-def read_state(path: Path) -> tuple[StatusDocument | None, str | None]:
+def read_state(path: str | Path) -> tuple[StatusDocument | None, str | None]:
     """The daemon's last document (decoded: publish/decode.py), or None and why it cannot be used; (None, None)
     when there is none (daemon not running or never wrote). A client reads it only in a directory root or the
     caller owns, that nobody else can write (``safefs.client_refusal``), and only a regular file within

@@ -1,6 +1,6 @@
 """`gpuwatch restore` with a config file that does not load (issue 49 item 8): ExecStopPost after a rejected
 reload falls back to the defaults, but still in the ``runtime_dir`` that file sets, where the daemon kept its
-records (config.runtime.configured_runtime_dir, read tolerantly)."""
+records (config.quick.broken_file_runtime_dir, read tolerantly)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.config.runtime import configured_runtime_dir
+from gpuwatch.config.quick import broken_file_runtime_dir
 from gpuwatch.sim import navi10
 from tests.support.daemon_process import signalled_once
 from tests.support.stack import GPUWATCH
@@ -25,7 +25,7 @@ from tests.support.stack import GPUWATCH
     ("\udcff", None),
 ])
 def test_the_runtime_dir_of_a_broken_file(text: str, found: str | None) -> None:
-    assert configured_runtime_dir(text.encode(errors="surrogateescape")) == found
+    assert broken_file_runtime_dir(text.encode(errors="surrogateescape")) == found
 
 
 def test_restore_with_a_broken_config_finds_the_runtime_dir_it_sets(tmp_path: Path) -> None:

@@ -32,6 +32,11 @@ HEAVY = ("pydantic", "psutil", "prometheus_client", "yaml", "bcrypt", "tomllib",
          "asyncio", "ssl", "http", "email", "subprocess", "shutil")
 # Nor, for --help, what the handlers' helpers bring (dataclasses with inspect, typing).
 HELP_ALSO = ("dataclasses", "inspect", "typing", "socket", "json")
+# Nor, on a plain form's path (cli/quick_args.py: `gpuwatch --help`, `status`, `pause`, `resume`, `stop`),
+# argparse and gpuwatch's parser, nor what the standard library's parsers and clients bring: re, enum (under
+# socket and json), pathlib (with urllib.parse and ipaddress), gettext, locale, textwrap, shlex (re).
+QUICK = ("argparse", "gpuwatch.cli.parser", "gpuwatch.cli.health.options", "pathlib", "urllib", "gettext", "locale",
+         "textwrap", "shlex", "socket", "json")
 
 SCRIPT = """
 import atexit, sys
@@ -41,10 +46,11 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
-def loaded(tmp_path: Path, *argv: str, site: bool = False,
-           runtime: Path | None = None) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+def loaded(tmp_path: Path, *argv: str, site: bool = False, runtime: Path | None = None,
+           columns: int = 80) -> tuple[subprocess.CompletedProcess[str], set[str]]:
     out = tmp_path / "modules.txt"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RUNTIME_DIRECTORY": str(runtime or tmp_path / "run")}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RUNTIME_DIRECTORY": str(runtime or tmp_path / "run"),
+           "COLUMNS": str(columns)}
     flags = [] if site else ["-S"]  # with site: the third-party packages the models need
     done = subprocess.run([sys.executable, *flags, "-c", SCRIPT, str(out), *argv], capture_output=True, text=True,
                           timeout=120, env=env, cwd=tmp_path)
@@ -55,13 +61,20 @@ def among(names: set[str], prefixes: tuple[str, ...]) -> set[str]:
     return {n for n in names if any(n == p or n.startswith(p + ".") for p in prefixes)}
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["status", "--help"], ["pause", "--help"], ["train", "--help"],
-                                  ["--version"]], ids=" ".join)
+@pytest.mark.parametrize("argv", [["status", "--help"], ["pause", "--help"], ["train", "--help"]], ids=" ".join)
 def test_help_builds_the_parser_alone(tmp_path: Path, argv: list[str]) -> None:
     done, names = loaded(tmp_path, *argv)
-    assert done.returncode == 0 and "usage: gpuwatch" in done.stdout + "usage: gpuwatch" * (argv == ["--version"]), \
-        done.stderr
+    assert done.returncode == 0 and "usage: gpuwatch" in done.stdout, done.stderr
     assert among(names, HEAVY + HELP_ALSO) == set()
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["-h"], ["--version"]], ids=" ".join)
+def test_gpuwatch_help_builds_no_parser(tmp_path: Path, argv: list[str]) -> None:
+    """`gpuwatch --help` prints the shipped help (cli/help.txt, tests/cli/test_quick_args.py)."""
+    done, names = loaded(tmp_path, *argv, columns=100)
+    assert done.returncode == 0 and ("usage: gpuwatch" in done.stdout or argv == ["--version"]), done.stderr
+    assert among(names, HEAVY + HELP_ALSO + QUICK + ("re", "enum", "collections")) == set()
+    assert {n for n in names if n.startswith("gpuwatch")} == {"gpuwatch", "gpuwatch.cli", "gpuwatch.cli.quick_args"}
 
 
 @pytest.mark.parametrize("verb", ["pause", "resume", "restart", "stop"])
@@ -73,8 +86,8 @@ def test_a_control_command_loads_the_socket_client_alone(tmp_path: Path, verb: s
     assert (done.returncode, done.stderr) == (1, f"gpuwatch: the daemon is not running (no control socket at "
                                                  f"{tmp_path / 'run' / 'control.sock'})\n")
     assert "gpuwatch.daemon.control_client" in names
-    # Nor the attach protocol's dataclasses (with inspect): gpuwatch/connect.py connects.
-    assert among(names, (*HEAVY, "gpuwatch.attach", "dataclasses", "inspect")) == set()
+    # Nor the attach protocol's dataclasses (with inspect): gpuwatch/connect.py connects; nor typing (cli/text.py).
+    assert among(names, (*HEAVY, *QUICK, "gpuwatch.attach", "dataclasses", "inspect", "typing", "re", "enum")) == set()
 
 
 def test_a_config_the_quick_read_cannot_take_is_loaded_whole(tmp_path: Path) -> None:
@@ -110,8 +123,9 @@ def test_status_of_a_running_daemon_loads_no_model(daemon: Path, tmp_path: Path,
     done, names = loaded(tmp_path, "status", *argv, runtime=daemon)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert ("daemon running (pid" in done.stdout) or ('"daemon"' in done.stdout), done.stdout
-    assert among(names, tuple(n for n in HEAVY if n not in ("gpuwatch.cli.show", "gpuwatch.cli.status",
-                                                            "gpuwatch.model", "gpuwatch.publish.view"))) == set()
+    shown = ("gpuwatch.cli.show", "gpuwatch.cli.status", "gpuwatch.model", "gpuwatch.publish.view")
+    assert among(names, tuple(n for n in HEAVY + QUICK if n not in shown and (n != "json" or "--json" not in argv))) \
+        == set()
 
 
 def test_status_without_a_daemon_loads_the_config(tmp_path: Path) -> None:
@@ -120,3 +134,11 @@ def test_status_without_a_daemon_loads_the_config(tmp_path: Path) -> None:
     done, names = loaded(tmp_path, "status", "--sysfs-root", str(tmp_path / "sys"), site=True)
     assert "gpuwatch daemon is not running" in done.stdout, done.stdout + done.stderr
     assert {"pydantic", "gpuwatch.cli.commands"} <= names
+
+
+def test_a_usage_error_of_a_plain_status_is_said_with_its_usage(daemon: Path, tmp_path: Path) -> None:
+    """`status --gpu 99` is read without argparse; the GPU it names is not there: the parser is built for the
+    message (cli/parser.command_parser), exit 2, as through the parser."""
+    done, names = loaded(tmp_path, "status", "--gpu", "99", runtime=daemon)
+    assert done.returncode == 2 and "usage: gpuwatch status" in done.stderr, done.stderr
+    assert "error: --gpu 99: no GPU with index 99 here" in done.stderr and "Traceback" not in done.stderr

@@ -32,6 +32,7 @@ FAST_PATH = {"gpuwatch", "gpuwatch.cli", "gpuwatch.cli.health", "gpuwatch.cli.he
              "gpuwatch.config", "gpuwatch.config.quick", "gpuwatch.config.runtime", "gpuwatch.publish",
              "gpuwatch.publish.health_codes", "gpuwatch.publish.state",
              "gpuwatch.publish.decode",
+             "gpuwatch.cli.quick_args",  # the options' table and its reader (os, sys only)
              "gpuwatch.safefs"}  # safefs: the runtime directory trusted (os, stat, errno only)
 
 # Never on the fast path (a name covers its submodules): the config's models, the daemon, the other commands,
@@ -45,7 +46,9 @@ NEVER = ("pydantic", "psutil", "prometheus_client", "yaml", "bcrypt", "gpuwatch.
          # issue 52: argparse (a plain check's options are read by cli/health's quick_args), json (the state file is
          # parsed by json's own C scanner: publish.state.parse), with re, enum, gettext and locale under them, and
          # collections (annotations only): each as costly as the rest of the check; the options' parent parser.
-         "argparse", "json", "re", "enum", "gettext", "locale", "collections", "gpuwatch.cli.health.options")
+         "argparse", "json", "re", "enum", "gettext", "locale", "collections", "gpuwatch.cli.health.options",
+         # a shared library to load (publish/decode.py checks finite numbers by comparison)
+         "math")
 
 # Never either, runtime_dir in the config or not: config/quick.py reads the top-level keys (tomllib brings typing
 # and datetime, each as costly as the rest of the check's own imports); tomllib only for a form it does not take.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.cli import control, parser
+from gpuwatch.cli import control, parser, quick_args
 from gpuwatch.cli.status import EXIT_USAGE
 from gpuwatch.config import quick
 from gpuwatch.config.base import ConfigError
@@ -90,3 +90,4 @@ def test_the_defaults_are_the_models_and_the_constants_their_homes() -> None:
     assert (CONFIG_ERROR_EXIT, ConfigError) == (quick.CONFIG_ERROR_EXIT, quick.ConfigError)
     assert parser.FALLBACK_MODES == FALLBACK_MODES
     assert (control.EXIT_USAGE, control.NOT_PERMITTED) == (EXIT_USAGE, NOT_PERMITTED)
+    assert quick_args.EXIT_USAGE == EXIT_USAGE

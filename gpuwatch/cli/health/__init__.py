@@ -18,6 +18,7 @@ import sys
 import time
 
 from gpuwatch.cli.health.render import FORMATS, Answer, from_document, no_daemon, only, render
+from gpuwatch.cli.quick_args import CONFIG, PROC_ROOT, SYSFS_ROOT, Option, QuickArgs, read
 from gpuwatch.config.quick import client_runtime_dir_quick, config_file
 from gpuwatch.config.runtime import STATE_FILE_NAME
 from gpuwatch.publish.health_codes import CLASSES, UNUSABLE, fault_line
@@ -29,64 +30,32 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Sequence
 
-    from gpuwatch.cli.health.render import Format
+
+# Its own options (cli/quick_args.py's table: argparse builds them from it, a plain check is read by it).
+FORMAT = Option("--format", dest="format", choices=FORMATS, default="nhc")
+CLASS = Option("--class", dest="fault_class", choices=tuple(sorted(CLASSES)))
+SLURM = Option("--slurm", dest="slurm", takes_value=False)
+OPTIONS = (CONFIG, SYSFS_ROOT, PROC_ROOT, FORMAT, CLASS, SLURM)
 
 
 def add_health_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--format", choices=FORMATS, default="nhc",
-                        help="nhc: 0 healthy/1 not (default); npd: node-problem-detector plugin, 0 ok/1 problem/"
-                             "2 unknown, at most 80 characters; nagios: 0/1/2/3; json: the verdict as an object")
-    parser.add_argument("--class", dest="fault_class", choices=sorted(CLASSES), metavar="CLASS",
-                        help=f"only this fault class ({', '.join(sorted(CLASSES))}) and the daemon's own faults: "
-                             "one node-problem-detector condition per class")
-    parser.add_argument("--slurm", action="store_true",
-                        help="for slurm.conf's HealthCheckProgram: drain this node after [health] "
-                             "drain_after_checks unhealthy checks in a row (reason gpuwatch:...), resume a node "
-                             "gpuwatch drained after resume_after_checks healthy ones")
+    from gpuwatch.cli.health.options import add_option
 
-
-class QuickArgs:
-    """The options of a plain check (`health -c FILE --format npd`), read without argparse: argparse's import (with
-    re, gettext and locale under it) was a third of the check's own time. Anything else (``--help``, an abbreviated
-    or unknown option, a bad or missing value) is argparse's to parse and to answer, as before."""
-
-    __slots__ = ("config", "sysfs_root", "proc_root", "format", "fault_class", "slurm")
-
-    def __init__(self) -> None:
-        self.config: str | None = None
-        self.sysfs_root: str | None = None
-        self.proc_root: str | None = None
-        self.format: Format = "nhc"
-        self.fault_class: str | None = None
-        self.slurm = False
-
-
-# The options a plain check takes with their value: the attribute each sets, the values allowed (None: any).
-_VALUED = {"-c": "config", "--config": "config", "--sysfs-root": "sysfs_root", "--proc-root": "proc_root",
-           "--format": "format", "--class": "fault_class"}
-_CHOICES = {"format": FORMATS, "fault_class": tuple(CLASSES)}
+    add_option(parser, FORMAT, help="nhc: 0 healthy/1 not (default); npd: node-problem-detector plugin, 0 ok/1 "
+               "problem/2 unknown, at most 80 characters; nagios: 0/1/2/3; json: the verdict as an object")
+    add_option(parser, CLASS, metavar="CLASS",
+               help=f"only this fault class ({', '.join(sorted(CLASSES))}) and the daemon's own faults: one "
+                    "node-problem-detector condition per class")
+    add_option(parser, SLURM, help="for slurm.conf's HealthCheckProgram: drain this node after [health] "
+                                   "drain_after_checks unhealthy checks in a row (reason gpuwatch:...), resume a node "
+                                   "gpuwatch drained after resume_after_checks healthy ones")
 
 
 def quick_args(argv: Sequence[str]) -> QuickArgs | None:
-    """``argv`` as `gpuwatch health`'s argparse parser would take it, when it is a plain check; None otherwise."""
-    args = QuickArgs()
-    words = iter(argv)
-    for word in words:
-        if word == "--slurm":
-            args.slurm = True
-            continue
-        option, equals, value = word.partition("=") if word.startswith("--") else (word, "", "")
-        name = _VALUED.get(option)
-        if name is None:
-            return None
-        if not equals:
-            value = next(words, "-")
-            if value.startswith("-"):  # missing, or an option: argparse's error to say
-                return None
-        if value not in _CHOICES.get(name, (value,)):
-            return None
-        setattr(args, name, value)
-    return args
+    """``argv`` as `gpuwatch health`'s argparse parser would take it, when it is a plain check (cli/quick_args.read:
+    argparse's import, with re, gettext and locale under it, was a third of the check's own time); None otherwise:
+    ``--help``, an abbreviated or unknown option, a bad or missing value are argparse's to parse and to answer."""
+    return read(argv, OPTIONS)
 
 
 def main(argv: Sequence[str]) -> int:

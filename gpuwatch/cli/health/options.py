@@ -4,10 +4,9 @@ own: `gpuwatch health` builds its parser from it without loading the other comma
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from collections.abc import Callable
 
+from gpuwatch.cli.quick_args import CONFIG, PROC_ROOT, SYSFS_ROOT, Option, help_columns
 from gpuwatch.config.runtime import DEFAULT_CONFIG_PATH
 
 
@@ -36,33 +35,29 @@ def common_options(path: Callable[[str], object], machine: bool = True) -> argpa
     check; cli/settings.py makes a ``Path`` of either where a command's config is loaded). ``machine``: also the
     trees to read (not for the commands that only talk to the daemon: pause, resume, stop, restart)."""
     common = argparse.ArgumentParser(add_help=False, formatter_class=formatter)
-    common.add_argument("-c", "--config", type=path, metavar="FILE",
-                        help=f"config file (default {DEFAULT_CONFIG_PATH} if present)")
+    add_option(common, CONFIG, type=path, metavar="FILE",
+               help=f"config file (default {DEFAULT_CONFIG_PATH} if present)")
     if not machine:
         return common
-    common.add_argument("--sysfs-root", type=path, metavar="DIR",
-                        help="sysfs tree to read instead of /sys (tests, captures)")
-    common.add_argument("--proc-root", type=path, metavar="DIR", help="proc tree to read instead of /proc (tests)")
+    add_option(common, SYSFS_ROOT, type=path, metavar="DIR",
+               help="sysfs tree to read instead of /sys (tests, captures)")
+    add_option(common, PROC_ROOT, type=path, metavar="DIR", help="proc tree to read instead of /proc (tests)")
     return common
 
 
-def formatter(prog: str) -> argparse.HelpFormatter:
-    """argparse's own formatter at the width shutil would give it, without importing shutil (and zlib, bz2 and
-    lzma with it): argparse makes a formatter for every add_argument too (to check its metavar), and
-    `gpuwatch health` builds its parser on every check, where that import was a tenth of its own time."""
-    return argparse.HelpFormatter(prog, width=_columns() - 2)  # shutil's width, less argparse's own margin
+def add_option(parser: argparse.ArgumentParser, option: Option, **kwargs: object) -> argparse.Action:
+    """``option`` of cli/quick_args.py's table (its spellings, attribute, values, default) in ``parser``, with
+    what only argparse needs (help, metavar, a type)."""
+    return parser.add_argument(*option.names, **option.argparse_kwargs(), **kwargs)  # type: ignore[arg-type]
 
 
-def _columns() -> int:
-    """``$COLUMNS``, else the terminal's width, else 80: what ``shutil.get_terminal_size()`` answers."""
-    value = os.environ.get("COLUMNS", "")
-    if value.isdigit() and int(value) > 0:
-        return int(value)
-    stdout = sys.__stdout__
-    try:
-        return (os.get_terminal_size(stdout.fileno()).columns if stdout is not None else 0) or 80
-    except (ValueError, OSError):
-        return 80
+def formatter(prog: str, columns: int | None = None) -> argparse.HelpFormatter:
+    """argparse's own formatter at the width shutil would give it (or ``columns``, when fewer), without importing
+    shutil (and zlib, bz2 and lzma with it): argparse makes a formatter for every add_argument too (to check its
+    metavar), and `gpuwatch health` builds its parser on every check, where that import was a tenth of its own
+    time."""
+    width = help_columns() if columns is None else min(columns, help_columns())
+    return argparse.HelpFormatter(prog, width=width - 2)  # shutil's width, less argparse's own margin
 
 
 def add_receipt_arguments(parser: argparse.ArgumentParser) -> None:
