@@ -215,7 +215,7 @@ def test_the_last_heartbeat_counts_every_step_however_the_script_ends(tmp_path, 
                            "python", str(script), *(["--fail"] if fail else [])],
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == (1 if fail else 0), done.stderr
-    # The command's stderr comes through the wrapper's output copy, on its stdout (docs/attached-runs.md).
-    assert ("RuntimeError: diverged" in done.stdout + done.stderr) == fail
+    # The command's stderr comes through the wrapper's output copy to the wrapper's stderr (docs/attached-runs.md).
+    assert ("RuntimeError: diverged" in done.stderr) == fail and "RuntimeError" not in done.stdout
     beat = read_heartbeat(beat_file)
     assert beat is not None and beat.steps_total == 50 and not beat.paused

@@ -107,11 +107,10 @@ def test_without_torch_one_line_naming_the_fix(tmp_path: Path) -> None:
     python = make_venv(tmp_path / "bare", None)
     (tmp_path / "train.py").write_text("print('never runs')\n")
     done = gpuwatch_train(tmp_path, str(python), "train.py")
-    # The command's stderr comes through the wrapper's output copy, on its stdout (docs/attached-runs.md).
-    output = done.stdout + done.stderr
-    assert done.returncode == 1, done
-    said = [line for line in output.splitlines() if "this run is not protected" not in line]  # no daemon here
-    assert f"{python} has no torch: install torch into that environment" in output and len(said) == 1, output
+    # The command's stderr goes through the wrapper's output copy to the wrapper's stderr (docs/attached-runs.md).
+    assert done.returncode == 1 and done.stdout == "", done
+    said = [line for line in done.stderr.splitlines() if "this run is not protected" not in line]  # no daemon here
+    assert f"{python} has no torch: install torch into that environment" in done.stderr and len(said) == 1, done.stderr
 
 
 def _free_port() -> int:
