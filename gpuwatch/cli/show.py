@@ -17,6 +17,7 @@ import time
 
 from gpuwatch.cli.process_table import render_processes
 from gpuwatch.cli.status import exit_code, render, select_gpus
+from gpuwatch.cli.text import terminal_width
 from gpuwatch.publish.state import from_future, is_stale, read_state, state_age, this_boot
 
 # A running daemon's view needs neither the config's models nor the GPUs' modules: they are imported where a
@@ -232,7 +233,7 @@ def show(args: argparse.Namespace, fetch: Fetch, leftovers: Callable[[StatusDocu
                 args.parser.error(f"--gpu {exc}")
         found = leftovers(doc) if leftovers else []
         text = document_text(doc, args) if args.json else render(doc, color=color, note=note, leftovers=found,
-                                                                 logs=logs_command(args))
+                                                                 logs=logs_command(args), width=terminal_width())
         for line in found if args.json else ():  # stdout stays one JSON document
             print(f"gpuwatch: {line}", file=sys.stderr)
         if getattr(args, "processes", False) and not args.json:
