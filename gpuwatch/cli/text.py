@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 RED, YELLOW, GREEN, BOLD, DIM, RESET = "\033[31m", "\033[33m", "\033[32m", "\033[1m", "\033[2m", "\033[0m"
 NA = "N/A"
@@ -94,10 +93,10 @@ def duration(seconds: float) -> str:
 MIN_WIDTH = 40  # narrower than this, a line is cut rather than emptied of everything but its name
 
 
-@dataclass(frozen=True)
-class Field:
+class Field(NamedTuple):
     """A piece of a line, with its leading separator (``"  pid 4242"``). ``drop``: the order in which pieces go
-    when the line is too wide, the highest first (0: never; the line is cut instead)."""
+    when the line is too wide, the highest first (0: never; the line is cut instead). A NamedTuple: the control
+    commands import this module, and their start-up loads no dataclasses (tests/cli/test_startup_imports.py)."""
 
     text: str
     drop: int = 0
