@@ -15,9 +15,9 @@ import shlex
 import sys
 import time
 
+from gpuwatch.cli.fit import terminal_width
 from gpuwatch.cli.process_table import render_processes
 from gpuwatch.cli.status import exit_code, render, select_gpus
-from gpuwatch.cli.text import terminal_width
 from gpuwatch.publish.state import from_future, is_stale, read_state, state_age, this_boot
 
 # A running daemon's view needs neither the config's models nor the GPUs' modules: they are imported where a

@@ -1,12 +1,13 @@
 """A supervised trainer's lines in `gpuwatch status` (pure): its run, ranks, use of each GPU and what it left stuck,
 each fitted to the terminal's ``width`` (None: as wide as they are) by leaving out its least important fields first
-(``text.fit``; the ``DROP_*`` ranks below, the highest first)."""
+(``cli/fit.py``; the ``DROP_*`` ranks below, the highest first)."""
 
 from __future__ import annotations
 
 import signal
 
-from gpuwatch.cli.text import GREEN, NA, RED, YELLOW, Field, Paint, duration, energy, fit, pct, size
+from gpuwatch.cli.fit import Field, fit
+from gpuwatch.cli.text import GREEN, NA, RED, YELLOW, Paint, duration, energy, pct, size
 from gpuwatch.model import TrainerGpuUse, TrainerState
 
 # No step for this many of its steps' time, and at least STALE_S (heartbeats are written about once a second): the

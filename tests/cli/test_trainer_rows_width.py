@@ -1,4 +1,4 @@
-"""A trainer's status lines fitted to the terminal's width (cli/trainer_rows.py, text.fit): the least important
+"""A trainer's status lines fitted to the terminal's width (cli/trainer_rows.py, cli/fit.py): the least important
 fields go first, those that fit again come back, what is still too wide is cut with "…"; colour codes take no
 column; a pipe gets whole lines. First contact (issue 50 item 15): trainer lines were 137+ columns."""
 
@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
+from gpuwatch.cli.fit import Field, fit, terminal_width
 from gpuwatch.cli.status import render
-from gpuwatch.cli.text import Field, fit, painter, terminal_width
+from gpuwatch.cli.text import painter
 from gpuwatch.publish.document import to_document
 from tests.support.published import NOW_UNIX, example_state
 
@@ -99,7 +100,7 @@ def test_a_name_wider_than_the_terminal_is_cut() -> None:
 ])
 def test_fields_go_by_rank_and_come_back_when_they_fit(width: int | None, expected: str,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("gpuwatch.cli.text.MIN_WIDTH", 1)
+    monkeypatch.setattr("gpuwatch.cli.fit.MIN_WIDTH", 1)
     fields = [Field("a"), Field("  bb", 3), Field("  ccc", 1), Field("  dddd", 2)]
     assert fit(fields, width, painter(False)) == expected
 
