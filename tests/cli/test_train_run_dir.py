@@ -47,10 +47,16 @@ def _finished_run(base: Path, name: str, modified_s: float, files: tuple[str, ..
     return run
 
 
-def test_a_new_wrapper_prunes_its_users_finished_runs_and_nothing_else(tmp_path: Path) -> None:
+@pytest.fixture
+def environ(tmp_path: Path) -> dict[str, str]:
+    """A user's own runtime directory (mode 0700), where the run directories go."""
     xdg = tmp_path / "xdg"
     xdg.mkdir(mode=0o700)
-    environ = {"XDG_RUNTIME_DIR": str(xdg)}
+    return {"XDG_RUNTIME_DIR": str(xdg)}
+
+
+def test_a_new_wrapper_prunes_its_users_finished_runs_and_nothing_else(tmp_path: Path,
+                                                                       environ: dict[str, str]) -> None:
     live = make_run_dir(environ, os.geteuid(), 1)  # a wrapper still running, the oldest log of all
     (live.log_file).write_bytes(b"still training\n")
     os.utime(live.log_file, (1000, 1000))
@@ -72,10 +78,8 @@ def test_a_new_wrapper_prunes_its_users_finished_runs_and_nothing_else(tmp_path:
         live.remove()
 
 
-def test_a_killed_wrappers_run_is_finished_once_the_kernel_drops_its_lock(tmp_path: Path) -> None:
-    xdg = tmp_path / "xdg"
-    xdg.mkdir(mode=0o700)
-    first = make_run_dir({"XDG_RUNTIME_DIR": str(xdg)}, os.geteuid(), 1)
+def test_a_killed_wrappers_run_is_finished_once_the_kernel_drops_its_lock(environ: dict[str, str]) -> None:
+    first = make_run_dir(environ, os.geteuid(), 1)
     first.remove()  # only made for the runs folder
     base = first.path.parent
     killed = _finished_run(base, "5-killed", 1000)
