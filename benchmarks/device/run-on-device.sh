@@ -18,16 +18,21 @@ mkdir -p "$out"
 [ -d "$carry/wheels" ] || { echo "no wheelhouse at $carry/wheels: run benchmarks/device/prepare-device.sh and carry it" >&2; exit 2; }
 venv=$(mktemp -d /tmp/gpuwatch-cost-venv.XXXXXX)
 trap 'rm -rf "$venv"' EXIT
-python3 -m venv --system-site-packages "$venv"
+if python3 -m venv --system-site-packages "$venv"; then
+    pip=("$venv/bin/python" -m pip)
+else  # a Python without ensurepip (Debian's without python3-venv): the venv bare, the system's pip installs into it
+    python3 -m venv --clear --system-site-packages --without-pip "$venv"
+    pip=(python3 -m pip --python "$venv/bin/python")
+fi
 # --ignore-installed: the wheelhouse's versions in the venv, whatever the system site-packages hold.
-"$venv/bin/pip" install -q --no-index --find-links "$carry/wheels" --ignore-installed -r "$carry/wheels/requirements.txt"
-"$venv/bin/pip" install -q --no-index --find-links "$carry/wheels" --no-deps "$repo"
+"${pip[@]}" install -q --no-index --find-links "$carry/wheels" --ignore-installed -r "$carry/wheels/requirements.txt"
+"${pip[@]}" install -q --no-index --find-links "$carry/wheels" --no-deps "$repo"
 {
     echo "date: $(date -u +%FT%TZ)"; echo "commit: $(cat "$carry/commit" 2>/dev/null || echo unknown)"
     echo "baseline: $(cat "$carry/baseline/COMMIT" 2>/dev/null || echo none)"
     echo "python: $("$venv/bin/python" -V 2>&1)"; echo "cpus: $(nproc)"; echo "loadavg: $(cat /proc/loadavg)"
     grep -m1 "model name" /proc/cpuinfo || true
-    "$venv/bin/pip" list 2>/dev/null | grep -iE "^(pydantic|prometheus.client|psutil|pyyaml|bcrypt|tomli.w) " || true
+    "${pip[@]}" list 2>/dev/null | grep -iE "^(pydantic|prometheus.client|psutil|pyyaml|bcrypt|tomli.w) " || true
 } | tee "$out/machine.txt"
 args=(--gpus 8 --attached 2 --scraper python --window-s "${WINDOW_S:-60}")
 [ -x "$carry/node_exporter" ] && args+=(--node-exporter "$carry/node_exporter")
