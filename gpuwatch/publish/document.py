@@ -118,7 +118,7 @@ def plain(value: Any) -> Any:
     tuples and lists to lists, dicts' values likewise (their keys as they are).
 
     What ``_plain(dataclasses.asdict(value))`` gave, in one walk: asdict deep-copied every leaf and looked every
-    type up again on every call, half of the 8-GPU daemon's tick (docs/performance.md, issue 52)."""
+    type up again on every call: a fifth of the 8-GPU daemon's main thread (docs/performance.md, issue 52)."""
     if isinstance(value, Enum):  # first: a str or int enum is a leaf's instance too
         return value.value
     if isinstance(value, _LEAVES):
