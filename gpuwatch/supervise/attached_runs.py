@@ -28,7 +28,6 @@ from gpuwatch.attach import Attach, Attached, Beat, Event, Exited, Message, Rest
 from gpuwatch.config.sections import AttachedConfig
 from gpuwatch.heartbeat import Heartbeat, heartbeat_from_json
 from gpuwatch.model import Snapshot, TrainerPhase, TrainerState
-from gpuwatch.procfs import Procfs
 from gpuwatch.procs.index import TREE_EVERY_S
 from gpuwatch.supervise import energy
 from gpuwatch.supervise.access import Peer, Target
@@ -45,13 +44,13 @@ from gpuwatch.supervise.attached import (
     unique_name,
 )
 from gpuwatch.supervise.gpu_use import judged_gpus
+from gpuwatch.supervise.orphans import descendant_pids
 from gpuwatch.supervise.progress import RunningRate, running_rate
 from gpuwatch.supervise.ranks import RankView, aggregate, reported
 from gpuwatch.supervise.run_name import default_name
 from gpuwatch.supervise.trainer_state import run_state
 
 log = logging.getLogger("gpuwatch.supervisor")
-_PROC = Procfs("/proc")  # the /proc psutil reads: a run's pid is this machine's
 COMMAND_MAX_CHARS = 1000  # the published command (an argv may fill a whole 64 KiB line)
 Verdict = Callable[[tuple[str, ...]], Thermal]  # the thermal verdict for a run's GPUs (empty: all)
 
@@ -238,7 +237,7 @@ class AttachedRuns:
 
         The leader is checked every tick (one stat read); its descendants are walked again only every
         TREE_EVERY_S, the cadence at which the process monitor re-lists the trees' fds, or at once when
-        ``now`` is None. A walk reads the tree's own lists of children (procfs.Procfs.descendants); psutil's
+        ``now`` is None. A walk reads the tree's own lists of children (orphans.descendant_pids); psutil's
         ``children()``, which reads every process's stat, only on a kernel without them: a scan of the whole of
         /proc per run per tick made two attached runs cost 10x the 8-GPU daemon's own tick
         (benchmarks/daemon_cost.py --attached 2)."""
@@ -249,10 +248,7 @@ class AttachedRuns:
             if (now is not None and run.tree[:1] == [run.pid] and run.tree_walked is not None
                     and 0 <= now - run.tree_walked < TREE_EVERY_S):
                 return
-            kids = _PROC.descendants(run.pid)
-            if kids is None:  # a kernel without the children lists: the walk by parent pid
-                kids = [child.pid for child in proc.children(recursive=True)]
-            run.tree = [run.pid, *kids]
+            run.tree = [run.pid, *descendant_pids(proc)]
             run.tree_walked = now
         except (psutil.Error, OSError):
             run.tree = []

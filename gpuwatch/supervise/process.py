@@ -26,12 +26,10 @@ from typing import TypedDict
 
 import psutil
 
-from gpuwatch.procfs import Procfs
-from gpuwatch.supervise.orphans import RUN_ENV, candidates, of_run
+from gpuwatch.supervise.orphans import RUN_ENV, candidates, descendant_pids, of_run
 from gpuwatch.supervise.output import OutputLog, file_logger
 
 log = logging.getLogger("gpuwatch.supervisor")
-_PROC = Procfs("/proc")  # the /proc psutil reads: a trainer's pid is this machine's
 STRIPPED_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
 MAX_LINE_BYTES = 16 * 1024
 TAIL_LINES = 40
@@ -227,18 +225,13 @@ class TrainerProcess:
             self._known.setdefault(proc.pid, proc)
 
     def _refresh(self) -> None:
-        """The tree walked again (every tick: a rank's heartbeats count only from a process of the tree): the
-        kernel's lists of children (procfs.Procfs.descendants), a psutil handle made only for a pid not known
-        yet; psutil's ``children()``, which reads every process's stat, only on a kernel without the lists."""
+        """The tree walked again (every tick: a rank's heartbeats count only from a process of the tree) by
+        ``orphans.descendant_pids``, a psutil handle made only for a pid not known yet."""
+        found: list[psutil.Process | None] = []
         try:
-            leader = psutil.Process(self.pid)
-            found: list[psutil.Process | None]
-            if self.popen.poll() is not None:
-                found = []
-            elif (kids := _PROC.descendants(self.pid)) is None:
-                found = [leader, *leader.children(recursive=True)]
-            else:
-                found = [leader, *(self._known.get(pid) or _handle(pid) for pid in kids)]
+            if self.popen.poll() is None:
+                leader = psutil.Process(self.pid)
+                found = [leader, *(self._known.get(pid) or _handle(pid) for pid in descendant_pids(leader))]
         except psutil.Error:
             found = []
         for proc in found:
