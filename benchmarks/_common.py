@@ -154,13 +154,12 @@ def wait_state(path: Path, proc: subprocess.Popen[bytes], timeout_s: float = 30.
 
 
 def node_exporter(sysfs_root: Path, port: int, log_path: Path,
-                  web_config: Path | None = None) -> subprocess.Popen[bytes]:
-    """Debian's prometheus-node-exporter reading the same fake tree, hwmon and drm collectors only
-    (``web_config``: its --web.config.file, TLS and basic auth)."""
-    binary = shutil.which("prometheus-node-exporter") or "/usr/bin/prometheus-node-exporter"
+                  web_config: Path | None = None, binary: str | None = None) -> subprocess.Popen[bytes]:
+    """Debian's prometheus-node-exporter (or ``binary``) reading the same fake tree, hwmon and drm collectors
+    only (``web_config``: its --web.config.file, TLS and basic auth)."""
     return subprocess.Popen(
         [
-            binary,
+            binary or shutil.which("prometheus-node-exporter") or "/usr/bin/prometheus-node-exporter",
             f"--path.sysfs={sysfs_root}",
             "--collector.disable-defaults",
             "--collector.hwmon",

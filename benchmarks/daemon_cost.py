@@ -13,17 +13,27 @@ every daemon's /metrics every ``--scrape-interval-s``, next to a node_exporter o
 drm collectors) that the same Prometheus scrapes: node_exporter's own CPU and RSS are measured over
 the same window, so both exporters' cost comes from one run.
 
+Where no Prometheus can run (the device machine), ``--scraper python`` scrapes the same targets the same way
+from a process of its own (benchmarks/scrape_loop.py: keep-alive, gzip, Prometheus's Accept header), whose CPU
+is measured beside. node_exporter is optional: ``--node-exporter PATH`` names its binary (default: Debian's
+prometheus-node-exporter, else node_exporter on PATH); without one the daemons are scraped alone.
+benchmarks/device/run-on-device.sh runs it there.
+
     .venv/bin/python benchmarks/daemon_cost.py [--window-s 60] [--gpus 1 8] [--baseline /path/to/checkout]
     .venv/bin/python benchmarks/daemon_cost.py --gpus 8 --attached 2 --prometheus     # issue 52's load
+    .venv/bin/python benchmarks/daemon_cost.py --gpus 8 --attached 2 --scraper python  # the same, no Prometheus
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 from _common import (
@@ -33,6 +43,7 @@ from _common import (
     fixtures_arg,
     free_port,
     machine,
+    median,
     node_exporter,
     prometheus_query,
     start_daemon,
@@ -77,11 +88,19 @@ def main() -> int:
     parser.add_argument("--interval-s", type=float, default=1.0)
     parser.add_argument("--baseline", type=Path, help="another checkout whose daemons run side by side")
     parser.add_argument("--attached", type=int, default=0, help="runs attached to every daemon (real wrappers)")
-    parser.add_argument("--prometheus", action="store_true",
-                        help="a real Prometheus scrapes every daemon and a node_exporter on each tree")
+    parser.add_argument("--scraper", choices=("prometheus", "python"),
+                        help="who scrapes every daemon and a node_exporter on each tree: a real Prometheus, or "
+                             "benchmarks/scrape_loop.py in a process of its own (no Prometheus binary needed)")
+    parser.add_argument("--prometheus", action="store_const", const="prometheus", dest="scraper",
+                        help="the same as --scraper prometheus")
+    parser.add_argument("--node-exporter", metavar="PATH",
+                        default=shutil.which("prometheus-node-exporter") or shutil.which("node_exporter"),
+                        help="node_exporter's binary, measured beside (default: prometheus-node-exporter or "
+                             "node_exporter on PATH; none found: not run)")
     parser.add_argument("--scrape-interval-s", type=float, default=1.0)
     fixtures_arg(parser)
     args = parser.parse_args()
+    exporter = args.node_exporter if args.scraper and args.node_exporter else None
     sources = [("this", REPO)] + ([("baseline", args.baseline.resolve())] if args.baseline else [])
     work = temp_dir("cost")
     procs: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
@@ -99,13 +118,13 @@ def main() -> int:
                 config = write_config(base / "gpuwatch.toml", base / "sys", base / "run", extra,
                                       args.interval_s)
                 procs[label, gpus] = start_daemon(config, base / "daemon.log", src=src)
-        if args.prometheus:
+        if exporter:
             for gpus in args.gpus:
                 ports[f"node_exporter-g{gpus}"] = port = free_port()
                 procs["node_exporter", gpus] = node_exporter(work / f"this-g{gpus}" / "sys", port,
-                                                             work / f"node_exporter-g{gpus}.log")
+                                                             work / f"node_exporter-g{gpus}.log", binary=exporter)
         for (label, gpus), proc in procs.items():
-            if label == "node_exporter":
+            if label in HELPERS:
                 continue
             state = wait_state(work / f"{label}-g{gpus}" / "run" / "state.json", proc)
             assert len(state["gpus"]) == gpus, f"daemon sees {len(state['gpus'])} GPUs, expected {gpus}"
@@ -113,16 +132,23 @@ def main() -> int:
                 helpers.append(start_wrapper(work, work / f"{label}-g{gpus}" / "run", f"{label}-g{gpus}-run{index}",
                                              RUN_LOOP))
         for label, gpus in procs if args.attached else ():
-            if label != "node_exporter":
+            if label not in HELPERS:
                 _wait_attached(work / f"{label}-g{gpus}", args.attached)
         prometheus_port = 0
-        if args.prometheus:
+        stats = work / "scrape-loop.json"
+        if args.scraper == "prometheus":
             prometheus, prometheus_port = start_prometheus(work, ports, args.scrape_interval_s)
             helpers.append(prometheus)
+        elif args.scraper == "python":
+            procs["scraper", 0] = subprocess.Popen(
+                [sys.executable, str(REPO / "benchmarks/scrape_loop.py"), "--interval-s", f"{args.scrape_interval_s}",
+                 "--stats", str(stats), *(f"{job}={port}" for job, port in ports.items())],
+                stdout=(work / "scrape-loop.log").open("wb"), stderr=subprocess.STDOUT)
         time.sleep(SETTLE_S)
         handles = {key: psutil.Process(proc.pid) for key, proc in procs.items()}
         before = {key: (cpu_s(h), time.monotonic()) for key, h in handles.items()}
         ticks_before = {key: _ticks(work / f"{key[0]}-g{key[1]}") for key in procs}
+        scraped_before = _scraped(stats)
         peak_rss = {key: 0 for key in procs}
         end = time.monotonic() + args.window_s
         while time.monotonic() < end:
@@ -130,10 +156,13 @@ def main() -> int:
                 peak_rss[key] = max(peak_rss[key], h.memory_info().rss)
             time.sleep(min(1.0, max(0.0, end - time.monotonic())))
         used = {key: (cpu_s(h) - before[key][0], time.monotonic() - before[key][1]) for key, h in handles.items()}
+        scraped_after = _scraped(stats)
         print(f"machine: {machine()}")
+        who = {"prometheus": "Prometheus", "python": "benchmarks/scrape_loop.py"}.get(args.scraper or "")
         print(f"capture: {args.capture}; interval {args.interval_s} s; window {args.window_s:.0f} s; "
               f"{args.attached} attached run(s) per daemon; "
-              + (f"Prometheus scraping every {args.scrape_interval_s:g} s; " if args.prometheus else "")
+              + (f"{who} scraping every {args.scrape_interval_s:g} s; " if who else "")
+              + (f"node_exporter {exporter}; " if exporter else "no node_exporter; " if who else "")
               + "all side by side\n")
         print(
             f"{'build':>13} {'GPUs':>4} {'ticks':>6} {'CPU % core':>11} {'target':>7} {'ratio':>6} "
@@ -148,8 +177,8 @@ def main() -> int:
             rss_mib = peak_rss[label, gpus] / 2**20
             cost[label, gpus] = cpu_pct, rss_mib
             uss_mib = h.memory_full_info().uss / 2**20
-            if label == "node_exporter":
-                print(f"{label:>13} {gpus:>4} {'-':>6} {cpu_pct:>11.3f} {'-':>7} {'-':>6} {rss_mib:>13.1f} "
+            if label in HELPERS:
+                print(f"{label:>13} {gpus or '-':>4} {'-':>6} {cpu_pct:>11.3f} {'-':>7} {'-':>6} {rss_mib:>13.1f} "
                       f"{uss_mib:>8.1f} {'-':>7} {'-':>6} {'-':>12} {'-':>13}")
                 continue
             ticks = _ticks(work / f"{label}-g{gpus}") - ticks_before[label, gpus]
@@ -167,7 +196,14 @@ def main() -> int:
         for gpus in args.gpus if args.baseline else ():
             print(f"{gpus} GPU(s): CPU per tick this/baseline = "
                   f"{per_tick_ms['this', gpus] / max(per_tick_ms['baseline', gpus], 1e-9):.2f}")
-        if args.prometheus:
+        if args.scraper == "python":
+            print("scrape_loop.py over the window: " + ", ".join(
+                f"{job} {after['scrapes'] - before_job['scrapes']} scrapes "
+                f"({after['failed'] - before_job['failed']} failed, p50 "
+                f"{median(after['durations_ms'][before_job['scrapes']:]):.1f} ms)"
+                for job, after in scraped_after.items()
+                for before_job in [scraped_before.get(job, {"scrapes": 0, "failed": 0})]))
+        if args.scraper == "prometheus":
             window = f"[{int(args.window_s)}s]"
             scrapes = prometheus_query(prometheus_port, f"count_over_time(up{window})")
             down = prometheus_query(prometheus_port, f"count_over_time(up{window}) - sum_over_time(up{window})")
@@ -175,15 +211,26 @@ def main() -> int:
             print("Prometheus over the window: " + ", ".join(
                 f"{job} {scrapes.get(job, 0):.0f} scrapes ({down.get(job, 0):.0f} failed, p50 "
                 f"{took.get(job, float('nan')) * 1e3:.1f} ms)" for job in ports))
-            for gpus in args.gpus:
-                (gw_cpu, gw_rss), (ne_cpu, ne_rss) = cost["this", gpus], cost["node_exporter", gpus]
-                print(f"{gpus} GPU(s): gpuwatch / node_exporter: CPU {gw_cpu / max(ne_cpu, 1e-9):.2f}, "
-                      f"peak RSS {gw_rss / max(ne_rss, 1e-9):.2f}")
+        for gpus in args.gpus if exporter else ():
+            (gw_cpu, gw_rss), (ne_cpu, ne_rss) = cost["this", gpus], cost["node_exporter", gpus]
+            print(f"{gpus} GPU(s): gpuwatch / node_exporter: CPU {gw_cpu / max(ne_cpu, 1e-9):.2f}, "
+                  f"peak RSS {gw_rss / max(ne_rss, 1e-9):.2f}")
         return 1 if failed else 0
     finally:
         for proc in [*helpers, *procs.values()]:
             stop(proc)
         cleanup(work)
+
+
+HELPERS = ("node_exporter", "scraper")  # measured beside the daemons, not daemons themselves
+
+
+def _scraped(stats: Path) -> dict[str, dict[str, Any]]:
+    """scrape_loop.py's counts so far (none yet, or no such scraper: empty)."""
+    try:
+        return dict(json.loads(stats.read_text()))
+    except (OSError, ValueError):
+        return {}
 
 
 def _wait_attached(base: Path, count: int, timeout_s: float = 60.0) -> None:

@@ -45,6 +45,7 @@ class Procfs:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = os.fspath(root)
         self._prefix = os.path.join(self.root, "")
+        self._children_lists: bool | None = None  # whether the kernel keeps task/<tid>/children (looked once)
 
     def pids(self) -> list[int]:
         """Every numeric entry of the root, unsorted (a process can be gone by the time it is read)."""
@@ -104,3 +105,34 @@ class Procfs:
             return [int(name) for name in os.listdir(f"{self._prefix}{pid}/task") if _is_id(name)]
         except OSError:
             return []
+
+    def descendants(self, pid: int) -> list[int] | None:
+        """Every descendant of ``pid``, parents before their children, from the kernel's per-thread lists of
+        children (``task/<tid>/children``, proc(5), CONFIG_PROC_CHILDREN): only the tree's own files are read,
+        where a walk by parent pid (psutil's ``children(recursive=True)``) reads every process's ``stat``.
+
+        Like any walk of /proc it is a moment's view: a process forked or reparented while it runs may be
+        missing until the next walk (proc(5): reliable only while the children are stopped). A child forked
+        by any thread of a process is listed under that thread, so every thread's list is read. [] when
+        ``pid`` is gone; None when the kernel keeps no such lists or one may not be read (the caller walks
+        by parent pid instead)."""
+        if self._children_lists is None:
+            self._children_lists = os.path.exists(f"{self._prefix}{os.getpid()}/task/{os.getpid()}/children")
+        if not self._children_lists:
+            return None
+        found: list[int] = []
+        seen = {pid}
+        parents = [pid]
+        try:
+            while parents:
+                parent = parents.pop()
+                for tid in self.tasks(parent):
+                    for word in (self.read(parent, f"task/{tid}/children") or "").split():
+                        child = int(word)
+                        if child not in seen:
+                            seen.add(child)
+                            found.append(child)
+                            parents.append(child)
+        except (ProcError, ValueError):
+            return None
+        return found

@@ -37,6 +37,29 @@ def test_a_stuck_key_is_late_and_not_called_again_until_it_returns() -> None:
     assert workers.run_all({"a": lambda: "again"}, 5.0) == {"a": "again"}
 
 
+def test_a_late_call_that_returns_during_a_later_run_lets_only_its_own_run_go() -> None:
+    """Each run_all waits for its own calls: the late one of an earlier run, returning while a later run waits,
+    does not end that wait (the later run's call is not reported Late while it still runs)."""
+    release, started = threading.Event(), threading.Event()
+
+    def stuck() -> str:
+        release.wait(30)
+        return "late answer"
+
+    def slow() -> str:
+        started.set()
+        wait_for(lambda: not workers.busy("a"), "the earlier run's late call to return")
+        return "b"
+
+    workers = Workers("t")
+    try:
+        assert isinstance(workers.run_all({"a": stuck}, 0.1)["a"], Late)
+        threading.Thread(target=lambda: (started.wait(30), release.set()), daemon=True).start()
+        assert workers.run_all({"b": slow}, 60.0) == {"b": "b"}
+    finally:
+        release.set()
+
+
 def test_a_call_that_raises_raises_in_the_caller() -> None:
     def broken() -> None:
         raise ValueError("bug")

@@ -108,8 +108,7 @@ class ControlServer:
                 if gid is not None:
                     os.chown(path, -1, gid)
             os.chmod(path, mode)  # the public one: every user may connect, each request authorized from its peer
-            sock.listen(BACKLOG)
-            sock.settimeout(0.2)
+            sock.listen(BACKLOG)  # blocking: accept() waits without waking, stop() shuts it down
             self._socks.append(sock)
             thread = threading.Thread(target=self._serve, args=(sock, path == admin), name="gpuwatch-control",
                                       daemon=True)
@@ -120,6 +119,13 @@ class ControlServer:
 
     def stop(self) -> None:
         self._stop.set()
+        for sock in self._socks:
+            # A blocked accept() returns at once (EINVAL) when its listening socket is shut down (Linux), so the
+            # serving threads wait in accept() without a timeout: no wake-up five times a second each.
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         for thread in self._threads:
             thread.join(2.0)
         for sock in self._socks:
@@ -137,8 +143,6 @@ class ControlServer:
         while not self._stop.is_set():
             try:
                 conn, _ = sock.accept()
-            except TimeoutError:
-                continue
             except OSError as exc:
                 if self._stop.is_set() or sock.fileno() < 0:
                     break

@@ -7,7 +7,7 @@ json.dumps and a reader expect.
 
 from __future__ import annotations
 
-from dataclasses import asdict, fields
+from dataclasses import fields, is_dataclass
 from enum import Enum
 from typing import Any
 
@@ -35,18 +35,18 @@ def to_document(state: PublishedState, source: Source) -> StatusDocument:
         "source": source,
         "taken_unix": snapshot.taken_unix,
         "sample_duration_s": snapshot.sample_duration_s,
-        "daemon": None if state.daemon is None else _plain(asdict(state.daemon)),
+        "daemon": None if state.daemon is None else plain(state.daemon),
         "gpus": [
-            _gpu(state, gpu, None if gpu.gpu_id not in fans else _plain(asdict(fans[gpu.gpu_id])),
-                 None if gpu.gpu_id not in powers else _plain(asdict(powers[gpu.gpu_id])),
+            _gpu(state, gpu, None if gpu.gpu_id not in fans else plain(fans[gpu.gpu_id]),
+                 None if gpu.gpu_id not in powers else plain(powers[gpu.gpu_id]),
                  None if gpu.gpu_id not in resets else _reset(resets[gpu.gpu_id]),
                  None if gpu.gpu_id not in unmanaged else _unmanaged(unmanaged[gpu.gpu_id]),
-                 None if gpu.gpu_id not in clocks else _plain(asdict(clocks[gpu.gpu_id])))
+                 None if gpu.gpu_id not in clocks else plain(clocks[gpu.gpu_id]))
             for gpu in snapshot.gpus
         ],
-        "unsupported": [asdict(card) for card in snapshot.unsupported],
-        "trainers": [_plain(asdict(trainer)) for trainer in state.trainers],
-        "processes": [_plain(asdict(process)) for process in snapshot.processes],
+        "unsupported": [plain(card) for card in snapshot.unsupported],
+        "trainers": [plain(trainer) for trainer in state.trainers],
+        "processes": [plain(process) for process in snapshot.processes],
         "processes_unreadable": snapshot.processes_unreadable,
         "health": None if state.health is None else _health(state.health),
         "jobs": [_job(job) for job in state.jobs],
@@ -54,26 +54,26 @@ def to_document(state: PublishedState, source: Source) -> StatusDocument:
 
 
 def _health(health: NodeHealth) -> dict[str, Any]:
-    doc: dict[str, Any] = _plain(asdict(health))
-    doc["faults"] = [{**_plain(asdict(f)), "line": fault_line(f.code, f.gpu_id, f.detail)} for f in health.faults]
+    doc: dict[str, Any] = plain(health)
+    doc["faults"] = [{**plain(f), "line": fault_line(f.code, f.gpu_id, f.detail)} for f in health.faults]
     return doc
 
 
 def _job(job: JobReceipt) -> dict[str, Any]:
-    doc: dict[str, Any] = _plain(asdict(job))
-    doc["gpus"] = [{**_plain(asdict(gpu)), "max_temps_c": dict(gpu.max_temps_c), "throttled_s": dict(gpu.throttled_s)}
+    doc: dict[str, Any] = plain(job)
+    doc["gpus"] = [{**plain(gpu), "max_temps_c": dict(gpu.max_temps_c), "throttled_s": dict(gpu.throttled_s)}
                    for gpu in job.gpus]
     return doc
 
 
 def _reset(state: GpuResetState) -> dict[str, Any]:
-    doc: dict[str, Any] = _plain(asdict(state))
+    doc: dict[str, Any] = plain(state)
     del doc["gpu_id"]
     return doc
 
 
 def _unmanaged(state: UnmanagedState) -> dict[str, Any]:
-    doc: dict[str, Any] = _plain(asdict(state))
+    doc: dict[str, Any] = plain(state)
     del doc["gpu_id"]
     return doc
 
@@ -103,18 +103,33 @@ def _gpu(state: PublishedState, gpu: GpuReading, fan: dict[str, Any] | None, pow
     doc["fan_controller"] = fan
     doc["power_governor"] = power
     doc["clock_ceiling"] = clock
-    doc["errors"] = [asdict(e) for e in gpu.errors]
+    doc["errors"] = [plain(e) for e in gpu.errors]
     doc["reset"] = reset
     doc["unmanaged"] = unmanaged
     return doc
 
 
-def _plain(value: Any) -> Any:
-    """Enums to their value, tuples to lists: what json.dumps and a reader expect."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, Enum):
+_LEAVES = (str, int, float, bool, type(None))
+_FIELDS: dict[type, tuple[str, ...]] = {}  # a dataclass type's field names, looked up once per type
+
+
+def plain(value: Any) -> Any:
+    """A dataclass as JSON's plain data, its fields in order: nested dataclasses to dicts, enums to their value,
+    tuples and lists to lists, dicts' values likewise (their keys as they are).
+
+    What ``_plain(dataclasses.asdict(value))`` gave, in one walk: asdict deep-copied every leaf and looked every
+    type up again on every call: a fifth of the 8-GPU daemon's main thread (docs/performance.md, issue 52)."""
+    if isinstance(value, Enum):  # first: a str or int enum is a leaf's instance too
         return value.value
-    return value
+    if isinstance(value, _LEAVES):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    names = _FIELDS.get(type(value))
+    if names is None:
+        if not (is_dataclass(value) and not isinstance(value, type)):
+            return value
+        names = _FIELDS[type(value)] = tuple(f.name for f in fields(value))
+    return {name: plain(getattr(value, name)) for name in names}

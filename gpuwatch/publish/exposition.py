@@ -39,13 +39,22 @@ class TextRenderer:
             self._prefixes.clear()
             self._headers.clear()
         output: list[str] = []
+        prefixes = self._prefixes
         for metric in registry.collect():
             try:
                 output.append(self._header(metric.name, metric.documentation, metric.type))
+                om_names = {metric.name + suffix: suffix for suffix in _OM_SUFFIXES}
                 om_samples: dict[str, list[str]] = {}
                 for sample in metric.samples:
-                    line = self._line(sample)
-                    suffix = next((s for s in _OM_SUFFIXES if sample.name == metric.name + s), None)
+                    # Inline, no call per sample (a few hundred a tick): the kept prefix, then the value.
+                    name, labels = sample.name, sample.labels
+                    key = (name, tuple(labels.items()))
+                    prefix = prefixes.get(key)
+                    if prefix is None:
+                        prefix = prefixes[key] = _prefix(name, labels)
+                    line = (f"{prefix}{_go_float(sample.value)}\n" if sample.timestamp is None
+                            else f"{prefix}{_go_float(sample.value)} {int(float(sample.timestamp) * 1000):d}\n")
+                    suffix = om_names.get(name)
                     if suffix is None:
                         output.append(line)
                     else:
@@ -64,15 +73,6 @@ class TextRenderer:
         if header is None:
             header = self._headers[key] = generate_latest(_One(Metric(name, documentation, kind))).decode()
         return header
-
-    def _line(self, sample: Any) -> str:
-        labels: dict[str, str] = sample.labels
-        key = (sample.name, tuple(labels.items()))
-        prefix = self._prefixes.get(key)
-        if prefix is None:
-            prefix = self._prefixes[key] = _prefix(sample.name, labels)
-        timestamp = "" if sample.timestamp is None else f" {int(float(sample.timestamp) * 1000):d}"
-        return f"{prefix}{_go_float(sample.value)}{timestamp}\n"
 
 
 def _prefix(name: str, labels: dict[str, str]) -> str:

@@ -102,7 +102,8 @@ class MetricsCache:
         """Until ``stopping``: each newly published state rendered (and compressed) ahead of the next scrape."""
         seen: object | None = None
         while not stopping.is_set():
-            seen = self._holder.wait_newer(seen, timeout_s=0.25)  # and a look at ``stopping`` 4 times a second
+            # Woken by a tick or by the server's stop (HttpServer.stop: ``wake``), never polling in between.
+            seen = self._holder.wait_newer(seen, timeout_s=STOP_CHECK_S, stopping=stopping)
             if seen is not None and self._mono() - self._scraped_at < PRERENDER_WHILE_SCRAPED_S:
                 try:
                     with self._lock:
@@ -126,6 +127,7 @@ class MetricsCache:
 
 
 GZIP_LEVEL = 1
+STOP_CHECK_S = 60.0  # the prerender thread's wait when no tick comes (stopping wakes it before)
 PRERENDER_WHILE_SCRAPED_S = 600.0  # rendered ahead while a scrape came in the last 10 min (a 5 min interval, twice)
 
 
@@ -161,6 +163,7 @@ class HttpServer:
         expose = expose_sensitive or HttpConfig().expose_sensitive
         self._watch = GateWatch(web_config)
         self._auth = BasicAuth()
+        self._holder = holder
         registry = CollectorRegistry(auto_describe=False)
         registry.register(GpuwatchCollector(holder.latest))
         registry.register(WebCollector(self._watch))
@@ -197,6 +200,7 @@ class HttpServer:
 
     def stop(self) -> None:
         self._stopping.set()
+        self._holder.wake()  # the prerender thread sees it at once
         self._server.stop()
         self._auth.close()
         if self._prerender.is_alive():

@@ -75,7 +75,10 @@ class LiveFeed:
             new = self._events.add(tick, reloaded, clocked)
             self._latest = tick
             recent = self._events.recent()
-            self._message = sse({"summary": tick, "point": point, "events": recent})
+            # Encoded only while a stream is open: a stream joins (under this lock) before it reads the sequence
+            # number it starts from, so every message it is woken for was encoded for it; none open, none read.
+            if any(self._wakers.values()):
+                self._message = sse({"summary": tick, "point": point, "events": recent})
             if not all(self._wakers.values()):
                 self._message_redacted = sse({"summary": redacted(tick), "point": point, "events": recent})
             self._seq += 1

@@ -16,6 +16,7 @@ from gpuwatch.safefs import client_refusal, read_bounded
 # (tests/cluster/test_health_imports.py).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import threading
     from collections.abc import Callable
     from pathlib import Path
 
@@ -138,11 +139,19 @@ class StateHolder:
             self._state, self._document = state, document
             self._published.notify_all()
 
-    def wait_newer(self, than: object | None, timeout_s: float) -> PublishedState | None:
-        """The latest state once it is not ``than`` (a tick published), or after ``timeout_s`` whatever it is."""
+    def wait_newer(self, than: object | None, timeout_s: float,
+                   stopping: threading.Event | None = None) -> PublishedState | None:
+        """The latest state once it is not ``than`` (a tick published), once ``stopping`` is set (and ``wake``
+        called), or after ``timeout_s``, whatever it is."""
         with self._lock:
-            self._published.wait_for(lambda: self._state is not than, timeout_s)
+            self._published.wait_for(
+                lambda: self._state is not than or (stopping is not None and stopping.is_set()), timeout_s)
             return self._state
+
+    def wake(self) -> None:
+        """Every ``wait_newer`` looks at its ``stopping`` again (a server stopping)."""
+        with self._lock:
+            self._published.notify_all()
 
     def latest(self) -> PublishedState | None:
         with self._lock:

@@ -44,6 +44,7 @@ from gpuwatch.supervise.attached import (
     unique_name,
 )
 from gpuwatch.supervise.gpu_use import judged_gpus
+from gpuwatch.supervise.orphans import descendant_pids
 from gpuwatch.supervise.progress import RunningRate, running_rate
 from gpuwatch.supervise.ranks import RankView, aggregate, reported
 from gpuwatch.supervise.run_name import default_name
@@ -236,8 +237,9 @@ class AttachedRuns:
 
         The leader is checked every tick (one stat read); its descendants are walked again only every
         TREE_EVERY_S, the cadence at which the process monitor re-lists the trees' fds, or at once when
-        ``now`` is None. A walk is psutil's ``children()``, which reads every process's stat: a scan of the
-        whole of /proc per run per tick made two attached runs cost 10x the 8-GPU daemon's own tick
+        ``now`` is None. A walk reads the tree's own lists of children (orphans.descendant_pids); psutil's
+        ``children()``, which reads every process's stat, only on a kernel without them: a scan of the whole of
+        /proc per run per tick made two attached runs cost 10x the 8-GPU daemon's own tick
         (benchmarks/daemon_cost.py --attached 2)."""
         try:
             proc = psutil.Process(run.pid)
@@ -246,7 +248,7 @@ class AttachedRuns:
             if (now is not None and run.tree[:1] == [run.pid] and run.tree_walked is not None
                     and 0 <= now - run.tree_walked < TREE_EVERY_S):
                 return
-            run.tree = [run.pid, *(child.pid for child in proc.children(recursive=True))]
+            run.tree = [run.pid, *descendant_pids(proc)]
             run.tree_walked = now
         except (psutil.Error, OSError):
             run.tree = []

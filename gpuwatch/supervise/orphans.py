@@ -3,7 +3,7 @@ the daemon's own descendants otherwise (the daemon is a child subreaper).
 
 A worker that forks twice and calls ``setsid`` leaves its trainer's tree: its parent exits, and the
 kernel hands it to the nearest subreaper, else to init. Its process group and its ancestry no longer
-lead to the trainer, so neither ``killpg`` nor the psutil tree reaches it. Two things still do:
+lead to the trainer, so neither ``killpg`` nor a walk of the tree (``descendant_pids``) reaches it. Two things still do:
 
 * every process of a run carries ``GPUWATCH_RUN_ID`` in its environment, inherited through fork and
   exec (/proc/PID/environ is the environment it was started with), so a process can be attributed
@@ -27,12 +27,22 @@ from pathlib import Path
 import psutil
 
 from gpuwatch.config.file import REAL_PROC_ROOT, REAL_SYSFS_ROOT
+from gpuwatch.procfs import Procfs
 
 log = logging.getLogger("gpuwatch.supervisor")
 
 RUN_ENV = "GPUWATCH_RUN_ID"
 _PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 _subreaper = False
+_PROC = Procfs(REAL_PROC_ROOT)  # the /proc psutil reads: the pids walked are this machine's
+
+
+def descendant_pids(proc: psutil.Process) -> list[int]:
+    """``proc``'s descendants, parents first: from the kernel's lists of children (procfs.Procfs.descendants,
+    only the tree's own files); psutil's walk by parent pid, which reads every process's stat, only on a kernel
+    without them. Raises psutil.Error when ``proc`` is gone, as psutil's walk does."""
+    kids = _PROC.descendants(proc.pid)
+    return [child.pid for child in proc.children(recursive=True)] if kids is None else kids
 
 
 def become_subreaper(on: bool = True) -> bool:
@@ -83,14 +93,10 @@ def unit_cgroup(environ: Mapping[str, str] = os.environ, proc: Path = REAL_PROC_
 def candidates(cgroup: Path | None) -> list[psutil.Process]:
     """Where a run's processes can be: the cgroup's members, else this process's descendants."""
     me = os.getpid()
-    if cgroup is None:
-        try:
-            return psutil.Process(me).children(recursive=True)
-        except psutil.Error:
-            return []
     try:
-        pids = [int(line) for line in (cgroup / "cgroup.procs").read_text().split()]
-    except (OSError, ValueError):
+        pids = (descendant_pids(psutil.Process(me)) if cgroup is None
+                else [int(line) for line in (cgroup / "cgroup.procs").read_text().split()])
+    except (psutil.Error, OSError, ValueError):
         return []
     found = []
     for pid in pids:

@@ -1,6 +1,6 @@
 """One running training command: spawn in its own session, signal the whole tree, capture its output.
 
-The tree is the process group (start_new_session) plus every descendant psutil has seen, so a worker
+The tree is the process group (start_new_session) plus every descendant seen by a walk, so a worker
 that called setsid() is still reached (torchrun starts every rank in a session of its own), plus every
 process that carries the run's ``GPUWATCH_RUN_ID`` where orphans go (the unit's cgroup, or the daemon's
 own descendants: supervise/orphans.py), so a double-forked setsid grandchild is reached too.
@@ -26,7 +26,7 @@ from typing import TypedDict
 
 import psutil
 
-from gpuwatch.supervise.orphans import RUN_ENV, candidates, of_run
+from gpuwatch.supervise.orphans import RUN_ENV, candidates, descendant_pids, of_run
 from gpuwatch.supervise.output import OutputLog, file_logger
 
 log = logging.getLogger("gpuwatch.supervisor")
@@ -225,13 +225,18 @@ class TrainerProcess:
             self._known.setdefault(proc.pid, proc)
 
     def _refresh(self) -> None:
+        """The tree walked again (every tick: a rank's heartbeats count only from a process of the tree) by
+        ``orphans.descendant_pids``, a psutil handle made only for a pid not known yet."""
+        found: list[psutil.Process | None] = []
         try:
-            leader = psutil.Process(self.pid)
-            found = [leader, *leader.children(recursive=True)] if self.popen.poll() is None else []
+            if self.popen.poll() is None:
+                leader = psutil.Process(self.pid)
+                found = [leader, *(self._known.get(pid) or _handle(pid) for pid in descendant_pids(leader))]
         except psutil.Error:
             found = []
         for proc in found:
-            self._known.setdefault(proc.pid, proc)
+            if proc is not None:
+                self._known.setdefault(proc.pid, proc)
         for pid, proc in list(self._known.items()):
             if not _running(proc):
                 del self._known[pid]
@@ -271,6 +276,15 @@ class TrainerProcess:
         for handler in list(self._logger.handlers):
             handler.close()
             self._logger.removeHandler(handler)
+
+
+def _handle(pid: int) -> psutil.Process | None:
+    """psutil's handle of ``pid`` (its create time read now: a later signal goes to this process only); None when
+    it is gone already."""
+    try:
+        return psutil.Process(pid)
+    except psutil.Error:
+        return None
 
 
 def _running(proc: psutil.Process) -> bool:

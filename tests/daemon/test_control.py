@@ -39,6 +39,8 @@ def test_round_trip_and_socket_mode(short_dir: Path) -> None:
     finally:
         server.stop()
     assert not (short_dir / "control.sock").exists()
+    # Its threads wait in accept() without a timeout; the stop's shutdown ends them.
+    assert not any(thread.is_alive() for thread in server._threads)
 
 
 def test_client_reports_daemon_not_running(short_dir: Path) -> None:

@@ -3,11 +3,14 @@ CLI renders) names exactly the keys to_document writes; its limits are the publi
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+from enum import Enum
 from pathlib import Path
 
 from gpuwatch.model import GpuReading, PublishedState, SensorLimit, Snapshot, TempReading, UnsupportedCard
 from gpuwatch.publish.decode import SPECS
-from gpuwatch.publish.document import to_document
+from gpuwatch.publish.document import plain, to_document
 from tests.support.published import GPU_GONE, example_state
 
 
@@ -52,3 +55,24 @@ def test_limits_and_over_limit_are_the_published_states() -> None:
     assert doc["gpus"][0]["over_limit"] == ["junction"]
     unlimited = to_document(PublishedState(snapshot), "daemon")["gpus"][0]
     assert unlimited["temperatures"]["junction"]["limit_c"] is None and unlimited["over_limit"] == []
+
+
+def test_plain_is_asdict_with_enums_as_values(tmp_path: Path) -> None:
+    """The one-walk conversion gives what ``dataclasses.asdict`` and json gave (enums as values, tuples as lists)."""
+    state = example_state(tmp_path / "sys")
+    parts = (state.daemon, state.health, *state.fans, *state.powers, *state.clocks, *state.trainers,
+             *state.snapshot.processes, *state.snapshot.resets, *state.unmanaged, *state.jobs)
+    assert len(parts) > 8
+    for part in parts:
+        assert plain(part) == json.loads(json.dumps(asdict(part), default=lambda e: e.value)), type(part).__name__
+        assert not _enums(plain(part)), type(part).__name__  # a str enum equals its value: looked for apart
+
+
+def _enums(value: object) -> list[Enum]:
+    if isinstance(value, Enum):
+        return [value]
+    if isinstance(value, dict):
+        return [e for v in value.values() for e in _enums(v)]
+    if isinstance(value, list):
+        return [e for v in value for e in _enums(v)]
+    return []

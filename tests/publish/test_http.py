@@ -128,5 +128,7 @@ def test_http_server_stops_cleanly(tmp_path: Path) -> None:
     server.start()
     port = server.port
     server.stop()
+    # The prerender thread waits for a tick with no timeout to poll; the stop wakes it and it is joined.
+    assert not server._prerender.is_alive()
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)

@@ -11,7 +11,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gpuwatch.supervise.orphans import RUN_ENV, candidates, of_run, unified_path, unit_cgroup
+from gpuwatch.procfs import Procfs
+from gpuwatch.supervise import orphans
+from gpuwatch.supervise.orphans import RUN_ENV, candidates, descendant_pids, of_run, unified_path, unit_cgroup
+from tests.support.waiting import wait_for
 
 
 @pytest.mark.parametrize(
@@ -79,6 +82,26 @@ def test_without_a_cgroup_the_candidates_are_our_descendants() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+@pytest.mark.parametrize("lists", [True, False])
+def test_descendant_pids_with_and_without_the_kernels_children_lists(
+        lists: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same tree from the kernel's lists of children or, on a kernel without them (a /proc tree that has
+    none), from psutil's walk by parent pid."""
+    if not lists:
+        monkeypatch.setattr(orphans, "_PROC", Procfs(tmp_path))
+    leader = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & wait"])
+    try:
+        wait_for(lambda: len(descendant_pids(psutil.Process(leader.pid))) == 2, "both sleeps started")
+        walked = descendant_pids(psutil.Process(leader.pid))
+        assert sorted(walked) == sorted(c.pid for c in psutil.Process(leader.pid).children(recursive=True))
+        assert len(walked) == 2
+    finally:
+        for child in psutil.Process(leader.pid).children(recursive=True):
+            child.kill()
+        leader.kill()
+        leader.wait()
 
 
 DOUBLE_FORK = """
