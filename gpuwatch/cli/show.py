@@ -15,6 +15,7 @@ import time
 
 from gpuwatch.cli.process_table import processes_text
 from gpuwatch.cli.status import render_view, select_gpus, shown_view, view_exit_code
+from gpuwatch.cli.text import terminal_width
 from gpuwatch.publish.state import from_future, is_stale, read_state, state_age, this_boot
 
 # A running daemon's view needs neither the config's models nor the GPUs' modules: they are imported where a
@@ -234,7 +235,8 @@ def show(args: argparse.Namespace, fetch: Fetch, leftovers: Callable[[StatusDocu
         found = leftovers(doc) if leftovers else []
         view = shown_view(doc)  # once per reading: the text, the process table and the exit code
         text = document_text(doc, args) if args.json else render_view(view, color=color, note=note, leftovers=found,
-                                                                      logs=logs_command(args))
+                                                                      logs=logs_command(args),
+                                                                      width=terminal_width())
         for line in found if args.json else ():  # stdout stays one JSON document
             print(f"gpuwatch: {line}", file=sys.stderr)
         if getattr(args, "processes", False) and not args.json:

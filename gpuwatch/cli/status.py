@@ -9,7 +9,7 @@ import time
 
 from gpuwatch.cli.gpu_block import gpu_block
 from gpuwatch.cli.text import BOLD, DIM, RED, YELLOW, Paint, duration, painter, safe_strings
-from gpuwatch.cli.trainer_rows import trainer_gpu_lines, trainer_line
+from gpuwatch.cli.trainer_rows import trainer_gpu_lines, trainer_line, trainer_log_line
 from gpuwatch.config.slots import gpus_listed, resolve_gpu
 from gpuwatch.publish.view import status_view
 
@@ -76,15 +76,16 @@ def select_gpus(doc: StatusDocument, wanted: Sequence[str]) -> StatusDocument:
 
 
 def render(doc: StatusDocument, now: float | None = None, color: bool = False, note: str | None = None,
-           leftovers: Sequence[str] = (), logs: str = "gpuwatch logs") -> str:
+           leftovers: Sequence[str] = (), logs: str = "gpuwatch logs", width: int | None = None) -> str:
     """``render_view`` of a document."""
-    return render_view(shown_view(doc), now, color, note, leftovers, logs)
+    return render_view(shown_view(doc), now, color, note, leftovers, logs, width)
 
 
 def render_view(view: StatusView, now: float | None = None, color: bool = False, note: str | None = None,
-                leftovers: Sequence[str] = (), logs: str = "gpuwatch logs") -> str:
+                leftovers: Sequence[str] = (), logs: str = "gpuwatch logs", width: int | None = None) -> str:
     """``logs``: the command a trainer's log hint names, as it must be typed to reach this daemon (with its ``-c
-    FILE`` when the status was read through one: the demo's daemon, a daemon with a runtime_dir of its own)."""
+    FILE`` when the status was read through one: the demo's daemon, a daemon with a runtime_dir of its own).
+    ``width``: the terminal's columns, which the trainers' lines are fitted to (None: as wide as they are)."""
     now = time.time() if now is None else now
     paint = painter(color)
     lines = [_header(view, now, paint)]
@@ -101,10 +102,10 @@ def render_view(view: StatusView, now: float | None = None, color: bool = False,
         lines.append(paint(f"[{card.gpu_id or '?'}] {card.card}  driver {card.driver or '?'}: "
                            "not supported, not read", DIM))
     for trainer in view.trainers:
-        lines.append(trainer_line(trainer, now, paint))
-        lines.extend(trainer_gpu_lines(trainer, paint))
+        lines.append(trainer_line(trainer, now, paint, width))
+        lines.extend(trainer_gpu_lines(trainer, paint, width))
         if trainer.log_path:  # where to look when it failed (`gpuwatch logs NAME` prints it)
-            lines.append(f"  log    {trainer.log_path}  ({logs} {trainer.name})")
+            lines.append(trainer_log_line(trainer, logs, width))
     return "\n".join(lines) + "\n"
 
 

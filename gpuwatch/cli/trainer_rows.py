@@ -1,10 +1,12 @@
-"""A supervised trainer's lines in `gpuwatch status` (pure): its run, ranks, use of each GPU and what it left stuck."""
+"""A supervised trainer's lines in `gpuwatch status` (pure): its run, ranks, use of each GPU and what it left stuck,
+each fitted to the terminal's ``width`` (None: as wide as they are) by leaving out its least important fields first
+(``text.fit``; the ``DROP_*`` ranks below, the highest first)."""
 
 from __future__ import annotations
 
 import signal
 
-from gpuwatch.cli.text import GREEN, NA, RED, YELLOW, Paint, duration, energy, pct, size
+from gpuwatch.cli.text import GREEN, NA, RED, YELLOW, Field, Paint, duration, energy, fit, pct, size
 from gpuwatch.model import TrainerGpuUse, TrainerState
 
 # No step for this many of its steps' time, and at least STALE_S (heartbeats are written about once a second): the
@@ -14,33 +16,37 @@ STALE_S = 10.0
 PHASE_COLOURS = {"running": GREEN, "paused": YELLOW, "pausing": YELLOW, "failed": RED, "backoff": YELLOW}
 
 
-def trainer_line(t: TrainerState, now: float, paint: Paint) -> str:
+# What goes first from a trainer's line too wide for the terminal (the highest first): the why of a pause and the
+# pace stay longest; the name and phase always.
+DROP_STEPS_PER_KJ, DROP_ENERGY, DROP_RESTARTS, DROP_UPTIME, DROP_PID, DROP_LAST_EXIT = 10, 9, 8, 7, 6, 5
+DROP_ORIGIN, DROP_RANKS, DROP_PACE, DROP_REASON = 4, 3, 2, 1
+
+
+def trainer_line(t: TrainerState, now: float, paint: Paint, width: int | None = None) -> str:
     phase = t.phase.value if t.phase else NA  # None: an older or partial document
-    colour = PHASE_COLOURS.get(phase)
-    text = f"trainer {t.name}: {paint(phase, colour) if colour else phase}" + _origin(t)
-    return text + _run(t, now) + _progress(t) + _ranks(t, phase) + (f"  ({t.reason})" if t.reason else "")
+    return fit([Field(f"trainer {t.name}: "), Field(phase, colour=PHASE_COLOURS.get(phase)), _origin(t),
+                *_run(t, now), *_progress(t), _ranks(t, phase),
+                Field(f"  ({t.reason})" if t.reason else "", DROP_REASON)], width, paint)
 
 
-def _origin(t: TrainerState) -> str:
+def _origin(t: TrainerState) -> Field:
     """An attached run (`gpuwatch train` from a user's shell): who runs it and its Slurm job; a configured
     trainer's line stays as it was."""
     if t.origin != "attached":
-        return ""
+        return Field("")
     who = ", ".join(part for part in ("attached", t.user, f"job {t.job_id}" if t.job_id else None)
                     if part)
-    return f"  [{who}]"
+    return Field(f"  [{who}]", DROP_ORIGIN)
 
 
-def _run(t: TrainerState, now: float) -> str:
+def _run(t: TrainerState, now: float) -> list[Field]:
     """The process: pid, uptime, restarts, how the last run ended."""
-    text = f"  pid {t.pid}" if t.pid else ""
     started_unix = t.started_unix
-    if started_unix:
-        text += f"  up {duration(now - started_unix)}"
-    text += f"  restarts {t.restarts_total}"
-    if t.last_exit_code is not None:
-        text += f"  last exit {exit_text(t.last_exit_code)}"
-    return text
+    return [Field(f"  pid {t.pid}" if t.pid else "", DROP_PID),
+            Field(f"  up {duration(now - started_unix)}" if started_unix else "", DROP_UPTIME),
+            Field(f"  restarts {t.restarts_total}", DROP_RESTARTS),
+            Field(f"  last exit {exit_text(t.last_exit_code)}" if t.last_exit_code is not None else "",
+                  DROP_LAST_EXIT)]
 
 
 def exit_text(code: int) -> str:
@@ -55,7 +61,7 @@ def exit_text(code: int) -> str:
     return f"{name} ({128 - code})"
 
 
-def _progress(t: TrainerState) -> str:
+def _progress(t: TrainerState) -> list[Field]:
     """The training's pace (from its heartbeat) and its energy."""
     text = ""
     rate, age = t.steps_per_s, t.last_step_age_s
@@ -67,41 +73,46 @@ def _progress(t: TrainerState) -> str:
             text += f"  {rate:.2f} steps/s"
         if age is not None:
             text += f"  last step {age:.0f}s ago"
-    text += energy(t.run_energy_j)
-    if t.steps_per_kj is not None:
-        text += f"  {t.steps_per_kj:.1f} steps/kJ"
-    return text
+    return [Field(text, DROP_PACE), Field(energy(t.run_energy_j), DROP_ENERGY),
+            Field(f"  {t.steps_per_kj:.1f} steps/kJ" if t.steps_per_kj is not None else "", DROP_STEPS_PER_KJ)]
 
 
-def _ranks(t: TrainerState, phase: str) -> str:
+def _ranks(t: TrainerState, phase: str) -> Field:
     """A distributed job: its ranks on this machine (of the whole job's); how many hold while it pauses."""
     ranks = t.ranks
     if not ranks:
-        return ""
+        return Field("")
     held = t.ranks_held or 0
     text = f"  {held}/{ranks} ranks held" if phase in ("pausing", "paused") or held else f"  {ranks} ranks"
     job = t.world_size
-    return text + (f" (job: {job})" if job and job != ranks else "")
+    return Field(text + (f" (job: {job})" if job and job != ranks else ""), DROP_RANKS)
 
 
-def trainer_gpu_lines(t: TrainerState, paint: Paint) -> list[str]:
-    lines = [f"  on {use.gpu_id}: {_use(use)}" for use in t.gpu_use]
+def trainer_gpu_lines(t: TrainerState, paint: Paint, width: int | None = None) -> list[str]:
+    lines = [fit([Field(f"  on {use.gpu_id}:"), *_use(use)], width, paint) for use in t.gpu_use]
     if t.stuck_pids:
         pids = ", ".join(str(p) for p in t.stuck_pids)
-        lines.append("  " + paint(f"pid {pids} left behind after SIGKILL (D state): the host may need a reboot", RED))
+        lines.append(fit([Field(f"  pid {pids} left behind after SIGKILL (D state)", colour=RED),
+                          Field(": the host may need a reboot", 1, RED)], width, paint))
     if errors := t.heartbeat_read_errors_total:
-        lines.append("  " + paint(f"heartbeat unreadable {errors} time{'s' if errors != 1 else ''} (not a regular "
-                                  "file of at most 64 KiB: a FIFO, a link, too large); its progress is not seen",
-                                  YELLOW))
+        lines.append(fit([Field(f"  heartbeat unreadable {errors} time{'s' if errors != 1 else ''}", colour=YELLOW),
+                          Field(" (not a regular file of at most 64 KiB: a FIFO, a link, too large)", 2, YELLOW),
+                          Field("; its progress is not seen", 1, YELLOW)], width, paint))
     return lines
 
 
-def _use(use: TrainerGpuUse) -> str:
+def trainer_log_line(t: TrainerState, logs: str, width: int | None = None) -> str:
+    """Where to look when it failed: its log file and the command that prints it (``logs``, as it must be typed)."""
+    return fit([Field(f"  log    {t.log_path}"), Field(f"  ({logs} {t.name})", 1)], width, lambda text, _: text)
+
+
+def _use(use: TrainerGpuUse) -> list[Field]:
     # Two sources, named, since they disagree by design: the DRM fdinfo engine time counts what is submitted
     # through the render node (graphics, Mesa compute), never ROCm's user-mode queues, whose load only KFD's CU
     # occupancy shows; a ROCm training run reads `drm engine 0%  kfd cu 100%`.
-    text = f"vram {size(use.vram_bytes)}  gtt {size(use.gtt_bytes)}" \
-           f"  drm engine {pct(use.engine_busy_ratio)}"
+    fields = [Field(f" vram {size(use.vram_bytes)}", 2), Field(f"  gtt {size(use.gtt_bytes)}", 5),
+              Field(f"  drm engine {pct(use.engine_busy_ratio)}", 4)]
     if use.kfd_vram_bytes is not None:
-        text += f"  rocm vram {size(use.kfd_vram_bytes)}  kfd cu {pct(use.kfd_cu_occupancy_ratio)}"
-    return text + f"  ({use.processes} process{'es' if use.processes != 1 else ''})"
+        fields += [Field(f"  rocm vram {size(use.kfd_vram_bytes)}", 3),
+                   Field(f"  kfd cu {pct(use.kfd_cu_occupancy_ratio)}", 1)]
+    return fields + [Field(f"  ({use.processes} process{'es' if use.processes != 1 else ''})", 6)]

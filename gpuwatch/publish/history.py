@@ -5,7 +5,9 @@ Kept by the daemon in memory, bounded whatever the interval: ``capacity(interval
 and events go to the on-disk ring (publish/history_store.py). Events are derived by comparing consecutive
 summaries (publish/live.py) and clock readings (``clocks``): pauses, resumes, restarts, resets, failsafe,
 a GPU lost or back, reloads, a cap lowered or given back, a clock ceiling set or released. Every timestamp
-comes from the summaries; nothing here reads a clock.
+comes from the summaries; nothing here reads a clock. Their texts are made here alone, each one sentence: what,
+what happened to it, its cause in parentheses (``run demo paused (manual pause)``); a value not known is left
+out, never written as n/a.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ Clocks = dict[str, dict[str, Any]]
 # A point's values per GPU, in this order (docs/page.md); readers of a shorter (older) point take the missing as null.
 GPU_SERIES = ("hottest_c", "fan_pct", "power_w", "busy_pct", "cap_w", "sclk_mhz")
 CAPPING = ("governing", "floor")  # the power governor's modes with a cap of ours in force
+# A run's end (or wait to start again) as its event says it; its cause follows in parentheses.
+ENDED = {"failed": "failed", "finished": "finished", "stopped": "stopped", "backoff": "waiting to restart"}
 
 
 def capacity(interval_s: float) -> int:
@@ -115,16 +119,19 @@ def _gpu_events(old: Summary | None, new: Summary, event: MakeEvent) -> list[Eve
     if old is None:
         return found
     if new["resets_total"] > old["resets_total"]:
-        found.append(event("reset", f"GPU {gpu} reset (reset {new['resets_total']} since start)", gpu=gpu))
+        found.append(event("reset", f"GPU {gpu} reset ({_count(new['resets_total'], 'reset')} since start)",
+                           gpu=gpu))
     if new["state"] != old["state"] and (new["state"] != "up" or old["state"] != "asleep") and (
             new["state"] != "asleep" or old["state"] != "up"):
         found.append(event("gpu", f"GPU {gpu} {new['state']} (was {old['state']})", gpu=gpu))
     was_failsafe, failsafe = old["fan"]["mode"] == "failsafe", new["fan"]["mode"] == "failsafe"
     if failsafe and not was_failsafe:
-        why = new["fan"]["message"]
-        found.append(event("failsafe", f"fan of {gpu} in failsafe (100 %)" + (f": {why}" if why else ""), gpu=gpu))
+        why = (new["fan"]["message"] or "").removesuffix(": failsafe")  # the event says failsafe itself
+        found.append(event("failsafe", f"fan of {gpu} at 100 % in failsafe" + _because(why), gpu=gpu))
     elif was_failsafe and not failsafe:
-        found.append(event("failsafe", f"fan of {gpu} back on the curve ({new['fan']['mode']})", gpu=gpu))
+        mode = new["fan"]["mode"]
+        found.append(event("failsafe", f"fan of {gpu} back on the curve" if mode == "curve" else
+                           f"fan of {gpu} out of failsafe ({mode})", gpu=gpu))
     return found
 
 
@@ -138,11 +145,14 @@ def _acting_events(old: Summary | None, new: Summary, old_clock: dict[str, Any] 
         was, now = old["power"]["mode"] in CAPPING, new["power"]["mode"] in CAPPING
         cap, before = new["power"]["cap_w"], old["power"]["cap_w"]
         if now and not was:
-            found.append(event("cap", f"cap of {gpu} lowered to {_w(cap)} (from {_w(before)})", gpu=gpu))
+            found.append(event("cap", f"cap of {gpu} lowered" + _to(cap) + (f" from {_w(before)}" if before else ""),
+                               gpu=gpu))
         elif was and not now:
-            found.append(event("cap", f"cap of {gpu} raised back to {_w(cap)}", gpu=gpu))
+            found.append(event("cap", f"cap of {gpu} given back" + _to(cap), gpu=gpu))
         elif now and new["power"]["mode"] != old["power"]["mode"]:
-            found.append(event("cap", f"cap of {gpu} at {_w(cap)} ({new['power']['mode']})", gpu=gpu))
+            where = "held at its floor" if new["power"]["mode"] == "floor" else "above its floor again"
+            found.append(event("cap", f"cap of {gpu} {where}" + (f", {_w(cap)}" if cap is not None else ""),
+                               gpu=gpu))
     if old_clock is not None and new_clock is not None and old_clock["limiting"] != new_clock["limiting"]:
         if new_clock["limiting"]:
             mhz = new_clock["ceiling_mhz"]
@@ -153,8 +163,21 @@ def _acting_events(old: Summary | None, new: Summary, old_clock: dict[str, Any] 
     return found
 
 
-def _w(watts: float | None) -> str:
-    return "? W" if watts is None else f"{watts:g} W"
+def _w(watts: float) -> str:
+    return f"{watts:g} W"
+
+
+def _to(watts: float | None) -> str:
+    return "" if watts is None else f" to {_w(watts)}"
+
+
+def _because(why: str | None) -> str:
+    """The cause after an event's sentence, in parentheses (its own words may hold a colon: one sentence still)."""
+    return f" ({why})" if why else ""
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _run_events(old: Summary | None, new: Summary, event: MakeEvent) -> list[Event]:
@@ -163,15 +186,14 @@ def _run_events(old: Summary | None, new: Summary, event: MakeEvent) -> list[Eve
         return []
     held = ("pausing", "paused")
     if phase in held and old["phase"] not in held:
-        why = new["why"]
-        return [event("pause", f"run {name} paused" + (f": {why}" if why else ""), run=name)]
+        return [event("pause", f"run {name} paused" + _because(new["why"]), run=name)]
     if old["phase"] in held and phase == "running":
         return [event("resume", f"run {name} resumed", run=name)]
     if new["restarts_total"] > old["restarts_total"]:
-        return [event("restart", f"run {name} restarted ({new['restarts_total']} restarts)", run=name)]
-    if phase in ("failed", "finished", "stopped", "backoff"):
-        why = new["why"]
-        return [event("run", f"run {name} {phase}" + (f": {why}" if why else ""), run=name)]
+        return [event("restart", f"run {name} restarted ({_count(new['restarts_total'], 'restart')} so far)",
+                      run=name)]
+    if phase in ENDED:
+        return [event("run", f"run {name} {ENDED[phase]}" + _because(new["why"]), run=name)]
     return []
 
 

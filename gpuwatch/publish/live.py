@@ -229,6 +229,7 @@ def _run(trainer: TrainerState) -> Summary:
     why = None
     if trainer.phase in HELD_PHASES or trainer.phase is TrainerPhase.STARTING:
         why = trainer.paused_by or trainer.reason  # thermal verdicts and "paused by NODE": no path in them
+        why = pause_cause(why) if why else None
     elif trainer.phase in (TrainerPhase.BACKOFF, TrainerPhase.FAILED):
         why = _exit(trainer.last_exit_code)  # not the exit reason: a failed spawn's names the program's path
     return {
@@ -246,6 +247,22 @@ def _run(trainer: TrainerState) -> Summary:
         "restarts_total": trainer.restarts_total,
         "pauses_total": trainer.pauses_total,
     }
+
+
+# The words before a pause's cause in a trainer's reason (supervise/pause.py, policy.py, attached.py write them:
+# "pausing: manual pause", "restarted (exit code 1), still paused: paused (SIGSTOP): hot: ...", "re-attached holding
+# its pause: ..."): the page shows the phase in a column of its own and its events say "paused" themselves.
+PAUSE_MARKERS = ("pausing: ", "paused (SIGSTOP): ", "holding its pause: ")
+
+
+def pause_cause(reason: str) -> str:
+    """Why a run is held, without the phase words around it: ``manual pause``, ``hot: junction 99°C ...``,
+    ``by node-b: hot ...`` (a pause another node asked for)."""
+    for marker in PAUSE_MARKERS:
+        head, found, cause = reason.rpartition(marker)
+        if found:
+            return cause
+    return reason.removeprefix("paused ")  # "paused by NODE": "by NODE"
 
 
 def _exit(code: int | None) -> str:

@@ -12,7 +12,7 @@ import pytest
 
 from gpuwatch.config.quick import broken_file_runtime_dir
 from gpuwatch.sim import navi10
-from tests.support.daemon_process import signalled_once
+from tests.support.daemon_process import hot_simulator, signalled_once
 from tests.support.stack import GPUWATCH
 
 
@@ -29,11 +29,8 @@ def test_the_runtime_dir_of_a_broken_file(text: str, found: str | None) -> None:
 
 
 def test_restore_with_a_broken_config_finds_the_runtime_dir_it_sets(tmp_path: Path) -> None:
-    tree, run_dir = tmp_path / "tree", tmp_path / "run"
-    config = tmp_path / "gpuwatch.toml"
-    config.write_text(f'runtime_dir = "{run_dir}"\ninterval_s = 0.05\n[http]\nenabled = false\n'
-                      f'[simulate]\nenabled = true\ntree_dir = "{tree}"\ntime_scale = 50.0\ncooling_scale = 0.4\n'
-                      '[simulate.faults]\nfan_stuck_percent = 30\n')
+    hot = hot_simulator(tmp_path)
+    config, tree, run_dir = hot.config, hot.tree, hot.run_dir
     cap = tree / "class/hwmon/hwmon1/power1_cap"
     status, _ = signalled_once(config, lambda: int(cap.read_text()) < navi10.POWER_CAP_UW,
                                "the governor to lower the cap", 60, signal.SIGKILL)

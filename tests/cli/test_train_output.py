@@ -1,6 +1,7 @@
 """`gpuwatch train`'s copy of its command's output (cli/train/output.py): the log rotated at whole lines, a full
 disk (a real tmpfs) losing log bytes with one line, a link refused, a pty when stdout is a terminal (isatty, the
-window size and its change), a closed stdout costing the copy to it only."""
+window size and its change), two pipes otherwise (stdout and stderr apart, the log by whole lines in the order
+read), a closed stdout costing the copy to it only."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ import subprocess
 import sys
 import termios
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from gpuwatch.attach import LOG_PATH_MAX_BYTES, Attach, ProtocolError, decode_request, encode
-from gpuwatch.cli.train.output import OutputCopy, RotatingLog, log_max_bytes
+from gpuwatch.cli.train.output import OutputCopy, RotatingLog, log_max_bytes, split_lines
 from gpuwatch.config.quick import TRAINER_LOG_MAX_BYTES, TRAINER_LOG_MIN_BYTES
 from gpuwatch.safefs import Unsafe
 from tests.support.users import needs_root
@@ -98,8 +100,8 @@ def test_a_full_disk_loses_log_bytes_with_one_line_then_says_when_writes_work_ag
     assert text.endswith(b"after\n") and b"bytes of output lost here" in text
 
 
-def _python(code: str, fd: int) -> int:
-    return subprocess.run([sys.executable, "-c", code], stdout=fd, stderr=fd, timeout=60).returncode
+def _python(code: str, fds: tuple[int, int], *args: str) -> int:
+    return subprocess.run([sys.executable, "-c", code, *args], stdout=fds[0], stderr=fds[1], timeout=120).returncode
 
 
 def _read_all(fd: int) -> bytes:
@@ -117,13 +119,14 @@ def _read_all(fd: int) -> bytes:
 def test_through_a_pty_when_stdout_is_a_terminal_with_its_window_size(tmp_path: Path) -> None:
     terminal, terminal_side = pty.openpty()  # the wrapper's stdout: a terminal of 30 rows, 100 columns
     fcntl.ioctl(terminal_side, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-    copy = OutputCopy(RotatingLog(tmp_path / "output.log", 1 << 20), terminal_side).start()
+    copy = OutputCopy(RotatingLog(tmp_path / "output.log", 1 << 20), terminal_side, err_fd=terminal_side).start()
     try:
+        assert copy.child_fds[0] == copy.child_fds[1]  # one stream, as the terminal is
         code = "import os, sys; print(sys.stdout.isatty(), os.get_terminal_size()); print('err', file=sys.stderr)"
-        assert _python(code, copy.child_fd) == 0
+        assert _python(code, copy.child_fds) == 0
         fcntl.ioctl(terminal_side, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
         os.kill(os.getpid(), signal.SIGWINCH)  # the terminal's resize: passed on
-        assert _python("import os; print(os.get_terminal_size())", copy.child_fd) == 0
+        assert _python("import os; print(os.get_terminal_size())", copy.child_fds) == 0
     finally:
         copy.close()
     os.close(terminal_side)
@@ -139,15 +142,92 @@ def test_through_a_pty_when_stdout_is_a_terminal_with_its_window_size(tmp_path: 
 def test_through_a_pipe_otherwise_and_a_closed_stdout_costs_only_the_copy_to_it(tmp_path: Path) -> None:
     reader, writer = os.pipe()
     os.close(reader)  # the reader of `gpuwatch train ... | head` went away
+    err_reader, err_writer = os.pipe()
+    stderr_copy = ThreadPoolExecutor(1).submit(_read_all, err_reader)  # the wrapper's stderr, read as it comes
     said: list[str] = []
-    copy = OutputCopy(RotatingLog(tmp_path / "output.log", 1 << 20), writer, said.append).start()
+    copy = OutputCopy(RotatingLog(tmp_path / "output.log", 1 << 20), writer, said.append, err_writer).start()
     try:
-        assert _python("import sys\nfor i in range(3): print(i, sys.stdout.isatty())", copy.child_fd) == 0
+        code = "import sys\nfor i in range(3): print(i, sys.stdout.isatty())\nprint('e' * 300000, file=sys.stderr)"
+        assert _python(code, copy.child_fds) == 0  # more than a pipe holds, to stderr too
     finally:
         copy.close()
-    os.close(writer)
+        os.close(writer)
+        os.close(err_writer)
+    assert stderr_copy.result(60) == b"e" * 300000 + b"\n"  # the copy to stderr went on
+    os.close(err_reader)
     kept = (tmp_path / "output.log").read_bytes()
-    assert kept.startswith(b"[gpuwatch train: stdout closed (EPIPE)") and kept.endswith(b"0 False\n1 False\n2 False\n")
+    assert kept.startswith(b"[gpuwatch train: stdout closed (EPIPE)")
+    assert b"0 False\n1 False\n2 False\n" in kept and kept.endswith(b"e" * 300000 + b"\n")
+
+
+# The child writes one line, then waits until the log holds it (the copy read it) before it writes the next: the
+# order in which two pipes were read is the log's order. A line written in two parts is kept whole in the log.
+_INTERLEAVED = """
+import os, sys, time
+def kept(text):
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if os.path.exists(sys.argv[1]) and text.encode() in open(sys.argv[1], "rb").read():
+            return
+        time.sleep(0.01)
+for i, stream in enumerate([sys.stdout, sys.stderr, sys.stderr, sys.stdout, sys.stderr]):
+    print(i, stream.name, file=stream, flush=True)
+    kept(f"{i} {stream.name}")
+sys.stdout.write("half a "); sys.stdout.flush()
+print("err between", file=sys.stderr, flush=True)
+kept("err between")
+print("line", flush=True)
+"""
+
+
+def test_through_two_pipes_stdout_and_stderr_stay_apart_and_the_log_keeps_both_by_whole_lines(tmp_path: Path) -> None:
+    (out_reader, out_writer), (err_reader, err_writer) = os.pipe(), os.pipe()
+    log_file = tmp_path / "output.log"
+    copy = OutputCopy(RotatingLog(log_file, 1 << 20), out_writer, err_fd=err_writer).start()
+    try:
+        assert copy.child_fds[0] != copy.child_fds[1]
+        assert _python(_INTERLEAVED, copy.child_fds, str(log_file)) == 0
+    finally:
+        copy.close()
+        os.close(out_writer)
+        os.close(err_writer)
+    assert _read_all(out_reader) == b"0 <stdout>\n3 <stdout>\nhalf a line\n"
+    assert _read_all(err_reader) == b"1 <stderr>\n2 <stderr>\n4 <stderr>\nerr between\n"
+    os.close(out_reader)
+    os.close(err_reader)
+    assert log_file.read_bytes() == (b"0 <stdout>\n1 <stderr>\n2 <stderr>\n3 <stdout>\n4 <stderr>\nerr between\n"
+                                     b"half a line\n")
+
+
+def test_a_terminal_stdout_gets_a_pty_and_a_redirected_stderr_a_pipe_of_its_own(tmp_path: Path) -> None:
+    terminal, terminal_side = pty.openpty()
+    err_reader, err_writer = os.pipe()
+    copy = OutputCopy(RotatingLog(tmp_path / "output.log", 1 << 20), terminal_side, err_fd=err_writer).start()
+    try:
+        code = "import sys; print(sys.stdout.isatty(), flush=True); print(sys.stderr.isatty(), file=sys.stderr)"
+        assert _python(code, copy.child_fds) == 0
+    finally:
+        copy.close()
+        os.close(terminal_side)
+        os.close(err_writer)
+    assert _read_all(terminal).replace(b"\r\n", b"\n") == b"True\n"
+    assert _read_all(err_reader) == b"False\n"
+    os.close(terminal)
+    os.close(err_reader)
+    assert sorted((tmp_path / "output.log").read_bytes().splitlines()) == [b"False", b"True"]
+
+
+@pytest.mark.parametrize(("data", "whole", "rest"), [
+    (b"", b"", b""),
+    (b"a\nb", b"a\n", b"b"),
+    (b"a\nb\n", b"a\nb\n", b""),
+    (b"no end yet", b"", b"no end yet"),
+    (b"\r10%\r20%\r30%", b"", b"\r10%\r20%\r30%"),  # a progress bar: held while it is short
+    (b"x" * 17, b"x" * 17, b""),  # over the bound: out as it is
+    (b"a\n" + b"x" * 17, b"a\n" + b"x" * 17, b""),
+])
+def test_the_log_waits_for_a_lines_end_up_to_a_bound(data: bytes, whole: bytes, rest: bytes) -> None:
+    assert split_lines(data, 16) == (whole, rest)
 
 
 @pytest.mark.parametrize(("path", "problem"), [

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from gpuwatch.sim.kernel import KernelSysfs
-from tests.support.daemon_process import signalled_once
+from tests.support.daemon_process import hot_simulator, signalled_once
 from tests.support.stack import GPUWATCH
 
 DEVICE = "class/drm/card0/device"
@@ -36,13 +36,9 @@ class Scenario:
     then the user's own maximum committed, awaited as the daemon's new original, and the level set again."""
 
     def __init__(self, tmp_path: Path) -> None:
-        self.tree, self.run_dir = tmp_path / "tree", tmp_path / "run"
-        self.config = tmp_path / "gpuwatch.toml"
-        self.config.write_text(
-            f'runtime_dir = "{self.run_dir}"\ninterval_s = 0.05\n[http]\nenabled = false\n'
-            f'[simulate]\nenabled = true\ntree_dir = "{self.tree}"\ntime_scale = 50.0\ncooling_scale = 0.4\n'
-            'card = "navi31"\n[simulate.faults]\nfan_stuck_percent = 30\n'
-            f'[simulate.kernel]\nfmax_min_mhz = {FMAX_MIN_MHZ}\ncommit_sets_level = "auto"\n')
+        hot = hot_simulator(tmp_path, "navi31",
+                            f'[simulate.kernel]\nfmax_min_mhz = {FMAX_MIN_MHZ}\ncommit_sets_level = "auto"\n')
+        self.tree, self.run_dir, self.config = hot.tree, hot.run_dir, hot.config
         self.level = self.tree / DEVICE / "power_dpm_force_performance_level"
         self.step = "level"
         self.floor_seen: dict[str, Any] = {}

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.sim import navi31
-from tests.support.daemon_process import signalled_once
+from tests.support.daemon_process import hot_simulator, signalled_once
 from tests.support.stack import GPUWATCH
 
 
@@ -23,15 +23,11 @@ def _od_max_mhz(table: Path) -> int:
 
 
 def _limited_then(tmp_path: Path, sig: int) -> tuple[int, bytes, Path, Path]:
-    tree, run_dir = tmp_path / "tree", tmp_path / "run"
-    config = tmp_path / "gpuwatch.toml"
-    config.write_text(f'runtime_dir = "{run_dir}"\ninterval_s = 0.05\n[http]\nenabled = false\n'
-                      f'[simulate]\nenabled = true\ntree_dir = "{tree}"\ntime_scale = 50.0\ncooling_scale = 0.4\n'
-                      'card = "navi31"\n[simulate.faults]\nfan_stuck_percent = 30\n')
-    table = tree / "class/drm/card0/device/pp_od_clk_voltage"
-    status, err = signalled_once(config, lambda: 0 < _od_max_mhz(table) < navi31.SCLK_MAX_MHZ,
+    hot = hot_simulator(tmp_path, "navi31")
+    table = hot.tree / "class/drm/card0/device/pp_od_clk_voltage"
+    status, err = signalled_once(hot.config, lambda: 0 < _od_max_mhz(table) < navi31.SCLK_MAX_MHZ,
                                  "the clock rung to lower the ceiling", 60, sig)
-    return status, err, config, table
+    return status, err, hot.config, table
 
 
 def test_sigterm_gives_the_ceiling_back(tmp_path: Path) -> None:
@@ -62,11 +58,8 @@ def test_sigterm_exits_with_the_clock_table_hanging_and_leaves_the_record(tmp_pa
     import os
     import time
 
-    tree, run_dir = tmp_path / "tree", tmp_path / "run"
-    config = tmp_path / "gpuwatch.toml"
-    config.write_text(f'runtime_dir = "{run_dir}"\ninterval_s = 0.05\n[http]\nenabled = false\n'
-                      f'[simulate]\nenabled = true\ntree_dir = "{tree}"\ntime_scale = 50.0\ncooling_scale = 0.4\n'
-                      'card = "navi31"\n[simulate.faults]\nfan_stuck_percent = 30\n')
+    hot = hot_simulator(tmp_path, "navi31")
+    config, tree, run_dir = hot.config, hot.tree, hot.run_dir
     table = tree / "class/drm/card0/device/pp_od_clk_voltage"
     proc = subprocess.Popen([*GPUWATCH, "run", "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

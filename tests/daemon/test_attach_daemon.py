@@ -1,8 +1,5 @@
-"""Attached runs through a real daemon (`gpuwatch run`, simulated cards) and a real attach client over its socket.
-
-The card is made hot or cool by the thermal limits (a SIGHUP reload: [thermal] is live): with
-``edge_limit_c = 20`` every simulated card is over its limit (ambient 30 °C), with 140 °C limits none is.
-"""
+"""Attached runs through a real daemon (`gpuwatch run`, simulated cards: tests/support/attach_daemon.py, its card
+made hot or cool by a reload) and a real attach client over its socket."""
 
 from __future__ import annotations
 
@@ -18,65 +15,33 @@ from typing import Any
 import pytest
 
 from tests.support.attach_client import AttachClient
-from tests.support.daemon_process import read_state
+from tests.support.attach_daemon import COOL, HOT, WAIT_S, AttachDaemon, world_readable
 from tests.support.paths import REPO
 from tests.support.processes import Processes
 from tests.support.stack import GPUWATCH
 from tests.support.users import needs_root, unprivileged_user
 from tests.support.waiting import wait_for
 
-HOT = "[thermal]\nedge_limit_c = 20\n"
-COOL = "[thermal]\nedge_limit_c = 140\njunction_limit_c = 140\nmem_limit_c = 140\n"
-WAIT_S = 60.0  # generous: eight engineers share two cores
-
 
 @pytest.fixture
 def short_dir(short_dir: Path) -> Path:
-    """World-readable: another user's client reads the config and connects to the socket in it."""
-    os.chmod(short_dir, 0o755)
-    return short_dir
+    return world_readable(short_dir)
 
 
-class Daemon:
-    def __init__(self, processes: Processes, root: Path, thermal: str, attached: str = "", name: str = "gpuwatch"):
-        self.root, self.attached = root, attached
-        self.config = root / "g.toml"
-        self.write(thermal)
-        self.child = processes.start(name, [*GPUWATCH, "run", "-c", str(self.config)])
-        self.socket = root / "run" / "control.sock"
-        wait_for(self.socket.exists, "the control socket", WAIT_S, detail=self.child.tail)
-        wait_for(lambda: self.state() is not None, "the first state", WAIT_S, detail=self.child.tail)
+class Daemon(AttachDaemon):
+    """The daemon of ``root`` (a short directory: the socket's path fits in sun_path): its config and runtime
+    directory in it."""
 
-    def write(self, thermal: str) -> None:
-        self.config.write_text(f'runtime_dir = "{self.root / "run"}"\ninterval_s = 0.2\n[http]\nenabled = false\n'
-                               "[simulate]\nenabled = true\n[attached]\ndebounce_s = 0\nmin_pause_s = 0\n"
-                               f"{self.attached}{thermal}")
-        self.config.chmod(0o644)
-
-    def reload(self, thermal: str) -> None:
-        self.write(thermal)
-        self.child.process.send_signal(signal.SIGHUP)
-
-    def state(self) -> dict[str, Any] | None:
-        return read_state(self.root / "run")
-
-    def run(self, name: str) -> dict[str, Any] | None:
-        document = self.state() or {}
-        return next((t for t in document.get("trainers", []) if t["name"] == name), None)
-
-    def wait_run(self, name: str, check: Any, what: str) -> dict[str, Any]:
-        def matching() -> dict[str, Any] | None:
-            run = self.run(name)
-            return run if run is not None and check(run) else None
-
-        return wait_for(matching, what, WAIT_S, detail=lambda: f"{self.run(name)}\n{self.child.tail()}")
+    def __init__(self, processes: Processes, root: Path, thermal: str, attached: str = "", name: str = "gpuwatch",
+                 wait_s: float = WAIT_S) -> None:
+        super().__init__(processes, root / "g.toml", root / "run", thermal, attached, name, wait_s=wait_s)
 
 
-def _gpuwatch(*args: str, user: str | None = None) -> subprocess.CompletedProcess[str]:
+def _gpuwatch(*args: str, user: str | None = None, wait_s: float = WAIT_S) -> subprocess.CompletedProcess[str]:
     """The CLI, as ``user`` when given (tests.support.as_user drops to it)."""
     argv = [sys.executable, "-m", "tests.support.as_user", user, "cli", *args] if user else [*GPUWATCH, *args]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(argv, capture_output=True, text=True, timeout=WAIT_S, env=env, cwd=REPO)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=wait_s, env=env, cwd=REPO)
 
 
 def test_hot_card_pauses_an_attached_run_and_resumes_it_when_cool(short_dir: Path, tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
-"""Attached runs end to end (issue 33 point 6): the REAL `gpuwatch train` wrapper against a REAL
-`gpuwatch run --simulate` daemon, the daemon's runtime directory given to both (the config's
+"""Attached runs end to end (issue 33 point 6): the REAL `gpuwatch train` wrapper against a REAL simulating
+`gpuwatch run` daemon (tests/support/attach_daemon.py), the daemon's runtime directory given to both (the config's
 ``runtime_dir``, the wrapper's ``--runtime-dir``).
 
 The simulated card is made hot or cool by the thermal limits (a SIGHUP reload: [thermal] is live): with
@@ -20,78 +20,37 @@ import signal
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 
 from gpuwatch.heartbeat import Heartbeat, read_heartbeat, read_rank_heartbeats
-from tests.support.daemon_process import read_state
+from tests.support.attach_daemon import COOL, HOT, LOCAL_HTTP, AttachDaemon, world_readable
 from tests.support.paths import REPO
-from tests.support.processes import Processes, Started, kill_named
+from tests.support.processes import Processes, kill_named
 from tests.support.stack import GPUWATCH
 from tests.support.train_wrapper import LOOP, Wrapper, Wrappers, loop_command
 from tests.support.users import needs_root, unprivileged_user
 from tests.support.waiting import wait_for
 
-HOT = "[thermal]\nedge_limit_c = 20\n"
-COOL = "[thermal]\nedge_limit_c = 140\njunction_limit_c = 140\nmem_limit_c = 140\n"
 WAIT_S = 90.0  # generous: eight engineers share two cores (and each test gets 300 s or more, not the 120 s default)
 
 
 @pytest.fixture
 def short_dir(short_dir: Path) -> Path:
-    """World-readable: another user's wrapper reads the config and connects to the socket in it."""
-    os.chmod(short_dir, 0o755)
-    return short_dir
+    return world_readable(short_dir)
 
 
-class Daemon:
-    """`gpuwatch run --simulate -c CONFIG`, its runtime directory the wrappers' ``--runtime-dir``."""
+class Daemon(AttachDaemon):
+    """`gpuwatch run -c CONFIG` simulating (tests/support/attach_daemon.py), its runtime directory the wrappers'
+    ``--runtime-dir``, its HTTP on a free local port (/metrics)."""
 
     def __init__(self, processes: Processes, wrappers: Wrappers, thermal: str, name: str = "gpuwatch",
                  attached: str = "") -> None:
-        self.runtime, self.attached = wrappers.runtime, attached
-        self.runtime.chmod(0o755)
-        self.config = wrappers.tmp / "gpuwatch.toml"
-        self.write(thermal)
-        self.child: Started = processes.start(name, [*GPUWATCH, "run", "--simulate", "-c", str(self.config)])
-        wait_for(wrappers.socket.exists, "the control socket", WAIT_S, detail=self.child.tail)
-        wait_for(lambda: self.state() is not None, "the first state", WAIT_S, detail=self.child.tail)
-
-    def write(self, thermal: str) -> None:
-        self.config.write_text(f'runtime_dir = "{self.runtime}"\ninterval_s = 0.2\n'
-                               '[http]\nlisten = "127.0.0.1"\nport = 0\n'
-                               "[attached]\ndebounce_s = 0\nmin_pause_s = 0\n"
-                               f"{self.attached}{thermal}")
-        self.config.chmod(0o644)
-
-    def reload(self, thermal: str) -> None:
-        self.write(thermal)
-        self.child.process.send_signal(signal.SIGHUP)
-
-    def state(self) -> dict[str, Any] | None:
-        return read_state(self.runtime)
-
-    def ticks(self) -> int:
-        return int((self.state() or {}).get("daemon", {}).get("ticks_total", 0))
-
-    def runs(self) -> list[dict[str, Any]]:
-        return list((self.state() or {}).get("trainers", []))
-
-    def run(self, name: str) -> dict[str, Any] | None:
-        return next((t for t in self.runs() if t["name"] == name), None)
-
-    def wait_run(self, name: str, check: Callable[[dict[str, Any]], object], what: str,
-                 detail: Callable[[], str] | None = None) -> dict[str, Any]:
-        def matching() -> dict[str, Any] | None:
-            run = self.run(name)
-            return run if run is not None and check(run) else None
-
-        return wait_for(matching, what, WAIT_S,
-                        detail=lambda: f"{self.run(name)}\n{detail() if detail else ''}\n{self.child.tail()}")
+        world_readable(wrappers.runtime)
+        super().__init__(processes, wrappers.tmp / "gpuwatch.toml", wrappers.runtime, thermal, attached, name,
+                         LOCAL_HTTP, WAIT_S)
 
     def metrics(self) -> str:
         port = wait_for(lambda: re.search(r"HTTP listening on 127\.0\.0\.1:(\d+)", self.child.tail(100_000)),

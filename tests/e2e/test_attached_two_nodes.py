@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -27,10 +26,10 @@ from typing import Any
 import pytest
 
 from gpuwatch.heartbeat import Heartbeat, read_rank_heartbeats
-from tests.support.daemon_process import read_state
+from tests.support.attach_daemon import COOL, HOT, AttachDaemon
 from tests.support.ddp import FAST_ENV, SCRIPT, held_alike, torchrun
 from tests.support.paths import REPO
-from tests.support.processes import Processes, Started, free_port, kill_named
+from tests.support.processes import Processes, free_port, kill_named
 from tests.support.stack import GPUWATCH
 from tests.support.train_wrapper import Wrapper, Wrappers
 from tests.support.waiting import wait_for
@@ -38,8 +37,6 @@ from tests.support.waiting import wait_for
 pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-HOT = "[thermal]\nedge_limit_c = 20\n"
-COOL = "[thermal]\nedge_limit_c = 140\njunction_limit_c = 140\nmem_limit_c = 140\n"
 WAIT_S = 120.0  # torch in 2 agents + 2 ranks on 2 cores shared by eight engineers: 5-30 s to start
 HANG_TIMEOUT_S = 2.0  # node B's [attached] hang_timeout_s: the hold below lasts several times longer
 HELD_FOR_S = 4 * HANG_TIMEOUT_S
@@ -52,32 +49,17 @@ class Node:
         root.mkdir()
         self.name = name
         self.wrappers = Wrappers(root)
-        self.runtime = self.wrappers.runtime
-        self.config = root / "gpuwatch.toml"
-        self.attached = attached
-        self.write(COOL)
-        self.daemon: Started = processes.start(f"daemon-{name}", [*GPUWATCH, "run", "--simulate", "-c",
-                                                                  str(self.config)])
-        wait_for(self.wrappers.socket.exists, f"{name}'s control socket", WAIT_S, detail=self.daemon.tail)
-        wait_for(lambda: self.state() is not None, f"{name}'s first state", WAIT_S, detail=self.daemon.tail)
+        self.attach = AttachDaemon(processes, root / "gpuwatch.toml", self.wrappers.runtime, COOL, attached,
+                                   f"daemon-{name}", wait_s=WAIT_S)
+        self.config, self.daemon = self.attach.config, self.attach.child
+        self.reload = self.attach.reload
         self.wrapper: Wrapper | None = None
-
-    def write(self, thermal: str) -> None:
-        self.config.write_text(f'runtime_dir = "{self.runtime}"\ninterval_s = 0.2\n[http]\nenabled = false\n'
-                               f"[attached]\ndebounce_s = 0\nmin_pause_s = 0\n{self.attached}{thermal}")
-
-    def reload(self, thermal: str) -> None:
-        self.write(thermal)
-        self.daemon.process.send_signal(signal.SIGHUP)
 
     def start(self, command: list[str]) -> None:
         self.wrapper = self.wrappers.start(command, "--name", "job", env=FAST_ENV | {"GPUWATCH_NODE": self.name})
 
-    def state(self) -> dict[str, Any] | None:
-        return read_state(self.runtime)
-
     def run(self) -> dict[str, Any] | None:
-        return next((t for t in (self.state() or {}).get("trainers", []) if t["name"] == "job"), None)
+        return self.attach.run("job")
 
     def beats(self) -> list[Heartbeat]:
         assert self.wrapper is not None

@@ -19,6 +19,7 @@ import pytest
 
 from tests.support.paths import REPO
 from tests.support.users import needs_root, unprivileged_user
+from tests.support.venvs import make_venv, torch_site_packages, torch_steps
 from tests.support.waiting import wait_for
 
 torch = pytest.importorskip("torch")
@@ -26,15 +27,7 @@ SYSTEM_PYTHON = "/usr/bin/python3.11"  # one she can run: the test's own interpr
 pytestmark = [needs_root, pytest.mark.torch,
               pytest.mark.skipif(not os.access(SYSTEM_PYTHON, os.X_OK), reason=f"no {SYSTEM_PYTHON} for her venv")]
 
-SCRIPT = """
-import json, os, sys, time
-import torch
-model = torch.nn.Linear(4, 1)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for _ in range(3):
-    opt.zero_grad()
-    model(torch.ones(2, 4)).sum().backward()
-    opt.step()
+SCRIPT = "import json, os, sys, time\n" + torch_steps(3) + """
 with open(sys.argv[1] + ".tmp", "w") as out:
     json.dump({"executable": sys.executable, "gpuwatch": getattr(sys.modules.get("gpuwatch"), "__file__", None),
                "cmdline": [w for w in open("/proc/self/cmdline", "rb").read().decode().split("\\0") if w]}, out)
@@ -56,14 +49,11 @@ def _env(**extra: str) -> dict[str, str]:
 
 @pytest.fixture
 def alice(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """A user and her home: a venv made from Debian's python that sees torch (a .pth line naming the test
-    environment's site-packages, whose own .pth files, gpuwatch's editable install among them, are not read)."""
+    """A user and her home: a venv made from Debian's python that sees torch and no gpuwatch
+    (tests/support/venvs.py)."""
     with unprivileged_user("alice") as name:
         home = tmp_path / "alice"
-        subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", str(home / "venv")], check=True, timeout=120)
-        site = subprocess.run([str(home / "venv/bin/python"), "-c", "import site; print(site.getsitepackages()[0])"],
-                              capture_output=True, text=True, check=True, timeout=60).stdout.strip()
-        Path(site, "torch-only.pth").write_text(os.path.dirname(os.path.dirname(torch.__file__)) + "\n")
+        make_venv(home / "venv", torch_site_packages(), SYSTEM_PYTHON)
         (home / "train.py").write_text(SCRIPT)
         (home / "gpuwatch.toml").write_text("interval_s = 0.2\n[http]\nenabled = false\n")  # no runtime_dir
         entry = pwd.getpwnam(name)
@@ -128,11 +118,12 @@ def test_her_simulator_is_found_by_plain_commands_and_her_venvs_python_runs(alic
         output, stderr = train.communicate(timeout=120)
         assert f"attached to the simulated gpuwatch daemon ({simulated}: no real daemon runs here) as fc" in stderr
         assert "this run is not protected" not in stderr, stderr
-        # Her Ctrl-C's traceback (the command's stderr, passed on with its stdout on the wrapper's stdout) starts
-        # in her script: no bootstrap.py, launch.py or runpy frame (item 13).
-        lines = output.splitlines()
-        assert lines[lines.index("Traceback (most recent call last):") + 1].startswith('  File "train.py"'), output
-        assert not any(ours in output for ours in ("bootstrap.py", "launch.py", "runpy")), output
+        # Her Ctrl-C's traceback (the command's stderr, passed on to the wrapper's stderr, apart from its stdout)
+        # starts in her script: no bootstrap.py, launch.py or runpy frame (item 13).
+        lines = stderr.splitlines()
+        assert lines[lines.index("Traceback (most recent call last):") + 1].startswith('  File "train.py"'), stderr
+        assert not any(ours in stderr for ours in ("bootstrap.py", "launch.py", "runpy")), stderr
+        assert "Traceback" not in output and "three steps done" in output, output
     finally:
         if train is not None and train.poll() is None:
             train.kill()

@@ -90,20 +90,35 @@ def changed(**edits: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("before", "after", "kinds", "text"), [
     (tick_summary(1), changed(), [], None),
-    (tick_summary(1), changed(gpu_resets_total=1), ["reset"], "GPU 0000:28:00.0 reset (reset 1 since start)"),
+    (tick_summary(1), changed(gpu_resets_total=1), ["reset"], "GPU 0000:28:00.0 reset (1 reset since start)"),
+    (tick_summary(1), changed(gpu_resets_total=2), ["reset"], "GPU 0000:28:00.0 reset (2 resets since start)"),
     (tick_summary(1), changed(gpu_state="down"), ["gpu"], "GPU 0000:28:00.0 down (was up)"),
     (changed(gpu_state="down"), changed(), ["gpu"], "GPU 0000:28:00.0 up (was down)"),
     (tick_summary(1), changed(gpu_state="asleep"), [], None),  # runtime PM: nothing happened
     (tick_summary(1), changed(fan_mode="failsafe", fan_message="junction unreadable"), ["failsafe"],
-     "fan of 0000:28:00.0 in failsafe (100 %): junction unreadable"),
-    (changed(fan_mode="failsafe"), changed(), ["failsafe"], "fan of 0000:28:00.0 back on the curve (curve)"),
+     "fan of 0000:28:00.0 at 100 % in failsafe (junction unreadable)"),
+    (tick_summary(1), changed(fan_mode="failsafe", fan_message="junction unreadable: failsafe"), ["failsafe"],
+     "fan of 0000:28:00.0 at 100 % in failsafe (junction unreadable)"),
+    (tick_summary(1), changed(fan_mode="failsafe", fan_message=None), ["failsafe"],
+     "fan of 0000:28:00.0 at 100 % in failsafe"),
+    (changed(fan_mode="failsafe"), changed(), ["failsafe"], "fan of 0000:28:00.0 back on the curve"),
+    (changed(fan_mode="failsafe"), changed(fan_mode="monitor-only"), ["failsafe"],
+     "fan of 0000:28:00.0 out of failsafe (monitor-only)"),
     (tick_summary(1), changed(run_phase="paused", run_why="hot: junction 101°C"), ["pause"],
-     "run demo paused: hot: junction 101°C"),
+     "run demo paused (hot: junction 101°C)"),
+    (tick_summary(1), changed(run_phase="pausing", run_why="manual pause"), ["pause"],
+     "run demo paused (manual pause)"),
+    (tick_summary(1), changed(run_phase="pausing", run_why=None), ["pause"], "run demo paused"),
     (changed(run_phase="pausing"), changed(run_phase="paused"), [], None),  # one pause, not two
     (changed(run_phase="paused"), changed(), ["resume"], "run demo resumed"),
     (changed(run_phase="backoff"), changed(run_phase="starting", run_restarts_total=1), ["restart"],
-     "run demo restarted (1 restarts)"),
-    (tick_summary(1), changed(run_phase="failed", run_why="exit code 1"), ["run"], "run demo failed: exit code 1"),
+     "run demo restarted (1 restart so far)"),
+    (changed(run_phase="backoff"), changed(run_phase="starting", run_restarts_total=3), ["restart"],
+     "run demo restarted (3 restarts so far)"),
+    (tick_summary(1), changed(run_phase="failed", run_why="exit code 1"), ["run"], "run demo failed (exit code 1)"),
+    (tick_summary(1), changed(run_phase="backoff", run_why="killed by signal 9"), ["run"],
+     "run demo waiting to restart (killed by signal 9)"),
+    (tick_summary(1), changed(run_phase="finished"), ["run"], "run demo finished"),
     (None, tick_summary(1), ["start"], "daemon started (version 0.1.0)"),
 ])
 def test_events_from_one_summary_to_the_next(before: dict[str, Any] | None, after: dict[str, Any],
@@ -130,16 +145,19 @@ def test_the_event_log_is_bounded_newest_first() -> None:
     assert len(recent) == MAX_EVENTS and recent[0]["tick"] == 99 and recent[-1]["tick"] == 100 - MAX_EVENTS
 
 
-def powered(mode: str, cap_w: float) -> dict[str, Any]:
+def powered(mode: str, cap_w: float | None) -> dict[str, Any]:
     return changed(gpu_power={"w": 140.0, "cap_w": cap_w, "original_cap_w": 150.0, "floor_cap_w": 90.0,
                               "mode": mode, "reason": None})
 
 
 @pytest.mark.parametrize(("before", "after", "clocks_before", "clocks_after", "text"), [
-    (powered("idle", 150), powered("governing", 140), None, None, "cap of 0000:28:00.0 lowered to 140 W (from 150 W)"),
+    (powered("idle", 150), powered("governing", 140), None, None, "cap of 0000:28:00.0 lowered to 140 W from 150 W"),
+    (powered("idle", None), powered("governing", 140), None, None, "cap of 0000:28:00.0 lowered to 140 W"),
     (powered("governing", 140), powered("governing", 130), None, None, None),  # the cap series shows each step
-    (powered("governing", 100), powered("floor", 90), None, None, "cap of 0000:28:00.0 at 90 W (floor)"),
-    (powered("floor", 90), powered("idle", 150), None, None, "cap of 0000:28:00.0 raised back to 150 W"),
+    (powered("governing", 100), powered("floor", 90), None, None, "cap of 0000:28:00.0 held at its floor, 90 W"),
+    (powered("floor", 90), powered("governing", 100), None, None, "cap of 0000:28:00.0 above its floor again, 100 W"),
+    (powered("floor", 90), powered("idle", 150), None, None, "cap of 0000:28:00.0 given back to 150 W"),
+    (powered("floor", 90), powered("idle", None), None, None, "cap of 0000:28:00.0 given back"),  # never "? W"
     (powered("idle", 150), powered("unavailable", 150), None, None, None),
     (tick_summary(1), changed(), {"0000:28:00.0": clock()}, {"0000:28:00.0": clock(1800, 1800, True)},
      "clock ceiling of 0000:28:00.0 set to 1800 MHz"),

@@ -167,7 +167,7 @@ def test_a_hole_in_time_is_a_gap_and_old_damaged_or_backwards_points_are_dropped
 
 
 def test_events_in_the_range_their_text_as_its_class_when_redacted() -> None:
-    event = {"unix": T0 + 10, "kind": "pause", "text": "run demo paused: junction 101 °C, /home/alice", "gpu": None,
+    event = {"unix": T0 + 10, "kind": "pause", "text": "run demo paused (junction 101 °C, /home/alice)", "gpu": None,
              "run": "demo"}
     old = event | {"unix": T0 - 5000}
     columns = Columns("1h", T0 + 100)

@@ -172,3 +172,33 @@ def test_numbers_are_rounded_once_to_the_digits_shown(example: PublishedState) -
     s = summary(state, FanConfig())
     assert s["gpus"][0]["power"]["w"] == 149
     assert s["runs"][0]["steps_per_s"] == 4.49 and s["runs"][0]["run_energy_kj"] == 1850.0
+
+
+@pytest.mark.parametrize(("phase", "reason", "paused_by", "why", "event"), [
+    # The review's "paused: pausing: manual pause": the phase words the supervisor's reasons carry go.
+    (TrainerPhase.PAUSING, "pausing: manual pause", None, "manual pause", "run bert paused (manual pause)"),
+    (TrainerPhase.PAUSED, "paused (SIGSTOP): hot: junction 101°C", None, "hot: junction 101°C",
+     "run bert paused (hot: junction 101°C)"),
+    (TrainerPhase.PAUSING, "started: pausing: manual pause", None, "manual pause", "run bert paused (manual pause)"),
+    (TrainerPhase.PAUSING, "restarted (exit code 1), still paused: pausing: manual pause", None, "manual pause",
+     "run bert paused (manual pause)"),
+    (TrainerPhase.PAUSED, "re-attached holding its pause: manual pause", None, "manual pause",
+     "run bert paused (manual pause)"),
+    (TrainerPhase.PAUSED, "paused by node-b", None, "by node-b", "run bert paused (by node-b)"),
+    (TrainerPhase.PAUSED, "pausing: hot", "box3: hot: junction 101°C", "box3: hot: junction 101°C",
+     "run bert paused (box3: hot: junction 101°C)"),  # what the held ranks say wins
+    (TrainerPhase.PAUSED, "no pause acknowledgement: SIGSTOP", None, "no pause acknowledgement: SIGSTOP",
+     "run bert paused (no pause acknowledgement: SIGSTOP)"),
+    (TrainerPhase.PAUSED, None, None, None, "run bert paused"),
+])
+def test_a_held_runs_why_is_its_cause_alone_and_its_event_one_sentence(
+        example: PublishedState, phase: TrainerPhase, reason: str | None, paused_by: str | None, why: str | None,
+        event: str) -> None:
+    from gpuwatch.publish.history import events
+
+    before = summary(replace(example, trainers=(replace(example.trainers[1], phase=TrainerPhase.RUNNING),)),
+                     FanConfig())
+    held = replace(example.trainers[1], phase=phase, reason=reason, paused_by=paused_by)
+    after = summary(replace(example, trainers=(held,)), FanConfig())
+    assert after["runs"][0]["why"] == why
+    assert [e["text"] for e in events(before, after, False) if e["kind"] == "pause"] == [event]

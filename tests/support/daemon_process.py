@@ -10,6 +10,7 @@ import resource
 import signal
 import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,28 @@ def read_state(runtime: Path) -> dict[str, Any] | None:
     except (FileNotFoundError, ValueError):
         return None
     return document
+
+
+@dataclass(frozen=True)
+class HotSimulator:
+    """A config for `gpuwatch run -c CONFIG` on a simulated card in a hot case, in ``tmp``: its fan stuck at 30 %,
+    its cooling at 0.4 and its time 50 times as fast, so the cap reaches its floor and the clock rung acts
+    within seconds (the restore tests: SIGTERM gives back, SIGKILL leaves the records for `gpuwatch restore`).
+    The simulated tree and the runtime directory beside it."""
+
+    config: Path
+    tree: Path
+    run_dir: Path
+
+
+def hot_simulator(tmp: Path, card: str | None = None, extra: str = "") -> HotSimulator:
+    """``card``: the simulated model (``[simulate] card``, default navi10); ``extra``: TOML appended."""
+    hot = HotSimulator(tmp / "gpuwatch.toml", tmp / "tree", tmp / "run")
+    hot.config.write_text(f'runtime_dir = "{hot.run_dir}"\ninterval_s = 0.05\n[http]\nenabled = false\n'
+                          f'[simulate]\nenabled = true\ntree_dir = "{hot.tree}"\ntime_scale = 50.0\n'
+                          'cooling_scale = 0.4\n' + (f'card = "{card}"\n' if card else "")
+                          + f"[simulate.faults]\nfan_stuck_percent = 30\n{extra}")
+    return hot
 
 
 def signalled_once(config: Path, ready: Callable[[], object], what: str, timeout_s: float,

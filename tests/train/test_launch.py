@@ -18,6 +18,7 @@ from gpuwatch.heartbeat import Heartbeat, read_heartbeat  # noqa: E402
 from gpuwatch.train.launch import main, parse_args  # noqa: E402
 from tests.support.cli import GPUWATCH  # noqa: E402
 from tests.support.paths import REPO  # noqa: E402
+from tests.support.venvs import activated, torch_steps  # noqa: E402
 from tests.support.waiting import wait_for  # noqa: E402
 
 PROBE_SCRIPT = """
@@ -74,14 +75,7 @@ if __name__ == "__main__":
 """
 
 
-STEPS_SCRIPT = """
-import sys, torch
-model = torch.nn.Linear(4, 1)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for _ in range(50):
-    opt.zero_grad()
-    model(torch.ones(2, 4)).sum().backward()
-    opt.step()
+STEPS_SCRIPT = "import sys\n" + torch_steps(50) + """
 if "--fail" in sys.argv:
     raise RuntimeError("diverged")
 """
@@ -208,14 +202,13 @@ def test_the_last_heartbeat_counts_every_step_however_the_script_ends(tmp_path, 
     script = tmp_path / "steps.py"
     script.write_text(STEPS_SCRIPT)
     beat_file = tmp_path / "hb.json"
-    env = {**os.environ, "GPUWATCH_HEARTBEAT_INTERVAL_S": "60"}
-    env["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{env.get('PATH', os.defpath)}"  # the venv, activated
+    env = activated({**os.environ, "GPUWATCH_HEARTBEAT_INTERVAL_S": "60"}, sys.executable)  # the venv, activated
     env.pop("GPUWATCH_PAUSE_FILE", None)
     done = subprocess.run([GPUWATCH, "train", "--conv2d-fallback", "off", "--heartbeat-file", str(beat_file), "--",
                            "python", str(script), *(["--fail"] if fail else [])],
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == (1 if fail else 0), done.stderr
-    # The command's stderr comes through the wrapper's output copy, on its stdout (docs/attached-runs.md).
-    assert ("RuntimeError: diverged" in done.stdout + done.stderr) == fail
+    # The command's stderr comes through the wrapper's output copy to the wrapper's stderr (docs/attached-runs.md).
+    assert ("RuntimeError: diverged" in done.stderr) == fail and "RuntimeError" not in done.stdout
     beat = read_heartbeat(beat_file)
     assert beat is not None and beat.steps_total == 50 and not beat.paused

@@ -13,7 +13,8 @@ import pytest
 from gpuwatch.cli.process_table import fit_command
 from gpuwatch.train.argv import BOOTSTRAP
 from gpuwatch.train.process_view import user_command, user_frames
-from tests.train.test_two_venvs import CLI, env_without_pythonpath, make_venv
+from tests.support.venvs import activated, make_venv, torch_site_packages
+from tests.train.test_two_venvs import CLI, env_without_pythonpath
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
@@ -67,11 +68,10 @@ def test_the_process_table_keeps_the_script_name_when_cut(command: str, room: in
 def test_ps_shows_the_users_interpreter_and_script_and_tracebacks_start_in_it(tmp_path: Path) -> None:
     """`gpuwatch train -- python train.py` with a venv activated (its bin first on PATH): /proc/PID/cmdline and `ps`
     read `<venv>/bin/python train.py ARGS`, and the script's crash prints its own frames only."""
-    python = make_venv(tmp_path / "venv", os.path.dirname(os.path.dirname(torch.__file__)))  # torch, no gpuwatch
+    python = make_venv(tmp_path / "venv", torch_site_packages())  # torch, no gpuwatch
     bin_dir = python.parent
     (tmp_path / "train.py").write_text(SCRIPT)
-    env = env_without_pythonpath(tmp_path)
-    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', os.defpath)}"  # `source venv/bin/activate`
+    env = activated(env_without_pythonpath(tmp_path), python)  # `source venv/bin/activate`
     done = subprocess.run([sys.executable, "-c", CLI, "train", "--no-attach", "--", "python", "train.py",
                            str(tmp_path / "cmdline"), "--epochs", "3"], capture_output=True, text=True, timeout=240,
                           cwd=tmp_path, env=env)

@@ -1,9 +1,9 @@
 """``gpuwatch train`` with another virtualenv's interpreter, one that has torch and no gpuwatch (issue 32).
 
 The setup docs/training-patches.md promises: gpuwatch in its own environment, the training in a venv
-of its own. The training venv here sees the test environment's torch through a ``.pth`` line naming
-its site-packages folder; the ``.pth`` files inside that folder (gpuwatch's editable install among
-them) are not processed for such a line, so gpuwatch is not importable there. ``gpuwatch`` itself
+of its own. The training venv here (tests/support/venvs.py) sees the test environment's torch through a
+``.pth`` line naming its site-packages folder; the ``.pth`` files inside that folder (gpuwatch's editable install
+among them) are not processed for such a line, so gpuwatch is not importable there. ``gpuwatch`` itself
 runs from this checkout without PYTHONPATH, which the training interpreter would inherit.
 """
 
@@ -19,19 +19,12 @@ import pytest
 
 from gpuwatch.heartbeat import read_heartbeat, read_rank_heartbeats
 from tests.support.paths import REPO
+from tests.support.venvs import make_venv, torch_site_packages, torch_steps
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-SCRIPT = """
-import json, os, sys
-import torch
-model = torch.nn.Linear(4, 1)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for _ in range(3):
-    opt.zero_grad()
-    model(torch.ones(2, 4)).sum().backward()
-    opt.step()
+SCRIPT = "import json, os, sys\n" + torch_steps(3) + """
 gpuwatch = sys.modules.get("gpuwatch")
 with open(sys.argv[1], "w") as handle:
     json.dump({"gpuwatch": getattr(gpuwatch, "__file__", None), "conv": torch.nn.Conv2d._conv_forward.__name__,
@@ -40,16 +33,6 @@ with open(sys.argv[1], "w") as handle:
 # `gpuwatch ARGS` from this checkout, with no PYTHONPATH for the processes it starts to inherit.
 CLI = f"import runpy, sys; sys.path.insert(0, {str(REPO)!r}); sys.argv[0] = 'gpuwatch'; " \
       "runpy.run_module('gpuwatch.cli', run_name='__main__')"
-
-
-def make_venv(where: Path, site_packages: str | None) -> Path:
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True, timeout=120)
-    python = where / "bin" / "python"
-    if site_packages is not None:
-        own = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"],
-                             capture_output=True, text=True, check=True, timeout=60).stdout.strip()
-        Path(own, "torch-only.pth").write_text(site_packages + "\n")
-    return python
 
 
 def env_without_pythonpath(tmp_path: Path) -> dict[str, str]:
@@ -65,7 +48,7 @@ def gpuwatch_train(tmp_path: Path, *command: str) -> subprocess.CompletedProcess
 
 @pytest.fixture(scope="module")
 def train_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    python = make_venv(tmp_path_factory.mktemp("train-venv") / "venv", os.path.dirname(os.path.dirname(torch.__file__)))
+    python = make_venv(tmp_path_factory.mktemp("train-venv") / "venv", torch_site_packages())
     found = subprocess.run([str(python), "-c", "import importlib.util as u; "
                             "print(u.find_spec('torch') is not None, u.find_spec('gpuwatch') is not None)"],
                            capture_output=True, text=True, timeout=60, cwd="/",
@@ -107,11 +90,10 @@ def test_without_torch_one_line_naming_the_fix(tmp_path: Path) -> None:
     python = make_venv(tmp_path / "bare", None)
     (tmp_path / "train.py").write_text("print('never runs')\n")
     done = gpuwatch_train(tmp_path, str(python), "train.py")
-    # The command's stderr comes through the wrapper's output copy, on its stdout (docs/attached-runs.md).
-    output = done.stdout + done.stderr
-    assert done.returncode == 1, done
-    said = [line for line in output.splitlines() if "this run is not protected" not in line]  # no daemon here
-    assert f"{python} has no torch: install torch into that environment" in output and len(said) == 1, output
+    # The command's stderr goes through the wrapper's output copy to the wrapper's stderr (docs/attached-runs.md).
+    assert done.returncode == 1 and done.stdout == "", done
+    said = [line for line in done.stderr.splitlines() if "this run is not protected" not in line]  # no daemon here
+    assert f"{python} has no torch: install torch into that environment" in done.stderr and len(said) == 1, done.stderr
 
 
 def _free_port() -> int:

@@ -1,15 +1,20 @@
-"""`gpuwatch train`'s copy of the command's output: every byte of its stdout and stderr goes on to the wrapper's
-stdout unchanged and into a log in the run's own directory, which `gpuwatch logs NAME` shows (docs/attached-runs.md).
+"""`gpuwatch train`'s copy of the command's output: every byte of its stdout goes on to the wrapper's stdout and
+every byte of its stderr to the wrapper's stderr, unchanged (`gpuwatch train -- cmd 2>err.log` separates them as
+`cmd 2>err.log` does), and both into one log in the run's own directory, which `gpuwatch logs NAME` shows
+(docs/attached-runs.md).
 
-The command writes into a pty when the wrapper's stdout is a terminal (isatty, tqdm's bars and line buffering
-behave as on the terminal itself; the window size is passed on, again at each SIGWINCH), else into a pipe. The pty
-is not the command's controlling terminal (it runs in a session of its own, cli/train/run.py) and its output
-processing is off (no ONLCR: the real terminal turns "\\n" into "\\r\\n" once, and the log keeps "\\n").
+The command writes into a pty where the wrapper's output is a terminal (isatty, tqdm's bars and line buffering
+behave as on the terminal itself; the window size is passed on, again at each SIGWINCH), else into a pipe. Where
+both the wrapper's stdout and stderr are terminals, one pty serves both (a terminal is one stream) and is copied
+to stdout. A pty is not the command's controlling terminal (it runs in a session of its own, cli/train/run.py) and
+its output processing is off (no ONLCR: the real terminal turns "\\n" into "\\r\\n" once, and the log keeps "\\n").
 
-One thread reads and writes to the wrapper's stdout (as fast as the terminal takes it, as before); the log's
-writes go through a bounded queue to a thread of their own, so a slow or full log disk never slows the command:
-what does not fit in the queue, or what a full disk refuses, is lost with one line (in the log once it works again,
-and on stderr), never the run. A terminal that went away (SIGHUP, EIO, EPIPE) stops the copy to stdout only.
+One thread a source reads it and writes it on (as fast as the terminal or pipe takes it); with two sources the
+log gets each one's whole lines (a line's end held back up to ``CHUNK_BYTES``), interleaved in the order they were
+read: as well as two pipes can tell. The log's writes go through a bounded queue to a thread of their own, so a
+slow or full log disk never slows the command: what does not fit in the queue, or what a full disk refuses, is
+lost with one line (in the log once it works again, and on stderr), never the run. An output that went away
+(SIGHUP, EIO, EPIPE: the reader of `| head` exited) stops the copy to it only; its source is still read.
 
 The log is rotated as a configured trainer's (``[[trainer]] log_max_bytes`` / ``log_backups``'s defaults,
 ``config.quick``; ``GPUWATCH_TRAIN_LOG_MAX_BYTES`` sets a smaller size, for tests): ``output.log``, then
@@ -19,11 +24,13 @@ through ``safefs.open_regular`` (no link, no FIFO, only the user's own file), mo
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
 import pty
 import queue
+import select
 import signal
 import termios
 import threading
@@ -118,86 +125,133 @@ class RotatingLog:
             os.unlink(self.path)
 
 
-class OutputCopy:
-    """The command's stdout and stderr (``child_fd``: give it to the command as both), copied to ``out_fd`` and
-    ``log``. ``start`` in the main thread (it takes SIGWINCH), ``close`` once the last command ended."""
+class _Stream:
+    """One of the command's two outputs: what it writes (``child_fd``) read from ``read_fd``, copied to ``out_fd``
+    (the wrapper's own stdout or stderr). ``partial``: the end of the last read that was no whole line yet (what
+    the log waits for, so the two outputs interleave in it by whole lines)."""
 
-    def __init__(self, log: RotatingLog, out_fd: int = 1, say: Say = lambda line: None) -> None:
-        self._log, self._out_fd, self._say = log, out_fd, say
-        self._terminal = _isatty(out_fd)
-        if self._terminal:
-            self._read_fd, self.child_fd = pty.openpty()
-            try:
-                attributes = termios.tcgetattr(self.child_fd)
-                attributes[1] &= ~termios.OPOST  # oflag: the bytes as written (the real terminal maps "\n" itself)
-                termios.tcsetattr(self.child_fd, termios.TCSANOW, attributes)
-            except termios.error:  # the pty's default ONLCR: the log gets "\r\n", nothing is lost
-                pass
-            self._window()
-        else:
-            self._read_fd, self.child_fd = os.pipe()
-        os.set_inheritable(self._read_fd, False)
-        self._out_ok = True
+    def __init__(self, read_fd: int, child_fd: int, out_fd: int, terminal: bool, name: str) -> None:
+        self.read_fd, self.child_fd, self.out_fd, self.terminal, self.name = read_fd, child_fd, out_fd, terminal, name
+        self.out_ok = True
+        self.partial = b""
+
+
+class OutputCopy:
+    """The command's stdout and stderr (``child_fds``: give them to the command as its fds 1 and 2), copied to
+    ``out_fd`` and ``err_fd`` and to ``log``. ``start`` in the main thread (it takes SIGWINCH), ``close`` once the
+    last command ended.
+
+    Each of the wrapper's two outputs that is a terminal gets a pty, the others a pipe; both a terminal: one pty
+    for both (a terminal is one stream, as on the terminal itself), copied to ``out_fd``. Each source has a
+    reader thread of its own, so a stdout whose reader stalls never holds the stderr copy up."""
+
+    def __init__(self, log: RotatingLog, out_fd: int = 1, say: Say = lambda line: None, err_fd: int = 2) -> None:
+        self._log, self._say = log, say
+        out_terminal, err_terminal = _isatty(out_fd), _isatty(err_fd)
+        self._streams: list[_Stream] = []
+        try:
+            stdout = self._open(out_fd, out_terminal, "stdout")
+            stderr = stdout if out_terminal and err_terminal else self._open(err_fd, err_terminal, "stderr")
+        except OSError:
+            self._close_all()
+            raise
+        self.child_fds = (stdout.child_fd, stderr.child_fd)
+        self._whole_lines = len(self._streams) > 1  # one source: every byte as it comes (a progress bar's "\\r")
         self._queue: queue.Queue[bytes | None] = queue.Queue()
         self._queued_bytes = 0
         self._dropped_bytes = 0
         self._lock = threading.Lock()
-        self._reader = threading.Thread(target=self._read, name="output-copy", daemon=True)
+        self._readers = [threading.Thread(target=self._read, args=(stream,), name=f"output-{stream.name}",
+                                          daemon=True) for stream in self._streams]
         self._writer = threading.Thread(target=self._write_log, name="output-log", daemon=True)
         self._previous_winch: object = None
 
+    def _open(self, out_fd: int, terminal: bool, name: str) -> _Stream:
+        if terminal:
+            read_fd, child_fd = pty.openpty()
+            try:
+                attributes = termios.tcgetattr(child_fd)
+                attributes[1] &= ~termios.OPOST  # oflag: the bytes as written (the real terminal maps "\n" itself)
+                termios.tcsetattr(child_fd, termios.TCSANOW, attributes)
+            except termios.error:  # the pty's default ONLCR: the log gets "\r\n", nothing is lost
+                pass
+        else:
+            read_fd, child_fd = os.pipe()
+        os.set_inheritable(read_fd, False)
+        stream = _Stream(read_fd, child_fd, out_fd, terminal, name)
+        self._streams.append(stream)
+        if terminal:
+            _window(stream)
+        return stream
+
+    def _close_all(self) -> None:
+        for stream in self._streams:
+            for fd in (stream.read_fd, stream.child_fd):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
     def start(self) -> OutputCopy:
-        if self._terminal and threading.current_thread() is threading.main_thread():
+        terminal = any(stream.terminal for stream in self._streams)
+        if terminal and threading.current_thread() is threading.main_thread():
             self._previous_winch = signal.signal(signal.SIGWINCH, self._on_winch)
-        self._reader.start()
+        for reader in self._readers:
+            reader.start()
         self._writer.start()
         return self
 
     def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
-        """The command's end of the pipe closed here: what it wrote is copied to the end, then the log closed."""
+        """The command's ends closed here: what it wrote is copied to the end, then the log closed."""
         if self._previous_winch is not None:
             signal.signal(signal.SIGWINCH, self._previous_winch)  # type: ignore[arg-type]
             self._previous_winch = None
-        os.close(self.child_fd)
-        self._reader.join(wait_s)
+        for stream in self._streams:
+            os.close(stream.child_fd)
+        for reader in self._readers:
+            reader.join(wait_s)
         self._queue.put(None)
         self._writer.join(wait_s)
         self._log.close()
 
-    def _read(self) -> None:
+    def _read(self, stream: _Stream) -> None:
         while True:
             try:
-                data = os.read(self._read_fd, CHUNK_BYTES)
+                data = os.read(stream.read_fd, CHUNK_BYTES)
             except InterruptedError:
                 continue
             except OSError:  # EIO: a pty whose every slave end closed (the command and the wrapper's are gone)
                 break
             if not data:
                 break
-            self._to_stdout(data)
-            with self._lock:
-                if self._queued_bytes + len(data) > QUEUE_MAX_BYTES:
-                    self._dropped_bytes += len(data)
-                    continue
-                self._queued_bytes += len(data)
-            self._queue.put(data)
-        os.close(self._read_fd)
+            self._copy(stream, data)
+            if self._whole_lines:
+                data, stream.partial = split_lines(stream.partial + data, CHUNK_BYTES)
+            self._to_log(data)
+        self._to_log(stream.partial)
+        os.close(stream.read_fd)
 
-    def _to_stdout(self, data: bytes) -> None:
+    def _to_log(self, data: bytes) -> None:
+        if not data:
+            return
+        with self._lock:
+            if self._queued_bytes + len(data) > QUEUE_MAX_BYTES:
+                self._dropped_bytes += len(data)
+                return
+            self._queued_bytes += len(data)
+        self._queue.put(data)
+
+    def _copy(self, stream: _Stream, data: bytes) -> None:
         view = memoryview(data)
-        while self._out_ok and view:
+        while stream.out_ok and view:
             try:
-                view = view[os.write(self._out_fd, view):]
+                view = view[os.write(stream.out_fd, view):]
             except InterruptedError:
                 continue
             except BlockingIOError:  # a non-blocking stdout (rare): wait for it as a terminal would make us
-                import select
-
-                select.select([], [self._out_fd], [], 1.0)
+                select.select([], [stream.out_fd], [], 1.0)
             except OSError as exc:  # EIO: the terminal hung up; EPIPE: the reader of a pipe went away
-                self._out_ok = False
-                self._log.write(f"[gpuwatch train: stdout closed ({errno.errorcode.get(exc.errno or 0, exc)}): the "
-                                "output goes on in this log only]\n".encode())
+                stream.out_ok = False
+                self._to_log(f"[gpuwatch train: {stream.name} closed ({errno.errorcode.get(exc.errno or 0, exc)}): "
+                             f"the output to it goes on in this log only]\n".encode())
 
     def _write_log(self) -> None:
         while (data := self._queue.get()) is not None:
@@ -210,15 +264,28 @@ class OutputCopy:
                                 .encode())
             self._log.write(data)
 
-    def _window(self) -> None:
-        try:
-            size = fcntl.ioctl(self._out_fd, termios.TIOCGWINSZ, b"\0" * 8)
-            fcntl.ioctl(self.child_fd, termios.TIOCSWINSZ, size)
-        except OSError:
-            pass
-
     def _on_winch(self, signum: int, frame: FrameType | None) -> None:
-        self._window()
+        for stream in self._streams:
+            if stream.terminal:
+                _window(stream)
+
+
+def split_lines(data: bytes, max_partial_bytes: int) -> tuple[bytes, bytes]:
+    """``data`` as its whole lines and the rest (kept for the next read); a rest over ``max_partial_bytes`` (a
+    progress bar's "\r" updates, a line with no end) goes out as it is: what is held is bounded."""
+    cut = data.rfind(b"\n") + 1
+    if len(data) - cut > max_partial_bytes:
+        return data, b""
+    return data[:cut], data[cut:]
+
+
+def _window(stream: _Stream) -> None:
+    """The terminal's window size on its pty (TIOCGWINSZ / TIOCSWINSZ, ioctl_tty(2))."""
+    try:
+        size = fcntl.ioctl(stream.out_fd, termios.TIOCGWINSZ, b"\0" * 8)
+        fcntl.ioctl(stream.child_fd, termios.TIOCSWINSZ, size)
+    except OSError:
+        pass
 
 
 def _isatty(fd: int) -> bool:

@@ -60,7 +60,8 @@ class RunSettings:
     checkpoint_glob: str | None = None
     resume_args: list[str] = field(default_factory=list)
     heartbeat_file: Path | None = None  # where the run's heartbeats are: cleared at each start, read for progress
-    output_fd: int | None = None  # the command's stdout and stderr (cli/train/output.py's copy); None: the wrapper's
+    # The command's stdout and stderr (cli/train/output.py's copy); None: the wrapper's own.
+    output_fds: tuple[int, int] | None = None
 
 
 def exit_status(returncode: int) -> int:
@@ -144,8 +145,8 @@ class TrainRun:
             remove_heartbeats(self.settings.heartbeat_file)  # a new run starts without the last one's
         try:
             # Its own session: the terminal's Ctrl-C reaches the wrapper alone, which passes it on once.
-            output = self.settings.output_fd
-            self._child = subprocess.Popen(argv, env=env, start_new_session=True, stdout=output, stderr=output)
+            out, err = self.settings.output_fds or (None, None)
+            self._child = subprocess.Popen(argv, env=env, start_new_session=True, stdout=out, stderr=err)
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             self._say(f"gpuwatch train: cannot run {argv[0]!r}: {why}")

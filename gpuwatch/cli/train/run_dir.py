@@ -7,22 +7,33 @@ makes the pause file itself); only its user, and root's `gpuwatch logs`, read it
 could have made the parent folders first (to read the heartbeats or to swap a folder for a symlink to their own): every
 level this module makes or finds must be a real directory, not a symlink, owned by the user and not
 writable by anyone else, or there is no run directory and the run trains unattached (one line).
+
+A run's log outlives its wrapper (`gpuwatch logs NAME` after a crash), up to 80 MiB each (4 files of 20 MiB), in a
+directory that may be a small tmpfs (/run/user/<uid>): each new wrapper prunes its user's finished runs to the
+newest ``KEEP_FINISHED_RUNS`` whose logs together stay within ``KEEP_FINISHED_BYTES`` (the newest is always kept).
+A wrapper holds flock(2) on its run directory while it lives, so a run whose lock can be taken is finished (its
+wrapper exited, or was killed: the kernel drops the lock); a directory that holds anything but its log (a run of
+an older wrapper, one being made) is never touched. Only the user's own wrapper prunes, in the folder this module
+has just checked is theirs: root never walks another user's runs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import stat
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 HEARTBEAT_NAME = "heartbeat.json"  # the ranks' files go beside it (heartbeat.rank_heartbeat_path)
 PAUSE_NAME = "pause"
 LOG_NAME = "output.log"  # the command's output (cli/train/output.py), rotated to output.log.1...: kept at the end
+KEEP_FINISHED_RUNS = 8  # finished runs whose logs a new wrapper keeps (the newest first)
+KEEP_FINISHED_BYTES = 160 * 1024 * 1024  # and their logs' bytes together: two full runs (4 x 20 MiB each)
 
 
 class RunDirError(Exception):
@@ -32,6 +43,7 @@ class RunDirError(Exception):
 @dataclass(frozen=True)
 class RunDir:
     path: Path
+    lock_fd: int | None = field(default=None, compare=False)  # flock(2)ed while the wrapper lives: not finished
 
     @property
     def heartbeat_file(self) -> Path:
@@ -53,7 +65,7 @@ class RunDir:
         except OSError:
             return
         for name in names:
-            if name == LOG_NAME or name.startswith(f"{LOG_NAME}."):
+            if is_log_name(name):
                 continue
             entry = self.path / name
             if entry.is_dir() and not entry.is_symlink():
@@ -63,6 +75,73 @@ class RunDir:
                     entry.unlink()
         with contextlib.suppress(OSError):
             self.path.rmdir()  # empty: no log was kept (the output was not copied)
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)  # the run is finished: the next wrapper may prune its log
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    path: Path
+    modified_s: float  # its newest log file's mtime: when the run last wrote
+    size_bytes: int
+
+
+def runs_to_prune(finished: list[FinishedRun], keep_runs: int = KEEP_FINISHED_RUNS,
+                  keep_bytes: int = KEEP_FINISHED_BYTES) -> list[Path]:
+    """The finished runs whose logs go: all but the newest ``keep_runs`` that fit in ``keep_bytes`` together
+    (the newest is kept whatever its size)."""
+    kept_bytes = 0
+    prune: list[Path] = []
+    for index, run in enumerate(sorted(finished, key=lambda run: run.modified_s, reverse=True)):
+        kept_bytes += run.size_bytes
+        if index > 0 and (index >= keep_runs or kept_bytes > keep_bytes):
+            prune.append(run.path)
+    return prune
+
+
+def is_log_name(name: str) -> bool:
+    return name == LOG_NAME or (name.startswith(f"{LOG_NAME}.") and name[len(LOG_NAME) + 1:].isdigit())
+
+
+def prune_finished_runs(base: Path, euid: int) -> None:
+    """Removes the logs of ``base``'s finished runs that ``runs_to_prune`` lets go; never raises (a run directory
+    it cannot read or remove is left as it is)."""
+    finished: list[FinishedRun] = []
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        run = _finished(base / name, euid)
+        if run is not None:
+            finished.append(run)
+    for path in runs_to_prune(finished):
+        with contextlib.suppress(OSError):
+            for name in os.listdir(path):
+                if is_log_name(name):
+                    os.unlink(path / name)
+            path.rmdir()
+
+
+def _finished(path: Path, euid: int) -> FinishedRun | None:
+    """A run directory of this user's holding its log only, whose wrapper holds no lock on it; else None."""
+    if unsafe_reason(path, euid) is not None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        names = os.listdir(fd)
+        if not names or not all(is_log_name(name) for name in names):
+            return None
+        infos = [os.stat(name, dir_fd=fd, follow_symlinks=False) for name in names]
+    except OSError:  # EWOULDBLOCK: its wrapper lives
+        return None
+    finally:
+        os.close(fd)  # the lock goes with it
+    return FinishedRun(path, max(info.st_mtime for info in infos), sum(info.st_size for info in infos))
 
 
 def runs_base(environ: Mapping[str, str], euid: int) -> tuple[Path, list[Path]]:
@@ -90,10 +169,14 @@ def make_run_dir(environ: Mapping[str, str], euid: int, pid: int) -> RunDir:
         problem = unsafe_reason(level, euid)
         if problem:
             raise RunDirError(problem)
+    prune_finished_runs(base, euid)
     try:
-        return RunDir(Path(tempfile.mkdtemp(prefix=f"{pid}-", dir=base)))  # mkdtemp makes it 0700
+        path = Path(tempfile.mkdtemp(prefix=f"{pid}-", dir=base))  # mkdtemp makes it 0700
+        lock_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         raise RunDirError(f"cannot make a run directory in {base}: {exc.strerror}") from None
+    fcntl.flock(lock_fd, fcntl.LOCK_EX)  # a fresh directory: nobody else holds it (a pruner only tries, LOCK_NB)
+    return RunDir(path, lock_fd)
 
 
 def unsafe_reason(path: Path, euid: int) -> str | None:

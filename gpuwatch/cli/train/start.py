@@ -83,7 +83,7 @@ def start_run(args: argparse.Namespace, command: list[str], gpus: list[str], bui
     settings = RunSettings(command=list(command), restart=args.restart, grace_s=args.grace_s,
                            backoff_s=args.backoff_s, checkpoint_glob=args.checkpoint_glob,
                            resume_args=_split(args.resume_args), heartbeat_file=heartbeat,
-                           output_fd=output.child_fd if output is not None else None)
+                           output_fds=output.child_fds if output is not None else None)
     try:
         return TrainRun(settings, lambda cmd: build(cmd, env), say, link).run()
     finally:
@@ -99,7 +99,7 @@ def _output_copy(run_dir: RunDir | None) -> OutputCopy | None:
     if run_dir is None:
         return None
     try:
-        return OutputCopy(RotatingLog(run_dir.log_file, log_max_bytes(os.environ), say=say), 1, say).start()
+        return OutputCopy(RotatingLog(run_dir.log_file, log_max_bytes(os.environ), say=say), 1, say, 2).start()
     except OSError as exc:  # no pty left (/dev/pts full), no descriptor: the run goes on, its output not kept
         say(f"gpuwatch train: cannot keep a copy of the output ({exc.strerror or exc}): `gpuwatch logs` will not "
             "show this run")
