@@ -52,6 +52,13 @@ def painter(color: bool) -> Paint:
     return paint
 
 
+def state_text(state: str | None) -> str:
+    """A state (a fan's mode, a trainer's phase) as published: model's enums are ``str`` ones, whose ``str()`` is
+    ``FanMode.CURVE``; the light view (publish/light_view.py) holds the plain value. N/A: an older or partial
+    document (None)."""
+    return NA if state is None else str.__str__(state)
+
+
 def pct(ratio: float | None) -> str:
     return NA if ratio is None else f"{ratio * 100:.0f}%"
 
