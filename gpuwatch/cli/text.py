@@ -35,13 +35,17 @@ def safe_strings(value: J) -> J:
     result: Any
     if isinstance(value, str):
         result = safe(value)
-    elif isinstance(value, dict):
-        result = {safe(k) if isinstance(k, str) else k: safe_strings(v) for k, v in value.items()}
+    elif isinstance(value, dict):  # a number, a bool or None as it is, without a call (`status`'s time, issue 52)
+        result = {safe(k) if isinstance(k, str) else k: v if type(v) in _PLAIN else safe_strings(v)
+                  for k, v in value.items()}
     elif isinstance(value, list):
-        result = [safe_strings(v) for v in value]
+        result = [v if type(v) in _PLAIN else safe_strings(v) for v in value]
     else:
         result = value
     return result  # type: ignore[no-any-return]
+
+
+_PLAIN = frozenset((int, float, bool, type(None)))
 
 
 def painter(color: bool) -> Paint:
