@@ -9,7 +9,9 @@ checked every field's type; an attribute is the field as publish/view.py would g
 * an object is a ``Part`` of its spec (``decode.SPECS``), a list a tuple; an object of objects (a GPU's
   ``temperatures``) a dict of parts, an object of scalars (``sources``, ``throttled_s``) the (name, value) pairs
   model holds; a state (a mode, a phase) the plain string its enum's value is (model's enums are ``str`` ones);
-* what model derives (a GPU's ``suspended``, ``pwm_ratio``, ``fan_duty``) is gpuwatch/derived.py's, as model's is.
+* what model derives (a GPU's ``suspended``, ``pwm_ratio``, ``fan_duty``) is gpuwatch/derived.py's, as model's is;
+* a name the document's spec has not is an AttributeError: a GPU's ``reset`` and ``unmanaged`` are published
+  without the ``gpu_id`` publish/view.py copies into them from their GPU (read the GPU's).
 
 A state that is not one of ``decode.CHOICES`` is refused when the view is made, in the line publish/view.py says
 it in. The renderers are typed against model's dataclasses (under TYPE_CHECKING: mypy checks their field names);
