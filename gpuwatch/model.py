@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal
 
+from gpuwatch import derived
+
 # Which source read a GPU; published as the reading's "backend" (JSON document, gpuwatch_gpu_info).
 SourceName = Literal["amdgpu", "nvml"]
 # Where a GPU's energy counter comes from (gpus/accounting.py).
@@ -435,7 +437,7 @@ class GpuReading:
 
     @property
     def suspended(self) -> bool:
-        return self.runtime_status == "suspended"
+        return derived.suspended(self.runtime_status)
 
     def temp(self, label: str) -> TempReading | None:
         for reading in self.temps:
@@ -445,20 +447,13 @@ class GpuReading:
 
     @property
     def pwm_ratio(self) -> float | None:
-        """The sampled pwm as 0-1 of the range the card reports; None without ``pwm1_max``.
-
-        Unlike a duty the fan controller wrote (publish's fan families read those on
-        PWM_MAX_DEFAULT's scale, the one the backend wrote on), a sampled pwm of a card that does not
-        report its range is not guessed: missing is None (/status ``pwm_ratio``, gpuwatch_gpu_fan_duty_ratio).
-        """
-        if self.pwm is None or not self.pwm_max:
-            return None
-        return pwm_ratio(self.pwm, self.pwm_min, self.pwm_max)
+        """The sampled pwm as 0-1 of the range the card reports (``derived.sampled_pwm_ratio``)."""
+        return derived.sampled_pwm_ratio(self.pwm, self.pwm_min, self.pwm_max)
 
     @property
     def fan_duty(self) -> float | None:
         """The fan's duty as sampled, 0-1: pwm1 where the card has one, else the board's own duty (NVML)."""
-        return fan_duty(self.pwm_ratio, self.fan_duty_ratio)
+        return derived.fan_duty(self.pwm_ratio, self.fan_duty_ratio)
 
     def gone(self, why: str, unresponsive: bool = False) -> GpuReading:
         """This GPU's identity alone, ``up=False``: how a GPU that vanished (or hangs) stays visible to alerts."""
@@ -467,22 +462,6 @@ class GpuReading:
             subsystem_id=self.subsystem_id, unique_id=self.unique_id, vbios_version=self.vbios_version,
             up=False, unresponsive=unresponsive, errors=(ReadError(sensor="device", error=why),),
         )
-
-
-def pwm_ratio(pwm: int, pwm_min: int | None, pwm_max: int) -> float | None:
-    """A raw pwm value as 0-1 of the card's pwm range (``pwm1_min`` absent: 0); None for an empty range."""
-    low = pwm_min or 0
-    if pwm_max <= low:
-        return None
-    return max(0.0, min(1.0, (pwm - low) / (pwm_max - low)))
-
-
-def fan_duty(pwm_duty_ratio: float | None, board_duty_ratio: float | None) -> float | None:
-    """pwm1 wins: it is what the fan is driven by; a board without one (NVML) reports a duty instead.
-
-    A function beside ``GpuReading.fan_duty`` because a remote /status document (cli/fleet.py) carries
-    both values (``pwm_ratio``, ``fan_duty_ratio``) but no reading."""
-    return pwm_duty_ratio if pwm_duty_ratio is not None else board_duty_ratio
 
 
 @dataclass(frozen=True)

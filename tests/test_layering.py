@@ -24,12 +24,13 @@ from tests.support.paths import REPO
 
 PACKAGE = REPO / "gpuwatch"
 
-LEAVES = {"model", "sysfs", "procfs", "heartbeat", "attach", "connect", "config", "limits", "actuation", "deadline",
-          "safefs"}
+LEAVES = {"derived", "model", "sysfs", "procfs", "heartbeat", "attach", "connect", "config", "limits", "actuation",
+          "deadline", "safefs"}
 # unit -> the units it may import besides itself; "unit.module" allows that one module only.
 ALLOWED: dict[str, set[str]] = {
     "__init__": set(),
-    "model": set(),
+    "derived": set(),  # what a reading derives from its fields: model's properties, the light view (issue 52)
+    "model": {"derived"},
     "sysfs": set(),
     "procfs": set(),
     "safefs": set(),  # files in a directory another user may write, and whether a directory is trusted
@@ -54,7 +55,7 @@ ALLOWED: dict[str, set[str]] = {
     # act on trainers; FanState only via model
     "supervise": {"model", "config", "limits", "heartbeat", "attach", "safefs", "procfs", "procs"},
     # report: never hardware (no sysfs, gpus, fan, supervise); safefs: the state files read and written
-    "publish": {"model", "config", "limits", "safefs"},
+    "publish": {"model", "derived", "config", "limits", "safefs"},
     # plays the kernel (sysfs: the clock files' writes, sim/kernel.py); borrows the pure interpolation
     "sim": {"model", "config", "gpus", "sysfs", "fan.curve"},
     "daemon": {"__init__", *LEAVES, "gpus", "procs", "resets", "fan", "power", "clock", "supervise", "publish",

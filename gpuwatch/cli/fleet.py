@@ -14,7 +14,8 @@ from typing import Any
 from gpuwatch.cli.remote import HostResult
 from gpuwatch.cli.status import EXIT_ALARM, EXIT_OK, exit_code
 from gpuwatch.cli.text import BOLD, GREEN, RED, RESET, YELLOW, safe_strings
-from gpuwatch.model import PublishedGpu, TrainerState, fan_duty
+from gpuwatch.derived import fan_duty
+from gpuwatch.model import PublishedGpu, TrainerState
 from gpuwatch.publish.view import status_view
 
 HEADER = ("HOST", "GPU", "JUNC°C", "EDGE°C", "MEM°C", "FAN", "POWER", "TRAINERS", "STATE")

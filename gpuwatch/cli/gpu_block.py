@@ -5,8 +5,11 @@ from __future__ import annotations
 import time
 
 from gpuwatch.cli.health_lines import health_lines
-from gpuwatch.cli.text import BOLD, DIM, GREEN, NA, RED, YELLOW, Paint, energy, mhz, num, pct, size
-from gpuwatch.model import FanState, PowerState, PublishedGpu, PublishedTemp
+from gpuwatch.cli.text import BOLD, DIM, GREEN, NA, RED, YELLOW, Paint, energy, mhz, num, pct, size, state_text
+
+TYPE_CHECKING = False  # the renderers read the light view (publish/light_view.py) or model's dataclasses (issue 52)
+if TYPE_CHECKING:
+    from gpuwatch.model import FanState, PowerState, PublishedGpu, PublishedTemp
 
 PWM_MODES = {0: "full (none)", 1: "manual", 2: "auto"}
 TABLE_ONLY_TEMPS = frozenset({"vrgfx", "vrsoc", "vrmem", "soc"})
@@ -196,7 +199,7 @@ def _limits(temperatures: dict[str, PublishedTemp]) -> list[str]:
 
 
 def _controller(fan: FanState, paint: Paint) -> str:
-    mode: str = fan.mode.value if fan.mode else NA  # None: an older or partial document (publish/view.py)
+    mode = state_text(fan.mode)
     backend: str | None = fan.backend
     mode_text = paint(mode, RED if mode in ("failsafe", "uncontrolled")
                       else YELLOW if mode in ("monitor-only", "dry-run") else GREEN)

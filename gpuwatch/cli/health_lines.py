@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from gpuwatch.cli.text import NA, RED, YELLOW, Paint, duration, num
-from gpuwatch.model import PublishedGpu
+
+TYPE_CHECKING = False  # the renderers read the light view (publish/light_view.py) or model's dataclasses (issue 52)
+if TYPE_CHECKING:
+    from gpuwatch.model import PublishedGpu
 
 
 def health_lines(gpu: PublishedGpu, paint: Paint) -> list[str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuwatch.cli.text import NA, size
-from gpuwatch.publish.view import status_view
+from gpuwatch.publish.light_view import light_view
 
 TYPE_CHECKING = False  # publish/document.py imports the config's models (pydantic): annotations only (issue 52)
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ def render_processes(doc: StatusDocument, width: int = 160) -> str:
     so for a ROCm process whose engines read 0 it is the compute units its waves occupy (``cu``), where the
     kernel reports that.
     """
-    return processes_text(status_view(doc), width)
+    return processes_text(light_view(doc), width)
 
 
 def processes_text(view: StatusView, width: int = 160) -> str:
@@ -31,7 +31,7 @@ def processes_text(view: StatusView, width: int = 160) -> str:
     table: list[tuple[str, ...]] = [HEADER]
     table += [
         (str(r.pid), r.user or NA, r.gpu_id, _memory(_vram(r) if _held(r) else None),
-         _memory(r.gtt_bytes), _busy(r), r.state or NA, r.trainer or "-", r.command)
+         _memory(r.gtt_bytes), _busy(r), r.state or NA, r.trainer or "-", r.command or NA)
         for r in rows
     ]
     if any(r.job_id for r in rows):  # a scheduler's node (docs/cluster.md): the job beside the trainer

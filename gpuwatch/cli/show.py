@@ -14,7 +14,6 @@ import sys
 import time
 
 from gpuwatch.cli.fit import terminal_width
-from gpuwatch.cli.process_table import processes_text
 from gpuwatch.cli.status import render_view, select_gpus, shown_view, view_exit_code
 from gpuwatch.publish.state import from_future, is_stale, read_state, state_age, this_boot
 
@@ -240,6 +239,8 @@ def show(args: argparse.Namespace, fetch: Fetch, leftovers: Callable[[StatusDocu
         for line in found if args.json else ():  # stdout stays one JSON document
             print(f"gpuwatch: {line}", file=sys.stderr)
         if getattr(args, "processes", False) and not args.json:
+            from gpuwatch.cli.process_table import processes_text  # here: status's plain form shows none
+
             text += "\n" + processes_text(view)
         return text, view_exit_code(view, found)
 

@@ -10,10 +10,11 @@ import time
 from gpuwatch.cli.gpu_block import gpu_block
 from gpuwatch.cli.text import BOLD, DIM, RED, YELLOW, Paint, duration, painter, safe_strings
 from gpuwatch.cli.trainer_rows import trainer_gpu_lines, trainer_line, trainer_log_line
-from gpuwatch.config.slots import gpus_listed, resolve_gpu
-from gpuwatch.publish.view import status_view
+from gpuwatch.publish.light_view import light_view
 
-TYPE_CHECKING = False  # publish/document.py imports the config's models (pydantic): annotations only (issue 52)
+# publish/document.py imports the config's models (pydantic), model.py builds some 35 dataclasses: annotations only,
+# the renderers read the light view (issue 52)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -30,13 +31,14 @@ LEFTOVERS_FIX = "  run `gpuwatch restore` to give them back (systemd's ExecStopP
 
 def shown_view(doc: StatusDocument) -> StatusView:
     """The view the text renders (its strings made safe: run names, reasons, job ids, commands are any local
-    user's), built once per reading: ``render_view``, ``view_exit_code`` and cli/process_table.py take it."""
-    return status_view(safe_strings(doc))
+    user's), built once per reading: ``render_view``, ``view_exit_code`` and cli/process_table.py take it. The
+    light view (publish/light_view.py): the renderers read model's dataclasses (publish/view.py) the same way."""
+    return light_view(safe_strings(doc))
 
 
 def exit_code(doc: StatusDocument, leftovers: Sequence[str] = ()) -> int:
     """``view_exit_code`` of a document."""
-    return view_exit_code(status_view(doc), leftovers)
+    return view_exit_code(light_view(doc), leftovers)
 
 
 def view_exit_code(view: StatusView, leftovers: Sequence[str] = ()) -> int:
@@ -60,6 +62,8 @@ def select_gpus(doc: StatusDocument, wanted: Sequence[str]) -> StatusDocument:
     """``status|sensors --gpu GPU`` (repeatable): only those GPUs, their processes and unsupported cards; GPU is
     what ``config.base.resolve_gpu`` reads (an index counts the GPUs in the order status lists them, from 0).
     ValueError names what exists."""
+    from gpuwatch.config.slots import gpus_listed, resolve_gpu  # here: re under it, for --gpu alone (issue 52)
+
     gpus = doc.get("gpus", [])
     here = [(gpu["gpu_id"], gpu["card"]) for gpu in gpus]
     slots = set()

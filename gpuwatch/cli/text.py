@@ -32,13 +32,17 @@ def safe_strings(value: J) -> J:
     result: Any
     if isinstance(value, str):
         result = safe(value)
-    elif isinstance(value, dict):
-        result = {safe(k) if isinstance(k, str) else k: safe_strings(v) for k, v in value.items()}
+    elif isinstance(value, dict):  # a number, a bool or None as it is, without a call (`status`'s time, issue 52)
+        result = {safe(k) if isinstance(k, str) else k: v if type(v) in _PLAIN else safe_strings(v)
+                  for k, v in value.items()}
     elif isinstance(value, list):
-        result = [safe_strings(v) for v in value]
+        result = [v if type(v) in _PLAIN else safe_strings(v) for v in value]
     else:
         result = value
     return result  # type: ignore[no-any-return]
+
+
+_PLAIN = frozenset((int, float, bool, type(None)))
 
 
 def painter(color: bool) -> Paint:
@@ -47,6 +51,13 @@ def painter(color: bool) -> Paint:
         return f"{code}{text}{RESET}" if color and code else text
 
     return paint
+
+
+def state_text(state: str | None) -> str:
+    """A state (a fan's mode, a trainer's phase) as published: model's enums are ``str`` ones, whose ``str()`` is
+    ``FanMode.CURVE``; the light view (publish/light_view.py) holds the plain value. N/A: an older or partial
+    document (None)."""
+    return NA if state is None else str.__str__(state)
 
 
 def pct(ratio: float | None) -> str:

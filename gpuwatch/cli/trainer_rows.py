@@ -4,11 +4,12 @@ each fitted to the terminal's ``width`` (None: as wide as they are) by leaving o
 
 from __future__ import annotations
 
-import signal
-
 from gpuwatch.cli.fit import Field, fit
-from gpuwatch.cli.text import GREEN, NA, RED, YELLOW, Paint, duration, energy, pct, size
-from gpuwatch.model import TrainerGpuUse, TrainerState
+from gpuwatch.cli.text import GREEN, RED, YELLOW, Paint, duration, energy, pct, size, state_text
+
+TYPE_CHECKING = False  # the renderers read the light view (publish/light_view.py) or model's dataclasses (issue 52)
+if TYPE_CHECKING:
+    from gpuwatch.model import TrainerGpuUse, TrainerState
 
 # No step for this many of its steps' time, and at least STALE_S (heartbeats are written about once a second): the
 # rate shown is the one before (a pause, a resume not stepping yet), and said so.
@@ -24,7 +25,7 @@ DROP_ORIGIN, DROP_RANKS, DROP_PACE, DROP_REASON = 4, 3, 2, 1
 
 
 def trainer_line(t: TrainerState, now: float, paint: Paint, width: int | None = None) -> str:
-    phase = t.phase.value if t.phase else NA  # None: an older or partial document
+    phase = state_text(t.phase)
     return fit([Field(f"trainer {t.name}: "), Field(phase, colour=PHASE_COLOURS.get(phase)), _origin(t),
                 *_run(t, now), *_progress(t), _ranks(t, phase),
                 Field(f"  ({t.reason})" if t.reason else "", DROP_REASON)], width, paint)
@@ -55,6 +56,8 @@ def exit_text(code: int) -> str:
     the shell's 128+N beside it, so `stop`'s ``-15`` reads as `gpuwatch train`'s ``exited with 143``."""
     if code >= 0:
         return str(code)
+    import signal  # here: enum under it (issue 52), for a run killed by a signal
+
     try:
         name = signal.Signals(-code).name
     except ValueError:

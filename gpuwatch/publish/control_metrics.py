@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from prometheus_client.core import Metric
 
+from gpuwatch.derived import pwm_ratio
 from gpuwatch.model import (
     PWM_MAX_DEFAULT,
     FanMode,
@@ -17,7 +18,6 @@ from gpuwatch.model import (
     PublishedState,
     TrainerPhase,
     TrainerState,
-    pwm_ratio,
 )
 from gpuwatch.publish.families import counter, gauge
 from gpuwatch.publish.redact import reason_class

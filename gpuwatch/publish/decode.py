@@ -7,13 +7,15 @@ a top-level list, a job without ``job_id``) must give one line saying what is wr
 against ``SPECS`` and raises ``Invalid`` with the first field that is not what it should be:
 
 * unknown keys are ignored (schema 1 allows additions: a newer daemon's document is read by an older client);
-* a missing key is allowed (an older daemon's document lacks newer fields: readers ``.get`` it, a dataclass
-  layer above this one reads it as None), except the keys in ``REQUIRED``, which name the thing itself;
+* a missing key is allowed (an older daemon's document lacks newer fields: readers ``.get`` it, the views above
+  this one read it as its default, ``DEFAULTS``, else None), except the keys in ``REQUIRED``, which name the
+  thing itself;
 * a wrong type, a non-finite number or a bool where a number belongs is refused.
 
 ``SPECS`` is model.py's dataclasses as published, written as plain data (tests/publish/test_decode.py keeps the
 two equal): `gpuwatch health` decodes on its fast path, where typing, dataclasses and pathlib may not be
-imported (tests/cluster/test_health_imports.py); the other readers then build the dataclasses (publish/view.py).
+imported (tests/cluster/test_health_imports.py); the other readers then build the dataclasses (publish/view.py)
+or read it by attribute through the same tables (publish/light_view.py: `gpuwatch status`).
 A type is ``int``, ``float``, ``str``, ``bool``, ``str|int`` or an object's name; ``?`` after it allows null;
 ``[T]`` is a list of T, ``{"*": T}`` an object of T by name, ``("?", T)`` a nullable list or object. The field
 helpers (``need_dict`` ...) are the home of the same checks for the receipts a restarted daemon takes back
@@ -143,6 +145,51 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "ProcessDoc": ("pid", "gpu_id"),
     "JobGpuReceiptDoc": ("gpu_id", "energy_j", "max_temps_c", "governed_s", "throttled_s", "resets"),
     "JobReceiptDoc": ("job_id", "first_seen_unix", "last_seen_unix", "paused_s", "gpus"),
+}
+
+# What a missing key stands for, in the document's own terms (a missing key not here: None): model's defaults of
+# the dataclasses SPECS are, which publish/view.py and the light view (publish/light_view.py) read an older
+# daemon's document with (tests/publish/test_decode.py keeps them equal).
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "StatusDocument": {"source": "daemon", "sample_duration_s": 0.0, "gpus": [], "unsupported": [], "trainers": [],
+                       "processes": [], "processes_unreadable": 0, "jobs": [], "redacted": False},
+    "DaemonDoc": {"ticks_total": 0, "interval_s": 1.0, "failures": []},
+    "HealthDoc": {"faults": [], "notes": [], "drain_after_checks": 2, "resume_after_checks": 2},
+    "FanControllerDoc": {"stalled": False, "mode_resets_total": 0, "write_errors_total": 0, "stalls_total": 0,
+                         "can_rise": True},
+    "PowerGovernorDoc": {"pause_allowed": True, "capped_seconds_total": 0.0, "writes_total": 0,
+                         "write_errors_total": 0},
+    "ClockCeilingDoc": {"pause_allowed": True, "limited_seconds_total": 0.0, "writes_total": 0,
+                        "write_errors_total": 0, "resets_total": 0, "not_in_force": False},
+    "GpuResetDoc": {"resets_total": 0, "recovering": False, "stuck_pids": [], "stuck_past_deadline": False},
+    "UnmanagedDoc": {"stopped_pids": [], "stops_total": 0},
+    "GpuDoc": {"up": True, "unresponsive": False, "throttled_s": {}, "sources": {}, "errors": [], "temperatures": {},
+               "over_limit": []},
+    "TrainerGpuUseDoc": {"processes": 0},
+    "TrainerDoc": {"gpus": [], "restarts_total": 0, "restarts_by_reason": [], "pauses_total": 0, "resumes_total": 0,
+                   "energy_total_j": 0.0, "gpus_used": [], "gpu_use": [], "stuck_pids": [],
+                   "heartbeat_read_errors_total": 0, "origin": "configured"},
+    "ProcessDoc": {"kfd": False},
+    "JobGpuReceiptDoc": {"energy_j": 0.0, "max_temps_c": {}, "governed_s": 0.0, "throttled_s": {}, "resets": 0,
+                         "gap_energy_j": 0.0, "energy_unseen_s": 0.0},
+    "JobReceiptDoc": {"first_seen_unix": 0.0, "last_seen_unix": 0.0, "active": True, "paused_s": 0.0, "gpus": [],
+                      "unobserved_s": 0.0, "gaps": []},
+}
+
+# The values a state's string may take: model's enums and Literals (the test keeps them equal). ``document`` lets any
+# string through (`gpuwatch health` reads no mode); the readers that show one refuse another (publish/view.py, the
+# light view), in one line.
+CHOICES: dict[str, dict[str, tuple[str, ...]]] = {
+    "StatusDocument": {"source": ("daemon", "sysfs")},
+    "FanControllerDoc": {"backend": ("pwm1", "gpu_od", "none"),
+                         "mode": ("curve", "failsafe", "monitor-only", "dry-run", "disabled", "uncontrolled")},
+    "PowerGovernorDoc": {"mode": ("idle", "governing", "floor", "unavailable", "dry-run", "off"),
+                         "backend": ("hwmon", "nvml")},
+    "ClockCeilingDoc": {"mode": ("idle", "limiting", "floor", "unavailable", "dry-run", "off"),
+                        "backend": ("od_table", "dpm_mask", "nvml")},
+    "GpuDoc": {"backend": ("amdgpu", "nvml"), "energy_source": ("accumulator", "integrated")},
+    "TrainerDoc": {"phase": ("starting", "running", "pausing", "paused", "stopping", "backoff", "failed", "stopped",
+                             "finished", "suspended")},
 }
 
 SCHEMA_VERSION = 1  # the one home of the version: publish/document.py writes it

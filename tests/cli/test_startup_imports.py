@@ -116,16 +116,31 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield runtime
 
 
+# Nor, on status's plain path, model's dataclasses or what creating them takes: the renderers read the light view
+# of the document (publish/light_view.py), and `--gpu` alone reads a slot's spelling (config/slots.py: re).
+LIGHT = ("gpuwatch.publish.view", "dataclasses", "inspect", "typing", "enum", "re", "signal", "gpuwatch.config.slots")
+
+
 @pytest.mark.parametrize("argv", [[], ["--json"], ["--processes"], ["--gpu", "0"]], ids=repr)
 def test_status_of_a_running_daemon_loads_no_model(daemon: Path, tmp_path: Path, argv: list[str]) -> None:
-    """The daemon's fresh document, shown without the config's models or the GPUs' modules (cli/status_quick.py);
-    the renderers' dataclasses are the rest of its cost."""
+    """The daemon's fresh document, shown without the config's models, the GPUs' modules or model's dataclasses
+    (cli/status_quick.py); `--json` takes json (with re and enum), `--gpu` re."""
     done, names = loaded(tmp_path, "status", *argv, runtime=daemon)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert ("daemon running (pid" in done.stdout) or ('"daemon"' in done.stdout), done.stdout
-    shown = ("gpuwatch.cli.show", "gpuwatch.cli.status", "gpuwatch.model", "gpuwatch.publish.view")
-    assert among(names, tuple(n for n in HEAVY + QUICK if n not in shown and (n != "json" or "--json" not in argv))) \
-        == set()
+    shown = ("gpuwatch.cli.show", "gpuwatch.cli.status")
+    quick = tuple(n for n in HEAVY + QUICK if n not in shown and (n != "json" or "--json" not in argv))
+    taken = {"--json": ("enum", "re"), "--gpu": ("enum", "re", "gpuwatch.config.slots")}.get(next(iter(argv), ""), ())
+    light = tuple(n for n in LIGHT if n not in taken)
+    assert among(names, quick + light) == set()
+    if "--gpu" not in argv:  # what it loads of gpuwatch: the quick reads, the decoder, the renderers
+        table = {"gpuwatch.cli.process_table"} if "--processes" in argv else set()
+        assert {n for n in names if n.startswith("gpuwatch")} - table == {
+            "gpuwatch", "gpuwatch.cli", "gpuwatch.cli.quick_args", "gpuwatch.cli.status_quick", "gpuwatch.config",
+            "gpuwatch.config.quick", "gpuwatch.config.runtime", "gpuwatch.safefs", "gpuwatch.publish",
+            "gpuwatch.publish.state", "gpuwatch.publish.decode", "gpuwatch.publish.light_view", "gpuwatch.derived",
+            "gpuwatch.cli.show", "gpuwatch.cli.status", "gpuwatch.cli.text", "gpuwatch.cli.gpu_block",
+            "gpuwatch.cli.health_lines", "gpuwatch.cli.trainer_rows", "gpuwatch.cli.fit"}
 
 
 def test_status_without_a_daemon_loads_the_config(tmp_path: Path) -> None:

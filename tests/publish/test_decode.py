@@ -20,7 +20,7 @@ from gpuwatch import model
 from gpuwatch.cli import status
 from gpuwatch.cli.health import receipt
 from gpuwatch.cli.health.render import FORMATS, from_document, render
-from gpuwatch.publish import decode
+from gpuwatch.publish import decode, light_view
 from gpuwatch.publish.document import to_document
 from tests.support.published import example_state
 
@@ -74,6 +74,34 @@ def test_the_specs_are_the_dataclasses() -> None:
                   if f.name not in LEFT_OUT.get(name, set())}
         assert decode.SPECS[name] == {**fields, **ADDED.get(name, {})}, name
     assert all(set(keys) <= set(decode.SPECS[name]) for name, keys in decode.REQUIRED.items())
+
+
+def test_the_defaults_and_the_states_are_the_dataclasses() -> None:
+    """decode.DEFAULTS (what a missing key stands for) is each field's default as the light view reads it
+    (publish/light_view.py: a missing key not listed is None), and decode.CHOICES each Literal's and enum's values:
+    a default or a state changed in model.py and not in the tables (or the other way round) fails here."""
+    for name, cls in DATACLASSES.items():
+        hints = typing.get_type_hints(cls)
+        defaults, choices = {}, {}
+        for f in dataclasses.fields(cls):
+            if f.name not in decode.SPECS[name]:
+                continue
+            default = (f.default_factory() if f.default_factory is not dataclasses.MISSING
+                       else None if f.default is dataclasses.MISSING else f.default)
+            if default is not None:
+                defaults[f.name] = default
+            hint = hints[f.name]
+            union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+            for kind in typing.get_args(hint) if union else (hint,):
+                if typing.get_origin(kind) is typing.Literal:
+                    choices[f.name] = typing.get_args(kind)
+                elif isinstance(kind, type) and issubclass(kind, enum.Enum):
+                    choices[f.name] = tuple(member.value for member in kind)
+        listed = decode.DEFAULTS.get(name, {})
+        assert set(listed) == set(defaults), name
+        assert {key: light_view._value(value, decode.SPECS[name][key]) for key, value in listed.items()} == defaults
+        assert decode.CHOICES.get(name, {}) == choices, name
+    assert set(decode.DEFAULTS) | set(decode.CHOICES) <= set(decode.SPECS)
 
 
 @pytest.fixture(scope="module")
