@@ -6,7 +6,14 @@ or a reset takes (seconds, or for good). A blocked read in the daemon's loop sto
 with them the shutdown that hands the fans back (issue 24). Here the loop waits at most the
 deadline; a key whose worker is still inside an earlier call gets ``Late`` at once, without a new
 call queued behind the stuck one, so a stuck GPU costs the loop one deadline per episode, not one
-per tick. Keys are independent: one stuck GPU never delays another's calls.
+per tick. Keys are independent: one stuck GPU never holds another's calls past the deadline.
+
+One run's calls take turns (a lock per run, taken around each call): eight threads runnable at once
+fought over the GIL at every syscall of their sysfs reads (each read releases it and wakes another
+thread), 12-14 ms of CPU and 730 context switches to read 8 GPUs against 2.4 ms read one after the other
+(docs/performance.md, round 3). A call waits for its turn at most ``TURN_SHARE`` of the deadline, then
+runs beside the others: a call that hangs holding the turn delays the rest by that much, once; a later
+run finds the turn still held (by a call that is late) and takes turns on a new lock.
 
 Workers are daemon threads (a worker blocked in the kernel must not hold the process at exit; a
 ThreadPoolExecutor's threads are joined at exit) and end after ``IDLE_EXIT_S`` without work.
@@ -24,6 +31,7 @@ from typing import TypeVar
 T = TypeVar("T")
 
 IDLE_EXIT_S = 30.0
+TURN_SHARE = 0.25  # of the deadline: the longest a call waits for its turn before it runs regardless
 
 
 @dataclass(frozen=True)
@@ -37,15 +45,18 @@ class Late:
 class _Job:
     """One call on a worker: its outcome, and the hand-off back to the ``run_all`` that waits for it."""
 
-    __slots__ = ("call", "done", "result", "error", "tokens", "latch")
+    __slots__ = ("call", "done", "result", "error", "tokens", "latch", "turn", "turn_wait_s")
 
-    def __init__(self, call: Callable[[], object], tokens: list[int], latch: threading.Lock) -> None:
+    def __init__(self, call: Callable[[], object], tokens: list[int], latch: threading.Lock, turn: threading.Lock,
+                 turn_wait_s: float) -> None:
         self.call = call
         self.done = False
         self.result: object = None
         self.error: BaseException | None = None
         self.tokens = tokens
         self.latch = latch
+        self.turn = turn  # its run's: the calls of one run take turns (the module's docstring)
+        self.turn_wait_s = turn_wait_s
 
     def finish(self) -> None:
         """Marks it done; the last call of its ``run_all`` to finish lets the waiting caller go.
@@ -90,10 +101,14 @@ class _Worker:
                         self._thread = None
                         return
                 continue
+            turn = job.turn.acquire(timeout=job.turn_wait_s)
             try:
                 job.result = job.call()
             except BaseException as exc:
                 job.error = exc
+            finally:
+                if turn:  # before finish(): the next run must not find it held by a call that returned
+                    job.turn.release()
             job.finish()
 
 
@@ -104,6 +119,7 @@ class Workers:
         self.prefix = prefix
         self._mono = monotonic
         self._workers: dict[str, _Worker] = {}
+        self._turn = threading.Lock()
 
     def busy(self, key: str) -> bool:
         """Whether ``key``'s worker is still inside a call (one that missed its deadline)."""
@@ -121,12 +137,17 @@ class Workers:
         tokens = list(range(len(idle)))
         latch = threading.Lock()
         latch.acquire()  # released by the last of the calls to finish
+        if self._turn.locked():
+            # Held by a late call of an earlier run (or by a run on another thread: then the two runs' calls
+            # only lose their turns): this run's calls take turns on a lock of their own.
+            self._turn = threading.Lock()
+        turn, turn_wait_s = self._turn, max(deadline_s, 0.0) * TURN_SHARE
         started: dict[str, _Job] = {}
         for key in idle:
             worker = self._workers.get(key)
             if worker is None:
                 worker = self._workers[key] = _Worker(f"{self.prefix}-{key}")
-            started[key] = _Job(calls[key], tokens, latch)
+            started[key] = _Job(calls[key], tokens, latch, turn, turn_wait_s)
             worker.submit(started[key], now)
         if started:
             latch.acquire(timeout=max(deadline_s, 0.0))

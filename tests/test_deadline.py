@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -13,6 +14,23 @@ from tests.support.waiting import wait_for
 
 def test_calls_return_their_values_per_key() -> None:
     assert Workers("t").run_all({"a": lambda: 1, "b": lambda: "two"}, 5.0) == {"a": 1, "b": "two"}
+
+
+def test_the_calls_of_a_run_take_turns() -> None:
+    """One call at a time (eight threads reading at once fought over the GIL at every syscall)."""
+    guard = threading.Lock()
+    running, most = [0], [0]
+
+    def call() -> None:
+        with guard:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.01)
+        with guard:
+            running[0] -= 1
+
+    Workers("t").run_all(dict.fromkeys("abcdef", call), 60.0)
+    assert most == [1]
 
 
 def test_a_stuck_key_is_late_and_not_called_again_until_it_returns() -> None:

@@ -119,10 +119,12 @@ class Daemon:
         state = published_state(snapshot, daemon, acted, self.read_errors, config)
         state = self._guard("health verdict", partial(self.node.observe, state, config), state)
         document = to_document(state, source="daemon")
-        self.holder.publish(state, document)
         if self.http is not None or self.history is not None:
             self._guard("live page", lambda: self.live.publish(state, config), None)
         self._guard("state file", lambda: write_state_file(self.config.state_file, document), None)
+        # Last of the tick's own work: it wakes the /metrics render (http.MetricsCache.prerender), which ran
+        # beside the live page and the state file's write and fought this thread for the GIL at every syscall.
+        self.holder.publish(state, document)
         for hook in self.parts.on_tick:
             self._guard("tick hook", partial(hook, state), None)
         return state

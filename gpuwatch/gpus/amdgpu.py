@@ -36,6 +36,14 @@ T = TypeVar("T")
 # ~47 opens per GPU per tick (docs/performance.md). Re-discovery (every 30 s, and whenever a card
 # vanishes) reads them again. Read errors are never remembered, so a failing one is retried (and
 # reported) every tick as before. power1_cap, the link's current speed and runtime_status do change.
+# A file found absent is remembered as absent the same way, whatever its name: which attributes a card
+# has is decided when the driver registers them at probe (drivers/gpu/drm/amd/pm/amdgpu_pm.c:
+# hwmon_attributes_visible for hwmon, amdgpu_device_attr_create_groups for the device's own) and changes
+# only with a re-probe, which re-discovers (a new hwmon index, a card that vanished), or at the periodic
+# re-discovery. An absent power1_average or pcie_replay_count was an open that failed every tick. Not
+# power/runtime_status: the PM core's group (drivers/base/power/sysfs.c), not amdgpu's, and the file that
+# says whether any other read may wake the GPU, so it is looked for every tick.
+READ_EVEN_IF_ABSENT = frozenset({"power/runtime_status"})
 STATIC_ATTRIBUTES = frozenset(
     {
         "product_name", "unique_id", "vbios_version", "max_link_speed", "max_link_width", "vendor", "class",
@@ -125,8 +133,9 @@ def read_card(sysfs: Sysfs, card: AmdCard, static: dict[str, str | None] | None 
               metrics: GpuMetricsReader | None = None) -> GpuReading:
     """One full reading of ``card``; never raises for a read error, it records it instead.
 
-    ``static`` (path -> text) remembers the STATIC_ATTRIBUTES read so far; pass the same dict on
-    every tick to skip re-reading them, None to read everything; ``metrics`` likewise for gpu_metrics.
+    ``static`` (path -> text) remembers the STATIC_ATTRIBUTES read so far and the files found absent; pass
+    the same dict on every tick (until the next discovery) to skip re-reading them, None to read
+    everything; ``metrics`` likewise for gpu_metrics.
     """
     reader = _Reader(sysfs, card.device_dir, static=static)
     if not sysfs.exists(card.device_dir):
@@ -233,7 +242,7 @@ class _Reader:
 
     def text(self, name: str) -> str | None:
         path = f"{self.base}/{name}"
-        static = self._static if name in STATIC_ATTRIBUTES else None
+        static = self._static
         if static is not None and path in static:
             return static[path]
         try:
@@ -241,7 +250,7 @@ class _Reader:
         except SysfsError as exc:
             self._record(name, exc.reason)
             return None
-        if static is not None:
+        if static is not None and (name in STATIC_ATTRIBUTES or value is None and name not in READ_EVEN_IF_ABSENT):
             static[path] = value
         return value
 

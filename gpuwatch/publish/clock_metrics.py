@@ -15,14 +15,12 @@ Built from the PublishedState only (no I/O, no clock).
 
 from __future__ import annotations
 
-from prometheus_client.core import Metric
-
 from gpuwatch.model import ClockMode, PublishedState
-from gpuwatch.publish.families import counter, gauge
+from gpuwatch.publish.families import Family, counter, gauge
 from gpuwatch.publish.live import RUNGS
 
 
-def clock_families(state: PublishedState) -> list[Metric]:
+def clock_families(state: PublishedState) -> list[Family]:
     ceiling = gauge("clock_ceiling", "Shader clock ceiling of gpuwatch's in force (absent: none).", unit="mhz")
     floor = gauge("clock_ceiling_floor", "Lowest shader clock ceiling the clock rung sets; still hot there: pause.",
                   unit="mhz")

@@ -6,8 +6,6 @@ docs/metrics.md is the reference.
 
 from __future__ import annotations
 
-from prometheus_client.core import Metric
-
 from gpuwatch.derived import pwm_ratio
 from gpuwatch.model import (
     PWM_MAX_DEFAULT,
@@ -19,7 +17,7 @@ from gpuwatch.model import (
     TrainerPhase,
     TrainerState,
 )
-from gpuwatch.publish.families import counter, gauge
+from gpuwatch.publish.families import Family, counter, gauge
 from gpuwatch.publish.redact import reason_class
 
 _RUNNING_PHASES = {TrainerPhase.RUNNING}
@@ -37,7 +35,7 @@ def _duty(pwm: int | None, gpu: GpuReading | None) -> float | None:
     return pwm_ratio(pwm, gpu.pwm_min if gpu else None, (gpu.pwm_max if gpu else None) or PWM_MAX_DEFAULT)
 
 
-def fan_families(state: PublishedState) -> list[Metric]:
+def fan_families(state: PublishedState) -> list[Family]:
     mode = gauge("fan_mode", "1 for the fan controller's current mode of the GPU, 0 for the others.",
                  ["gpu", "mode"])
     backend = gauge("fan_backend_info", "How the controller drives the fan (pwm1, gpu_od...); always 1.",
@@ -77,7 +75,7 @@ def fan_families(state: PublishedState) -> list[Metric]:
             write_errors, stalls]
 
 
-def trainer_families(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> list[Metric]:
+def trainer_families(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> list[Family]:
     t = ["trainer"]
     # No user label: /metrics is read by anyone (publish/redact.py); who runs it is in the full /status.
     info = gauge("trainer_info", "Supervised training command and the GPUs it uses (always 1); origin: configured "
@@ -146,7 +144,7 @@ def trainer_families(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> 
             job_ranks]
 
 
-def power_families(state: PublishedState) -> list[Metric]:
+def power_families(state: PublishedState) -> list[Family]:
     mode = gauge("power_governor_state", "1 for the power-cap governor's current state of the GPU, 0 for the "
                  "others (idle, governing, floor, unavailable, dry-run, off).", ["gpu", "state"])
     target = gauge("power_governor_target_cap_watts", "Power cap the governor wants in force (dry-run: would write).")

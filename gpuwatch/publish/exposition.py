@@ -9,6 +9,12 @@ render cost as much CPU as the tick). A GPU's labels are the same from tick to t
 render is lookups plus the values' formatting (``floatToGoString``, as theirs). The prefixes and headers
 themselves come from ``generate_latest`` run on a one-sample family, so escaping and the type munging
 stay the installed prometheus_client's.
+
+gpuwatch's own families (families.py) keep their series as rows (label values, value), never as
+``Sample``s with a dict of labels each: building those was most of the collector's cost (2.6 of 3.5 ms
+a render at 8 GPUs, 0.8 ms as rows). Their lines are the kept prefix, looked up by the label values, and
+the value's text, kept too (readings repeat from tick to tick; ``floatToGoString`` made each). Any other
+family (a collector of someone else's) goes through the samples as before.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from prometheus_client import utils
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
+
+from gpuwatch.publish.families import RowFamily
 
 _go_float = cast(Callable[[float], str], utils.floatToGoString)  # untyped there
 _OM_SUFFIXES = ("_created", "_gsum", "_gcount")  # OpenMetrics-only samples: generate_latest puts them after
@@ -33,14 +41,21 @@ class TextRenderer:
     def __init__(self) -> None:
         self._prefixes: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
         self._headers: dict[tuple[str, str, str], str] = {}
+        self._row_prefixes: dict[tuple[str, tuple[str, ...], tuple[str, ...]], str] = {}
+        self._values: dict[Any, str] = {}  # a value's text: readings repeat from tick to tick (floatToGoString)
 
     def __call__(self, registry: Any) -> bytes:
-        if len(self._prefixes) + len(self._headers) > MAX_CACHED:
+        if len(self._prefixes) + len(self._headers) + len(self._row_prefixes) + len(self._values) > MAX_CACHED:
             self._prefixes.clear()
             self._headers.clear()
+            self._row_prefixes.clear()
+            self._values.clear()
         output: list[str] = []
         prefixes = self._prefixes
         for metric in registry.collect():
+            if isinstance(metric, RowFamily):
+                self._rows(metric, output)
+                continue
             try:
                 output.append(self._header(metric.name, metric.documentation, metric.type))
                 om_names = {metric.name + suffix: suffix for suffix in _OM_SUFFIXES}
@@ -66,6 +81,28 @@ class TextRenderer:
                 output.append(self._header(metric.name + suffix, metric.documentation, "gauge"))
                 output.extend(lines)
         return "".join(output).encode("utf-8")
+
+    def _rows(self, metric: RowFamily, output: list[str]) -> None:
+        """A family of gpuwatch's own (families.py): its rows, no Sample or label dict made for them."""
+        output.append(self._header(metric.name, metric.documentation, metric.type))
+        name, labelnames = metric.sample_name, metric._labelnames
+        rows, values = self._row_prefixes, self._values
+        try:
+            for labels, value in metric.rows:
+                key = (name, labelnames, labels)
+                prefix = rows.get(key)
+                if prefix is None:
+                    prefix = rows[key] = _prefix(name, dict(zip(labelnames, labels, strict=False)))
+                text = values.get(value)
+                if text is None:
+                    text = _go_float(value)
+                    # 0.0 and -0.0 are one key but two texts; NaN is never equal to itself: neither is kept.
+                    if value and value == value:
+                        values[value] = text
+                output.append(f"{prefix}{text}\n")
+        except Exception as exception:
+            exception.args = (exception.args or ("",)) + (metric,)
+            raise
 
     def _header(self, name: str, documentation: str, kind: str) -> str:
         key = (name, documentation, kind)

@@ -9,9 +9,11 @@ user, a command, a path, a pid) is refused here, when it is built.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.samples import Sample
 
 from gpuwatch.model import GpuReading
 from gpuwatch.publish.redact import METRIC_LABELS_REFUSED
@@ -21,16 +23,67 @@ PREFIX = "gpuwatch_"
 # One per-GPU gauge read straight from the reading: (metric suffix, help, GpuReading attribute, scale
 # to the base unit). The attribute may be a property (``fan_duty``).
 GpuGauge = tuple[str, str, str, float]
+Row = tuple[tuple[str, ...], Any]  # one series: its label values (in the family's label order), its value
 
 
-def gauge(name: str, doc: str, labels: Iterable[str] = ("gpu",), unit: str = "") -> GaugeMetricFamily:
+class RowFamily:
+    """A family's series kept as rows (label values, value) rather than prometheus_client ``Sample``s, each
+    with a dict of its labels: a scrape at 8 GPUs builds 800 series every tick, and the exposition
+    (exposition.TextRenderer) formats the rows directly, its ``name{labels} `` prefix looked up by the
+    label values. ``samples`` is still there for whoever asks (tests, prometheus_client's own formatting),
+    made from the rows; assigning it sets the rows."""
+
+    name: str
+    documentation: str
+    type: str
+    _labelnames: tuple[str, ...]
+    rows: list[Row]
+    sample_name: str  # what each series is called: the family's name, a counter's with ``_total``
+
+    @property
+    def samples(self) -> list[Sample]:
+        return [Sample(self.sample_name, dict(zip(self._labelnames, values, strict=False)), value, None)
+                for values, value in self.rows]
+
+    @samples.setter
+    def samples(self, samples: list[Sample]) -> None:  # Metric.__init__ sets [], metrics.render the kept ones
+        self.rows = [(tuple(s.labels[k] for k in self._labelnames), s.value) for s in samples]
+
+
+class Gauge(RowFamily, GaugeMetricFamily):
+    def __init__(self, name: str, doc: str, labels: Sequence[str], unit: str = "") -> None:
+        super().__init__(name, doc, labels=labels, unit=unit)
+        self.sample_name = self.name
+
+    def add_metric(self, labels: Sequence[str], value: float, timestamp: Any = None) -> None:
+        if timestamp is not None:
+            raise ValueError(f"{self.name}: a timestamp per series is not exposed by gpuwatch")
+        self.rows.append((tuple(labels), value))
+
+
+class Counter(RowFamily, CounterMetricFamily):
+    def __init__(self, name: str, doc: str, labels: Sequence[str]) -> None:
+        super().__init__(name, doc, labels=labels)
+        self.sample_name = self.name + "_total"
+
+    def add_metric(self, labels: Sequence[str], value: float, created: float | None = None, timestamp: Any = None,
+                   exemplar: Any = None) -> None:
+        if created is not None or timestamp is not None or exemplar is not None:
+            raise ValueError(f"{self.name}: created, timestamps and exemplars are not exposed by gpuwatch")
+        self.rows.append((tuple(labels), value))
+
+
+Family = Gauge | Counter  # what every family module builds
+
+
+def gauge(name: str, doc: str, labels: Iterable[str] = ("gpu",), unit: str = "") -> Gauge:
     """A gauge family ``gpuwatch_<name>``; per GPU (label ``gpu``) unless ``labels`` says otherwise."""
-    return GaugeMetricFamily(PREFIX + name, doc, labels=_allowed(name, labels), unit=unit)
+    return Gauge(PREFIX + name, doc, labels=_allowed(name, labels), unit=unit)
 
 
-def counter(name: str, doc: str, labels: Iterable[str] = ("gpu",)) -> CounterMetricFamily:
+def counter(name: str, doc: str, labels: Iterable[str] = ("gpu",)) -> Counter:
     """A counter family ``gpuwatch_<name>`` (exposed as ``..._total``); per GPU unless ``labels`` says otherwise."""
-    return CounterMetricFamily(PREFIX + name, doc, labels=_allowed(name, labels))
+    return Counter(PREFIX + name, doc, labels=_allowed(name, labels))
 
 
 def _allowed(name: str, labels: Iterable[str]) -> list[str]:
@@ -41,10 +94,10 @@ def _allowed(name: str, labels: Iterable[str]) -> list[str]:
     return names
 
 
-def gpu_gauges(table: Iterable[GpuGauge], gpus: Iterable[GpuReading]) -> list[Metric]:
+def gpu_gauges(table: Iterable[GpuGauge], gpus: Iterable[GpuReading]) -> list[Family]:
     """One gauge family per table row, one series per GPU that has the value (absent stays absent, never 0)."""
     readings = tuple(gpus)
-    out: list[Metric] = []
+    out: list[Family] = []
     for suffix, doc, attr, scale in table:
         family = gauge(suffix, doc)
         for gpu in readings:

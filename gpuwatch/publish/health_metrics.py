@@ -7,10 +7,8 @@ bits has no throttle series, a device path without AER files no AER series.
 
 from __future__ import annotations
 
-from prometheus_client.core import Metric
-
 from gpuwatch.model import THROTTLE_REASONS, GpuReading
-from gpuwatch.publish.families import GpuGauge, counter, gauge, gpu_gauges
+from gpuwatch.publish.families import Family, GpuGauge, counter, gauge, gpu_gauges
 
 # The PCIe link in the slot.
 _SLOT_LINK: tuple[GpuGauge, ...] = (
@@ -25,7 +23,7 @@ _SLOT_LINK: tuple[GpuGauge, ...] = (
 )
 
 
-def health(gpus: tuple[GpuReading, ...]) -> list[Metric]:
+def health(gpus: tuple[GpuReading, ...]) -> list[Family]:
     slot = gpu_gauges(_SLOT_LINK, gpus)
     active = gauge("gpu_throttle_active", "1 for each reason the card throttles itself for now (power, current, "
                    "thermal, other: gpu_metrics throttle bits), 0 for the others.", ["gpu", "reason"])

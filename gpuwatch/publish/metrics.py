@@ -25,7 +25,7 @@ from gpuwatch.limits import over_limit
 from gpuwatch.model import GpuReading, PublishedState
 from gpuwatch.publish.clock_metrics import clock_families
 from gpuwatch.publish.control_metrics import fan_families, power_families, trainer_families
-from gpuwatch.publish.families import GpuGauge, counter, gauge, gpu_gauges
+from gpuwatch.publish.families import Family, GpuGauge, counter, gauge, gpu_gauges
 from gpuwatch.publish.health_metrics import health
 from gpuwatch.publish.node_metrics import node_families
 from gpuwatch.publish.unmanaged_metrics import unmanaged_families
@@ -89,9 +89,9 @@ class GpuwatchCollector(Collector):
         return iter(render(state))
 
 
-def render(state: PublishedState) -> list[Metric]:
+def render(state: PublishedState) -> list[Family]:
     """Every family for one published state, in a fixed order (the golden file depends on it)."""
-    parts: tuple[tuple[str, Callable[[], list[Metric]]], ...] = (
+    parts: tuple[tuple[str, Callable[[], list[Family]]], ...] = (
         ("exporter", lambda: _exporter(state)), ("gpus", lambda: _gpus(state)), ("fans", lambda: fan_families(state)),
         ("trainers", lambda: trainer_families(state.trainers, [gpu.gpu_id for gpu in state.snapshot.gpus])),
         ("power", lambda: power_families(state)), ("resets", lambda: reset_families(state)),
@@ -99,7 +99,7 @@ def render(state: PublishedState) -> list[Metric]:
         ("unmanaged", lambda: unmanaged_families(state)),
         ("health", lambda: node_families(state)), ("clock", lambda: clock_families(state)),
     )
-    families: list[Metric] = []
+    families: list[Family] = []
     dropped: dict[str, int] = {}
     for part, build in parts:
         try:
@@ -111,17 +111,17 @@ def render(state: PublishedState) -> list[Metric]:
             dropped[f"render:{part}"] = 1
             continue
         for family in built:
-            kept = [sample for sample in family.samples if _carried(sample.value)]
-            if len(kept) < len(family.samples):
-                dropped[family.name] = dropped.get(family.name, 0) + len(family.samples) - len(kept)
-                family.samples = kept
+            kept = [row for row in family.rows if _carried(row[1])]
+            if len(kept) < len(family.rows):
+                dropped[family.name] = dropped.get(family.name, 0) + len(family.rows) - len(kept)
+                family.rows = kept
             families.append(family)
     counted = gauge("metrics_dropped_series", "Series left out of this exposition because their value is no number "
                     "a float can carry (per family), or because a part failed to render (family render:<part>).",
                     ["family"])
     for name, count in sorted(dropped.items()):
         counted.add_metric([name], count)
-    return [family for family in [*families, counted] if family.samples]
+    return [family for family in [*families, counted] if family.rows]
 
 
 _failed_parts: set[str] = set()  # parts whose failure was logged (once per process: every scrape renders)
@@ -137,9 +137,9 @@ def _carried(value: object) -> bool:
     return True
 
 
-def _exporter(state: PublishedState) -> list[Metric]:
+def _exporter(state: PublishedState) -> list[Family]:
     snap, daemon = state.snapshot, state.daemon
-    out: list[Metric] = []
+    out: list[Family] = []
     last = gauge("last_sample_timestamp_seconds", "Wall time of the latest sample (Unix seconds).", ())
     last.add_metric([], snap.taken_unix)
     duration = gauge("sample_duration_seconds", "How long reading every GPU took in the latest tick.", ())
@@ -171,7 +171,7 @@ def _exporter(state: PublishedState) -> list[Metric]:
     return out
 
 
-def _gpus(state: PublishedState) -> list[Metric]:
+def _gpus(state: PublishedState) -> list[Family]:
     gpus = state.snapshot.gpus
     info = gauge("gpu_info", "GPU identity (always 1); join on gpu for names.", GPU_INFO_LABELS)
     up = gauge("gpu_up", "1 when the GPU was read this tick, 0 when it is gone (reset, fell off the bus).")
@@ -181,7 +181,7 @@ def _gpus(state: PublishedState) -> list[Metric]:
         up.add_metric([gpu.gpu_id], 1 if gpu.up else 0)
         if gpu.runtime_status is not None:
             suspended.add_metric([gpu.gpu_id], 1 if gpu.suspended else 0)
-    out: list[Metric] = [info, up, suspended, *_temperatures(state)]
+    out: list[Family] = [info, up, suspended, *_temperatures(state)]
     out += gpu_gauges(_GPU_GAUGES, gpus)
     out += _clocks(gpus)
     out += health(gpus)
@@ -198,9 +198,9 @@ def _gpus(state: PublishedState) -> list[Metric]:
     return [*out, failing, errors]
 
 
-def _temperatures(state: PublishedState) -> list[Metric]:
+def _temperatures(state: PublishedState) -> list[Family]:
     gpus = state.snapshot.gpus
-    out: list[Metric] = []
+    out: list[Family] = []
     for suffix, doc, attr in _TEMP_FIELDS:
         family = gauge(suffix, doc, ["gpu", "sensor"])
         for gpu in gpus:
@@ -224,7 +224,7 @@ def _temperatures(state: PublishedState) -> list[Metric]:
     return [*out, limit, over]
 
 
-def _clocks(gpus: tuple[GpuReading, ...]) -> list[Metric]:
+def _clocks(gpus: tuple[GpuReading, ...]) -> list[Family]:
     # Help texts kept as they were (the golden file changes by additions only); the gpu_metrics clocks
     # and rails are listed in docs/metrics.md.
     clock = gauge("gpu_clock_hertz", "Current clock: sclk (shader) and mclk (memory).", ["gpu", "clock"])

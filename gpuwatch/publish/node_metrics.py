@@ -8,13 +8,11 @@ cardinality stays one job per GPU at a time (its receipt stays in the state file
 
 from __future__ import annotations
 
-from prometheus_client.core import Metric
-
 from gpuwatch.model import PublishedState
-from gpuwatch.publish.families import counter, gauge
+from gpuwatch.publish.families import Family, counter, gauge
 
 
-def node_families(state: PublishedState) -> list[Metric]:
+def node_families(state: PublishedState) -> list[Family]:
     healthy = gauge("node_healthy", "1 when gpuwatch's health verdict finds no fault (what `gpuwatch health` "
                     "answers), 0 when it would drain the node.", [])
     faults = gauge("health_fault", "1 per fault of the health verdict in force, by GPU (\"\" for the node) and code "

@@ -3,13 +3,11 @@ supervise/unmanaged.py), from the PublishedState only. Per GPU, never per pid (d
 
 from __future__ import annotations
 
-from prometheus_client.core import Metric
-
 from gpuwatch.model import PublishedState
-from gpuwatch.publish.families import counter, gauge
+from gpuwatch.publish.families import Family, counter, gauge
 
 
-def unmanaged_families(state: PublishedState) -> list[Metric]:
+def unmanaged_families(state: PublishedState) -> list[Family]:
     stopped = gauge("unmanaged_stopped_processes", "Processes not run under gpuwatch held SIGSTOPped now because "
                     "the GPU is past crit and neither fan nor power cap can do more ([unmanaged] on_hot = \"stop\").",
                     ["gpu"])

@@ -6,13 +6,11 @@ a new series for every restart. docs/metrics.md is the reference.
 
 from __future__ import annotations
 
-from prometheus_client.core import Metric
-
 from gpuwatch.model import PublishedState
-from gpuwatch.publish.families import counter, gauge
+from gpuwatch.publish.families import Family, counter, gauge
 
 
-def reset_families(state: PublishedState) -> list[Metric]:
+def reset_families(state: PublishedState) -> list[Family]:
     resets = counter("gpu_resets", "GPU resets seen since the daemon started (a devcoredump or a WEDGED uevent "
                      "naming the GPU; a burst within 10 s counts once).")
     last = gauge("gpu_last_reset_time_seconds", "When the GPU's last reset was seen (Unix seconds).", ["gpu"])
@@ -30,7 +28,7 @@ def reset_families(state: PublishedState) -> list[Metric]:
     return [resets, last, recovering, stuck]
 
 
-def process_families(state: PublishedState) -> list[Metric]:
+def process_families(state: PublishedState) -> list[Family]:
     snap = state.snapshot
     count = gauge("gpu_processes", "Processes with the GPU open (DRM or KFD), supervised (in a trainer's tree) "
                   "or not, by scheduler job (\"\": none).", ["gpu", "scope", "job_id"])
@@ -49,7 +47,7 @@ def process_families(state: PublishedState) -> list[Metric]:
                        "without CAP_SYS_PTRACE): their GPU use is unknown.", [])
     if state.daemon is not None:
         unreadable.add_metric([], snap.processes_unreadable)
-    families: list[Metric] = [count, vram, unreadable]
+    families: list[Family] = [count, vram, unreadable]
     t = ["trainer", "gpu"]
     fields = (
         ("trainer_gpu_processes", "Processes of the trainer's tree with the GPU open.", "processes"),

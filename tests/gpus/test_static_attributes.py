@@ -2,7 +2,9 @@
 
 Identity, board limits, labels and crit points are fixed while the driver is bound, so the backend
 remembers them until its next re-discovery (a poll-cycle optimisation, docs/performance.md). Values
-that move (temperatures, power cap, runtime status) and read errors are never remembered.
+that move (temperatures, power cap, runtime status) and read errors are never remembered. A file found
+absent is remembered as absent until the next discovery too (which files a card has is fixed at probe),
+except power/runtime_status.
 """
 
 from __future__ import annotations
@@ -47,6 +49,22 @@ def test_fixed_attributes_are_reread_at_rediscovery_only(fake_sysfs: FakeSysfsTr
     clock.now_s = 30.0
     (fresh,), _ = backend.read_all()
     assert fresh.temp("junction").crit_c == 100.0
+
+
+def test_absent_files_are_looked_for_again_at_rediscovery_only(fake_sysfs: FakeSysfsTree) -> None:
+    backend, _, clock = _backend(fake_sysfs)
+    (first,), _ = backend.read_all()
+    assert first.pcie_replays_total is None and first.runtime_status is None  # absent in this capture
+    device = backend.discovered().cards[0].device_dir
+    fake_sysfs.write(f"{device}/pcie_replay_count", "3\n")
+    fake_sysfs.write(f"{device}/power/runtime_status", "active\n")
+    clock.now_s = 29.0
+    (cached,), _ = backend.read_all()
+    assert cached.pcie_replays_total is None  # not opened again before the next discovery
+    assert cached.runtime_status == "active"  # the PM core's file: looked for every tick
+    clock.now_s = 30.0
+    (fresh,), _ = backend.read_all()
+    assert fresh.pcie_replays_total == 3
 
 
 def test_steady_state_reading_equals_a_full_read(fake_sysfs: FakeSysfsTree) -> None:

@@ -20,6 +20,7 @@ from prometheus_client.core import (
 from gpuwatch.model import PublishedState
 from gpuwatch.publish import exposition
 from gpuwatch.publish.exposition import TextRenderer
+from gpuwatch.publish.families import Family, counter, gauge
 from gpuwatch.publish.metrics import GpuwatchCollector
 from tests.support.published import example_state
 
@@ -48,6 +49,39 @@ class Families:
         timed.add_metric([], self.value, timestamp=1700000000.123)
         yield timed
         yield GaugeMetricFamily("edge_empty", "No samples.")
+
+
+class OwnFamilies:
+    """gpuwatch's own families (families.py: rows, no Samples) with values that format differently."""
+
+    def __init__(self) -> None:
+        self.values: tuple[float, ...] = ()
+
+    def collect(self) -> Iterator[Family]:
+        values = gauge("edge_values", 'Help with a \\ backslash and "quotes".', ["gpu", "name"])
+        for index, value in enumerate(self.values):
+            values.add_metric([f"gpu{index}", 'a "quoted" \\ back\nslash ü'], value)
+        yield values
+        events = counter("edge_events", "A counter.", ["gpu"])
+        for index, value in enumerate(self.values):
+            events.add_metric([f"gpu{index}"], value)
+        yield events
+        plain = gauge("edge_plain", "No labels.", ())
+        plain.add_metric([], self.values[0] if self.values else 0)
+        yield plain
+
+
+def test_own_families_equal_generate_latest_as_values_change() -> None:
+    """The rows' path: 0.0 and -0.0, 1 and True and 1.0, NaN: the same bytes as prometheus_client's
+    formatting of the same families' samples, whatever an earlier render kept."""
+    families = OwnFamilies()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(families)
+    render = TextRenderer()
+    for values in ((0.0, -0.0, 1, True, 1.0, math.nan), (-0.0, 0.0, 1.0, 1, math.nan, math.inf),
+                   (1e22, 1234567.0, -math.inf, 2**53 + 1, 0.1, 3), (0.0, -0.0, 1, True, 1.0, math.nan), ()):
+        families.values = values
+        assert render(registry) == generate_latest(registry)
 
 
 def test_hand_made_families_equal_generate_latest_render_after_render() -> None:
@@ -83,3 +117,9 @@ def test_caches_start_over_past_their_bound(monkeypatch: pytest.MonkeyPatch) -> 
         families.value = value
         assert render(registry) == generate_latest(registry)
         assert len(render._prefixes) + len(render._headers) < 40
+    own = OwnFamilies()
+    registry.register(own)
+    for values in ((1.0, 2.0, 3.0, 4.0), (5.0, 6.0, 7.0, 8.0)):
+        own.values = values
+        assert render(registry) == generate_latest(registry)
+        assert len(render._row_prefixes) + len(render._values) < 40
