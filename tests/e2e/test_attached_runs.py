@@ -572,8 +572,9 @@ def test_logs_shows_an_attached_runs_output_to_its_user_and_root_only(short_dir:
                 wait_for(lambda: "one line on stderr" in theirs.output(), "the output passed on", WAIT_S,
                          detail=theirs.output)
                 # The wrapper's stdout and stderr are two pipes copied as they come (not by lines), captured here in
-                # one file: the stderr line may fall inside a stdout line.
-                passed_on = theirs.output().replace("one line on stderr\n", "")
+                # one file; the unbuffered command writes a line's text and its newline apart, so the stderr line's
+                # text and its newline may each fall between, or inside, the stdout lines.
+                passed_on = theirs.output().replace("one line on stderr", "")
                 assert [line for line in passed_on.splitlines() if line.startswith("output line")] == expected
                 # Rotated at the bound, as a trainer's log: every file within it, the lines across them.
                 def whole_log() -> list[Path] | None:
