@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuwatch.cli.settings import (
     check_config_path,
@@ -26,6 +26,9 @@ from gpuwatch.config.file import Config, effective_config_toml, load_config
 from gpuwatch.config.runtime import is_simulator_dir, simulator_runtime_dir
 from gpuwatch.config.sections import remote_base_url
 from gpuwatch.config.slots import gpus_listed, resolve_gpu
+
+if TYPE_CHECKING:
+    from gpuwatch.cli.remote import Access  # the command line's remote access: imported where --remote is used
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -264,16 +267,25 @@ def cmd_status(args: argparse.Namespace) -> int:
                 else leftovers(doc, config.resolved_runtime_dir))
 
 
-def _show_remote(args: argparse.Namespace, config: Config) -> int:
-    from gpuwatch.cli import fleet
-    from gpuwatch.cli.remote import access, fetch_all
+def _remote_targets(args: argparse.Namespace, config: Config, command: str) -> tuple[list[str], Access] | None:
+    """``--remote``'s machines (else ``[status] remote``) and how to reach them; None after a one-line error."""
+    from gpuwatch.cli.remote import access
 
     try:
         urls = [remote_base_url(url) for url in args.remote] or config.status.remote
-        reach = access(config.status, os.environ, args.ca_file, args.user, args.password_file)
+        return urls, access(config.status, os.environ, args.ca_file, args.user, args.password_file)
     except ValueError as exc:
-        print(f"gpuwatch status --remote: {exc}", file=sys.stderr)
+        print(f"{command}: {exc}", file=sys.stderr)
+        return None
+
+
+def _show_remote(args: argparse.Namespace, config: Config) -> int:
+    from gpuwatch.cli import fleet
+    from gpuwatch.cli.remote import fetch_all
+
+    if (targets := _remote_targets(args, config, "gpuwatch status --remote")) is None:
         return EXIT_USAGE
+    urls, reach = targets
     if not urls:
         print("gpuwatch status --remote: no machines: name them (--remote box1 box2:9840) or list them in "
               "[status] remote", file=sys.stderr)
@@ -296,14 +308,11 @@ def _show_history(args: argparse.Namespace, config: Config) -> int:
     if args.gpu or args.processes:
         args.parser.error("--history shows every GPU's charts: not with --gpu or --processes")
     if args.remote is not None:
-        from gpuwatch.cli.remote import access, fetch_history
+        from gpuwatch.cli.remote import fetch_history
 
-        try:
-            urls = [remote_base_url(url) for url in args.remote] or config.status.remote
-            reach = access(config.status, os.environ, args.ca_file, args.user, args.password_file)
-        except ValueError as exc:
-            print(f"gpuwatch status --history: {exc}", file=sys.stderr)
+        if (targets := _remote_targets(args, config, "gpuwatch status --history")) is None:
             return EXIT_USAGE
+        urls, reach = targets
         if len(urls) != 1:
             print("gpuwatch status --history --remote: name one machine (--remote box1)", file=sys.stderr)
             return EXIT_USAGE
