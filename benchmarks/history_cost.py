@@ -35,14 +35,10 @@ from _common import (
     wait_state,
     write_config,
 )
-from daemon_cost import cpu_s
+from daemon_cost import CPU_TARGET_PCT, RSS_TARGET_MIB, SETTLE_S, cpu_s  # the daemon's bounds, one home
 
 from gpuwatch.publish.history_format import TIERS, encode_line, header, segment_name
 from gpuwatch.publish.history_store import HistoryStore
-
-CPU_TARGET_PCT = 0.5
-RSS_TARGET_MIB = 60.0
-SETTLE_S = 3.0
 
 
 def fill_week(directory: Path, gpus: list[str], runs: list[str], now: float) -> int:
