@@ -32,8 +32,10 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 from _common import (
@@ -58,6 +60,7 @@ from _common import (
 CPU_TARGET_PCT = 0.5
 RSS_TARGET_MIB = 60.0
 SETTLE_S = 3.0
+K = TypeVar("K")
 RUN_LOOP = "import time\nwhile True:\n    time.sleep(0.05)\n"  # an attached run's command
 
 
@@ -74,6 +77,27 @@ def cpu_s(handle: psutil.Process) -> float:
     except (OSError, ValueError, IndexError):
         times = handle.cpu_times()
         return times.user + times.system
+
+
+@dataclass(frozen=True)
+class Window:
+    """One process over a measurement window: its CPU (all threads) and the peak of its RSS sampled each second."""
+    cpu_used_s: float
+    elapsed_s: float
+    peak_rss_bytes: int
+
+
+def measure_window(handles: Mapping[K, psutil.Process], window_s: float) -> dict[K, Window]:
+    """CPU and peak RSS of every process over the same ``window_s`` (daemon_cost.py's and history_cost.py's)."""
+    before = {key: (cpu_s(h), time.monotonic()) for key, h in handles.items()}
+    peak = dict.fromkeys(handles, 0)
+    end = time.monotonic() + window_s
+    while time.monotonic() < end:
+        for key, h in handles.items():
+            peak[key] = max(peak[key], h.memory_info().rss)
+        time.sleep(min(1.0, max(0.0, end - time.monotonic())))
+    return {key: Window(cpu_s(h) - before[key][0], time.monotonic() - before[key][1], peak[key])
+            for key, h in handles.items()}
 
 
 def torch_mappings(pid: int) -> list[str]:
@@ -146,16 +170,9 @@ def main() -> int:
                 stdout=(work / "scrape-loop.log").open("wb"), stderr=subprocess.STDOUT)
         time.sleep(SETTLE_S)
         handles = {key: psutil.Process(proc.pid) for key, proc in procs.items()}
-        before = {key: (cpu_s(h), time.monotonic()) for key, h in handles.items()}
         ticks_before = {key: _ticks(work / f"{key[0]}-g{key[1]}") for key in procs}
         scraped_before = _scraped(stats)
-        peak_rss = {key: 0 for key in procs}
-        end = time.monotonic() + args.window_s
-        while time.monotonic() < end:
-            for key, h in handles.items():
-                peak_rss[key] = max(peak_rss[key], h.memory_info().rss)
-            time.sleep(min(1.0, max(0.0, end - time.monotonic())))
-        used = {key: (cpu_s(h) - before[key][0], time.monotonic() - before[key][1]) for key, h in handles.items()}
+        window = measure_window(handles, args.window_s)
         scraped_after = _scraped(stats)
         print(f"machine: {machine()}")
         who = {"prometheus": "Prometheus", "python": "benchmarks/scrape_loop.py"}.get(args.scraper or "")
@@ -172,9 +189,9 @@ def main() -> int:
         per_tick_ms: dict[tuple[str, int], float] = {}
         cost: dict[tuple[str, int], tuple[float, float]] = {}
         for (label, gpus), h in handles.items():
-            used_s, elapsed_s = used[label, gpus]
-            cpu_pct = 100.0 * used_s / elapsed_s
-            rss_mib = peak_rss[label, gpus] / 2**20
+            used_s = window[label, gpus].cpu_used_s
+            cpu_pct = 100.0 * used_s / window[label, gpus].elapsed_s
+            rss_mib = window[label, gpus].peak_rss_bytes / 2**20
             cost[label, gpus] = cpu_pct, rss_mib
             uss_mib = h.memory_full_info().uss / 2**20
             if label in HELPERS:

@@ -35,7 +35,7 @@ from _common import (
     wait_state,
     write_config,
 )
-from daemon_cost import CPU_TARGET_PCT, RSS_TARGET_MIB, SETTLE_S, cpu_s  # the daemon's bounds, one home
+from daemon_cost import CPU_TARGET_PCT, RSS_TARGET_MIB, SETTLE_S, measure_window  # the daemon's bounds, one home
 
 from gpuwatch.publish.history_format import TIERS, encode_line, header, segment_name
 from gpuwatch.publish.history_store import HistoryStore
@@ -125,13 +125,8 @@ def main() -> int:
             wait_state(work / label.replace(" ", "-") / "run" / "state.json", proc)
         time.sleep(SETTLE_S)
         handles = {label: psutil.Process(proc.pid) for label, proc in procs.items()}
-        before = {label: (cpu_s(h), time.monotonic(), _ticks(work, label)) for label, h in handles.items()}
-        peak = {label: 0 for label in procs}
-        end = time.monotonic() + args.window_s
-        while time.monotonic() < end:
-            for label, h in handles.items():
-                peak[label] = max(peak[label], h.memory_info().rss)
-            time.sleep(min(1.0, max(0.0, end - time.monotonic())))
+        ticks_before = {label: _ticks(work, label) for label in handles}
+        window = measure_window(handles, args.window_s)
         print(f"machine: {machine()}; load average {Path('/proc/loadavg').read_text().split()[0]}")
         print(f"{args.gpus} GPUs, 1 Hz, window {args.window_s:.0f} s, both daemons side by side; the ring "
               f"pre-filled with a full week ({filled / 2**20:.1f} MiB)\n")
@@ -139,11 +134,10 @@ def main() -> int:
               f"{'USS MiB':>8} {'ratio':>6}")
         per_tick = {}
         for label, h in handles.items():
-            cpu0, t0, ticks0 = before[label]
-            used, elapsed, ticks = cpu_s(h) - cpu0, time.monotonic() - t0, _ticks(work, label) - ticks0
-            per_tick[label] = 1e3 * used / max(ticks, 1)
-            pct = 100 * used / elapsed
-            rss = peak[label] / 2**20
+            ticks = _ticks(work, label) - ticks_before[label]
+            per_tick[label] = 1e3 * window[label].cpu_used_s / max(ticks, 1)
+            pct = 100 * window[label].cpu_used_s / window[label].elapsed_s
+            rss = window[label].peak_rss_bytes / 2**20
             print(f"{label:>8} {ticks:>6} {pct:>11.3f} {pct / CPU_TARGET_PCT:>6.2f} {per_tick[label]:>12.2f} "
                   f"{rss:>13.1f} {h.memory_full_info().uss / 2**20:>8.1f} {rss / RSS_TARGET_MIB:>6.2f}")
         print(f"\nring / no ring, CPU per tick: {per_tick['ring'] / max(per_tick['no ring'], 1e-9):.2f}")
