@@ -13,10 +13,10 @@ from typing import Any
 
 from gpuwatch.cli.remote import HostResult
 from gpuwatch.cli.status import EXIT_ALARM, EXIT_OK, exit_code
-from gpuwatch.cli.text import BOLD, GREEN, RED, RESET, YELLOW, safe_strings
+from gpuwatch.cli.text import BOLD, GREEN, RED, RESET, YELLOW, safe_strings, state_text
 from gpuwatch.derived import fan_duty
 from gpuwatch.model import PublishedGpu, TrainerState
-from gpuwatch.publish.view import status_view
+from gpuwatch.publish.light_view import light_view
 
 HEADER = ("HOST", "GPU", "JUNC°C", "EDGE°C", "MEM°C", "FAN", "POWER", "TRAINERS", "STATE")
 BAD_PHASES = {"failed"}
@@ -59,7 +59,7 @@ def render(results: list[HostResult], now: float | None = None, color: bool = Fa
         return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=False)) + "  " + state
 
     unreadable = sum(r.document is None for r in results)
-    gpus = sum(len(r.document["gpus"]) for r in results if r.document is not None)
+    gpus = sum(len(r.document.get("gpus", ())) for r in results if r.document is not None)  # older: none
     title = (f"gpuwatch  {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(now))}  {_count(len(results), 'host')}, "
              f"{_count(gpus, 'GPU')}")
     if unreadable:
@@ -72,7 +72,7 @@ def _host_rows(result: HostResult) -> list[tuple[list[str], str | None]]:
     host = result.host
     if result.document is None:
         return [([host, *["-"] * 7, f"ERROR {result.error}"], RED)]
-    doc = status_view(result.document)
+    doc = light_view(result.document)  # as `gpuwatch status` reads it (publish/light_view.py)
     trainers = list(doc.trainers)
     rows = [_gpu_row(host, gpu, trainers) for gpu in doc.gpus]
     if not rows:
@@ -101,7 +101,7 @@ def _problems(gpu: PublishedGpu, on_gpu: list[TrainerState]) -> list[str]:
 
 def _held(on_gpu: list[TrainerState]) -> list[str]:
     """Why the GPU's training is held though nothing is wrong (each reason once, in a stable order)."""
-    return sorted({HELD[t.phase.value] for t in on_gpu if t.phase in HELD})
+    return sorted({HELD[state_text(t.phase)] for t in on_gpu if t.phase in HELD})
 
 
 def _watts(power: float | None) -> str:
@@ -140,7 +140,7 @@ def _on_gpu(trainers: list[TrainerState], gpu_id: str | None) -> list[TrainerSta
 
 
 def _trainers(trainers: list[TrainerState], gpu_id: str | None) -> str:
-    return ", ".join(f"{t.name} {t.phase and t.phase.value}" for t in _on_gpu(trainers, gpu_id)) or "-"
+    return ", ".join(f"{t.name} {state_text(t.phase)}" for t in _on_gpu(trainers, gpu_id)) or "-"
 
 
 def _count(n: int, noun: str) -> str:

@@ -1,9 +1,10 @@
 """A validated status document read by attribute, as model's dataclasses read, without building them (issue 52).
 
-`gpuwatch status` renders the daemon's document through this view: publish/view.py's dataclasses cost more than the
-rest of the command (importing model.py compiles some 35 dataclasses, with dataclasses, typing and enum under it),
-and the renderers read a few dozen fields. A ``Part`` wraps one object of the document, ``decode.document`` having
-checked every field's type; an attribute is the field as publish/view.py would give it:
+`gpuwatch status` (locally and `--remote`) renders a daemon's document through this view: publish/view.py's
+dataclasses cost more than the rest of the command (importing model.py compiles some 35 dataclasses, with
+dataclasses, typing and enum under it), and the renderers read a few dozen fields. A ``Part`` wraps one object of
+the document, ``decode.document`` having checked every field's type; an attribute is the field as publish/view.py
+would give it:
 
 * a missing key is its default (``decode.DEFAULTS``, model's own), else None;
 * an object is a ``Part`` of its spec (``decode.SPECS``), a list a tuple; an object of objects (a GPU's

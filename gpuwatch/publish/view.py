@@ -1,13 +1,13 @@
-"""The one tolerant decoder of a status document into model's dataclasses: the fleet view, leftovers, receipts.
+"""The one tolerant decoder of a status document into model's dataclasses: leftovers, receipts.
 
 It builds on a document publish/decode.py has validated field by field (``decode.document``: wrong types are
 refused there, in one line), so it only shapes: unknown keys are ignored (a newer daemon's additions), a missing
 key takes its field's default (an older daemon's document), and JSON's lists and objects become the tuples and
 pairs the dataclasses hold; a missing field without a default is None (what a reader must not do without,
 decode.REQUIRED refuses). A value the dataclass cannot hold (an unknown mode) raises ``decode.Invalid`` naming
-the field. Off `gpuwatch health`'s fast path, which reads the validated dict itself, and off `gpuwatch status`'s,
-which renders the same document through publish/light_view.py without building the dataclasses (issue 52; the
-renderers read both alike, tests/cli/test_light_view.py).
+the field. Off `gpuwatch health`'s fast path, which reads the validated dict itself, and off `gpuwatch status`'s
+(and `status --remote`'s), which renders the same document through publish/light_view.py without building the
+dataclasses (issue 52; the renderers read both alike, tests/cli/test_light_view.py).
 """
 
 from __future__ import annotations

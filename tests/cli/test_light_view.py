@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 
+from gpuwatch.cli import fleet
 from gpuwatch.cli.process_table import processes_text
+from gpuwatch.cli.remote import HostResult
 from gpuwatch.cli.status import render_view, select_gpus, view_exit_code
 from gpuwatch.cli.text import safe_strings
 from gpuwatch.config.cooling import ThermalConfig
@@ -139,6 +141,17 @@ def test_every_document_renders_the_same_through_both_views(documents: dict[str,
                     (name, color, width)
                 compared += 1
     assert compared >= 6 * 2 * len(documents)
+
+
+def test_every_document_renders_the_same_in_the_fleet_table_through_both_views(
+        documents: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`status --remote` reads each host's document through the light view too (cli/fleet.py)."""
+    results = [HostResult(f"http://{i}", safe_strings(doc), stale="no tick for 60 s" if i % 3 == 0 else None)
+               for i, doc in enumerate(documents.values())]
+    shown = {color: fleet.render(results, NOW_UNIX + 5, color) for color in (False, True)}
+    monkeypatch.setattr(fleet, "light_view", status_view)
+    assert {color: fleet.render(results, NOW_UNIX + 5, color) for color in (False, True)} == shown
+    assert len(shown[False].splitlines()) > len(results)
 
 
 def test_the_view_holds_every_field_as_the_dataclass_does(documents: dict[str, dict[str, Any]]) -> None:
