@@ -50,7 +50,8 @@ class Part:
         if kind is None:
             raise AttributeError(f"{self._spec} has no field {name!r}")
         raw = self._raw.get(name, _MISSING)
-        return _value(DEFAULTS.get(self._spec, _NONE).get(name) if raw is _MISSING else raw, kind)
+        return _value(DEFAULTS.get(self._spec, _NONE).get(name) if raw is _MISSING else raw, kind,
+                      f"{self._spec}.{name}")
 
     def __repr__(self) -> str:
         return f"Part({self._spec}, {self._raw!r})"
@@ -84,15 +85,19 @@ def _part(raw: dict[str, Any], spec: str) -> Part:
     return _PARTS.get(spec, Part)(raw, spec)
 
 
-def _value(raw: Any, kind: Any) -> Any:
-    """``raw`` (of the SPECS form ``kind``) as the dataclass field holds it."""
+def _value(raw: Any, kind: Any, where: str) -> Any:
+    """``raw`` (of the SPECS form ``kind``) as the dataclass field holds it; a pair of the wrong length is Invalid, as
+    publish/view.py refuses it (when read: the renderers read none of them)."""
     if raw is None:
         return None
     if isinstance(kind, tuple):  # ("?", list or object)
         kind = kind[1]
     if isinstance(kind, list):
         item = kind[0]
-        if isinstance(item, list):  # pairs published as lists (restarts_by_reason, gaps)
+        if isinstance(item, list):  # pairs published as lists (restarts_by_reason, gaps: model's tuple[tuple[a, b]])
+            for i, pair in enumerate(raw):
+                if len(pair) != 2:
+                    raise Invalid(f"{where}[{i}] is not 2 values")
             return tuple(tuple(pair) for pair in raw)
         if item in SPECS:
             return tuple(_part(part, item) for part in raw)

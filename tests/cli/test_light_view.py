@@ -199,6 +199,19 @@ def test_a_state_neither_view_can_hold_is_the_same_line(documents: dict[str, dic
     assert said[0] == said[1] and said[0].startswith(says) and "\n" not in said[0]
 
 
+def test_a_pair_of_the_wrong_length_is_refused_by_both_views(documents: dict[str, dict[str, Any]]) -> None:
+    """restarts_by_reason's pairs: the dataclass view refuses them when built, the light view when read."""
+    raw = copy.deepcopy(documents["example"])
+    raw["trainers"][0]["restarts_by_reason"] = [["crash", 1], ["hang", 2, 3]]
+    with pytest.raises(decode.Invalid, match=r"restarts_by_reason\[1\] is not 2 values"):
+        status_view(raw)
+    view: Any = light_view(raw)
+    with pytest.raises(decode.Invalid, match=r"^TrainerDoc.restarts_by_reason\[1\] is not 2 values$"):
+        _ = view.trainers[0].restarts_by_reason
+    raw["trainers"][0]["restarts_by_reason"] = [["crash", 1]]
+    assert light_view(raw).trainers[0].restarts_by_reason == status_view(raw).trainers[0].restarts_by_reason
+
+
 def test_a_field_the_document_has_not_is_an_attribute_error(documents: dict[str, dict[str, Any]]) -> None:
     """A name no spec has (a renderer's typo mypy would catch) fails loudly, never reads as None."""
     view: Any = light_view(documents["example"])
