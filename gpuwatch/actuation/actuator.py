@@ -204,7 +204,8 @@ def restore_file_path(runtime_dir: Path, name: str) -> Path:
 
 
 class Actuator(Generic[R]):
-    """One actuator's restore file and per-GPU workers; the controller that holds it decides what to write."""
+    """One actuator's restore file and workers (``deadline.Workers``: each round of per-GPU steps on one thread);
+    the controller that holds it decides what to write."""
 
     def __init__(self, kind: ActuatorKind[R], runtime_dir: Path, deadline_s: float,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
@@ -221,11 +222,11 @@ class Actuator(Generic[R]):
         self._unremovable: set[str] = set()  # handed back by this process, record left (read-only directory)
 
     def busy(self, gpu_id: str) -> bool:
-        """Whether the GPU's worker is still inside a call that missed its deadline."""
+        """Whether the GPU's step of an earlier round is still running (one that missed its deadline)."""
         return self._workers.busy(gpu_id)
 
     def run(self, calls: Mapping[str, Callable[[], T]]) -> dict[str, T | Late]:
-        """Each GPU's call on its worker, all at once, within the deadline (``deadline.Workers.run_all``).
+        """Each GPU's call, one round on the workers, within the deadline (``deadline.Workers.run_all``).
 
         Every write runs here, so this is where the records this actuator holds are made sure of first:
         one stat of the file when nothing changed, the missing records written again when it did. A GPU
@@ -324,7 +325,7 @@ class Actuator(Generic[R]):
         return None if parse is None or not isinstance(stored, dict) else parse(stored)
 
     def restore_all(self, without_records: bool = False, held: bool = True) -> Handback:
-        """Every record given back, each on its GPU's worker within the deadline; the ones that went back
+        """Every record given back, one round on the workers within the deadline; the ones that went back
         (or whose device is gone) are removed, the others kept for `gpuwatch restore` to try again.
 
         ``without_records``: also the kind's fallback for what the file does not cover (`gpuwatch restore`
@@ -366,7 +367,7 @@ class Actuator(Generic[R]):
         return result
 
     def _give_back(self, gpu_id: str, stored: Any) -> str | NotHandedBack | Gone:
-        """One record, on the GPU's worker: what it was handed back as, or why not."""
+        """One record, on the workers: what it was handed back as, or why not."""
         if not isinstance(stored, dict) or not isinstance(stored.get("backend"), str):
             return NotHandedBack(f"unknown {self.kind.name} restore record {stored!r}")
         try:
