@@ -72,8 +72,8 @@ class OwnFamilies:
 
 
 def test_own_families_equal_generate_latest_as_values_change() -> None:
-    """The rows' path: 0.0 and -0.0, 1 and True and 1.0, NaN, a family unchanged or not: the same bytes as prometheus_client's
-    formatting of the same families' samples, whatever an earlier render kept."""
+    """The rows' path: 0.0 and -0.0, 1 and True and 1.0, NaN, a family unchanged or not: the same bytes as
+    prometheus_client's formatting of the same families' samples, whatever an earlier render kept."""
     families = OwnFamilies()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(families)
