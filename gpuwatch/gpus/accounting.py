@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuwatch.model import THROTTLE_REASONS, EnergySource, GpuReading
+from gpuwatch.model import THROTTLE_REASONS, EnergySource, GpuReading, replaced
 
 TRUST_AFTER = 3
 ACCUMULATOR_WRAP_J = 2.0**32 * 2.0**-16  # a u32 count of 2^-16 J
@@ -65,15 +65,10 @@ def step(prev: Account | None, reading: GpuReading, now: float, max_gap_s: float
 
 
 def apply(account: Account, reading: GpuReading) -> GpuReading:
-    """``reading`` with the counters of ``account``: what ``dataclasses.replace`` gives, by copying the reading's
-    fields as they are. replace ran GpuReading's generated ``__init__`` again over its 65 fields, a frozen
-    ``object.__setattr__`` each: 37 µs a GPU every tick (docs/performance.md, issue 52). GpuReading has no
-    ``__post_init__`` and no ``__slots__`` (tests/gpus/test_accounting.py checks both), so its fields are its
-    instance dict."""
-    copied = object.__new__(GpuReading)
-    copied.__dict__.update(reading.__dict__, energy_joules=account.joules if account.source is not None else None,
-                           energy_source=account.source, throttled_s=account.throttled_s)
-    return copied
+    """``reading`` with the counters of ``account`` (``model.replaced``: replace without ``__init__``, per GPU
+    per tick)."""
+    return replaced(reading, energy_joules=account.joules if account.source is not None else None,
+                    energy_source=account.source, throttled_s=account.throttled_s)
 
 
 def _counter_delta(before: float | None, after: float | None) -> float | None:
