@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Sequence
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any, cast
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -135,15 +135,18 @@ def _allowed(name: str, labels: Iterable[str]) -> list[str]:
 
 def gpu_gauges(table: Iterable[GpuGauge], gpus: Iterable[GpuReading]) -> list[Family]:
     """One gauge family per table row, one series per GPU that has the value (absent stays absent, never 0)."""
-    readings = tuple(gpus)
-    out: list[Family] = []
-    for suffix, doc, attr, scale in table:
-        family = gauge(suffix, doc)
-        for gpu in readings:
-            value = getattr(gpu, attr)
+    rows = tuple(table)
+    if not rows:
+        return []
+    out: list[Family] = [gauge(suffix, doc) for suffix, doc, _, _ in rows]
+    # Each GPU's values in one C call (a getattr per table row and GPU was most of this), straight into the rows.
+    read = attrgetter(*(attr for _, _, attr, _ in rows)) if len(rows) > 1 else (lambda gpu: (getattr(gpu, rows[0][2]),))
+    scales = tuple(scale for _, _, _, scale in rows)
+    for gpu in gpus:
+        labels = (gpu.gpu_id,)
+        for family, value, scale in zip(out, read(gpu), scales, strict=True):
             if value is not None:
-                family.add_metric([gpu.gpu_id], _scaled(value, scale))
-        out.append(family)
+                family.rows.append((labels, value if scale == 1.0 else _scaled(value, scale)))
     return out
 
 
