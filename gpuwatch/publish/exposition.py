@@ -13,8 +13,10 @@ stay the installed prometheus_client's.
 gpuwatch's own families (families.py) keep their series as rows (label values, value), never as
 ``Sample``s with a dict of labels each: building those was most of the collector's cost (2.6 of 3.5 ms
 a render at 8 GPUs, 0.8 ms as rows). Their lines are the kept prefix, looked up by the label values, and
-the value's text, kept too (readings repeat from tick to tick; ``floatToGoString`` made each). Any other
-family (a collector of someone else's) goes through the samples as before.
+the value's text, kept too (readings repeat from tick to tick; ``floatToGoString`` made each). A family
+whose rows and values are those of the render before (most of a tick's: identities, limits, caps, counters
+that did not move) is its kept text, whole. Any other family (a collector of someone else's) goes through
+the samples as before.
 """
 
 from __future__ import annotations
