@@ -19,7 +19,6 @@ from gpuwatch import derived
 SourceName = Literal["amdgpu", "nvml"]
 # Where a GPU's energy counter comes from (gpus/accounting.py).
 EnergySource = Literal["accumulator", "integrated"]
-# Why a card throttles itself: the groups of the kernel's SMU_THROTTLER_* bits (gpus/throttle.py).
 _Frozen = TypeVar("_Frozen")
 _PLAIN_FIELDS: dict[type, frozenset[str] | None] = {}  # a dataclass's field names; None: not plain (``replaced``)
 
@@ -50,6 +49,7 @@ def _plain_fields(cls: type) -> frozenset[str] | None:
     return frozenset(f.name for f in every)
 
 
+# Why a card throttles itself: the groups of the kernel's SMU_THROTTLER_* bits (gpus/throttle.py).
 THROTTLE_REASONS = ("power", "current", "thermal", "other")
 # The pwm range hwmon defines when a card does not say otherwise: the kernel's sysfs-interface
 # (Documentation/hwmon/sysfs-interface.rst) has pwm[1-*] "Integer value in the range 0 to 255".

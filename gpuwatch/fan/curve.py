@@ -103,7 +103,7 @@ def decide(
     unchanged = temp_c is not None and temp_c == state.last_temp_c and telemetry == state.last_telemetry
     same = state.same_ticks + 1 if unchanged else 0
     base = replaced(state, bad_ticks=bad, same_ticks=same, last_now=now, last_telemetry=telemetry,
-                   last_temp_c=temp_c if temp_c is not None else state.last_temp_c)
+                    last_temp_c=temp_c if temp_c is not None else state.last_temp_c)
     if temp_c is None:
         if bad >= params.failsafe_after_ticks:
             return _full(base, f"no temperature for {bad} tick(s)", ref_temp_c=None)

@@ -174,7 +174,7 @@ def decide(params: GovernorParams, state: GovernorState, x: GovernorInputs) -> D
             unbound_since is not None and x.now - unbound_since >= params.idle_restore_after_s):
         return _give_back(state, x)
     state = replaced(state, integral_w=integral, output_w=u, room_since=room_since, release_since=release_since,
-                    unbound_since=unbound_since, last_direction=direction or state.last_direction)
+                     unbound_since=unbound_since, last_direction=direction or state.last_direction)
     at_floor = target <= x.floor_cap_w
     return Decision(state, target, target != x.cap_w, pause_allowed=at_floor, at_floor=at_floor)
 
