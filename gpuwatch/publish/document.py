@@ -171,7 +171,8 @@ def _converter(cls: type) -> Convert:
 
 def _fix(hint: Any) -> Convert | None:
     """What a field declared ``hint`` needs after it is read: None for a leaf (str, int, float, bool, None, a
-    Literal of them, or a union of those), else its conversion."""
+    Literal of them, or a union of those), else its conversion. A field is trusted to hold what it declares
+    (mypy --strict); a str enum in a field declared ``str`` would stay one, which json writes as its value."""
     if _leaf(hint):
         return None
     args = get_args(hint) if get_origin(hint) in (Union, UnionType) else (hint,)
