@@ -8,9 +8,10 @@ what one tick publishes: a module of declarations, long by design.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from gpuwatch import derived
 
@@ -18,6 +19,36 @@ from gpuwatch import derived
 SourceName = Literal["amdgpu", "nvml"]
 # Where a GPU's energy counter comes from (gpus/accounting.py).
 EnergySource = Literal["accumulator", "integrated"]
+_Frozen = TypeVar("_Frozen")
+_PLAIN_FIELDS: dict[type, frozenset[str] | None] = {}  # a dataclass's field names; None: not plain (``replaced``)
+
+
+def replaced(instance: _Frozen, **changes: Any) -> _Frozen:
+    """``dataclasses.replace(instance, **changes)``, cheaper for the dataclasses of plain fields (every field set by
+    ``__init__``, no ``__post_init__``, no slots, as this module's): the instance's fields copied as they are and
+    the changes set. replace runs the generated ``__init__`` again, an ``object.__setattr__`` per field when frozen:
+    37 µs for a GpuReading's 65, several a GPU every tick (docs/performance.md, issue 52). Any other class goes
+    to replace itself; a name that is no field raises replace's TypeError."""
+    cls = type(instance)
+    if cls not in _PLAIN_FIELDS:
+        _PLAIN_FIELDS[cls] = _plain_fields(cls)
+    names = _PLAIN_FIELDS[cls]
+    if names is None or not names.issuperset(changes):  # not plain, or replace's TypeError for a name
+        return dataclasses.replace(instance, **changes)  # type: ignore[type-var]
+    copied: _Frozen = object.__new__(cls)
+    copied.__dict__.update(instance.__dict__, **changes)
+    return copied
+
+
+def _plain_fields(cls: type) -> frozenset[str] | None:
+    if not dataclasses.is_dataclass(cls) or hasattr(cls, "__post_init__") or "__slots__" in cls.__dict__:
+        return None
+    every = dataclasses.fields(cls)  # an InitVar is not a field: without __post_init__ nothing reads one
+    if any(not f.init for f in every):
+        return None
+    return frozenset(f.name for f in every)
+
+
 # Why a card throttles itself: the groups of the kernel's SMU_THROTTLER_* bits (gpus/throttle.py).
 THROTTLE_REASONS = ("power", "current", "thermal", "other")
 # The pwm range hwmon defines when a card does not say otherwise: the kernel's sysfs-interface

@@ -18,9 +18,9 @@ reason adds the interval that ended with that reading.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from gpuwatch.model import THROTTLE_REASONS, EnergySource, GpuReading
+from gpuwatch.model import THROTTLE_REASONS, EnergySource, GpuReading, replaced
 
 TRUST_AFTER = 3
 ACCUMULATOR_WRAP_J = 2.0**32 * 2.0**-16  # a u32 count of 2^-16 J
@@ -65,9 +65,10 @@ def step(prev: Account | None, reading: GpuReading, now: float, max_gap_s: float
 
 
 def apply(account: Account, reading: GpuReading) -> GpuReading:
-    """``reading`` with the counters of ``account``."""
-    return replace(reading, energy_joules=account.joules if account.source is not None else None,
-                   energy_source=account.source, throttled_s=account.throttled_s)
+    """``reading`` with the counters of ``account`` (``model.replaced``: replace without ``__init__``, per GPU
+    per tick)."""
+    return replaced(reading, energy_joules=account.joules if account.source is not None else None,
+                    energy_source=account.source, throttled_s=account.throttled_s)
 
 
 def _counter_delta(before: float | None, after: float | None) -> float | None:

@@ -19,12 +19,11 @@ accumulator.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from typing import Any
 
 from gpuwatch.gpus.gpu_metrics import GpuMetrics, GpuMetricsError, decode
 from gpuwatch.gpus.throttle import flags, reasons
-from gpuwatch.model import GpuReading, ReadError, TempReading
+from gpuwatch.model import GpuReading, ReadError, TempReading, replaced
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 log = logging.getLogger("gpuwatch.amdgpu")
@@ -82,7 +81,7 @@ class GpuMetricsReader:
 def merge(reading: GpuReading, table: GpuMetrics | None, error: ReadError | None = None) -> GpuReading:
     """``reading`` completed from ``table`` (pure): hwmon's values win, the table fills the gaps."""
     if table is None:
-        return reading if error is None else replace(reading, errors=reading.errors + (error,))
+        return reading if error is None else replaced(reading, errors=reading.errors + (error,))
     sources = dict(reading.sources)
     fields: dict[str, Any] = {}
     for attr, value in (
@@ -104,7 +103,7 @@ def merge(reading: GpuReading, table: GpuMetrics | None, error: ReadError | None
     if table.indep_throttle_status is not None:
         throttle_flags = flags(table.indep_throttle_status, table.junction_c,
                                hotspot_quirk=(table.format_revision, table.content_revision) == (1, 3))
-    return replace(
+    return replaced(
         reading, **fields, temps=tuple(temps), sources=tuple(sorted(sources.items())),
         gpu_metrics_revision=table.revision,
         sclk_average_hz=_hz(table.sclk_average_mhz), mclk_average_hz=_hz(table.mclk_average_mhz),

@@ -32,10 +32,11 @@ board's default cap, so the same gains fit a 95 W laptop part and a 330 W board.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 from gpuwatch.config.cooling import PowerConfig
+from gpuwatch.model import replaced
 
 Phase = Literal["idle", "governing"]
 
@@ -157,10 +158,10 @@ def decide(params: GovernorParams, state: GovernorState, x: GovernorInputs) -> D
     dt = 0.0 if state.last_now is None else min(MAX_DT_S, max(0.0, x.now - state.last_now))
     if x.headroom_c is None:
         # No temperature: hold; the fan's failsafe and the supervisor's emergency stop take over.
-        return Decision(replace(state, last_now=x.now), x.cap_w, False, pause_allowed=True,
+        return Decision(replaced(state, last_now=x.now), x.cap_w, False, pause_allowed=True,
                         at_floor=x.cap_w <= x.floor_cap_w)
     hf = _filtered(state.headroom_filtered_c, x.headroom_c, dt)
-    state = replace(state, headroom_filtered_c=hf, last_now=x.now)
+    state = replaced(state, headroom_filtered_c=hf, last_now=x.now)
     tick = _Tick.of(params, hf, x)
     if state.phase == "idle":
         if x.fan_can_rise or hf > params.engage_margin_c:
@@ -172,8 +173,8 @@ def decide(params: GovernorParams, state: GovernorState, x: GovernorInputs) -> D
     if (release_since is not None and x.now - release_since >= params.release_after_s) or (
             unbound_since is not None and x.now - unbound_since >= params.idle_restore_after_s):
         return _give_back(state, x)
-    state = replace(state, integral_w=integral, output_w=u, room_since=room_since, release_since=release_since,
-                    unbound_since=unbound_since, last_direction=direction or state.last_direction)
+    state = replaced(state, integral_w=integral, output_w=u, room_since=room_since, release_since=release_since,
+                     unbound_since=unbound_since, last_direction=direction or state.last_direction)
     at_floor = target <= x.floor_cap_w
     return Decision(state, target, target != x.cap_w, pause_allowed=at_floor, at_floor=at_floor)
 
@@ -182,7 +183,7 @@ def _engaged(state: GovernorState, x: GovernorInputs, tick: _Tick) -> GovernorSt
     """IDLE -> GOVERNING, bumpless: the output starts at what the card draws (within the binding
     tolerance), the integrator at that minus the P term, so P alone pulls the cap down as it heats on."""
     start = x.original_cap_w if x.power_w is None else min(x.original_cap_w, x.power_w + tick.tolerance)
-    return replace(state, phase="governing", integral_w=start - tick.kp * tick.ez, output_w=start)
+    return replaced(state, phase="governing", integral_w=start - tick.kp * tick.ez, output_w=start)
 
 
 def _integrated(params: GovernorParams, state: GovernorState, x: GovernorInputs, tick: _Tick,

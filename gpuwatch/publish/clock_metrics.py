@@ -19,6 +19,9 @@ from gpuwatch.model import ClockMode, PublishedState
 from gpuwatch.publish.families import Family, counter, gauge
 from gpuwatch.publish.live import RUNGS
 
+# Each mode with its label value, listed once: a per-GPU series per mode every render (issue 52).
+_CLOCK_MODES = tuple((known, known.value) for known in ClockMode)
+
 
 def clock_families(state: PublishedState) -> list[Family]:
     ceiling = gauge("clock_ceiling", "Shader clock ceiling of gpuwatch's in force (absent: none).", unit="mhz")
@@ -39,8 +42,8 @@ def clock_families(state: PublishedState) -> list[Family]:
         if clock.floor_mhz is not None:
             floor.add_metric(labels, clock.floor_mhz)
         limited.add_metric(labels, clock.limited_seconds_total)
-        for known in ClockMode:
-            mode.add_metric([clock.gpu_id, known.value], 1 if clock.mode == known else 0)
+        for known, label in _CLOCK_MODES:
+            mode.add_metric([clock.gpu_id, label], 1 if clock.mode == known else 0)
         writes.add_metric(labels, clock.writes_total)
         errors.add_metric(labels, clock.write_errors_total)
         resets.add_metric(labels, clock.resets_total)

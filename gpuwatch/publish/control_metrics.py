@@ -23,6 +23,12 @@ from gpuwatch.publish.redact import reason_class
 _RUNNING_PHASES = {TrainerPhase.RUNNING}
 
 
+# Each mode with its label value, listed once: a per-GPU series per mode every render (issue 52).
+_FAN_MODES = tuple((known, known.value) for known in FanMode)
+_TRAINER_PHASES = tuple((known, known.value) for known in TrainerPhase)
+_POWER_MODES = tuple((known, known.value) for known in PowerMode)
+
+
 def _duty(pwm: int | None, gpu: GpuReading | None) -> float | None:
     """A pwm value the fan controller wrote (or read back), as 0-1 of the card's own pwm range.
 
@@ -55,8 +61,8 @@ def fan_families(state: PublishedState) -> list[Family]:
     for fan in state.fans:
         gpu = state.snapshot.gpu(fan.gpu_id)
         labels = [fan.gpu_id]
-        for known in FanMode:
-            mode.add_metric([fan.gpu_id, known.value], 1 if fan.mode == known else 0)
+        for known, label in _FAN_MODES:
+            mode.add_metric([fan.gpu_id, label], 1 if fan.mode == known else 0)
         backend.add_metric([fan.gpu_id, fan.backend], 1)
         for family, value in (
             (target, fan.target_ratio), (applied, _duty(fan.applied_pwm, gpu)),
@@ -118,8 +124,8 @@ def trainer_families(trainers: tuple[TrainerState, ...], gpu_ids: list[str]) -> 
         info.add_metric([trainer.name, ",".join(trainer.gpus), trainer.origin, trainer.job_id or ""], 1)
         for gpu_id in trainer.gpus or gpu_ids:
             on_gpu.add_metric([trainer.name, gpu_id], 1)
-        for known in TrainerPhase:
-            phase.add_metric([trainer.name, known.value], 1 if trainer.phase == known else 0)
+        for known, label in _TRAINER_PHASES:
+            phase.add_metric([trainer.name, label], 1 if trainer.phase == known else 0)
         running.add_metric(name, 1 if trainer.phase in _RUNNING_PHASES else 0)
         restarts.add_metric(name, trainer.restarts_total)
         for reason, count in trainer.restarts_by_reason:
@@ -158,8 +164,8 @@ def power_families(state: PublishedState) -> list[Family]:
     errors = counter("power_cap_write_errors", "Failed power cap writes.")
     for power in state.powers:
         labels = [power.gpu_id]
-        for known in PowerMode:
-            mode.add_metric([power.gpu_id, known.value], 1 if power.mode == known else 0)
+        for known, label in _POWER_MODES:
+            mode.add_metric([power.gpu_id, label], 1 if power.mode == known else 0)
         for family, value in ((target, power.target_cap_w), (original, power.original_cap_w),
                               (floor, power.floor_cap_w), (kept, power.throughput_kept_ratio)):
             if value is not None:

@@ -7,9 +7,12 @@ json.dumps and a reader expect.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields, is_dataclass
 from enum import Enum
-from typing import Any
+from operator import attrgetter
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from gpuwatch.limits import over_limit
 from gpuwatch.model import GpuReading, GpuResetState, JobReceipt, NodeHealth, PublishedState, Source, UnmanagedState
@@ -21,6 +24,9 @@ from gpuwatch.publish.health_codes import fault_line
 StatusDocument = dict[str, Any]
 
 _FLAT_SKIP = {"temps", "errors", "throttled_s", "sources"}
+# A GPU reading's flat fields, in order, read by one C call per GPU (``attrgetter``), not a getattr each.
+_GPU_FLAT = tuple(f.name for f in fields(GpuReading) if f.name not in _FLAT_SKIP)
+_gpu_flat = attrgetter(*_GPU_FLAT)
 
 
 def to_document(state: PublishedState, source: Source) -> StatusDocument:
@@ -81,7 +87,7 @@ def _unmanaged(state: UnmanagedState) -> dict[str, Any]:
 def _gpu(state: PublishedState, gpu: GpuReading, fan: dict[str, Any] | None, power: dict[str, Any] | None,
          reset: dict[str, Any] | None, unmanaged: dict[str, Any] | None = None,
          clock: dict[str, Any] | None = None) -> dict[str, Any]:
-    doc: dict[str, Any] = {f.name: getattr(gpu, f.name) for f in fields(gpu) if f.name not in _FLAT_SKIP}
+    doc: dict[str, Any] = dict(zip(_GPU_FLAT, _gpu_flat(gpu), strict=True))
     temperatures: dict[str, dict[str, Any]] = {
         t.label: {
             "temp_c": t.temp_c,
@@ -110,15 +116,22 @@ def _gpu(state: PublishedState, gpu: GpuReading, fan: dict[str, Any] | None, pow
 
 
 _LEAVES = (str, int, float, bool, type(None))
-_FIELDS: dict[type, tuple[str, ...]] = {}  # a dataclass type's field names, looked up once per type
+Convert = Callable[[Any], Any]
+_CONVERTERS: dict[type, Convert] = {}  # a dataclass type's converter, made once per type (``_converter``)
 
 
 def plain(value: Any) -> Any:
     """A dataclass as JSON's plain data, its fields in order: nested dataclasses to dicts, enums to their value,
     tuples and lists to lists, dicts' values likewise (their keys as they are).
 
-    What ``_plain(dataclasses.asdict(value))`` gave, in one walk: asdict deep-copied every leaf and looked every
-    type up again on every call: a fifth of the 8-GPU daemon's main thread (docs/performance.md, issue 52)."""
+    What ``_plain(dataclasses.asdict(value))`` gave. asdict deep-copied every leaf and looked every type up again
+    on every call (a fifth of the 8-GPU daemon's main thread, docs/performance.md, issue 52); a walk that asked
+    each value its type was still the document's largest part. Each dataclass type gets one converter, made from
+    its fields' declared types the first time it is met (``_converter``); the generic walk is for what they do
+    not declare precisely."""
+    convert = _CONVERTERS.get(type(value))
+    if convert is not None:
+        return convert(value)
     if isinstance(value, Enum):  # first: a str or int enum is a leaf's instance too
         return value.value
     if isinstance(value, _LEAVES):
@@ -127,9 +140,65 @@ def plain(value: Any) -> Any:
         return [plain(v) for v in value]
     if isinstance(value, dict):
         return {k: plain(v) for k, v in value.items()}
-    names = _FIELDS.get(type(value))
-    if names is None:
-        if not (is_dataclass(value) and not isinstance(value, type)):
-            return value
-        names = _FIELDS[type(value)] = tuple(f.name for f in fields(value))
-    return {name: plain(getattr(value, name)) for name in names}
+    if not (is_dataclass(value) and not isinstance(value, type)):
+        return value
+    convert = _CONVERTERS[type(value)] = _converter(type(value))
+    return convert(value)
+
+
+def _converter(cls: type) -> Convert:
+    """``plain`` for instances of the dataclass ``cls``: every field read by one ``attrgetter`` call, zipped
+    with the names into the dict (both in C), then only the fields that are not leaves converted: an enum to its
+    value, a tuple of leaves to a list, anything else by the generic walk."""
+    names = tuple(f.name for f in fields(cls))
+    if not names:
+        return lambda value: {}
+    try:
+        hints = get_type_hints(cls)
+    except Exception:  # a hint that does not resolve: every field walked
+        hints = {}
+    fixes = tuple((name, fix) for name in names if (fix := _fix(hints.get(name, object))) is not None)
+    get = attrgetter(*names) if len(names) > 1 else (lambda value: (getattr(value, names[0]),))
+
+    def convert(value: Any) -> dict[str, Any]:
+        doc = dict(zip(names, get(value), strict=True))
+        for name, fix in fixes:
+            doc[name] = fix(doc[name])
+        return doc
+
+    return convert
+
+
+def _fix(hint: Any) -> Convert | None:
+    """What a field declared ``hint`` needs after it is read: None for a leaf (str, int, float, bool, None, a
+    Literal of them, or a union of those), else its conversion. A field is trusted to hold what it declares
+    (mypy --strict); a str enum in a field declared ``str`` would stay one, which json writes as its value."""
+    if _leaf(hint):
+        return None
+    args = get_args(hint) if get_origin(hint) in (Union, UnionType) else (hint,)
+    kinds = [a for a in args if a is not type(None)]
+    if len(kinds) == 1:
+        kind = kinds[0]
+        if isinstance(kind, type) and issubclass(kind, Enum):
+            return _enum_value
+        inner = get_args(kind)
+        if get_origin(kind) is tuple and len(inner) == 2 and inner[1] is Ellipsis and _leaf(inner[0]):
+            return _listed
+    return plain
+
+
+def _leaf(hint: Any) -> bool:
+    if get_origin(hint) in (Union, UnionType):
+        return all(_leaf(arg) for arg in get_args(hint))
+    if get_origin(hint) is Literal:
+        return all(isinstance(arg, _LEAVES) and not isinstance(arg, Enum) for arg in get_args(hint))
+    # An enum subclasses str or int too: only the leaf types themselves.
+    return hint in _LEAVES
+
+
+def _enum_value(value: Any) -> Any:
+    return value._value_ if isinstance(value, Enum) else plain(value)  # _value_: what the ``value`` property reads
+
+
+def _listed(value: Any) -> Any:
+    return None if value is None else list(value)

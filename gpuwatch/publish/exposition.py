@@ -13,8 +13,10 @@ stay the installed prometheus_client's.
 gpuwatch's own families (families.py) keep their series as rows (label values, value), never as
 ``Sample``s with a dict of labels each: building those was most of the collector's cost (2.6 of 3.5 ms
 a render at 8 GPUs, 0.8 ms as rows). Their lines are the kept prefix, looked up by the label values, and
-the value's text, kept too (readings repeat from tick to tick; ``floatToGoString`` made each). Any other
-family (a collector of someone else's) goes through the samples as before.
+the value's text, kept too (readings repeat from tick to tick; ``floatToGoString`` made each). A family
+whose rows and values are those of the render before (most of a tick's: identities, limits, caps, counters
+that did not move) is its kept text, whole. Any other family (a collector of someone else's) goes through
+the samples as before.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
-from gpuwatch.publish.families import RowFamily
+from gpuwatch.publish.families import Row, RowFamily
 
 _go_float = cast(Callable[[float], str], utils.floatToGoString)  # untyped there
 _OM_SUFFIXES = ("_created", "_gsum", "_gcount")  # OpenMetrics-only samples: generate_latest puts them after
@@ -43,9 +45,13 @@ class TextRenderer:
         self._headers: dict[tuple[str, str, str], str] = {}
         self._row_prefixes: dict[tuple[str, tuple[str, ...], tuple[str, ...]], str] = {}
         self._values: dict[Any, str] = {}  # a value's text: readings repeat from tick to tick (floatToGoString)
+        # A row family's text by (series name, label names, header): its rows and their values' bits when made.
+        self._texts: dict[tuple[str, tuple[str, ...], str], tuple[list[Row], bytes, str]] = {}
 
     def __call__(self, registry: Any) -> bytes:
-        if len(self._prefixes) + len(self._headers) + len(self._row_prefixes) + len(self._values) > MAX_CACHED:
+        if (len(self._prefixes) + len(self._headers) + len(self._row_prefixes) + len(self._values)
+                + len(self._texts) > MAX_CACHED):
+            self._texts.clear()
             self._prefixes.clear()
             self._headers.clear()
             self._row_prefixes.clear()
@@ -83,26 +89,41 @@ class TextRenderer:
         return "".join(output).encode("utf-8")
 
     def _rows(self, metric: RowFamily, output: list[str]) -> None:
-        """A family of gpuwatch's own (families.py): its rows, no Sample or label dict made for them."""
-        output.append(self._header(metric.name, metric.documentation, metric.type))
-        name, labelnames = metric.sample_name, metric._labelnames
-        rows, values = self._row_prefixes, self._values
+        """A family of gpuwatch's own (families.py): its rows, no Sample or label dict made for them; its whole
+        text kept, and given again while its rows and their values' bits are those of the render before (most
+        of a tick's families: identities, limits, caps, link widths, counters that did not move)."""
+        header = self._header(metric.name, metric.documentation, metric.type)
+        name, labelnames, rows = metric.sample_name, metric._labelnames, metric.rows
+        key = (name, labelnames, header)
+        bits = metric.packed()
+        kept = self._texts.get(key)
+        # ``==`` over the rows (in C) says the labels and the values are the same; the bits tell 0.0 from -0.0
+        # (one key, two texts). NaN is never equal to itself: a family with one is formatted every time.
+        if kept is not None and bits is not None and kept[1] == bits and kept[0] == rows:
+            output.append(kept[2])
+            return
+        lines = [header]
+        prefixes, values = self._row_prefixes, self._values
         try:
-            for labels, value in metric.rows:
-                key = (name, labelnames, labels)
-                prefix = rows.get(key)
+            for labels, value in rows:
+                row_key = (name, labelnames, labels)
+                prefix = prefixes.get(row_key)
                 if prefix is None:
-                    prefix = rows[key] = _prefix(name, dict(zip(labelnames, labels, strict=False)))
+                    prefix = prefixes[row_key] = _prefix(name, dict(zip(labelnames, labels, strict=False)))
                 text = values.get(value)
                 if text is None:
                     text = _go_float(value)
                     # 0.0 and -0.0 are one key but two texts; NaN is never equal to itself: neither is kept.
                     if value and value == value:
                         values[value] = text
-                output.append(f"{prefix}{text}\n")
+                lines.append(f"{prefix}{text}\n")
         except Exception as exception:
             exception.args = (exception.args or ("",)) + (metric,)
             raise
+        text = "".join(lines)
+        if bits is not None:
+            self._texts[key] = (list(rows), bits, text)
+        output.append(text)
 
     def _header(self, name: str, documentation: str, kind: str) -> str:
         key = (name, documentation, kind)

@@ -69,8 +69,8 @@ class MetricsCache:
     of its own: the thermal limits in force are published too), so a body stays valid until the next
     tick publishes; concurrent scrapes share one render. While someone scrapes (a scrape in the last
     ``PRERENDER_WHILE_SCRAPED_S``), ``prerender`` renders each published state as soon as it is published,
-    on its own thread: the render (5-15 ms at 8 GPUs with prometheus_client's formatting, 1.4 ms with
-    exposition.TextRenderer's over gpuwatch's row families) is then off the
+    on its own thread: the render (5-15 ms at 8 GPUs with prometheus_client's formatting, about 1 ms
+    with exposition.TextRenderer's over gpuwatch's row families, mostly the collector) is then off the
     scrape's path, where Prometheus's scrape every 15 s (or 1 s) always met a new tick and paid it. Nobody
     scraping, nothing is rendered ahead.
     """

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from gpuwatch.config.cooling import FanConfig
 from gpuwatch.limits import over_limit
@@ -86,7 +86,7 @@ def ladder_rung(fan: FanState | None, fan_floor_percent: float, power: PowerStat
 def rung_of(state: PublishedState, gpu_id: str, fan_config: FanConfig) -> Rung:
     """``ladder_rung`` of one GPU of ``state`` under its own fan settings (``fan_config``: already for_gpu):
     the live page and ``gpuwatch_ladder_rung`` (daemon/loop.py) alike."""
-    curve = [[float(t), float(s)] for t, s in fan_config.curve]
+    curve = _curve(fan_config)
     floor_percent = max(fan_config.floor_percent, curve[0][1] if curve else 0.0)
     held = any(t.phase in HELD_PHASES and gpu_id in (t.gpus or t.gpus_used) for t in state.trainers)
     clock = any(c.gpu_id == gpu_id and c.mode in (ClockMode.LIMITING, ClockMode.FLOOR) for c in state.clocks)
@@ -100,9 +100,23 @@ def summary(state: PublishedState, fan_config: FanConfig, hostname: str = "") ->
     fans = {f.gpu_id: f for f in state.fans}
     powers = {p.gpu_id: p for p in state.powers}
     resets = {r.gpu_id: r for r in state.snapshot.resets}
+    # The rung of each GPU the tick computed already (daemon/loop.py, ``rung_of`` under the same fan settings);
+    # a GPU without one (down, or a state built without them) gets ``rung_of`` here.
+    rungs = cast(dict[str, Rung], dict(state.ladder_rungs))
+    processes: dict[str, list[GpuProcess]] = {}
+    for process in state.snapshot.processes:
+        processes.setdefault(process.gpu_id, []).append(process)
+    curves: dict[int, list[list[float]]] = {}  # each GPU's fan settings' curve, made once per settings
     daemon = state.daemon
-    gpus = [_gpu(state, gpu, fans.get(gpu.gpu_id), powers.get(gpu.gpu_id), resets.get(gpu.gpu_id),
-                 fan_config.for_gpu(gpu.gpu_id)) for gpu in state.snapshot.gpus]
+    gpus = []
+    for gpu in state.snapshot.gpus:
+        settings = fan_config.for_gpu(gpu.gpu_id)  # ``fan_config`` itself for a GPU without overrides
+        curve = curves.get(id(settings))
+        if curve is None:
+            curve = curves[id(settings)] = _curve(settings)
+        rung = rungs.get(gpu.gpu_id) or rung_of(state, gpu.gpu_id, settings)
+        gpus.append(_gpu(state, gpu, fans.get(gpu.gpu_id), powers.get(gpu.gpu_id), resets.get(gpu.gpu_id),
+                         curve, rung, processes.get(gpu.gpu_id, [])))
     hottest = [t["temp_c"] for g in gpus for t in g["temps"] if t["temp_c"] is not None]
     return {
         "hostname": hostname,
@@ -129,25 +143,27 @@ def redacted(tick: Summary) -> Summary:
     return out
 
 
+def _curve(fan_config: FanConfig) -> list[list[float]]:
+    return [[float(t), float(s)] for t, s in fan_config.curve]
+
+
 def _gpu(state: PublishedState, gpu: GpuReading, fan: FanState | None, power: PowerState | None,
-         reset: GpuResetState | None, fan_config: FanConfig) -> Summary:
-    curve = [[float(t), float(s)] for t, s in fan_config.curve]
+         reset: GpuResetState | None, curve: list[list[float]], rung: Rung, processes: list[GpuProcess]) -> Summary:
     temps: list[Summary] = []
     levels: list[Level | None] = []
     for t in gpu.temps:
         temp_c, limit_c, crit_c = _r(t.temp_c, 0), _r(state.limit_c(gpu.gpu_id, t.label), 0), _r(t.crit_c, 0)
         levels.append(temp_level(temp_c, limit_c, crit_c))
         temps.append({"label": t.label, "temp_c": temp_c, "limit_c": limit_c, "crit_c": crit_c, "level": levels[-1]})
-    processes = [p for p in state.snapshot.processes if p.gpu_id == gpu.gpu_id]
     return {
         "id": gpu.gpu_id,
         "name": gpu.name or gpu.device_id or gpu.card,
         "state": _gpu_state(gpu, reset),
         "level": worst(levels),
         "temps": temps,
-        "fan": _fan(gpu, fan, curve),
+        "fan": _fan(gpu, fan, curve),  # one list for the GPUs of the same settings: summaries are never changed
         "power": _power(gpu, power),
-        "rung": rung_of(state, gpu.gpu_id, fan_config),
+        "rung": rung,
         "busy_pct": _pct(gpu.gpu_busy_ratio),
         "vram_used_bytes": gpu.vram_used_bytes,
         "vram_total_bytes": gpu.vram_total_bytes,

@@ -111,10 +111,11 @@ def render(state: PublishedState) -> list[Family]:
             dropped[f"render:{part}"] = 1
             continue
         for family in built:
-            kept = [row for row in family.rows if _carried(row[1])]
-            if len(kept) < len(family.rows):
-                dropped[family.name] = dropped.get(family.name, 0) + len(family.rows) - len(kept)
-                family.rows = kept
+            if family.packed() is None:  # one C pass; the values one by one only when one fails it
+                kept = [row for row in family.rows if _carried(row[1])]
+                if len(kept) < len(family.rows):
+                    dropped[family.name] = dropped.get(family.name, 0) + len(family.rows) - len(kept)
+                    family.rows = kept
             families.append(family)
     counted = gauge("metrics_dropped_series", "Series left out of this exposition because their value is no number "
                     "a float can carry (per family), or because a part failed to render (family render:<part>).",

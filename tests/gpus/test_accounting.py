@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpuwatch.gpus import accounting
@@ -103,3 +105,16 @@ def test_the_sampler_keeps_counting_across_a_gpu_that_went_away() -> None:
     assert [g.energy_joules if g else None for g in got] == [0.0, 200.0, None, 200.0]
     assert got[2] is not None and not got[2].up
     assert got[3] is not None and got[3].energy_source == "integrated"
+
+
+def test_apply_is_replace_with_the_counters() -> None:
+    """``apply`` (``model.replaced``, not replace's ``__init__`` over 65 fields) gives what replace gave."""
+    reading = GpuReading("0000:03:00.0", "card0", "amdgpu", power_w=100.0, throttle_reasons=("thermal",))
+    account = step(step(None, reading, 0.0, 10.0), reading, 1.0, 10.0)
+    applied = accounting.apply(account, reading)
+    assert applied == replace(reading, energy_joules=100.0, energy_source="integrated",
+                              throttled_s=account.throttled_s)
+    assert applied.throttled_s == (("power", 0.0), ("current", 0.0), ("thermal", 1.0), ("other", 0.0))
+    assert type(applied) is GpuReading and reading.energy_joules is None  # the reading itself unchanged
+    unsourced = accounting.apply(step(None, GpuReading("g", "card1", "amdgpu"), 0.0, 10.0), reading)
+    assert (unsourced.energy_joules, unsourced.energy_source) == (None, None)

@@ -61,11 +61,16 @@ def test_plain_is_asdict_with_enums_as_values(tmp_path: Path) -> None:
     """The one-walk conversion gives what ``dataclasses.asdict`` and json gave (enums as values, tuples as lists)."""
     state = example_state(tmp_path / "sys")
     parts = (state.daemon, state.health, *state.fans, *state.powers, *state.clocks, *state.trainers,
-             *state.snapshot.processes, *state.snapshot.resets, *state.unmanaged, *state.jobs)
+             *state.snapshot.processes, *state.snapshot.resets, *state.unmanaged, *state.jobs,
+             *state.snapshot.gpus, state.snapshot, state)
     assert len(parts) > 8
     for part in parts:
         assert plain(part) == json.loads(json.dumps(asdict(part), default=lambda e: e.value)), type(part).__name__
         assert not _enums(plain(part)), type(part).__name__  # a str enum equals its value: looked for apart
+    # Each GPU's flat fields in the document likewise, in the dataclass's order (the state file's bytes).
+    for gpu, doc in zip(state.snapshot.gpus, to_document(state, "daemon")["gpus"], strict=True):
+        flat = {k: v for k, v in plain(gpu).items() if k not in ("temps", "errors", "throttled_s", "sources")}
+        assert list(doc)[:len(flat)] == list(flat) and json.dumps({k: doc[k] for k in flat}) == json.dumps(flat)
 
 
 def _enums(value: object) -> list[Enum]:

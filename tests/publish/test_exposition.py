@@ -72,14 +72,16 @@ class OwnFamilies:
 
 
 def test_own_families_equal_generate_latest_as_values_change() -> None:
-    """The rows' path: 0.0 and -0.0, 1 and True and 1.0, NaN: the same bytes as prometheus_client's
-    formatting of the same families' samples, whatever an earlier render kept."""
+    """The rows' path: 0.0 and -0.0, 1 and True and 1.0, NaN, a family unchanged or not: the same bytes as
+    prometheus_client's formatting of the same families' samples, whatever an earlier render kept."""
     families = OwnFamilies()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(families)
     render = TextRenderer()
     for values in ((0.0, -0.0, 1, True, 1.0, math.nan), (-0.0, 0.0, 1.0, 1, math.nan, math.inf),
-                   (1e22, 1234567.0, -math.inf, 2**53 + 1, 0.1, 3), (0.0, -0.0, 1, True, 1.0, math.nan), ()):
+                   (1e22, 1234567.0, -math.inf, 2**53 + 1, 0.1, 3), (0.0, -0.0, 1, True, 1.0, math.nan), (),
+                   # Rows equal to the render before's (==) whose text is not (a family's text is kept): -0.0.
+                   (0.0, 1.0), (-0.0, 1.0), (-0.0, 1.0), (0.0, True), (0.0, 1), (2**53 + 1, 1), (2**53, 1)):
         families.values = values
         assert render(registry) == generate_latest(registry)
 

@@ -11,7 +11,7 @@ import pytest
 from gpuwatch.config.cooling import FanConfig
 from gpuwatch.model import FanMode, FanState, PowerMode, PowerState, PublishedState, TrainerPhase
 from gpuwatch.publish.live import Level, ladder_rung, redacted, summary, temp_level, worst
-from tests.support.published import GPU_A, GPU_B, GPU_GONE, example_state
+from tests.support.published import GPU_A, GPU_B, GPU_GONE, example_state, with_rungs
 
 
 @pytest.fixture(scope="module")
@@ -122,9 +122,10 @@ def test_the_hostname_hottest_and_what_gpuwatch_does(example: PublishedState) ->
     assert s["hostname"] == "gpu-box-3"
     assert s["hottest_c"] == max(t["temp_c"] for g in s["gpus"] for t in g["temps"] if t["temp_c"] is not None)
     assert s["doing"] == "pausing"  # bert is held on GPU B
-    calm = replace(example, trainers=(), powers=(), clocks=(), fans=())
+    # Each state as the tick publishes it: its rungs computed from it (the summary reads them: daemon/loop.py).
+    calm = with_rungs(replace(example, trainers=(), powers=(), clocks=(), fans=()))
     assert summary(calm, FanConfig())["doing"] == "watching"
-    assert summary(replace(example, trainers=()), FanConfig())["doing"] == "clocking down"
+    assert summary(with_rungs(replace(example, trainers=())), FanConfig())["doing"] == "clocking down"
 
 
 def test_a_per_gpu_curve_is_the_gpus_own(example: PublishedState) -> None:
@@ -158,9 +159,9 @@ def test_the_ladder_rung_is_the_highest_in_use(fan: FanState | None, power: Powe
 def test_a_pausing_run_holds_its_gpus_on_the_pause_rung(example: PublishedState) -> None:
     """resnet runs on both GPUs: pausing, it puts both on the pause rung; without runs, neither is."""
     trainers = (replace(example.trainers[0], phase=TrainerPhase.PAUSING),)
-    a, b, _ = summary(replace(example, trainers=trainers), FanConfig())["gpus"]
+    a, b, _ = summary(with_rungs(replace(example, trainers=trainers)), FanConfig())["gpus"]
     assert a["rung"] == b["rung"] == "pause"
-    assert {g["id"] for g in summary(replace(example, trainers=()), FanConfig())["gpus"]
+    assert {g["id"] for g in summary(with_rungs(replace(example, trainers=())), FanConfig())["gpus"]
             if g["rung"] == "pause"} == set()
 
 
@@ -202,3 +203,13 @@ def test_a_held_runs_why_is_its_cause_alone_and_its_event_one_sentence(
     after = summary(replace(example, trainers=(held,)), FanConfig())
     assert after["runs"][0]["why"] == why
     assert [e["text"] for e in events(before, after, False) if e["kind"] == "pause"] == [event]
+
+
+def test_the_rungs_are_the_published_ones_and_the_same_without(example: PublishedState) -> None:
+    """The summary takes each GPU's rung from the state (the tick computed them: daemon/loop.py); a state built
+    without them (or a GPU that is down) gets the same from ``rung_of``, under each GPU's own fan settings."""
+    fan = FanConfig.model_validate({"gpus": {GPU_A: {"curve": [[40, 30], [80, 100]]}}})
+    for state in (example, with_rungs(replace(example, trainers=()), fan)):
+        published = summary(state, fan)
+        assert state.ladder_rungs and published == summary(replace(state, ladder_rungs=()), fan)
+        assert [g["rung"] for g in published["gpus"]][:2] == [rung for _, rung in state.ladder_rungs]
