@@ -99,7 +99,8 @@ def test_the_defaults_and_the_states_are_the_dataclasses() -> None:
                     choices[f.name] = tuple(member.value for member in kind)
         listed = decode.DEFAULTS.get(name, {})
         assert set(listed) == set(defaults), name
-        assert {key: light_view._value(value, decode.SPECS[name][key]) for key, value in listed.items()} == defaults
+        assert {key: light_view._value(value, decode.SPECS[name][key], f"{name}.{key}")
+                for key, value in listed.items()} == defaults
         assert decode.CHOICES.get(name, {}) == choices, name
     assert set(decode.DEFAULTS) | set(decode.CHOICES) <= set(decode.SPECS)
 
