@@ -68,9 +68,14 @@ class GpuFan:
     stalls_total: int = 0
     stall_ticks: int = 0
 
+    _params: tuple[FanConfig, CurveParams] | None = field(default=None, repr=False, compare=False)
+
     @property
     def params(self) -> CurveParams:
-        return curve_params(self.settings)
+        """The curve's parameters, derived once per ``settings`` (a reload replaces them: derived again)."""
+        if self._params is None or self._params[0] is not self.settings:
+            self._params = (self.settings, curve_params(self.settings))
+        return self._params[1]
 
     @property
     def backend_name(self) -> FanBackendName:
