@@ -141,16 +141,17 @@ class Heat:
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
-        self._shares: dict[tuple[ThermalConfig, str], GpuHeat] = {}
+        self._shares: dict[ThermalConfig, dict[str, GpuHeat]] = {}  # by limits (one hash of them per ``of``), GPU
 
     def of(self, gpus: tuple[str, ...], thermal: ThermalConfig) -> list[GpuHeat]:
         """The shares of ``gpus`` (every GPU of the snapshot when empty), in the snapshot's order."""
+        shares = self._shares.setdefault(thermal, {})
         found = []
         for gpu in self.snapshot.gpus:
             if not gpus or gpu.gpu_id in gpus:
-                share = self._shares.get((thermal, gpu.gpu_id))
+                share = shares.get(gpu.gpu_id)
                 if share is None:
-                    share = self._shares[thermal, gpu.gpu_id] = gpu_heat(gpu, thermal)
+                    share = shares[gpu.gpu_id] = gpu_heat(gpu, thermal)
                 found.append(share)
         return found
 
