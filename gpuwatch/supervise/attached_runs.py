@@ -19,7 +19,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import psutil
@@ -295,11 +295,10 @@ class AttachedRuns:
     def _published(run: AttachedRun, now_mono: float, now_unix: float, snapshot: Snapshot | None) -> TrainerState:
         state = run.state
         live = state.phase not in ENDED
-        published = run_state(run.name, state.phase, live=live, ranks=run.ranks, beat=run.single_beat(),
-                              rate=run.rate, run_energy=run.energy, used_gpus=run.used_gpus,
-                              paused_since=state.paused_since, snapshot=snapshot, now_mono=now_mono, now_unix=now_unix)
-        return replace(
-            published, gpus=run.gpus, pid=run.pid if live else None,
+        return run_state(
+            run.name, state.phase, live=live, ranks=run.ranks, beat=run.single_beat(), rate=run.rate,
+            run_energy=run.energy, used_gpus=run.used_gpus, paused_since=state.paused_since, snapshot=snapshot,
+            now_mono=now_mono, now_unix=now_unix, gpus=run.gpus, pid=run.pid if live else None,
             started_unix=run.started_unix if live else None, restarts_total=run.restarts,
             restarts_by_reason=(("wrapper", run.restarts),) if run.restarts else (),
             pauses_total=state.pauses_total, resumes_total=state.resumes_total, last_exit_code=state.last_exit_code,

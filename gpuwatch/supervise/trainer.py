@@ -15,7 +15,6 @@ import random
 import shutil
 import socket
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from gpuwatch.config.trainer import TrainerConfig
@@ -279,11 +278,11 @@ class Trainer:
         machine = self.machine
         live = machine.phase in LIVE and self.proc is not None
         beat = read_heartbeat(self.heartbeat_file) if machine.phase in LIVE else None
-        state = run_state(self.config.name, machine.phase, live=live, ranks=self.ranks if live else None, beat=beat,
-                          rate=self.rate, run_energy=self.energy, used_gpus=self.used_gpus,
-                          paused_since=machine.paused_since, snapshot=snapshot, now_mono=now_mono, now_unix=now_unix)
-        return replace(
-            state, gpus=tuple(self.config.gpus), pid=self.proc.pid if live and self.proc else None,
+        return run_state(
+            self.config.name, machine.phase, live=live, ranks=self.ranks if live else None, beat=beat, rate=self.rate,
+            run_energy=self.energy, used_gpus=self.used_gpus, paused_since=machine.paused_since, snapshot=snapshot,
+            now_mono=now_mono, now_unix=now_unix, gpus=tuple(self.config.gpus),
+            pid=self.proc.pid if live and self.proc else None,
             started_unix=self.started_unix if live else None,
             restarts_total=machine.restarts_total, restarts_by_reason=machine.restarts_by_reason,
             pauses_total=machine.pauses_total, resumes_total=machine.resumes_total,
