@@ -149,7 +149,7 @@ class Supervisor:
 
     def _thermal_verdict(self, trainer: Trainer, config: Config) -> Thermal:
         """Hot, cool or critical for ``trainer``'s GPUs under the limits in force now (cool before any snapshot)."""
-        return self._verdict(trainer.gpus(), trainer.config.thermal(config.thermal), config)
+        return self._verdict(trainer.gpus(), trainer.thermal(config.thermal), config)
 
     def _verdict_on(self, gpus: tuple[str, ...], config: Config) -> Thermal:
         """An attached run's verdict: the [thermal] limits on ``gpus`` (all when empty), as a trainer's."""

@@ -17,6 +17,7 @@ import socket
 import time
 from pathlib import Path
 
+from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.heartbeat import (
     HEARTBEAT_ENV,
@@ -72,6 +73,7 @@ class Trainer:
     """One configured trainer: its machine state, its current process and its files."""
 
     def __init__(self, config: TrainerConfig, state_dir: Path, runs_prefix: str, cgroup: Path | None) -> None:
+        self._thermal: tuple[ThermalConfig, TrainerConfig, ThermalConfig] | None = None  # (base, config, limits)
         """``runs_prefix`` marks this daemon's runs (``GPUWATCH_RUN_ID``), ``cgroup`` is the unit's. Its thermal
         limits are not kept here: the supervisor derives them from the live [thermal] every tick."""
         self.config = config
@@ -101,6 +103,14 @@ class Trainer:
         restarted (reconcile.py decides when)."""
         self.config = config
         self.log_path = log_path(config, self.dir.parent)
+
+    def thermal(self, base: ThermalConfig) -> ThermalConfig:
+        """Its limits: ``base`` (the live [thermal]) with its own overrides, made again only when either changed
+        (a copy of the limits each tick was most of a verdict's cost)."""
+        made = self._thermal
+        if made is None or made[0] is not base or made[1] is not self.config:
+            made = self._thermal = (base, self.config, self.config.thermal(base))
+        return made[2]
 
     def gpus(self) -> tuple[str, ...]:
         """What its limits and resets are judged on: configured, else seen in use, else all (empty)."""
