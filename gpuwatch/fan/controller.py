@@ -31,7 +31,7 @@ from gpuwatch.config.cooling import FanConfig
 from gpuwatch.config.file import Config
 from gpuwatch.deadline import Late
 from gpuwatch.fan.backend import NOT_SEEN, Applied, FanBackend, NoFanControl, Seen
-from gpuwatch.fan.curve import curve_params, decide, failsafe, top_percent
+from gpuwatch.fan.curve import curve_params, decide, failsafe
 from gpuwatch.fan.gpu_fan import GpuFan, choose_backend
 from gpuwatch.fan.pwm1 import Pwm1Backend
 from gpuwatch.fan.restore import kind
@@ -234,7 +234,7 @@ class FanController:
             applied_pwm=applied.applied_pwm, readback_pwm=applied.readback_pwm, rpm=applied.rpm,
             stalled=stalled, mode_resets_total=fan.mode_resets_total, write_errors_total=fan.write_errors_total,
             stalls_total=fan.stalls_total, message=verdict.message, failsafe_reason=verdict.failsafe_reason,
-            can_rise=can_rise(verdict.mode, percent, top_percent(fan.params), stalled),
+            can_rise=can_rise(verdict.mode, percent, fan.top_percent, stalled),
         )
 
     def restore(self) -> None:
