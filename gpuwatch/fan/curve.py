@@ -105,8 +105,10 @@ def decide(
     same = state.same_ticks + 1 if unchanged else 0
     # What every outcome remembers, applied with the outcome's own changes in one ``replace`` (two were a
     # third of a fan's step).
-    base: dict[str, Any] = {"bad_ticks": bad, "same_ticks": same, "last_now": now, "last_telemetry": telemetry,
-            "last_temp_c": temp_c if temp_c is not None else state.last_temp_c}
+    base: dict[str, Any] = {
+        "bad_ticks": bad, "same_ticks": same, "last_now": now, "last_telemetry": telemetry,
+        "last_temp_c": temp_c if temp_c is not None else state.last_temp_c,
+    }
     if temp_c is None:
         if bad >= params.failsafe_after_ticks:
             return _full(state, base, f"no temperature for {bad} tick(s)", ref_temp_c=None)

@@ -106,7 +106,7 @@ class Trainer:
 
     def thermal(self, base: ThermalConfig) -> ThermalConfig:
         """Its limits: ``base`` (the live [thermal]) with its own overrides, made again only when either changed
-        (a copy of the limits each tick was most of a verdict's cost)."""
+        (they were copied every tick, per trainer)."""
         made = self._thermal
         if made is None or made[0] is not base or made[1] is not self.config:
             made = self._thermal = (base, self.config, self.config.thermal(base))
