@@ -82,6 +82,24 @@ def thermals_on(config: Config, gpu_id: str) -> list[ThermalConfig]:
     return [base] + [t.thermal(base) for t in config.trainer if not t.gpus or gpu_id in t.gpus]
 
 
+class ThermalsOn:
+    """``thermals_on`` of each GPU, made once per configuration: the limit sets change only with it (a reload's new
+    Config makes them again), while making them copies each trainer's limits, every GPU, every tick. The lists
+    handed out are shared: read them, never change them."""
+
+    def __init__(self) -> None:
+        self._config: Config | None = None
+        self._by_gpu: dict[str, list[ThermalConfig]] = {}
+
+    def __call__(self, config: Config, gpu_id: str) -> list[ThermalConfig]:
+        if config is not self._config:
+            self._config, self._by_gpu = config, {}
+        found = self._by_gpu.get(gpu_id)
+        if found is None:
+            found = self._by_gpu[gpu_id] = thermals_on(config, gpu_id)
+        return found
+
+
 def headroom_c(gpu: GpuReading, thermals: Iterable[ThermalConfig]) -> float | None:
     """The smallest (pause limit - reading) over the GPU's sensors and every limit set that applies to
     it ([thermal] and each trainer's on this GPU); None without a usable temperature."""

@@ -38,7 +38,7 @@ from gpuwatch.clock.restore import give_back, kind
 from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.file import Config
 from gpuwatch.gpus.amdgpu import Locate
-from gpuwatch.limits import headroom_c, thermals_on
+from gpuwatch.limits import ThermalsOn, headroom_c
 from gpuwatch.model import Acted, ClockMode, ClockState, GpuReading, Snapshot
 from gpuwatch.sysfs import Sysfs, SysfsError
 
@@ -53,6 +53,7 @@ class ClockController(HeldControl[GpuClock, Locate]):
                  clock: Callable[[], float] = time.monotonic, check_access: bool = True,
                  deadline_s: float = DEFAULT_SYSFS_DEADLINE_S) -> None:
         super().__init__(kind, log, sysfs, runtime_dir, locate, nvml, clock, check_access, deadline_s)
+        self.thermals_on = ThermalsOn()  # each GPU's limit sets, made once per configuration
 
     def tick(self, snapshot: Snapshot, below: Acted, config: Config) -> tuple[ClockState, ...]:
         """Each GPU's step under the live ``config``, on its worker within the deadline (``Actuator.run``)."""
@@ -66,7 +67,7 @@ class ClockController(HeldControl[GpuClock, Locate]):
             params = ClockParams(settings.hold_margin_c, settings.clock_floor_percent / 100.0,
                                  settings.idle_restore_after_s)
             exhausted = cap_exhausted(power_of.get(gpu.gpu_id), fan_of.get(gpu.gpu_id))
-            room = headroom_c(gpu, thermals_on(config, gpu.gpu_id))
+            room = headroom_c(gpu, self.thermals_on(config, gpu.gpu_id))
             steps[gpu.gpu_id] = partial(self._tick_one, g, gpu, params, now, room, exhausted)
         ran = self.stuck.results(self.actuator.run(steps), self._blocked)
         return tuple(ran[gpu.gpu_id] for gpu in snapshot.gpus)

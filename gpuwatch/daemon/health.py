@@ -58,9 +58,9 @@ class NodeWatch:
                                        state.daemon.started_unix, state.snapshot.taken_unix)
         now = state.snapshot.taken_monotonic
         self._since = over_crit_since(self._since, state, now)
-        state = replace(state, health=judge(state, settings, self._since, now), jobs=self._jobs)
-        if state.daemon is not None:  # published so that the next daemon knows the receipts are this boot's
-            state = replace(state, daemon=replace(state.daemon, boot_id=self._boot_id))
+        # The boot id published so that the next daemon knows the receipts are this boot's.
+        daemon = state.daemon if state.daemon is None else replace(state.daemon, boot_id=self._boot_id)
+        state = replace(state, health=judge(state, settings, self._since, now), jobs=self._jobs, daemon=daemon)
         self._previous = state
         return state
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gpuwatch.actuation.actuator import Record
-from gpuwatch.model import FanBackendName
+from gpuwatch.model import FanBackendName, GpuReading
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 log = logging.getLogger("gpuwatch.fan")
@@ -43,6 +43,27 @@ class Applied:
     verified: bool = True
     mode_reset: bool = False
     error: str | None = None
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What this tick's reading of the GPU (gpus/amdgpu.py, a few ms before the fan's step) already read from the
+    fan's own hwmon files: a backend reads one again only after it wrote this tick, or where this is None (not
+    read, unreadable, or the value came from elsewhere: gpu_metrics' RPM where hwmon has no tach). Reading it
+    twice a tick told nothing the first read did not; a firmware that takes the fan back after the reading is
+    seen by the next tick's reading, as it was by the next read-back before."""
+
+    pwm: int | None = None
+    rpm: int | None = None
+    pwm_enable: int | None = None
+
+    @classmethod
+    def of(cls, gpu: GpuReading) -> Seen:
+        from_hwmon = "fan_rpm" not in dict(gpu.sources)  # sources names only what gpu_metrics filled in
+        return cls(pwm=gpu.pwm, rpm=gpu.fan_rpm if from_hwmon else None, pwm_enable=gpu.pwm_enable)
+
+
+NOT_SEEN = Seen()
 
 
 class RestoreRecord(Record, Protocol):
@@ -76,7 +97,10 @@ class FanBackend(Protocol):
 
     def take_control(self) -> None: ...
 
-    def apply(self, percent: float) -> Applied: ...
+    def apply(self, percent: float, seen: Seen = NOT_SEEN) -> Applied:
+        """Drive the fan at ``percent``; ``seen``: what this tick's reading read from the same files since
+        the backend last wrote them (``NOT_SEEN`` on the tick it took control: every file read here)."""
+        ...
 
 
 def write(sysfs: Sysfs, path: str, value: str, dry_run: bool) -> None:
@@ -97,7 +121,10 @@ class Writer:
     def write(self, path: str, value: str) -> None:
         write(self.sysfs, path, value, self.dry_run)
 
-    def number(self, path: str) -> int | None:
+    def number(self, path: str, seen: int | None = None) -> int | None:
+        """``path``'s number (None: absent or unreadable); ``seen``, when given, stands for it (read this tick)."""
+        if seen is not None:
+            return seen
         try:
             text = self.sysfs.read(path)
             return int(text) if text else None

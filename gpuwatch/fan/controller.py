@@ -30,8 +30,8 @@ from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.cooling import FanConfig
 from gpuwatch.config.file import Config
 from gpuwatch.deadline import Late
-from gpuwatch.fan.backend import Applied, FanBackend, NoFanControl
-from gpuwatch.fan.curve import curve_params, decide, failsafe, top_percent
+from gpuwatch.fan.backend import NOT_SEEN, Applied, FanBackend, NoFanControl, Seen
+from gpuwatch.fan.curve import curve_params, decide, failsafe
 from gpuwatch.fan.gpu_fan import GpuFan, choose_backend
 from gpuwatch.fan.pwm1 import Pwm1Backend
 from gpuwatch.fan.restore import kind
@@ -173,9 +173,12 @@ class FanController:
             telemetry = tuple(t.temp_c for t in gpu.temps) + (gpu.power_w,)
             decision = decide(fan.params, fan.state, temp_c, crit_c, now, fan.backend.minimum_percent, telemetry)
         fan.state = decision.state
+        # The tick's reading read the fan's files before this step: what it saw stands for a read-back, but not
+        # on the tick that takes control (the take-over writes them after it).
+        seen = Seen.of(gpu) if fan.controlling else NOT_SEEN
         if not fan.controlling and (problem := self._take_control(fan, fan.backend, gpu)):
             return self._unwritable(fan, gpu, problem, Applied(error="not recorded"), temp_c, decision.percent)
-        applied = fan.backend.apply(decision.percent)
+        applied = fan.backend.apply(decision.percent, seen)
         if applied.rpm is None:
             # No hwmon tach (RDNA4 before Linux 6.15): the RPM sampled this tick, from gpu_metrics.
             applied.rpm = gpu.fan_rpm
@@ -231,7 +234,7 @@ class FanController:
             applied_pwm=applied.applied_pwm, readback_pwm=applied.readback_pwm, rpm=applied.rpm,
             stalled=stalled, mode_resets_total=fan.mode_resets_total, write_errors_total=fan.write_errors_total,
             stalls_total=fan.stalls_total, message=verdict.message, failsafe_reason=verdict.failsafe_reason,
-            can_rise=can_rise(verdict.mode, percent, top_percent(fan.params), stalled),
+            can_rise=can_rise(verdict.mode, percent, fan.top_percent, stalled),
         )
 
     def restore(self) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gpuwatch.config.cooling import FanConfig, Point
 from gpuwatch.model import at_crit, replaced
@@ -102,54 +103,60 @@ def decide(
     bad = state.bad_ticks + 1 if temp_c is None else 0
     unchanged = temp_c is not None and temp_c == state.last_temp_c and telemetry == state.last_telemetry
     same = state.same_ticks + 1 if unchanged else 0
-    base = replaced(state, bad_ticks=bad, same_ticks=same, last_now=now, last_telemetry=telemetry,
-                    last_temp_c=temp_c if temp_c is not None else state.last_temp_c)
+    # What every outcome remembers, applied with the outcome's own changes in one ``replaced`` (two were a
+    # third of a fan's step).
+    base: dict[str, Any] = {
+        "bad_ticks": bad, "same_ticks": same, "last_now": now, "last_telemetry": telemetry,
+        "last_temp_c": temp_c if temp_c is not None else state.last_temp_c,
+    }
     if temp_c is None:
         if bad >= params.failsafe_after_ticks:
-            return _full(base, f"no temperature for {bad} tick(s)", ref_temp_c=None)
+            return _full(state, base, f"no temperature for {bad} tick(s)", ref_temp_c=None)
         # Not yet failsafe: keep what is applied (or full speed if nothing is yet).
         held = state.applied_percent if state.applied_percent is not None else 100.0
-        return Decision(percent=held, state=replaced(base, applied_percent=held), target_percent=held)
+        return Decision(percent=held, state=replaced(state, **base, applied_percent=held), target_percent=held)
     if params.frozen_after_ticks and same >= params.frozen_after_ticks:
         # No dead band afterwards: the frozen value says nothing about how hot the GPU really was.
-        return _full(base, f"temperature frozen at {temp_c:g} °C for {same} ticks", ref_temp_c=None)
+        return _full(state, base, f"temperature frozen at {temp_c:g} °C for {same} ticks", ref_temp_c=None)
     if at_crit(temp_c, crit_c):
-        full = _full(base, None, ref_temp_c=temp_c)
+        full = _full(state, base, None, ref_temp_c=temp_c)
         return replaced(full, crit=True)
     target = apply_floor(interpolate(params.points, temp_c), params.floor_percent, minimum_percent)
     applied = state.applied_percent
     if applied is None or target > applied:
-        return _set(base, target, target, temp_c)
+        return _set(state, base, target, target, temp_c)
     if target == applied:
-        return Decision(percent=applied, state=replaced(base, below_since=None, slewing=False), target_percent=target)
+        return Decision(percent=applied, state=replaced(state, **base, below_since=None, slewing=False),
+                        target_percent=target)
     # Lowering: only once the temperature is a dead band below the last change and stayed there.
     if not state.slewing:
         if state.ref_temp_c is not None and temp_c > state.ref_temp_c - params.dead_band_c:
-            return Decision(percent=applied, state=replaced(base, below_since=None), target_percent=target)
+            return Decision(percent=applied, state=replaced(state, **base, below_since=None), target_percent=target)
         below_since = state.below_since if state.below_since is not None else now
         if now - below_since < params.spindown_delay_s:
-            return Decision(percent=applied, state=replaced(base, below_since=below_since), target_percent=target)
+            return Decision(percent=applied, state=replaced(state, **base, below_since=below_since),
+                            target_percent=target)
     new = target
     if params.slew_down_percent_per_s is not None and state.last_now is not None:
         elapsed_s = max(0.0, now - state.last_now)
         new = max(target, applied - params.slew_down_percent_per_s * elapsed_s)
-    result = _set(base, new, target, temp_c)
-    return replaced(result, state=replaced(result.state, slewing=new > target))
+    return _set(state, base, new, target, temp_c, slewing=new > target)
 
 
 def failsafe(state: CurveState, reason: str, now: float) -> Decision:
     """Full speed at once for a reason outside the curve's inputs (a GPU whose reads hang)."""
-    return _full(replaced(state, last_now=now), reason, ref_temp_c=None)
+    return _full(state, {"last_now": now}, reason, ref_temp_c=None)
 
 
-def _set(base: CurveState, percent: float, target: float, temp_c: float) -> Decision:
+def _set(state: CurveState, base: dict[str, Any], percent: float, target: float, temp_c: float,
+         slewing: bool = False) -> Decision:
     return Decision(
         percent=percent,
         target_percent=target,
-        state=replaced(base, applied_percent=percent, ref_temp_c=temp_c, below_since=None, slewing=False),
+        state=replaced(state, **base, applied_percent=percent, ref_temp_c=temp_c, below_since=None, slewing=slewing),
     )
 
 
-def _full(base: CurveState, reason: str | None, ref_temp_c: float | None) -> Decision:
-    state = replaced(base, applied_percent=100.0, ref_temp_c=ref_temp_c, below_since=None, slewing=False)
+def _full(state: CurveState, base: dict[str, Any], reason: str | None, ref_temp_c: float | None) -> Decision:
+    state = replaced(state, **base, applied_percent=100.0, ref_temp_c=ref_temp_c, below_since=None, slewing=False)
     return Decision(percent=100.0, state=state, target_percent=100.0, failsafe_reason=reason)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from gpuwatch.config.cooling import FanConfig
 from gpuwatch.fan.backend import ENABLE_HINT, FanBackend, NoFanControl
-from gpuwatch.fan.curve import CurveParams, CurveState, curve_params
+from gpuwatch.fan.curve import CurveParams, CurveState, curve_params, top_percent
 from gpuwatch.fan.gpu_od import GpuOdBackend, parse_fan_curve
 from gpuwatch.fan.pwm1 import Pwm1Backend
 from gpuwatch.gpus.amdgpu import AmdCard
@@ -68,9 +68,23 @@ class GpuFan:
     stalls_total: int = 0
     stall_ticks: int = 0
 
+    _params: tuple[FanConfig, CurveParams, float] | None = field(default=None, repr=False, compare=False)
+
     @property
     def params(self) -> CurveParams:
-        return curve_params(self.settings)
+        """The curve's parameters, derived once per ``settings`` (a reload replaces them: derived again)."""
+        return self._derived()[1]
+
+    @property
+    def top_percent(self) -> float:
+        """The curve's highest speed below crit (``curve.top_percent``), derived with ``params``."""
+        return self._derived()[2]
+
+    def _derived(self) -> tuple[FanConfig, CurveParams, float]:
+        if self._params is None or self._params[0] is not self.settings:
+            params = curve_params(self.settings)
+            self._params = (self.settings, params, top_percent(params))
+        return self._params
 
     @property
     def backend_name(self) -> FanBackendName:

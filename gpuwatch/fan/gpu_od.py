@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from gpuwatch.fan.backend import Applied, Writer
+from gpuwatch.fan.backend import NOT_SEEN, Applied, Seen, Writer
 from gpuwatch.model import PWM_MAX_DEFAULT, FanBackendName
 from gpuwatch.sysfs import Sysfs, SysfsError
 
@@ -100,6 +100,7 @@ class GpuOdBackend(Writer):
         self.curve = parse_fan_curve(sysfs.read(self.curve_path) or "")
         self.record = GpuOdRestore(self.curve_path, zero_rpm_path=self.zero_path)
         self.last_percent: int | None = None
+        self._curve_held: tuple[int, str] | None = None  # a speed and a fan_curve text found holding it everywhere
 
     @property
     def minimum_percent(self) -> float:
@@ -136,7 +137,7 @@ class GpuOdBackend(Writer):
         self.write(self.zero_path, "c\n")
         return True
 
-    def apply(self, percent: float) -> Applied:
+    def apply(self, percent: float, seen: Seen = NOT_SEEN) -> Applied:
         lo, hi = self.curve.speed_range_percent or (0, 100)
         t_lo, t_hi = self.curve.temp_range_c or (25, 100)
         speed = int(min(hi, max(lo, round(percent))))
@@ -144,11 +145,11 @@ class GpuOdBackend(Writer):
         if not self.dry_run and self.record.zero_rpm_enable is not None and self._zero_rpm() == 1:
             result.mode_reset = True
             self._zero_rpm_off()
-        if not self.dry_run and self.last_percent is not None:
-            current = parse_fan_curve(self.sysfs.read(self.curve_path) or "")
-            if any(p[1] != self.last_percent for p in current.points):
-                result.mode_reset = True  # the curve was reset under us (GPU reset, resume, another tool)
-                self.last_percent = None
+        if not self.dry_run and self.last_percent is not None and not self._curve_holds(self.last_percent):
+            result.mode_reset = True  # the curve was reset under us (GPU reset, resume, another tool)
+            self.last_percent = None
+        if result.mode_reset or speed != self.last_percent:
+            seen = NOT_SEEN  # written this tick: what this tick's reading read is from before
         if speed != self.last_percent:
             temps = [round(t_lo + (t_hi - t_lo) * i / 4) for i in range(5)]
             try:
@@ -162,13 +163,24 @@ class GpuOdBackend(Writer):
                 except SysfsError:
                     pass
                 self.last_percent = None
-                return self._observe(result)
+                return self._observe(result, seen)
             self.last_percent = speed
-        return self._observe(result)
+        return self._observe(result, seen)
 
-    def _observe(self, result: Applied) -> Applied:
+    def _curve_holds(self, speed: int) -> bool:
+        """The fan_curve reads back ``speed`` at every point. The file reads the same text while nothing
+        changes it, so a text already found to hold it is not parsed again."""
+        text = self.sysfs.read(self.curve_path) or ""
+        if self._curve_held == (speed, text):
+            return True
+        holds = all(p[1] == speed for p in parse_fan_curve(text).points)
+        self._curve_held = (speed, text) if holds else None
+        return holds
+
+    def _observe(self, result: Applied, seen: Seen) -> Applied:
+        """What reads back: after a write this tick, the files again; else what the tick's reading read."""
         if self.hwmon_dir:
-            result.readback_pwm = self.number(f"{self.hwmon_dir}/pwm1")
-            result.rpm = self.number(f"{self.hwmon_dir}/fan1_input")
+            result.readback_pwm = self.number(f"{self.hwmon_dir}/pwm1", seen.pwm)
+            result.rpm = self.number(f"{self.hwmon_dir}/fan1_input", seen.rpm)
         result.verified = result.error is None
         return result

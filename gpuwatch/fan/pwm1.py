@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from gpuwatch.fan.backend import Applied, Writer
+from gpuwatch.fan.backend import NOT_SEEN, Applied, Seen, Writer
 from gpuwatch.model import PWM_MAX_DEFAULT, FanBackendName
 from gpuwatch.sysfs import Sysfs, SysfsError
 
@@ -88,20 +88,22 @@ class Pwm1Backend(Writer):
     def to_pwm(self, percent: float) -> int:
         return round(self.pwm_min + (self.pwm_max - self.pwm_min) * percent / 100.0)
 
-    def apply(self, percent: float) -> Applied:
+    def apply(self, percent: float, seen: Seen = NOT_SEEN) -> Applied:
         result = Applied(applied_pwm=self.to_pwm(percent))
-        if not self.dry_run and self.number(self.enable_path) != MANUAL:
+        wrote = False
+        if not self.dry_run and self.number(self.enable_path, seen.pwm_enable) != MANUAL:
             # Firmware (or another tool) took the fan back: re-assert manual mode and rewrite.
             result.mode_reset = True
             self.write(self.enable_path, str(MANUAL))
             self.last_pwm = None
         if result.applied_pwm != self.last_pwm:
+            wrote = True
             try:
                 self.write(f"{self.hwmon_dir}/pwm1", str(result.applied_pwm))
             except SysfsError as exc:
                 if exc.reason != "EINVAL":
                     result.error = exc.reason
-                    return self._observe(result)
+                    return self._observe(result, NOT_SEEN)
                 # The driver answers EINVAL when manual mode is off (§4.4): same as a mode reset.
                 result.mode_reset = True
                 try:
@@ -109,13 +111,14 @@ class Pwm1Backend(Writer):
                     self.write(f"{self.hwmon_dir}/pwm1", str(result.applied_pwm))
                 except SysfsError as again:
                     result.error = again.reason
-                    return self._observe(result)
+                    return self._observe(result, NOT_SEEN)
             self.last_pwm = result.applied_pwm
-        return self._observe(result)
+        return self._observe(result, NOT_SEEN if wrote else seen)
 
-    def _observe(self, result: Applied) -> Applied:
-        result.readback_pwm = self.number(f"{self.hwmon_dir}/pwm1")
-        result.rpm = self.number(f"{self.hwmon_dir}/fan1_input")
+    def _observe(self, result: Applied, seen: Seen) -> Applied:
+        """What reads back: after a write this tick, the files again; else what the tick's reading read."""
+        result.readback_pwm = self.number(f"{self.hwmon_dir}/pwm1", seen.pwm)
+        result.rpm = self.number(f"{self.hwmon_dir}/fan1_input", seen.rpm)
         if self.dry_run or result.error:
             result.verified = result.error is None
             return result

@@ -30,7 +30,7 @@ from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.config.file import Config
 from gpuwatch.gpus.amdgpu import Locate
-from gpuwatch.limits import thermals_on
+from gpuwatch.limits import ThermalsOn
 from gpuwatch.model import Acted, FanState, GpuReading, PowerMode, PowerState, Snapshot
 from gpuwatch.power.backend import VERIFY_TOLERANCE_W
 from gpuwatch.power.governor import decide, floor_cap_w, governor_params
@@ -51,6 +51,7 @@ class PowerController(HeldControl[GpuCap, Locate]):
                  clock: Callable[[], float] = time.monotonic, check_access: bool = True,
                  deadline_s: float = DEFAULT_SYSFS_DEADLINE_S) -> None:
         super().__init__(kind, log, sysfs, runtime_dir, locate, nvml, clock, check_access, deadline_s)
+        self.thermals_on = ThermalsOn()  # each GPU's limit sets, made once per configuration
 
     def tick(self, snapshot: Snapshot, below: Acted, config: Config) -> tuple[PowerState, ...]:
         """Each GPU's step on its worker within the deadline, all at once (``Actuator.run``); ``config`` is the
@@ -60,7 +61,7 @@ class PowerController(HeldControl[GpuCap, Locate]):
         steps: dict[str, Callable[[], PowerState]] = {}
         for gpu in snapshot.gpus:
             g = self.gpus.get(gpu.gpu_id) or self._new(gpu, config)
-            fan, thermals = by_gpu.get(gpu.gpu_id), thermals_on(config, gpu.gpu_id)
+            fan, thermals = by_gpu.get(gpu.gpu_id), self.thermals_on(config, gpu.gpu_id)
             steps[gpu.gpu_id] = partial(self._tick_one, g, gpu, fan, now, thermals)
         readings = {gpu.gpu_id: gpu for gpu in snapshot.gpus}
         ran = self.stuck.results(self.actuator.run(steps),

@@ -108,6 +108,11 @@ def header_problem(value: Any, tier: Tier) -> str | None:
 
 
 def _finite(value: Any) -> float | None:
+    kind = type(value)
+    if kind is float:  # nearly every value: the exact type first, the general rule below for the rest
+        return value if math.isfinite(value) else None
+    if kind is int:
+        return float(value) if math.isfinite(value) else None
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(
         value) else None
 
@@ -140,7 +145,7 @@ class Bucket:
 
     def add(self, point: Point, interval_s: float) -> list[Point]:
         if interval_s >= self.step_s:
-            return [*self.flush(), merge([point])]  # a bucket left open by a shorter interval first
+            return [*self.flush(), single(point)]  # a bucket left open by a shorter interval first
         index = math.floor(point["t"] / self.step_s)
         closed = self.flush() if index != self._index else []
         self._index = index
@@ -158,11 +163,18 @@ def merge(points: list[Point]) -> Point:
     mean of each other value, per run the mean steps/s (each over the points that had a value)."""
     gpus: dict[str, list[list[float]]] = {}
     runs: dict[str, list[float]] = {}
+    isfinite = math.isfinite
     for point in points:
         for gpu, values in point["g"].items():
-            columns = gpus.setdefault(gpu, [[] for _ in GPU_SERIES])
+            columns = gpus.get(gpu)
+            if columns is None:
+                columns = gpus[gpu] = [[] for _ in GPU_SERIES]
             for column, value in zip(columns, values, strict=False):
-                if (number := _finite(value)) is not None:
+                kind = type(value)
+                if kind is float or kind is int:  # ``_finite`` inlined for its common types (every value, every tick)
+                    if isfinite(value):
+                        column.append(float(value))
+                elif (number := _finite(value)) is not None:
                     column.append(number)
         for run, value in point["r"].items():
             if (number := _finite(value)) is not None:
@@ -173,6 +185,19 @@ def merge(points: list[Point]) -> Point:
                    + [_round(sum(c) / len(c) if c else None) for c in columns[1:]] for gpu, columns in gpus.items()}
     merged_runs = {run: (round(sum(v) / len(v), 2) if v else None) for run, v in runs.items()}
     return {"t": points[-1]["t"], "g": merged_gpus, "r": merged_runs}
+
+
+def single(point: Point) -> Point:
+    """``merge([point])`` (the 1 s tier, each tick at a 1 s interval), without the columns a bucket of several needs."""
+    width = len(GPU_SERIES)
+    gpus = {}
+    for gpu, values in point["g"].items():
+        merged = [_round(_finite(value)) for value in values[:width]]
+        gpus[gpu] = merged + [None] * (width - len(merged))
+    # ``+ 0.0`` as merge's ``sum`` does it: a rate of -0.0 is written 0.0, the same line.
+    runs = {run: (None if (number := _finite(value)) is None else round(number + 0.0, 2))
+            for run, value in point["r"].items()}
+    return {"t": point["t"], "g": gpus, "r": runs}
 
 
 def _round(value: float | None) -> float | None:

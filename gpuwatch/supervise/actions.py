@@ -1,16 +1,21 @@
 """The supervisor's vocabulary: what policy.step is told (Inputs, with the Thermal verdict, which
 ``thermal_verdict`` derives from a tick's snapshot) and what it decides (the Actions). The effects
 layer (supervisor.py) builds the one and carries out the other.
+
+A verdict over several GPUs is made of each GPU's share (``gpu_heat``: its sensors against the limits), so a
+tick's readers (every trainer and attached run, the processes not run under gpuwatch) compute each GPU's share
+once per set of limits (``Heat``) and combine them (``combined_verdict``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from gpuwatch.config.cooling import ThermalConfig
-from gpuwatch.limits import breaches
-from gpuwatch.model import ClockState, FanMode, FanState, PowerState, Snapshot, at_crit
+from gpuwatch.limits import LimitBreach, breaches
+from gpuwatch.model import ClockState, FanMode, FanState, GpuReading, PowerState, Snapshot, at_crit
 from gpuwatch.supervise.ranks import RankView
 
 # A SIGSTOP pause of a job stays this share below its process-group timeout; of a program that never
@@ -112,6 +117,45 @@ class Inputs:
     gpus_wait: str | None = None  # why not
 
 
+@dataclass(frozen=True)
+class GpuHeat:
+    """One GPU's share of a thermal verdict under one set of limits."""
+
+    gpu_id: str
+    hot: tuple[LimitBreach, ...]  # sensors at or above their limit
+    warm: bool  # some sensor within the hysteresis of its limit (not cool)
+    crit: tuple[str, ...]  # sensors at crit, said for the log
+
+
+def gpu_heat(gpu: GpuReading, thermal: ThermalConfig) -> GpuHeat:
+    return GpuHeat(
+        gpu_id=gpu.gpu_id, hot=tuple(breaches(gpu, thermal)),
+        warm=bool(breaches(gpu, thermal, margin_c=thermal.hysteresis_c)),
+        crit=tuple(f"{gpu.gpu_id} {t.label} {t.temp_c:.0f}°C at crit {t.crit_c:.0f}°C"
+                   for t in gpu.temps if at_crit(t.temp_c, t.crit_c)))
+
+
+class Heat:
+    """One snapshot's GPU shares, each computed on first use per set of limits and kept for the snapshot's other
+    readers (a trainer's limits are its own; attached runs and [thermal]'s readers share theirs)."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self._shares: dict[ThermalConfig, dict[str, GpuHeat]] = {}  # by limits (one hash of them per ``of``), GPU
+
+    def of(self, gpus: tuple[str, ...], thermal: ThermalConfig) -> list[GpuHeat]:
+        """The shares of ``gpus`` (every GPU of the snapshot when empty), in the snapshot's order."""
+        shares = self._shares.setdefault(thermal, {})
+        found = []
+        for gpu in self.snapshot.gpus:
+            if not gpus or gpu.gpu_id in gpus:
+                share = shares.get(gpu.gpu_id)
+                if share is None:
+                    share = shares[gpu.gpu_id] = gpu_heat(gpu, thermal)
+                found.append(share)
+        return found
+
+
 def thermal_verdict(
     snapshot: Snapshot, gpus: tuple[str, ...], thermal: ThermalConfig, fans: tuple[FanState, ...],
     powers: tuple[PowerState, ...], backstop_s: float, clocks: tuple[ClockState, ...] = (),
@@ -119,16 +163,15 @@ def thermal_verdict(
     """Hot/cool/critical for the GPUs a trainer uses (all GPUs when ``gpus`` is empty), and whether the
     power governor or the clock rung above it still holds every hot one (then the pause waits up to
     ``backstop_s``, the live ``power.pause_backstop_s``: no default here, its one home is the config)."""
-    readings = [g for g in snapshot.gpus if not gpus or g.gpu_id in gpus]
-    hot = [b for g in readings for b in breaches(g, thermal)]
-    warm = [b for g in readings for b in breaches(g, thermal, margin_c=thermal.hysteresis_c)]
-    crit = [
-        f"{g.gpu_id} {t.label} {t.temp_c:.0f}°C at crit {t.crit_c:.0f}°C"
-        for g in readings
-        for t in g.temps
-        if at_crit(t.temp_c, t.crit_c)
-    ]
-    used = {g.gpu_id for g in readings}
+    return combined_verdict(Heat(snapshot).of(gpus, thermal), fans, powers, backstop_s, clocks)
+
+
+def combined_verdict(heats: Sequence[GpuHeat], fans: tuple[FanState, ...], powers: tuple[PowerState, ...],
+                     backstop_s: float, clocks: tuple[ClockState, ...] = ()) -> Thermal:
+    """``thermal_verdict`` of the GPUs whose shares are ``heats``."""
+    hot = [b for h in heats for b in h.hot]
+    crit = [c for h in heats for c in h.crit]
+    used = {h.gpu_id for h in heats}
     crit += [f"{f.gpu_id} fan failsafe" for f in fans if f.mode == FanMode.FAILSAFE and f.gpu_id in used]
     holding = {p.gpu_id for p in powers if not p.pause_allowed}
     clocked = {c.gpu_id for c in clocks if not c.pause_allowed}  # the cap at its floor, the clock above its own
@@ -142,7 +185,7 @@ def thermal_verdict(
             hot_gpus = {b.gpu_id for b in hot}
             reason += (" (power cap governed above its floor)" if hot_gpus <= holding
                        else " (clock ceiling governed above its floor)")
-    return Thermal(hot=bool(hot), cool=not warm, critical=bool(crit), reason=reason,
+    return Thermal(hot=bool(hot), cool=not any(h.warm for h in heats), critical=bool(crit), reason=reason,
                    governed_backstop_s=backstop_s if governed else None)
 
 

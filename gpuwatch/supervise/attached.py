@@ -91,7 +91,8 @@ def reattached(run: RunState, now: float, paused: bool, reason: str | None) -> R
 
 def step(run: RunState, config: AttachedConfig, inputs: RunInputs) -> tuple[RunState, list[Event]]:
     """Advance one attached run by one tick."""
-    run = replace(run, events=())
+    if run.events:  # (a replace that changes nothing costs as much as one that does: every run, every tick)
+        run = replace(run, events=())
     if run.phase in ENDED:
         return run, []
     run = _progress(run, inputs)
@@ -118,7 +119,8 @@ def step(run: RunState, config: AttachedConfig, inputs: RunInputs) -> tuple[RunS
 
 def _progress(run: RunState, inputs: RunInputs) -> RunState:
     """A new step count is progress: the hang timer restarts and a reported hang is over."""
-    run = replace(run, heartbeat_seen=run.heartbeat_seen or inputs.heartbeat_seen)
+    if inputs.heartbeat_seen and not run.heartbeat_seen:
+        run = replace(run, heartbeat_seen=True)
     if inputs.steps_total is not None and inputs.steps_total != run.seen_steps:
         return replace(run, seen_steps=inputs.steps_total, last_progress=inputs.now, hung=False)
     return run
@@ -131,7 +133,8 @@ def _own_pause(run: RunState, config: AttachedConfig,
     if inputs.command == "pause":
         return run, _pause(run, inputs.now, "manual pause", manual=True)
     hot_since, why = hot_pause(run.hot_since, inputs.thermal, inputs.now, config.debounce_s)
-    run = replace(run, hot_since=hot_since)
+    if hot_since != run.hot_since:
+        run = replace(run, hot_since=hot_since)
     return run, (_pause(run, inputs.now, why, manual=False) if why is not None else None)
 
 

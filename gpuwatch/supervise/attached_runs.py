@@ -19,7 +19,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import psutil
@@ -44,7 +44,7 @@ from gpuwatch.supervise.attached import (
     unique_name,
 )
 from gpuwatch.supervise.gpu_use import judged_gpus
-from gpuwatch.supervise.orphans import descendant_pids
+from gpuwatch.supervise.orphans import descendant_pids, started_at
 from gpuwatch.supervise.progress import RunningRate, running_rate
 from gpuwatch.supervise.ranks import RankView, aggregate, reported
 from gpuwatch.supervise.run_name import default_name
@@ -73,7 +73,7 @@ class AttachedRun:
     job_id: str | None
     link: Link | None
     state: RunState
-    created: float | None = None  # psutil's create_time: a reused pid is another process
+    created: int | None = None  # its start time (orphans.started_at): a reused pid is another process
     wrapper_pid: int | None = None  # the peer that attached it (its `gpuwatch train`): a pid that names the run
     started_unix: float = field(default_factory=time.time)
     beats: list[Heartbeat] = field(default_factory=list)
@@ -98,13 +98,6 @@ class AttachedRun:
         return max((b for b in self.beats if b.rank is None), key=lambda b: b.updated_unix, default=None)
 
 
-def _created(pid: int) -> float | None:
-    try:
-        return psutil.Process(pid).create_time()
-    except (psutil.Error, OSError):
-        return None
-
-
 class AttachedRuns:
     """Every attached run, by run id; thread-safe (control threads attach and report, the loop ticks)."""
 
@@ -127,7 +120,7 @@ class AttachedRuns:
             if sum(1 for r in live if r.uid == peer.uid) >= config.max_runs_per_user:
                 return Attached(ok=False, message=f"too many attached runs of {user} ({config.max_runs_per_user})")
             if known is not None:
-                known.link, known.pid, known.created = link, request.pid, _created(request.pid)
+                known.link, known.pid, known.created = link, request.pid, started_at(request.pid)
                 known.wrapper_pid = peer.pid
                 known.log_path = request.log_path or known.log_path
                 known.state = reattached(known.state, now, request.paused, request.reason)
@@ -142,7 +135,7 @@ class AttachedRuns:
             gpus, note = declared_gpus(request.gpus or [], gpus_here)
             run = AttachedRun(run_id=run_id, name=name, uid=peer.uid, user=user,
                               pid=request.pid, argv=list(request.argv), gpus=gpus,
-                              job_id=request.job_id, link=link, created=_created(request.pid), wrapper_pid=peer.pid,
+                              job_id=request.job_id, link=link, created=started_at(request.pid), wrapper_pid=peer.pid,
                               log_path=request.log_path,
                               state=start(now, request.paused, request.reason))
             self.runs[run.run_id] = run
@@ -172,7 +165,7 @@ class AttachedRuns:
                 else:
                     run.exit_code, run.exit_signal = message.code, message.signalled
             elif isinstance(message, Restarted):
-                run.pid, run.created, run.started_unix, run.exit_code = message.pid, _created(message.pid), \
+                run.pid, run.created, run.started_unix, run.exit_code = message.pid, started_at(message.pid), \
                     time.time(), None
 
     def detach(self, run_id: str, link: Link) -> None:
@@ -235,20 +228,21 @@ class AttachedRuns:
     def _tree(self, run: AttachedRun, now: float | None) -> None:
         """Its process tree and whether its pid still lives (outside the lock: it reads /proc).
 
-        The leader is checked every tick (one stat read); its descendants are walked again only every
-        TREE_EVERY_S, the cadence at which the process monitor re-lists the trees' fds, or at once when
+        The leader is checked every tick (one read of its stat, orphans.started_at); its descendants are walked
+        again only every TREE_EVERY_S, the cadence at which the process monitor re-lists the trees' fds, or at once when
         ``now`` is None. A walk reads the tree's own lists of children (orphans.descendant_pids); psutil's
         ``children()``, which reads every process's stat, only on a kernel without them: a scan of the whole of
         /proc per run per tick made two attached runs cost 10x the 8-GPU daemon's own tick
         (benchmarks/daemon_cost.py --attached 2)."""
+        started = started_at(run.pid)
+        if started is None or (run.created is not None and started != run.created):
+            run.tree = []  # gone, or its pid is another process's now
+            return
+        if (now is not None and run.tree[:1] == [run.pid] and run.tree_walked is not None
+                and 0 <= now - run.tree_walked < TREE_EVERY_S):
+            return
         try:
-            proc = psutil.Process(run.pid)
-            if run.created is not None and proc.create_time() != run.created:
-                raise psutil.NoSuchProcess(run.pid)
-            if (now is not None and run.tree[:1] == [run.pid] and run.tree_walked is not None
-                    and 0 <= now - run.tree_walked < TREE_EVERY_S):
-                return
-            run.tree = [run.pid, *descendant_pids(proc)]
+            run.tree = [run.pid, *descendant_pids(psutil.Process(run.pid))]
             run.tree_walked = now
         except (psutil.Error, OSError):
             run.tree = []
@@ -301,11 +295,10 @@ class AttachedRuns:
     def _published(run: AttachedRun, now_mono: float, now_unix: float, snapshot: Snapshot | None) -> TrainerState:
         state = run.state
         live = state.phase not in ENDED
-        published = run_state(run.name, state.phase, live=live, ranks=run.ranks, beat=run.single_beat(),
-                              rate=run.rate, run_energy=run.energy, used_gpus=run.used_gpus,
-                              paused_since=state.paused_since, snapshot=snapshot, now_mono=now_mono, now_unix=now_unix)
-        return replace(
-            published, gpus=run.gpus, pid=run.pid if live else None,
+        return run_state(
+            run.name, state.phase, live=live, ranks=run.ranks, beat=run.single_beat(), rate=run.rate,
+            run_energy=run.energy, used_gpus=run.used_gpus, paused_since=state.paused_since, snapshot=snapshot,
+            now_mono=now_mono, now_unix=now_unix, gpus=run.gpus, pid=run.pid if live else None,
             started_unix=run.started_unix if live else None, restarts_total=run.restarts,
             restarts_by_reason=(("wrapper", run.restarts),) if run.restarts else (),
             pauses_total=state.pauses_total, resumes_total=state.resumes_total, last_exit_code=state.last_exit_code,

@@ -54,7 +54,11 @@ def trainer_use(processes: Iterable[GpuProcess], trainer: str) -> tuple[TrainerG
         if row.trainer == trainer:
             rows.setdefault(row.gpu_id, []).append(row)
     return tuple(
-        TrainerGpuUse(
+        TrainerGpuUse(  # one process on the GPU (the common case): its values as they are, the sums of one
+            gpu_id=gpu_id, processes=1, vram_bytes=group[0].vram_bytes, gtt_bytes=group[0].gtt_bytes,
+            engine_busy_ratio=group[0].engine_busy_ratio, kfd_vram_bytes=group[0].kfd_vram_bytes,
+            kfd_cu_occupancy_ratio=group[0].kfd_cu_occupancy_ratio,
+        ) if len(group) == 1 else TrainerGpuUse(
             gpu_id=gpu_id, processes=len(group), vram_bytes=_sum(r.vram_bytes for r in group),
             gtt_bytes=_sum(r.gtt_bytes for r in group), engine_busy_ratio=_sum(r.engine_busy_ratio for r in group),
             kfd_vram_bytes=_sum(r.kfd_vram_bytes for r in group),

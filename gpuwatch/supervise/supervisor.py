@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import get_args
 
 from gpuwatch.attach import Attach, Attached, Message
+from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.config.file import Config
 from gpuwatch.config.sections import AttachedConfig
 from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.model import Acted, Snapshot, TrainerPhase, TrainerState
 from gpuwatch.supervise import energy, orphans
 from gpuwatch.supervise.access import Peer, Target, refusal
-from gpuwatch.supervise.actions import Command, Thermal, thermal_verdict
+from gpuwatch.supervise.actions import Command, Heat, Thermal, combined_verdict
 from gpuwatch.supervise.attached_runs import AttachedRuns, Link
 from gpuwatch.supervise.leftovers import LeftoverStop, find
 from gpuwatch.supervise.machine import LIVE, Supervised
@@ -61,6 +62,7 @@ class Supervisor:
         # The last readings seen: a tick without a snapshot judges, reports and gathers hang evidence on them.
         self.last_snapshot: Snapshot | None = None
         self.last_acted = Acted()  # the rungs below, as the last snapshot's tick left them
+        self.heat: Heat | None = None  # the last snapshot's GPU shares of a verdict, for every run's verdict
         # Runs `gpuwatch train` attached from users' shells (attached_runs.py), ticked with the trainers.
         self.attached = AttachedRuns()
         self.attached_config = AttachedConfig()  # the live [attached] of the last tick (attach() reads it)
@@ -85,7 +87,7 @@ class Supervisor:
         """Step every trainer against this tick's readings and the live ``config`` (its [[trainer]]s too)."""
         now = time.monotonic()
         if snapshot is not None:
-            self.last_snapshot, self.last_acted = snapshot, below
+            self.last_snapshot, self.last_acted, self.heat = snapshot, below, Heat(snapshot)
         if not self.looked_for_leftovers:
             self._find_leftovers()
         if self.configured is None:
@@ -147,19 +149,19 @@ class Supervisor:
 
     def _thermal_verdict(self, trainer: Trainer, config: Config) -> Thermal:
         """Hot, cool or critical for ``trainer``'s GPUs under the limits in force now (cool before any snapshot)."""
-        if self.last_snapshot is None:
-            return Thermal()
-        below = self.last_acted
-        return thermal_verdict(self.last_snapshot, trainer.gpus(), trainer.config.thermal(config.thermal),
-                               below.fans, below.powers, config.power.pause_backstop_s, below.clocks)
+        return self._verdict(trainer.gpus(), trainer.thermal(config.thermal), config)
 
     def _verdict_on(self, gpus: tuple[str, ...], config: Config) -> Thermal:
         """An attached run's verdict: the [thermal] limits on ``gpus`` (all when empty), as a trainer's."""
-        if self.last_snapshot is None:
+        return self._verdict(gpus, config.thermal, config)
+
+    def _verdict(self, gpus: tuple[str, ...], thermal: ThermalConfig, config: Config) -> Thermal:
+        """actions.thermal_verdict on the last snapshot, of its GPU shares computed once (``Heat``)."""
+        if self.heat is None:
             return Thermal()
         below = self.last_acted
-        return thermal_verdict(self.last_snapshot, gpus, config.thermal, below.fans, below.powers,
-                               config.power.pause_backstop_s, below.clocks)
+        return combined_verdict(self.heat.of(gpus, thermal), below.fans, below.powers,
+                                config.power.pause_backstop_s, below.clocks)
 
     def _shutdown_tick(self, now: float) -> None:
         """One tick of the daemon's shutdown: every trainer is being stopped, so no thermal verdict matters

@@ -15,9 +15,9 @@ import random
 import shutil
 import socket
 import time
-from dataclasses import replace
 from pathlib import Path
 
+from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.heartbeat import (
     HEARTBEAT_ENV,
@@ -73,6 +73,7 @@ class Trainer:
     """One configured trainer: its machine state, its current process and its files."""
 
     def __init__(self, config: TrainerConfig, state_dir: Path, runs_prefix: str, cgroup: Path | None) -> None:
+        self._thermal: tuple[ThermalConfig, TrainerConfig, ThermalConfig] | None = None  # (base, config, limits)
         """``runs_prefix`` marks this daemon's runs (``GPUWATCH_RUN_ID``), ``cgroup`` is the unit's. Its thermal
         limits are not kept here: the supervisor derives them from the live [thermal] every tick."""
         self.config = config
@@ -102,6 +103,14 @@ class Trainer:
         restarted (reconcile.py decides when)."""
         self.config = config
         self.log_path = log_path(config, self.dir.parent)
+
+    def thermal(self, base: ThermalConfig) -> ThermalConfig:
+        """Its limits: ``base`` (the live [thermal]) with its own overrides, made again only when either changed
+        (they were copied every tick, per trainer)."""
+        made = self._thermal
+        if made is None or made[0] is not base or made[1] is not self.config:
+            made = self._thermal = (base, self.config, self.config.thermal(base))
+        return made[2]
 
     def gpus(self) -> tuple[str, ...]:
         """What its limits and resets are judged on: configured, else seen in use, else all (empty)."""
@@ -279,11 +288,11 @@ class Trainer:
         machine = self.machine
         live = machine.phase in LIVE and self.proc is not None
         beat = read_heartbeat(self.heartbeat_file) if machine.phase in LIVE else None
-        state = run_state(self.config.name, machine.phase, live=live, ranks=self.ranks if live else None, beat=beat,
-                          rate=self.rate, run_energy=self.energy, used_gpus=self.used_gpus,
-                          paused_since=machine.paused_since, snapshot=snapshot, now_mono=now_mono, now_unix=now_unix)
-        return replace(
-            state, gpus=tuple(self.config.gpus), pid=self.proc.pid if live and self.proc else None,
+        return run_state(
+            self.config.name, machine.phase, live=live, ranks=self.ranks if live else None, beat=beat, rate=self.rate,
+            run_energy=self.energy, used_gpus=self.used_gpus, paused_since=machine.paused_since, snapshot=snapshot,
+            now_mono=now_mono, now_unix=now_unix, gpus=tuple(self.config.gpus),
+            pid=self.proc.pid if live and self.proc else None,
             started_unix=self.started_unix if live else None,
             restarts_total=machine.restarts_total, restarts_by_reason=machine.restarts_by_reason,
             pauses_total=machine.pauses_total, resumes_total=machine.resumes_total,

@@ -9,6 +9,7 @@ GPU use, and the monotonic instants the supervisor keeps as Unix seconds (the pu
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Any
 
 from gpuwatch.heartbeat import Heartbeat
 from gpuwatch.model import Snapshot, TrainerPhase, TrainerState
@@ -20,8 +21,9 @@ from gpuwatch.supervise.ranks import RankView, reported
 
 def run_state(name: str, phase: TrainerPhase, *, live: bool, ranks: RankView | None, beat: Heartbeat | None,
               rate: RunningRate, run_energy: RunEnergy, used_gpus: Collection[str], paused_since: float | None,
-              snapshot: Snapshot | None, now_mono: float, now_unix: float) -> TrainerState:
-    """The fields every run publishes; the caller adds its own (``dataclasses.replace``).
+              snapshot: Snapshot | None, now_mono: float, now_unix: float, **own: Any) -> TrainerState:
+    """The fields every run publishes, and ``own``: the caller's (a configured trainer's, an attached run's), in
+    the one construction (a ``dataclasses.replace`` after it cost as much again, every run, every tick).
 
     ``live``: a process of the run may still be there (only then is a rate published); ``beat``: its one
     heartbeat (what a run that is no distributed job reports); ``paused_since`` is monotonic."""
@@ -36,7 +38,7 @@ def run_state(name: str, phase: TrainerPhase, *, live: bool, ranks: RankView | N
         steps_per_kj=run_energy.steps_per_kj(progress.steps_total), gpus_used=tuple(sorted(used_gpus)),
         gpu_use=trainer_use(snapshot.processes, name) if snapshot is not None else (),
         ranks=ranks.ranks if ranks else None, ranks_held=ranks.ranks_held if ranks else None,
-        world_size=ranks.world_size if ranks else None, paused_by=ranks.paused_by if ranks else None,
+        world_size=ranks.world_size if ranks else None, paused_by=ranks.paused_by if ranks else None, **own,
     )
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.config.sections import UnmanagedConfig
 from gpuwatch.model import Acted, GpuProcess, Snapshot, UnmanagedState, at_crit
-from gpuwatch.supervise.actions import pause_limit_s, thermal_verdict
+from gpuwatch.supervise.actions import gpu_heat, pause_limit_s
 
 NEVER_STATES = frozenset({"T", "t", "Z", "X"})  # stopped or traced by someone else, dead
 
@@ -97,14 +97,15 @@ def verdicts(snapshot: Snapshot, below: Acted, thermal: ThermalConfig) -> tuple[
     holding |= {c.gpu_id for c in below.clocks if not c.pause_allowed}
     found = []
     for gpu in snapshot.gpus:
-        # No fans passed: the fan failsafe (a sensor that cannot be read) is not "past crit" here.
-        verdict = thermal_verdict(snapshot, (gpu.gpu_id,), thermal, (), (), 0.0)
+        # The GPU's own share of the trainers' verdict (no fans: the fan failsafe, a sensor that cannot be
+        # read, is not "past crit" here).
+        heat = gpu_heat(gpu, thermal)
         crit = [t for t in gpu.temps if at_crit(t.temp_c, t.crit_c)]
         read = gpu.up and any(t.temp_c is not None for t in gpu.temps)
         found.append(GpuVerdict(
             gpu_id=gpu.gpu_id, critical=bool(crit) and gpu.up,
             exhausted=(gpu.gpu_id in cannot_rise or gpu.gpu_id not in driven) and gpu.gpu_id not in holding,
-            cool=read and verdict.cool,
+            cool=read and not heat.warm,
             reason=", ".join(f"{t.label} {t.temp_c:.0f}°C at crit {t.crit_c:.0f}°C" for t in crit
                              if t.temp_c is not None and t.crit_c is not None) or None))
     return tuple(found)

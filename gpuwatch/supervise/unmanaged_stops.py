@@ -163,7 +163,9 @@ class UnmanagedProcesses:
         if not self._started:
             self.start()
         settings = config.unmanaged
-        gpus = policy.verdicts(snapshot, below, config.thermal)
+        # Under "report" the policy stops nothing (and continues what a "stop" left stopped): it reads no GPU's
+        # verdict, so none is made (tests/supervise/test_unmanaged.py: the same decision without them).
+        gpus = policy.verdicts(snapshot, below, config.thermal) if settings.on_hot == "stop" else ()
         wanted = policy.candidates(snapshot.processes, gpus, settings) | {s.pid for s in self.book.stopped}
         identities = {pid: ident for pid in sorted(wanted) if (ident := identity(self.procfs, pid)) is not None}
         decision = policy.decide(self.book, settings, gpus, snapshot.processes, identities, os.getpid(),

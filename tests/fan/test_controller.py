@@ -83,6 +83,62 @@ def test_pwm1_firmware_mode_reset_is_reasserted_and_counted(tmp_path: Path) -> N
     assert state.mode_resets_total == 1
 
 
+def _reads(rig: Rig) -> list[str]:
+    """The names of the files the controller reads from now on, in order."""
+    read, names = rig.sysfs.read, []
+
+    def recording(relative: str) -> str | None:
+        names.append(relative.rsplit("/", 1)[-1])
+        return read(relative)
+
+    rig.sysfs.read = recording  # type: ignore[method-assign]
+    return names
+
+
+def test_pwm1_reads_back_what_the_ticks_reading_read_unless_it_wrote(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, capture(PWM1))
+    rig.tree.write(rig.hwmon("fan1_input"), "1500\n")
+    rig.set_temp(50)
+    rig.tick(0)  # takes the fan: pwm1_enable and pwm1 written, read back from the files
+    reads = _reads(rig)
+    state = rig.tick(1)  # nothing written: pwm1_enable, pwm1 and the tach as the tick's reading read them
+    assert reads == [] and (state.readback_pwm, state.rpm, state.mode_resets_total) == (128, 1500, 0)
+    rig.set_temp(70)
+    state = rig.tick(2)  # written: read back from the files
+    assert reads == ["pwm1", "fan1_input"] and state.readback_pwm == 166
+    reads.clear()
+    # The firmware takes the fan back after the tick's reading: that tick cannot see it, the next one does.
+    rig.now = 3
+    snapshot = rig.sampler.sample()
+    rig.tree.write(rig.hwmon("pwm1_enable"), "2\n")
+    (state,) = rig.fans.tick(snapshot, rig.live_config())
+    assert reads == [] and state.mode_resets_total == 0
+    rig.sysfs.take_log()
+    state = rig.tick(4)
+    assert rig.sysfs.take_log() == [("pwm1_enable", "1"), ("pwm1", "166")] and state.mode_resets_total == 1
+    assert rig.read(rig.hwmon("pwm1_enable")) == "1"
+
+
+def test_gpu_od_reads_its_curve_every_tick_and_pwm1_and_the_tach_only_after_a_write(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, capture("navi31-rx7900xtx-sapphire-nitro"), spindown_delay_s=0)
+    rig.set_temp(50)
+    rig.tick(0)
+    reads = _reads(rig)
+    rig.tick(1)
+    assert reads == ["fan_curve"]  # the curve a reset or another tool puts back is seen within a tick
+    reads.clear()
+    rig.set_temp(90)
+    rig.tick(2)
+    assert reads == ["fan_curve", "pwm1", "fan1_input"]
+    reads.clear()
+    rig.tick(3)
+    assert reads == ["fan_curve"]
+    rig.sysfs.write(rig.od("fan_curve"), "r\n")  # a GPU reset: the curve is the firmware's again
+    rig.sysfs.take_log()
+    state = rig.tick(4)
+    assert rig.sysfs.take_log() == _flat(92) and state.mode_resets_total == 1
+
+
 def test_pwm1_einval_is_a_mode_reset(tmp_path: Path) -> None:
     rig = Rig(tmp_path, capture(PWM1))
     rig.sysfs.einval_pwm1 = True
@@ -90,18 +146,11 @@ def test_pwm1_einval_is_a_mode_reset(tmp_path: Path) -> None:
     rig.tick(0)
     rig.sysfs.take_log()
     rig.set_temp(70)
-    # Reset between our check of pwm1_enable and the pwm1 write: the driver answers EINVAL.
-    original_read = rig.sysfs.read
-
-    def racing_read(relative: str) -> str | None:
-        value = original_read(relative)
-        if relative.endswith("pwm1_enable") and value == "1":
-            rig.tree.write(relative, "2\n")
-        return value
-
-    rig.sysfs.read = racing_read  # type: ignore[method-assign]
-    state = rig.tick(1)
-    rig.sysfs.read = original_read  # type: ignore[method-assign]
+    rig.now = 1
+    snapshot = rig.sampler.sample()  # the tick's reading: pwm1_enable 1, what the fan's step goes by
+    # Reset between that check of pwm1_enable and the pwm1 write: the driver answers EINVAL.
+    rig.tree.write(rig.hwmon("pwm1_enable"), "2\n")
+    (state,) = rig.fans.tick(snapshot, rig.live_config())
     assert rig.sysfs.take_log() == [("pwm1", "166"), ("pwm1_enable", "1"), ("pwm1", "166")]
     assert state.mode_resets_total == 1 and state.write_errors_total == 0
     assert rig.read(rig.hwmon("pwm1")) == "166"

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from gpuwatch.config.cooling import ThermalConfig
-from gpuwatch.limits import headroom_c
+from gpuwatch.config.file import parse_config
+from gpuwatch.limits import ThermalsOn, headroom_c, thermals_on
 from gpuwatch.model import FanMode, FanState, GpuReading, TempReading
 from gpuwatch.power.rules import cap_range_problem, fan_can_rise, throughput_kept_ratio
 
@@ -74,3 +75,17 @@ def test_cap_range_problem(original: float, floor: float, cap_max: float, proble
 def test_throughput_kept(cap: float | None, original: float, power: float, expected: float | None) -> None:
     kept = throughput_kept_ratio(cap, original, power, 150.0)
     assert kept == (None if expected is None else pytest.approx(expected, abs=1e-4))
+
+
+def test_limit_sets_are_made_once_per_configuration_and_again_for_a_new_one() -> None:
+    """The caps' and the clock's ``ThermalsOn``: each GPU's limit sets as ``thermals_on`` makes them, made once
+    per Config (a reload's new one makes them again)."""
+    slot = "0000:03:00.0"
+    trainer = {"name": "t", "command": ["python3", "train.py"], "gpus": [slot], "edge_limit_c": 80}
+    config = parse_config({"trainer": [trainer]})
+    on = ThermalsOn()
+    first = on(config, slot)
+    assert first == thermals_on(config, slot) and [t.edge_limit_c for t in first] == [90, 80]
+    assert on(config, slot) is first and on(config, "0000:04:00.0") == [config.thermal]
+    reloaded = parse_config({"trainer": [trainer], "thermal": {"edge_limit_c": 50}})
+    assert on(reloaded, slot) == thermals_on(reloaded, slot) and on(reloaded, slot)[0].edge_limit_c == 50

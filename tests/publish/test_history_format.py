@@ -29,6 +29,7 @@ from gpuwatch.publish.history_format import (
     plan_prune,
     segment_name,
     segments_for,
+    single,
 )
 
 T0 = 1_800_000_000.0
@@ -74,6 +75,25 @@ def test_a_tick_as_long_as_the_step_is_written_at_once_after_any_open_bucket() -
     assert bucket.add(pt(T0 + 0.25), 0.25) == []
     assert [p["t"] for p in bucket.add(pt(T0 + 2.0), 2.0)] == [T0 + 0.25, T0 + 2.0]
     assert merge([pt(T0, temp=float("nan"))])["g"]["a"][0] is None  # never a NaN on disk
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("values, run", [
+    ([70.04, 50, 212.0, 97, 300.0, 2400], 3.217),
+    ([70.05, 50.0, None, 100, 150.0, 2000.0], None),  # a value not known, a run with no rate yet
+    ([NAN, -INF, INF, True, "72", 1.0], NAN),  # never a NaN or a bool or a string on disk
+    ([80.0, 55.5], 1),  # an older (shorter) point: the missing values null
+    ([80.0, 55.5, 1, 2, 3, 4, 5, 6], 2.0),  # a longer one: the values this version knows
+    ([10**20, -0.0, 0, 99.95, 99.94999, 1e-9], -0.0),
+])
+def test_a_bucket_of_one_point_is_its_merge(values: list[Any], run: Any) -> None:
+    """The 1 s tier at a 1 s interval writes each tick's point alone (``single``): what ``merge`` makes of it."""
+    point = {"t": T0, "g": {"a": values, "b": []}, "r": {"demo": run}}
+    assert single(point) == merge([point])
+    assert encode_line(single(point)) == encode_line(merge([point]))
+    assert Bucket(1.0).add(point, 1.0) == [merge([point])]
 
 
 def test_a_point_is_bounded_for_the_line_bound() -> None:

@@ -13,6 +13,7 @@ from gpuwatch.procs.index import TREE_EVERY_S
 from gpuwatch.supervise.access import Peer
 from gpuwatch.supervise.actions import Thermal
 from gpuwatch.supervise.attached_runs import AttachedRuns
+from gpuwatch.supervise.orphans import started_at
 
 CONFIG = AttachedConfig(debounce_s=0, min_pause_s=0, keep_ended_s=10, max_runs=4, max_runs_per_user=3)
 ALICE = Peer(os.getpid(), 1001, 1001)
@@ -157,3 +158,20 @@ def test_the_tree_is_walked_every_tree_every_s_and_a_pid_named_meanwhile_is_look
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_run_whose_pid_started_at_another_time_is_another_process_gone() -> None:
+    """The pid is checked every tick by its start time in /proc (orphans.started_at): a pid reused by another
+    process is not the run, which is gone; a pid not there at all is gone too."""
+    runs = AttachedRuns()
+    _attach(runs, ALICE, "a")
+    (run,) = runs.runs.values()
+    assert run.created == started_at(os.getpid()) and run.created is not None
+    runs.tick(None, lambda gpus: Thermal(), CONFIG, 1.0)
+    assert run.tree[:1] == [os.getpid()]
+    run.created += 1  # as if the pid had been another process's when it attached
+    runs.tick(None, lambda gpus: Thermal(), CONFIG, 2.0)
+    assert run.tree == []
+    child = subprocess.Popen(["true"])
+    child.wait()  # reaped: its pid is nobody's
+    assert started_at(child.pid) is None

@@ -132,11 +132,12 @@ def test_trainer_use_sums_its_rows_per_gpu() -> None:
         GpuProcess(pid=1, gpu_id=A, command="x", trainer="t", vram_bytes=100, gtt_bytes=10, engine_busy_ratio=0.5,
                    kfd_vram_bytes=1000, kfd_cu_occupancy_ratio=0.25),
         GpuProcess(pid=2, gpu_id=A, command="x", trainer="t", engine_busy_ratio=0.25),  # a shared client
-        GpuProcess(pid=1, gpu_id=B, command="x", trainer="t", vram_bytes=7),
+        GpuProcess(pid=1, gpu_id=B, command="x", trainer="t", vram_bytes=7, kfd_cu_occupancy_ratio=0.0),
         GpuProcess(pid=3, gpu_id=A, command="y", vram_bytes=5),  # not its tree
     )
     a, b = trainer_use(rows, "t")
     assert (a.gpu_id, a.processes, a.vram_bytes, a.gtt_bytes, a.engine_busy_ratio, a.kfd_vram_bytes) == (
         A, 2, 100, 10, 0.75, 1000)
-    assert (b.gpu_id, b.processes, b.vram_bytes, b.gtt_bytes, b.engine_busy_ratio) == (B, 1, 7, None, None)
+    assert (b.gpu_id, b.processes, b.vram_bytes, b.gtt_bytes, b.engine_busy_ratio, b.kfd_vram_bytes,
+            b.kfd_cu_occupancy_ratio) == (B, 1, 7, None, None, None, 0.0)  # one row: its values, a 0 kept
     assert trainer_use(rows, "other") == ()

@@ -14,6 +14,7 @@ from gpuwatch.supervise.actions import (
     CancelPause,
     CollectEvidence,
     Freeze,
+    Heat,
     Inputs,
     Kill,
     RequestPause,
@@ -21,6 +22,7 @@ from gpuwatch.supervise.actions import (
     Terminate,
     Thaw,
     Thermal,
+    combined_verdict,
     pause_limit_s,
     thermal_verdict,
 )
@@ -265,6 +267,22 @@ def test_thermal_verdict_uses_card_crit(temp_c: float, hot: bool, cool: bool, cr
     assert (v.hot, v.cool, v.critical) == (hot, cool, critical)
     other = thermal_verdict(snap, ("0000:04:00.0",), ThermalConfig(), (), (), BACKSTOP_S)
     assert not other.hot
+
+
+@pytest.mark.parametrize("gpus", [(), ("a",), ("b", "c"), ("c",), ("x",)])
+def test_a_verdict_from_shares_computed_once_is_the_verdict(gpus: tuple[str, ...]) -> None:
+    """The supervisor's readers share one ``Heat`` per tick: the verdict it gives is thermal_verdict's, and a
+    GPU's share under one set of limits is computed once whoever asks for it."""
+    snap = Snapshot(0, 0, (_gpu("a", 50), _gpu("b", 97), _gpu("c", 110)))
+    fans = (FanState(gpu_id="a", backend="pwm1", mode=FanMode.FAILSAFE),)
+    powers = (_power("b", False),)
+    heat = Heat(snap)
+    for thermal in (ThermalConfig(), ThermalConfig(junction_limit_c=90, hysteresis_c=10)):
+        first = heat.of(gpus, thermal)
+        assert combined_verdict(first, fans, powers, BACKSTOP_S) == thermal_verdict(
+            snap, gpus, thermal, fans, powers, BACKSTOP_S)
+        assert all(x is y for x, y in zip(first, heat.of(gpus, thermal), strict=True))
+        assert all(x is y for x, y in zip(heat.of((), thermal), heat.of((), thermal.model_copy()), strict=True))
 
 
 def test_fan_failsafe_is_critical_only_for_own_gpus() -> None:

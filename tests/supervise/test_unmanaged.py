@@ -158,6 +158,22 @@ def test_report_after_a_reload_resumes_every_stop() -> None:
     assert sorted(s.pid for s, _ in d.resume) == [10, 11] and d.stop == () and d.book.stopped == ()
 
 
+@pytest.mark.parametrize("book, identities", [
+    (Book(), {10: ident(10)}),
+    (Book(stopped=(stopped(10), stopped(11, gpus=(A, B)))), {10: ident(10), 11: ident(11)}),
+    (Book(stopped=(stopped(10),), resting=(Resting(12, 5000, 3.0), Resting(13, 5000, 9.0)),
+          stops_total=((A, 4),)), {}),
+])
+@pytest.mark.parametrize("verdicts", [(CRIT,), (COOL, replace(HOT, gpu_id=B)), (replace(CRIT, exhausted=False),)])
+def test_report_decides_the_same_without_any_verdict(book: Book, identities: dict[int, Identity],
+                                                     verdicts: tuple[GpuVerdict, ...]) -> None:
+    """Under "report" the daemon makes no verdict (unmanaged_stops.tick): the policy must not need one."""
+    rows = [row(10), row(11, gpu=B), row(12)]
+    assert decide(book, REPORT, verdicts, rows, identities, OWN, now=5, now_unix=0) == decide(
+        book, REPORT, (), rows, identities, OWN, now=5, now_unix=0)
+    assert candidates(rows, verdicts, REPORT) == candidates(rows, (), REPORT) == set()
+
+
 @pytest.mark.parametrize("identities", [{}, {10: ident(10, start=7777)}], ids=["gone", "pid reused"])
 def test_gone_or_reused_is_forgotten_never_signalled(identities: dict[int, Identity]) -> None:
     d = decide(Book(stopped=(stopped(10),)), STOP, (COOL,), [], identities, OWN, now=5, now_unix=0)
