@@ -58,6 +58,9 @@ class AmdgpuSource:
     def discovered(self) -> DiscoveryResult[AmdCard]:
         now = self._clock()
         if self._found is None or self._stale or now - self._found_at >= self.rediscover_s:
+            # Each worker lets its held descriptors go at its next read (a path may lead elsewhere now), so a
+            # file read once per discovery (the fixed attributes) never takes a place (sysfs.py).
+            self.sysfs.forget()
             found = self._bounded({"discovery": lambda: discover(self.sysfs)})["discovery"]
             if isinstance(found, Late):
                 return self._found or DiscoveryResult(cards=())  # the last cards known; retried next tick
