@@ -245,7 +245,10 @@ class _Held:
                 self.seen.clear()
             self.seen.add(relative)
             return False
-        if len(self.fds) >= HELD_PER_THREAD or not stat.S_ISREG(os.fstat(fd).st_mode):
+        try:
+            if len(self.fds) >= HELD_PER_THREAD or not stat.S_ISREG(os.fstat(fd).st_mode):
+                return False
+        except OSError:
             return False
         try:
             _free.pop()
@@ -257,7 +260,10 @@ class _Held:
     def close(self, relative: str) -> None:
         fd = self.fds.pop(relative)
         _free.append(0)
-        os.close(fd)
+        try:
+            os.close(fd)
+        except OSError:  # Linux frees the descriptor even then (close(2)): nothing to give back
+            pass
 
     def close_all(self) -> None:
         self.seen.clear()
@@ -265,7 +271,4 @@ class _Held:
             self.close(next(iter(self.fds)))
 
     def __del__(self) -> None:
-        try:
-            self.close_all()
-        except OSError:  # pragma: no cover - a close that fails has nothing left to give back
-            pass
+        self.close_all()
