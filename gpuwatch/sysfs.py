@@ -5,10 +5,10 @@ anything else (EIO, EPERM, EINVAL, ENODATA, non-text bytes). ``read_bytes`` is t
 read (binary ``gpu_metrics`` directly, text through ``read``). Callers decide what an error means;
 nothing here guesses a value.
 
-**Held descriptors.** A file read every tick is opened once and read again with ``pread`` at offset 0:
-the ``open`` (the walk of a long sysfs path) was over a third of a read's cost. Each thread keeps its own
-descriptors (``_Held``, in a ``threading.local``), so no lock is taken on a read and a descriptor is only
-ever closed by the thread that reads it (or, once that thread has ended, by its finaliser). ``forget``
+**Held descriptors.** A file read every tick is kept open from its second read on and read again with
+``pread`` at offset 0: the ``open`` (the walk of a long sysfs path) was over a third of a read's cost.
+Each thread keeps its own descriptors (``_Held``, in a ``threading.local``), so no lock is taken on a read
+and a descriptor is only ever closed by the thread that reads it (or, once it has ended, by its finaliser). ``forget``
 makes every thread let its descriptors go at its next read (the source's re-discovery); writes, ``read_all``
 and ``list`` open the path each time.
 """
