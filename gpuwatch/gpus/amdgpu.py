@@ -28,6 +28,9 @@ _CARD = re.compile(r"^card\d+$")
 _NO_HYST_MC = -273150
 # Label files are authoritative; the index mapping is the fallback amdgpu always uses (§4.1).
 _TEMP_LABELS = {1: "edge", 2: "junction", 3: "mem"}
+# Each sensor's files, named once: (default label, input, label, crit, crit_hyst, emergency).
+_TEMP_FILES = tuple((label, *(f"temp{index}_{kind}" for kind in ("input", "label", "crit", "crit_hyst", "emergency")))
+                    for index, label in _TEMP_LABELS.items())
 
 T = TypeVar("T")
 
@@ -129,13 +132,13 @@ def discover(sysfs: Sysfs) -> DiscoveryResult[AmdCard]:
     return DiscoveryResult(cards=tuple(cards), unsupported=tuple(unsupported))
 
 
-def read_card(sysfs: Sysfs, card: AmdCard, static: dict[str, str | None] | None = None,
+def read_card(sysfs: Sysfs, card: AmdCard, static: Remembered | None = None,
               metrics: GpuMetricsReader | None = None) -> GpuReading:
     """One full reading of ``card``; never raises for a read error, it records it instead.
 
-    ``static`` (path -> text) remembers the STATIC_ATTRIBUTES read so far and the files found absent; pass
-    the same dict on every tick (until the next discovery) to skip re-reading them, None to read
-    everything; ``metrics`` likewise for gpu_metrics.
+    ``static`` (directory -> its ``Directory``) remembers each file's path, the STATIC_ATTRIBUTES read so
+    far and the files found absent; pass the same dict on every tick (until the next discovery) to skip
+    re-reading them, None to read everything; ``metrics`` likewise for gpu_metrics.
     """
     reader = _Reader(sysfs, card.device_dir, static=static)
     if not sysfs.exists(card.device_dir):
@@ -206,22 +209,44 @@ def _hwmon_fields(hw: _Reader) -> dict[str, Any]:
 
 def _temps(hw: _Reader) -> tuple[TempReading, ...]:
     temps = []
-    for index, default_label in _TEMP_LABELS.items():
-        temp_mc = hw.number(f"temp{index}_input", int)
-        label = hw.text(f"temp{index}_label") or None
-        if temp_mc is None and label is None and not hw.failed(f"temp{index}_input"):
+    for default_label, input_file, label_file, crit_file, hyst_file, emergency_file in _TEMP_FILES:
+        temp_mc = hw.number(input_file, int)
+        label = hw.text(label_file) or None
+        if temp_mc is None and label is None and not hw.failed(input_file):
             continue
-        hyst_mc = hw.number(f"temp{index}_crit_hyst", int)
+        hyst_mc = hw.number(hyst_file, int)
         temps.append(
             TempReading(
                 label=label or default_label,
                 temp_c=_scaled(temp_mc, 1e-3),
-                crit_c=_scaled(hw.number(f"temp{index}_crit", int), 1e-3),
+                crit_c=_scaled(hw.number(crit_file, int), 1e-3),
                 crit_hyst_c=None if hyst_mc in (None, _NO_HYST_MC) else hyst_mc / 1000,
-                emergency_c=_scaled(hw.number(f"temp{index}_emergency", int), 1e-3),
+                emergency_c=_scaled(hw.number(emergency_file, int), 1e-3),
             )
         )
     return tuple(temps)
+
+
+class Directory:
+    """What is kept of one directory's files between discoveries: each file's path below the root, joined
+    once; the texts remembered (STATIC_ATTRIBUTES, files found absent) and the numbers parsed from them."""
+
+    __slots__ = ("base", "paths", "texts", "numbers")
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.paths: dict[str, str] = {}
+        self.texts: dict[str, str | None] = {}
+        self.numbers: dict[str, Any] = {}  # name -> parsed (or None for a file absent): one parse per discovery
+
+    def path(self, name: str) -> str:
+        path = self.paths.get(name)
+        if path is None:
+            path = self.paths[name] = f"{self.base}/{name}"
+        return path
+
+
+Remembered = dict[str, Directory]  # a card's directories by path (read_card's ``static``)
 
 
 class _Reader:
@@ -232,31 +257,41 @@ class _Reader:
         sysfs: Sysfs,
         base: str,
         errors: list[ReadError] | None = None,
-        static: dict[str, str | None] | None = None,
+        static: Remembered | None = None,
     ) -> None:
         self.sysfs = sysfs
         self.base = base
         self.errors: list[ReadError] = [] if errors is None else errors
         self._failed: set[str] = set()
-        self._static = static
+        self._remember = static is not None
+        directory = None if static is None else static.get(base)
+        if directory is None:
+            directory = Directory(base)
+            if static is not None:
+                static[base] = directory
+        self._dir = directory
 
     def text(self, name: str) -> str | None:
-        path = f"{self.base}/{name}"
-        static = self._static
-        if static is not None and path in static:
-            return static[path]
+        directory = self._dir
+        if name in directory.texts:
+            return directory.texts[name]
         try:
-            value = self.sysfs.read(path)
+            value = self.sysfs.read(directory.path(name))
         except SysfsError as exc:
             self._record(name, exc.reason)
             return None
-        if static is not None and (name in STATIC_ATTRIBUTES or value is None and name not in READ_EVEN_IF_ABSENT):
-            static[path] = value
+        if self._remember and (name in STATIC_ATTRIBUTES or value is None and name not in READ_EVEN_IF_ABSENT):
+            directory.texts[name] = value
         return value
 
     def number(self, name: str, parse: Callable[[str], T]) -> T | None:
+        numbers = self._dir.numbers
+        if name in numbers:
+            return numbers[name]  # type: ignore[no-any-return]  # parsed by this same parse (no cast(): a call)
         text = self.text(name)
         if text is None:
+            if name in self._dir.texts:
+                numbers[name] = None
             return None  # absent: the card does not have this sensor
         if not text:
             # Empty is "no value" only where the kernel documents it (§2: power1_cap* print "\n" when
@@ -265,10 +300,13 @@ class _Reader:
                 self._record(name, "empty")
             return None
         try:
-            return parse(text)
+            value = parse(text)
         except ValueError:
             self._record(name, f"garbage: {text[:40]!r}")
             return None
+        if name in self._dir.texts:
+            numbers[name] = value  # a remembered text parses the same until the next discovery
+        return value
 
     def failed(self, name: str) -> bool:
         return name in self._failed

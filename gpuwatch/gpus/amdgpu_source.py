@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
 from gpuwatch.deadline import Late, Workers
-from gpuwatch.gpus.amdgpu import AmdCard, discover, read_card
+from gpuwatch.gpus.amdgpu import AmdCard, Remembered, discover, read_card
 from gpuwatch.gpus.binding import Bindings
 from gpuwatch.gpus.source import DiscoveryResult
 from gpuwatch.gpus.telemetry import GpuMetricsReader
@@ -43,7 +43,7 @@ class AmdgpuSource:
         self._found: DiscoveryResult[AmdCard] | None = None
         self._found_at = 0.0
         self._stale = False  # rediscover() asked for a discovery at the next read
-        self._static: dict[str, dict[str, str | None]] = {}
+        self._static: dict[str, Remembered] = {}
         self._read: dict[str, AmdCard] = {}  # the cards of the last read_all, by gpu_id
         self._workers = Workers("gpuwatch-read")
         self._hung: set[str] = set()  # GPUs (and "discovery") reported unresponsive, until they answer
@@ -58,6 +58,9 @@ class AmdgpuSource:
     def discovered(self) -> DiscoveryResult[AmdCard]:
         now = self._clock()
         if self._found is None or self._stale or now - self._found_at >= self.rediscover_s:
+            # Each worker lets its held descriptors go at its next read (a path may lead elsewhere now), so a
+            # file read once per discovery (the fixed attributes) never takes a place (sysfs.py).
+            self.sysfs.forget()
             found = self._bounded({"discovery": lambda: discover(self.sysfs)})["discovery"]
             if isinstance(found, Late):
                 return self._found or DiscoveryResult(cards=())  # the last cards known; retried next tick

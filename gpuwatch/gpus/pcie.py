@@ -106,6 +106,7 @@ def aer_total(text: str) -> int:
     return bits if total is None else total
 
 
+@lru_cache(maxsize=256)  # the same few device directories every tick
 def _parent(device_dir: str) -> str | None:
     """The PCI device above ``device_dir`` in the sysfs hierarchy, None at the host bridge."""
     parent = device_dir.rstrip("/").rpartition("/")[0]

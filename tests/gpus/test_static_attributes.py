@@ -96,3 +96,14 @@ def test_moving_values_are_not_fixed() -> None:
                  "fan1_input", "current_link_speed", "gpu_busy_percent", "mem_info_vram_used"):
         assert name not in STATIC_ATTRIBUTES
     assert "power/runtime_status" not in STATIC_ATTRIBUTES
+
+
+def test_a_fixed_attribute_that_is_garbage_is_reported_every_tick(fake_sysfs: FakeSysfsTree) -> None:
+    """Its text is remembered; its number is parsed once only when the parse succeeds (gpus.amdgpu.Directory)."""
+    backend, hwmon, clock = _backend(fake_sysfs)
+    fake_sysfs.write(f"{hwmon}/temp2_crit", "hot\n")
+    for now_s in (0.0, 1.0, 2.0):
+        clock.now_s = now_s
+        (reading,), _ = backend.read_all()
+        assert [(e.sensor, e.error) for e in reading.errors] == [("temp2_crit", "garbage: 'hot'")]
+        assert reading.temp("junction").crit_c is None and reading.temp("edge").crit_c == 100.0
