@@ -587,13 +587,17 @@ def test_logs_shows_an_attached_runs_output_to_its_user_and_root_only(short_dir:
                 assert all(p.stat().st_uid == pwd.getpwnam(owner).pw_uid for p in rotated)
                 mine = _as_user(owner, "logs", "printer", "-n", "401", "-c", config)
                 assert mine.returncode == 0, mine
-                assert mine.stdout.splitlines() == [*expected, "one line on stderr"], mine.stdout[-500:]
+                # Each stream's whole lines in its own order; where the stderr line falls among stdout's is the order
+                # two reader threads took them (cli/train/output.py), which a loaded machine may swap.
+                shown = mine.stdout.splitlines()
+                assert [line for line in shown if line != "one line on stderr"] == expected, mine.stdout[-500:]
+                assert shown.count("one line on stderr") == 1, mine.stdout[-500:]
                 refused = _as_user(other, "logs", "printer", "-c", config)
                 assert refused.returncode == 1 and refused.stdout == "", refused
                 assert f"printer is a run of {owner}: only that user and root may read its log" in refused.stderr
                 assert "Traceback" not in refused.stderr
-                by_root = gpuwatch("logs", "printer", "-n", "2", "-c", config)
-                assert by_root.returncode == 0 and by_root.stdout.splitlines() == [expected[-1], "one line on stderr"]
+                by_root = gpuwatch("logs", "printer", "-n", "401", "-c", config)
+                assert by_root.returncode == 0 and by_root.stdout == mine.stdout  # root reads what its user reads
                 # A link in the log's place (the owner's doing): root never reads through it.
                 secret = short_dir / "root-only"
                 secret.write_text("root's secret\n")

@@ -26,7 +26,7 @@ from gpuwatch.publish.history import point
 from gpuwatch.publish.http import _PAGE_HEADERS
 from gpuwatch.publish.live import Summary, redacted, summary
 from gpuwatch.publish.live_feed import page, sse
-from tests.support.published import GPU_A, GPU_B, GPU_GONE, example_state
+from tests.support.published import GPU_A, GPU_B, GPU_GONE, example_state, with_rungs
 
 HOSTNAME = "gpu-box-3"
 STEP_S = {"15m": 1.0, "1h": 1.0, "24h": 10.0, "7d": 10.0}
@@ -55,8 +55,9 @@ def hot_and_cool(root: Path) -> PublishedState:
     trainers = (replace(state.trainers[0], gpus=(GPU_A,)),)
     resets = tuple(replace(r, recovering=False) for r in state.snapshot.resets)
     snapshot = replace(state.snapshot, gpus=gpus, resets=resets)
-    return replace(state, snapshot=snapshot, fans=fans, powers=powers, trainers=trainers, clocks=(),
-                   unmanaged=())
+    # Its rungs as the tick publishes them for this state (the page's summary reads them: publish/live.py).
+    return with_rungs(replace(state, snapshot=snapshot, fans=fans, powers=powers, trainers=trainers, clocks=(),
+                              unmanaged=()))
 
 
 def history(now_unix: float, range_name: str) -> dict[str, Any]:
