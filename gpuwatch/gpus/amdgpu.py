@@ -21,7 +21,7 @@ from gpuwatch.gpus.pcie import AER_KINDS, FixedPcie, fixed_pcie, link_speed, rea
 from gpuwatch.gpus.pciids import gpu_name
 from gpuwatch.gpus.source import DiscoveryResult
 from gpuwatch.gpus.telemetry import GpuMetricsReader
-from gpuwatch.model import GpuReading, ReadError, TempReading, UnsupportedCard
+from gpuwatch.model import GpuReading, ReadError, TempReading, UnsupportedCard, replaced
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 _CARD = re.compile(r"^card\d+$")
@@ -167,7 +167,8 @@ def read_card(sysfs: Sysfs, card: AmdCard, static: Remembered | None = None,
         return _Reader(sysfs, base, reader.errors, static)
 
     link = reader.number("current_link_speed", link_speed), reader.number("current_link_width", int)
-    reading = GpuReading(
+    reading = replaced(
+        _BLANK,
         **identity,
         gpu_busy_ratio=_ratio(reader.number("gpu_busy_percent", int)),
         mem_busy_ratio=_ratio(reader.number("mem_busy_percent", int)),
@@ -185,6 +186,11 @@ def read_card(sysfs: Sysfs, card: AmdCard, static: Remembered | None = None,
         errors=tuple(reader.errors),
     )
     return (metrics or GpuMetricsReader()).read(sysfs, reading, card.device_dir)
+
+
+# Every field at its default: a reading is this with the tick's fields set (model.replaced), not a frozen
+# dataclass's __init__ (an object.__setattr__ for each of GpuReading's ~65 fields, every GPU every tick).
+_BLANK = GpuReading(gpu_id="", card="", backend="amdgpu")
 
 
 def _fixed_pcie(reader: _Reader, reader_for: Callable[[str], _Reader], device_dir: str) -> FixedPcie:
