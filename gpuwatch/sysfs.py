@@ -10,16 +10,20 @@ nothing here guesses a value.
 Each thread keeps its own descriptors (``_Held``, in a ``threading.local``), so no lock is taken on a read
 and a descriptor is only ever closed by the thread that reads it (or, once it has ended, by its finaliser). ``forget``
 makes every thread let its descriptors go at its next read (the source's re-discovery); writes, ``read_all``
-and ``list`` open the path each time.
+and ``list`` open the path each time. A held file of a fake tree (tmpfs: tests, the simulator) is checked
+for having been unlinked before each read; one on sysfs proper is not (``on_sysfs``: sysfs never unlinks a
+live attribute, a removed one answers ENODEV).
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import resource
 import stat
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 # One read() of up to this much is how sysfs serves an attribute (a page, or a binary attribute's chunk).
@@ -38,6 +42,35 @@ _free = [0] * HELD_PER_PROCESS
 # A held descriptor's node was removed: kernfs answers ENODEV for a node removed under an open file
 # (fs/kernfs/file.c, kernfs_get_active fails); ENOENT and ESTALE for the same on other filesystems.
 _GONE = frozenset({errno.ENODEV, errno.ENOENT, errno.ESTALE})
+SYSFS_MAGIC = 0x62656572  # include/uapi/linux/magic.h
+# struct statfs (statfs(2)): f_type, a long (__fsword_t) on x86_64 and aarch64, is its first field. Room
+# for the whole struct (120 bytes there) and more.
+_STATFS_BYTES = 512
+
+
+def _libc_fstatfs() -> Callable[[int, ctypes.Array[ctypes.c_char]], int] | None:
+    try:
+        fstatfs = ctypes.CDLL(None, use_errno=True).fstatfs
+    except (OSError, AttributeError):
+        return None
+    fstatfs.argtypes = (ctypes.c_int, ctypes.c_char_p)
+    fstatfs.restype = ctypes.c_int
+    return fstatfs
+
+
+_fstatfs = _libc_fstatfs()
+
+
+def on_sysfs(fd: int) -> bool:
+    """Whether ``fd``'s file is on sysfs proper (fstatfs(2)'s f_type is SYSFS_MAGIC); False on any doubt
+    (no libc call, an error), which keeps the unlinked-file check of a held descriptor: never wrong, only
+    slower. Asked once per descriptor held, not per read."""
+    if _fstatfs is None:
+        return False
+    buffer = ctypes.create_string_buffer(_STATFS_BYTES)
+    if _fstatfs(fd, buffer) != 0:
+        return False
+    return ctypes.c_long.from_buffer(buffer).value == SYSFS_MAGIC
 
 
 class SysfsError(Exception):
@@ -110,6 +143,15 @@ class Sysfs:
         held: _Held | None = getattr(self._local, "held", None)
         if held is None or held.generation != self._generation:
             held = self._renewed(held)
+        fd = held.sysfs_fds.get(relative)
+        if fd is not None:
+            try:
+                return os.pread(fd, READ_BYTES, 0)
+            except OSError as exc:
+                held.close(relative)
+                if exc.errno not in _GONE:
+                    raise SysfsError(self._prefix + relative.lstrip("/"), _reason(exc)) from exc
+            # Removed (ENODEV): opened afresh once, so a file gone is None as without a held descriptor.
         fd = held.fds.get(relative)
         if fd is not None:
             try:
@@ -228,10 +270,11 @@ class _Held:
     """One thread's held descriptors of one Sysfs (path relative to the root -> fd). Only its thread uses
     it; when the thread ends, its ``threading.local`` drops it and the finaliser closes what is left."""
 
-    __slots__ = ("fds", "seen", "generation")
+    __slots__ = ("fds", "sysfs_fds", "seen", "generation")
 
     def __init__(self) -> None:
-        self.fds: dict[str, int] = {}
+        self.fds: dict[str, int] = {}  # checked for an unlinked file before each read (not on sysfs)
+        self.sysfs_fds: dict[str, int] = {}  # on sysfs proper (on_sysfs): read without that check
         self.seen: set[str] = set()  # read once since the last forget(), not held
         self.generation = 0
 
@@ -246,7 +289,7 @@ class _Held:
             self.seen.add(relative)
             return False
         try:
-            if len(self.fds) >= HELD_PER_THREAD or not stat.S_ISREG(os.fstat(fd).st_mode):
+            if self.held() >= HELD_PER_THREAD or not stat.S_ISREG(os.fstat(fd).st_mode):
                 return False
         except OSError:
             return False
@@ -254,11 +297,16 @@ class _Held:
             _free.pop()
         except IndexError:
             return False
-        self.fds[relative] = fd
+        (self.sysfs_fds if on_sysfs(fd) else self.fds)[relative] = fd
         return True
 
+    def held(self) -> int:
+        return len(self.fds) + len(self.sysfs_fds)
+
     def close(self, relative: str) -> None:
-        fd = self.fds.pop(relative)
+        fd = self.sysfs_fds.pop(relative, None)
+        if fd is None:
+            fd = self.fds.pop(relative)
         _free.append(0)
         try:
             os.close(fd)
@@ -267,8 +315,9 @@ class _Held:
 
     def close_all(self) -> None:
         self.seen.clear()
-        while self.fds:
-            self.close(next(iter(self.fds)))
+        for fds in (self.fds, self.sysfs_fds):
+            while fds:
+                self.close(next(iter(fds)))
 
     def __del__(self) -> None:
         self.close_all()

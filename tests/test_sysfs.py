@@ -260,3 +260,37 @@ def test_a_real_sysfs_attribute_read_again_at_offset_zero() -> None:
     assert all(value is not None and value.isdigit() for value in values)
     assert _open_fds(Path("/sys")) >= 1
     sysfs.close()
+
+
+def test_a_held_file_of_a_fake_tree_keeps_the_unlinked_check_and_one_on_sysfs_skips_it(tree: Path) -> None:
+    """sysfs never unlinks a live attribute: a descriptor held there is read without the fstat a fake tree's
+    (tmpfs: its files are replaced and unlinked) needs before each read. The decision is fstatfs(2)'s f_type."""
+    fake = Sysfs(tree)
+    fake.read(ATTR), fake.read(ATTR)
+    held = fake._local.held
+    assert list(held.fds) == [ATTR] and not held.sysfs_fds
+    fake.close()
+    name = "class/net/lo/statistics/rx_bytes"
+    if not os.path.exists(f"/sys/{name}"):
+        pytest.skip("no /sys/class/net/lo")
+    real = Sysfs("/sys")
+    real.read(name), real.read(name)
+    held = real._local.held
+    assert list(held.sysfs_fds) == [name] and not held.fds
+    assert real.read(name) is not None
+    real.close()
+    assert not held.sysfs_fds
+
+
+def test_on_sysfs_says_no_on_any_doubt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No libc fstatfs, or an error from it: not sysfs, so the check stays (never wrong, only slower)."""
+    assert not sysfs_module.on_sysfs(-1)  # EBADF
+    if not os.path.isdir("/sys/class"):
+        pytest.skip("no /sys")
+    fd = os.open("/sys/class", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        assert sysfs_module.on_sysfs(fd)
+        monkeypatch.setattr(sysfs_module, "_fstatfs", None)
+        assert not sysfs_module.on_sysfs(fd)
+    finally:
+        os.close(fd)

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from gpuwatch.gpus.pcie import AER_KINDS, link_speed, read_pcie
+from gpuwatch.gpus.pcie import AER_KINDS, FixedPcie, fixed_pcie, link_speed, read_pcie
 from gpuwatch.gpus.pciids import gpu_name
 from gpuwatch.gpus.source import DiscoveryResult
 from gpuwatch.gpus.telemetry import GpuMetricsReader
-from gpuwatch.model import GpuReading, ReadError, TempReading, UnsupportedCard
+from gpuwatch.model import GpuReading, ReadError, TempReading, UnsupportedCard, replaced
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 _CARD = re.compile(r"^card\d+$")
@@ -162,8 +162,13 @@ def read_card(sysfs: Sysfs, card: AmdCard, static: Remembered | None = None,
     if runtime_status == "suspended":
         return GpuReading(**identity, errors=tuple(reader.errors))
     hw = _Reader(sysfs, card.hwmon_dir, reader.errors, static) if card.hwmon_dir else None
+
+    def reader_for(base: str) -> _Reader:
+        return _Reader(sysfs, base, reader.errors, static)
+
     link = reader.number("current_link_speed", link_speed), reader.number("current_link_width", int)
-    reading = GpuReading(
+    reading = replaced(
+        _BLANK,
         **identity,
         gpu_busy_ratio=_ratio(reader.number("gpu_busy_percent", int)),
         mem_busy_ratio=_ratio(reader.number("mem_busy_percent", int)),
@@ -175,12 +180,29 @@ def read_card(sysfs: Sysfs, card: AmdCard, static: Remembered | None = None,
         pcie_link_width=link[1],
         pcie_max_link_speed_gts=reader.number("max_link_speed", link_speed),
         pcie_max_link_width=reader.number("max_link_width", int),
-        **read_pcie(lambda base: _Reader(sysfs, base, reader.errors, static), card.device_dir, link),
+        **read_pcie(reader_for, card.device_dir, link, _fixed_pcie(reader, reader_for, card.device_dir)),
         **(_hwmon_fields(hw) if hw else {}),
         # Keyword arguments are evaluated in order, so this sees every error recorded above.
         errors=tuple(reader.errors),
     )
     return (metrics or GpuMetricsReader()).read(sysfs, reading, card.device_dir)
+
+
+# Every field at its default: a reading is this with the tick's fields set (model.replaced), not a frozen
+# dataclass's __init__ (an object.__setattr__ for each of GpuReading's ~65 fields, every GPU every tick).
+_BLANK = GpuReading(gpu_id="", card="", backend="amdgpu")
+
+
+def _fixed_pcie(reader: _Reader, reader_for: Callable[[str], _Reader], device_dir: str) -> FixedPcie:
+    """gpus/pcie.py's fixed part, read once per discovery: kept in the device's Directory once it was read
+    without an error (a failing file is read, and reported, again every tick as any other)."""
+    fixed = reader.directory.pcie
+    if fixed is None:
+        errors = len(reader.errors)
+        fixed = fixed_pcie(reader_for, device_dir)
+        if reader.remembers and len(reader.errors) == errors:
+            reader.directory.pcie = fixed
+    return fixed
 
 
 def _hwmon_fields(hw: _Reader) -> dict[str, Any]:
@@ -231,13 +253,14 @@ class Directory:
     """What is kept of one directory's files between discoveries: each file's path below the root, joined
     once; the texts remembered (STATIC_ATTRIBUTES, files found absent) and the numbers parsed from them."""
 
-    __slots__ = ("base", "paths", "texts", "numbers")
+    __slots__ = ("base", "paths", "texts", "numbers", "pcie")
 
     def __init__(self, base: str) -> None:
         self.base = base
         self.paths: dict[str, str] = {}
         self.texts: dict[str, str | None] = {}
         self.numbers: dict[str, Any] = {}  # name -> parsed (or None for a file absent): one parse per discovery
+        self.pcie: FixedPcie | None = None  # a GPU's device directory: gpus/pcie.py's fixed part (_fixed_pcie)
 
     def path(self, name: str) -> str:
         path = self.paths.get(name)
@@ -252,6 +275,8 @@ Remembered = dict[str, Directory]  # a card's directories by path (read_card's `
 class _Reader:
     """Reads files of one directory, turning failures into ReadError records."""
 
+    __slots__ = ("sysfs", "base", "errors", "_failed", "remembers", "directory")
+
     def __init__(
         self,
         sysfs: Sysfs,
@@ -263,34 +288,35 @@ class _Reader:
         self.base = base
         self.errors: list[ReadError] = [] if errors is None else errors
         self._failed: set[str] = set()
-        self._remember = static is not None
+        self.remembers = static is not None
         directory = None if static is None else static.get(base)
         if directory is None:
             directory = Directory(base)
             if static is not None:
                 static[base] = directory
-        self._dir = directory
+        self.directory = directory
 
     def text(self, name: str) -> str | None:
-        directory = self._dir
-        if name in directory.texts:
-            return directory.texts[name]
+        directory = self.directory
+        texts = directory.texts
+        if name in texts:
+            return texts[name]
         try:
-            value = self.sysfs.read(directory.path(name))
+            value = self.sysfs.read(directory.paths.get(name) or directory.path(name))
         except SysfsError as exc:
             self._record(name, exc.reason)
             return None
-        if self._remember and (name in STATIC_ATTRIBUTES or value is None and name not in READ_EVEN_IF_ABSENT):
-            directory.texts[name] = value
+        if self.remembers and (name in STATIC_ATTRIBUTES or value is None and name not in READ_EVEN_IF_ABSENT):
+            texts[name] = value
         return value
 
     def number(self, name: str, parse: Callable[[str], T]) -> T | None:
-        numbers = self._dir.numbers
+        numbers = self.directory.numbers
         if name in numbers:
             return numbers[name]  # type: ignore[no-any-return]  # parsed by this same parse (no cast(): a call)
         text = self.text(name)
         if text is None:
-            if name in self._dir.texts:
+            if name in self.directory.texts:
                 numbers[name] = None
             return None  # absent: the card does not have this sensor
         if not text:
@@ -304,7 +330,7 @@ class _Reader:
         except ValueError:
             self._record(name, f"garbage: {text[:40]!r}")
             return None
-        if name in self._dir.texts:
+        if name in self.directory.texts:
             numbers[name] = value  # a remembered text parses the same until the next discovery
         return value
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol, TypeVar
 
@@ -59,30 +60,52 @@ def link_path(reader_for: ReaderFor, device_dir: str) -> tuple[str, str | None, 
     return path[-1], _parent(path[-1]), tuple(path)
 
 
-def read_pcie(reader_for: ReaderFor, device_dir: str, own_link: tuple[float | None, int | None]) -> dict[str, Any]:
-    """The slot link, the AER totals and amdgpu's replay count as GpuReading fields; ``own_link`` is
-    the GPU function's current speed and width, already read (the slot link when there is no switch)."""
+@dataclass(frozen=True)
+class FixedPcie:
+    """What ``read_pcie`` reads that stays put until the next discovery: the slot link's device, its
+    ends' maximum speed and width, the AER totals (read once per discovery, see the module's docstring)."""
+
+    link_dir: str
+    fields: dict[str, Any]
+
+
+def fixed_pcie(reader_for: ReaderFor, device_dir: str) -> FixedPcie:
+    """The fixed part of ``read_pcie``: every file it reads is one of amdgpu's STATIC_ATTRIBUTES, so a
+    caller that remembers those may keep this until the next discovery (when no read failed)."""
     link_dir, partner, devices = link_path(reader_for, device_dir)
     link = reader_for(link_dir)
     ends = [link] + ([reader_for(partner)] if partner else [])
     speeds = [s for end in ends if (s := end.number("max_link_speed", link_speed))]
     widths = [w for end in ends if (w := end.number("max_link_width", int))]
-    speed, width = own_link
-    if link_dir != device_dir:
-        speed, width = link.number("current_link_speed", link_speed), link.number("current_link_width", int)
     fields: dict[str, Any] = {
-        "pcie_slot_link_speed_gts": speed,
-        "pcie_slot_link_width": width,
         # An end that cannot tell ("Unknown", width 0) does not bound the link.
         "pcie_slot_max_link_speed_gts": min(speeds, default=None),
         "pcie_slot_max_link_width": min(widths, default=None),
-        "pcie_replays_total": reader_for(device_dir).number("pcie_replay_count", int),
     }
     on_path = [reader_for(d) for d in devices + ((partner,) if partner else ())]
     for kind, name in AER_KINDS.items():
         counts = [n for device in on_path if (n := device.number(name, aer_total)) is not None]
         fields[f"pcie_aer_{kind}_total"] = sum(counts) if counts else None
-    return fields
+    return FixedPcie(link_dir, fields)
+
+
+def read_pcie(reader_for: ReaderFor, device_dir: str, own_link: tuple[float | None, int | None],
+              fixed: FixedPcie | None = None) -> dict[str, Any]:
+    """The slot link, the AER totals and amdgpu's replay count as GpuReading fields; ``own_link`` is
+    the GPU function's current speed and width, already read (the slot link when there is no switch);
+    ``fixed``: ``fixed_pcie``'s answer kept since the discovery (None: read it now)."""
+    if fixed is None:
+        fixed = fixed_pcie(reader_for, device_dir)
+    speed, width = own_link
+    if fixed.link_dir != device_dir:
+        link = reader_for(fixed.link_dir)
+        speed, width = link.number("current_link_speed", link_speed), link.number("current_link_width", int)
+    return {
+        **fixed.fields,
+        "pcie_slot_link_speed_gts": speed,
+        "pcie_slot_link_width": width,
+        "pcie_replays_total": reader_for(device_dir).number("pcie_replay_count", int),
+    }
 
 
 def link_speed(text: str) -> float | None:

@@ -15,6 +15,8 @@ thermal reason therefore means "hotspot at 90 °C or more", not a firmware-confi
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from gpuwatch.model import THROTTLE_REASONS as REASONS
 
 HOTSPOT_BIT = 36
@@ -44,18 +46,20 @@ def reason_of(bit: int) -> str:
 def flags(indep_status: int, junction_c: float | None, hotspot_quirk: bool) -> tuple[str, ...]:
     """The named bits set in ``indep_status``; with ``hotspot_quirk``, TEMP_HOTSPOT only at 90 °C or more
     (an unknown hotspot temperature keeps the bit: no reading to disprove it)."""
-    found = []
-    for bit in range(64):
-        if not indep_status >> bit & 1:
-            continue
-        if bit == HOTSPOT_BIT and hotspot_quirk and junction_c is not None and junction_c < HOTSPOT_QUIRK_BELOW_C:
-            continue
-        found.append(FLAGS.get(bit, f"BIT{bit}"))
-    return tuple(found)
+    hotspot_dropped = hotspot_quirk and junction_c is not None and junction_c < HOTSPOT_QUIRK_BELOW_C
+    return _flags(indep_status & ~(1 << HOTSPOT_BIT) if hotspot_dropped else indep_status)
 
 
+@lru_cache(maxsize=64)  # the same few words tick after tick (every GPU's, each tick): named once
+def _flags(status: int) -> tuple[str, ...]:
+    return tuple(FLAGS.get(bit, f"BIT{bit}") for bit in range(64) if status >> bit & 1)
+
+
+_BITS = {name: bit for bit, name in FLAGS.items()}
+
+
+@lru_cache(maxsize=64)
 def reasons(flag_names: tuple[str, ...]) -> tuple[str, ...]:
     """The groups (power, current, thermal, other) of ``flag_names``, in REASONS order."""
-    bits = {name: bit for bit, name in FLAGS.items()}
-    groups = {reason_of(bits[name] if name in bits else int(name[3:])) for name in flag_names}
+    groups = {reason_of(_BITS[name] if name in _BITS else int(name[3:])) for name in flag_names}
     return tuple(reason for reason in REASONS if reason in groups)

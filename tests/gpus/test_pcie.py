@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.gpus.amdgpu import discover, read_card
+from gpuwatch.gpus.amdgpu import Remembered, discover, read_card
 from gpuwatch.gpus.pcie import aer_total, link_speed
 from gpuwatch.model import GpuReading
 from gpuwatch.sim.tree import FakeSysfsTree
@@ -74,6 +74,34 @@ def test_garbage_aer_file_is_a_read_error(tmp_path: Path) -> None:
     (tmp_path / placed.device_dir / "aer_dev_fatal").write_text("\x01\x02junk\n")
     gpu = read(tree.root)
     assert [e.sensor for e in gpu.errors] == ["aer_dev_fatal"] and gpu.pcie_aer_fatal_total is None
+
+
+def test_the_fixed_part_is_kept_until_discovery_and_the_slot_link_is_read_every_tick(tmp_path: Path) -> None:
+    """The switch walk, the ends' maxima and the AER totals are kept once read without an error (until the
+    next discovery); the slot link's current speed is read every tick; a garbage AER file is reported every
+    tick, as before."""
+    tree = FakeSysfsTree(tmp_path)
+    bridge = radeon_switch(tree, "0000:00:01.1", 0x01, slot_link=("16.0 GT/s", 16), slot_max=("16.0 GT/s", 16))
+    placed = tree.add_capture(capture("navi21-rx6900xt-sapphire-nitro"), bridge=bridge)
+    write_aer(tmp_path / placed.device_dir, correctable={"BadTLP": 1})
+    (tmp_path / placed.device_dir / "aer_dev_fatal").write_text("junk\n")
+    sysfs = Sysfs(tmp_path)
+    (card,) = discover(sysfs).cards
+    static: Remembered = {}
+    for _ in range(2):
+        gpu = read_card(sysfs, card, static)
+        assert [e.sensor for e in gpu.errors] == ["aer_dev_fatal"] and gpu.pcie_aer_correctable_total == 1
+    assert static[card.device_dir].pcie is None  # a failed read is not kept
+    write_aer(tmp_path / placed.device_dir, correctable={"BadTLP": 1})
+    static = {}  # the next discovery
+    gpu = read_card(sysfs, card, static)
+    assert gpu.errors == () and static[card.device_dir].pcie is not None
+    write_aer(tmp_path / placed.device_dir, correctable={"BadTLP": 5})  # seen at the next discovery only
+    slot_port = tmp_path / "devices" / bridge.rsplit("/", 1)[0]  # the upstream switch port: the slot link
+    (slot_port / "current_link_speed").write_text("2.5 GT/s PCIe\n")
+    gpu = read_card(sysfs, card, static)
+    assert (gpu.pcie_aer_correctable_total, gpu.pcie_slot_link_speed_gts) == (1, 2.5)
+    assert read_card(sysfs, card).pcie_aer_correctable_total == 5
 
 
 @pytest.mark.parametrize(("text", "total"), [
