@@ -205,14 +205,15 @@ def prometheus_query(port: int, expr: str) -> dict[str, float]:
     return {r["metric"]["job"]: float(r["value"][1]) for r in result}
 
 
-def start_wrapper(work: Path, run_dir: Path, name: str, code: str) -> subprocess.Popen[bytes]:
+def start_wrapper(work: Path, run_dir: Path, name: str, code: str, src: Path = REPO) -> subprocess.Popen[bytes]:
     """The real ``gpuwatch train --runtime-dir RUN --name NAME -- env python -c CODE``, attached to the
     daemon of ``run_dir``, in its own session and with its own ``XDG_RUNTIME_DIR`` (``work/xdg-NAME``,
-    where the wrapper makes its run's directory)."""
+    where the wrapper makes its run's directory); ``src``: the checkout whose wrapper runs (a baseline's
+    daemon gets its own: what a wrapper sends is part of what a daemon costs)."""
     xdg = work / f"xdg-{name}"
     xdg.mkdir(mode=0o700)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWATCH_")}
-    env |= {"XDG_RUNTIME_DIR": str(xdg), "PYTHONPATH": str(REPO)}
+    env |= {"XDG_RUNTIME_DIR": str(xdg), "PYTHONPATH": str(src)}
     return subprocess.Popen([sys.executable, "-m", "gpuwatch.cli", "train", "--runtime-dir", str(run_dir), "--name",
                              name, "--", "env", sys.executable, "-c", code], cwd=work, env=env,
                             stdout=(work / f"wrapper-{name}.log").open("wb"), stderr=subprocess.STDOUT,

@@ -6,12 +6,12 @@ they share whatever load the machine has. The window starts after start-up and t
 ``--baseline DIR`` runs another checkout's daemons beside them (the same trees), and prints this
 checkout's CPU per tick over the baseline's: a change's cost measured side by side in one run.
 
-A production-like load (issue 52): ``--attached N`` attaches N runs to every daemon through the real
-wrapper (`gpuwatch train --runtime-dir RUN -- python -c LOOP`: heartbeats, the run's cgroup and
-processes watched every tick), and ``--prometheus`` has a real Prometheus (Debian's, loopback) scrape
-every daemon's /metrics every ``--scrape-interval-s``, next to a node_exporter on each tree (hwmon and
-drm collectors) that the same Prometheus scrapes: node_exporter's own CPU and RSS are measured over
-the same window, so both exporters' cost comes from one run.
+A production-like load (issue 52): ``--attached N`` attaches N runs to every daemon through the real wrapper
+(`gpuwatch train --runtime-dir RUN -- python -c LOOP`: heartbeats, the run's cgroup and processes watched
+every tick; each daemon's wrappers are its own checkout's), and ``--prometheus`` has a real Prometheus
+(Debian's, loopback) scrape every daemon's /metrics every ``--scrape-interval-s``, next to a node_exporter on
+each tree (hwmon and drm collectors) that the same Prometheus scrapes: node_exporter's own CPU and RSS are
+measured over the same window, so both exporters' cost comes from one run.
 
 Where no Prometheus can run (the device machine), ``--scraper python`` scrapes the same targets the same way
 from a process of its own (benchmarks/scrape_loop.py: keep-alive, gzip, Prometheus's Accept header), whose CPU
@@ -154,7 +154,7 @@ def main() -> int:
             assert len(state["gpus"]) == gpus, f"daemon sees {len(state['gpus'])} GPUs, expected {gpus}"
             for index in range(args.attached):
                 helpers.append(start_wrapper(work, work / f"{label}-g{gpus}" / "run", f"{label}-g{gpus}-run{index}",
-                                             RUN_LOOP))
+                                             RUN_LOOP, src=dict(sources)[label]))  # each daemon's own wrapper
         for label, gpus in procs if args.attached else ():
             if label not in HELPERS:
                 _wait_attached(work / f"{label}-g{gpus}", args.attached)

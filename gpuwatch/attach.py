@@ -8,13 +8,14 @@ JSON lines both ways. The wrapper (`gpuwatch train`, the run's parent) speaks fi
    peer or a descendant of it. Reply: ``Attached`` (``ok`` false with a one-line ``message``, then the
    daemon closes; ``ok`` true with a ``message``: a note the wrapper says, such as a ``--gpu`` not
    here). A re-attach after a daemon restart sends the ``run_id`` and the pause state it holds.
-2. wrapper -> daemon, at least every ``BEAT_INTERVAL_S``: ``Beat`` (the ranks' heartbeats as the wrapper
-   read them from its own run directory; the daemon never opens a user's files), and ``Exited`` when the
-   command ended (``restarting``: the wrapper starts it again, ``--restart``) or ``Restarted`` with the
-   new pid. A ``Beat`` with ``suspended`` (the signal) says its user stopped the run (Ctrl-Z): the wrapper
-   sends it before it stops itself, so the daemon keeps the silent session and never judges the run hung;
-   its first ``Beat`` once continued has none (an older daemon ignores the key and drops the silent session
-   as before: the wrapper re-attaches when continued).
+2. wrapper -> daemon: ``Beat`` (the ranks' heartbeats as the wrapper read them from its own run directory, every
+   ``BEAT_INTERVAL_S``; the daemon never opens a user's files), when it differs from the last one sent and at
+   least every ``BEAT_KEEPALIVE_S`` (the daemon judges a beat by its own stamps, not by when it came), and
+   ``Exited`` when the command ended (``restarting``: the wrapper starts it again, ``--restart``) or
+   ``Restarted`` with the new pid. A ``Beat`` with ``suspended`` (the signal) says its user stopped the run
+   (Ctrl-Z): the wrapper sends it before it stops itself, so the daemon keeps the silent session and never
+   judges the run hung; its first ``Beat`` once continued has none (an older daemon ignores the key and drops
+   the silent session as before: the wrapper re-attaches when continued).
 3. daemon -> wrapper, whenever its tick decides: ``Event``: ``pause`` (with the reason: the wrapper
    creates the pause file and refreshes it every ``heartbeat.PAUSE_REFRESH_S``), ``resume`` (removes it),
    ``stop`` (a user's `gpuwatch stop`: the tree is stopped gracefully and not restarted), ``hung`` (no
@@ -53,6 +54,9 @@ from gpuwatch.connect import connect_retrying as connect_retrying
 PROTOCOL_VERSION = 1
 MAX_LINE_BYTES = 64 * 1024  # a Beat of 64 ranks' heartbeats fits; a longer line is a protocol error
 BEAT_INTERVAL_S = 1.0
+# An unchanged Beat goes again after this long: the session's keep-alive, well inside the daemon's silence bound
+# (daemon/attach_sessions.SESSION_SILENCE_S, ten intervals).
+BEAT_KEEPALIVE_S = 3 * BEAT_INTERVAL_S
 RECONNECT_S = 1.0
 HOLD_WITHOUT_DAEMON_S = 60.0  # heartbeat.PAUSE_STALE_S: what the training side already tolerates
 NAME_MAX_CHARS = 64

@@ -4,9 +4,10 @@ A connection whose first line is ``{"cmd": "attach", ...}`` becomes a session: t
 kernel says (SO_PEERCRED, ``peer_of``), the run's pid is checked (supervise/peers.py), the supervisor
 registers it (``Sessions.attach``: the name, the bounds) and the reply goes back. Then its lines are
 read one by one (each at most ``attach.MAX_LINE_BYTES``) with no whole-request deadline; a session silent
-for ``SESSION_SILENCE_S`` (ten beats) is gone (unless its last ``Beat`` said its user suspended the run:
-then it is kept, silent, until the wrapper is continued or its connection ends), and so is one that sends
-a line that is not the protocol (logged in one line). The supervisor's events go back through the
+for ``SESSION_SILENCE_S`` (ten beat intervals: a wrapper sends an unchanged Beat every ``attach.BEAT_KEEPALIVE_S``)
+is gone (unless its last ``Beat`` said its user suspended the run: then it is kept, silent, until the wrapper
+is continued or its connection ends), and so is one that sends a line that is not the protocol (logged in one
+line). The supervisor's events go back through the
 session's ``_Link``, which never blocks: a wrapper that reads nothing breaks its own session, never the daemon's loop.
 
 What a session may cost is bounded per user (daemon/bounds.py): its lines are framed in linear time

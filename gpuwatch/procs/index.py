@@ -1,12 +1,12 @@
 """Which processes hold a GPU (a DRM node or /dev/kfd open), re-listed within a per-tick bound.
 
-Finding them means listing every process's ``fd/`` and reading every link: 17 ms for 500 processes on
-the 2-core dev VM (benchmarks/process_scan.py), too much for every tick. amdgpu_top rebuilds its fd
-list every 5 s; here every pid is re-listed once per ``all_every_s`` round, spread evenly over the
-round's ticks (the first round runs whole, at start; processes without GPU files only every
-``QUIET_EVERY``-th round), the supervised trees every ``TREE_EVERY_S``, so a trainer that opens the GPU
-late shows within seconds, and a process KFD lists (ROCm) at once. A holder's user and command are read
-once per process identity (pid + start time: a reused pid is a new process).
+Finding them means listing every process's ``fd/`` and reading every link: 17 ms for 500 processes on the 2-core
+dev VM (benchmarks/process_scan.py), too much for every tick. amdgpu_top rebuilds its fd list every 5 s; here
+every pid is re-listed once per ``all_every_s`` round, spread evenly over the round's ticks (the first round
+runs whole, at start; processes without GPU files only every ``QUIET_EVERY``-th round), the supervised trees'
+pids every ``TREE_EVERY_S`` (a new one at once), so a trainer that opens the GPU late shows within seconds, and
+a process KFD lists (ROCm) at once. A holder's user and command are read once per process identity (pid + start
+time: a reused pid is a new process).
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ class FdIndex:
         self._rounds = 0
         self._quiet: set[int] = set()  # listed last time without a GPU file
         self._last: float | None = None
+        self._tree_listed: dict[int, float] = {}  # a supervised tree's pid -> when it was last listed
 
     def refresh(self, tree: set[int], now: float, known: set[int] | None = None) -> set[int]:
         """Re-list the trees' pids that are due, ``known`` GPU users not listed yet (KFD's own process list)
@@ -70,11 +71,18 @@ class FdIndex:
         if known is None:
             known = set()
         listed = set()
+        # A tree's pid that holds no GPU file is listed again at the holders' cadence too: listing every run's
+        # processes every tick was most of the process scan with two attached runs (docs/performance.md).
+        # A new pid (a rank started since) is listed at once.
+        tree_listed = {pid: at for pid, at in self._tree_listed.items() if pid in tree}
         for pid in sorted(tree):
             holder = self.holders.get(pid)
-            if holder is None or now - holder.indexed_at >= TREE_EVERY_S:
+            at = holder.indexed_at if holder is not None else tree_listed.get(pid)
+            if at is None or not 0 <= now - at < TREE_EVERY_S:
                 self.index(pid, now)
                 listed.add(pid)
+                tree_listed[pid] = now
+        self._tree_listed = tree_listed
         for pid in sorted(known - set(self.holders) - self.unreadable - listed):
             self.index(pid, now)
             listed.add(pid)

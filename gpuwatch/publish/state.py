@@ -168,8 +168,10 @@ def write_state_file(path: Path, document: StatusDocument) -> None:
     The tmp name is fixed per process (one writer: the daemon's tick) rather than mkstemp's random
     one, whose name generation and exclusive create were a tenth of a tick (docs/performance.md). That is
     safe because the daemon refuses a runtime directory that another user can write (daemon/lock.py);
-    O_NOFOLLOW all the same.
+    O_NOFOLLOW all the same. The bytes go out with os.write: a text-mode file object's encoder and buffer
+    were a third of this function's time.
     """
+    data = _encoder()(document).encode("ascii")  # ensure_ascii: the encoder's output is ASCII
     directory = os.fspath(path.parent)
     tmp = os.path.join(directory, f".state-{os.getpid()}.tmp")
     try:
@@ -177,14 +179,14 @@ def write_state_file(path: Path, document: StatusDocument) -> None:
     except FileNotFoundError:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    import json  # here, not above: the readers parse without it (``parse``)
-
     try:
-        with os.fdopen(fd, "w") as handle:
-            # dumps, not dump: only the one-shot path uses the C encoder; json.dump's chunked
-            # pure-Python encoder was half of a tick's CPU (docs/performance.md).
-            handle.write(json.dumps(document, separators=(",", ":")))
-            os.fchmod(handle.fileno(), 0o644)
+        try:
+            view = memoryview(data)
+            while view:  # write(2) may write less than asked (a signal, a full disk's last blocks)
+                view = view[os.write(fd, view):]
+            os.fchmod(fd, 0o644)  # the umask's bits back: `gpuwatch status` runs as any user
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -192,6 +194,22 @@ def write_state_file(path: Path, document: StatusDocument) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+_ENCODE: Callable[[object], str] | None = None
+
+
+def _encoder() -> Callable[[object], str]:
+    """The state file's encoder, made once: compact, and C's one-shot encoder (``encode``, not ``iterencode``:
+    json.dump's chunked pure-Python path was half of a tick's CPU, docs/performance.md). check_circular off:
+    the document is a tree made fresh each tick (publish/document.py), never a cycle, and the check kept a
+    dict of every container's id per encode."""
+    global _ENCODE
+    if _ENCODE is None:
+        import json  # here, not above: the readers parse without it (``parse``)
+
+        _ENCODE = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+    return _ENCODE
 
 
 def read_state(path: str | Path) -> tuple[StatusDocument | None, str | None]:

@@ -19,10 +19,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+import gpuwatch.cli.train.link as link_module
 from gpuwatch.attach import Attach, Beat, Exited, Restarted
 from gpuwatch.cli.train.link import AttachLink
 from gpuwatch.cli.train.run_dir import RunDirError, make_run_dir
-from gpuwatch.heartbeat import read_heartbeat
+from gpuwatch.heartbeat import Heartbeat, read_heartbeat, write_heartbeat
 from tests.support.attach_server import AttachServer, Conn
 from tests.support.train_wrapper import Wrapper, Wrappers, loop_command
 from tests.support.waiting import wait_for
@@ -434,3 +435,29 @@ def test_bad_options_are_usage_errors_with_trains_usage(tmp_path: Path, options:
     lines = wrapper.output().splitlines()
     assert lines[0].startswith("usage: gpuwatch train") and said in lines[-1], lines
     assert not wrapper.run_dirs()
+
+
+def test_a_beat_goes_when_the_heartbeats_change_and_unchanged_only_as_a_keepalive(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each Beat wakes a daemon thread: the heartbeats are read every interval, sent when they changed; an
+    unchanged Beat goes again only after the keep-alive (shortened here; an hour first: never)."""
+    monkeypatch.setattr(link_module, "BEAT_INTERVAL_S", 0.05)
+    monkeypatch.setattr(link_module, "BEAT_KEEPALIVE_S", 3600.0)
+    socket_path, heartbeat_file = tmp_path / "control.sock", tmp_path / "hb.json"
+    with AttachServer(socket_path) as server:
+        link = AttachLink(lambda: socket_path, Attach(pid=os.getpid(), argv=["python", "train.py"]), heartbeat_file,
+                          tmp_path / "pause", lambda line: None, lambda event: None).start()
+        try:
+            conn = wait_for(lambda: server.attached(), "the attach", WAIT_S)[0]
+            wait_for(lambda: conn.beats, "the first beat", WAIT_S)
+            time.sleep(1.0)  # twenty reads of the same (no) heartbeats
+            assert conn.beats == [Beat(heartbeats=[])]
+            monkeypatch.setattr(link_module, "BEAT_KEEPALIVE_S", 0.2)  # from the next beat sent on
+            write_heartbeat(heartbeat_file, Heartbeat(pid=os.getpid(), steps_total=3, last_step_unix=1.0,
+                                                      steps_per_s=None, updated_unix=2.0))
+            changed = wait_for(lambda: conn.beats[1:], "the changed heartbeats' beat", WAIT_S)
+            assert changed[0].heartbeats[0]["steps_total"] == 3
+            wait_for(lambda: len(conn.beats) >= 4, "two keep-alive beats", WAIT_S)
+            assert conn.beats[2:4] == conn.beats[1:2] * 2  # the same heartbeats again
+        finally:
+            link.close()

@@ -1,11 +1,11 @@
 """The attached run's connection to the daemon (`gpuwatch train`'s side of gpuwatch/attach.py).
 
-One background thread: it connects to the daemon's control socket, sends ``Attach``, then a ``Beat``
-every ``attach.BEAT_INTERVAL_S`` with the ranks' heartbeats as it reads them from the run's own files
-(the daemon never opens a user's files), and carries out the daemon's events: ``pause`` creates the
-pause file (refreshed every ``heartbeat.PAUSE_REFRESH_S`` while held), ``resume`` removes it, ``stop``
-and ``hung`` go to the run (cli/train/run.py). The run never waits for it: the command starts before the
-first connect, and nothing the daemon does or fails to do stops the training.
+One background thread: it connects to the daemon's control socket, sends ``Attach``, then reads the ranks'
+heartbeats from the run's own files every ``attach.BEAT_INTERVAL_S`` (the daemon never opens a user's files) and
+sends them in a ``Beat`` when they changed, else every ``attach.BEAT_KEEPALIVE_S``, and carries out the daemon's
+events: ``pause`` creates the pause file (refreshed every ``heartbeat.PAUSE_REFRESH_S`` while held), ``resume``
+removes it, ``stop`` and ``hung`` go to the run (cli/train/run.py). The run never waits for it: the command
+starts before the first connect, and nothing the daemon does or fails to do stops the training.
 
 Without a daemon it says so once and tries again every ``attach.RECONNECT_S``, quietly; the first
 attach says one line. A daemon that goes away: the pause it asked for is held for the hold window
@@ -30,6 +30,7 @@ from pathlib import Path
 
 from gpuwatch.attach import (
     BEAT_INTERVAL_S,
+    BEAT_KEEPALIVE_S,
     HOLD_WITHOUT_DAEMON_S,
     MAX_LINE_BYTES,
     RECONNECT_S,
@@ -217,6 +218,8 @@ class AttachLink:
     def _stream(self, sock: socket.socket, buffer: bytes) -> bool:
         """Beats out, events in, until the connection ends or the link closes."""
         next_beat = time.monotonic()
+        last: Beat | None = None  # the last Beat sent on this connection and when the next must go, changed or not
+        keepalive_due = 0.0
         while not self._stop.is_set():
             while b"\n" in buffer:
                 line, _, buffer = buffer.partition(b"\n")
@@ -226,8 +229,13 @@ class AttachLink:
             now = time.monotonic()
             if now >= next_beat:
                 suspended = self._notice.suspended
-                if not self._send(Beat(heartbeats=self._heartbeats(), suspended=suspended)):
-                    return True
+                beat = Beat(heartbeats=self._heartbeats(), suspended=suspended)
+                # Read every beat, sent when it says something new: each line wakes a daemon thread, and a run
+                # whose heartbeats stand still (no hooks, or a hung step) said it already.
+                if beat != last or now >= keepalive_due:
+                    if not self._send(beat):
+                        return True
+                    last, keepalive_due = beat, now + BEAT_KEEPALIVE_S
                 self._notice.sent(suspended)
                 next_beat = now + BEAT_INTERVAL_S
             if self.paused:
