@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
+from operator import attrgetter
 
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
@@ -200,29 +201,33 @@ def _gpus(state: PublishedState) -> list[Family]:
 
 
 def _temperatures(state: PublishedState) -> list[Family]:
-    gpus = state.snapshot.gpus
-    out: list[Family] = []
-    for suffix, doc, attr in _TEMP_FIELDS:
-        family = gauge(suffix, doc, ["gpu", "sensor"])
-        for gpu in gpus:
-            for temp in gpu.temps:
-                value = getattr(temp, attr)
-                if value is not None:
-                    family.add_metric([gpu.gpu_id, temp.label], value)
-        out.append(family)
+    """The sensors' families in one pass over each GPU's sensors (each family's rows in the same order as one pass
+    per family made them), the limits looked up in a dict made once (``PublishedState.limit_c``'s first match)."""
+    out: list[Family] = [gauge(suffix, doc, ["gpu", "sensor"]) for suffix, doc, _ in _TEMP_FIELDS]
     limit = gauge("gpu_temperature_limit_celsius",
                   "gpuwatch's pause/alarm limit per sensor (configured, or crit minus a margin).", ["gpu", "sensor"])
     over = gauge("gpu_thermal_over_limit", "1 when the sensor is at or above its gpuwatch limit.", ["gpu", "sensor"])
-    for gpu in gpus:
+    limits: dict[tuple[str, str], float] = {}
+    for known in state.limits_c:
+        limits.setdefault((known.gpu_id, known.sensor), known.limit_c)
+    columns = tuple(family.rows for family in out)
+    for gpu in state.snapshot.gpus:
         for temp in gpu.temps:
-            limit_c = state.limit_c(gpu.gpu_id, temp.label)
+            labels = (gpu.gpu_id, temp.label)
+            for rows, value in zip(columns, _TEMP_VALUES(temp), strict=True):
+                if value is not None:
+                    rows.append((labels, value))
+            limit_c = limits.get(labels)
             if limit_c is None:
                 continue
-            limit.add_metric([gpu.gpu_id, temp.label], limit_c)
+            limit.rows.append((labels, limit_c))
             above = over_limit(temp.temp_c, limit_c)
             if above is not None:
-                over.add_metric([gpu.gpu_id, temp.label], 1 if above else 0)
+                over.rows.append((labels, 1 if above else 0))
     return [*out, limit, over]
+
+
+_TEMP_VALUES = attrgetter(*(attr for _, _, attr in _TEMP_FIELDS))
 
 
 def _clocks(gpus: tuple[GpuReading, ...]) -> list[Family]:
@@ -235,6 +240,6 @@ def _clocks(gpus: tuple[GpuReading, ...]) -> list[Family]:
             for name, attr in pairs:
                 value = getattr(gpu, attr)
                 if value is not None:
-                    family.add_metric([gpu.gpu_id, name], value)
+                    family.rows.append(((gpu.gpu_id, name), value))
     return [clock, volts]
 

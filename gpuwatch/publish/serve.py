@@ -303,8 +303,9 @@ class Server:
             writer.write(encode(response, with_body=method != "HEAD", keep_alive=keep_alive))
             if response.stream is not None and method != "HEAD":
                 await self._stream(response.stream, reader, writer)
-            async with asyncio.timeout(WRITE_DEADLINE_S):
-                await writer.drain()
+            if writer.transport.get_write_buffer_size():  # all in the kernel's buffer already: nothing to wait for
+                async with asyncio.timeout(WRITE_DEADLINE_S):
+                    await writer.drain()
         except TimeoutError:
             self._connections.note_cut(connection.client, f"response not read within {WRITE_DEADLINE_S:g} s")
             connection.cut = True

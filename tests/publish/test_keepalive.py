@@ -387,3 +387,65 @@ def test_metrics_are_rendered_ahead_once_scraped_and_not_before(daemon: Daemon) 
                  "the new tick's /metrics rendered and compressed before any scrape asked")
     finally:
         server.stop()
+
+
+# What Prometheus 2.x sends (scrape/scrape.go's acceptHeader), as benchmarks/scrape_loop.py does.
+_PROMETHEUS = {"Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
+               "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1", "Accept-Encoding": "gzip",
+               "User-Agent": "Prometheus/2.53.0"}
+
+
+def test_one_render_per_tick_however_the_scrapes_fall(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scrape just after a tick (before the prerender got to it) or long after renders nothing twice: each
+    published state is rendered once, and a scrape of an unchanged state is sent from the cached bytes."""
+    server = HttpServer(daemon.holder, "127.0.0.1", 0)
+    cache = server._metrics
+    renders: list[object] = []
+    render = cache._text
+
+    def counted(registry: object) -> bytes:
+        renders.append(daemon.holder.latest())
+        return render(registry)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cache, "_text", counted)
+    server.start()
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=20)
+    try:
+        for tick in range(6):
+            state = daemon.tick()
+            for _ in range(tick % 3 + 1):  # one, two or three scrapes of the same state on the kept connection
+                connection.request("GET", "/metrics", headers=_PROMETHEUS)
+                response = connection.getresponse()
+                body = gzip.decompress(response.read())
+                assert response.status == 200 and b"gpuwatch_gpu_up" in body
+            wait_for(lambda: cache._rendered_for is state, "the tick's state rendered")  # noqa: B023
+        assert len(renders) == 6 and len({id(s) for s in renders}) == 6
+    finally:
+        connection.close()
+        server.stop()
+
+
+@pytest.mark.parametrize(("head", "headers_or_error"), [
+    (b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept-Encoding:  gzip \t\r\nX-A: 1\r\nx-a: 2\r\n\r\n",
+     {"host": "x", "accept-encoding": "gzip", "x-a": "2"}),  # the last value of a repeated header
+    (b"GET / HTTP/1.1\r\nHost: x\nAccept: */*\r\n\r\n", {"host": "x", "accept": "*/*"}),  # a bare LF ends a line
+    (b"GET / HTTP/1.1\r\nX-Empty:\r\n\r\n", {"x-empty": ""}),
+    (b"GET / HTTP/1.1\r\n\r\n", {}),
+    (b"GET / HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n", "malformed header line"),  # RFC 9112 5.2
+    (b"GET / HTTP/1.1\r\nHost : x\r\n\r\n", "malformed header line"),  # RFC 9112 5.1
+    (b"GET / HTTP/1.1\r\nNo colon here\r\nAuthorization: a\r\n\r\n", "malformed header line"),
+    (b"GET / HTTP/1.1\r\n: x\r\n\r\n", "malformed header line"),
+    (b"GET / HTTP/1.1\r\nX: a\rb\r\n\r\n", "bad character"),
+    (b"GET / HTTP/1.1\r\nX: a\0b\r\n\r\n", "bad character"),
+    (b"GET / HTTP/1.1\r\n" + b"X: 1\r\n" * 101 + b"\r\n", "more than 100 headers"),
+    (b"GET / HTTP/1.1\r\nContent-Length: 1\r\ncontent-length: 2\r\n\r\n", "more than one Content-Length"),
+    (b"GET / HTTP/1.1\r\nHost: a\r\nHOST: b\r\n\r\n", "more than one Host"),
+    (b"GET / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", "bad Content-Length"),
+    (b"GET / HTTP/2\r\n\r\n", "not an HTTP/1.x request line"),
+])
+def test_parse_head(head: bytes, headers_or_error: dict[str, str] | str) -> None:
+    if isinstance(headers_or_error, str):
+        with pytest.raises(ValueError, match=headers_or_error):
+            parse_head(head)
+    else:
+        assert parse_head(head).headers == headers_or_error
