@@ -124,13 +124,10 @@ def parse_head(head: bytes) -> Head:
     for once in _ONCE:
         if seen.count(once) > 1:
             raise ValueError(f"more than one {once.title()} header")
-    try:
-        length = int(headers.get("content-length") or 0)
-    except ValueError:
-        raise ValueError("bad Content-Length") from None
-    if length < 0:
+    length_text = headers.get("content-length") or "0"
+    if not (length_text.isascii() and length_text.isdigit()):  # 1*DIGIT (RFC 9110 8.6): no sign, no "1_0"
         raise ValueError("bad Content-Length")
-    return Head(parts[0], parts[1], parts[2], length, headers)
+    return Head(parts[0], parts[1], parts[2], int(length_text), headers)
 
 
 MAX_HEADERS = 100  # header lines in one request (http.client's own limit, _MAXHEADERS)

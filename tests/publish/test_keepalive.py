@@ -441,6 +441,9 @@ def test_one_render_per_tick_however_the_scrapes_fall(daemon: Daemon, monkeypatc
     (b"GET / HTTP/1.1\r\nContent-Length: 1\r\ncontent-length: 2\r\n\r\n", "more than one Content-Length"),
     (b"GET / HTTP/1.1\r\nHost: a\r\nHOST: b\r\n\r\n", "more than one Host"),
     (b"GET / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", "bad Content-Length"),
+    (b"GET / HTTP/1.1\r\nContent-Length: +1\r\n\r\n", "bad Content-Length"),  # 1*DIGIT, which int() is not
+    (b"GET / HTTP/1.1\r\nContent-Length: 1_0\r\n\r\n", "bad Content-Length"),
+    (b"GET / HTTP/1.1\r\nContent-Length: \xd9\xa1\r\n\r\n", "bad Content-Length"),  # not an ASCII digit
     (b"GET / HTTP/2\r\n\r\n", "not an HTTP/1.x request line"),
 ])
 def test_parse_head(head: bytes, headers_or_error: dict[str, str] | str) -> None:
