@@ -109,6 +109,13 @@ def read_bounded(path: str | os.PathLike[str], max_bytes: int = SMALL_FILE_MAX_B
         os.close(fd)
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """All of ``data`` to ``fd``: write(2) may write less than asked (a signal, a full disk's last blocks)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def write_atomic(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
     """Replace ``path`` with ``data``: a reader sees the old file or the new one; a link or FIFO at ``path``
     is replaced, never written through. The temporary name is unpredictable and created exclusively."""
@@ -118,9 +125,7 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            write_all(fd, data)
             os.fchmod(fd, mode)  # the umask's bits back
         finally:
             os.close(fd)

@@ -49,7 +49,15 @@ from gpuwatch.publish.history_format import (
     segment_name,
     segments_for,
 )
-from gpuwatch.safefs import Unsafe, client_refusal, dir_problem, open_regular, read_bounded, write_atomic
+from gpuwatch.safefs import (
+    Unsafe,
+    client_refusal,
+    dir_problem,
+    open_regular,
+    read_bounded,
+    write_all,
+    write_atomic,
+)
 
 log = logging.getLogger("gpuwatch.history")
 
@@ -211,7 +219,7 @@ class HistoryStore:
             if current is None:
                 current = self._new_segment(tier, now_unix)
             fd, segment, size = current
-            _write_all(fd, data)
+            write_all(fd, data)
             self._open[tier.name] = (fd, segment, size + len(data))
         except OSError as exc:
             self._warn(f"cannot write the {tier.name} history in {self.directory}: {exc.strerror or exc}")
@@ -229,7 +237,7 @@ class HistoryStore:
                 first_ms += 1
         data = encode_line(header(tier, self._interval_s or tier.step_s, start=not self._started[tier.name]))
         try:
-            _write_all(fd, data)
+            write_all(fd, data)
         except OSError:
             os.close(fd)
             raise
@@ -271,7 +279,7 @@ class HistoryStore:
                 return
             fd = open_regular(path, os.O_WRONLY | os.O_APPEND, owners=(os.geteuid(),))
             try:
-                _write_all(fd, b"".join(lines))
+                write_all(fd, b"".join(lines))
             finally:
                 os.close(fd)
             self._events += len(lines)
@@ -334,12 +342,6 @@ def _file_lines(path: Path, max_bytes: int, owners: tuple[int, ...] | None) -> I
     except OSError:
         return
     yield from data.split(b"\n")[:-1] if data.endswith(b"\n") else data.split(b"\n")
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _unlink(path: Path) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 
-from gpuwatch.safefs import client_refusal, read_bounded
+from gpuwatch.safefs import client_refusal, read_bounded, write_all
 
 # `gpuwatch health` imports this module for is_stale: the model's classes cost it 20-40 ms, typing, pathlib and
 # threading (annotations only here; the daemon's StateHolder imports threading) a tenth of its time
@@ -181,9 +181,7 @@ def write_state_file(path: Path, document: StatusDocument) -> None:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         try:
-            view = memoryview(data)
-            while view:  # write(2) may write less than asked (a signal, a full disk's last blocks)
-                view = view[os.write(fd, view):]
+            write_all(fd, data)
             os.fchmod(fd, 0o644)  # the umask's bits back: `gpuwatch status` runs as any user
         finally:
             os.close(fd)
