@@ -144,22 +144,16 @@ class Sysfs:
         if held is None or held.generation != self._generation:
             held = self._renewed(held)
         fd = held.sysfs_fds.get(relative)
-        if fd is not None:
-            try:
-                return os.pread(fd, READ_BYTES, 0)
-            except OSError as exc:
-                held.close(relative)
-                if exc.errno not in _GONE:
-                    raise SysfsError(self._prefix + relative.lstrip("/"), _reason(exc)) from exc
-            # Removed (ENODEV): opened afresh once, so a file gone is None as without a held descriptor.
-        fd = held.fds.get(relative)
+        check_unlinked = fd is None  # off sysfs proper: the file may have been unlinked since (below)
+        if check_unlinked:
+            fd = held.fds.get(relative)
         if fd is not None:
             try:
                 # A fake tree (tmpfs: tests, the simulator) replaces or deletes files, which sysfs never does
-                # to a live attribute (a removed one answers ENODEV, below): a descriptor of a file unlinked
-                # since (st_nlink 0) must not serve its old bytes. fstat walks no path. A file rewritten in
-                # place is the same inode: the pread sees its new bytes.
-                if os.fstat(fd).st_nlink:
+                # to a live attribute (a removed one answers ENODEV): a descriptor of a file unlinked since
+                # (st_nlink 0) must not serve its old bytes. fstat walks no path. A file rewritten in place is
+                # the same inode: the pread sees its new bytes.
+                if not check_unlinked or os.fstat(fd).st_nlink:
                     return os.pread(fd, READ_BYTES, 0)
             except OSError as exc:
                 held.close(relative)
@@ -167,7 +161,7 @@ class Sysfs:
                     raise SysfsError(self._prefix + relative.lstrip("/"), _reason(exc)) from exc
             else:
                 held.close(relative)
-            # Removed or replaced: opened afresh once, so a file gone is None as without a held descriptor.
+            # Removed (ENODEV) or replaced: opened afresh once, so a file gone is None as without a held descriptor.
         path = self._prefix + relative.lstrip("/")
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
