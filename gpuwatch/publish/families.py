@@ -10,7 +10,7 @@ user, a command, a path, a pid) is refused here, when it is built.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter, itemgetter
 from typing import Any, cast
 
@@ -93,21 +93,15 @@ Family = Gauge | Counter  # what every family module builds
 def gauge(name: str, doc: str, labels: Iterable[str] = ("gpu",), unit: str = "") -> Gauge:
     """A gauge family ``gpuwatch_<name>``; per GPU (label ``gpu``) unless ``labels`` says otherwise."""
     labels = tuple(labels)
-    key = ("gauge", name, doc, labels, unit)
-    made = _MADE.get(key)
-    if made is None:
-        made = _MADE[key] = _kept(Gauge(PREFIX + name, doc, labels=_allowed(name, labels), unit=unit))
-    return cast(Gauge, _fresh(made))
+    return cast(Gauge, _made(("gauge", name, doc, labels, unit),
+                             lambda: Gauge(PREFIX + name, doc, labels=_allowed(name, labels), unit=unit)))
 
 
 def counter(name: str, doc: str, labels: Iterable[str] = ("gpu",)) -> Counter:
     """A counter family ``gpuwatch_<name>`` (exposed as ``..._total``); per GPU unless ``labels`` says otherwise."""
     labels = tuple(labels)
-    key = ("counter", name, doc, labels, "")
-    made = _MADE.get(key)
-    if made is None:
-        made = _MADE[key] = _kept(Counter(PREFIX + name, doc, labels=_allowed(name, labels)))
-    return cast(Counter, _fresh(made))
+    return cast(Counter, _made(("counter", name, doc, labels, ""),
+                               lambda: Counter(PREFIX + name, doc, labels=_allowed(name, labels))))
 
 
 # Each family made once (its name validated, its labels checked, by prometheus_client's and _allowed's rules), then
@@ -119,16 +113,17 @@ _MADE: dict[tuple[str, str, str, tuple[str, ...], str], type[RowFamily]] = {}
 MAX_MADE = 10_000
 
 
-def _kept(made: RowFamily) -> type[RowFamily]:
-    kind = type(made)
-    held = {name: value for name, value in vars(made).items() if name != "rows"}
-    return type(kind.__name__, (kind,), {**held, "__module__": kind.__module__, "__qualname__": kind.__qualname__})
-
-
-def _fresh(made: type[RowFamily]) -> RowFamily:
-    if len(_MADE) > MAX_MADE:  # never, with names and help texts from tables; bounded all the same
-        _MADE.clear()
-    family = object.__new__(made)
+def _made(key: tuple[str, str, str, tuple[str, ...], str], make: Callable[[], RowFamily]) -> RowFamily:
+    """An empty family of ``key`` (kind, name, help, labels, unit): ``make`` runs the first time only."""
+    kind = _MADE.get(key)
+    if kind is None:
+        if len(_MADE) >= MAX_MADE:  # never, with names and help texts from tables; bounded all the same
+            _MADE.clear()
+        made = make()
+        held = {name: value for name, value in vars(made).items() if name != "rows"}
+        kind = _MADE[key] = type(type(made).__name__, (type(made),),
+                                 {**held, "__module__": type(made).__module__, "__qualname__": type(made).__qualname__})
+    family = object.__new__(kind)
     family.rows = []
     return family
 
