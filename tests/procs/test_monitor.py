@@ -203,6 +203,8 @@ def test_a_shared_client_is_read_once_per_tick_and_every_fd_again_every_two_seco
 
 
 class Counting(Procfs):
+    """Counts whose fds were listed."""
+
     def __init__(self, root: Path) -> None:
         super().__init__(root)
         self.listed: list[int] = []
@@ -229,22 +231,10 @@ def test_processes_without_gpu_files_are_listed_every_fourth_round_and_still_see
     assert len(idle) <= 40 + 40 * (160 // 30 + 2) // 4, len(idle)  # the first round, then every fourth
 
 
-class Listing(Procfs):
-    """Counts whose fds were listed."""
-
-    def __init__(self, root: Path) -> None:
-        super().__init__(root)
-        self.listed: list[int] = []
-
-    def fds(self, pid: int) -> list[tuple[int, str]] | None:
-        self.listed.append(pid)
-        return super().fds(pid)
-
-
 def test_a_tree_pid_without_gpu_files_is_listed_every_two_seconds_a_new_one_at_once(proc: FakeProcTree) -> None:
     proc.add_process(4242, comm="python3")
     proc.add_process(4243, comm="python3")
-    procfs = Listing(proc.root)
+    procfs = Counting(proc.root)
     monitor = ProcessMonitor(procfs, None, all_every_s=0.0)  # no rounds: only the trees are listed
     assert monitor.sample({"t": [4242]}, now=0.0) == ((), 0) and procfs.listed == [4242]
     proc.set_fd(4242, 7, RENDER_NODE, amdgpu_fdinfo(1, A))  # opens the GPU late
