@@ -264,13 +264,16 @@ class _Held:
     """One thread's held descriptors of one Sysfs (path relative to the root -> fd). Only its thread uses
     it; when the thread ends, its ``threading.local`` drops it and the finaliser closes what is left."""
 
-    __slots__ = ("fds", "sysfs_fds", "seen", "generation")
+    __slots__ = ("fds", "sysfs_fds", "seen", "generation", "places")
 
     def __init__(self) -> None:
         self.fds: dict[str, int] = {}  # checked for an unlinked file before each read (not on sysfs)
         self.sysfs_fds: dict[str, int] = {}  # on sysfs proper (on_sysfs): read without that check
         self.seen: set[str] = set()  # read once since the last forget(), not held
         self.generation = 0
+        # The process's free places as they were when this thread first read: a place goes back to the
+        # list it came from, even when a test has put a smaller one in its stead meanwhile.
+        self.places = _free
 
     def hold(self, relative: str, fd: int) -> bool:
         """Keeps ``fd`` from the second read of ``relative`` on, if there is room (this thread's and the
@@ -288,7 +291,7 @@ class _Held:
         except OSError:
             return False
         try:
-            _free.pop()
+            self.places.pop()
         except IndexError:
             return False
         (self.sysfs_fds if on_sysfs(fd) else self.fds)[relative] = fd
@@ -301,7 +304,7 @@ class _Held:
         fd = self.sysfs_fds.pop(relative, None)
         if fd is None:
             fd = self.fds.pop(relative)
-        _free.append(0)
+        self.places.append(0)
         try:
             os.close(fd)
         except OSError:  # Linux frees the descriptor even then (close(2)): nothing to give back
