@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Protocol, TypeVar
 
 from gpuwatch.config.base import ConfigError
@@ -31,7 +30,7 @@ from gpuwatch.gpus.amdgpuinfo import AmdgpuInfo, WithAmdgpuInfo
 from gpuwatch.gpus.nvml import NvmlSource, NvmlUnavailable
 from gpuwatch.gpus.sampler import Sampler
 from gpuwatch.gpus.source import GpuSource
-from gpuwatch.model import GpuProcess, GpuResetState, Snapshot
+from gpuwatch.model import GpuProcess, GpuResetState, Snapshot, replaced
 from gpuwatch.procfs import Procfs
 from gpuwatch.procs.monitor import ProcessMonitor
 from gpuwatch.resets.devcoredump import DevCoredumps
@@ -93,7 +92,7 @@ class GpuUseWatch:
             if stepped is None:
                 self._pending, stepped = events, resets.published(snapshot)  # counted on the next tick
             states = stepped
-        return replace(snapshot, processes=processes, processes_unreadable=unreadable, resets=states)
+        return replaced(snapshot, processes=processes, processes_unreadable=unreadable, resets=states)
 
     def close(self) -> None:
         if self._close is not None:

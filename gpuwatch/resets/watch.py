@@ -32,6 +32,9 @@ class ResetWatch:
         self.answer_ticks = answer_ticks
         self.on_cards_changed = on_cards_changed
         self._gpus: dict[str, Recovery] = {}
+        # Each GPU's published state with the Recovery it was made from: ``step`` hands back the same (frozen)
+        # Recovery while nothing happens to the GPU, so the state is made again only for another Recovery.
+        self._shown: dict[str, tuple[Recovery, GpuResetState]] = {}
 
     def recovering(self) -> frozenset[str]:
         return frozenset(gpu_id for gpu_id, r in self._gpus.items() if r.recovering)
@@ -86,5 +89,18 @@ class ResetWatch:
         return self.published(snapshot)
 
     def published(self, snapshot: Snapshot) -> tuple[GpuResetState, ...]:
-        """Each GPU's reset state as last stepped (a GPU never stepped: none yet)."""
-        return tuple(self._gpus.get(gpu.gpu_id, Recovery(gpu.gpu_id)).published() for gpu in snapshot.gpus)
+        """Each GPU's reset state as last stepped (a GPU never stepped: none yet).
+
+        A state is remade only when its GPU's Recovery is another object than the one it was made from (a frozen
+        Recovery is its whole input): 8 GPUs' states rebuilt unchanged were most of the reset watch's tick."""
+        shown: dict[str, tuple[Recovery, GpuResetState]] = {}
+        states = []
+        for gpu in snapshot.gpus:
+            recovery = self._gpus.get(gpu.gpu_id) or Recovery(gpu.gpu_id)
+            last = self._shown.get(gpu.gpu_id)
+            if last is None or last[0] is not recovery:
+                last = (recovery, recovery.published())
+            shown[gpu.gpu_id] = last
+            states.append(last[1])
+        self._shown = shown
+        return tuple(states)

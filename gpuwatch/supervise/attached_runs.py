@@ -9,7 +9,7 @@ events it returns are sent on the run's session. What is published is a ``Traine
 An ended run stays listed ``keep_ended_s``, then it is dropped.
 
 The daemon never opens a user's files: progress comes in the Beats. The run's process tree (for the
-process monitor: GPUs, VRAM) is read with psutil from its pid, as a configured trainer's is.
+process monitor: GPUs, VRAM) is read from its pid (orphans.descendant_pids), as a configured trainer's is.
 """
 
 from __future__ import annotations
@@ -242,7 +242,8 @@ class AttachedRuns:
                 and 0 <= now - run.tree_walked < TREE_EVERY_S):
             return
         try:
-            run.tree = [run.pid, *descendant_pids(psutil.Process(run.pid))]
+            # By pid, not a psutil handle: a handle reads the stat ``started_at`` just read (a third of a walk).
+            run.tree = [run.pid, *descendant_pids(run.pid)]
             run.tree_walked = now
         except (psutil.Error, OSError):
             run.tree = []

@@ -49,12 +49,18 @@ def started_at(pid: int) -> int | None:
     return None if stat is None else stat.start_ticks
 
 
-def descendant_pids(proc: psutil.Process) -> list[int]:
+def descendant_pids(proc: psutil.Process | int) -> list[int]:
     """``proc``'s descendants, parents first: from the kernel's lists of children (procfs.Procfs.descendants,
     only the tree's own files); psutil's walk by parent pid, which reads every process's stat, only on a kernel
-    without them. Raises psutil.Error when ``proc`` is gone, as psutil's walk does."""
-    kids = _PROC.descendants(proc.pid)
-    return [child.pid for child in proc.children(recursive=True)] if kids is None else kids
+    without them. ``proc``: a psutil handle, or a pid (its handle is made only for psutil's walk: making one
+    reads the pid's stat, which an attached run's tick has just read). Raises psutil.Error when psutil walks and
+    ``proc`` is gone; the kernel's lists of a pid gone are empty."""
+    pid = proc if isinstance(proc, int) else proc.pid
+    kids = _PROC.descendants(pid)
+    if kids is not None:
+        return kids
+    handle = psutil.Process(pid) if isinstance(proc, int) else proc
+    return [child.pid for child in handle.children(recursive=True)]
 
 
 def become_subreaper(on: bool = True) -> bool:

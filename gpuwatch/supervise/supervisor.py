@@ -63,6 +63,10 @@ class Supervisor:
         self.last_snapshot: Snapshot | None = None
         self.last_acted = Acted()  # the rungs below, as the last snapshot's tick left them
         self.heat: Heat | None = None  # the last snapshot's GPU shares of a verdict, for every run's verdict
+        # The verdicts made on ``heat`` and ``last_acted``, by GPUs, limits and backstop: emptied when they are
+        # replaced (a tick with a snapshot), which is all a verdict reads besides its key. Attached runs on the
+        # same GPUs under [thermal] (every GPU, when none is declared or seen) share one.
+        self._verdicts: dict[tuple[tuple[str, ...], ThermalConfig, float], Thermal] = {}
         # Runs `gpuwatch train` attached from users' shells (attached_runs.py), ticked with the trainers.
         self.attached = AttachedRuns()
         self.attached_config = AttachedConfig()  # the live [attached] of the last tick (attach() reads it)
@@ -88,6 +92,7 @@ class Supervisor:
         now = time.monotonic()
         if snapshot is not None:
             self.last_snapshot, self.last_acted, self.heat = snapshot, below, Heat(snapshot)
+            self._verdicts = {}
         if not self.looked_for_leftovers:
             self._find_leftovers()
         if self.configured is None:
@@ -156,12 +161,17 @@ class Supervisor:
         return self._verdict(gpus, config.thermal, config)
 
     def _verdict(self, gpus: tuple[str, ...], thermal: ThermalConfig, config: Config) -> Thermal:
-        """actions.thermal_verdict on the last snapshot, of its GPU shares computed once (``Heat``)."""
+        """actions.thermal_verdict on the last snapshot, of its GPU shares computed once (``Heat``), each verdict
+        once per snapshot (``_verdicts``)."""
         if self.heat is None:
             return Thermal()
-        below = self.last_acted
-        return combined_verdict(self.heat.of(gpus, thermal), below.fans, below.powers,
-                                config.power.pause_backstop_s, below.clocks)
+        key = (gpus, thermal, config.power.pause_backstop_s)
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            below = self.last_acted
+            verdict = self._verdicts[key] = combined_verdict(self.heat.of(gpus, thermal), below.fans, below.powers,
+                                                             config.power.pause_backstop_s, below.clocks)
+        return verdict
 
     def _shutdown_tick(self, now: float) -> None:
         """One tick of the daemon's shutdown: every trainer is being stopped, so no thermal verdict matters

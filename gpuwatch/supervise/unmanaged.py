@@ -111,6 +111,13 @@ def verdicts(snapshot: Snapshot, below: Acted, thermal: ThermalConfig) -> tuple[
     return tuple(found)
 
 
+def at_rest(book: Book, config: UnmanagedConfig) -> bool:
+    """Nothing stopped, nothing resting, and nothing to stop (``on_hot = "report"``): ``decide`` would hand back
+    ``book`` and no signal whatever the tick's processes, and ``published`` depends only on the GPUs, ``on_hot``
+    and the totals (the daemon's tick skips both while they are the same: unmanaged_stops.tick)."""
+    return config.on_hot != "stop" and not book.stopped and not book.resting
+
+
 def candidates(processes: Iterable[GpuProcess], gpus: Iterable[GpuVerdict], config: UnmanagedConfig) -> set[int]:
     """The pids that may be stopped this tick (their identity is read for ``decide``): not a trainer's or an
     attached run's, on a GPU at crit with the other rungs spent, under ``on_hot = "stop"``."""

@@ -149,6 +149,9 @@ class UnmanagedProcesses:
         self.book = policy.Book()
         self._started = False
         self._record_failed = False
+        # What tick published for a book at rest, and of what: the GPUs, on_hot and the totals (policy.at_rest).
+        self._shown: tuple[UnmanagedState, ...] = ()
+        self._shown_of: tuple[tuple[str, ...], str, tuple[tuple[str, int], ...]] | None = None
 
     def start(self) -> None:
         """An earlier daemon's stops given back (it was killed before it could)."""
@@ -163,6 +166,13 @@ class UnmanagedProcesses:
         if not self._started:
             self.start()
         settings = config.unmanaged
+        if policy.at_rest(self.book, settings):
+            # Nothing to decide, read or signal (most ticks): the states are made again only when what they show
+            # changed, the GPUs (a rediscovery), on_hot (a reload) or the totals; with nothing stopped that is all.
+            shown_of = (tuple(g.gpu_id for g in snapshot.gpus), settings.on_hot, self.book.stops_total)
+            if shown_of != self._shown_of:
+                self._shown, self._shown_of = policy.published(self.book, shown_of[0], settings.on_hot), shown_of
+            return self._shown
         # Under "report" the policy stops nothing (and continues what a "stop" left stopped): it reads no GPU's
         # verdict, so none is made (tests/supervise/test_unmanaged.py: the same decision without them).
         gpus = policy.verdicts(snapshot, below, config.thermal) if settings.on_hot == "stop" else ()

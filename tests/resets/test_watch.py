@@ -113,6 +113,7 @@ def test_the_watch_counts_a_reset_once_and_follows_the_gpu_back(
         snapshot = sampler.sample()
         events = watch.detect(snapshot)
         (state,) = watch.update(snapshot, events, [] if processes is None else processes, now, 1000.0 + now)
+        assert state == watch._gpus[SLOT].published()  # a kept state is the one its Recovery makes
         return state.resets_total, state.recovering, state.stuck_pids
 
     assert tick(0) == (0, False, ())
@@ -122,3 +123,6 @@ def test_the_watch_counts_a_reset_once_and_follows_the_gpu_back(
     assert tick(2, stuck) == (1, True, (4242,))
     assert tick(3) == (1, True, ())
     assert tick(4) == (1, False, ()) and watch.recovering() == frozenset()
+    kept = watch.published(sampler.sample())
+    assert tick(5) == (1, False, ()) and watch.published(sampler.sample()) == kept
+    assert watch.published(sampler.sample())[0] is kept[0]  # nothing happened: made once, handed out again

@@ -24,10 +24,11 @@ from gpuwatch.config.file import Config
 from gpuwatch.config.trainer import TrainerConfig
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
 from gpuwatch.gpus.sampler import Sampler
-from gpuwatch.model import Acted, FanMode, FanState, PublishedState, TrainerState
+from gpuwatch.model import Acted, FanMode, FanState, GpuReading, PublishedState, Snapshot, TempReading, TrainerState
 from gpuwatch.model import TrainerPhase as P
 from gpuwatch.publish.metrics import GpuwatchCollector
 from gpuwatch.sim.tree import FakeSysfsTree
+from gpuwatch.supervise.actions import thermal_verdict
 from gpuwatch.supervise.supervisor import Supervisor
 from gpuwatch.sysfs import Sysfs
 from tests.support.waiting import wait_for
@@ -382,3 +383,25 @@ def test_root_daemon_refuses_to_run_trainer_as_root_unless_asked(make, tmp_path:
     h = make(command=["/bin/true"], user=None, give_up_after_crashes=1)
     s = h.until(lambda s: s.phase is P.FAILED)
     assert 'set user = "..."' in (s.last_exit_reason or "")
+
+
+def test_a_verdict_is_made_once_per_snapshot_gpus_and_limits(tmp_path: Path) -> None:
+    """Supervisor._verdict keeps each verdict for the snapshot's other readers (two attached runs on every GPU share
+    one): the same as actions.thermal_verdict, made again for other limits and for the next snapshot."""
+    def snapshot(junction_c: float) -> Snapshot:
+        gpu = GpuReading(gpu_id="0000:03:00.0", card="card0", backend="amdgpu",
+                         temps=(TempReading("junction", junction_c, crit_c=110.0),))
+        return Snapshot(taken_unix=0.0, taken_monotonic=0.0, gpus=(gpu,))
+
+    sup = Supervisor([], tmp_path / "state")
+    config, lenient = Config(), Config.model_validate({"thermal": {"junction_limit_c": 108.0}})
+    hot = snapshot(104.0)
+    sup.tick(hot, Acted(), config)
+    first = sup._verdict_on((), config)
+    assert first == thermal_verdict(hot, (), config.thermal, (), (), config.power.pause_backstop_s) and first.hot
+    assert sup._verdict_on((), config) is first
+    assert not sup._verdict_on((), lenient).hot  # other limits: another verdict on the same snapshot
+    sup.tick(None, Acted(), config)  # no snapshot: the last one's verdicts stand
+    assert sup._verdict_on((), config) is first
+    sup.tick(snapshot(60.0), Acted(), config)
+    assert sup._verdict_on((), config).cool

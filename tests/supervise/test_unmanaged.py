@@ -24,10 +24,12 @@ from gpuwatch.model import (
 from gpuwatch.supervise.actions import TIMEOUT_SHARE, UNKNOWN_JOB_TIMEOUT_S
 from gpuwatch.supervise.unmanaged import (
     Book,
+    Decision,
     GpuVerdict,
     Identity,
     Resting,
     Stopped,
+    at_rest,
     candidates,
     decide,
     published,
@@ -172,6 +174,27 @@ def test_report_decides_the_same_without_any_verdict(book: Book, identities: dic
     assert decide(book, REPORT, verdicts, rows, identities, OWN, now=5, now_unix=0) == decide(
         book, REPORT, (), rows, identities, OWN, now=5, now_unix=0)
     assert candidates(rows, verdicts, REPORT) == candidates(rows, (), REPORT) == set()
+
+
+@pytest.mark.parametrize("book, config, rest", [
+    (Book(), REPORT, True),
+    (Book(stops_total=((A, 4), (B, 1))), REPORT, True),
+    (Book(), STOP, False),  # a stop may be due
+    (Book(stopped=(stopped(10),)), REPORT, False),  # resumed under "report"
+    (Book(resting=(Resting(12, 5000, 9.0),)), REPORT, False),  # a rest ends
+])
+@pytest.mark.parametrize("verdicts", [(), (CRIT,), (COOL, replace(HOT, gpu_id=B))])
+def test_a_book_at_rest_is_decided_unchanged_and_published_of_the_gpus_alone(
+        book: Book, config: UnmanagedConfig, rest: bool, verdicts: tuple[GpuVerdict, ...]) -> None:
+    """unmanaged_stops.tick skips decide and keeps its states while at_rest: decide must hand the book back."""
+    assert at_rest(book, config) is rest
+    if rest:
+        rows = [row(10), row(11, gpu=B), row(12, trainer="bert")]
+        assert candidates(rows, verdicts, config) == set()  # so no identity is read
+        for now in (5.0, 1e6):
+            assert decide(book, config, verdicts, rows, {}, OWN, now=now, now_unix=now) == Decision(book=book)
+        assert published(book, [A, B], config.on_hot) == published(Book(stops_total=book.stops_total), [A, B],
+                                                                   config.on_hot)
 
 
 @pytest.mark.parametrize("identities", [{}, {10: ident(10, start=7777)}], ids=["gone", "pid reused"])

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.config.file import Config
-from gpuwatch.model import Acted, FanMode, FanState, GpuProcess, GpuReading, Snapshot, TempReading
+from gpuwatch.model import Acted, FanMode, FanState, GpuProcess, GpuReading, Snapshot, TempReading, UnmanagedState
 from gpuwatch.procfs import Procfs
 from gpuwatch.sim.proctree import RENDER_NODE, FakeProcTree, amdgpu_fdinfo
 from gpuwatch.supervise.actions import TIMEOUT_SHARE, UNKNOWN_JOB_TIMEOUT_S
@@ -48,6 +48,7 @@ class Rig:
         self.now = 1000.0
         self.part = UnmanagedProcesses(Procfs(self.proc.root), self.runtime, clock=lambda: self.now)
         self.pids: list[int] = []
+        self.last = UnmanagedState(gpu_id=SLOT, on_hot="")  # the last tick's state of the GPU
 
     def sleeper(self, uid: int | None = None) -> int:
         """A real process holding the GPU (in the fake /proc)."""
@@ -64,6 +65,7 @@ class Rig:
         rows = tuple(GpuProcess(pid=pid, gpu_id=SLOT, command="python3 mine.py", trainer=trainer) for pid in self.pids)
         snapshot = Snapshot(taken_unix=0.0, taken_monotonic=0.0, gpus=(gpu,), processes=rows)
         (state,) = self.part.tick(snapshot, Acted(fans=FULL_FAN), config)
+        self.last = state
         return state.stopped_pids
 
     def record(self) -> list[int]:
@@ -140,6 +142,21 @@ def test_reload_to_report_continues(rig: Rig) -> None:
     assert rig.tick(115, REPORT) == ()
     wait_for(lambda: real_state(a) != "T", "continued by the reload to report")
     assert rig.tick(115, REPORT) == () and real_state(a) != "T"
+
+
+def test_the_states_at_rest_are_kept_and_follow_a_reload_and_the_stops_counted(rig: Rig) -> None:
+    """Nothing stopped under "report" (policy.at_rest): nothing decided, the last states handed back again."""
+    a = rig.sleeper()
+    assert rig.tick(60, REPORT) == ()
+    first = rig.last
+    assert rig.tick(115, REPORT) == () and rig.last is first
+    assert (first.on_hot, first.stops_total, first.reason) == ("report", 0, None)
+    assert rig.tick(115, STOP) == (a,) and (rig.last.on_hot, rig.last.stops_total) == ("stop", 1)
+    wait_for(lambda: real_state(a) == "T", "SIGSTOPped")
+    assert rig.tick(115, REPORT) == () and (rig.last.on_hot, rig.last.stops_total) == ("report", 1)
+    wait_for(lambda: real_state(a) != "T", "continued by the reload to report")
+    kept = rig.last
+    assert rig.tick(115, REPORT) == () and rig.last == kept
 
 
 def test_stop_continues_every_process(rig: Rig) -> None:
