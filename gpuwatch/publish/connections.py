@@ -47,10 +47,14 @@ class CutOffs:
 class Connections:
     """The connections holding a descriptor now, under ``max_connections`` and ``max_per_client``."""
 
-    def __init__(self, max_connections: int, max_per_client: int, monotonic: Callable[[], float]) -> None:
+    def __init__(self, max_connections: int, max_per_client: int, monotonic: Callable[[], float],
+                 held: Callable[[], None] = lambda: None) -> None:
+        """``held()`` is called when a cut-off is held back for a later warning (serve.py then waits for
+        ``held_for_s`` and calls ``report_if_due``)."""
         self.max_connections = max_connections
         self.max_per_client = max_per_client
         self._mono = monotonic
+        self._held = held
         self._open: OrderedDict[Connection, None] = OrderedDict()  # oldest first; each holds a descriptor
         self._per_client: Counter[str] = Counter()
         self._cut = CutOffs()
@@ -109,6 +113,14 @@ class Connections:
         self._cut.clients[client] += 1
         if self._mono() - self._cut.reported_at >= REPORT_EVERY_S:
             self.report()
+        else:
+            self._held()
+
+    def held_for_s(self) -> float | None:
+        """Seconds until the cut-offs held back are due to be said (0 or less: now); None when none are held."""
+        if not self._cut.reasons:
+            return None
+        return self._cut.reported_at + REPORT_EVERY_S - self._mono()
 
     def report_if_due(self) -> None:
         """The cut-offs held back since the last warning, once ``REPORT_EVERY_S`` has passed."""

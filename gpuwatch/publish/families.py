@@ -12,7 +12,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter, itemgetter
-from typing import Any, cast
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.samples import Sample
@@ -92,16 +92,24 @@ Family = Gauge | Counter  # what every family module builds
 
 def gauge(name: str, doc: str, labels: Iterable[str] = ("gpu",), unit: str = "") -> Gauge:
     """A gauge family ``gpuwatch_<name>``; per GPU (label ``gpu``) unless ``labels`` says otherwise."""
-    labels = tuple(labels)
-    return cast(Gauge, _made(("gauge", name, doc, labels, unit),
-                             lambda: Gauge(PREFIX + name, doc, labels=_allowed(name, labels), unit=unit)))
+    key = ("gauge", name, doc, tuple(labels), unit)
+    kind = _MADE.get(key)  # the made family's class looked up here, no call or closure for it (126 a render)
+    if kind is None:
+        kind = _make(key, lambda: Gauge(PREFIX + name, doc, labels=_allowed(name, key[3]), unit=unit))
+    family: Gauge = _new(kind)
+    family.rows = []
+    return family
 
 
 def counter(name: str, doc: str, labels: Iterable[str] = ("gpu",)) -> Counter:
     """A counter family ``gpuwatch_<name>`` (exposed as ``..._total``); per GPU unless ``labels`` says otherwise."""
-    labels = tuple(labels)
-    return cast(Counter, _made(("counter", name, doc, labels, ""),
-                               lambda: Counter(PREFIX + name, doc, labels=_allowed(name, labels))))
+    key = ("counter", name, doc, tuple(labels), "")
+    kind = _MADE.get(key)
+    if kind is None:
+        kind = _make(key, lambda: Counter(PREFIX + name, doc, labels=_allowed(name, key[3])))
+    family: Counter = _new(kind)
+    family.rows = []
+    return family
 
 
 # Each family made once (its name validated, its labels checked, by prometheus_client's and _allowed's rules), then
@@ -113,19 +121,18 @@ _MADE: dict[tuple[str, str, str, tuple[str, ...], str], type[RowFamily]] = {}
 MAX_MADE = 10_000
 
 
-def _made(key: tuple[str, str, str, tuple[str, ...], str], make: Callable[[], RowFamily]) -> RowFamily:
-    """An empty family of ``key`` (kind, name, help, labels, unit): ``make`` runs the first time only."""
-    kind = _MADE.get(key)
-    if kind is None:
-        if len(_MADE) >= MAX_MADE:  # never, with names and help texts from tables; bounded all the same
-            _MADE.clear()
-        made = make()
-        held = {name: value for name, value in vars(made).items() if name != "rows"}
-        kind = _MADE[key] = type(type(made).__name__, (type(made),),
-                                 {**held, "__module__": type(made).__module__, "__qualname__": type(made).__qualname__})
-    family = object.__new__(kind)
-    family.rows = []
-    return family
+def _make(key: tuple[str, str, str, tuple[str, ...], str], make: Callable[[], RowFamily]) -> type[RowFamily]:
+    """The class of ``key``'s (kind, name, help, labels, unit) families, made by ``make`` the first time only."""
+    if len(_MADE) >= MAX_MADE:  # never, with names and help texts from tables; bounded all the same
+        _MADE.clear()
+    made = make()
+    held = {name: value for name, value in vars(made).items() if name != "rows"}
+    kind = _MADE[key] = type(type(made).__name__, (type(made),),
+                             {**held, "__module__": type(made).__module__, "__qualname__": type(made).__qualname__})
+    return kind
+
+
+_new: Callable[[type[RowFamily]], Any] = object.__new__  # typed Any: typing.cast is a call, 126 a render
 
 
 def _allowed(name: str, labels: Iterable[str]) -> list[str]:

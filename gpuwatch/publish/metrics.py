@@ -112,18 +112,24 @@ def render(state: PublishedState) -> list[Family]:
             dropped[f"render:{part}"] = 1
             continue
         for family in built:
+            if not family.rows:  # an empty family is left out (half of a render's: no trainer, no fault), unchecked
+                continue
             if family.packed() is None:  # one C pass; the values one by one only when one fails it
                 kept = [row for row in family.rows if _carried(row[1])]
                 if len(kept) < len(family.rows):
                     dropped[family.name] = dropped.get(family.name, 0) + len(family.rows) - len(kept)
                     family.rows = kept
+                    if not kept:
+                        continue
             families.append(family)
     counted = gauge("metrics_dropped_series", "Series left out of this exposition because their value is no number "
                     "a float can carry (per family), or because a part failed to render (family render:<part>).",
                     ["family"])
     for name, count in sorted(dropped.items()):
         counted.add_metric([name], count)
-    return [family for family in [*families, counted] if family.rows]
+    if counted.rows:
+        families.append(counted)
+    return families
 
 
 _failed_parts: set[str] = set()  # parts whose failure was logged (once per process: every scrape renders)
@@ -178,11 +184,11 @@ def _gpus(state: PublishedState) -> list[Family]:
     info = gauge("gpu_info", "GPU identity (always 1); join on gpu for names.", GPU_INFO_LABELS)
     up = gauge("gpu_up", "1 when the GPU was read this tick, 0 when it is gone (reset, fell off the bus).")
     suspended = gauge("gpu_suspended", "1 when the GPU is runtime-suspended (values then come from before).")
-    for gpu in gpus:
-        info.add_metric([gpu.gpu_id, gpu.card, gpu.backend, *(getattr(gpu, k) or "" for k in GPU_INFO_LABELS[3:])], 1)
-        up.add_metric([gpu.gpu_id], 1 if gpu.up else 0)
+    for gpu in gpus:  # straight into the rows, label values as a tuple (an add_metric call per series: issue 52)
+        info.rows.append(((gpu.gpu_id, gpu.card, gpu.backend, *(value or "" for value in _INFO_VALUES(gpu))), 1))
+        up.rows.append(((gpu.gpu_id,), 1 if gpu.up else 0))
         if gpu.runtime_status is not None:
-            suspended.add_metric([gpu.gpu_id], 1 if gpu.suspended else 0)
+            suspended.rows.append(((gpu.gpu_id,), 1 if gpu.suspended else 0))
     out: list[Family] = [info, up, suspended, *_temperatures(state)]
     out += gpu_gauges(_GPU_GAUGES, gpus)
     out += _clocks(gpus)
@@ -228,6 +234,7 @@ def _temperatures(state: PublishedState) -> list[Family]:
 
 
 _TEMP_VALUES = attrgetter(*(attr for _, _, attr in _TEMP_FIELDS))
+_INFO_VALUES = attrgetter(*GPU_INFO_LABELS[3:])  # the identity strings of gpu_info after gpu, card and backend
 
 
 def _clocks(gpus: tuple[GpuReading, ...]) -> list[Family]:

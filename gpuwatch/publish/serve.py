@@ -113,11 +113,12 @@ class Server:
         self.max_requests = max_requests
         self.max_connections = max_connections or connection_cap(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         self.max_per_client = min(MAX_PER_CLIENT, self.max_connections)
-        self._connections = Connections(self.max_connections, self.max_per_client, monotonic)
+        self._connections = Connections(self.max_connections, self.max_per_client, monotonic, held=self._cut_held)
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop = asyncio.new_event_loop()
         self._stopping: asyncio.Event | None = None
         self._room: asyncio.Event | None = None
+        self._held: asyncio.Event | None = None  # a cut-off held back for a later warning (``_report_held``)
         self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._main(),),
                                         name="gpuwatch-http", daemon=True)
 
@@ -141,10 +142,10 @@ class Server:
             self._stopping.set()
 
     async def _main(self) -> None:
-        self._stopping, self._room = asyncio.Event(), asyncio.Event()
+        self._stopping, self._room, self._held = asyncio.Event(), asyncio.Event(), asyncio.Event()
         self._sock.setblocking(False)
         accepting = asyncio.create_task(self._accept_loop())
-        reporter = asyncio.create_task(self._report_every())
+        reporter = asyncio.create_task(self._report_held())
         await self._stopping.wait()
         accepting.cancel()
         reporter.cancel()
@@ -345,7 +346,17 @@ class Server:
             return Response(500, "text/plain; charset=utf-8", b"internal error (see the daemon's log)\n")
 
     # ---- cut-off warnings ----
-    async def _report_every(self) -> None:
+    def _cut_held(self) -> None:
+        if self._held is not None:
+            self._held.set()
+
+    async def _report_held(self) -> None:
+        """The cut-offs held back, said when due. Woken only when one is held: a wake-up every second to look
+        cost the idle server 0.18 ms of CPU a second, a quarter of what one scrape a second costs (round 6)."""
+        assert self._held is not None
         while True:
-            await asyncio.sleep(1.0)
-            self._connections.report_if_due()
+            await self._held.wait()
+            self._held.clear()
+            while (wait_s := self._connections.held_for_s()) is not None:
+                await asyncio.sleep(max(0.0, wait_s))
+                self._connections.report_if_due()

@@ -13,7 +13,8 @@ def unmanaged_families(state: PublishedState) -> list[Family]:
                     ["gpu"])
     stops = counter("unmanaged_stops", "Processes not run under gpuwatch SIGSTOPped past crit since the daemon "
                     "started.", ["gpu"])
-    for gpu in state.unmanaged:
-        stopped.add_metric([gpu.gpu_id], len(gpu.stopped_pids))
-        stops.add_metric([gpu.gpu_id], gpu.stops_total)
+    for gpu in state.unmanaged:  # straight into the rows, label values as a tuple (issue 52)
+        labels = (gpu.gpu_id,)
+        stopped.rows.append((labels, len(gpu.stopped_pids)))
+        stops.rows.append((labels, gpu.stops_total))
     return [stopped, stops]

@@ -18,13 +18,13 @@ def reset_families(state: PublishedState) -> list[Family]:
                        "holds it; supervised training waits for it.", ["gpu"])
     stuck = gauge("gpu_stuck_processes", "Processes in uninterruptible sleep (D) holding the GPU since its reset: "
                   "a few seconds in every recovery; held for minutes, the host may need a reboot.", ["gpu"])
-    for reset in state.snapshot.resets:
-        labels = [reset.gpu_id]
-        resets.add_metric(labels, reset.resets_total)
+    for reset in state.snapshot.resets:  # straight into the rows, label values as a tuple (issue 52)
+        labels = (reset.gpu_id,)
+        resets.rows.append((labels, reset.resets_total))
         if reset.last_reset_unix is not None:
-            last.add_metric(labels, reset.last_reset_unix)
-        recovering.add_metric(labels, 1 if reset.recovering else 0)
-        stuck.add_metric(labels, len(reset.stuck_pids))
+            last.rows.append((labels, reset.last_reset_unix))
+        recovering.rows.append((labels, 1 if reset.recovering else 0))
+        stuck.rows.append((labels, len(reset.stuck_pids)))
     return [resets, last, recovering, stuck]
 
 

@@ -88,3 +88,20 @@ def test_a_failed_accept_is_said_once_per_period(caplog: pytest.LogCaptureFixtur
         connections.accept_failed(error, 0.5)
     assert [r.getMessage() for r in caplog.records] == [
         "HTTP: cannot accept a connection (Too many open files, 0 open); retrying in 0.5 s"] * 2
+
+
+def test_a_held_back_cut_off_calls_held_and_is_due_after_the_period() -> None:
+    clock, held = Clock(), []
+    connections = Connections(max_connections=10, max_per_client=10, monotonic=clock,
+                              held=lambda: held.append(clock.now))
+    assert connections.held_for_s() is None
+    connections.note_cut("10.0.0.1", "no complete request within 5 s")  # said at once: nothing held
+    assert held == [] and connections.held_for_s() is None
+    clock.now += 4.0
+    connections.note_cut("10.0.0.2", "no complete request within 5 s")
+    assert held == [1004.0] and connections.held_for_s() == REPORT_EVERY_S - 4.0
+    clock.now += REPORT_EVERY_S - 4.0
+    assert connections.held_for_s() == 0.0
+    connections.report_if_due()
+    assert connections.held_for_s() is None
+

@@ -16,7 +16,10 @@ from gpuwatch.config.cooling import FanConfig
 from gpuwatch.config.file import Config
 from gpuwatch.config.sections import HttpConfig
 from gpuwatch.daemon.loop import Daemon
+from gpuwatch.publish import connections as connections_module
 from gpuwatch.publish.http import HttpServer
+from gpuwatch.publish.serve import Server
+from gpuwatch.publish.wire import Response, bind
 from tests.support.published import GPU_A, two_gpu_tree
 from tests.support.waiting import wait_for
 
@@ -112,4 +115,33 @@ def test_bad_requests_are_answered_not_fatal() -> None:
                     answer += chunk
             assert answer.split(b" ", 2)[1] == status, answer
     finally:
+        server.stop()
+
+
+def test_the_server_says_held_back_cut_offs_when_due_without_polling(monkeypatch: pytest.MonkeyPatch,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """Three clients that never send their request: the first cut-off is said at once, the next two held back
+    and said once the period is over, by a reporter woken for them (no wake-up every second while none is held)."""
+    monkeypatch.setattr(connections_module, "REPORT_EVERY_S", 0.5)
+    server = Server(bind("127.0.0.1", 0), lambda request: Response(200, "text/plain", b"ok\n"), request_deadline_s=0.1)
+    server.start()
+    port = int(server._sock.getsockname()[1])
+    clients: list[socket.socket] = []
+    try:
+        with caplog.at_level(logging.WARNING, logger="gpuwatch.http"):
+            for _ in range(3):
+                clients.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+                try:
+                    assert clients[-1].recv(1) == b""  # cut at its deadline
+                except ConnectionResetError:
+                    pass
+            said = [r.getMessage() for r in caplog.records]
+            assert said == ["cut off 1 slow HTTP client connection(s): 1 no complete request within 0.1 s; "
+                            "from 127.0.0.1 (1)"]
+            wait_for(lambda: len(caplog.records) == 2, "the held cut-offs said")
+        assert caplog.records[1].getMessage() == ("cut off 2 slow HTTP client connection(s): 2 no complete "
+                                                   "request within 0.1 s; from 127.0.0.1 (2)")
+    finally:
+        for client in clients:
+            client.close()
         server.stop()
