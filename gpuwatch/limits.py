@@ -48,6 +48,16 @@ def limits_in_force(snapshot: Snapshot, thermal: ThermalConfig) -> tuple[SensorL
     return tuple(found)
 
 
+def limits_by_sensor(limits: Iterable[SensorLimit]) -> dict[tuple[str, str], float]:
+    """``limits`` (a state's ``limits_c``) by (gpu_id, sensor), the first of each as ``PublishedState.limit_c``
+    answers: the status document and the live summary look up every sensor of every GPU, and ``limit_c``'s scan
+    of every limit per sensor was a tenth of each (24 lookups of 24 limits at 8 GPUs)."""
+    found: dict[tuple[str, str], float] = {}
+    for limit in limits:
+        found.setdefault((limit.gpu_id, limit.sensor), limit.limit_c)
+    return found
+
+
 def over_limit(temp_c: float | None, limit_c: float | None, margin_c: float = 0.0) -> bool | None:
     """At or above the limit minus ``margin_c``; None when the temperature or the limit is unknown.
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from gpuwatch.config.cooling import ThermalConfig
-from gpuwatch.limits import LimitBreach, breaches, limits_in_force, over_limit, sensor_limit_c
-from gpuwatch.model import GpuReading, SensorLimit, Snapshot, TempReading
+from gpuwatch.limits import LimitBreach, breaches, limits_by_sensor, limits_in_force, over_limit, sensor_limit_c
+from gpuwatch.model import GpuReading, PublishedState, SensorLimit, Snapshot, TempReading
 
 
 def test_every_sensor_with_a_limit_in_snapshot_order() -> None:
@@ -82,3 +82,16 @@ def test_breaches_name_each_sensor_at_or_over_its_limit() -> None:
         LimitBreach("0000:03:00.0", "edge", 91.0, 90.0), LimitBreach("0000:03:00.0", "junction", 99.0, 100.0),
         LimitBreach("0000:03:00.0", "mem", 100.0, 100.0)]
     assert breaches(GpuReading("x", "card1", "amdgpu"), thermal) == []
+
+
+@pytest.mark.parametrize("limits", [
+    (),
+    (SensorLimit("a", "edge", 90.0), SensorLimit("a", "junction", 100.0), SensorLimit("b", "edge", 85.0)),
+    (SensorLimit("a", "edge", 90.0), SensorLimit("a", "edge", 80.0)),  # the first wins, as limit_c's scan
+])
+def test_the_limits_by_sensor_answer_as_limit_c(limits: tuple[SensorLimit, ...]) -> None:
+    state = PublishedState(snapshot=Snapshot(taken_unix=0.0, taken_monotonic=0.0, gpus=()), limits_c=limits)
+    table = limits_by_sensor(limits)
+    for gpu in ("a", "b", "c"):
+        for sensor in ("edge", "junction", "mem"):
+            assert table.get((gpu, sensor)) == state.limit_c(gpu, sensor)

@@ -24,7 +24,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from types import FrameType
@@ -42,11 +41,11 @@ from gpuwatch.daemon.sdnotify import Notifier
 from gpuwatch.daemon.servers import http_server, start_control
 from gpuwatch.daemon.wakeup import Flag, Signals, Wakeup
 from gpuwatch.limits import limits_in_force
-from gpuwatch.model import Acted, DaemonInfo, PublishedState, Snapshot
+from gpuwatch.model import Acted, DaemonInfo, PublishedState, Snapshot, replaced
 from gpuwatch.publish.document import to_document
 from gpuwatch.publish.history_store import HistoryStore
 from gpuwatch.publish.http import HttpServer
-from gpuwatch.publish.live import rung_of
+from gpuwatch.publish.live import ladder_rungs
 from gpuwatch.publish.live_feed import LiveFeed
 from gpuwatch.publish.receipt_store import keep_last_state
 from gpuwatch.publish.state import StateHolder, write_state_file
@@ -301,8 +300,8 @@ def published_state(snapshot: Snapshot, daemon: DaemonInfo, acted: Acted, read_e
         read_errors_total=tuple((gpu, sensor, n) for (gpu, sensor), n in sorted(read_errors.items())),
         limits_c=limits_in_force(snapshot, config.thermal), clocks=acted.clocks, unmanaged=acted.unmanaged,
     )
-    return replace(state, ladder_rungs=tuple((gpu.gpu_id, rung_of(state, gpu.gpu_id, config.fan.for_gpu(gpu.gpu_id)))
-                                             for gpu in snapshot.gpus if gpu.up))
+    rungs = ladder_rungs(state, config.fan.for_gpu, (gpu.gpu_id for gpu in snapshot.gpus if gpu.up))
+    return replaced(state, ladder_rungs=tuple(rungs))
 
 
 def count_read_errors(totals: Counter[tuple[str, str]], snapshot: Snapshot) -> None:

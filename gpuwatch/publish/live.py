@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Callable, Iterable
 from typing import Any, Literal, cast
 
 from gpuwatch.config.cooling import FanConfig
-from gpuwatch.limits import over_limit
+from gpuwatch.limits import limits_by_sensor, over_limit
 from gpuwatch.model import (
     ClockMode,
     FanMode,
@@ -86,12 +87,35 @@ def ladder_rung(fan: FanState | None, fan_floor_percent: float, power: PowerStat
 def rung_of(state: PublishedState, gpu_id: str, fan_config: FanConfig) -> Rung:
     """``ladder_rung`` of one GPU of ``state`` under its own fan settings (``fan_config``: already for_gpu):
     the live page and ``gpuwatch_ladder_rung`` (daemon/loop.py) alike."""
-    curve = _curve(fan_config)
-    floor_percent = max(fan_config.floor_percent, curve[0][1] if curve else 0.0)
-    held = any(t.phase in HELD_PHASES and gpu_id in (t.gpus or t.gpus_used) for t in state.trainers)
-    clock = any(c.gpu_id == gpu_id and c.mode in (ClockMode.LIMITING, ClockMode.FLOOR) for c in state.clocks)
-    return ladder_rung(next((f for f in state.fans if f.gpu_id == gpu_id), None), floor_percent,
-                       next((p for p in state.powers if p.gpu_id == gpu_id), None), held, clock)
+    return ladder_rungs(state, lambda _: fan_config, (gpu_id,))[0][1]
+
+
+def ladder_rungs(state: PublishedState, fan_settings: Callable[[str], FanConfig],
+                 gpu_ids: Iterable[str]) -> list[tuple[str, Rung]]:
+    """``rung_of`` each of ``gpu_ids``, in their order, under ``fan_settings(gpu_id)`` (``FanConfig.for_gpu``):
+    the state's runs, clocks, fans and caps gone through once for them all, each fan settings' floor made once
+    (per GPU, ``rung_of`` went through each list again and made the curve again: 8 GPUs, 30 µs a tick)."""
+    held = {gpu for t in state.trainers if t.phase in HELD_PHASES for gpu in (t.gpus or t.gpus_used)}
+    clocked = {c.gpu_id for c in state.clocks if c.mode in (ClockMode.LIMITING, ClockMode.FLOOR)}
+    fans: dict[str, FanState] = {}
+    for fan in state.fans:
+        fans.setdefault(fan.gpu_id, fan)  # the first, as a scan finds it
+    powers: dict[str, PowerState] = {}
+    for power in state.powers:
+        powers.setdefault(power.gpu_id, power)
+    # Each settings' floor by id, the settings kept beside it: a GPU's overrides are a new object each time, and
+    # one freed could hand its id to the next.
+    floors: dict[int, tuple[FanConfig, float]] = {}
+    found: list[tuple[str, Rung]] = []
+    for gpu_id in gpu_ids:
+        settings = fan_settings(gpu_id)
+        known = floors.get(id(settings))
+        if known is None:
+            curve = _curve(settings)
+            known = floors[id(settings)] = (settings, max(settings.floor_percent, curve[0][1] if curve else 0.0))
+        found.append((gpu_id, ladder_rung(fans.get(gpu_id), known[1], powers.get(gpu_id), gpu_id in held,
+                                          gpu_id in clocked)))
+    return found
 
 
 def summary(state: PublishedState, fan_config: FanConfig, hostname: str = "") -> Summary:
@@ -106,16 +130,19 @@ def summary(state: PublishedState, fan_config: FanConfig, hostname: str = "") ->
     processes: dict[str, list[GpuProcess]] = {}
     for process in state.snapshot.processes:
         processes.setdefault(process.gpu_id, []).append(process)
-    curves: dict[int, list[list[float]]] = {}  # each GPU's fan settings' curve, made once per settings
+    # Each GPU's fan settings' curve, made once per settings (the settings kept: a freed one's id can come again).
+    curves: dict[int, tuple[FanConfig, list[list[float]]]] = {}
+    limits = limits_by_sensor(state.limits_c)
     daemon = state.daemon
     gpus = []
     for gpu in state.snapshot.gpus:
         settings = fan_config.for_gpu(gpu.gpu_id)  # ``fan_config`` itself for a GPU without overrides
-        curve = curves.get(id(settings))
-        if curve is None:
-            curve = curves[id(settings)] = _curve(settings)
+        made = curves.get(id(settings))
+        if made is None:
+            made = curves[id(settings)] = (settings, _curve(settings))
+        curve = made[1]
         rung = rungs.get(gpu.gpu_id) or rung_of(state, gpu.gpu_id, settings)
-        gpus.append(_gpu(state, gpu, fans.get(gpu.gpu_id), powers.get(gpu.gpu_id), resets.get(gpu.gpu_id),
+        gpus.append(_gpu(limits, gpu, fans.get(gpu.gpu_id), powers.get(gpu.gpu_id), resets.get(gpu.gpu_id),
                          curve, rung, processes.get(gpu.gpu_id, [])))
     hottest = [t["temp_c"] for g in gpus for t in g["temps"] if t["temp_c"] is not None]
     return {
@@ -147,12 +174,12 @@ def _curve(fan_config: FanConfig) -> list[list[float]]:
     return [[float(t), float(s)] for t, s in fan_config.curve]
 
 
-def _gpu(state: PublishedState, gpu: GpuReading, fan: FanState | None, power: PowerState | None,
+def _gpu(limits: dict[tuple[str, str], float], gpu: GpuReading, fan: FanState | None, power: PowerState | None,
          reset: GpuResetState | None, curve: list[list[float]], rung: Rung, processes: list[GpuProcess]) -> Summary:
     temps: list[Summary] = []
     levels: list[Level | None] = []
     for t in gpu.temps:
-        temp_c, limit_c, crit_c = _r(t.temp_c, 0), _r(state.limit_c(gpu.gpu_id, t.label), 0), _r(t.crit_c, 0)
+        temp_c, limit_c, crit_c = _r(t.temp_c, 0), _r(limits.get((gpu.gpu_id, t.label)), 0), _r(t.crit_c, 0)
         levels.append(temp_level(temp_c, limit_c, crit_c))
         temps.append({"label": t.label, "temp_c": temp_c, "limit_c": limit_c, "crit_c": crit_c, "level": levels[-1]})
     return {

@@ -119,13 +119,14 @@ def judge(state: PublishedState, settings: HealthConfig, since: Mapping[str, flo
     ``over_crit_since``."""
     fans = {fan.gpu_id: fan for fan in state.fans}
     resets = {reset.gpu_id: reset for reset in state.snapshot.resets}
+    checks = [(code, failed) for code, name, failed in _GPU_CHECKS if name is not None and settings.on(name)]
     faults: list[HealthFault] = []
     for gpu in state.snapshot.gpus:
         started = since.get(gpu.gpu_id)
         seen = Seen(gpu, fans.get(gpu.gpu_id), resets.get(gpu.gpu_id), _hottest_over_crit(gpu),
                     None if started is None else now - started, settings.over_crit_s)
-        for code, name, failed in _GPU_CHECKS:
-            detail = failed(seen) if name is not None and settings.on(name) else None
+        for code, failed in checks:
+            detail = failed(seen)
             if detail is not None:
                 faults.append(HealthFault(code, gpu.gpu_id, detail))
     return NodeHealth(healthy=not faults, faults=tuple(faults), notes=_notes(state),
