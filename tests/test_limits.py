@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 
 from gpuwatch.config.cooling import ThermalConfig
-from gpuwatch.limits import LimitBreach, breaches, limits_by_sensor, limits_in_force, over_limit, sensor_limit_c
+from gpuwatch.limits import (
+    LimitBreach,
+    LimitsInForce,
+    breaches,
+    limits_by_sensor,
+    limits_in_force,
+    over_limit,
+    sensor_limit_c,
+)
 from gpuwatch.model import GpuReading, PublishedState, SensorLimit, Snapshot, TempReading
 
 
@@ -95,3 +103,26 @@ def test_the_limits_by_sensor_answer_as_limit_c(limits: tuple[SensorLimit, ...])
     for gpu in ("a", "b", "c"):
         for sensor in ("edge", "junction", "mem"):
             assert table.get((gpu, sensor)) == state.limit_c(gpu, sensor)
+
+
+def test_the_limits_in_force_kept_while_their_sources_are_the_same() -> None:
+    """LimitsInForce: limits_in_force's answer every time, the same tuple while [thermal] is the same object and
+    every sensor's GPU, label and crit are equal; a crit of 0 told from -0 (a margin of 0 prints its sign)."""
+
+    def snapshot(*crits: float | None, label: str = "junction") -> Snapshot:
+        return Snapshot(0.0, 0.0, tuple(GpuReading(f"g{i}", f"card{i}", "amdgpu", temps=(
+            TempReading("edge", 50.0, crit_c=crit), TempReading(label, 60.0, crit_c=crit)))
+            for i, crit in enumerate(crits)))
+
+    thermal, zero_margin = ThermalConfig(), ThermalConfig(junction_crit_margin_c=0.0, mem_crit_margin_c=0.0)
+    limits = LimitsInForce()
+    first = limits(snapshot(110.0, 105.0), thermal)
+    assert first == limits_in_force(snapshot(110.0, 105.0), thermal)
+    assert limits(snapshot(110.0, 105.0), thermal) is first
+    steps = [(snapshot(110.0, 100.0), thermal), (snapshot(110.0, 100.0), ThermalConfig()),  # a reload: a new object
+             (snapshot(110.0, None), thermal), (snapshot(110.0, 100.0, label="mem"), thermal),
+             (snapshot(110.0), thermal), (snapshot(0.0), zero_margin), (snapshot(-0.0), zero_margin),
+             (snapshot(-0.0), zero_margin), (snapshot(None), zero_margin)]
+    for taken, settings in steps:
+        got, want = limits(taken, settings), limits_in_force(taken, settings)
+        assert got == want and [repr(limit.limit_c) for limit in got] == [repr(limit.limit_c) for limit in want]
