@@ -48,6 +48,35 @@ def limits_in_force(snapshot: Snapshot, thermal: ThermalConfig) -> tuple[SensorL
     return tuple(found)
 
 
+class LimitsInForce:
+    """``limits_in_force``, the same tuple again while what it is made from is the same: the ``[thermal]`` object
+    (a reload brings a new one, never an edited one) and each sensor's GPU, label and crit, in order. Made anew each
+    tick it was 24 frozen ``SensorLimit``s at 8 GPUs, a quarter of ``published_state`` (issue 52); a crit changes
+    rarely. A crit of 0 is told from -0 (equal, but their limits print differently when the margin is 0)."""
+
+    def __init__(self) -> None:
+        self._thermal: ThermalConfig | None = None
+        self._sensors: tuple[tuple[str, str, object], ...] = ()
+        self._limits: tuple[SensorLimit, ...] = ()
+
+    def __call__(self, snapshot: Snapshot, thermal: ThermalConfig) -> tuple[SensorLimit, ...]:
+        sensors = tuple((gpu.gpu_id, t.label, t.crit_c if t.crit_c else repr(t.crit_c))
+                        for gpu in snapshot.gpus for t in gpu.temps)
+        if thermal is not self._thermal or sensors != self._sensors:
+            self._thermal, self._sensors, self._limits = thermal, sensors, limits_in_force(snapshot, thermal)
+        return self._limits
+
+
+def limits_by_sensor(limits: Iterable[SensorLimit]) -> dict[tuple[str, str], float]:
+    """``limits`` (a state's ``limits_c``) by (gpu_id, sensor), the first of each as ``PublishedState.limit_c``
+    answers: the status document and the live summary look up every sensor of every GPU, and ``limit_c``'s scan
+    of every limit per sensor was a tenth of each (24 lookups of 24 limits at 8 GPUs)."""
+    found: dict[tuple[str, str], float] = {}
+    for limit in limits:
+        found.setdefault((limit.gpu_id, limit.sensor), limit.limit_c)
+    return found
+
+
 def over_limit(temp_c: float | None, limit_c: float | None, margin_c: float = 0.0) -> bool | None:
     """At or above the limit minus ``margin_c``; None when the temperature or the limit is unknown.
 

@@ -6,8 +6,16 @@ from __future__ import annotations
 import pytest
 
 from gpuwatch.config.cooling import ThermalConfig
-from gpuwatch.limits import LimitBreach, breaches, limits_in_force, over_limit, sensor_limit_c
-from gpuwatch.model import GpuReading, SensorLimit, Snapshot, TempReading
+from gpuwatch.limits import (
+    LimitBreach,
+    LimitsInForce,
+    breaches,
+    limits_by_sensor,
+    limits_in_force,
+    over_limit,
+    sensor_limit_c,
+)
+from gpuwatch.model import GpuReading, PublishedState, SensorLimit, Snapshot, TempReading
 
 
 def test_every_sensor_with_a_limit_in_snapshot_order() -> None:
@@ -82,3 +90,39 @@ def test_breaches_name_each_sensor_at_or_over_its_limit() -> None:
         LimitBreach("0000:03:00.0", "edge", 91.0, 90.0), LimitBreach("0000:03:00.0", "junction", 99.0, 100.0),
         LimitBreach("0000:03:00.0", "mem", 100.0, 100.0)]
     assert breaches(GpuReading("x", "card1", "amdgpu"), thermal) == []
+
+
+@pytest.mark.parametrize("limits", [
+    (),
+    (SensorLimit("a", "edge", 90.0), SensorLimit("a", "junction", 100.0), SensorLimit("b", "edge", 85.0)),
+    (SensorLimit("a", "edge", 90.0), SensorLimit("a", "edge", 80.0)),  # the first wins, as limit_c's scan
+])
+def test_the_limits_by_sensor_answer_as_limit_c(limits: tuple[SensorLimit, ...]) -> None:
+    state = PublishedState(snapshot=Snapshot(taken_unix=0.0, taken_monotonic=0.0, gpus=()), limits_c=limits)
+    table = limits_by_sensor(limits)
+    for gpu in ("a", "b", "c"):
+        for sensor in ("edge", "junction", "mem"):
+            assert table.get((gpu, sensor)) == state.limit_c(gpu, sensor)
+
+
+def test_the_limits_in_force_kept_while_their_sources_are_the_same() -> None:
+    """LimitsInForce: limits_in_force's answer every time, the same tuple while [thermal] is the same object and
+    every sensor's GPU, label and crit are equal; a crit of 0 told from -0 (a margin of 0 prints its sign)."""
+
+    def snapshot(*crits: float | None, label: str = "junction") -> Snapshot:
+        return Snapshot(0.0, 0.0, tuple(GpuReading(f"g{i}", f"card{i}", "amdgpu", temps=(
+            TempReading("edge", 50.0, crit_c=crit), TempReading(label, 60.0, crit_c=crit)))
+            for i, crit in enumerate(crits)))
+
+    thermal, zero_margin = ThermalConfig(), ThermalConfig(junction_crit_margin_c=0.0, mem_crit_margin_c=0.0)
+    limits = LimitsInForce()
+    first = limits(snapshot(110.0, 105.0), thermal)
+    assert first == limits_in_force(snapshot(110.0, 105.0), thermal)
+    assert limits(snapshot(110.0, 105.0), thermal) is first
+    steps = [(snapshot(110.0, 100.0), thermal), (snapshot(110.0, 100.0), ThermalConfig()),  # a reload: a new object
+             (snapshot(110.0, None), thermal), (snapshot(110.0, 100.0, label="mem"), thermal),
+             (snapshot(110.0), thermal), (snapshot(0.0), zero_margin), (snapshot(-0.0), zero_margin),
+             (snapshot(-0.0), zero_margin), (snapshot(None), zero_margin)]
+    for taken, settings in steps:
+        got, want = limits(taken, settings), limits_in_force(taken, settings)
+        assert got == want and [repr(limit.limit_c) for limit in got] == [repr(limit.limit_c) for limit in want]

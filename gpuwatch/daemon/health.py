@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gpuwatch.config.file import Config
 from gpuwatch.gpus.accounting import counter_grew
-from gpuwatch.model import JobReceipt, JobStart, PublishedState
+from gpuwatch.model import JobReceipt, JobStart, PublishedState, replaced
 from gpuwatch.procfs import Procfs
 from gpuwatch.procs.jobs import CGROUP_DIR, attribute, cgroups_made, job_start, read_mappings
 from gpuwatch.publish import receipt_store, receipts
@@ -59,8 +59,8 @@ class NodeWatch:
         now = state.snapshot.taken_monotonic
         self._since = over_crit_since(self._since, state, now)
         # The boot id published so that the next daemon knows the receipts are this boot's.
-        daemon = state.daemon if state.daemon is None else replace(state.daemon, boot_id=self._boot_id)
-        state = replace(state, health=judge(state, settings, self._since, now), jobs=self._jobs, daemon=daemon)
+        daemon = state.daemon if state.daemon is None else replaced(state.daemon, boot_id=self._boot_id)
+        state = replaced(state, health=judge(state, settings, self._since, now), jobs=self._jobs, daemon=daemon)
         self._previous = state
         return state
 

@@ -24,13 +24,13 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from types import FrameType
 
 from gpuwatch import __version__
 from gpuwatch.config.base import ConfigError
+from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.config.file import Config, load_config
 from gpuwatch.daemon import compose, sense
 from gpuwatch.daemon.compose import Parts
@@ -41,12 +41,12 @@ from gpuwatch.daemon.reload import plan_reload
 from gpuwatch.daemon.sdnotify import Notifier
 from gpuwatch.daemon.servers import http_server, start_control
 from gpuwatch.daemon.wakeup import Flag, Signals, Wakeup
-from gpuwatch.limits import limits_in_force
-from gpuwatch.model import Acted, DaemonInfo, PublishedState, Snapshot
+from gpuwatch.limits import LimitsInForce, limits_in_force
+from gpuwatch.model import Acted, DaemonInfo, PublishedState, SensorLimit, Snapshot, replaced
 from gpuwatch.publish.document import to_document
 from gpuwatch.publish.history_store import HistoryStore
 from gpuwatch.publish.http import HttpServer
-from gpuwatch.publish.live import rung_of
+from gpuwatch.publish.live import ladder_rungs
 from gpuwatch.publish.live_feed import LiveFeed
 from gpuwatch.publish.receipt_store import keep_last_state
 from gpuwatch.publish.state import StateHolder, write_state_file
@@ -96,6 +96,7 @@ class Daemon:
         self.failures = self._guard.failures  # published with every tick while they last
         self.control: ControlServer | None = None
         self.read_errors: Counter[tuple[str, str]] = Counter()
+        self._limits = LimitsInForce()  # the tick's limits, the same tuple while crits and [thermal] are
         self.http: HttpServer | None = None
         self.node = NodeWatch()  # mapped jobs, job receipts and the health verdict (daemon/health.py)
 
@@ -116,7 +117,7 @@ class Daemon:
                             ticks_total=self.ticks_total, interval_s=config.interval_s,
                             taken_boottime_s=time.clock_gettime(time.CLOCK_BOOTTIME),
                             failures=failures + (("config: " + "; ".join(absent),) if absent else ()))
-        state = published_state(snapshot, daemon, acted, self.read_errors, config)
+        state = published_state(snapshot, daemon, acted, self.read_errors, config, self._limits)
         state = self._guard("health verdict", partial(self.node.observe, state, config), state)
         document = to_document(state, source="daemon")
         if self.http is not None or self.history is not None:
@@ -293,16 +294,18 @@ class Daemon:
 
 
 def published_state(snapshot: Snapshot, daemon: DaemonInfo, acted: Acted, read_errors: Counter[tuple[str, str]],
-                    config: Config) -> PublishedState:
+                    config: Config, limits: Callable[[Snapshot, ThermalConfig], tuple[SensorLimit, ...]]
+                    = limits_in_force) -> PublishedState:
     """The tick's state as /metrics, /status and the state file read it; the limits from ``config`` (the
-    tick's own configuration: a reload shows from the next tick on)."""
+    tick's own configuration: a reload shows from the next tick on) by ``limits`` (``limits_in_force``, or the
+    daemon's ``LimitsInForce``)."""
     state = PublishedState(
         snapshot=snapshot, daemon=daemon, fans=acted.fans, trainers=acted.trainers, powers=acted.powers,
         read_errors_total=tuple((gpu, sensor, n) for (gpu, sensor), n in sorted(read_errors.items())),
-        limits_c=limits_in_force(snapshot, config.thermal), clocks=acted.clocks, unmanaged=acted.unmanaged,
+        limits_c=limits(snapshot, config.thermal), clocks=acted.clocks, unmanaged=acted.unmanaged,
     )
-    return replace(state, ladder_rungs=tuple((gpu.gpu_id, rung_of(state, gpu.gpu_id, config.fan.for_gpu(gpu.gpu_id)))
-                                             for gpu in snapshot.gpus if gpu.up))
+    rungs = ladder_rungs(state, config.fan.for_gpu, (gpu.gpu_id for gpu in snapshot.gpus if gpu.up))
+    return replaced(state, ladder_rungs=tuple(rungs))
 
 
 def count_read_errors(totals: Counter[tuple[str, str]], snapshot: Snapshot) -> None:

@@ -14,7 +14,7 @@ from operator import attrgetter
 from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
-from gpuwatch.limits import over_limit
+from gpuwatch.limits import limits_by_sensor, over_limit
 from gpuwatch.model import GpuReading, GpuResetState, JobReceipt, NodeHealth, PublishedState, Source, UnmanagedState
 from gpuwatch.publish.decode import SCHEMA_VERSION
 from gpuwatch.publish.health_codes import fault_line
@@ -36,6 +36,7 @@ def to_document(state: PublishedState, source: Source) -> StatusDocument:
     snapshot = state.snapshot
     resets = {r.gpu_id: r for r in snapshot.resets}
     unmanaged = {u.gpu_id: u for u in state.unmanaged}
+    limits = limits_by_sensor(state.limits_c)
     return {
         "schema": SCHEMA_VERSION,
         "source": source,
@@ -43,7 +44,7 @@ def to_document(state: PublishedState, source: Source) -> StatusDocument:
         "sample_duration_s": snapshot.sample_duration_s,
         "daemon": None if state.daemon is None else plain(state.daemon),
         "gpus": [
-            _gpu(state, gpu, None if gpu.gpu_id not in fans else plain(fans[gpu.gpu_id]),
+            _gpu(limits, gpu, None if gpu.gpu_id not in fans else plain(fans[gpu.gpu_id]),
                  None if gpu.gpu_id not in powers else plain(powers[gpu.gpu_id]),
                  None if gpu.gpu_id not in resets else _reset(resets[gpu.gpu_id]),
                  None if gpu.gpu_id not in unmanaged else _unmanaged(unmanaged[gpu.gpu_id]),
@@ -84,8 +85,8 @@ def _unmanaged(state: UnmanagedState) -> dict[str, Any]:
     return doc
 
 
-def _gpu(state: PublishedState, gpu: GpuReading, fan: dict[str, Any] | None, power: dict[str, Any] | None,
-         reset: dict[str, Any] | None, unmanaged: dict[str, Any] | None = None,
+def _gpu(limits: dict[tuple[str, str], float], gpu: GpuReading, fan: dict[str, Any] | None,
+         power: dict[str, Any] | None, reset: dict[str, Any] | None, unmanaged: dict[str, Any] | None = None,
          clock: dict[str, Any] | None = None) -> dict[str, Any]:
     doc: dict[str, Any] = dict(zip(_GPU_FLAT, _gpu_flat(gpu), strict=True))
     temperatures: dict[str, dict[str, Any]] = {
@@ -94,7 +95,7 @@ def _gpu(state: PublishedState, gpu: GpuReading, fan: dict[str, Any] | None, pow
             "crit_c": t.crit_c,
             "crit_hyst_c": t.crit_hyst_c,
             "emergency_c": t.emergency_c,
-            "limit_c": state.limit_c(gpu.gpu_id, t.label),
+            "limit_c": limits.get((gpu.gpu_id, t.label)),
         }
         for t in gpu.temps
     }

@@ -20,7 +20,7 @@ from importlib import resources
 from gpuwatch.config.file import Config
 from gpuwatch.model import PublishedState
 from gpuwatch.publish.history import Event, EventLog, History, Point, clocks
-from gpuwatch.publish.live import Summary, redacted, summary
+from gpuwatch.publish.live import Summary, history_part, redacted, summary
 
 MAX_CLIENTS = 32
 RETRY_MS = 1000  # how soon a page's EventSource reconnects after the stream ends (the daemon restarts)
@@ -52,6 +52,9 @@ class LiveFeed:
         self._history = History(interval_s)
         self._events = EventLog()
         self._latest: Summary | None = None
+        # The last tick's state and configuration while ``_latest`` is not made: no page was open, the history got
+        # ``history_part`` alone; the summary is made from them when a page asks (pure: the same dict).
+        self._unsummarised: tuple[PublishedState, Config] | None = None
         self._message = b""
         # The same tick for a reader /status redacts for (publish/live.redacted): encoded only while one is open.
         self._message_redacted = b""
@@ -67,13 +70,19 @@ class LiveFeed:
         """The tick's part (the daemon's thread): summary, point, events, then every client woken.
 
         ``config`` is the tick's: a reload shows as a new object (the loop swaps its Config, never edits one)."""
-        tick, clocked = summary(state, config.fan, self._hostname), clocks(state)
+        # The whole summary only while a page is open (looked at here, again under the lock): the history reads a
+        # third of it (``history_part``, the same values), and a page that opens later has it made then.
+        whole = bool(self._wakers)
+        tick = summary(state, config.fan, self._hostname) if whole else history_part(state)
+        clocked = clocks(state)
         with self._lock:
+            if self._wakers and not whole:  # a page opened meanwhile: its first message needs the whole one
+                tick, whole = summary(state, config.fan, self._hostname), True
             reloaded = self._config is not None and config is not self._config
             self._config = config
             point = self._history.add(tick, clocked)
             new = self._events.add(tick, reloaded, clocked)
-            self._latest = tick
+            self._latest, self._unsummarised = (tick, None) if whole else (None, (state, config))
             recent = self._events.recent()
             # Encoded only while a stream is open: a stream joins (under this lock) before it reads the sequence
             # number it starts from, so every message it is woken for was encoded for it; none open, none read.
@@ -95,7 +104,18 @@ class LiveFeed:
 
     def latest(self) -> Summary | None:
         with self._lock:
-            return self._latest
+            latest, unsummarised = self._latest, self._unsummarised
+        return latest if unsummarised is None else self._summarised(unsummarised)
+
+    def _summarised(self, unsummarised: tuple[PublishedState, Config]) -> Summary:
+        """The summary of a tick published while no page was open: made now, outside the lock, and kept while it
+        is still the latest."""
+        state, config = unsummarised
+        tick = summary(state, config.fan, self._hostname)
+        with self._lock:
+            if self._unsummarised is unsummarised:
+                self._latest, self._unsummarised = tick, None
+        return tick
 
     def snapshot(self, sensitive: bool = True) -> bytes:
         """The first message of a stream: the summary, the whole history and the events; ``sensitive`` False:
@@ -104,9 +124,12 @@ class LiveFeed:
         Encoded outside the lock (an hour of points is a few hundred KB, ~15 ms): the tick never waits on
         a page connecting. Points and summaries are never changed once published."""
         with self._lock:
-            latest = self._latest
-            document = {"summary": latest if sensitive or latest is None else redacted(latest),
-                        "points": self._history.points(), "events": self._events.recent()}
+            latest, unsummarised = self._latest, self._unsummarised
+            points, events = self._history.points(), self._events.recent()
+        if unsummarised is not None:  # the same tick as the points: its summary made now
+            latest = self._summarised(unsummarised)
+        document = {"summary": latest if sensitive or latest is None else redacted(latest),
+                    "points": points, "events": events}
         return sse(document, event="snapshot")
 
     def open(self, sensitive: bool = True) -> LiveStream:

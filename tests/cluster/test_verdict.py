@@ -136,3 +136,21 @@ def test_over_crit_since_keeps_the_start_and_forgets_a_cooled_gpu() -> None:
 def test_the_verdict_carries_the_slurm_hysteresis() -> None:
     verdict = judge(state(), HealthConfig(drain_after_checks=3, resume_after_checks=5), {}, NOW)
     assert (verdict.drain_after_checks, verdict.resume_after_checks) == (3, 5)
+
+
+@pytest.mark.parametrize("temps", [
+    (),
+    (TempReading("edge", 60.0, crit_c=100.0), TempReading("junction", 70.0, crit_c=105.0)),
+    (TempReading("edge", 100.0, crit_c=100.0),),  # at crit counts
+    (TempReading("edge", 101.0, crit_c=100.0), TempReading("junction", 108.0, crit_c=105.0)),
+    (TempReading("edge", 103.0, crit_c=100.0), TempReading("junction", 108.0, crit_c=105.0)),  # equals: the first
+    (TempReading("edge", None, crit_c=100.0), TempReading("junction", 108.0, crit_c=None),
+     TempReading("mem", 99.0, crit_c=95.0)),
+])
+def test_the_hottest_over_crit_is_the_furthest_over_the_first_of_equals(temps: tuple[TempReading, ...]) -> None:
+    from gpuwatch.model import at_crit
+    from gpuwatch.publish.verdict import _hottest_over_crit
+
+    both = [(t.label, t.temp_c, t.crit_c) for t in temps if t.temp_c is not None and t.crit_c is not None]
+    over = [s for s in both if at_crit(s[1], s[2])]
+    assert _hottest_over_crit(gpu(temps=temps)) == max(over, key=lambda s: s[1] - s[2], default=None)

@@ -16,6 +16,9 @@ from gpuwatch.config.cooling import FanConfig
 from gpuwatch.config.file import Config
 from gpuwatch.config.sections import HttpConfig
 from gpuwatch.daemon.loop import Daemon
+from gpuwatch.model import PublishedState
+from gpuwatch.publish import live_feed
+from gpuwatch.publish.live import summary
 from gpuwatch.publish.live_feed import PAGE_MAX_BYTES, LiveFeed, page
 from tests.publish.test_http import fetch
 from tests.support.published import example_state, two_gpu_tree
@@ -166,6 +169,46 @@ def test_a_slow_client_gets_the_latest_tick_never_a_queue(tmp_path: Path) -> Non
     message = json.loads(second.removeprefix(b"data: "))
     assert len(feed._history) == 10 and message["summary"] == feed.latest()
     assert feed.clients == 0
+
+
+def test_without_a_page_the_summary_is_made_when_one_asks(tmp_path: Path) -> None:
+    """No page open: the tick keeps the history's part of the summary alone (live.history_part); the latest
+    summary, a stream's snapshot and its messages after are the whole one, as a feed with a page open all along
+    has them."""
+    state = example_state(tmp_path / "sys")
+    config = Config(runtime_dir=tmp_path / "run")
+    idle, watched = LiveFeed(hostname="box"), LiveFeed(hostname="box")
+    watched._join(lambda: None, True)
+    for feed in (idle, watched):
+        feed.publish(state, config)
+        feed.publish(state, config)
+    assert idle._latest is None and idle.latest() == watched.latest() == summary(state, config.fan, "box")
+    assert idle._latest is not None  # made once, kept for the next asker
+    idle.publish(state, config.model_copy())
+    watched.publish(state, config.model_copy())
+    assert idle.snapshot() == watched.snapshot() and idle.snapshot(False) == watched.snapshot(False)
+    idle._join(lambda: None, True)
+    idle.publish(state, config)
+    watched.publish(state, config)
+    assert idle._after(-1, True)[1] == watched._after(-1, True)[1] != b""
+
+
+def test_a_page_opening_during_the_tick_gets_the_whole_summary(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tick looks for a page before the lock: one that joins in between is found under it."""
+    state = example_state(tmp_path / "sys")
+    config = Config(runtime_dir=tmp_path / "run")
+    feed = LiveFeed(hostname="box")
+    history_part = live_feed.history_part
+
+    def joining(published: PublishedState) -> dict[str, Any]:
+        feed._join(lambda: None, True)
+        return history_part(published)
+
+    monkeypatch.setattr(live_feed, "history_part", joining)
+    feed.publish(state, config)
+    message = json.loads(feed._after(-1, True)[1].removeprefix(b"data: "))
+    assert message["summary"] == feed._latest == summary(state, config.fan, "box")
 
 
 def test_a_reload_is_an_event_of_the_feed(tmp_path: Path) -> None:

@@ -5,12 +5,26 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from gpuwatch.config.cooling import FanConfig
 from gpuwatch.model import FanMode, FanState, PowerMode, PowerState, PublishedState, TrainerPhase
-from gpuwatch.publish.live import Level, ladder_rung, redacted, summary, temp_level, worst
+from gpuwatch.publish.live import (
+    HISTORY_FAN_KEYS,
+    HISTORY_GPU_KEYS,
+    HISTORY_POWER_KEYS,
+    Level,
+    history_part,
+    ladder_rung,
+    ladder_rungs,
+    redacted,
+    rung_of,
+    summary,
+    temp_level,
+    worst,
+)
 from tests.support.published import GPU_A, GPU_B, GPU_GONE, example_state, with_rungs
 
 
@@ -213,3 +227,47 @@ def test_the_rungs_are_the_published_ones_and_the_same_without(example: Publishe
         published = summary(state, fan)
         assert state.ladder_rungs and published == summary(replace(state, ladder_rungs=()), fan)
         assert [g["rung"] for g in published["gpus"]][:2] == [rung for _, rung in state.ladder_rungs]
+
+
+def _cut(tick: dict[str, Any]) -> dict[str, Any]:
+    """A summary cut down to what the history reads (``history_part``'s keys)."""
+    return {"tick": tick["tick"], "taken_unix": tick["taken_unix"], "interval_s": tick["interval_s"],
+            "version": tick["version"],
+            "gpus": [{**{k: g[k] for k in HISTORY_GPU_KEYS},
+                      "temps": [{"temp_c": t["temp_c"]} for t in g["temps"]],
+                      "fan": {k: g["fan"][k] for k in HISTORY_FAN_KEYS},
+                      "power": {k: g["power"][k] for k in HISTORY_POWER_KEYS}} for g in tick["gpus"]],
+            "runs": tick["runs"]}
+
+
+def _variants(example: PublishedState) -> list[PublishedState]:
+    gpus = tuple(replace(g, power_w=149.4967, fan_rpm=None, gpu_busy_ratio=None) if g.gpu_id == GPU_A else g
+                 for g in example.snapshot.gpus)
+    held = (replace(example.trainers[1], phase=TrainerPhase.PAUSED, reason="pausing: manual pause"),)
+    return [example, replace(example, daemon=None, fans=(), powers=(), trainers=()),
+            replace(example, snapshot=replace(example.snapshot, gpus=gpus, resets=()), trainers=held),
+            replace(example, fans=tuple(replace(f, failsafe_reason="hot", message="m") for f in example.fans),
+                    powers=tuple(replace(p, cap_w=None) for p in example.powers))]
+
+
+def test_the_history_part_is_the_summary_cut_down(example: PublishedState) -> None:
+    """What the live feed keeps while no page is open: every value the history reads, the summary's own, in
+    its order (its events and points are the same bytes either way)."""
+    from gpuwatch.publish.history import events, point
+
+    for state in _variants(example):
+        whole, part = summary(state, FanConfig(), "box"), history_part(state)
+        assert json.dumps(part) == json.dumps(_cut(whole))
+        assert point(part) == point(whole)
+        assert events(None, part, True) == events(None, whole, True)
+    before, after = _variants(example)[1], example  # a failsafe, a cap lowered
+    assert events(history_part(before), history_part(after), False) == events(
+        summary(before, FanConfig()), summary(after, FanConfig()), False) != []
+
+
+def test_the_rungs_of_every_gpu_at_once_are_rung_of_each(example: PublishedState) -> None:
+    fan = FanConfig.model_validate({"gpus": {GPU_A: {"curve": [[40, 30], [80, 100]]}}})
+    for state in _variants(example) + [replace(example, trainers=(replace(example.trainers[0],
+                                                                          phase=TrainerPhase.PAUSING),))]:
+        ids = [g.gpu_id for g in state.snapshot.gpus]
+        assert ladder_rungs(state, fan.for_gpu, ids) == [(i, rung_of(state, i, fan.for_gpu(i))) for i in ids]
