@@ -193,7 +193,8 @@ def read_card(sysfs: Sysfs, card: AmdCard, static: Remembered | None = None,
     )
     if static is not None:
         reader.directory.kept = _kept(sysfs, card, static)
-    return (metrics or GpuMetricsReader()).read(sysfs, reading, card.device_dir)
+    return (metrics or GpuMetricsReader()).read(sysfs, reading, card.device_dir,
+                                                reader.directory.texts if reader.remembers else None)
 
 
 # The fixed attributes' files a reading shows (all STATIC_ATTRIBUTES), by directory, besides the temperature
@@ -327,7 +328,7 @@ def _steady(sysfs: Sysfs, card: AmdCard, reader: _Reader, kept: _Kept, runtime_s
             pwm_enable=hw.number("pwm1_enable", int),
         )
     reading = replaced(blank, **fields, errors=tuple(reader.errors))
-    return (metrics or GpuMetricsReader()).read(sysfs, reading, card.device_dir)
+    return (metrics or GpuMetricsReader()).read(sysfs, reading, card.device_dir, reader.directory.texts)
 
 
 # Every field at its default: a reading is this with the tick's fields set (model.replaced), not a frozen
