@@ -144,9 +144,13 @@ def read_card(sysfs: Sysfs, card: AmdCard, static: Remembered | None = None,
     making those fields again was a third of a steady read's Python (docs/performance.md, round 6).
     """
     reader = _Reader(sysfs, card.device_dir, static=static)
-    if not sysfs.exists(card.device_dir):
+    hwmon_dir = card.hwmon_dir or ""
+    hwmon_there = bool(hwmon_dir) and sysfs.exists(hwmon_dir)
+    # A path resolves only through every directory above it: a hwmon directory found below the device's
+    # (_find_hwmon) that is there says the device's is there too (one stat a tick instead of two).
+    if not (hwmon_there and hwmon_dir.startswith(card.device_dir + "/")) and not sysfs.exists(card.device_dir):
         return GpuReading(gpu_id=card.gpu_id, card=card.card, backend="amdgpu", device_id=card.device_id, up=False)
-    if card.hwmon_dir and not sysfs.exists(card.hwmon_dir):
+    if card.hwmon_dir and not hwmon_there:
         # The driver is re-probing the card (its hwmon comes back under a new index, §7.1).
         return GpuReading(gpu_id=card.gpu_id, card=card.card, backend="amdgpu", device_id=card.device_id, up=False,
                           errors=(ReadError("device", "hwmon directory vanished (driver re-probe?)"),))
