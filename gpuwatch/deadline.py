@@ -156,9 +156,9 @@ class _Runner:
                     job.result = job.call()
                 except BaseException as exc:  # the caller's to see, per call
                     job.error = exc
-                thread.name = self._pool.prefix
                 following = round_.take(self)
                 if following is None:
+                    thread.name = self._pool.prefix  # idle again (between two calls of a round it is not)
                     break
                 round_.finish(job)
                 job = following
@@ -211,11 +211,16 @@ class Workers:
         self._mono = monotonic
         self._pool = _Pool(prefix)
         self._last: dict[str, _Job] = {}  # each key's latest call
+        self._names: dict[str, str] = {}  # each key's runner name, made once (the same keys every round)
 
     def busy(self, key: str) -> bool:
         """Whether ``key``'s call of an earlier round is still running (one that missed its deadline)."""
         job = self._last.get(key)
         return job is not None and job.state in _BUSY
+
+    def _name(self, key: str) -> str:
+        name = self._names[key] = f"{self.prefix}-{key}"
+        return name
 
     def run_all(self, calls: Mapping[str, Callable[[], T]], deadline_s: float) -> dict[str, T | Late]:
         """Each key's call, one after another on a runner, within ``deadline_s``; what returned in time,
@@ -225,7 +230,9 @@ class Workers:
         not share state with each other or with the caller while they run.
         """
         since = self._mono()
-        jobs = {key: _Job(f"{self.prefix}-{key}", call, since) for key, call in calls.items() if not self.busy(key)}
+        last, names = self._last, self._names
+        jobs = {key: _Job(names.get(key) or self._name(key), call, since) for key, call in calls.items()
+                if (job := last.get(key)) is None or job.state not in _BUSY}  # not busy(key): a call less a key
         self._last.update(jobs)
         if jobs:
             self._wait(_Round(list(jobs.values())), max(deadline_s, 0.0))

@@ -36,10 +36,11 @@ from gpuwatch.clock.nvml_clock import NvmlClock
 from gpuwatch.clock.od_table import OdTableClock, OdTableRestore
 from gpuwatch.clock.restore import give_back, kind
 from gpuwatch.config.base import DEFAULT_SYSFS_DEADLINE_S
+from gpuwatch.config.cooling import ThermalConfig
 from gpuwatch.config.file import Config
 from gpuwatch.gpus.amdgpu import Locate
 from gpuwatch.limits import ThermalsOn, headroom_c
-from gpuwatch.model import Acted, ClockMode, ClockState, GpuReading, Snapshot
+from gpuwatch.model import Acted, ClockMode, ClockState, FanState, GpuReading, PowerState, Snapshot
 from gpuwatch.sysfs import Sysfs, SysfsError
 
 log = logging.getLogger("gpuwatch.clock")
@@ -66,9 +67,8 @@ class ClockController(HeldControl[GpuClock, Locate]):
             settings = config.power.for_gpu(gpu.gpu_id)
             params = ClockParams(settings.hold_margin_c, settings.clock_floor_percent / 100.0,
                                  settings.idle_restore_after_s)
-            exhausted = cap_exhausted(power_of.get(gpu.gpu_id), fan_of.get(gpu.gpu_id))
-            room = headroom_c(gpu, self.thermals_on(config, gpu.gpu_id))
-            steps[gpu.gpu_id] = partial(self._tick_one, g, gpu, params, now, room, exhausted)
+            steps[gpu.gpu_id] = partial(self._tick_one, g, gpu, params, now, self.thermals_on(config, gpu.gpu_id),
+                                        power_of.get(gpu.gpu_id), fan_of.get(gpu.gpu_id))
         ran = self.stuck.results(self.actuator.run(steps), self._blocked)
         return tuple(ran[gpu.gpu_id] for gpu in snapshot.gpus)
 
@@ -145,8 +145,11 @@ class ClockController(HeldControl[GpuClock, Locate]):
         self.actuator.forget(g.gpu_id)
         return True
 
-    def _tick_one(self, g: GpuClock, gpu: GpuReading, params: ClockParams, now: float, headroom: float | None,
-                  exhausted: bool) -> ClockState:
+    def _tick_one(self, g: GpuClock, gpu: GpuReading, params: ClockParams, now: float, thermals: list[ThermalConfig],
+                  power: PowerState | None, fan: FanState | None) -> ClockState:
+        """One GPU's step, on its worker; the law's headroom and whether the rungs below are exhausted are worked out
+        only where the law runs (on the daemon's main thread, for every GPU, they were most of this rung's tick:
+        a card whose ceiling is unavailable, asleep or off needs neither)."""
         dt = g.step_s(now)
         if g.mode is ClockMode.UNAVAILABLE or not gpu.up or gpu.suspended:
             return self._published(g)
@@ -161,7 +164,9 @@ class ClockController(HeldControl[GpuClock, Locate]):
             self._check_in_force(g, params)
         if g.holding:
             self._verify_running(g, gpu, params, now)
-        decision = decide(params, g.law, ClockInputs(now, headroom, exhausted, g.ceilings_mhz, operating_mhz(gpu)))
+        inputs = ClockInputs(now, headroom_c(gpu, thermals), cap_exhausted(power, fan), g.ceilings_mhz,
+                             operating_mhz(gpu))
+        decision = decide(params, g.law, inputs)
         g.law, g.target = decision.state, decision.ceiling_mhz
         g.pause_allowed = (decision.pause_allowed or g.mode is ClockMode.DRY_RUN or g.not_in_force
                            or g.unrecorded)

@@ -138,16 +138,26 @@ def read_card(sysfs: Sysfs, card: AmdCard, static: Remembered | None = None,
 
     ``static`` (directory -> its ``Directory``) remembers each file's path, the STATIC_ATTRIBUTES read so
     far and the files found absent; pass the same dict on every tick (until the next discovery) to skip
-    re-reading them, None to read everything; ``metrics`` likewise for gpu_metrics.
+    re-reading them, None to read everything; ``metrics`` likewise for gpu_metrics. Once every fixed attribute
+    the reading shows is remembered and gives its value without an error, the fields they make are kept
+    (``_Kept``) and only the files that move are read and set on them, in the same order (the same errors):
+    making those fields again was a third of a steady read's Python (docs/performance.md, round 6).
     """
     reader = _Reader(sysfs, card.device_dir, static=static)
-    if not sysfs.exists(card.device_dir):
+    hwmon_dir = card.hwmon_dir or ""
+    hwmon_there = bool(hwmon_dir) and sysfs.exists(hwmon_dir)
+    # A path resolves only through every directory above it: a hwmon directory found below the device's
+    # (_find_hwmon) that is there says the device's is there too (one stat a tick instead of two).
+    if not (hwmon_there and hwmon_dir.startswith(card.device_dir + "/")) and not sysfs.exists(card.device_dir):
         return GpuReading(gpu_id=card.gpu_id, card=card.card, backend="amdgpu", device_id=card.device_id, up=False)
-    if card.hwmon_dir and not sysfs.exists(card.hwmon_dir):
+    if card.hwmon_dir and not hwmon_there:
         # The driver is re-probing the card (its hwmon comes back under a new index, §7.1).
         return GpuReading(gpu_id=card.gpu_id, card=card.card, backend="amdgpu", device_id=card.device_id, up=False,
                           errors=(ReadError("device", "hwmon directory vanished (driver re-probe?)"),))
     runtime_status = reader.text("power/runtime_status")
+    kept = reader.directory.kept
+    if kept is not None:
+        return _steady(sysfs, card, reader, kept, runtime_status, static, metrics)
     identity: dict[str, Any] = dict(
         gpu_id=card.gpu_id,
         card=card.card,
@@ -185,7 +195,144 @@ def read_card(sysfs: Sysfs, card: AmdCard, static: Remembered | None = None,
         # Keyword arguments are evaluated in order, so this sees every error recorded above.
         errors=tuple(reader.errors),
     )
-    return (metrics or GpuMetricsReader()).read(sysfs, reading, card.device_dir)
+    if static is not None:
+        reader.directory.kept = _kept(sysfs, card, static)
+    return (metrics or GpuMetricsReader()).read(sysfs, reading, card.device_dir,
+                                                reader.directory.texts if reader.remembers else None)
+
+
+# The fixed attributes' files a reading shows (all STATIC_ATTRIBUTES), by directory, besides the temperature
+# sensors': once every one is remembered and gives its value without an error, the fields made of them are kept
+# (``_Kept``) until the next discovery.
+_DEVICE_FIXED = ("product_name", "unique_id", "vbios_version", "mem_info_vram_total", "mem_info_gtt_total",
+                 "max_link_speed", "max_link_width")
+_HWMON_FIXED = ("power1_cap_min", "power1_cap_max", "power1_cap_default", "fan1_min", "fan1_max", "pwm1_min",
+                "pwm1_max")
+
+
+class _Kept:
+    """A card's reading as far as its fixed attributes make it (every field they give set on a blank reading),
+    the same with its identity alone (a suspended card's), and each temperature sensor's fixed part: (default
+    label, input file, label, crit, crit_hyst, emergency)."""
+
+    __slots__ = ("blank", "asleep", "temps")
+
+    def __init__(self, blank: GpuReading, asleep: GpuReading,
+                 temps: tuple[tuple[str, str, str | None, float | None, float | None, float | None], ...]) -> None:
+        self.blank = blank
+        self.asleep = asleep
+        self.temps = temps
+
+
+def _kept(sysfs: Sysfs, card: AmdCard, static: Remembered) -> _Kept | None:
+    """What ``read_card`` keeps of a card once every fixed attribute it shows is remembered and gives its value
+    without an error (the PCIe part too); None until then (a failing or garbage one is read, or parsed, and
+    reported every tick as before). Reads nothing: every value comes from the texts remembered."""
+    device = static.get(card.device_dir)
+    hwmon = static.get(card.hwmon_dir) if card.hwmon_dir else None
+    if device is None or device.pcie is None or any(name not in device.texts for name in _DEVICE_FIXED):
+        return None
+    if card.hwmon_dir and (hwmon is None or any(name not in hwmon.texts for name in _HWMON_FIXED)):
+        return None
+    errors: list[ReadError] = []
+    reader = _Reader(sysfs, card.device_dir, errors, static)
+    identity: dict[str, Any] = dict(
+        gpu_id=card.gpu_id, card=card.card, backend="amdgpu",
+        name=reader.text("product_name") or gpu_name(card.device_id), device_id=card.device_id,
+        subsystem_id=card.subsystem_id, unique_id=reader.text("unique_id") or None,
+        vbios_version=reader.text("vbios_version") or None,
+    )
+    fields: dict[str, Any] = dict(
+        identity,
+        vram_total_bytes=reader.number("mem_info_vram_total", int),
+        gtt_total_bytes=reader.number("mem_info_gtt_total", int),
+        pcie_max_link_speed_gts=reader.number("max_link_speed", link_speed),
+        pcie_max_link_width=reader.number("max_link_width", int),
+        **device.pcie.fields,
+    )
+    temps = []
+    if card.hwmon_dir:
+        hw = _Reader(sysfs, card.hwmon_dir, errors, static)
+        fields.update(
+            power_cap_min_w=_scaled(hw.number("power1_cap_min", int), 1e-6),
+            power_cap_max_w=_scaled(hw.number("power1_cap_max", int), 1e-6),
+            power_cap_default_w=_scaled(hw.number("power1_cap_default", int), 1e-6),
+            fan_min_rpm=hw.number("fan1_min", int), fan_max_rpm=hw.number("fan1_max", int),
+            pwm_min=hw.number("pwm1_min", int), pwm_max=hw.number("pwm1_max", int),
+        )
+        texts = hw.directory.texts
+        for default_label, input_file, label_file, crit_file, hyst_file, emergency_file in _TEMP_FILES:
+            if label_file not in texts:
+                return None
+            label = texts[label_file] or None
+            if label is None and input_file in texts and texts[input_file] is None:
+                continue  # neither file is there (remembered): never shown, its limits never read (_temps)
+            if any(name not in texts for name in (crit_file, hyst_file, emergency_file)):
+                return None
+            hyst_mc = hw.number(hyst_file, int)
+            temps.append((default_label, input_file, label,
+                          _scaled(hw.number(crit_file, int), 1e-3),
+                          None if hyst_mc in (None, _NO_HYST_MC) else hyst_mc / 1000,
+                          _scaled(hw.number(emergency_file, int), 1e-3)))
+    if errors:
+        return None
+    return _Kept(replaced(_BLANK, **fields), replaced(_BLANK, **identity), tuple(temps))
+
+
+def _steady(sysfs: Sysfs, card: AmdCard, reader: _Reader, kept: _Kept, runtime_status: str | None,
+            static: Remembered | None, metrics: GpuMetricsReader | None) -> GpuReading:
+    """``read_card`` once its fixed part is kept: the files that move, read in the same order as the full read
+    (so its errors come in the same order), set on the kept reading."""
+    blank = kept.blank
+    if runtime_status == "suspended":
+        return replaced(kept.asleep, runtime_status=runtime_status, errors=tuple(reader.errors))
+    link = reader.number("current_link_speed", link_speed), reader.number("current_link_width", int)
+    fields: dict[str, Any] = dict(
+        runtime_status=runtime_status,
+        gpu_busy_ratio=_ratio(reader.number("gpu_busy_percent", int)),
+        mem_busy_ratio=_ratio(reader.number("mem_busy_percent", int)),
+        vram_used_bytes=reader.number("mem_info_vram_used", int),
+        gtt_used_bytes=reader.number("mem_info_gtt_used", int),
+        pcie_link_speed_gts=link[0],
+        pcie_link_width=link[1],
+    )
+
+    def reader_for(base: str) -> _Reader:
+        return _Reader(sysfs, base, reader.errors, static)
+
+    pcie = reader.directory.pcie
+    assert pcie is not None  # a kept card's fixed PCIe part is kept too (_kept)
+    if pcie.link_dir != card.device_dir:
+        slot = reader_for(pcie.link_dir)
+        fields["pcie_slot_link_speed_gts"] = slot.number("current_link_speed", link_speed)
+        fields["pcie_slot_link_width"] = slot.number("current_link_width", int)
+    else:
+        fields["pcie_slot_link_speed_gts"], fields["pcie_slot_link_width"] = link
+    fields["pcie_replays_total"] = reader.number("pcie_replay_count", int)
+    if card.hwmon_dir:
+        hw = reader_for(card.hwmon_dir)
+        power_uw = hw.number("power1_average", int)
+        if power_uw is None:
+            power_uw = hw.number("power1_input", int)
+        temps = []
+        for default_label, input_file, label, crit_c, hyst_c, emergency_c in kept.temps:
+            temp_mc = hw.number(input_file, int)
+            if temp_mc is None and label is None and not hw.failed(input_file):
+                continue
+            temps.append(TempReading(label or default_label, _scaled(temp_mc, 1e-3), crit_c, hyst_c, emergency_c))
+        fields.update(
+            temps=tuple(temps),
+            power_w=_scaled(power_uw, 1e-6),
+            power_cap_w=_scaled(hw.number("power1_cap", int), 1e-6),
+            sclk_hz=_scaled(hw.number("freq1_input", int), 1.0),
+            mclk_hz=_scaled(hw.number("freq2_input", int), 1.0),
+            vddgfx_v=_scaled(hw.number("in0_input", int), 1e-3),
+            fan_rpm=hw.number("fan1_input", int),
+            pwm=hw.number("pwm1", int),
+            pwm_enable=hw.number("pwm1_enable", int),
+        )
+    reading = replaced(blank, **fields, errors=tuple(reader.errors))
+    return (metrics or GpuMetricsReader()).read(sysfs, reading, card.device_dir, reader.directory.texts)
 
 
 # Every field at its default: a reading is this with the tick's fields set (model.replaced), not a frozen
@@ -253,7 +400,7 @@ class Directory:
     """What is kept of one directory's files between discoveries: each file's path below the root, joined
     once; the texts remembered (STATIC_ATTRIBUTES, files found absent) and the numbers parsed from them."""
 
-    __slots__ = ("base", "paths", "texts", "numbers", "pcie")
+    __slots__ = ("base", "paths", "texts", "numbers", "pcie", "kept")
 
     def __init__(self, base: str) -> None:
         self.base = base
@@ -261,6 +408,7 @@ class Directory:
         self.texts: dict[str, str | None] = {}
         self.numbers: dict[str, Any] = {}  # name -> parsed (or None for a file absent): one parse per discovery
         self.pcie: FixedPcie | None = None  # a GPU's device directory: gpus/pcie.py's fixed part (_fixed_pcie)
+        self.kept: _Kept | None = None  # a GPU's device directory: the reading's fixed part (_kept)
 
     def path(self, name: str) -> str:
         path = self.paths.get(name)

@@ -1,7 +1,8 @@
 """amdgpu's gpu_metrics table in a reading: when it is read, and how it fills what hwmon lacks.
 
 Read policy (``GpuMetricsReader``): once per tick, in the same pass as the other files and through the
-same ``Sysfs`` (so whatever bounds sysfs reads bounds this one too), and only while the GPU is awake:
+same ``Sysfs`` (so whatever bounds sysfs reads bounds this one too; a table found absent is looked for
+again at the next discovery only, as any file found absent), and only while the GPU is awake:
 ``power/runtime_status`` active (or runtime PM off). Up to Linux 6.12 reading the file wakes a
 runtime-suspended GPU (``pm_runtime_get_sync``), from 6.13 it fails with EPERM instead ("drm/amd/pm:
 use pm_runtime_get_if_active for debugfs getters", 6e796cb4a972b), which also happens during a GPU reset:
@@ -45,9 +46,16 @@ class GpuMetricsReader:
         self.off: dict[str, str] = {}  # gpu_id -> why its table is not read
         self._logged: set[tuple[str, str]] = set()
 
-    def read(self, sysfs: Sysfs, reading: GpuReading, device_dir: str) -> GpuReading:
-        """``reading`` merged with this tick's table (unchanged when there is none to read)."""
+    def read(self, sysfs: Sysfs, reading: GpuReading, device_dir: str,
+             absent: dict[str, str | None] | None = None) -> GpuReading:
+        """``reading`` merged with this tick's table (unchanged when there is none to read). ``absent``: the
+        device directory's remembered texts (gpus/amdgpu.py's ``Directory``), where a table found absent is
+        remembered as any file found absent until the next discovery: amdgpu registers gpu_metrics at probe
+        (amdgpu_pm.c, amdgpu_device_attr_create_groups) or not at all, so an absent one was an open that failed
+        every tick."""
         if reading.runtime_status not in AWAKE or reading.gpu_id in self.off:
+            return reading
+        if absent is not None and SENSOR in absent:
             return reading
         try:
             data = sysfs.read_bytes(f"{device_dir}/gpu_metrics")
@@ -59,6 +67,8 @@ class GpuMetricsReader:
                 return reading
             return merge(reading, None, ReadError(SENSOR, exc.reason))
         if data is None:
+            if absent is not None:
+                absent[SENSOR] = None
             return reading
         if not data:
             self._off(reading.gpu_id, "gpu_metrics reads empty (no table from this power-management backend)")

@@ -162,10 +162,11 @@ def decide(params: GovernorParams, state: GovernorState, x: GovernorInputs) -> D
                         at_floor=x.cap_w <= x.floor_cap_w)
     hf = _filtered(state.headroom_filtered_c, x.headroom_c, dt)
     state = replaced(state, headroom_filtered_c=hf, last_now=x.now)
+    if state.phase == "idle" and (x.fan_can_rise or hf > params.engage_margin_c):
+        return _give_back(state, x)  # not governing: the supervisor pauses exactly as without a governor
+    # After the idle check: an idle GPU's tick (most of them) needs no gains (_Tick.of is pure).
     tick = _Tick.of(params, hf, x)
     if state.phase == "idle":
-        if x.fan_can_rise or hf > params.engage_margin_c:
-            return _give_back(state, x)  # not governing: the supervisor pauses exactly as without a governor
         state = _engaged(state, x, tick)
     integral, u, room_since, unbound_since = _integrated(params, state, x, tick, dt)
     target, direction = _quantised(params, state, x, tick, integral, u)
@@ -271,4 +272,9 @@ def _whole_w(value: float, lo: float, hi: float) -> float:
 
 
 def _idle(state: GovernorState) -> GovernorState:
+    """The state of the IDLE phase: the filter and the clock kept, all else as GovernorState() has it. An idle
+    state is that already (made by GovernorState(), here, or ``decide``'s ``replaced`` of the filter and the
+    clock alone): kept, not made again every idle tick (tests/power/test_governor.py checks the invariant)."""
+    if state.phase == "idle":
+        return state
     return GovernorState(headroom_filtered_c=state.headroom_filtered_c, last_now=state.last_now)

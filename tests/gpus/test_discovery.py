@@ -97,3 +97,20 @@ def test_vanished_gpu_stays_with_up_false(fake_sysfs: FakeSysfsTree) -> None:
     gone = sampler.sample().gpus
     assert len(gone) == 1 and not gone[0].up and gone[0].name and gone[0].temps == ()
     assert Sampler([AmdgpuSource(Sysfs(fake_sysfs.root))]).sample().gpus == ()
+
+
+def test_a_card_whose_hwmon_or_device_directory_vanished_reads_down(fake_sysfs: FakeSysfsTree) -> None:
+    """read_card looks for the hwmon directory first: there, the device's is there too (one stat a tick)."""
+    import shutil
+
+    placed = fake_sysfs.add_capture(capture(NAVI10))
+    sysfs = Sysfs(fake_sysfs.root)
+    (card,) = discover(sysfs).cards
+    assert read_card(sysfs, card).up
+    assert placed.hwmon_dir is not None
+    shutil.rmtree(Path(fake_sysfs.root) / placed.hwmon_dir)
+    hwmon_gone = read_card(sysfs, card)
+    assert not hwmon_gone.up and [e.error for e in hwmon_gone.errors] == ["hwmon directory vanished (driver re-probe?)"]
+    shutil.rmtree(Path(fake_sysfs.root) / card.device_dir)
+    device_gone = read_card(sysfs, card)
+    assert not device_gone.up and device_gone.errors == ()

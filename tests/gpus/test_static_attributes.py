@@ -10,11 +10,15 @@ except power/runtime_status.
 from __future__ import annotations
 
 import errno
+from pathlib import Path
 
-from gpuwatch.gpus.amdgpu import STATIC_ATTRIBUTES
+import pytest
+
+from gpuwatch.gpus.amdgpu import STATIC_ATTRIBUTES, Directory, Remembered, discover, read_card
 from gpuwatch.gpus.amdgpu_source import AmdgpuSource
-from gpuwatch.sim.tree import FakeSysfsTree
+from gpuwatch.sim.tree import FakeSysfsTree, load_capture
 from gpuwatch.sysfs import Sysfs
+from tests.support.paths import CARD_FILES
 from tests.support.trees import FaultySysfs, capture
 
 CARD = "navi31-rx7900xtx-sapphire-nitro"
@@ -107,3 +111,43 @@ def test_a_fixed_attribute_that_is_garbage_is_reported_every_tick(fake_sysfs: Fa
         (reading,), _ = backend.read_all()
         assert [(e.sensor, e.error) for e in reading.errors] == [("temp2_crit", "garbage: 'hot'")]
         assert reading.temp("junction").crit_c is None and reading.temp("edge").crit_c == 100.0
+
+
+@pytest.mark.parametrize("card_file", CARD_FILES, ids=lambda path: path.stem)
+def test_every_capture_reads_the_same_once_its_fixed_part_is_kept(tmp_path: Path, card_file: Path) -> None:
+    """Once its fixed attributes are remembered, ``read_card`` sets the moving files on the reading they made
+    (amdgpu._Kept): the same files read in the same order, the same reading as the full read over the same
+    remembered files (awake, suspended, a moving file failing, a file that fails while absent)."""
+    tree = FakeSysfsTree(tmp_path / "sys")
+    added = tree.add_capture(load_capture(card_file))
+    sysfs = FaultySysfs(tree.root, {})
+    cards = discover(sysfs).cards
+    if not cards:
+        pytest.skip("not an amdgpu card")
+    (card,) = cards
+    kept: Remembered = {}
+    full: Remembered = {}
+
+    def both() -> None:
+        full.get(card.device_dir, Directory("")).kept = None  # the full read, its fixed files remembered
+        sysfs.reads.clear()
+        expected = read_card(sysfs, card, full)
+        reads = list(sysfs.reads)
+        sysfs.reads.clear()
+        assert read_card(sysfs, card, kept) == expected
+        assert sysfs.reads == reads
+
+    for _ in range(3):
+        both()
+    assert kept[card.device_dir].kept is not None
+    assert read_card(sysfs, card, kept) == read_card(sysfs, card)
+    if added.hwmon_dir is not None:
+        tree.write(f"{added.hwmon_dir}/temp1_input", "41000\n")
+        sysfs.faults.update({"temp2_input": errno.EIO, "power1_cap": errno.EINVAL, "current_link_speed": errno.EIO,
+                             "power1_input": errno.EIO})
+        both()
+        sysfs.faults.clear()
+    tree.write(f"{card.device_dir}/power/runtime_status", "suspended\n")
+    both()
+    tree.write(f"{card.device_dir}/power/runtime_status", "active\n")
+    both()

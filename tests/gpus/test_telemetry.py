@@ -145,3 +145,22 @@ def test_no_file_no_values_no_error(tmp_path: Path) -> None:
     gpu = read_one(card_tree(tmp_path, "navi21-rx6900xt-sapphire-nitro"))
     assert gpu.gpu_metrics_revision is None and gpu.throttle_reasons is None and gpu.errors == ()
     assert [t.label for t in gpu.temps] == ["edge", "junction", "mem"]
+
+
+def test_a_table_found_absent_is_looked_for_again_at_rediscovery_only(tmp_path: Path) -> None:
+    """amdgpu registers gpu_metrics at probe or not at all: absent, it is not opened every tick (the same rule
+    as any file found absent, gpus/amdgpu.py), and a discovery looks for it again."""
+    root = card_tree(tmp_path, "navi21-rx6900xt-sapphire-nitro")
+    sysfs = FaultySysfs(root)
+    now = [0.0]
+    source = AmdgpuSource(sysfs, rediscover_s=30.0, clock=lambda: now[0])
+    for now[0] in (0.0, 1.0, 2.0):
+        readings, _ = source.read_all()
+        assert readings[0].gpu_metrics_revision is None and readings[0].errors == ()
+    assert len([p for p in sysfs.reads if p.endswith("gpu_metrics")]) == 1
+    table = CARD_TABLES["navi21-rx6900xt-sapphire-nitro"]
+    (root / source.discovered().cards[0].device_dir / "gpu_metrics").write_bytes(table)
+    now[0] = 29.0
+    assert source.read_all()[0][0].gpu_metrics_revision is None
+    now[0] = 30.0
+    assert source.read_all()[0][0].gpu_metrics_revision == "1.3"

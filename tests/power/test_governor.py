@@ -195,3 +195,17 @@ def test_an_original_in_fractional_watts_comes_back_exactly() -> None:
 )
 def test_floor(default_w: float, cap_min_w: float, original_w: float, floor_w: float) -> None:
     assert floor_cap_w(0.6, default_w, cap_min_w, original_w) == floor_w
+
+
+def test_an_idle_state_holds_the_filter_and_the_clock_alone() -> None:
+    """governor._idle keeps an idle state as it is: it must hold nothing but the filtered headroom and the clock,
+    whatever the law went through (engaged, released, idle restore, no temperature)."""
+    loop = Loop()
+    states = [loop.tick(0, 30.0, can_rise=True).state, loop.tick(1, None).state]
+    states += [d.state for d in (loop.run(2, 120, 0.0), loop.run(121, 200, 15.0, power_w=25.0))]
+    states += [loop.tick(t, 15.0, power_w=25.0).state for t in range(201, 201 + int(P.idle_restore_after_s) + 5)]
+    states += [loop.tick(t, 4.0).state for t in range(1000, 1400)] + [loop.tick(1400, None).state]
+    idle = [s for s in states if s.phase == "idle"]
+    assert len(idle) > 50 and any(s.phase == "governing" for s in states)
+    for state in idle:
+        assert state == GovernorState(headroom_filtered_c=state.headroom_filtered_c, last_now=state.last_now)
