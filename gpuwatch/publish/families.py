@@ -9,7 +9,7 @@ user, a command, a path, a pid) is refused here, when it is built.
 
 from __future__ import annotations
 
-from array import array
+import struct
 from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -43,6 +43,7 @@ class RowFamily:
     sample_name: str  # what each series is called: the family's name, a counter's with ``_total``
 
     _packed: tuple[list[Row], int, bytes | None] | None = None  # ``packed``'s last answer, for these rows
+    _made = False  # True in the class ``gauge``/``counter`` made for one name, help, type, labels and unit
 
     def packed(self) -> bytes | None:
         """``packed(self.rows)``, made once for the rows as they are (metrics.render checks them, the
@@ -128,7 +129,8 @@ def _make(key: tuple[str, str, str, tuple[str, ...], str], make: Callable[[], Ro
     made = make()
     held = {name: value for name, value in vars(made).items() if name != "rows"}
     kind = _MADE[key] = type(type(made).__name__, (type(made),),
-                             {**held, "__module__": type(made).__module__, "__qualname__": type(made).__qualname__})
+                             {**held, "_made": True, "__module__": type(made).__module__,
+                              "__qualname__": type(made).__qualname__})
     return kind
 
 
@@ -152,26 +154,45 @@ def gpu_gauges(table: Iterable[GpuGauge], gpus: Iterable[GpuReading]) -> list[Fa
     # Each GPU's values in one C call (a getattr per table row and GPU was most of this), straight into the rows.
     read = attrgetter(*(attr for _, _, attr, _ in rows)) if len(rows) > 1 else (lambda gpu: (getattr(gpu, rows[0][2]),))
     scales = tuple(scale for _, _, _, scale in rows)
-    for gpu in gpus:
-        labels = (gpu.gpu_id,)
-        for family, value, scale in zip(out, read(gpu), scales, strict=True):
-            if value is not None:
-                family.rows.append((labels, value if scale == 1.0 else _scaled(value, scale)))
+    readings = tuple(gpus)
+    labels = [(gpu.gpu_id,) for gpu in readings]
+    # A family's column (its values in GPU order) made by one transposing zip, and its rows by another, both in C:
+    # a tuple made and appended per GPU and family was most of this (176 series at 8 GPUs). A column with a value
+    # absent or scaled goes value by value, as before.
+    absent = (None,) * len(readings)
+    # No GPU: no column, the families stay empty (hence not strict).
+    for family, column, scale in zip(out, zip(*map(read, readings), strict=True), scales, strict=False):
+        if column == absent:  # a value no GPU has (a third of the table on most cards)
+            continue
+        if scale == 1.0 and None not in column:
+            family.rows = list(zip(labels, column, strict=True))
+        else:
+            family.rows = [(gpu, value if scale == 1.0 else _scaled(value, scale))
+                           for gpu, value in zip(labels, column, strict=True) if value is not None]
     return out
 
 
 def packed(rows: list[Row]) -> bytes | None:
-    """The rows' values as C doubles, converted in one C pass (``array``); None when a value is no number that
+    """The rows' values as C doubles, converted in one C pass (``struct``); None when a value is no number that
     converts (an int too large for a float, a string). What metrics.render checks every family's values with
     before it looks at them one by one, and how exposition.TextRenderer tells a family's values unchanged:
     unlike ``==``, the bytes tell 0.0 from -0.0, which format differently."""
+    pack = _PACKERS.get(len(rows))
+    if pack is None:
+        if len(_PACKERS) >= MAX_PACKERS:  # never: a family's series are bounded by the GPUs and sensors
+            _PACKERS.clear()
+        pack = _PACKERS[len(rows)] = struct.Struct(f"={len(rows)}d").pack
     try:
-        return array("d", map(_VALUE, rows)).tobytes()
-    except (OverflowError, TypeError, ValueError):
+        return pack(*map(_VALUE, rows))
+    except struct.error:  # what struct makes of PyFloat_AsDouble's OverflowError, TypeError or ValueError
         return None
 
 
 _VALUE = itemgetter(1)
+# A packer per row count: ``struct`` packs a family's values in a third less time than ``array("d", ...)`` did
+# (no array object made), and converts each the same way (PyFloat_AsDouble): 70 families a render.
+_PACKERS: dict[int, Callable[..., bytes]] = {}
+MAX_PACKERS = 1_000
 
 
 def _scaled(value: float, scale: float) -> float:
