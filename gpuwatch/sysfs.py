@@ -236,7 +236,9 @@ class Sysfs:
     def list(self, relative: str) -> list[str]:
         """Sorted entry names of a directory; empty when it does not exist."""
         try:
-            return sorted(os.listdir(self.path(relative)))
+            # The string join as read()'s: the reset watch and KFD's process list call this every tick, and the
+            # pathlib join was half of a listing of an absent directory (docs/performance.md, round 7).
+            return sorted(os.listdir(self._prefix + relative.lstrip("/")))
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as exc:

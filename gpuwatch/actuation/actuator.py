@@ -234,6 +234,8 @@ class Actuator(Generic[R]):
         run its call: it answers ``Unrecorded`` (a ``Late``: what it holds stays as it is, nothing more
         is written, a hot card is paused instead) until its record is back on disk."""
         unrecorded = self._keep_recorded()
+        if not unrecorded:  # every tick but those with a lost record: the round's results are the answer
+            return self._workers.run_all(calls, self.deadline_s)
         ran = self._workers.run_all({gpu_id: call for gpu_id, call in calls.items() if gpu_id not in unrecorded},
                                     self.deadline_s)
         return {gpu_id: Unrecorded(0.0, unrecorded[gpu_id]) if gpu_id in unrecorded else ran[gpu_id]
