@@ -311,9 +311,7 @@ def _steady(sysfs: Sysfs, card: AmdCard, reader: _Reader, kept: _Kept, runtime_s
     fields["pcie_replays_total"] = reader.number("pcie_replay_count", int)
     if card.hwmon_dir:
         hw = reader_for(card.hwmon_dir)
-        power_uw = hw.number("power1_average", int)
-        if power_uw is None:
-            power_uw = hw.number("power1_input", int)
+        power_uw = _power_uw(hw)
         temps = []
         for default_label, input_file, label, crit_c, hyst_c, emergency_c in kept.temps:
             temp_mc = hw.number(input_file, int)
@@ -352,10 +350,16 @@ def _fixed_pcie(reader: _Reader, reader_for: Callable[[str], _Reader], device_di
     return fixed
 
 
-def _hwmon_fields(hw: _Reader) -> dict[str, Any]:
+def _power_uw(hw: _Reader) -> int | None:
+    """The board's power: power1_average, else power1_input (§7.4); the full read's and the steady read's."""
     power_uw = hw.number("power1_average", int)
     if power_uw is None:
         power_uw = hw.number("power1_input", int)
+    return power_uw
+
+
+def _hwmon_fields(hw: _Reader) -> dict[str, Any]:
+    power_uw = _power_uw(hw)
     return dict(
         temps=_temps(hw),
         power_w=_scaled(power_uw, 1e-6),
